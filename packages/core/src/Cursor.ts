@@ -1,0 +1,210 @@
+/**
+ * Signed keyset cursors. A cursor names a subject, the fingerprint of the filters it was
+ * issued for, the high-water position recorded by the first page (rows created later never
+ * enter the traversal) and the last position served. Tokens are HMAC-SHA256 signed with the
+ * newest key and verified against every listed key; only the canonical encoding is accepted.
+ *
+ * @since 0.1.0
+ */
+import * as Config from "effect/Config"
+import * as ConfigError from "effect/ConfigError"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
+import { createHmac, timingSafeEqual } from "node:crypto"
+import { CursorBindingMismatch, DurableConfigError, InvalidCursor, type UnsupportedJsonValue } from "./Errors.js"
+import { canonicalizeEither, type RequestFingerprint, toHex } from "./Fingerprint.js"
+
+/** A row's place in the order `(created_at DESC, id DESC)`. */
+export interface Position {
+  /** The row's `created_at` as PostgreSQL prints it (microseconds kept: a JS Date would drop them). */
+  readonly createdAt: string
+  readonly id: string
+}
+
+/** Where a traversal stands. */
+export interface Cursor {
+  readonly subject: string
+  /** Lowercase hex SHA-256 of the canonical filters. */
+  readonly filter: string
+  /** The newest position when the first page was served; later rows are never served. */
+  readonly highWater: Position
+  /** The last position served; absent before the first page was read past. */
+  readonly after?: Position
+}
+
+/** The cursor a first page hands out: bound to its subject and filters, nothing served yet. */
+export const firstPage = (subject: string, filter: RequestFingerprint, highWater: Position): Cursor => ({
+  subject,
+  filter: toHex(filter),
+  highWater
+})
+
+/** The cursor for the page after the one that ended at `after`. */
+export const nextPage = (cursor: Cursor, after: Position): Cursor => ({ ...cursor, after })
+
+/** One signing key. Secrets are at least 16 bytes. */
+export interface CursorKey {
+  /** 1–32 characters of `[A-Za-z0-9_-]`, stored in every token it signs. */
+  readonly id: string
+  readonly secret: Redacted.Redacted<string>
+}
+
+/** Signing keys, newest first: the first signs, all verify (rotation without breaking pages). */
+export type Keyring = readonly [CursorKey, ...Array<CursorKey>]
+
+export class CursorCodec extends Context.Tag("@effect-durable/core/CursorCodec")<CursorCodec, {
+  readonly encode: (cursor: Cursor) => Effect.Effect<string, UnsupportedJsonValue>
+  readonly decode: (token: string) => Effect.Effect<Cursor, InvalidCursor>
+  /** Decodes and checks the cursor was issued for this subject and these filters. */
+  readonly bind: (
+    token: string,
+    subject: string,
+    filter: RequestFingerprint
+  ) => Effect.Effect<Cursor, InvalidCursor | CursorBindingMismatch>
+}>() {}
+
+/** Longest token accepted; checked before any decoding work. */
+export const MAX_TOKEN_LENGTH = 2048
+const VERSION = 1
+const MAC_BYTES = 32
+const KEY_ID = /^[A-Za-z0-9_-]{1,32}$/
+const MIN_SECRET_BYTES = 16
+
+const Text = (max: number) => Schema.String.pipe(Schema.minLength(1), Schema.maxLength(max))
+const PositionTuple = Schema.Tuple(Text(64), Text(256))
+// Short field names keep tokens short; the schema is the wire format of version 1.
+const Payload = Schema.Struct({
+  s: Text(256),
+  f: Schema.String.pipe(Schema.pattern(/^[0-9a-f]{64}$/)),
+  h: PositionTuple,
+  a: Schema.optionalWith(PositionTuple, { exact: true })
+})
+const decodePayload = Schema.decodeUnknownEither(Payload)
+
+const validateKeyring = (keys: ReadonlyArray<CursorKey>): Either.Either<void, DurableConfigError> => {
+  if (keys.length === 0) return Either.left(new DurableConfigError({ field: "cursor.keys", rule: "at least one key" }))
+  const seen = new Set<string>()
+  for (const [i, key] of keys.entries()) {
+    if (!KEY_ID.test(key.id)) {
+      return Either.left(new DurableConfigError({ field: `cursor.keys[${i}].id`, rule: "1-32 characters of A-Z a-z 0-9 _ -" }))
+    }
+    if (seen.has(key.id)) {
+      return Either.left(new DurableConfigError({ field: `cursor.keys[${i}].id`, rule: `key id ${key.id} is listed twice` }))
+    }
+    seen.add(key.id)
+    if (Buffer.byteLength(Redacted.value(key.secret), "utf8") < MIN_SECRET_BYTES) {
+      return Either.left(
+        new DurableConfigError({ field: `cursor.keys[${i}].secret`, rule: `at least ${MIN_SECRET_BYTES} bytes` })
+      )
+    }
+  }
+  return Either.void
+}
+
+/** Builds a codec over a keyring; a malformed keyring is a `DurableConfigError`. */
+export const make = (keys: Keyring): Effect.Effect<CursorCodec["Type"], DurableConfigError> =>
+  Effect.map(validateKeyring(keys), () => {
+    const secrets = new Map(keys.map((key) => [key.id, Buffer.from(Redacted.value(key.secret), "utf8")] as const))
+    const signer = keys[0]
+    const mac = (secret: Buffer, signed: Buffer) => createHmac("sha256", secret).update(signed).digest()
+
+    const encode = (cursor: Cursor) =>
+      Effect.map(
+        canonicalizeEither({
+          s: cursor.subject,
+          f: cursor.filter,
+          h: [cursor.highWater.createdAt, cursor.highWater.id],
+          ...(cursor.after === undefined ? {} : { a: [cursor.after.createdAt, cursor.after.id] })
+        }),
+        (payload) => {
+          const kid = Buffer.from(signer.id, "ascii")
+          const signed = Buffer.concat([Buffer.from([VERSION, kid.length]), kid, Buffer.from(payload, "utf8")])
+          return Buffer.concat([signed, mac(secrets.get(signer.id)!, signed)]).toString("base64url")
+        }
+      )
+
+    const invalid = (reason: string) => Either.left(new InvalidCursor({ reason }))
+
+    const decodeEither = (token: string): Either.Either<Cursor, InvalidCursor> => {
+      if (typeof token !== "string" || token.length === 0) return invalid("empty")
+      if (token.length > MAX_TOKEN_LENGTH) return invalid(`longer than ${MAX_TOKEN_LENGTH} characters`)
+      if (!/^[A-Za-z0-9_-]+$/.test(token)) return invalid("not base64url without padding")
+      const bytes = Buffer.from(token, "base64url")
+      // Several strings decode to the same bytes (unused trailing bits); accept only the one we emit.
+      if (bytes.toString("base64url") !== token) return invalid("not the canonical base64url encoding")
+      if (bytes.length < 2 + MAC_BYTES + 1) return invalid("truncated")
+      if (bytes[0] !== VERSION) return invalid(`unsupported version ${bytes[0]}`)
+      const kidLength = bytes[1]!
+      const payloadStart = 2 + kidLength
+      const macStart = bytes.length - MAC_BYTES
+      if (kidLength === 0 || payloadStart >= macStart) return invalid("truncated")
+      const kid = bytes.subarray(2, payloadStart).toString("latin1")
+      const secret = KEY_ID.test(kid) ? secrets.get(kid) : undefined
+      if (secret === undefined) return invalid("signed by an unknown key")
+      const expected = mac(secret, bytes.subarray(0, macStart))
+      const given = bytes.subarray(macStart)
+      if (given.length !== expected.length || !timingSafeEqual(given, expected)) return invalid("signature mismatch")
+      // Authentic from here on: we signed these bytes, but check them as if we had not.
+      const text = bytes.subarray(payloadStart, macStart).toString("utf8")
+      let json: unknown
+      try {
+        json = JSON.parse(text)
+      } catch {
+        return invalid("payload is not JSON")
+      }
+      const canonical = canonicalizeEither(json)
+      if (Either.isLeft(canonical) || canonical.right !== text) return invalid("payload is not canonical JSON")
+      return Either.match(decodePayload(json), {
+        onLeft: () => invalid("payload has the wrong shape"),
+        onRight: (payload) =>
+          Either.right({
+            subject: payload.s,
+            filter: payload.f,
+            highWater: { createdAt: payload.h[0], id: payload.h[1] },
+            ...(payload.a === undefined ? {} : { after: { createdAt: payload.a[0], id: payload.a[1] } })
+          })
+      })
+    }
+
+    const decode = (token: string) => Effect.suspend(() => decodeEither(token))
+
+    const bind = (token: string, subject: string, filter: RequestFingerprint) =>
+      Effect.flatMap(decode(token), (cursor) =>
+        cursor.subject !== subject
+          ? Effect.fail(new CursorBindingMismatch({ field: "subject" }))
+          : cursor.filter !== toHex(filter)
+          ? Effect.fail(new CursorBindingMismatch({ field: "filter" }))
+          : Effect.succeed(cursor)
+      )
+
+    return CursorCodec.of({ encode, decode, bind })
+  })
+
+export const layer = (keys: Keyring): Layer.Layer<CursorCodec, DurableConfigError> =>
+  Layer.effect(CursorCodec, make(keys))
+
+/**
+ * Keys from configuration: `CURSOR_KEYS` is a redacted list `id=secret,id=secret`, newest
+ * first (prefix it through `Config.nested` for your own naming).
+ */
+export const keyringConfig: Config.Config<Keyring> = Config.redacted("CURSOR_KEYS").pipe(
+  Config.withDescription("cursor signing keys, newest first: id=secret[,id=secret...]"),
+  Config.mapOrFail((listed) => {
+    const keys = Redacted.value(listed).split(",").map((entry) => {
+      const at = entry.indexOf("=")
+      return { id: entry.slice(0, at < 0 ? 0 : at).trim(), secret: Redacted.make(at < 0 ? "" : entry.slice(at + 1)) }
+    })
+    return keys.length > 0 && keys.every((key) => key.id.length > 0)
+      ? Either.right(keys as unknown as Keyring)
+      : Either.left(ConfigError.InvalidData([], "expected id=secret[,id=secret...]"))
+  })
+)
+
+export const layerConfig = (
+  config: Config.Config<Keyring> = keyringConfig
+): Layer.Layer<CursorCodec, DurableConfigError | ConfigError.ConfigError> =>
+  Layer.effect(CursorCodec, Effect.flatMap(config, make))

@@ -1,0 +1,132 @@
+/**
+ * Every expected failure of effect-durable, in one module. Each error carries the data a
+ * caller needs to act on it and lives in the error channel; none is ever thrown.
+ *
+ * @since 0.1.0
+ */
+import * as Schema from "effect/Schema"
+
+/** A value that JSON cannot carry faithfully (RFC 8785 canonicalization refused it). */
+export class UnsupportedJsonValue extends Schema.TaggedError<UnsupportedJsonValue>(
+  "@effect-durable/UnsupportedJsonValue"
+)("UnsupportedJsonValue", {
+  /** JSONPath of the offending value, e.g. `$.items[2].price`. */
+  path: Schema.String,
+  /** What the value was and why JSON cannot carry it. */
+  reason: Schema.String
+}) {
+  override get message() {
+    return `value at ${this.path} is not JSON: ${this.reason}`
+  }
+}
+
+/** Configuration or input that breaks a named rule; nothing was written. */
+export class DurableConfigError extends Schema.TaggedError<DurableConfigError>(
+  "@effect-durable/DurableConfigError"
+)("DurableConfigError", {
+  /** The configuration field or input name, e.g. `schema` or `cursor.keys[0].secret`. */
+  field: Schema.String,
+  /** The rule the value broke. */
+  rule: Schema.String
+}) {
+  override get message() {
+    return `invalid ${this.field}: ${this.rule}`
+  }
+}
+
+/** A retried mutation differs from the recorded one (kind, eligibility claim or fingerprint). */
+export class MutationConflict extends Schema.TaggedError<MutationConflict>(
+  "@effect-durable/MutationConflict"
+)("MutationConflict", {
+  subject: Schema.String,
+  operation: Schema.String,
+  key: Schema.String,
+  /** Which parts differ from the stored record. */
+  differences: Schema.Array(Schema.Literal("kind", "eligibility", "fingerprint"))
+}) {
+  override get message() {
+    return `mutation ${this.operation}/${this.key} conflicts with its record (${this.differences.join(", ")} differ)`
+  }
+}
+
+/** A compare-and-swap found another revision than the expected one (or no row). */
+export class CasConflict extends Schema.TaggedError<CasConflict>("@effect-durable/CasConflict")(
+  "CasConflict",
+  {
+    table: Schema.String,
+    id: Schema.String,
+    expectedRevision: Schema.BigIntFromSelf,
+    /** The revision found, or `null` when the row does not exist. */
+    actualRevision: Schema.NullOr(Schema.BigIntFromSelf)
+  }
+) {
+  override get message() {
+    return `${this.table} ${this.id}: expected revision ${this.expectedRevision}, found ${
+      this.actualRevision === null ? "no row" : this.actualRevision
+    }`
+  }
+}
+
+/** A claim token is stale or foreign: the row was reclaimed, or claimed by another worker. */
+export class OutboxClaimMismatch extends Schema.TaggedError<OutboxClaimMismatch>(
+  "@effect-durable/OutboxClaimMismatch"
+)("OutboxClaimMismatch", {
+  messageId: Schema.String,
+  worker: Schema.String,
+  generation: Schema.Number
+}) {
+  override get message() {
+    return `message ${this.messageId} is not claimed by ${this.worker} at generation ${this.generation}`
+  }
+}
+
+/** No outbox row has this id. */
+export class OutboxMissing extends Schema.TaggedError<OutboxMissing>("@effect-durable/OutboxMissing")(
+  "OutboxMissing",
+  { messageId: Schema.String }
+) {
+  override get message() {
+    return `no outbox message ${this.messageId}`
+  }
+}
+
+/** A cursor that was tampered with, truncated, re-encoded, or signed by an unknown key. */
+export class InvalidCursor extends Schema.TaggedError<InvalidCursor>("@effect-durable/InvalidCursor")(
+  "InvalidCursor",
+  { reason: Schema.String }
+) {
+  override get message() {
+    return `invalid cursor: ${this.reason}`
+  }
+}
+
+/** A valid cursor used for another subject or other filters than it was issued for. */
+export class CursorBindingMismatch extends Schema.TaggedError<CursorBindingMismatch>(
+  "@effect-durable/CursorBindingMismatch"
+)("CursorBindingMismatch", { field: Schema.Literal("subject", "filter") }) {
+  override get message() {
+    return `cursor was issued for another ${this.field}`
+  }
+}
+
+/**
+ * A PostgreSQL failure, classified once: `retryable` says whether running the same
+ * transaction again can succeed (serialization failure, deadlock, lock or statement
+ * timeout, shutdown, lost connection).
+ */
+export class DatabaseError extends Schema.TaggedError<DatabaseError>("@effect-durable/DatabaseError")(
+  "DatabaseError",
+  {
+    /** SQLSTATE, when the server sent one. */
+    code: Schema.NullOr(Schema.String),
+    retryable: Schema.Boolean,
+    operation: Schema.String,
+    detail: Schema.String
+  }
+) {
+  override get message() {
+    return `${this.operation} failed${this.code === null ? "" : ` [${this.code}]`}${
+      this.retryable ? " (retryable)" : ""
+    }: ${this.detail}`
+  }
+}

@@ -1,0 +1,186 @@
+import { describe, expect, it } from "@effect/vitest"
+import * as ConfigProvider from "effect/ConfigProvider"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as FastCheck from "effect/FastCheck"
+import * as Redacted from "effect/Redacted"
+import * as Cursor from "../src/Cursor.js"
+import type { DurableConfigError } from "../src/Errors.js"
+import * as Fingerprint from "../src/Fingerprint.js"
+
+const key = (id: string, secret = `${id}-secret-of-32-bytes-or-so!!`): Cursor.CursorKey => ({
+  id,
+  secret: Redacted.make(secret)
+})
+const codec = (...keys: Cursor.Keyring) => Effect.runSync(Cursor.make(keys))
+const configError = (...keys: Cursor.Keyring): DurableConfigError =>
+  Effect.runSync(Effect.flip(Cursor.make(keys)))
+
+const filters = Fingerprint.fingerprintOfCanonical(`{"status":"open"}`)
+const otherFilters = Fingerprint.fingerprintOfCanonical(`{"status":"closed"}`)
+const high: Cursor.Position = { createdAt: "2026-11-29 15:24:18.123456+00", id: "1042" }
+const first = Cursor.firstPage("tenant-7", filters, high)
+const second = Cursor.nextPage(first, { createdAt: "2026-11-29 15:20:01.000001+00", id: "1001" })
+
+const current = codec(key("k2"), key("k1"))
+const encode = (cursor: Cursor.Cursor, with_ = current) => Effect.runSync(with_.encode(cursor))
+const decodeResult = (token: string, with_ = current) => Effect.runSync(Effect.either(with_.decode(token)))
+const invalidReason = (token: string, with_ = current): string => {
+  const result = decodeResult(token, with_)
+  if (Either.isRight(result)) throw new Error(`expected ${token} to be refused`)
+  expect(result.left._tag).toBe("InvalidCursor")
+  return result.left.reason
+}
+
+describe("Cursor codec", () => {
+  it("round-trips a first-page and a next-page cursor", () => {
+    expect(decodeResult(encode(first))).toEqual(Either.right(first))
+    expect(decodeResult(encode(second))).toEqual(Either.right(second))
+    expect(encode(first)).toMatch(/^[A-Za-z0-9_-]+$/)
+  })
+
+  it.prop(
+    "round-trips any subject and positions",
+    [FastCheck.string({ minLength: 1, maxLength: 256, unit: "grapheme" }), FastCheck.string({ minLength: 1, maxLength: 64 }), FastCheck.bigInt({ min: 1n })],
+    ([subject, createdAt, id]) => {
+      const cursor = Cursor.nextPage(
+        Cursor.firstPage(subject, filters, { createdAt, id: String(id) }),
+        { createdAt, id: String(id - 1n) }
+      )
+      expect(decodeResult(encode(cursor))).toEqual(Either.right(cursor))
+    }
+  )
+
+  it("signs with the newest key and verifies with every listed key (rotation)", () => {
+    const before = codec(key("k1"))
+    const oldToken = encode(first, before)
+    // After rotation k2 signs; pages handed out under k1 keep working.
+    expect(decodeResult(oldToken, current)).toEqual(Either.right(first))
+    const newToken = encode(first, current)
+    expect(Buffer.from(newToken, "base64url").subarray(2, 4).toString()).toBe("k2")
+    // Once k1 is retired, its tokens are refused.
+    expect(invalidReason(oldToken, codec(key("k2")))).toBe("signed by an unknown key")
+    expect(invalidReason(newToken, before)).toBe("signed by an unknown key")
+  })
+
+  it("refuses a token signed by a foreign secret under a known key id", () => {
+    const foreign = codec(key("k2", "another secret of enough bytes"))
+    expect(invalidReason(encode(first, foreign))).toBe("signature mismatch")
+  })
+
+  it("refuses tampered, truncated, extended and re-padded tokens", () => {
+    const token = encode(second)
+    const flipped = (i: number) => {
+      const bytes = Buffer.from(token, "base64url")
+      bytes[i] = bytes[i]! ^ 0x01
+      return bytes.toString("base64url")
+    }
+    expect(invalidReason(flipped(0))).toMatch(/unsupported version/)
+    expect(invalidReason(flipped(3))).toBe("signed by an unknown key")
+    expect(invalidReason(flipped(10))).toBe("signature mismatch")
+    expect(invalidReason(flipped(Buffer.from(token, "base64url").length - 1))).toBe("signature mismatch")
+    expect(invalidReason(token.slice(0, -1))).toMatch(/signature mismatch|canonical/)
+    expect(invalidReason(token.slice(0, 20))).toMatch(/truncated|signature mismatch|canonical/)
+    expect(invalidReason(token + "A")).toMatch(/signature mismatch|canonical/)
+    expect(invalidReason(token + "=")).toBe("not base64url without padding")
+    expect(invalidReason(token.replace(/-/g, "+").replace(/_/g, "/") + "+")).toBe("not base64url without padding")
+    expect(invalidReason("")).toBe("empty")
+    expect(invalidReason("A".repeat(Cursor.MAX_TOKEN_LENGTH + 1))).toMatch(/longer than/)
+  })
+
+  it("accepts only the canonical base64url form of the same bytes", () => {
+    // Find a token whose last character carries unused bits, then set one of them.
+    const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    const token = encode(second)
+    const unusedBits = [0, 4, 2][Buffer.from(token, "base64url").length % 3]!
+    if (unusedBits === 0) {
+      // No unused bits at this length: an extra byte in the subject shifts the length.
+      const longer = encode({ ...second, subject: second.subject + "x" })
+      return expect(invalidReason(longer.slice(0, -1) + alphabet[alphabet.indexOf(longer.at(-1)!) | 1])).toBe(
+        "not the canonical base64url encoding"
+      )
+    }
+    const last = alphabet.indexOf(token.at(-1)!)
+    const twin = token.slice(0, -1) + alphabet[last | 1]
+    expect(Buffer.from(twin, "base64url").equals(Buffer.from(token, "base64url"))).toBe(true)
+    expect(invalidReason(twin)).toBe("not the canonical base64url encoding")
+  })
+
+  it.prop(
+    "any byte-level mutation of a valid token decodes to a typed failure and never throws",
+    [
+      FastCheck.nat(),
+      FastCheck.oneof(
+        FastCheck.record({ kind: FastCheck.constant("set" as const), byte: FastCheck.integer({ min: 0, max: 255 }) }),
+        FastCheck.record({ kind: FastCheck.constant("insert" as const), byte: FastCheck.integer({ min: 0, max: 255 }) }),
+        FastCheck.record({ kind: FastCheck.constant("delete" as const) })
+      )
+    ],
+    ([at, mutation]) => {
+      const token = Buffer.from(encode(second), "latin1")
+      const i = at % token.length
+      const mutated = mutation.kind === "set"
+        ? Buffer.concat([token.subarray(0, i), Buffer.from([mutation.byte]), token.subarray(i + 1)])
+        : mutation.kind === "insert"
+        ? Buffer.concat([token.subarray(0, i), Buffer.from([mutation.byte]), token.subarray(i)])
+        : Buffer.concat([token.subarray(0, i), token.subarray(i + 1)])
+      FastCheck.pre(!mutated.equals(token))
+      const result = decodeResult(mutated.toString("latin1"))
+      expect(Either.isLeft(result) && result.left._tag === "InvalidCursor").toBe(true)
+    },
+    { fastCheck: { numRuns: 2000 } }
+  )
+})
+
+describe("Cursor binding", () => {
+  it.effect("binds a cursor to the subject and filters it was issued for", () =>
+    Effect.gen(function*() {
+      const token = encode(second)
+      expect(yield* current.bind(token, "tenant-7", filters)).toEqual(second)
+      const wrongSubject = yield* Effect.flip(current.bind(token, "tenant-8", filters))
+      expect(wrongSubject).toMatchObject({ _tag: "CursorBindingMismatch", field: "subject" })
+      const wrongFilters = yield* Effect.flip(current.bind(token, "tenant-7", otherFilters))
+      expect(wrongFilters).toMatchObject({ _tag: "CursorBindingMismatch", field: "filter" })
+    }))
+})
+
+describe("Cursor keyring", () => {
+  it("refuses a secret shorter than 16 bytes, naming the key", () => {
+    const error = configError(key("k2"), key("k1", "fifteen bytes!!"))
+    expect(error).toMatchObject({ _tag: "DurableConfigError", field: "cursor.keys[1].secret" })
+    expect(error.rule).toMatch(/16 bytes/)
+    // Sixteen bytes in UTF-8 is enough, however few characters.
+    expect(() => codec(key("k1", "éééééééé"))).not.toThrow()
+  })
+
+  it("refuses a malformed or repeated key id", () => {
+    expect(configError(key("has space"))).toMatchObject({ field: "cursor.keys[0].id" })
+    expect(configError(key("x".repeat(33)))).toMatchObject({ field: "cursor.keys[0].id" })
+    expect(configError(key("k1"), key("k1"))).toMatchObject({ field: "cursor.keys[1].id" })
+  })
+
+  it("never shows a secret in the configuration error", () => {
+    const error = configError(key("k1", "short-secret"))
+    expect(JSON.stringify(error)).not.toContain("short-secret")
+    expect(String(error)).not.toContain("short-secret")
+  })
+})
+
+describe("Cursor keyring from configuration", () => {
+  const fromEnv = (value: string) =>
+    Effect.runSync(
+      Effect.either(Cursor.keyringConfig).pipe(
+        Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["CURSOR_KEYS", value]])))
+      )
+    )
+
+  it("reads id=secret pairs, newest first", () => {
+    const keys = Either.getOrThrow(fromEnv("k2=second-secret-16b+,k1=first-secret-16b+!"))
+    expect(keys.map((k) => k.id)).toEqual(["k2", "k1"])
+    expect(Redacted.value(keys[1]!.secret)).toBe("first-secret-16b+!")
+  })
+
+  it("refuses an entry without an id", () => {
+    expect(Either.isLeft(fromEnv("just-a-secret-without-id"))).toBe(true)
+  })
+})

@@ -1,0 +1,20 @@
+// One definition of how every package's tests run, so the packages stay alike.
+import { defineProject, type UserWorkspaceConfig } from "vitest/config"
+
+// Workspace packages resolve to their TypeScript sources (the "source" export condition),
+// so tests never run against a stale build.
+// The rest are vite's server defaults, which a custom list replaces.
+const conditions = ["source", "module", "node", "development|production"]
+
+export const project = (name: string, extra: UserWorkspaceConfig["test"] = {}): UserWorkspaceConfig =>
+  defineProject({
+    resolve: { conditions },
+    ssr: { resolve: { conditions } },
+    test: {
+      name,
+      include: ["test/**/*.test.ts"],
+      testTimeout: 60_000,
+      hookTimeout: 120_000,
+      ...extra
+    }
+  })
