@@ -1,0 +1,73 @@
+/**
+ * A fresh database per test suite on the run's PostgreSQL server, with a `SqlClient`
+ * (`@effect/sql-pg`) connected to it as a superuser. Suites never see each other's rows, so
+ * they run in parallel; the database is dropped (with its connections) when the scope closes.
+ *
+ * @since 0.1.0
+ */
+import * as PgClient from "@effect/sql-pg/PgClient"
+import type * as SqlClient from "@effect/sql/SqlClient"
+import type { SqlError } from "@effect/sql/SqlError"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import type * as Redacted from "effect/Redacted"
+import type * as Scope from "effect/Scope"
+import { quoteIdentifier, uniqueSuffix, withAdmin } from "./internal/admin.js"
+import * as PgServer from "./PgServer.js"
+
+export class TestDatabase extends Context.Tag("@effect-durable/testing/TestDatabase")<TestDatabase, {
+  readonly name: string
+  /** A superuser URL for this database. */
+  readonly url: Redacted.Redacted<string>
+  readonly server: PgServer.PgServer["Type"]
+}>() {}
+
+export interface Options {
+  /** Prefix of the generated database name (lowercase letters, digits, `_`). */
+  readonly prefix?: string
+  /** `application_name` of the suite's pool, so fault tools can find its backends. */
+  readonly applicationName?: string
+  readonly maxConnections?: number
+}
+
+/** Creates the database (from `template0`: nobody is ever connected to it) and drops it on release. */
+export const make = (options: Options = {}): Effect.Effect<TestDatabase["Type"], PgServer.PgServerError, PgServer.PgServer | Scope.Scope> =>
+  Effect.gen(function*() {
+    const server = yield* PgServer.PgServer
+    const name = `${options.prefix ?? "ed_test"}_${uniqueSuffix()}`
+    yield* Effect.acquireRelease(
+      withAdmin(server.url(), server.provider, (client) =>
+        client.query(`CREATE DATABASE ${quoteIdentifier(name)} TEMPLATE template0 ENCODING 'UTF8'`)),
+      () =>
+        Effect.orDie(
+          withAdmin(server.url(), server.provider, (client) =>
+            client.query(`DROP DATABASE IF EXISTS ${quoteIdentifier(name)} WITH (FORCE)`))
+        )
+    )
+    return TestDatabase.of({ name, url: server.url(name), server })
+  })
+
+/** The suite's database and a superuser `PgClient` / `SqlClient` on it, over a given server. */
+export const layer = (
+  options: Options = {}
+): Layer.Layer<TestDatabase | PgClient.PgClient | SqlClient.SqlClient, PgServer.PgServerError | SqlError, PgServer.PgServer> =>
+  Layer.flatMap(Layer.scoped(TestDatabase, make(options)), (context) => {
+    const database = Context.get(context, TestDatabase)
+    return Layer.merge(
+      Layer.succeedContext(context),
+      PgClient.layer({
+        url: database.url,
+        applicationName: options.applicationName ?? "effect-durable-test",
+        maxConnections: options.maxConnections ?? 10
+      })
+    )
+  })
+
+/** `layer` over the server chosen by configuration: what a test suite usually wants. */
+export const layerFresh = (
+  options: Options = {}
+): Layer.Layer<
+  TestDatabase | PgServer.PgServer | PgClient.PgClient | SqlClient.SqlClient,
+  PgServer.PgServerError | SqlError
+> => layer(options).pipe(Layer.provideMerge(PgServer.layer))
