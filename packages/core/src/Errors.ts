@@ -49,6 +49,22 @@ export class MutationConflict extends Schema.TaggedError<MutationConflict>(
   }
 }
 
+/**
+ * The first request of this identity is still in flight (no-wait mode). Answer like the
+ * IETF Idempotency-Key draft does (409) and let the client retry later.
+ */
+export class MutationInProgress extends Schema.TaggedError<MutationInProgress>(
+  "@effect-durable/MutationInProgress"
+)("MutationInProgress", {
+  subject: Schema.String,
+  operation: Schema.String,
+  key: Schema.String
+}) {
+  override get message() {
+    return `mutation ${this.operation}/${this.key} is in progress`
+  }
+}
+
 /** A compare-and-swap found another revision than the expected one (or no row). */
 export class CasConflict extends Schema.TaggedError<CasConflict>("@effect-durable/CasConflict")(
   "CasConflict",

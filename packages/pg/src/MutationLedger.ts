@@ -1,0 +1,235 @@
+/**
+ * The mutation ledger: a retried command has its effect exactly once. A mutation is
+ * identified by (subject, operation, key). The first request runs `decide` and stores its
+ * outcome in the same transaction as everything `decide` wrote; an exact repeat replays the
+ * stored outcome without running anything; a repeat that differs in kind, eligibility
+ * claim or request fingerprint is a `MutationConflict` and changes nothing.
+ *
+ * Concurrent first requests of one identity serialize on a transaction-scoped advisory
+ * lock and re-read after it, so exactly one of them decides. Use READ COMMITTED (the
+ * default): under REPEATABLE READ a waiter cannot see the winner's record.
+ *
+ * @since 0.1.0
+ */
+import {
+  type DatabaseError,
+  DurableConfigError,
+  MutationConflict,
+  MutationInProgress,
+  type UnsupportedJsonValue
+} from "@effect-durable/core/Errors"
+import { canonicalize, type RequestFingerprint } from "@effect-durable/core/Fingerprint"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import { DurableSettings } from "./DurableConfig.js"
+import { classifySqlErrors } from "./ErrorClassification.js"
+import { advisoryKey, lockForTransaction, transact } from "./internal/transaction.js"
+
+export interface MutationIdentity {
+  /** Who the mutation is for (a tenant, an account): 1-256 bytes. */
+  readonly subject: string
+  /** What it does (`"create-order"`): 1-128 bytes. */
+  readonly operation: string
+  /** The client's idempotency key: 1-256 bytes. */
+  readonly key: string
+}
+
+export interface MutationRequest {
+  /** The kind of request (1-64 bytes); a retry with another kind conflicts. */
+  readonly kind: string
+  /** An opaque eligibility claim (attempt, fence, worker incarnation...), at most 1 KiB. */
+  readonly eligibility: Uint8Array
+  /** SHA-256 of the request's canonical JSON (`Fingerprint.fingerprint`). */
+  readonly fingerprint: RequestFingerprint
+}
+
+export type MutationStatus = "accepted" | "rejected"
+
+/** What `decide` concludes; rejections are stored and replayed like acceptances. */
+export interface Decision {
+  readonly status: MutationStatus
+  /** Any JSON value; it is what every replay returns. */
+  readonly response: unknown
+}
+
+export const accept = (response: unknown): Decision => ({ status: "accepted", response })
+export const reject = (response: unknown): Decision => ({ status: "rejected", response })
+
+export interface MutationOutcome {
+  /** `First`: `decide` ran and its outcome was stored. `Replay`: the stored outcome. */
+  readonly _tag: "First" | "Replay"
+  readonly status: MutationStatus
+  /** The response as stored (JSON: parsed back, so a replay and the first answer are equal). */
+  readonly response: unknown
+  /** When the outcome was recorded, on the database clock. */
+  readonly recordedAt: string
+}
+
+export interface ExecuteOptions {
+  /**
+   * `false`: when another request of this identity is in flight, fail with
+   * `MutationInProgress` at once instead of waiting for it (HTTP 409 in the
+   * Idempotency-Key draft). Default `true`.
+   */
+  readonly wait?: boolean
+}
+
+export type ExecuteError = MutationConflict | MutationInProgress | DurableConfigError | UnsupportedJsonValue | DatabaseError
+
+export class MutationLedger extends Context.Tag("@effect-durable/pg/MutationLedger")<MutationLedger, {
+  /**
+   * Runs `decide` once per identity and stores its outcome, in one transaction (a savepoint
+   * inside a caller's transaction). If `decide` fails, nothing it wrote and no record remain.
+   */
+  readonly execute: <E, R>(
+    identity: MutationIdentity,
+    request: MutationRequest,
+    decide: Effect.Effect<Decision, E, R>,
+    options?: ExecuteOptions
+  ) => Effect.Effect<MutationOutcome, E | ExecuteError, R>
+  /** Deletes records older than `olderThan`, `batchSize` at a time; returns how many. */
+  readonly purge: (options: {
+    readonly olderThan: Duration.DurationInput
+    readonly batchSize?: number
+  }) => Effect.Effect<number, DatabaseError | DurableConfigError>
+}>() {}
+
+const LIMITS = { subject: 256, operation: 128, key: 256, kind: 64 } as const
+const MAX_ELIGIBILITY_BYTES = 1024
+
+const validText = (field: keyof typeof LIMITS, value: unknown) => {
+  const max = LIMITS[field]
+  return typeof value === "string" && value.length > 0 && Buffer.byteLength(value, "utf8") <= max &&
+      !value.includes("\u0000")
+    ? Effect.void
+    : Effect.fail(new DurableConfigError({ field, rule: `a non-empty string of at most ${max} bytes without NUL` }))
+}
+
+const validate = (identity: MutationIdentity, request: MutationRequest) =>
+  Effect.all([
+    validText("subject", identity.subject),
+    validText("operation", identity.operation),
+    validText("key", identity.key),
+    validText("kind", request.kind),
+    request.eligibility instanceof Uint8Array && request.eligibility.length <= MAX_ELIGIBILITY_BYTES
+      ? Effect.void
+      : Effect.fail(new DurableConfigError({ field: "eligibility", rule: `bytes, at most ${MAX_ELIGIBILITY_BYTES}` })),
+    request.fingerprint instanceof Uint8Array && request.fingerprint.length === 32
+      ? Effect.void
+      : Effect.fail(new DurableConfigError({ field: "fingerprint", rule: "a 32-byte SHA-256 digest" }))
+  ], { discard: true })
+
+interface RecordRow {
+  readonly kind: string
+  readonly eligibility: Uint8Array
+  readonly request_fingerprint: Uint8Array
+  readonly status: MutationStatus
+  readonly response: unknown
+  readonly recorded_at: string
+}
+
+const sameBytes = (a: Uint8Array, b: Uint8Array) => Buffer.from(a).equals(Buffer.from(b))
+
+export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
+  function*() {
+    const sql = yield* SqlClient.SqlClient
+    const settings = yield* DurableSettings
+    const records = sql.literal(settings.table("mutation_records"))
+
+    const replayOrConflict = (identity: MutationIdentity, request: MutationRequest, row: RecordRow) => {
+      const differences = [
+        ...(row.kind === request.kind ? [] : ["kind" as const]),
+        ...(sameBytes(row.eligibility, request.eligibility) ? [] : ["eligibility" as const]),
+        ...(sameBytes(row.request_fingerprint, request.fingerprint) ? [] : ["fingerprint" as const])
+      ]
+      return differences.length === 0
+        ? Effect.succeed<MutationOutcome>({
+          _tag: "Replay",
+          status: row.status,
+          response: row.response,
+          recordedAt: row.recorded_at
+        })
+        : Effect.fail(new MutationConflict({ ...identity, differences }))
+    }
+
+    const execute = <E, R>(
+      identity: MutationIdentity,
+      request: MutationRequest,
+      decide: Effect.Effect<Decision, E, R>,
+      options: ExecuteOptions = {}
+    ): Effect.Effect<MutationOutcome, E | ExecuteError, R> =>
+      Effect.zipRight(
+        validate(identity, request),
+        transact(
+          sql,
+          "MutationLedger.execute",
+          Effect.gen(function*() {
+            const { key, operation, subject } = identity
+            const locked = yield* lockForTransaction(
+              sql,
+              settings,
+              advisoryKey("effect-durable/ledger", settings.schema, subject, operation, key),
+              options.wait !== false
+            ).pipe(classifySqlErrors("MutationLedger.execute"))
+            // Without the lock (no-wait mode) read what is committed; never queue on the row.
+            const existing = yield* sql<RecordRow>`
+              SELECT kind, eligibility, request_fingerprint, status, response, created_at::text AS recorded_at
+                FROM ${records}
+               WHERE subject = ${subject} AND operation = ${operation} AND key = ${key}
+               ${locked ? sql`FOR UPDATE` : sql``}`.pipe(classifySqlErrors("MutationLedger.execute"))
+            if (existing[0] !== undefined) return yield* replayOrConflict(identity, request, existing[0])
+            if (!locked) return yield* new MutationInProgress(identity)
+            const decision = yield* decide
+            const response = yield* canonicalize(decision.response)
+            const inserted = yield* sql<{ recorded_at: string }>`
+              INSERT INTO ${records} (subject, operation, key, kind, eligibility, request_fingerprint, status, response)
+              VALUES (${subject}, ${operation}, ${key}, ${request.kind}, ${request.eligibility},
+                      ${request.fingerprint}, ${decision.status}, ${response}::jsonb)
+              RETURNING created_at::text AS recorded_at`.pipe(classifySqlErrors("MutationLedger.execute"))
+            return {
+              _tag: "First",
+              status: decision.status,
+              response: JSON.parse(response),
+              recordedAt: inserted[0]!.recorded_at
+            } satisfies MutationOutcome
+          })
+        )
+      ).pipe(Effect.withSpan("MutationLedger.execute", { attributes: { operation: identity.operation } }))
+
+    const purge = (options: { readonly olderThan: Duration.DurationInput; readonly batchSize?: number }) =>
+      Effect.gen(function*() {
+        const batchSize = options.batchSize ?? 1000
+        if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 100_000) {
+          return yield* new DurableConfigError({ field: "batchSize", rule: "an integer from 1 to 100000" })
+        }
+        const olderThan = Duration.decode(options.olderThan)
+        const seconds = Duration.toMillis(olderThan) / 1000
+        let total = 0
+        while (true) {
+          // SKIP LOCKED: a record a live request holds is not worth waiting for.
+          const deleted = yield* sql<{ one: number }>`
+            WITH doomed AS (
+              SELECT subject, operation, key FROM ${records}
+               WHERE created_at < now() - make_interval(secs => ${seconds})
+               ORDER BY created_at LIMIT ${batchSize} FOR UPDATE SKIP LOCKED)
+            DELETE FROM ${records} r USING doomed d
+             WHERE r.subject = d.subject AND r.operation = d.operation AND r.key = d.key
+            RETURNING 1 AS one`.pipe(classifySqlErrors("MutationLedger.purge"))
+          total += deleted.length
+          if (deleted.length > 0) yield* Effect.logDebug(`effect-durable: purged ${total} mutation records so far`)
+          if (deleted.length < batchSize) return total
+        }
+      }).pipe(Effect.withSpan("MutationLedger.purge"))
+
+    return MutationLedger.of({ execute, purge })
+  }
+)
+
+/** The ledger over your own `SqlClient` and settings. */
+export const layer: Layer.Layer<MutationLedger, never, SqlClient.SqlClient | DurableSettings> = Layer.effect(
+  MutationLedger,
+  make
+)

@@ -1,0 +1,114 @@
+import { describe, expect, it } from "@effect/vitest"
+import * as TestRole from "@effect-durable/testing/TestRole"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import { DurableSettings, layerSettings } from "../src/DurableConfig.js"
+import * as Migrations from "../src/Migrations.js"
+import { database, sqlState } from "./support.js"
+
+const inSchema = (schema: string) => Effect.provide(layerSettings({ schema }))
+
+describe("Migrations", () => {
+  it.layer(database())((it) => {
+    it.effect("migrate builds every version once; a second run applies nothing; the schema verifies clean", () =>
+      Effect.gen(function*() {
+        const first = yield* Migrations.migrate()
+        expect(first.applied.map((m) => m.version)).toEqual(Migrations.migrations.map((m) => m.version))
+        expect(first.version).toBe(Migrations.latestVersion)
+        const again = yield* Migrations.migrate()
+        expect(again).toEqual({ applied: [], version: Migrations.latestVersion })
+        expect(yield* Migrations.appliedVersions).toEqual(Migrations.migrations.map((m) => m.version))
+        expect(yield* Migrations.verifySchema).toEqual([])
+      }).pipe(inSchema("m_clean")))
+
+    it.effect("four concurrent runners: exactly one applies each version", () =>
+      Effect.gen(function*() {
+        const reports = yield* Effect.all(Array.from({ length: 4 }, () => Migrations.migrate()), {
+          concurrency: "unbounded"
+        })
+        const applied = reports.flatMap((report) => report.applied.map((m) => m.version)).sort()
+        expect(applied).toEqual(Migrations.migrations.map((m) => m.version))
+        expect(reports.every((report) => report.version === Migrations.latestVersion)).toBe(true)
+        expect(yield* Migrations.verifySchema).toEqual([])
+      }).pipe(inSchema("m_concurrent")))
+
+    it.effect("upgrades a database built by version 1, keeping its rows", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const v1 = yield* Migrations.migrate({ upTo: 1 })
+        expect(v1.applied.map((m) => m.version)).toEqual([1])
+        const drift = yield* Migrations.verifySchema
+        expect(drift).toContainEqual(expect.objectContaining({ kind: "version-behind", actual: "1" }))
+        expect(drift).toContainEqual(expect.objectContaining({ kind: "missing-index", object: "mutation_records_created_at_idx" }))
+        yield* sql`INSERT INTO m_upgrade.mutation_records (subject, operation, key, kind, eligibility, request_fingerprint, status, response)
+                   VALUES ('s', 'op', 'k', 'kind', '\\x00', decode(repeat('ab', 32), 'hex'), 'accepted', '{"ok":true}')`
+        const forward = yield* Migrations.migrate()
+        expect(forward.applied.map((m) => m.version)).toEqual(Migrations.migrations.slice(1).map((m) => m.version))
+        const rows = yield* sql<{ key: string; effect_applied: boolean }>`SELECT key, effect_applied FROM m_upgrade.mutation_records`
+        expect(rows).toEqual([{ key: "k", effect_applied: true }])
+        expect(yield* Migrations.verifySchema).toEqual([])
+      }).pipe(inSchema("m_upgrade")))
+
+    it.effect("verifySchema reports a missing schema, and missing or changed tables, columns, indexes, constraints", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        expect(yield* Migrations.verifySchema).toEqual([
+          { kind: "missing-schema", object: "m_drift", expected: "m_drift", actual: null }
+        ])
+        yield* Migrations.migrate()
+        yield* sql`DROP INDEX m_drift.mutation_records_created_at_idx`
+        yield* sql`ALTER TABLE m_drift.mutation_records DROP CONSTRAINT mutation_records_fingerprint_length`
+        yield* sql`ALTER TABLE m_drift.mutation_records ALTER COLUMN kind TYPE varchar(10)`
+        yield* sql`ALTER TABLE m_drift.mutation_records ADD COLUMN note text`
+        const drift = yield* Migrations.verifySchema
+        expect(drift).toEqual(expect.arrayContaining([
+          expect.objectContaining({ kind: "missing-index", object: "mutation_records_created_at_idx" }),
+          expect.objectContaining({ kind: "missing-constraint", object: "mutation_records.mutation_records_fingerprint_length" }),
+          { kind: "column-type", object: "mutation_records.kind", expected: "text NOT NULL", actual: "character varying(10) NOT NULL" },
+          expect.objectContaining({ kind: "unexpected-column", object: "mutation_records.note" })
+        ]))
+        expect(drift).toHaveLength(4)
+        yield* sql`DROP TABLE m_drift.mutation_records`
+        const gone = yield* Migrations.verifySchema
+        expect(gone).toContainEqual(expect.objectContaining({ kind: "missing-table", object: "mutation_records" }))
+      }).pipe(inSchema("m_drift")))
+
+    it.effect("works in a quoted, mixed-case schema", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* Migrations.migrate()
+        const [row] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'Durable_Mixed'`
+        expect(row!.n).toBe(2)
+        expect(yield* Migrations.verifySchema).toEqual([])
+        const settings = yield* DurableSettings
+        expect(settings.table("mutation_records")).toBe(`"Durable_Mixed"."mutation_records"`)
+      }).pipe(inSchema("Durable_Mixed")))
+
+    it.effect("an owner role migrates; a runtime role with USAGE and DML rights cannot run DDL", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const owner = yield* TestRole.make("owner")
+        const [{ db }] = (yield* sql<{ db: string }>`SELECT current_database() AS db`) as [{ db: string }]
+        yield* sql.unsafe(`GRANT CREATE ON DATABASE "${db}" TO "${owner.name}"`)
+        const asOwner = Layer.succeed(SqlClient.SqlClient, owner.sql)
+        const report = yield* Migrations.migrate().pipe(Effect.provide(asOwner))
+        expect(report.version).toBe(Migrations.latestVersion)
+        // Re-running as the owner after the database-level right is gone still works.
+        yield* sql.unsafe(`REVOKE CREATE ON DATABASE "${db}" FROM "${owner.name}"`)
+        expect((yield* Migrations.migrate().pipe(Effect.provide(asOwner))).applied).toEqual([])
+        const runtime = yield* TestRole.make("runtime")
+        yield* Migrations.grantRuntimeAccess(runtime.name).pipe(Effect.provide(asOwner))
+        const rows = yield* runtime.sql`SELECT count(*) FROM m_roles.mutation_records`
+        expect(rows).toHaveLength(1)
+        const ddl = yield* Effect.flip(runtime.sql`CREATE TABLE m_roles.intruder (id int)`)
+        expect(sqlState(ddl)).toBe("42501")
+        const alter = yield* Effect.flip(runtime.sql`ALTER TABLE m_roles.mutation_records ADD COLUMN x int`)
+        expect(sqlState(alter)).toBe("42501")
+        const migrateAsRuntime = yield* Effect.flip(
+          Migrations.migrate().pipe(Effect.provide(Layer.succeed(SqlClient.SqlClient, runtime.sql)))
+        )
+        expect(migrateAsRuntime._tag).toBe("DatabaseError")
+      }).pipe(Effect.scoped, inSchema("m_roles")))
+  })
+})

@@ -1,0 +1,43 @@
+// The layers every pg suite starts from: a fresh database, settings, and the migrated schema.
+import * as PgServer from "@effect-durable/testing/PgServer"
+import * as TestDatabase from "@effect-durable/testing/TestDatabase"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
+import { layerSettings, type SettingsInput } from "../src/DurableConfig.js"
+import * as Migrations from "../src/Migrations.js"
+import * as MutationLedger from "../src/MutationLedger.js"
+
+export const database = (options: TestDatabase.Options = {}) =>
+  TestDatabase.layerFresh({ maxConnections: 12, ...options })
+
+/** A migrated substrate in a fresh database, with the ledger. */
+export const substrate = (settings: SettingsInput = {}, options: TestDatabase.Options = {}) => {
+  const base = Layer.merge(database(options), layerSettings(settings))
+  const migrated = Layer.effectDiscard(Migrations.migrate()).pipe(Layer.provide(base))
+  return MutationLedger.layer.pipe(Layer.provideMerge(Layer.merge(base, migrated)))
+}
+
+export type SubstrateServices = Layer.Layer.Success<ReturnType<typeof substrate>> | PgServer.PgServer
+
+/** Waits until `n` sessions wait for an advisory lock: a barrier the database decides. */
+export const waitersOnAdvisoryLocks = (n: number) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<{ waiting: number }>`SELECT count(*)::int AS waiting FROM pg_locks
+                             WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+      .pipe(
+        Effect.map((rows) => rows[0]!.waiting),
+        Effect.repeat({ until: (waiting) => waiting >= n, schedule: Schedule.spaced("10 millis") }),
+        Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error(`fewer than ${n} lock waiters`) })
+      ))
+
+/** Releases `n` fibers at once; each awaits the returned gate before it starts. */
+export const barrier = Effect.map(Deferred.make<void>(), (gate) => ({
+  wait: Deferred.await(gate),
+  open: Deferred.succeed(gate, undefined)
+}))
+
+/** The SQLSTATE in a failure from `@effect/sql`. */
+export const sqlState = (error: unknown): string | undefined => (error as { cause?: { code?: string } })?.cause?.code
