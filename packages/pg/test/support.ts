@@ -6,6 +6,7 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
+import * as TestServices from "effect/TestServices"
 import { layerSettings, type SettingsInput } from "../src/DurableConfig.js"
 import * as Migrations from "../src/Migrations.js"
 import * as MutationLedger from "../src/MutationLedger.js"
@@ -22,7 +23,10 @@ export const substrate = (settings: SettingsInput = {}, options: TestDatabase.Op
 
 export type SubstrateServices = Layer.Layer.Success<ReturnType<typeof substrate>> | PgServer.PgServer
 
-/** Waits until `n` sessions wait for an advisory lock: a barrier the database decides. */
+/**
+ * Waits until `n` sessions wait for an advisory lock: a barrier the database decides.
+ * Polls on the live clock (the TestClock of `it.effect` never advances by itself).
+ */
 export const waitersOnAdvisoryLocks = (n: number) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
     sql<{ waiting: number }>`SELECT count(*)::int AS waiting FROM pg_locks
@@ -30,7 +34,8 @@ export const waitersOnAdvisoryLocks = (n: number) =>
       .pipe(
         Effect.map((rows) => rows[0]!.waiting),
         Effect.repeat({ until: (waiting) => waiting >= n, schedule: Schedule.spaced("10 millis") }),
-        Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error(`fewer than ${n} lock waiters`) })
+        Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error(`fewer than ${n} lock waiters`) }),
+        TestServices.provideLive
       ))
 
 /** Releases `n` fibers at once; each awaits the returned gate before it starts. */
