@@ -1,0 +1,94 @@
+/**
+ * Compare-and-swap on caller-owned rows that carry a `revision` column: the update happens
+ * only when the row is still at the expected revision, and bumps it. Lost updates become a
+ * `CasConflict` the caller can act on. Table and column names are validated lowercase
+ * identifiers and quoted; values are always bound parameters.
+ *
+ * @since 0.1.0
+ */
+import { CasConflict, type DatabaseError, DurableConfigError } from "@effect-durable/core/Errors"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import { DurableSettings } from "./DurableConfig.js"
+import { classifySqlErrors } from "./ErrorClassification.js"
+import { quote, validateIdentifier } from "./internal/identifiers.js"
+import { setLocalTimeouts, transact } from "./internal/transaction.js"
+
+/** A value bound as a parameter (for a `jsonb` column pass `JSON.stringify(value)`). */
+export type CasValue = string | number | bigint | boolean | Date | Uint8Array | null
+
+export interface CasUpdate {
+  /** Schema of the table; default: the connection's `search_path`. */
+  readonly schema?: string
+  readonly table: string
+  /** Key column; default `id`. */
+  readonly idColumn?: string
+  readonly id: string | number | bigint
+  /** Revision column (an integer type); default `revision`. */
+  readonly revisionColumn?: string
+  readonly expectedRevision: number | bigint
+  /** Columns to set, with their new values (bound as parameters). */
+  readonly set: Readonly<Record<string, CasValue>>
+}
+
+export class Cas extends Context.Tag("@effect-durable/pg/Cas")<Cas, {
+  /** Applies `set` if the row is at `expectedRevision`; returns the new revision. */
+  readonly update: (update: CasUpdate) => Effect.Effect<bigint, CasConflict | DurableConfigError | DatabaseError>
+}>() {}
+
+const validateUpdate = (update: CasUpdate) =>
+  Effect.gen(function*() {
+    const schema = update.schema === undefined ? undefined : yield* validateIdentifier("schema", update.schema)
+    const table = yield* validateIdentifier("table", update.table)
+    const idColumn = yield* validateIdentifier("idColumn", update.idColumn ?? "id")
+    const revisionColumn = yield* validateIdentifier("revisionColumn", update.revisionColumn ?? "revision")
+    const columns = Object.keys(update.set)
+    if (columns.length === 0) return yield* new DurableConfigError({ field: "set", rule: "at least one column" })
+    for (const column of columns) {
+      yield* validateIdentifier(`set.${column}`, column)
+      if (column === revisionColumn || column === idColumn) {
+        return yield* new DurableConfigError({ field: `set.${column}`, rule: "the key and revision columns are not set by hand" })
+      }
+    }
+    if (typeof update.expectedRevision !== "bigint" && !Number.isSafeInteger(update.expectedRevision)) {
+      return yield* new DurableConfigError({ field: "expectedRevision", rule: "an integer" })
+    }
+    const qualified = schema === undefined ? quote(table) : `${quote(schema)}.${quote(table)}`
+    return { qualified, idColumn, revisionColumn, columns }
+  })
+
+export const make: Effect.Effect<Cas["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const settings = yield* DurableSettings
+
+  const update = (request: CasUpdate) =>
+    Effect.flatMap(validateUpdate(request), ({ columns, idColumn, qualified, revisionColumn }) => {
+      const expected = BigInt(request.expectedRevision)
+      const assignments = sql.csv(columns.map((column) => sql`${sql(column)} = ${request.set[column]!}`))
+      const body = Effect.gen(function*() {
+        yield* setLocalTimeouts(sql, settings)
+        const updated = yield* sql<{ revision: string }>`
+          UPDATE ${sql.literal(qualified)}
+             SET ${assignments}, ${sql(revisionColumn)} = ${sql(revisionColumn)} + 1
+           WHERE ${sql(idColumn)} = ${request.id} AND ${sql(revisionColumn)} = ${expected.toString()}
+          RETURNING ${sql(revisionColumn)}::text AS revision`
+        if (updated[0] !== undefined) return BigInt(updated[0].revision)
+        const current = yield* sql<{ revision: string }>`
+          SELECT ${sql(revisionColumn)}::text AS revision FROM ${sql.literal(qualified)}
+           WHERE ${sql(idColumn)} = ${request.id}`
+        return yield* new CasConflict({
+          table: request.table,
+          id: String(request.id),
+          expectedRevision: expected,
+          actualRevision: current[0] === undefined ? null : BigInt(current[0].revision)
+        })
+      }).pipe(classifySqlErrors("Cas.update"))
+      return transact(sql, "Cas.update", body)
+    }).pipe(Effect.withSpan("Cas.update", { attributes: { table: request.table } }))
+
+  return Cas.of({ update })
+})
+
+export const layer: Layer.Layer<Cas, never, SqlClient.SqlClient | DurableSettings> = Layer.effect(Cas, make)

@@ -1,0 +1,68 @@
+/**
+ * The whole substrate from one configuration: a `PgClient` (and `SqlClient`) built from the
+ * connection settings, the validated `DurableSettings`, the `MutationLedger` and `Cas`.
+ * Users who bring their own `SqlClient` compose the per-service layers instead
+ * (`MutationLedger.layer`, `Cas.layer`, `Keyset.layer` with `DurableConfig.layerSettings`).
+ *
+ * @since 0.1.0
+ */
+import type { DatabaseError, DurableConfigError } from "@effect-durable/core/Errors"
+import * as PgClient from "@effect/sql-pg/PgClient"
+import type * as SqlClient from "@effect/sql/SqlClient"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Cas from "./Cas.js"
+import {
+  config,
+  type ConnectionInput,
+  DurableSettings,
+  fromConfigError,
+  makeConnection,
+  makeSettings,
+  type SettingsInput
+} from "./DurableConfig.js"
+import { classify } from "./ErrorClassification.js"
+import * as Migrations from "./Migrations.js"
+import * as MutationLedger from "./MutationLedger.js"
+
+export interface Options {
+  readonly connection: ConnectionInput
+  readonly settings?: SettingsInput
+  /** Run `Migrations.migrate()` when the layer is built (needs the owner role). Default false. */
+  readonly migrate?: boolean
+}
+
+export type Services = PgClient.PgClient | SqlClient.SqlClient | DurableSettings | MutationLedger.MutationLedger | Cas.Cas
+
+export const layer = (options: Options): Layer.Layer<Services, DurableConfigError | DatabaseError> =>
+  Layer.unwrapEffect(
+    Effect.gen(function*() {
+      const connection = yield* makeConnection(options.connection)
+      const settings = yield* makeSettings(options.settings)
+      const base = Layer.merge(
+        PgClient.layer({
+          url: connection.url,
+          maxConnections: connection.poolSize,
+          connectTimeout: connection.connectTimeout,
+          idleTimeout: connection.idleTimeout,
+          applicationName: connection.applicationName
+        }).pipe(Layer.mapError(classify("Durable.layer"))),
+        Layer.succeed(DurableSettings, settings)
+      )
+      const migrated = options.migrate === true
+        ? Layer.effectDiscard(Migrations.migrate()).pipe(Layer.provide(base))
+        : Layer.empty
+      return Layer.mergeAll(MutationLedger.layer, Cas.layer).pipe(Layer.provideMerge(Layer.merge(base, migrated)))
+    })
+  )
+
+/** `layer` from configuration (see `DurableConfig.config` for the variables and defaults). */
+export const layerConfig = (
+  options: { readonly migrate?: boolean } = {}
+): Layer.Layer<Services, DurableConfigError | DatabaseError> =>
+  Layer.unwrapEffect(
+    Effect.map(
+      Effect.mapError(config, fromConfigError),
+      ({ connection, settings }) => layer({ connection, settings, ...options })
+    )
+  )

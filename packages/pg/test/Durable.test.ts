@@ -1,0 +1,84 @@
+import { describe, expect, it } from "@effect/vitest"
+import * as TestDatabase from "@effect-durable/testing/TestDatabase"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as ConfigProvider from "effect/ConfigProvider"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
+import * as Durable from "../src/Durable.js"
+import { DurableSettings } from "../src/DurableConfig.js"
+import * as MutationLedger from "../src/MutationLedger.js"
+import { database } from "./support.js"
+
+const build = (layer: Layer.Layer<Durable.Services, unknown>) => Effect.scoped(Layer.build(layer))
+const withEnv = (entries: Record<string, string>) =>
+  Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(entries))))
+
+describe("Durable.layer configuration", () => {
+  it.effect("bad configuration fails at layer construction with DurableConfigError naming the field", () =>
+    Effect.gen(function*() {
+      const url = Redacted.make("postgres://nobody@127.0.0.1:1/none")
+      const cases: ReadonlyArray<readonly [Durable.Options, string]> = [
+        [{ connection: { url, poolSize: -1 } }, "poolSize"],
+        [{ connection: { url, poolSize: 1.5 } }, "poolSize"],
+        [{ connection: { url: Redacted.make("") } }, "url"],
+        [{ connection: { url: Redacted.make("mysql://x") } }, "url"],
+        [{ connection: { url, applicationName: "" } }, "applicationName"],
+        [{ connection: { url, connectTimeout: -5 } }, "connectTimeout"],
+        [{ connection: { url }, settings: { schema: "not-an-identifier" } }, "schema"],
+        [{ connection: { url }, settings: { schema: `x"; DROP SCHEMA public; --` } }, "schema"],
+        [{ connection: { url }, settings: { lockTimeout: 0 } }, "lockTimeout"],
+        [{ connection: { url }, settings: { statementTimeout: "-1 second" } }, "statementTimeout"]
+      ]
+      for (const [options, field] of cases) {
+        const error = yield* Effect.flip(build(Durable.layer(options)))
+        expect(error).toMatchObject({ _tag: "DurableConfigError", field })
+      }
+    }))
+
+  it.effect("configuration read from the environment is validated the same way", () =>
+    Effect.gen(function*() {
+      const cases: ReadonlyArray<readonly [Record<string, string>, string]> = [
+        [{}, "DATABASE_URL"],
+        [{ DATABASE_URL: "   " }, "url"],
+        [{ DATABASE_URL: "postgres://x@127.0.0.1:1/x", DURABLE_POOL_SIZE: "-3" }, "poolSize"],
+        [{ DATABASE_URL: "postgres://x@127.0.0.1:1/x", DURABLE_POOL_SIZE: "many" }, "DURABLE_POOL_SIZE"],
+        [{ DATABASE_URL: "postgres://x@127.0.0.1:1/x", DURABLE_SCHEMA: "9lives" }, "schema"]
+      ]
+      for (const [env, field] of cases) {
+        const error = yield* Effect.flip(build(Durable.layerConfig()).pipe(withEnv(env)))
+        expect(error).toMatchObject({ _tag: "DurableConfigError", field })
+      }
+    }))
+
+  it.layer(database())((it) => {
+    it.effect("builds the client and every service from configuration, migrating when asked", () =>
+      Effect.gen(function*() {
+        const db = yield* TestDatabase.TestDatabase
+        const env = {
+          DATABASE_URL: Redacted.value(db.url),
+          DURABLE_SCHEMA: "from_config",
+          DURABLE_POOL_SIZE: "3",
+          DURABLE_APPLICATION_NAME: "durable-config-test",
+          DURABLE_LOCK_TIMEOUT: "2 seconds"
+        }
+        const [settings, outcome, appName] = yield* Effect.gen(function*() {
+          const ledger = yield* MutationLedger.MutationLedger
+          const sql = yield* SqlClient.SqlClient
+          const outcome = yield* ledger.execute(
+            { subject: "s", operation: "op", key: "k" },
+            { kind: "k", eligibility: new Uint8Array(), fingerprint: new Uint8Array(32) as never },
+            Effect.succeed(MutationLedger.accept({ ok: true }))
+          )
+          const [row] = yield* sql<{ name: string }>`SELECT current_setting('application_name') AS name`
+          return [yield* DurableSettings, outcome, row!.name] as const
+        }).pipe(Effect.provide(Durable.layerConfig({ migrate: true })), withEnv(env))
+        expect(settings.schema).toBe("from_config")
+        expect(outcome._tag).toBe("First")
+        expect(appName).toBe("durable-config-test")
+        const sql = yield* SqlClient.SqlClient
+        const rows = yield* sql`SELECT key FROM from_config.mutation_records`
+        expect(rows).toEqual([{ key: "k" }])
+      }))
+  })
+})
