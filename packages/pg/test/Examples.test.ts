@@ -1,0 +1,41 @@
+import { describe, expect, it } from "@effect/vitest"
+import * as Cursor from "@effect-durable/core/Cursor"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
+import * as CasExample from "../examples/cas.js"
+import * as LedgerExample from "../examples/ledger.js"
+import * as PaginationExample from "../examples/pagination.js"
+import * as Cas from "../src/Cas.js"
+import * as Keyset from "../src/Keyset.js"
+import { substrate } from "./support.js"
+
+const Live = Layer.mergeAll(
+  Cas.layer,
+  Keyset.layer.pipe(Layer.provide(Cursor.layer([{ id: "k1", secret: Redacted.make("readme-example-secret!") }])))
+).pipe(Layer.provideMerge(substrate()))
+
+describe("the README examples do what the README says", () => {
+  it.layer(Live)((it) => {
+    it.effect("ledger: First, then Replay of the same response, then a conflict on a changed amount", () =>
+      Effect.gen(function*() {
+        const { changed, first, retry } = yield* LedgerExample.program
+        expect(first).toMatchObject({ _tag: "First", status: "accepted", response: { chargeId: 1 } })
+        expect(retry).toMatchObject({ _tag: "Replay", status: "accepted", response: { chargeId: 1 } })
+        expect(changed).toMatchObject({ _tag: "MutationConflict", differences: ["fingerprint"] })
+      }))
+
+    it.effect("cas: the first save wins, the second gets the revision it lost to", () =>
+      Effect.gen(function*() {
+        const { lost, saved } = yield* CasExample.program
+        expect(saved).toBe(2n)
+        expect(lost).toMatchObject({ _tag: "CasConflict", actualRevision: 2n })
+      }))
+
+    it.effect("pagination: newest first, two per page", () =>
+      Effect.gen(function*() {
+        // One statement inserts all five rows with one created_at, so id breaks the tie.
+        expect(yield* PaginationExample.program).toEqual([[5, 4], [3, 2], [1]])
+      }))
+  })
+})
