@@ -10,7 +10,7 @@ import * as Layer from "effect/Layer"
 import { DurableSettings, layerSettings } from "../src/DurableConfig.js"
 import * as Migrations from "../src/Migrations.js"
 import * as MutationLedger from "../src/MutationLedger.js"
-import { barrier, substrate, waitersOnAdvisoryLocks } from "./support.js"
+import { barrier, sqlState, substrate, waitersOnAdvisoryLocks } from "./support.js"
 
 const fp = (value: unknown) => Fingerprint.fingerprintOfCanonical(JSON.stringify(value))
 const request = (overrides: Partial<MutationLedger.MutationRequest> = {}): MutationLedger.MutationRequest => ({
@@ -32,17 +32,21 @@ const ordersFor = (key: string) =>
     Effect.map(sql<{ n: number }>`SELECT count(*)::int AS n FROM orders WHERE idempotency_key = ${key}`, (rows) => rows[0]!.n))
 
 const recordsFor = (id: MutationLedger.MutationIdentity) =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    sql<{ kind: string; status: string; response: unknown; effect_applied: boolean }>`
-      SELECT kind, status, response, effect_applied FROM durable.mutation_records
-       WHERE subject = ${id.subject} AND operation = ${id.operation} AND key = ${id.key}`)
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const settings = yield* DurableSettings
+    return yield* sql<{ kind: string; status: string; response: unknown; effect_applied: boolean }>`
+      SELECT kind, status, response, effect_applied FROM ${sql.literal(settings.table("mutation_records"))}
+       WHERE subject = ${id.subject} AND operation = ${id.operation} AND key = ${id.key}`
+  })
 
-const withOrdersTable = Layer.effectDiscard(
+// A function, not a constant: layers are memoized by reference, and each suite needs its own table.
+const withOrdersTable = () => Layer.effectDiscard(
   Effect.flatMap(SqlClient.SqlClient, (sql) => sql`CREATE TABLE orders (id serial PRIMARY KEY, idempotency_key text)`)
 )
-const Live = withOrdersTable.pipe(Layer.provideMerge(substrate({ lockTimeout: "3 seconds" })))
-
-describe("MutationLedger", () => {
+// The whole suite runs in the default schema and in a quoted, mixed-case one.
+describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schema) => {
+  const Live = withOrdersTable().pipe(Layer.provideMerge(substrate({ schema, lockTimeout: "3 seconds" })))
   it.layer(Live, { timeout: "60 seconds" })((it) => {
     it.effect("the first request decides and stores; an exact repeat replays without running decide", () =>
       Effect.gen(function*() {
@@ -218,7 +222,7 @@ describe("MutationLedger", () => {
           Effect.zipRight(Effect.zipRight(Deferred.succeed(deciding, undefined), Deferred.await(hold)), placeOrder(id.key))
         ))
         yield* Deferred.await(deciding)
-        const impatient = MutationLedger.layer.pipe(Layer.provide(layerSettings({ lockTimeout: "100 millis" })))
+        const impatient = MutationLedger.layer.pipe(Layer.provide(layerSettings({ schema, lockTimeout: "100 millis" })))
         const timedOut = yield* Effect.flip(
           Effect.flatMap(MutationLedger.MutationLedger, (l) => l.execute(id, request(), placeOrder(id.key))).pipe(
             Effect.provide(impatient)
@@ -228,6 +232,21 @@ describe("MutationLedger", () => {
         yield* Deferred.succeed(hold, undefined)
         yield* Fiber.join(first)
         expect(yield* ordersFor(id.key)).toBe(1)
+      }))
+
+    it.effect("a decide that outlasts the statement timeout fails retryable and stores nothing", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const id = identity()
+        const strict = MutationLedger.layer.pipe(Layer.provide(layerSettings({ schema, statementTimeout: "100 millis" })))
+        const slow = Effect.zipRight(placeOrder(id.key), Effect.as(sql`SELECT pg_sleep(2)`, MutationLedger.accept(null)))
+        const error = yield* Effect.flip(
+          Effect.flatMap(MutationLedger.MutationLedger, (l) => l.execute(id, request(), slow)).pipe(Effect.provide(strict))
+        )
+        // decide's own statement was cancelled: its error comes back as decide raised it.
+        expect(sqlState(error)).toBe("57014")
+        expect(yield* recordsFor(id)).toEqual([])
+        expect(yield* ordersFor(id.key)).toBe(0)
       }))
 
     it.effect("invalid identities and requests are typed errors naming the field, before any SQL", () =>
@@ -258,11 +277,12 @@ describe("MutationLedger", () => {
           yield* ledger.execute({ subject, operation: "op", key: `old-${i}` }, request(), Effect.succeed(MutationLedger.accept(i)))
         }
         yield* ledger.execute({ subject, operation: "op", key: "recent" }, request(), Effect.succeed(MutationLedger.accept(0)))
-        yield* sql`UPDATE durable.mutation_records SET created_at = now() - interval '2 days'
+        const records = sql.literal((yield* DurableSettings).table("mutation_records"))
+        yield* sql`UPDATE ${records} SET created_at = now() - interval '2 days'
                     WHERE subject = ${subject} AND key LIKE 'old-%'`
         const purged = yield* ledger.purge({ olderThan: "1 day", batchSize: 3 })
         expect(purged).toBeGreaterThanOrEqual(7)
-        const left = yield* sql<{ key: string }>`SELECT key FROM durable.mutation_records WHERE subject = ${subject}`
+        const left = yield* sql<{ key: string }>`SELECT key FROM ${records} WHERE subject = ${subject}`
         expect(left.map((row) => row.key)).toEqual(["recent"])
         const bad = yield* Effect.flip(ledger.purge({ olderThan: "1 day", batchSize: 0 }))
         expect(bad).toMatchObject({ _tag: "DurableConfigError", field: "batchSize" })
@@ -288,7 +308,7 @@ describe("MutationLedger", () => {
         }).pipe(Effect.provide(asRuntime))
         expect(outcomes.map((o) => o._tag)).toEqual(["First", "Replay"])
         expect(yield* ordersFor(id.key)).toBe(1)
-        const exit = yield* Effect.exit(runtime.sql`CREATE TABLE durable.intruder (id int)`)
+        const exit = yield* Effect.exit(runtime.sql.unsafe(`CREATE TABLE ${settings.table("intruder")} (id int)`))
         expect(Exit.isFailure(exit)).toBe(true)
       }).pipe(Effect.scoped))
   })

@@ -18,7 +18,8 @@ export const database = (options: TestDatabase.Options = {}) =>
 export const substrate = (settings: SettingsInput = {}, options: TestDatabase.Options = {}) => {
   const base = Layer.merge(database(options), layerSettings(settings))
   const migrated = Layer.effectDiscard(Migrations.migrate()).pipe(Layer.provide(base))
-  return MutationLedger.layer.pipe(Layer.provideMerge(Layer.merge(base, migrated)))
+  // Layer.fresh: @effect/vitest memoizes layers by reference across the suites of a file.
+  return Layer.fresh(MutationLedger.layer).pipe(Layer.provideMerge(Layer.merge(base, migrated)))
 }
 
 export type SubstrateServices = Layer.Layer.Success<ReturnType<typeof substrate>> | PgServer.PgServer
