@@ -96,6 +96,39 @@ export class OutboxClaimMismatch extends Schema.TaggedError<OutboxClaimMismatch>
   }
 }
 
+/** A message payload larger than the configured limit; nothing was written. */
+export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>("@effect-durable/PayloadTooLarge")(
+  "PayloadTooLarge",
+  { topic: Schema.String, bytes: Schema.Number, limit: Schema.Number }
+) {
+  override get message() {
+    return `payload for ${this.topic} is ${this.bytes} bytes; the limit is ${this.limit}`
+  }
+}
+
+/** An inbox claim token is stale or foreign (the stored-then-processed mode). */
+export class InboxClaimMismatch extends Schema.TaggedError<InboxClaimMismatch>(
+  "@effect-durable/InboxClaimMismatch"
+)("InboxClaimMismatch", {
+  messageId: Schema.String,
+  worker: Schema.String,
+  generation: Schema.Number
+}) {
+  override get message() {
+    return `inbox entry ${this.messageId} is not claimed by ${this.worker} at generation ${this.generation}`
+  }
+}
+
+/** No inbox entry has this id. */
+export class InboxMissing extends Schema.TaggedError<InboxMissing>("@effect-durable/InboxMissing")(
+  "InboxMissing",
+  { messageId: Schema.String }
+) {
+  override get message() {
+    return `no inbox entry ${this.messageId}`
+  }
+}
+
 /** No outbox row has this id. */
 export class OutboxMissing extends Schema.TaggedError<OutboxMissing>("@effect-durable/OutboxMissing")(
   "OutboxMissing",

@@ -1,6 +1,7 @@
 /**
  * The whole substrate from one configuration: a `PgClient` (and `SqlClient`) built from the
- * connection settings, the validated `DurableSettings`, the `MutationLedger` and `Cas`.
+ * connection settings, the validated `DurableSettings`, the `MutationLedger`, `Outbox`,
+ * `Inbox` and `Cas`.
  * Users who bring their own `SqlClient` compose the per-service layers instead
  * (`MutationLedger.layer`, `Cas.layer`, `Keyset.layer` with `DurableConfig.layerSettings`).
  *
@@ -22,23 +23,36 @@ import {
   type SettingsInput
 } from "./DurableConfig.js"
 import { classify } from "./ErrorClassification.js"
+import * as Inbox from "./Inbox.js"
 import * as Migrations from "./Migrations.js"
 import * as MutationLedger from "./MutationLedger.js"
+import * as Outbox from "./Outbox.js"
 
 export interface Options {
   readonly connection: ConnectionInput
   readonly settings?: SettingsInput
+  readonly outbox?: Outbox.OutboxOptions
+  readonly inbox?: Inbox.InboxOptions
   /** Run `Migrations.migrate()` when the layer is built (needs the owner role). Default false. */
   readonly migrate?: boolean
 }
 
-export type Services = PgClient.PgClient | SqlClient.SqlClient | DurableSettings | MutationLedger.MutationLedger | Cas.Cas
+export type Services =
+  | PgClient.PgClient
+  | SqlClient.SqlClient
+  | DurableSettings
+  | MutationLedger.MutationLedger
+  | Outbox.Outbox
+  | Inbox.Inbox
+  | Cas.Cas
 
 export const layer = (options: Options): Layer.Layer<Services, DurableConfigError | DatabaseError> =>
   Layer.unwrapEffect(
     Effect.gen(function*() {
       const connection = yield* makeConnection(options.connection)
       const settings = yield* makeSettings(options.settings)
+      yield* Outbox.validateOptions(options.outbox)
+      yield* Inbox.validateOptions(options.inbox)
       const base = Layer.merge(
         PgClient.layer({
           url: connection.url,
@@ -52,7 +66,12 @@ export const layer = (options: Options): Layer.Layer<Services, DurableConfigErro
       const migrated = options.migrate === true
         ? Layer.effectDiscard(Migrations.migrate()).pipe(Layer.provide(base))
         : Layer.empty
-      return Layer.mergeAll(MutationLedger.layer, Cas.layer).pipe(Layer.provideMerge(Layer.merge(base, migrated)))
+      return Layer.mergeAll(
+        MutationLedger.layer,
+        Outbox.layer(options.outbox),
+        Inbox.layer(options.inbox),
+        Cas.layer
+      ).pipe(Layer.provideMerge(Layer.merge(base, migrated)))
     })
   )
 
@@ -63,6 +82,6 @@ export const layerConfig = (
   Layer.unwrapEffect(
     Effect.map(
       Effect.mapError(config, fromConfigError),
-      ({ connection, settings }) => layer({ connection, settings, ...options })
+      ({ connection, outbox, settings }) => layer({ connection, settings, outbox, ...options })
     )
   )

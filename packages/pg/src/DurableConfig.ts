@@ -110,8 +110,22 @@ export const makeConnection = (input: ConnectionInput): Effect.Effect<Connection
   })
 
 /** Everything `Durable.layerConfig` reads, with defaults and descriptions. */
-export const config: Config.Config<{ readonly connection: ConnectionInput; readonly settings: SettingsInput }> = Config
+export const config: Config.Config<{
+  readonly connection: ConnectionInput
+  readonly settings: SettingsInput
+  readonly outbox: { readonly maxPayloadBytes: number; readonly maxAttempts: number }
+}> = Config
   .all({
+    outbox: Config.all({
+      maxPayloadBytes: Config.integer("DURABLE_OUTBOX_MAX_PAYLOAD_BYTES").pipe(
+        Config.withDefault(256 * 1024),
+        Config.withDescription("largest outbox payload, as canonical JSON bytes")
+      ),
+      maxAttempts: Config.integer("DURABLE_OUTBOX_MAX_ATTEMPTS").pipe(
+        Config.withDefault(25),
+        Config.withDescription("deliveries before an outbox message is dead")
+      )
+    }),
     connection: Config.all({
       url: Config.redacted("DATABASE_URL").pipe(Config.withDescription("PostgreSQL URL")),
       poolSize: Config.integer("DURABLE_POOL_SIZE").pipe(

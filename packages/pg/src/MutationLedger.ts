@@ -27,6 +27,7 @@ import * as Layer from "effect/Layer"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import { advisoryKey, lockForTransaction, transact } from "./internal/transaction.js"
+import { boundedCount, boundedText } from "./internal/validation.js"
 
 export interface MutationIdentity {
   /** Who the mutation is for (a tenant, an account): 1-256 bytes. */
@@ -100,13 +101,7 @@ export class MutationLedger extends Context.Tag("@effect-durable/pg/MutationLedg
 const LIMITS = { subject: 256, operation: 128, key: 256, kind: 64 } as const
 const MAX_ELIGIBILITY_BYTES = 1024
 
-const validText = (field: keyof typeof LIMITS, value: unknown) => {
-  const max = LIMITS[field]
-  return typeof value === "string" && value.length > 0 && Buffer.byteLength(value, "utf8") <= max &&
-      !value.includes("\u0000")
-    ? Effect.void
-    : Effect.fail(new DurableConfigError({ field, rule: `a non-empty string of at most ${max} bytes without NUL` }))
-}
+const validText = (field: keyof typeof LIMITS, value: unknown) => boundedText(field, value, LIMITS[field])
 
 const validate = (identity: MutationIdentity, request: MutationRequest) =>
   Effect.all([
@@ -202,9 +197,7 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
     const purge = (options: { readonly olderThan: Duration.DurationInput; readonly batchSize?: number }) =>
       Effect.gen(function*() {
         const batchSize = options.batchSize ?? 1000
-        if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 100_000) {
-          return yield* new DurableConfigError({ field: "batchSize", rule: "an integer from 1 to 100000" })
-        }
+        yield* boundedCount("batchSize", batchSize, 100_000)
         const olderThan = Duration.decode(options.olderThan)
         const seconds = Duration.toMillis(olderThan) / 1000
         let total = 0

@@ -8,6 +8,7 @@ import * as Redacted from "effect/Redacted"
 import * as Durable from "../src/Durable.js"
 import { DurableSettings } from "../src/DurableConfig.js"
 import * as MutationLedger from "../src/MutationLedger.js"
+import * as Outbox from "../src/Outbox.js"
 import { database } from "./support.js"
 
 const build = (layer: Layer.Layer<Durable.Services, unknown>) => Effect.scoped(Layer.build(layer))
@@ -43,7 +44,9 @@ describe("Durable.layer configuration", () => {
         [{ DATABASE_URL: "   " }, "url"],
         [{ DATABASE_URL: "postgres://x@127.0.0.1:1/x", DURABLE_POOL_SIZE: "-3" }, "poolSize"],
         [{ DATABASE_URL: "postgres://x@127.0.0.1:1/x", DURABLE_POOL_SIZE: "many" }, "DURABLE_POOL_SIZE"],
-        [{ DATABASE_URL: "postgres://x@127.0.0.1:1/x", DURABLE_SCHEMA: "9lives" }, "schema"]
+        [{ DATABASE_URL: "postgres://x@127.0.0.1:1/x", DURABLE_SCHEMA: "9lives" }, "schema"],
+        [{ DATABASE_URL: "postgres://x@127.0.0.1:1/x", DURABLE_OUTBOX_MAX_PAYLOAD_BYTES: "0" }, "maxPayloadBytes"],
+        [{ DATABASE_URL: "postgres://x@127.0.0.1:1/x", DURABLE_OUTBOX_MAX_ATTEMPTS: "-1" }, "maxAttempts"]
       ]
       for (const [env, field] of cases) {
         const error = yield* Effect.flip(build(Durable.layerConfig()).pipe(withEnv(env)))
@@ -60,7 +63,8 @@ describe("Durable.layer configuration", () => {
           DURABLE_SCHEMA: "from_config",
           DURABLE_POOL_SIZE: "3",
           DURABLE_APPLICATION_NAME: "durable-config-test",
-          DURABLE_LOCK_TIMEOUT: "2 seconds"
+          DURABLE_LOCK_TIMEOUT: "2 seconds",
+          DURABLE_OUTBOX_MAX_PAYLOAD_BYTES: "64"
         }
         const [settings, outcome, appName] = yield* Effect.gen(function*() {
           const ledger = yield* MutationLedger.MutationLedger
@@ -70,6 +74,10 @@ describe("Durable.layer configuration", () => {
             { kind: "k", eligibility: new Uint8Array(), fingerprint: new Uint8Array(32) as never },
             Effect.succeed(MutationLedger.accept({ ok: true }))
           )
+          const outbox = yield* Outbox.Outbox
+          yield* outbox.enqueue("configured", { ok: true })
+          const tooBig = yield* Effect.flip(outbox.enqueue("configured", { blob: "x".repeat(100) }))
+          expect(tooBig).toMatchObject({ _tag: "PayloadTooLarge", limit: 64 })
           const [row] = yield* sql<{ name: string }>`SELECT current_setting('application_name') AS name`
           return [yield* DurableSettings, outcome, row!.name] as const
         }).pipe(Effect.provide(Durable.layerConfig({ migrate: true })), withEnv(env))
@@ -79,6 +87,7 @@ describe("Durable.layer configuration", () => {
         const sql = yield* SqlClient.SqlClient
         const rows = yield* sql`SELECT key FROM from_config.mutation_records`
         expect(rows).toEqual([{ key: "k" }])
+        expect(yield* sql`SELECT topic, payload FROM from_config.outbox`).toEqual([{ topic: "configured", payload: { ok: true } }])
       }))
   })
 })

@@ -4,6 +4,8 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as CasExample from "../examples/cas.js"
+import * as InboxExample from "../examples/inbox.js"
+import * as OutboxExample from "../examples/outbox.js"
 import * as LedgerExample from "../examples/ledger.js"
 import * as PaginationExample from "../examples/pagination.js"
 import * as Cas from "../src/Cas.js"
@@ -30,6 +32,17 @@ describe("the README examples do what the README says", () => {
         const { lost, saved } = yield* CasExample.program
         expect(saved).toBe(2n)
         expect(lost).toMatchObject({ _tag: "CasConflict", actualRevision: 2n })
+      }))
+
+    it.effect("outbox: the message commits with the order, once per idempotency key, and is claimed and marked", () =>
+      Effect.gen(function*() {
+        const payloads = yield* OutboxExample.program
+        expect(payloads).toEqual([{ orderId: 1, sku: "A-1", qty: 2 }])
+      }))
+
+    it.effect("inbox: the redelivery is a duplicate and the invoice exists once", () =>
+      Effect.gen(function*() {
+        expect(yield* InboxExample.program).toEqual({ first: "Processed", redelivered: "Duplicate", invoices: 1 })
       }))
 
     it.effect("pagination: newest first, two per page", () =>

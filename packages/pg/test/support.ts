@@ -9,17 +9,25 @@ import * as Schedule from "effect/Schedule"
 import * as TestServices from "effect/TestServices"
 import { layerSettings, type SettingsInput } from "../src/DurableConfig.js"
 import * as Migrations from "../src/Migrations.js"
+import * as Inbox from "../src/Inbox.js"
 import * as MutationLedger from "../src/MutationLedger.js"
+import * as Outbox from "../src/Outbox.js"
 
 export const database = (options: TestDatabase.Options = {}) =>
   TestDatabase.layerFresh({ maxConnections: 12, ...options })
 
-/** A migrated substrate in a fresh database, with the ledger. */
-export const substrate = (settings: SettingsInput = {}, options: TestDatabase.Options = {}) => {
+/** A migrated substrate in a fresh database, with the ledger, the outbox and the inbox. */
+export const substrate = (
+  settings: SettingsInput = {},
+  options: TestDatabase.Options = {},
+  outbox: Outbox.OutboxOptions = {}
+) => {
   const base = Layer.merge(database(options), layerSettings(settings))
   const migrated = Layer.effectDiscard(Migrations.migrate()).pipe(Layer.provide(base))
   // Layer.fresh: @effect/vitest memoizes layers by reference across the suites of a file.
-  return Layer.fresh(MutationLedger.layer).pipe(Layer.provideMerge(Layer.merge(base, migrated)))
+  return Layer.mergeAll(Layer.fresh(MutationLedger.layer), Outbox.layer(outbox), Inbox.layer()).pipe(
+    Layer.provideMerge(Layer.merge(base, migrated))
+  )
 }
 
 export type SubstrateServices = Layer.Layer.Success<ReturnType<typeof substrate>> | PgServer.PgServer
@@ -38,6 +46,18 @@ export const waitersOnAdvisoryLocks = (n: number) =>
         Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error(`fewer than ${n} lock waiters`) }),
         TestServices.provideLive
       ))
+
+/** Repeats `effect` on the live clock until `until` holds (20 s at most): for the database clock to pass. */
+export const eventually = <A, E, R>(effect: Effect.Effect<A, E, R>, until: (a: A) => boolean) => {
+  const loop: Effect.Effect<A, E, R> = Effect.flatMap(
+    effect,
+    (a) => until(a) ? Effect.succeed(a) : Effect.zipRight(Effect.sleep("20 millis"), Effect.suspend(() => loop))
+  )
+  return loop.pipe(
+    Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error("condition not met in 20 s") }),
+    TestServices.provideLive
+  )
+}
 
 /** Releases `n` fibers at once; each awaits the returned gate before it starts. */
 export const barrier = Effect.map(Deferred.make<void>(), (gate) => ({

@@ -19,7 +19,7 @@ const millis = (duration: Duration.Duration) => String(Math.max(1, Math.round(Du
  * The `set_config` calls as a SELECT list. They are placed in a MATERIALIZED CTE by callers
  * that lock in the same statement, so the timeouts are in force before the lock is awaited.
  */
-const timeoutSettings = (sql: SqlClient.SqlClient, settings: Settings) =>
+export const timeoutSettings = (sql: SqlClient.SqlClient, settings: Settings) =>
   Option.match(settings.statementTimeout, {
     onNone: () => sql`SELECT set_config('lock_timeout', ${millis(settings.lockTimeout)}, true)`,
     onSome: (statementTimeout) =>

@@ -1,0 +1,450 @@
+import { describe, expect, it } from "@effect/vitest"
+import * as PgClient from "@effect/sql-pg/PgClient"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Chunk from "effect/Chunk"
+import * as Deferred from "effect/Deferred"
+import type * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
+import * as TestServices from "effect/TestServices"
+import { DurableSettings, layerSettings } from "../src/DurableConfig.js"
+import * as Outbox from "../src/Outbox.js"
+import { barrier, eventually, substrate } from "./support.js"
+
+interface Row {
+  readonly id: string
+  readonly topic: string
+  readonly ordering_key: string | null
+  readonly payload: unknown
+  readonly headers: Record<string, string>
+  readonly claimed_by: string | null
+  readonly claim_generation: string
+  readonly attempt_count: number
+  readonly max_attempts: number
+  readonly projected: boolean
+  readonly dead: boolean
+  readonly last_error: string | null
+  readonly lease_seconds: number | null
+  readonly delay_seconds: number
+}
+
+const table = Effect.map(DurableSettings, (settings) => settings.table("outbox"))
+
+const rowsOf = (ids: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    return yield* sql<Row>`
+      SELECT id::text, topic, ordering_key, payload, headers, claimed_by, claim_generation::text, attempt_count,
+             max_attempts, projected_at IS NOT NULL AS projected, dead_at IS NOT NULL AS dead, last_error,
+             extract(epoch FROM claimed_until - now())::float8 AS lease_seconds,
+             extract(epoch FROM available_at - created_at)::float8 AS delay_seconds
+        FROM ${sql.literal(yield* table)} o WHERE o.id = ANY(${ids}::bigint[]) ORDER BY o.id`
+  })
+const rowOf = (id: string) => Effect.map(rowsOf([id]), (rows) => rows[0])
+
+// Each test works on its own topics so that claims never see another test's messages.
+let topics = 0
+const freshTopic = (name = "t") => `${name}-${++topics}`
+
+const claimAll = (worker: string, topic: string, lease: Duration.DurationInput = "30 seconds") =>
+  Effect.flatMap(Outbox.Outbox, (outbox) => outbox.claim({ worker, topics: [topic], limit: 100, lease }))
+
+const liveSleep = (ms: number) => TestServices.provideLive(Effect.sleep(ms))
+
+const suite = (schema: string) => {
+  const Live = substrate({ schema, lockTimeout: "5 seconds" }, {}, { maxAttemptsByTopic: { fragile: 2 } })
+
+  it.layer(Live, { timeout: "60 seconds" })((it) => {
+    it.effect("enqueue writes in the caller's transaction: a rollback leaves no row, a commit one with its headers", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        let rolledBackId = ""
+        const failed = sql.withTransaction(Effect.gen(function*() {
+          rolledBackId = yield* outbox.enqueue(topic, { n: 1 })
+          return yield* Effect.fail("business rule broken" as const)
+        }))
+        expect(yield* Effect.flip(failed)).toBe("business rule broken")
+        expect(yield* rowsOf([rolledBackId])).toEqual([])
+        const id = yield* sql.withTransaction(
+          outbox.enqueue(topic, { n: 2, nested: { ok: true } }, { orderingKey: "order-9", headers: { tenant: "acme" } })
+        ).pipe(Effect.withSpan("business-operation"))
+        const row = (yield* rowOf(id))!
+        expect(row).toMatchObject({ topic, ordering_key: "order-9", payload: { n: 2, nested: { ok: true } }, attempt_count: 0 })
+        expect(row.headers.tenant).toBe("acme")
+        expect(row.headers.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$/)
+        expect(row.delay_seconds).toBe(0)
+      }))
+
+    it.effect("the wake-up notification is delivered at commit and never for a rolled-back enqueue", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const pg = yield* PgClient.PgClient
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic("notify")
+        const listening = yield* Deferred.make<void>()
+        const heard = yield* pg.listen(outbox.channel).pipe(
+          Stream.filter((payload) => payload === topic),
+          Stream.take(1),
+          Stream.runCollect,
+          Effect.fork
+        )
+        // LISTEN is issued when the stream starts; wait until the server has the listener.
+        yield* eventually(
+          sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'LISTEN %'`,
+          (rows) => rows[0]!.n > 0
+        )
+        yield* Deferred.succeed(listening, undefined)
+        yield* Effect.flip(sql.withTransaction(Effect.zipRight(outbox.enqueue(topic, {}), Effect.fail("rollback"))))
+        yield* liveSleep(300)
+        expect(Option.isNone(yield* Fiber.poll(heard))).toBe(true)
+        yield* sql.withTransaction(outbox.enqueue(topic, {}))
+        const payloads = yield* Fiber.join(heard).pipe(Effect.timeout("10 seconds"), TestServices.provideLive)
+        expect(Chunk.toReadonlyArray(payloads)).toEqual([topic])
+      }))
+
+    it.effect("a payload that is not JSON, too large, or a bad topic fails typed and writes nothing", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const sql = yield* SqlClient.SqlClient
+        const topic = freshTopic()
+        const notJson = yield* Effect.flip(outbox.enqueue(topic, { at: new Date(), n: 1n }))
+        expect(notJson).toMatchObject({ _tag: "UnsupportedJsonValue" })
+        const big = yield* Effect.flip(outbox.enqueue(topic, { blob: "x".repeat(256 * 1024) }))
+        expect(big).toMatchObject({ _tag: "PayloadTooLarge", topic, limit: 256 * 1024 })
+        const manyWithOneBad = yield* Effect.flip(outbox.enqueueMany([
+          { topic, payload: { ok: 1 } },
+          { topic, payload: { blob: "y".repeat(300 * 1024) } }
+        ]))
+        expect(manyWithOneBad._tag).toBe("PayloadTooLarge")
+        expect(yield* Effect.flip(outbox.enqueue("", {}))).toMatchObject({ _tag: "DurableConfigError", field: "topic" })
+        expect(yield* Effect.flip(outbox.enqueue(topic, {}, { orderingKey: "k\u0000" }))).toMatchObject({ field: "orderingKey" })
+        expect(yield* Effect.flip(outbox.enqueue(topic, {}, { delay: -1 }))).toMatchObject({ field: "delay" })
+        const rows = yield* sql`SELECT 1 FROM ${sql.literal(yield* table)} WHERE topic = ${topic}`
+        expect(rows).toEqual([])
+      }))
+
+    it.effect("enqueueMany writes every message in one statement and returns ids in input order", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const ids = yield* outbox.enqueueMany(
+          Array.from({ length: 50 }, (_, i) => ({ topic, payload: { i }, options: { orderingKey: i % 2 === 0 ? "even" : "odd" } }))
+        )
+        expect(ids).toHaveLength(50)
+        const rows = yield* rowsOf(ids)
+        expect(rows.map((r) => r.id)).toEqual(ids)
+        expect(rows.map((r) => (r.payload as { i: number }).i)).toEqual(Array.from({ length: 50 }, (_, i) => i))
+        expect(rows[1]!.ordering_key).toBe("odd")
+      }))
+
+    it.effect("a delay is counted on the database clock; the message is claimable only after it", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const later = yield* outbox.enqueue(topic, { later: true }, { delay: "1 hour" })
+        const soon = yield* outbox.enqueue(topic, { soon: true }, { delay: "400 millis" })
+        expect((yield* rowOf(later))!.delay_seconds).toBe(3600)
+        expect((yield* rowOf(soon))!.delay_seconds).toBeCloseTo(0.4, 6)
+        expect(yield* claimAll("w1", topic)).toEqual([])
+        const claimed = yield* eventually(claimAll("w1", topic), (messages) => messages.length > 0)
+        expect(claimed.map((m) => m.id)).toEqual([soon])
+      }))
+
+    it.effect("claim leases ready messages in id order, bumps generation and attempt, and filters by topic", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const other = freshTopic()
+        const ids = yield* outbox.enqueueMany([1, 2, 3].map((i) => ({ topic, payload: { i } })))
+        const otherId = yield* outbox.enqueue(other, {})
+        const first = yield* outbox.claim({ worker: "w1", topics: [topic], limit: 2, lease: "30 seconds" })
+        expect(first.map((m) => m.id)).toEqual(ids.slice(0, 2))
+        expect(first[0]).toMatchObject({ topic, payload: { i: 1 }, attempt: 1, claim: { messageId: ids[0], worker: "w1", generation: 1 } })
+        const rest = yield* outbox.claim({ worker: "w2", topics: [topic, other], limit: 10, lease: "30 seconds" })
+        expect(rest.map((m) => m.id)).toEqual([ids[2], otherId])
+        const rows = yield* rowsOf([...ids, otherId])
+        expect(rows.map((r) => r.claimed_by)).toEqual(["w1", "w1", "w2", "w2"])
+        expect(rows.every((r) => r.claim_generation === "1" && r.attempt_count === 1)).toBe(true)
+        expect(rows.every((r) => r.lease_seconds! > 29 && r.lease_seconds! <= 30)).toBe(true)
+        expect(yield* outbox.claim({ worker: "w3", topics: [topic, other], limit: 10, lease: "30 seconds" })).toEqual([])
+      }))
+
+    it.effect("a row locked by another open transaction is skipped, not waited for", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const [held, free] = yield* outbox.enqueueMany([{ topic, payload: 1 }, { topic, payload: 2 }])
+        const locked = yield* Deferred.make<void>()
+        const done = yield* Deferred.make<void>()
+        const holder = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
+          yield* sql`SELECT id FROM ${sql.literal(yield* table)} WHERE id = ${held!} FOR UPDATE`
+          yield* Deferred.succeed(locked, undefined)
+          yield* Deferred.await(done)
+        })))
+        yield* Deferred.await(locked)
+        const claimed = yield* claimAll("w1", topic)
+        expect(claimed.map((m) => m.id)).toEqual([free])
+        yield* Deferred.succeed(done, undefined)
+        yield* Fiber.join(holder)
+        expect((yield* claimAll("w1", topic)).map((m) => m.id)).toEqual([held])
+      }))
+
+    it.effect("markProjected is fenced by worker and generation, idempotent, and typed for stale or missing tokens", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const id = yield* outbox.enqueue(topic, {})
+        const [message] = yield* claimAll("w1", topic)
+        const claim = message!.claim
+        const foreign = yield* Effect.flip(outbox.markProjected({ ...claim, worker: "w2" }))
+        expect(foreign).toMatchObject({ _tag: "OutboxClaimMismatch", messageId: id, worker: "w2" })
+        const generationZero = yield* Effect.flip(outbox.markProjected({ ...claim, generation: 0 }))
+        expect(generationZero._tag).toBe("OutboxClaimMismatch")
+        expect((yield* rowOf(id))!.projected).toBe(false)
+        yield* outbox.markProjected(claim)
+        yield* outbox.markProjected(claim)
+        expect((yield* rowOf(id))!.projected).toBe(true)
+        expect((yield* Effect.flip(outbox.markProjected({ ...claim, generation: 2 })))._tag).toBe("OutboxClaimMismatch")
+        const missing = yield* Effect.flip(outbox.markProjected({ messageId: "999999999", worker: "w1", generation: 1 }))
+        expect(missing).toMatchObject({ _tag: "OutboxMissing", messageId: "999999999" })
+        const malformed = yield* Effect.flip(outbox.markProjected({ messageId: "1; DROP TABLE x", worker: "w1", generation: 1 }))
+        expect(malformed._tag).toBe("OutboxClaimMismatch")
+      }))
+
+    it.effect("markProjectedMany marks the valid claims in one statement and reports the stale and missing", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        yield* outbox.enqueueMany([1, 2, 3, 4].map((i) => ({ topic, payload: i })))
+        const claimed = yield* claimAll("w1", topic)
+        const [a, b, c, d] = claimed.map((m) => m.claim)
+        yield* outbox.markProjected(d!)
+        const result = yield* outbox.markProjectedMany([
+          a!,
+          b!,
+          { ...c!, generation: 7 },
+          d!,
+          { messageId: "999999998", worker: "w1", generation: 1 }
+        ])
+        expect([...result.completed].sort()).toEqual([a!.messageId, b!.messageId, d!.messageId].sort())
+        expect(result.rejected.map((e) => e._tag).sort()).toEqual(["OutboxClaimMismatch", "OutboxMissing"])
+        const rows = yield* rowsOf(claimed.map((m) => m.id))
+        expect(rows.map((r) => r.projected)).toEqual([true, true, false, true])
+      }))
+
+    it.effect("release records the error and makes the message claimable only after the retry delay", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const id = yield* outbox.enqueue(topic, {})
+        const [message] = yield* claimAll("w1", topic)
+        const released = yield* outbox.release(message!.claim, { error: "broker unavailable", retryDelay: "400 millis" })
+        expect(released).toEqual({ dead: false })
+        const row = (yield* rowOf(id))!
+        expect(row).toMatchObject({ last_error: "broker unavailable", dead: false, projected: false, attempt_count: 1 })
+        expect(row.lease_seconds).toBeNull()
+        expect(yield* claimAll("w2", topic)).toEqual([])
+        const again = yield* eventually(claimAll("w2", topic), (messages) => messages.length > 0)
+        expect(again[0]).toMatchObject({ id, attempt: 2, claim: { worker: "w2", generation: 2 } })
+        // The released token settles nothing any more.
+        expect((yield* Effect.flip(outbox.markProjected(message!.claim)))._tag).toBe("OutboxClaimMismatch")
+      }))
+
+    it.effect("renewLease extends a live claim; a stale token cannot renew", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const id = yield* outbox.enqueue(topic, {})
+        const [message] = yield* claimAll("w1", topic, "2 seconds")
+        yield* outbox.renewLease(message!.claim, "90 seconds")
+        expect((yield* rowOf(id))!.lease_seconds).toBeGreaterThan(89)
+        expect((yield* Effect.flip(outbox.renewLease({ ...message!.claim, worker: "w9" }, "90 seconds")))._tag).toBe(
+          "OutboxClaimMismatch"
+        )
+      }))
+
+    it.effect("after a lease expires another worker claims the row; the first worker can change nothing", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const id = yield* outbox.enqueue(topic, {})
+        const [first] = yield* claimAll("w1", topic, "300 millis")
+        const [second] = yield* eventually(claimAll("w2", topic), (messages) => messages.length > 0)
+        expect(second).toMatchObject({ id, attempt: 2, claim: { worker: "w2", generation: 2 } })
+        for (const attempt of [
+          outbox.markProjected(first!.claim),
+          outbox.release(first!.claim, { error: "late", retryDelay: 0 }),
+          outbox.renewLease(first!.claim, "1 minute")
+        ]) {
+          expect(yield* Effect.flip(attempt)).toMatchObject({ _tag: "OutboxClaimMismatch", worker: "w1", generation: 1 })
+        }
+        const row = (yield* rowOf(id))!
+        expect(row).toMatchObject({ claimed_by: "w2", claim_generation: "2", projected: false, last_error: null })
+        yield* outbox.markProjected(second!.claim)
+        expect((yield* rowOf(id))!.projected).toBe(true)
+      }))
+
+    it.effect("dead letters: after max attempts, at once for a permanent error; listed, redriven, discarded", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        // `fragile` allows 2 attempts (maxAttemptsByTopic); other topics the default 25.
+        const fragile = yield* outbox.enqueue("fragile", { n: 1 })
+        const topic = freshTopic("poison")
+        const poison = yield* outbox.enqueue(topic, { bad: true })
+        expect((yield* rowOf(fragile))!.max_attempts).toBe(2)
+        expect((yield* rowOf(poison))!.max_attempts).toBe(25)
+        const [try1] = yield* claimAll("w1", "fragile")
+        expect(yield* outbox.release(try1!.claim, { error: "timeout 1", retryDelay: 0 })).toEqual({ dead: false })
+        const [try2] = yield* claimAll("w1", "fragile")
+        expect(yield* outbox.release(try2!.claim, { error: "timeout 2", retryDelay: 0 })).toEqual({ dead: true })
+        expect(yield* claimAll("w1", "fragile")).toEqual([])
+        const [p] = yield* claimAll("w1", topic)
+        expect(yield* outbox.release(p!.claim, { error: "schema mismatch", retryDelay: 0, permanent: true })).toEqual({ dead: true })
+        expect((yield* rowOf(poison))!).toMatchObject({ dead: true, attempt_count: 1, last_error: "schema mismatch" })
+
+        const page1 = yield* outbox.deadLetters({ limit: 1 })
+        const page2 = yield* outbox.deadLetters({ limit: 1, before: page1.next! })
+        expect([page1.items[0]!.id, page2.items[0]!.id]).toEqual([poison, fragile])
+        expect(page1.items[0]).toMatchObject({ topic, attempts: 1, lastError: "schema mismatch" })
+        const fragileOnly = yield* outbox.deadLetters({ topic: "fragile", limit: 10 })
+        expect(fragileOnly.items.map((d) => [d.id, d.attempts, d.lastError])).toEqual([[fragile, 2, "timeout 2"]])
+        expect(fragileOnly.next).toBeUndefined()
+
+        expect(yield* outbox.redrive([fragile])).toEqual([fragile])
+        expect((yield* rowOf(fragile))!).toMatchObject({ dead: false, attempt_count: 0 })
+        expect((yield* claimAll("w1", "fragile")).map((m) => [m.id, m.attempt])).toEqual([[fragile, 1]])
+        expect(yield* outbox.discard([poison, fragile])).toEqual([poison])
+        expect(yield* rowOf(poison)).toBeUndefined()
+      }))
+
+    it.effect("a worker that dies on the final attempt leaves the row dead at the next claim, not redelivered", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const id = yield* outbox.enqueue("fragile", { n: 2 })
+        const [a] = yield* claimAll("w1", "fragile")
+        yield* outbox.release(a!.claim, { error: "first failure", retryDelay: 0 })
+        yield* claimAll("w1", "fragile", "300 millis") // the final attempt; its worker "dies"
+        yield* eventually(
+          Effect.zipRight(claimAll("w2", "fragile"), Effect.map(rowOf(id), (row) => row!.dead)),
+          (dead) => dead
+        )
+        const row = (yield* rowOf(id))!
+        expect(row).toMatchObject({ dead: true, attempt_count: 2, claim_generation: "2" })
+        expect(row.last_error).toBe("first failure; lease expired on the final attempt")
+      }))
+
+    it.effect("a message that cannot be delivered never blocks the messages behind it", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const [poison, ...behind] = yield* outbox.enqueueMany([0, 1, 2, 3].map((i) => ({ topic, payload: { i } })))
+        const first = yield* outbox.claim({ worker: "w1", topics: [topic], limit: 1, lease: "30 seconds" })
+        expect(first.map((m) => m.id)).toEqual([poison])
+        yield* outbox.release(first[0]!.claim, { error: "cannot decode", retryDelay: 0, permanent: true })
+        const next = yield* claimAll("w1", topic)
+        expect(next.map((m) => m.id)).toEqual(behind)
+      }))
+
+    it.effect("stats count ready, delayed, claimed, dead and projected per topic; unprojectedCount the open ones", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic("stats")
+        yield* outbox.enqueueMany([1, 2, 3, 4, 5].map((i) => ({ topic, payload: i })))
+        yield* outbox.enqueue(topic, {}, { delay: "1 hour" })
+        const [p, d, c] = yield* outbox.claim({ worker: "w1", topics: [topic], limit: 3, lease: "1 minute" })
+        yield* outbox.markProjected(p!.claim)
+        yield* outbox.release(d!.claim, { error: "x", retryDelay: 0, permanent: true })
+        expect(c).toBeDefined()
+        const stats = (yield* outbox.stats).find((s) => s.topic === topic)!
+        expect(stats).toMatchObject({ topic, ready: 2, delayed: 1, claimed: 1, dead: 1, projected: 1 })
+        expect(stats.oldestReadySeconds).toBeGreaterThanOrEqual(0)
+        expect(yield* outbox.unprojectedCount(topic)).toBe(4)
+      }))
+
+    it.effect("purge deletes projected messages in batches and never one replayed concurrently", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic("purge")
+        const ids = yield* outbox.enqueueMany(Array.from({ length: 40 }, (_, i) => ({ topic, payload: i })))
+        const claimed = yield* claimAll("w1", topic)
+        yield* outbox.markProjectedMany(claimed.map((m) => m.claim))
+        const t = sql.literal(yield* table)
+        yield* sql`UPDATE ${t} SET projected_at = now() - interval '2 days' WHERE id = ANY(${ids}::bigint[])`
+        const replayed = ids.filter((_, i) => i % 4 === 0)
+        // Purge and replay race from a barrier; each replayed row must survive, however they interleave.
+        const gate = yield* barrier
+        const [purged, replayedIds] = yield* Effect.all([
+          Effect.zipRight(gate.wait, outbox.purge({ olderThan: "1 day", batchSize: 7 })),
+          Effect.zipRight(gate.wait, outbox.replay(replayed))
+        ], { concurrency: "unbounded" }).pipe(Effect.zipLeft(gate.open, { concurrent: true }))
+        const left = yield* rowsOf(ids)
+        // Every replayed row either was replayed before purge could take it (and survives,
+        // open again) or was purged before the replay (and replay did not return it).
+        for (const id of replayed) {
+          const row = left.find((r) => r.id === id)
+          expect(replayedIds.includes(id)).toBe(row !== undefined)
+          if (row !== undefined) expect(row.projected).toBe(false)
+        }
+        expect(purged + left.length).toBe(40)
+        expect(left.every((r) => !r.projected)).toBe(true)
+        expect(yield* outbox.purge({ olderThan: "1 day" })).toBe(0)
+      }))
+
+    it.effect("a claim blocked past the statement timeout fails retryable and leaves no half-claimed row", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const topic = freshTopic()
+        const outbox = yield* Outbox.Outbox
+        const id = yield* outbox.enqueue(topic, {})
+        const settings = yield* DurableSettings
+        const strict = Outbox.layer().pipe(
+          Layer.provide(layerSettings({ schema: settings.schema, statementTimeout: "200 millis" }))
+        )
+        const locked = yield* Deferred.make<void>()
+        const done = yield* Deferred.make<void>()
+        const holder = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
+          yield* sql.unsafe(`LOCK TABLE ${settings.table("outbox")} IN ACCESS EXCLUSIVE MODE`)
+          yield* Deferred.succeed(locked, undefined)
+          yield* Deferred.await(done)
+        })))
+        yield* Deferred.await(locked)
+        const error = yield* Effect.flip(
+          Effect.flatMap(Outbox.Outbox, (o) => o.claim({ worker: "w1", topics: [topic], limit: 10, lease: "1 minute" })).pipe(
+            Effect.provide(strict)
+          )
+        )
+        expect(error).toMatchObject({ _tag: "DatabaseError", code: "57014", retryable: true })
+        yield* Deferred.succeed(done, undefined)
+        yield* Fiber.join(holder)
+        expect((yield* rowOf(id))!).toMatchObject({ claimed_by: null, claim_generation: "0", attempt_count: 0 })
+      }))
+
+    it.effect("bad claim options are typed errors naming the field", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const cases = [
+          [{ worker: "", limit: 1, lease: "1 minute" }, "worker"],
+          [{ worker: "w", limit: 0, lease: "1 minute" }, "limit"],
+          [{ worker: "w", limit: 1001, lease: "1 minute" }, "limit"],
+          [{ worker: "w", limit: 1, lease: 0 }, "lease"],
+          [{ worker: "w", limit: 1, lease: "1 minute", topics: [""] }, "topics"]
+        ] as const
+        for (const [options, field] of cases) {
+          const result = yield* Effect.either(outbox.claim(options))
+          expect(Either.isLeft(result) && result.left).toMatchObject({ _tag: "DurableConfigError", field })
+        }
+      }))
+  })
+}
+
+// The whole suite runs in the default schema and in a quoted, mixed-case one.
+describe("Outbox (schema durable)", () => suite("durable"))
+describe("Outbox (schema \"Outbox_Mixed\")", () => suite("Outbox_Mixed"))

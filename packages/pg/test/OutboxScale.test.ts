@@ -1,0 +1,61 @@
+import { describe, expect, it } from "@effect/vitest"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Effect from "effect/Effect"
+import { DurableSettings } from "../src/DurableConfig.js"
+import * as Outbox from "../src/Outbox.js"
+import { substrate } from "./support.js"
+
+interface PlanNode {
+  readonly "Node Type": string
+  readonly "Index Name"?: string
+  readonly Plans?: ReadonlyArray<PlanNode>
+}
+
+/** Every node of a plan, with its parent. */
+const nodes = (node: PlanNode, parent?: PlanNode): ReadonlyArray<{ node: PlanNode; parent?: PlanNode }> => [
+  parent === undefined ? { node } : { node, parent },
+  ...(node.Plans ?? []).flatMap((child) => nodes(child, node))
+]
+
+// Limit -> LockRows -> Index Scan on outbox_open_idx: the claim reads the open rows in id
+// order and stops after the batch, however many projected rows the table holds.
+const claimShape = (plan: unknown) => {
+  const root = (plan as ReadonlyArray<{ Plan: PlanNode }>)[0]!.Plan
+  const all = nodes(root)
+  const scan = all.find(({ node }) => node["Index Name"] === "outbox_open_idx")
+  const lockRows = scan?.parent
+  const limit = all.find(({ node }) => node === lockRows)?.parent
+  return {
+    scan: scan?.node["Node Type"],
+    above: lockRows?.["Node Type"],
+    aboveThat: limit?.["Node Type"]
+  }
+}
+
+describe("Outbox at scale", () => {
+  it.layer(substrate(), { timeout: "5 minutes" })((it) => {
+    it.effect("the claim over 1,000,000 rows (half projected) is an index scan on the open-rows index under LockRows and Limit", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const outbox = yield* Outbox.Outbox
+        const table = sql.literal((yield* DurableSettings).table("outbox"))
+        yield* sql`INSERT INTO ${table} (topic, payload, projected_at)
+                   SELECT CASE WHEN i % 10 = 0 THEN 'audit' ELSE 'orders' END, jsonb_build_object('i', i),
+                          CASE WHEN i % 2 = 0 THEN now() END
+                     FROM generate_series(1, 1000000) i`
+        yield* sql`ANALYZE ${table}`
+        const [{ total, open }] = (yield* sql<{ total: number; open: number }>`
+          SELECT count(*)::int AS total, count(*) FILTER (WHERE projected_at IS NULL)::int AS open FROM ${table}`) as [
+            { total: number; open: number }
+          ]
+        expect([total, open]).toEqual([1_000_000, 500_000])
+        const expected = { scan: "Index Scan", above: "LockRows", aboveThat: "Limit" }
+        expect(claimShape(yield* outbox.explainClaim({ worker: "w", limit: 100, lease: "30 seconds" }))).toEqual(expected)
+        expect(claimShape(yield* outbox.explainClaim({ worker: "w", topics: ["orders"], limit: 100, lease: "30 seconds" })))
+          .toEqual(expected)
+        // And it claims: the first 100 open rows in id order.
+        const claimed = yield* outbox.claim({ worker: "w", limit: 100, lease: "30 seconds" })
+        expect(claimed.map((m) => Number(m.id))).toEqual(Array.from({ length: 100 }, (_, i) => 2 * i + 1))
+      }))
+  })
+})
