@@ -198,7 +198,7 @@ export const make = (
         boundedText("consumer", claimOptions.consumer, 128),
         queue.claim<ClaimedRow>(
           claimOptions,
-          sql`consumer = ${claimOptions.consumer}`,
+          sql`c.consumer = ${claimOptions.consumer}`,
           sql`q.consumer, q.message_id, q.payload, q.headers, q.received_at::text AS received_at`
         )
       ).pipe(

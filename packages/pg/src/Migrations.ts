@@ -113,6 +113,16 @@ export const migrations: ReadonlyArray<Migration> = [
       `CREATE INDEX inbox_processed_at_idx ON ${t("inbox")} (processed_at) WHERE processed_at IS NOT NULL`,
       `CREATE INDEX inbox_dead_idx ON ${t("inbox")} (id) WHERE dead_at IS NOT NULL`
     ]
+  },
+  {
+    version: 5,
+    name: "outbox per-key order",
+    statements: (t) => [
+      // A claim hands out a keyed message only when no earlier message of its key is open;
+      // this index answers that question in one probe.
+      `CREATE INDEX outbox_open_key_idx ON ${t("outbox")} (ordering_key, id)
+         WHERE ordering_key IS NOT NULL AND projected_at IS NULL AND dead_at IS NULL`
+    ]
   }
 ]
 

@@ -3,7 +3,8 @@
  * if and only if the business change committed. Workers claim ready messages in id order
  * with `FOR UPDATE SKIP LOCKED` and a lease on the database clock; a claim token (id, worker,
  * generation) fences every later write, so a worker that lost its lease can neither mark
- * nor release a message claimed again. Delivery is at least once; pair it with an inbox on
+ * nor release a message claimed again. Messages that share an ordering key are handed out
+ * one at a time, in id order: the next only once the previous is projected (or dead). Delivery is at least once; pair it with an inbox on
  * the consumer side for effectively-once processing.
  *
  * @since 0.1.0
@@ -269,8 +270,13 @@ export const make = (
       readonly created_at: string
     }
 
+    // Per-key order: a keyed message is claimable only while no earlier message of its key
+    // is open (claimed, waiting for a retry, or not yet claimed). Dead ones do not block.
+    const headOfKey = sql`(c.ordering_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM ${table} e
+       WHERE e.ordering_key = c.ordering_key AND e.id < c.id AND e.projected_at IS NULL AND e.dead_at IS NULL))`
     const topicFilter = (topics: ReadonlyArray<string> | undefined) =>
-      topics === undefined ? sql`true` : sql`topic = ANY(${topics}::text[])`
+      topics === undefined ? headOfKey : sql`c.topic = ANY(${topics}::text[]) AND ${headOfKey}`
 
     const claim = (claimOptions: {
       readonly worker: string

@@ -175,6 +175,37 @@ const suite = (schema: string) => {
         expect(yield* outbox.claim({ worker: "w3", topics: [topic, other], limit: 10, lease: "30 seconds" })).toEqual([])
       }))
 
+    it.effect("messages of one ordering key are handed out one at a time in id order; other keys are not held back", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic("keyed")
+        const [a1, a2, a3, b1, free] = yield* outbox.enqueueMany([
+          { topic, payload: "a1", options: { orderingKey: "a" } },
+          { topic, payload: "a2", options: { orderingKey: "a" } },
+          { topic, payload: "a3", options: { orderingKey: "a" } },
+          { topic, payload: "b1", options: { orderingKey: "b" } },
+          { topic, payload: "free" }
+        ])
+        const first = yield* claimAll("w1", topic)
+        expect(first.map((m) => m.id)).toEqual([a1, b1, free])
+        // A second worker gets nothing of key a while a1 is open, even though a2 is unlocked.
+        expect(yield* claimAll("w2", topic)).toEqual([])
+        const [m1] = first
+        // A retry keeps the key blocked: a2 must not overtake a1.
+        yield* outbox.release(m1!.claim, { error: "retry later", retryDelay: "1 hour" })
+        expect(yield* claimAll("w2", topic)).toEqual([])
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`UPDATE ${sql.literal(yield* table)} SET available_at = now() WHERE id = ${a1!}`
+        const [again] = yield* claimAll("w2", topic)
+        expect(again!.id).toBe(a1)
+        yield* outbox.markProjected(again!.claim)
+        const [next] = yield* claimAll("w2", topic)
+        expect(next!.id).toBe(a2)
+        // A dead message does not hold its key forever.
+        yield* outbox.release(next!.claim, { error: "poison", retryDelay: 0, permanent: true })
+        expect((yield* claimAll("w2", topic)).map((m) => m.id)).toEqual([a3])
+      }))
+
     it.effect("a row locked by another open transaction is skipped, not waited for", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient

@@ -90,10 +90,10 @@ export const make = <Mismatch, Missing>(
   const claimStatement = <Row>(options: ClaimOptions, where: Statement.Fragment, returning: Statement.Fragment) =>
     sql<Row & { readonly id: string; readonly generation: string; readonly attempt: number; readonly exhausted: boolean }>`
       WITH ready AS (
-        SELECT id, attempt_count >= max_attempts AS exhausted FROM ${table}
-         WHERE ${done} IS NULL AND dead_at IS NULL AND available_at <= now()
-           AND (claimed_until IS NULL OR claimed_until <= now()) AND ${where}
-         ORDER BY id
+        SELECT c.id, c.attempt_count >= c.max_attempts AS exhausted FROM ${table} c
+         WHERE c.${done} IS NULL AND c.dead_at IS NULL AND c.available_at <= now()
+           AND (c.claimed_until IS NULL OR c.claimed_until <= now()) AND ${where}
+         ORDER BY c.id
          LIMIT ${options.limit}
          FOR UPDATE SKIP LOCKED)
       UPDATE ${table} q SET
@@ -120,6 +120,7 @@ export const make = <Mismatch, Missing>(
    * Claims up to `limit` ready rows in id order. A row whose final attempt's lease expired
    * (its worker died) goes to the dead letters here instead of being handed out again.
    */
+  /** `where` may refer to the candidate row as `c`. */
   const claim = <Row>(options: ClaimOptions, where: Statement.Fragment, returning: Statement.Fragment) =>
     Effect.zipRight(
       validateClaim(options),
