@@ -46,32 +46,46 @@ export type Services =
   | Inbox.Inbox
   | Cas.Cas
 
+/** The substrate over a `SqlClient` you already have (your pool, your transactions). */
+export const layerOver = (
+  options: Omit<Options, "connection"> = {}
+): Layer.Layer<Exclude<Services, PgClient.PgClient | SqlClient.SqlClient>, DurableConfigError | DatabaseError, SqlClient.SqlClient> =>
+  Layer.unwrapEffect(
+    Effect.gen(function*() {
+      const settings = Layer.succeed(DurableSettings, yield* makeSettings(options.settings))
+      yield* Outbox.validateOptions(options.outbox)
+      yield* Inbox.validateOptions(options.inbox)
+      const migrated = options.migrate === true
+        ? Layer.effectDiscard(Migrations.migrate()).pipe(Layer.provide(settings))
+        : Layer.empty
+      // Layer.fresh: two substrates built in one memo map (two schemas, two databases) stay apart.
+      return Layer.mergeAll(
+        Layer.fresh(MutationLedger.layer),
+        Outbox.layer(options.outbox),
+        Inbox.layer(options.inbox),
+        Layer.fresh(Cas.layer)
+      ).pipe(Layer.provideMerge(Layer.merge(settings, migrated)))
+    })
+  )
+
+/** A `PgClient` built from the connection settings, and the whole substrate over it. */
 export const layer = (options: Options): Layer.Layer<Services, DurableConfigError | DatabaseError> =>
   Layer.unwrapEffect(
     Effect.gen(function*() {
       const connection = yield* makeConnection(options.connection)
-      const settings = yield* makeSettings(options.settings)
+      // Everything else is validated before a connection is opened.
+      yield* makeSettings(options.settings)
       yield* Outbox.validateOptions(options.outbox)
       yield* Inbox.validateOptions(options.inbox)
-      const base = Layer.merge(
-        PgClient.layer({
-          url: connection.url,
-          maxConnections: connection.poolSize,
-          connectTimeout: connection.connectTimeout,
-          idleTimeout: connection.idleTimeout,
-          applicationName: connection.applicationName
-        }).pipe(Layer.mapError(classify("Durable.layer"))),
-        Layer.succeed(DurableSettings, settings)
-      )
-      const migrated = options.migrate === true
-        ? Layer.effectDiscard(Migrations.migrate()).pipe(Layer.provide(base))
-        : Layer.empty
-      return Layer.mergeAll(
-        MutationLedger.layer,
-        Outbox.layer(options.outbox),
-        Inbox.layer(options.inbox),
-        Cas.layer
-      ).pipe(Layer.provideMerge(Layer.merge(base, migrated)))
+      const client = PgClient.layer({
+        url: connection.url,
+        maxConnections: connection.poolSize,
+        connectTimeout: connection.connectTimeout,
+        idleTimeout: connection.idleTimeout,
+        applicationName: connection.applicationName
+      }).pipe(Layer.mapError(classify("Durable.layer")))
+      const { connection: _, ...rest } = options
+      return layerOver(rest).pipe(Layer.provideMerge(client))
     })
   )
 

@@ -7,28 +7,19 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
 import * as TestServices from "effect/TestServices"
-import { layerSettings, type SettingsInput } from "../src/DurableConfig.js"
-import * as Migrations from "../src/Migrations.js"
-import * as Inbox from "../src/Inbox.js"
-import * as MutationLedger from "../src/MutationLedger.js"
-import * as Outbox from "../src/Outbox.js"
+import type { SettingsInput } from "../src/DurableConfig.js"
+import * as Durable from "../src/Durable.js"
+import type * as Outbox from "../src/Outbox.js"
 
 export const database = (options: TestDatabase.Options = {}) =>
   TestDatabase.layerFresh({ maxConnections: 12, ...options })
 
-/** A migrated substrate in a fresh database, with the ledger, the outbox and the inbox. */
+/** A migrated substrate in a fresh database: settings, ledger, outbox, inbox, CAS. */
 export const substrate = (
   settings: SettingsInput = {},
   options: TestDatabase.Options = {},
   outbox: Outbox.OutboxOptions = {}
-) => {
-  const base = Layer.merge(database(options), layerSettings(settings))
-  const migrated = Layer.effectDiscard(Migrations.migrate()).pipe(Layer.provide(base))
-  // Layer.fresh: @effect/vitest memoizes layers by reference across the suites of a file.
-  return Layer.mergeAll(Layer.fresh(MutationLedger.layer), Outbox.layer(outbox), Inbox.layer()).pipe(
-    Layer.provideMerge(Layer.merge(base, migrated))
-  )
-}
+) => Durable.layerOver({ settings, outbox, migrate: true }).pipe(Layer.provideMerge(database(options)))
 
 export type SubstrateServices = Layer.Layer.Success<ReturnType<typeof substrate>> | PgServer.PgServer
 

@@ -1,0 +1,435 @@
+/**
+ * The projector: a fiber that claims outbox messages and delivers them through the
+ * `Publisher`, at least once. It holds no row lock while delivering (the claim is a lease,
+ * renewed for slow deliveries), never settles a message with a stale claim, delivers the
+ * messages of one ordering key one at a time in id order, and wakes on the outbox's NOTIFY
+ * as well as on a poll interval (so it also works through a pooler that carries no NOTIFY).
+ * Closing its scope stops claiming, lets in-flight deliveries finish within the shutdown
+ * deadline and releases whatever is left, so another worker takes it at once.
+ *
+ * @since 0.1.0
+ */
+import { type DatabaseError, DurableConfigError } from "@effect-durable/core/Errors"
+import * as Outbox from "@effect-durable/pg/Outbox"
+import * as PgClient from "@effect/sql-pg/PgClient"
+import * as Config from "effect/Config"
+import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
+import * as MetricBoundaries from "effect/MetricBoundaries"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import * as Random from "effect/Random"
+import * as Ref from "effect/Ref"
+import * as Schedule from "effect/Schedule"
+import * as Schema from "effect/Schema"
+import * as Stream from "effect/Stream"
+import * as Tracer from "effect/Tracer"
+import { randomBytes } from "node:crypto"
+import { hostname } from "node:os"
+import { permanent, Publisher, type PublishError, retryable } from "./Publisher.js"
+
+export interface ProjectorOptions {
+  /** Topics to deliver; default all. */
+  readonly topics?: ReadonlyArray<string>
+  /** Worker id stored with each claim; default host:pid:random. */
+  readonly workerId?: string
+  /** Messages per claim. Default 100. */
+  readonly batchSize?: number
+  /** Deliveries in flight at once. Default 16. */
+  readonly concurrency?: number
+  /** Lease of a claim; renewed every third of it while a delivery runs. Default 30 s. */
+  readonly lease?: Duration.DurationInput
+  /** Longest sleep between claims when no NOTIFY arrives. Default 1 s. */
+  readonly pollInterval?: Duration.DurationInput
+  /** Retry delay: exponential in the attempt with full jitter, between min and max. Default 1 s – 5 min. */
+  readonly backoff?: { readonly min?: Duration.DurationInput; readonly max?: Duration.DurationInput }
+  /** A delivery taking longer fails retryable. Default 10 s. */
+  readonly deliveryTimeout?: Duration.DurationInput
+  /** How long closing waits for in-flight deliveries before releasing them. Default 10 s. */
+  readonly shutdownDeadline?: Duration.DurationInput
+  /** Payload schemas by topic: a payload that does not decode goes to the dead letters at once. */
+  readonly schemas?: Readonly<Record<string, Schema.Schema<any, any, never>>>
+}
+
+interface Resolved {
+  readonly topics: ReadonlyArray<string> | undefined
+  readonly workerId: string
+  readonly batchSize: number
+  readonly concurrency: number
+  readonly lease: Duration.Duration
+  readonly pollInterval: Duration.Duration
+  readonly backoffMin: Duration.Duration
+  readonly backoffMax: Duration.Duration
+  readonly deliveryTimeout: Duration.Duration
+  readonly shutdownDeadline: Duration.Duration
+  readonly schemas: Readonly<Record<string, Schema.Schema<any, any, never>>>
+}
+
+/** What one run delivered. */
+export interface Counts {
+  readonly claimed: number
+  readonly delivered: number
+  readonly retried: number
+  readonly dead: number
+  /** Deliveries whose claim went stale (lease lost): never marked, counted here. */
+  readonly stale: number
+}
+
+const invalid = (field: string, rule: string) => Effect.fail(new DurableConfigError({ field, rule }))
+const positive = (field: string, input: Duration.DurationInput | undefined) => {
+  if (input === undefined) return Effect.void
+  const decoded = Duration.decodeUnknown(input)
+  return (typeof input === "number" && input <= 0) || Option.isNone(decoded) || !Duration.isFinite(decoded.value) ||
+      Duration.lessThanOrEqualTo(decoded.value, Duration.zero)
+    ? invalid(field, "a finite duration greater than zero")
+    : Effect.void
+}
+const count = (field: string, value: number | undefined, max: number) =>
+  value === undefined || (Number.isInteger(value) && value >= 1 && value <= max)
+    ? Effect.void
+    : invalid(field, `an integer from 1 to ${max}`)
+
+/** Checks every option; a bad one is a `DurableConfigError` naming it. */
+export const validateOptions = (options: ProjectorOptions): Effect.Effect<Resolved, DurableConfigError> =>
+  Effect.gen(function*() {
+    yield* count("batchSize", options.batchSize, 1000)
+    yield* count("concurrency", options.concurrency, 1000)
+    for (const [field, value] of [
+      ["lease", options.lease],
+      ["pollInterval", options.pollInterval],
+      ["backoff.min", options.backoff?.min],
+      ["backoff.max", options.backoff?.max],
+      ["deliveryTimeout", options.deliveryTimeout],
+      ["shutdownDeadline", options.shutdownDeadline]
+    ] as const) yield* positive(field, value)
+    if (options.workerId !== undefined && !/^[\x21-\x7e]{1,128}$/.test(options.workerId)) {
+      return yield* invalid("workerId", "1-128 printable ASCII characters without spaces")
+    }
+    if (options.topics !== undefined && (options.topics.length === 0 || options.topics.some((t) => t.length === 0))) {
+      return yield* invalid("topics", "a non-empty list of non-empty topics")
+    }
+    const resolved = resolve(options)
+    if (Duration.greaterThan(resolved.backoffMin, resolved.backoffMax)) {
+      return yield* invalid("backoff", "min must not exceed max")
+    }
+    return resolved
+  })
+
+const resolve = (options: ProjectorOptions): Resolved => ({
+  topics: options.topics,
+  workerId: options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString("hex")}`,
+  batchSize: options.batchSize ?? 100,
+  concurrency: options.concurrency ?? 16,
+  lease: Duration.decode(options.lease ?? "30 seconds"),
+  pollInterval: Duration.decode(options.pollInterval ?? "1 second"),
+  backoffMin: Duration.decode(options.backoff?.min ?? "1 second"),
+  backoffMax: Duration.decode(options.backoff?.max ?? "5 minutes"),
+  deliveryTimeout: Duration.decode(options.deliveryTimeout ?? "10 seconds"),
+  shutdownDeadline: Duration.decode(options.shutdownDeadline ?? "10 seconds"),
+  schemas: options.schemas ?? {}
+})
+
+/** Effect metrics of the projector, tagged by topic where a message is concerned. */
+export const metrics = {
+  claimed: Metric.counter("effect_durable_projector_claimed_total", { description: "messages claimed" }),
+  delivered: Metric.counter("effect_durable_projector_delivered_total", { description: "messages delivered and marked" }),
+  retried: Metric.counter("effect_durable_projector_retried_total", { description: "deliveries released for a retry" }),
+  dead: Metric.counter("effect_durable_projector_dead_total", { description: "messages sent to the dead letters" }),
+  stale: Metric.counter("effect_durable_projector_stale_total", { description: "deliveries whose claim went stale" }),
+  batchSize: Metric.histogram(
+    "effect_durable_projector_batch_size",
+    MetricBoundaries.fromIterable([1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]),
+    "messages per claim"
+  ),
+  lag: Metric.histogram(
+    "effect_durable_projector_lag_seconds",
+    MetricBoundaries.exponential({ start: 0.001, factor: 2, count: 20 }),
+    "enqueue to delivery, seconds"
+  )
+}
+
+/** The span a producer was in when it enqueued, from the stored W3C `traceparent`. */
+const producerSpan = (headers: Readonly<Record<string, string>>): Option.Option<Tracer.ExternalSpan> => {
+  const match = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/.exec(headers.traceparent ?? "")
+  return match === null
+    ? Option.none()
+    : Option.some(Tracer.externalSpan({ traceId: match[1]!, spanId: match[2]!, sampled: (parseInt(match[3]!, 16) & 1) === 1 }))
+}
+
+type Outcome = "delivered" | "retried" | "dead" | "stale"
+
+/**
+ * One projector's machinery over the outbox and publisher in context: `deliverBatch`
+ * claims once and settles what it claimed.
+ */
+const makeWorker = (config: Resolved) =>
+  Effect.gen(function*() {
+    const outbox = yield* Outbox.Outbox
+    const publisher = yield* Publisher
+    // Claims not yet settled: whatever is here when the projector stops is released.
+    const inFlight = yield* Ref.make(new Map<string, Outbox.Claim>())
+    const forget = (ids: Iterable<string>) =>
+      Ref.update(inFlight, (map) => {
+        const next = new Map(map)
+        for (const id of ids) next.delete(id)
+        return next
+      })
+
+    const backoff = (attempt: number, error: PublishError) =>
+      Effect.map(Random.next, (random) => {
+        const ceiling = Math.min(
+          Duration.toMillis(config.backoffMax),
+          Duration.toMillis(config.backoffMin) * 2 ** Math.min(attempt - 1, 30)
+        )
+        return Math.max(random * ceiling, Duration.toMillis(config.backoffMin) / 2, error.retryAfterMillis ?? 0)
+      })
+
+    const checkPayload = (message: Outbox.OutboxMessage): Either.Either<void, string> => {
+      const schema = config.schemas[message.topic]
+      if (schema === undefined) return Either.void
+      return Either.mapBoth(Schema.decodeUnknownEither(schema)(message.payload), {
+        onLeft: (error) => `payload does not decode: ${error.message.slice(0, 500)}`,
+        onRight: () => undefined
+      })
+    }
+
+    // The lease is renewed every third of it while the delivery runs; a renewal that finds
+    // the claim stale stops, and the delivery's outcome is then discarded.
+    const renewing = (claim: Outbox.Claim, stale: Ref.Ref<boolean>) =>
+      outbox.renewLease(claim, config.lease).pipe(
+        Effect.catchTags({
+          OutboxClaimMismatch: () => Effect.zipRight(Ref.set(stale, true), Effect.interrupt),
+          OutboxMissing: () => Effect.zipRight(Ref.set(stale, true), Effect.interrupt)
+        }),
+        Effect.catchAll(() => Effect.void),
+        Effect.delay(Duration.unsafeDivide(config.lease, 3)),
+        Effect.forever
+      )
+
+    const settleFailure = (message: Outbox.OutboxMessage, error: PublishError) =>
+      Effect.gen(function*() {
+        const retryDelay = error.retryable ? yield* backoff(message.attempt, error) : 0
+        const released = yield* outbox.release(message.claim, {
+          error: error.reason,
+          retryDelay: Duration.millis(retryDelay),
+          permanent: !error.retryable
+        }).pipe(Effect.either)
+        if (Either.isLeft(released)) {
+          return released.left._tag === "DatabaseError" ? yield* released.left : "stale" as const
+        }
+        return released.right.dead ? "dead" as const : "retried" as const
+      })
+
+    /** Delivers one message; success is returned for the batch mark, anything else settled here. */
+    const deliver = (message: Outbox.OutboxMessage) =>
+      Effect.gen(function*() {
+        yield* Metric.update(
+          Metric.tagged(metrics.lag, "topic", message.topic),
+          Math.max(0, (Date.now() - Date.parse(message.createdAt.replace(" ", "T").replace(/([+-]\d\d)$/, "$1:00"))) / 1000)
+        )
+        const decoded = checkPayload(message)
+        if (Either.isLeft(decoded)) {
+          return yield* settleFailure(message, permanent(decoded.left))
+        }
+        const stale = yield* Ref.make(false)
+        const renewer = yield* Effect.fork(renewing(message.claim, stale))
+        const published = yield* publisher.publish(message).pipe(
+          Effect.timeoutFail({
+            duration: config.deliveryTimeout,
+            onTimeout: () => retryable(`delivery timed out after ${Duration.format(config.deliveryTimeout)}`)
+          }),
+          Effect.either
+        )
+        yield* Fiber.interrupt(renewer)
+        if (yield* Ref.get(stale)) return "stale" as const
+        if (Either.isRight(published)) return "published" as const
+        return yield* settleFailure(message, published.left)
+      }).pipe(
+        Effect.withSpan("projector.deliver", {
+          kind: "producer",
+          attributes: {
+            "messaging.message.id": message.id,
+            "messaging.destination.name": message.topic,
+            "effect_durable.attempt": message.attempt
+          },
+          ...Option.match(producerSpan(message.headers), { onNone: () => ({}), onSome: (parent) => ({ parent }) })
+        })
+      )
+
+    const record = (outcome: Outcome, topic: string) => Metric.update(Metric.tagged(metrics[outcome], "topic", topic), 1)
+
+    /** Claims one batch and settles every message in it; returns what happened. */
+    const deliverBatch: Effect.Effect<Counts, DatabaseError | DurableConfigError> = Effect.gen(function*() {
+        const claimed = yield* outbox.claim({
+          worker: config.workerId,
+          ...(config.topics === undefined ? {} : { topics: config.topics }),
+          limit: config.batchSize,
+          lease: config.lease
+        }).pipe(Effect.withSpan("projector.claim", { attributes: { "effect_durable.worker": config.workerId } }))
+        if (claimed.length === 0) return { claimed: 0, delivered: 0, retried: 0, dead: 0, stale: 0 }
+        yield* Ref.update(inFlight, (map) => new Map([...map, ...claimed.map((m) => [m.id, m.claim] as const)]))
+        yield* Metric.incrementBy(metrics.claimed, claimed.length)
+        yield* Metric.update(metrics.batchSize, claimed.length)
+      const settled = Effect.gen(function*() {
+        const results = yield* Effect.forEach(
+          claimed,
+          (message) => Effect.map(deliver(message), (result) => [message, result] as const),
+          { concurrency: config.concurrency }
+        )
+        // One statement marks the whole batch: the round trip is paid once, not per message.
+        const published = results.filter(([, result]) => result === "published").map(([message]) => message)
+        const marked = yield* outbox.markProjectedMany(published.map((message) => message.claim))
+        const markedIds = new Set(marked.completed)
+        const tally = { claimed: claimed.length, delivered: 0, retried: 0, dead: 0, stale: 0 }
+        for (const [message, result] of results) {
+          const outcome: Outcome = result === "published" ? (markedIds.has(message.id) ? "delivered" : "stale") : result
+          tally[outcome]++
+          yield* record(outcome, message.topic)
+        }
+        return tally
+      })
+      // Interrupted (shutdown): the claims stay listed for `releaseInFlight`. Otherwise they are settled.
+      return yield* settled.pipe(
+        Effect.onExit((exit) => Exit.isInterrupted(exit) ? Effect.void : forget(claimed.map((message) => message.id)))
+      )
+    })
+
+    /** Releases every claim still held (shutdown): another worker may take them at once. */
+    const releaseInFlight = Effect.gen(function*() {
+      const left = yield* Ref.getAndSet(inFlight, new Map())
+      yield* Effect.forEach(
+        left.values(),
+        (claim) => Effect.ignore(outbox.release(claim, { error: "projector shut down", retryDelay: 0 })),
+        { concurrency: 8, discard: true }
+      )
+      if (left.size > 0) yield* Effect.logInfo(`effect-durable projector released ${left.size} in-flight messages on shutdown`)
+    })
+
+    return { deliverBatch, releaseInFlight, outbox }
+  })
+
+export class Projector extends Context.Tag("@effect-durable/projector/Projector")<Projector, {
+  readonly workerId: string
+  /** Totals since the projector started. */
+  readonly counts: Effect.Effect<Counts>
+}>() {}
+
+const add = (a: Counts, b: Counts): Counts => ({
+  claimed: a.claimed + b.claimed,
+  delivered: a.delivered + b.delivered,
+  retried: a.retried + b.retried,
+  dead: a.dead + b.dead,
+  stale: a.stale + b.stale
+})
+const zero: Counts = { claimed: 0, delivered: 0, retried: 0, dead: 0, stale: 0 }
+
+/**
+ * Runs the projector in the layer's scope. It needs the `Outbox` and a `Publisher`; when a
+ * `PgClient` is present it also LISTENs on the outbox channel (one dedicated connection,
+ * re-established if it drops).
+ */
+export const layer = (
+  options: ProjectorOptions = {}
+): Layer.Layer<Projector, DurableConfigError, Outbox.Outbox | Publisher> =>
+  Layer.scoped(
+    Projector,
+    Effect.gen(function*() {
+      const config = yield* validateOptions(options)
+      const worker = yield* makeWorker(config)
+      const totals = yield* Ref.make(zero)
+      const wake = yield* Queue.sliding<void>(1)
+      const stop = yield* Deferred.make<void>()
+
+      const pg = yield* Effect.serviceOption(PgClient.PgClient)
+      if (Option.isSome(pg)) {
+        yield* pg.value.listen(worker.outbox.channel).pipe(
+          Stream.runForEach((topic) =>
+            config.topics === undefined || config.topics.includes(topic) ? Queue.offer(wake, undefined) : Effect.void
+          ),
+          // The listening connection dropped: reconnect, and poll meanwhile.
+          Effect.zipRight(Effect.fail("listen ended" as const)),
+          Effect.retry(Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))),
+          Effect.forkScoped
+        )
+      }
+
+      const failures = yield* Ref.make(0)
+      const idle = Effect.raceFirst(
+        Effect.raceFirst(Queue.take(wake), Effect.sleep(config.pollInterval)),
+        Deferred.await(stop)
+      )
+      const loop: Effect.Effect<void> = Effect.gen(function*() {
+        while (!(yield* Deferred.isDone(stop))) {
+          const result = yield* Effect.either(worker.deliverBatch)
+          if (Either.isLeft(result)) {
+            // A store failure (the database restarted, a timeout): back off and carry on.
+            const n = yield* Ref.updateAndGet(failures, (k) => k + 1)
+            yield* Effect.logWarning(`effect-durable projector: ${result.left.message}; retrying`)
+            yield* Effect.raceFirst(
+              Effect.sleep(Duration.millis(Math.min(30_000, 100 * 2 ** Math.min(n, 8)))),
+              Deferred.await(stop)
+            )
+            continue
+          }
+          yield* Ref.set(failures, 0)
+          yield* Ref.update(totals, (t) => add(t, result.right))
+          if (result.right.claimed < config.batchSize) yield* idle
+        }
+      })
+
+      const fiber = yield* Effect.forkDaemon(loop)
+      yield* Effect.addFinalizer(() =>
+        Effect.gen(function*() {
+          yield* Deferred.succeed(stop, undefined)
+          const finished = yield* Fiber.await(fiber).pipe(Effect.timeout(config.shutdownDeadline), Effect.option)
+          if (Option.isNone(finished)) yield* Fiber.interrupt(fiber)
+          yield* worker.releaseInFlight
+        })
+      )
+      return Projector.of({ workerId: config.workerId, counts: Ref.get(totals) })
+    })
+  )
+
+/** Delivers until no message is ready, then returns what happened (tests, one-shot jobs). */
+export const drain = (options: ProjectorOptions = {}): Effect.Effect<
+  Counts,
+  DatabaseError | DurableConfigError,
+  Outbox.Outbox | Publisher
+> =>
+  Effect.gen(function*() {
+    const worker = yield* makeWorker(yield* validateOptions(options))
+    let totals = zero
+    while (true) {
+      const counts = yield* worker.deliverBatch
+      totals = add(totals, counts)
+      if (counts.claimed === 0) return totals
+    }
+  })
+
+/** Projector options from configuration (`PROJECTOR_*`), for `layerConfig`. */
+export const config: Config.Config<ProjectorOptions> = Config.all({
+  topics: Config.option(Config.array(Config.string(), "PROJECTOR_TOPICS")).pipe(
+    Config.withDescription("comma-separated topics to deliver (default: all)")
+  ),
+  workerId: Config.option(Config.string("PROJECTOR_WORKER_ID")),
+  batchSize: Config.integer("PROJECTOR_BATCH_SIZE").pipe(Config.withDefault(100)),
+  concurrency: Config.integer("PROJECTOR_CONCURRENCY").pipe(Config.withDefault(16)),
+  lease: Config.duration("PROJECTOR_LEASE").pipe(Config.withDefault(Duration.seconds(30))),
+  pollInterval: Config.duration("PROJECTOR_POLL_INTERVAL").pipe(Config.withDefault(Duration.seconds(1))),
+  backoffMin: Config.duration("PROJECTOR_BACKOFF_MIN").pipe(Config.withDefault(Duration.seconds(1))),
+  backoffMax: Config.duration("PROJECTOR_BACKOFF_MAX").pipe(Config.withDefault(Duration.minutes(5))),
+  deliveryTimeout: Config.duration("PROJECTOR_DELIVERY_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10))),
+  shutdownDeadline: Config.duration("PROJECTOR_SHUTDOWN_DEADLINE").pipe(Config.withDefault(Duration.seconds(10)))
+}).pipe(Config.map(({ backoffMax, backoffMin, topics, workerId, ...rest }): ProjectorOptions => ({
+  ...rest,
+  backoff: { min: backoffMin, max: backoffMax },
+  ...(Option.isSome(topics) ? { topics: topics.value } : {}),
+  ...(Option.isSome(workerId) ? { workerId: workerId.value } : {})
+})))
