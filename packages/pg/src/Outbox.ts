@@ -148,6 +148,7 @@ export class Outbox extends Context.Tag("@effect-durable/pg/Outbox")<Outbox, {
 }>() {}
 
 const DEFAULT_MAX_PAYLOAD = 256 * 1024
+const CLAIM_WINDOW = 1000
 const MAX_HEADER_BYTES = 16 * 1024
 
 /** The NOTIFY channel of a schema's outbox (channel names are at most 63 bytes). */
@@ -272,11 +273,22 @@ export const make = (
 
     // Per-key order: a keyed message is claimable only while no earlier message of its key
     // is open (claimed, waiting for a retry, or not yet claimed). Dead ones do not block.
-    const headOfKey = sql`(c.ordering_key IS NULL OR NOT EXISTS (
-      SELECT 1 FROM ${table} e
-       WHERE e.ordering_key = c.ordering_key AND e.id < c.id AND e.projected_at IS NULL AND e.dead_at IS NULL))`
+    // Only the first CLAIM_WINDOW claimable rows (in id order) are examined, so a backlog
+    // of blocked messages costs a bounded scan, not one proportional to the table.
+    const claimable = (topics: ReadonlyArray<string> | undefined, alias: string) => {
+      const a = sql.literal(alias)
+      return sql`${a}.projected_at IS NULL AND ${a}.dead_at IS NULL AND ${a}.available_at <= now()
+        AND (${a}.claimed_until IS NULL OR ${a}.claimed_until <= now())
+        ${topics === undefined ? sql`` : sql`AND ${a}.topic = ANY(${topics}::text[])`}`
+    }
     const topicFilter = (topics: ReadonlyArray<string> | undefined) =>
-      topics === undefined ? headOfKey : sql`c.topic = ANY(${topics}::text[]) AND ${headOfKey}`
+      sql`${topics === undefined ? sql`true` : sql`c.topic = ANY(${topics}::text[])`}
+        AND c.id <= (SELECT max(w.id) FROM (SELECT id FROM ${table} w WHERE ${claimable(topics, "w")}
+                                             ORDER BY id LIMIT ${CLAIM_WINDOW}) w)
+        AND (c.ordering_key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM ${table} e
+           WHERE e.ordering_key = c.ordering_key AND e.ordering_key IS NOT NULL AND e.id < c.id
+             AND e.projected_at IS NULL AND e.dead_at IS NULL))`
 
     const claim = (claimOptions: {
       readonly worker: string

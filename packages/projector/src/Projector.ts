@@ -27,12 +27,11 @@ import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Random from "effect/Random"
 import * as Ref from "effect/Ref"
-import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
-import * as Stream from "effect/Stream"
 import * as Tracer from "effect/Tracer"
 import { randomBytes } from "node:crypto"
 import { hostname } from "node:os"
+import { listen } from "./internal/listener.js"
 import { permanent, Publisher, type PublishError, retryable } from "./Publisher.js"
 
 export interface ProjectorOptions {
@@ -155,6 +154,16 @@ export const metrics = {
   )
 }
 
+// Tagging a metric builds a new key; the projector tags per topic, so it keeps them.
+const tagged = new WeakMap<object, Map<string, any>>()
+const forTopic = <M extends Metric.Metric<any, any, any>>(metric: M, topic: string): M => {
+  let byTopic = tagged.get(metric)
+  if (byTopic === undefined) tagged.set(metric, byTopic = new Map())
+  let found = byTopic.get(topic)
+  if (found === undefined) byTopic.set(topic, found = Metric.tagged(metric, "topic", topic))
+  return found
+}
+
 /** The span a producer was in when it enqueued, from the stored W3C `traceparent`. */
 const producerSpan = (headers: Readonly<Record<string, string>>): Option.Option<Tracer.ExternalSpan> => {
   const match = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/.exec(headers.traceparent ?? "")
@@ -177,9 +186,8 @@ const makeWorker = (config: Resolved) =>
     const inFlight = yield* Ref.make(new Map<string, Outbox.Claim>())
     const forget = (ids: Iterable<string>) =>
       Ref.update(inFlight, (map) => {
-        const next = new Map(map)
-        for (const id of ids) next.delete(id)
-        return next
+        for (const id of ids) map.delete(id)
+        return map
       })
 
     const backoff = (attempt: number, error: PublishError) =>
@@ -200,18 +208,22 @@ const makeWorker = (config: Resolved) =>
       })
     }
 
-    // The lease is renewed every third of it while the delivery runs; a renewal that finds
-    // the claim stale stops, and the delivery's outcome is then discarded.
-    const renewing = (claim: Outbox.Claim, stale: Ref.Ref<boolean>) =>
-      outbox.renewLease(claim, config.lease).pipe(
-        Effect.catchTags({
-          OutboxClaimMismatch: () => Effect.zipRight(Ref.set(stale, true), Effect.interrupt),
-          OutboxMissing: () => Effect.zipRight(Ref.set(stale, true), Effect.interrupt)
-        }),
-        Effect.catchAll(() => Effect.void),
-        Effect.delay(Duration.unsafeDivide(config.lease, 3)),
-        Effect.forever
-      )
+    // While a batch is delivered, one fiber renews the leases of its unsettled messages every
+    // third of the lease. A renewal that finds a claim stale marks it: that delivery's outcome
+    // is then discarded, never written.
+    const renewing = (pending: Map<string, Outbox.Claim>, stale: Set<string>) =>
+      Effect.forEach(
+        [...pending.values()],
+        (claim) =>
+          outbox.renewLease(claim, config.lease).pipe(
+            Effect.catchTags({
+              OutboxClaimMismatch: () => Effect.sync(() => stale.add(claim.messageId)),
+              OutboxMissing: () => Effect.sync(() => stale.add(claim.messageId))
+            }),
+            Effect.catchAll(() => Effect.void)
+          ),
+        { concurrency: 4, discard: true }
+      ).pipe(Effect.delay(Duration.unsafeDivide(config.lease, 3)), Effect.forever)
 
     const settleFailure = (message: Outbox.OutboxMessage, error: PublishError) =>
       Effect.gen(function*() {
@@ -228,18 +240,14 @@ const makeWorker = (config: Resolved) =>
       })
 
     /** Delivers one message; success is returned for the batch mark, anything else settled here. */
-    const deliver = (message: Outbox.OutboxMessage) =>
+    const deliver = (message: Outbox.OutboxMessage, pending: Map<string, Outbox.Claim>, stale: Set<string>) =>
       Effect.gen(function*() {
         yield* Metric.update(
-          Metric.tagged(metrics.lag, "topic", message.topic),
+          forTopic(metrics.lag, message.topic),
           Math.max(0, (Date.now() - Date.parse(message.createdAt.replace(" ", "T").replace(/([+-]\d\d)$/, "$1:00"))) / 1000)
         )
         const decoded = checkPayload(message)
-        if (Either.isLeft(decoded)) {
-          return yield* settleFailure(message, permanent(decoded.left))
-        }
-        const stale = yield* Ref.make(false)
-        const renewer = yield* Effect.fork(renewing(message.claim, stale))
+        if (Either.isLeft(decoded)) return yield* settleFailure(message, permanent(decoded.left))
         const published = yield* publisher.publish(message).pipe(
           Effect.timeoutFail({
             duration: config.deliveryTimeout,
@@ -247,8 +255,8 @@ const makeWorker = (config: Resolved) =>
           }),
           Effect.either
         )
-        yield* Fiber.interrupt(renewer)
-        if (yield* Ref.get(stale)) return "stale" as const
+        pending.delete(message.id)
+        if (stale.has(message.id)) return "stale" as const
         if (Either.isRight(published)) return "published" as const
         return yield* settleFailure(message, published.left)
       }).pipe(
@@ -263,7 +271,7 @@ const makeWorker = (config: Resolved) =>
         })
       )
 
-    const record = (outcome: Outcome, topic: string) => Metric.update(Metric.tagged(metrics[outcome], "topic", topic), 1)
+    const record = (outcome: Outcome, topic: string) => Metric.update(forTopic(metrics[outcome], topic), 1)
 
     /** Claims one batch and settles every message in it; returns what happened. */
     const deliverBatch: Effect.Effect<Counts, DatabaseError | DurableConfigError> = Effect.gen(function*() {
@@ -274,15 +282,22 @@ const makeWorker = (config: Resolved) =>
           lease: config.lease
         }).pipe(Effect.withSpan("projector.claim", { attributes: { "effect_durable.worker": config.workerId } }))
         if (claimed.length === 0) return { claimed: 0, delivered: 0, retried: 0, dead: 0, stale: 0 }
-        yield* Ref.update(inFlight, (map) => new Map([...map, ...claimed.map((m) => [m.id, m.claim] as const)]))
+        yield* Ref.update(inFlight, (map) => {
+          for (const message of claimed) map.set(message.id, message.claim)
+          return map
+        })
         yield* Metric.incrementBy(metrics.claimed, claimed.length)
         yield* Metric.update(metrics.batchSize, claimed.length)
       const settled = Effect.gen(function*() {
+        const pending = new Map(claimed.map((message) => [message.id, message.claim] as const))
+        const stale = new Set<string>()
+        const renewer = yield* Effect.fork(renewing(pending, stale))
         const results = yield* Effect.forEach(
           claimed,
-          (message) => Effect.map(deliver(message), (result) => [message, result] as const),
+          (message) => Effect.map(deliver(message, pending, stale), (result) => [message, result] as const),
           { concurrency: config.concurrency }
         )
+        yield* Fiber.interrupt(renewer)
         // One statement marks the whole batch: the round trip is paid once, not per message.
         const published = results.filter(([, result]) => result === "published").map(([message]) => message)
         const marked = yield* outbox.markProjectedMany(published.map((message) => message.claim))
@@ -349,15 +364,12 @@ export const layer = (
 
       const pg = yield* Effect.serviceOption(PgClient.PgClient)
       if (Option.isSome(pg)) {
-        yield* pg.value.listen(worker.outbox.channel).pipe(
-          Stream.runForEach((topic) =>
-            config.topics === undefined || config.topics.includes(topic) ? Queue.offer(wake, undefined) : Effect.void
-          ),
-          // The listening connection dropped: reconnect, and poll meanwhile.
-          Effect.zipRight(Effect.fail("listen ended" as const)),
-          Effect.retry(Schedule.exponential("100 millis").pipe(Schedule.union(Schedule.spaced("5 seconds")))),
-          Effect.forkScoped
-        )
+        // Wake on the outbox's NOTIFY (an empty payload: the connection was (re)established).
+        yield* listen(pg.value.config, worker.outbox.channel, (topic) => {
+          if (topic === "" || config.topics === undefined || config.topics.includes(topic)) {
+            Queue.unsafeOffer(wake, undefined)
+          }
+        })
       }
 
       const failures = yield* Ref.make(0)
@@ -380,7 +392,9 @@ export const layer = (
           }
           yield* Ref.set(failures, 0)
           yield* Ref.update(totals, (t) => add(t, result.right))
-          if (result.right.claimed < config.batchSize) yield* idle
+          // Only an empty claim means there is nothing to do: a short batch can be short because
+          // of per-key order (one message per key at a time), with the next heads ready now.
+          if (result.right.claimed === 0) yield* idle
         }
       })
 
@@ -388,7 +402,11 @@ export const layer = (
       yield* Effect.addFinalizer(() =>
         Effect.gen(function*() {
           yield* Deferred.succeed(stop, undefined)
-          const finished = yield* Fiber.await(fiber).pipe(Effect.timeout(config.shutdownDeadline), Effect.option)
+          // Finalizers run uninterruptibly; the wait must be interruptible for the deadline to cut it.
+          const finished = yield* Effect.interruptible(Fiber.await(fiber)).pipe(
+            Effect.timeout(config.shutdownDeadline),
+            Effect.option
+          )
           if (Option.isNone(finished)) yield* Fiber.interrupt(fiber)
           yield* worker.releaseInFlight
         })

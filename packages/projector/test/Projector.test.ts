@@ -1,0 +1,315 @@
+import { describe, expect, it } from "@effect/vitest"
+import * as Outbox from "@effect-durable/pg/Outbox"
+import * as Faults from "@effect-durable/testing/Faults"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
+import * as Supervisor from "effect/Supervisor"
+import * as TestServices from "effect/TestServices"
+import { APPLICATION_NAME } from "../src/internal/listener.js"
+import * as Projector from "../src/Projector.js"
+import * as Publisher from "../src/Publisher.js"
+import { Deliveries, eventually, outboxRows, projectedCount, recording, substrate } from "./support.js"
+
+/**
+ * Runs `body` while a projector with `options` and `publisher` runs; stops it after. The
+ * projector runs on the live clock (its poll, backoff, lease renewal and shutdown deadline
+ * are real time; the TestClock of `it.effect` would never let them pass).
+ */
+const withProjector = <A, E, R>(
+  options: Projector.ProjectorOptions,
+  publisher: Layer.Layer<Publisher.Publisher>,
+  body: Effect.Effect<A, E, R>
+) =>
+  Effect.scoped(
+    Effect.flatMap(Layer.build(Projector.layer(options).pipe(Layer.provide(publisher))), (context) =>
+      Effect.provide(body, context))
+  ).pipe(TestServices.provideLive)
+
+let topics = 0
+const freshTopic = () => `p-${++topics}`
+
+describe("Projector", () => {
+  it.layer(substrate(), { timeout: "3 minutes" })((it) => {
+    it.effect("delivers every committed message once and never a rolled-back one", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const deliveries = new Deliveries()
+        const committed: Array<string> = []
+        const rolledBack: Array<string> = []
+        yield* withProjector(
+          { topics: [topic], pollInterval: "50 millis" },
+          recording(deliveries),
+          Effect.gen(function*() {
+            for (let i = 0; i < 40; i++) {
+              if (i % 4 === 3) {
+                yield* Effect.flip(sql.withTransaction(
+                  Effect.zipRight(Effect.tap(outbox.enqueue(topic, { i }), (id) => Effect.sync(() => rolledBack.push(id))), Effect.fail("rollback"))
+                ))
+              } else {
+                committed.push(yield* sql.withTransaction(outbox.enqueue(topic, { i })))
+              }
+            }
+            yield* eventually(projectedCount(committed), (n) => n === committed.length)
+          })
+        )
+        expect(deliveries.ids().sort()).toEqual([...committed].sort())
+        expect(deliveries.ids().filter((id) => rolledBack.includes(id))).toEqual([])
+      }))
+
+    it.effect("wakes on LISTEN: commit to handler well below the poll interval", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const delivered = yield* Deferred.make<number>()
+        const publisher = Publisher.layerHandler(() => Effect.asVoid(Deferred.succeed(delivered, Date.now())))
+        const latency = yield* withProjector(
+          { topics: [topic], pollInterval: "1 hour" },
+          publisher,
+          Effect.gen(function*() {
+            // Give the listener its connection, then commit.
+            yield* eventually(
+              sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${APPLICATION_NAME} AND query LIKE 'LISTEN%'`,
+              (rows) => rows[0]!.n > 0
+            )
+            yield* TestServices.provideLive(Effect.sleep("300 millis"))
+            const committedAt = yield* Effect.map(sql.withTransaction(outbox.enqueue(topic, {})), () => Date.now())
+            const deliveredAt = yield* Deferred.await(delivered).pipe(Effect.timeout("10 seconds"), TestServices.provideLive)
+            return deliveredAt - committedAt
+          })
+        )
+        // The poll interval is an hour: only the notification can explain a delivery.
+        expect(latency).toBeLessThan(2_000)
+      }))
+
+    it.effect("the listener reconnects after its backend is terminated", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const deliveries = new Deliveries()
+        yield* withProjector(
+          { topics: [topic], pollInterval: "1 hour" },
+          recording(deliveries),
+          Effect.gen(function*() {
+            const listening = sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
+                                                  WHERE application_name = ${APPLICATION_NAME} AND query LIKE 'LISTEN%'`
+            yield* eventually(listening, (rows) => rows[0]!.n > 0)
+            expect(yield* Faults.terminateBackends(APPLICATION_NAME)).toBeGreaterThan(0)
+            yield* eventually(listening, (rows) => rows[0]!.n > 0)
+            const id = yield* outbox.enqueue(topic, {})
+            yield* eventually(projectedCount([id]), (n) => n === 1, 10)
+          })
+        )
+        expect(deliveries.seen).toHaveLength(1)
+      }))
+
+    it.effect("without a PgClient (no LISTEN) it still delivers by polling", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const sql = yield* SqlClient.SqlClient
+        const topic = freshTopic()
+        const deliveries = new Deliveries()
+        const id = yield* outbox.enqueue(topic, {})
+        // Only the services a generic SqlClient user has: no PgClient in context.
+        const generic = Layer.merge(Layer.succeed(Outbox.Outbox, outbox), Layer.succeed(SqlClient.SqlClient, sql))
+        yield* withProjector({ topics: [topic], pollInterval: "50 millis" }, recording(deliveries), eventually(projectedCount([id]), (n) => n === 1))
+          .pipe(Effect.provide(generic))
+        expect(deliveries.ids()).toEqual([id])
+      }))
+
+    it.effect("retryable failures are released with backoff and retried; permanent ones and exhausted attempts go dead", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const [flaky, poison, schemaBad] = yield* outbox.enqueueMany([
+          { topic, payload: { kind: "flaky", amount: 1 } },
+          { topic, payload: { kind: "poison", amount: 2 } },
+          { topic, payload: { kind: "flaky", amount: "not a number" } }
+        ])
+        const deliveries = new Deliveries()
+        let flakyFailures = 0
+        const behaviour = (message: Outbox.OutboxMessage) => {
+          const payload = message.payload as { kind: string }
+          if (payload.kind === "poison") return Effect.fail(Publisher.permanent("rejected by destination"))
+          if (flakyFailures < 2) {
+            flakyFailures++
+            return Effect.fail(Publisher.retryable("destination busy"))
+          }
+          return Effect.void
+        }
+        const counts = yield* Projector.drain({
+          topics: [topic],
+          backoff: { min: "50 millis", max: "100 millis" },
+          schemas: { [topic]: Schema.Struct({ kind: Schema.String, amount: Schema.Number }) }
+        }).pipe(Effect.provide(recording(deliveries, behaviour)))
+        expect(counts).toMatchObject({ claimed: 3, retried: 1, dead: 2, delivered: 0 })
+        const rows = yield* outboxRows([flaky!, poison!, schemaBad!])
+        expect(rows[1]).toMatchObject({ dead: true, last_error: "rejected by destination" })
+        expect(rows[2]!.dead).toBe(true)
+        expect(rows[2]!.last_error).toMatch(/does not decode/)
+        // The undecodable one never reached the publisher.
+        expect(deliveries.ids()).not.toContain(schemaBad)
+        // The flaky one is retried after its backoff and eventually delivered.
+        const later = yield* eventually(
+          Projector.drain({ topics: [topic], backoff: { min: "50 millis", max: "100 millis" } }).pipe(
+            Effect.provide(recording(deliveries, behaviour)),
+            Effect.zipRight(outboxRows([flaky!]))
+          ),
+          (rows) => rows[0]!.projected
+        )
+        expect(later[0]).toMatchObject({ attempt_count: 3, projected: true })
+      }))
+
+    it.effect("a slow delivery keeps its lease by renewal: no second worker takes it", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const id = yield* outbox.enqueue(topic, {})
+        const deliveries = new Deliveries()
+        const slow = recording(deliveries, () => TestServices.provideLive(Effect.sleep("1500 millis")))
+        yield* Effect.all([
+          withProjector({ topics: [topic], lease: "600 millis", pollInterval: "50 millis", workerId: "slow-a" }, slow, eventually(projectedCount([id]), (n) => n === 1)),
+          withProjector({ topics: [topic], lease: "600 millis", pollInterval: "50 millis", workerId: "slow-b" }, slow, eventually(projectedCount([id]), (n) => n === 1))
+        ], { concurrency: "unbounded" })
+        expect(deliveries.ids()).toEqual([id])
+        expect((yield* outboxRows([id]))[0]).toMatchObject({ claim_generation: "1", attempt_count: 1 })
+      }))
+
+    it.effect("a delivery whose claim went stale never marks the row and is counted", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const id = yield* outbox.enqueue(topic, {})
+        const started = yield* Deferred.make<void>()
+        const proceed = yield* Deferred.make<void>()
+        const publisher = Publisher.layerHandler(() => Effect.zipRight(Deferred.succeed(started, undefined), Deferred.await(proceed)))
+        const counts = yield* withProjector(
+          { topics: [topic], lease: "1 minute", pollInterval: "50 millis" },
+          publisher,
+          Effect.gen(function*() {
+            yield* Deferred.await(started)
+            // Another worker takes the message over (as after a lost lease).
+            yield* sql`UPDATE durable.outbox SET claimed_by = 'thief', claim_generation = claim_generation + 1 WHERE id = ${id}`
+            yield* Deferred.succeed(proceed, undefined)
+            const projector = yield* Projector.Projector
+            return yield* eventually(projector.counts, (c) => c.stale === 1)
+          })
+        )
+        expect(counts).toMatchObject({ stale: 1, delivered: 0 })
+        expect((yield* outboxRows([id]))[0]).toMatchObject({ projected: false, claimed_by: "thief", claim_generation: "2" })
+      }))
+
+    it.effect("per-key order: 50 keys x 200 messages through 4 projectors, each key delivered in enqueue order", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const keys = Array.from({ length: 50 }, (_, k) => `key-${k}`)
+        // Interleaved: message i of every key, then i + 1, so keys compete in every claim.
+        const ids = yield* outbox.enqueueMany(
+          Array.from({ length: 200 }, (_, i) => keys.map((key) => ({ topic, payload: { key, seq: i }, options: { orderingKey: key } })))
+            .flat()
+        )
+        const order = new Map<string, Array<number>>(keys.map((key) => [key, []]))
+        let inFlight = 0
+        let maxInFlight = 0
+        const publisher = Publisher.layerHandler((message) =>
+          Effect.gen(function*() {
+            const { key, seq } = message.payload as { key: string; seq: number }
+            inFlight++
+            maxInFlight = Math.max(maxInFlight, inFlight)
+            order.get(key)!.push(seq)
+            yield* Effect.yieldNow()
+            inFlight--
+          })
+        )
+        yield* Effect.all(
+          [1, 2, 3, 4].map((n) =>
+            withProjector(
+              { topics: [topic], workerId: `ordered-${n}`, pollInterval: "20 millis", concurrency: 16 },
+              publisher,
+              eventually(projectedCount(ids), (count) => count === ids.length, 120)
+            )
+          ),
+          { concurrency: "unbounded" }
+        )
+        for (const key of keys) expect(order.get(key)).toEqual(Array.from({ length: 200 }, (_, i) => i))
+        expect(maxInFlight).toBeGreaterThan(1)
+      }), 180_000)
+
+    it.effect("closing the scope lets an in-flight delivery finish and marks it", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const id = yield* outbox.enqueue(topic, {})
+        const started = yield* Deferred.make<void>()
+        const publisher = Publisher.layerHandler(() =>
+          Effect.zipRight(Deferred.succeed(started, undefined), TestServices.provideLive(Effect.sleep("300 millis")))
+        )
+        yield* withProjector({ topics: [topic], pollInterval: "50 millis", shutdownDeadline: "5 seconds" }, publisher, Deferred.await(started))
+        expect((yield* outboxRows([id]))[0]).toMatchObject({ projected: true })
+      }))
+
+    it.effect("past the shutdown deadline the unfinished deliveries are released for another worker at once", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const ids = yield* outbox.enqueueMany([1, 2, 3].map((i) => ({ topic, payload: i })))
+        const started = yield* Deferred.make<void>()
+        const stuck = Publisher.layerHandler(() => Effect.zipRight(Deferred.succeed(started, undefined), Effect.never))
+        yield* withProjector(
+          { topics: [topic], pollInterval: "50 millis", shutdownDeadline: "200 millis", lease: "1 hour", concurrency: 1 },
+          stuck,
+          Deferred.await(started)
+        )
+        const rows = yield* outboxRows(ids)
+        expect(rows.every((row) => row.released && !row.projected)).toBe(true)
+        const next = yield* outbox.claim({ worker: "next", topics: [topic], limit: 10, lease: "1 minute" })
+        expect(next.map((m) => m.id)).toEqual(ids)
+      }))
+
+    it.effect("starting and stopping the projector 200 times leaks no fiber and no connection", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const connections = Effect.map(
+          sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database()`,
+          (rows) => rows[0]!.n
+        )
+        const supervisor = yield* Supervisor.track
+        const publisher = recording(new Deliveries())
+        yield* withProjector({ pollInterval: "50 millis" }, publisher, Effect.void)
+        const baseline = yield* connections
+        for (let i = 0; i < 200; i++) {
+          yield* withProjector({ pollInterval: "50 millis" }, publisher, Effect.yieldNow()).pipe(Effect.supervised(supervisor))
+        }
+        const live = yield* supervisor.value
+        expect(live.filter((fiber) => fiber.unsafePoll() === null)).toEqual([])
+        // The listener's connection closes asynchronously; wait for the count to settle.
+        const settled = yield* eventually(connections, (n) => n <= baseline, 10)
+        expect(settled).toBeLessThanOrEqual(baseline)
+      }), 120_000)
+
+    it.effect("bad options are typed errors naming the option", () =>
+      Effect.gen(function*() {
+        const cases: ReadonlyArray<readonly [Projector.ProjectorOptions, string]> = [
+          [{ batchSize: 0 }, "batchSize"],
+          [{ concurrency: 1.5 }, "concurrency"],
+          [{ lease: 0 }, "lease"],
+          [{ pollInterval: -1 }, "pollInterval"],
+          [{ backoff: { min: "10 seconds", max: "1 second" } }, "backoff"],
+          [{ workerId: "has space" }, "workerId"],
+          [{ topics: [] }, "topics"]
+        ]
+        for (const [options, field] of cases) {
+          const error = yield* Effect.flip(withProjector(options, recording(new Deliveries()), Effect.void))
+          expect(error).toMatchObject({ _tag: "DurableConfigError", field })
+        }
+      }))
+  })
+})

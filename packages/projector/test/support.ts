@@ -1,0 +1,66 @@
+// What projector suites share: a migrated substrate in a fresh database, a recording
+// publisher, and waits on the live clock.
+import * as Durable from "@effect-durable/pg/Durable"
+import * as Outbox from "@effect-durable/pg/Outbox"
+import * as TestDatabase from "@effect-durable/testing/TestDatabase"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as TestServices from "effect/TestServices"
+import type { PublishError } from "../src/Publisher.js"
+import * as Publisher from "../src/Publisher.js"
+
+export const substrate = (options: TestDatabase.Options = {}) =>
+  Durable.layerOver({ migrate: true }).pipe(
+    Layer.provideMerge(TestDatabase.layerFresh({ maxConnections: 16, applicationName: "projector-test", ...options }))
+  )
+
+/** Every delivery a publisher saw, in the order it saw them. */
+export class Deliveries {
+  readonly seen: Array<Outbox.OutboxMessage> = []
+  ids(): Array<string> {
+    return this.seen.map((message) => message.id)
+  }
+}
+
+/** A publisher that records each message, then runs `behaviour` (default: succeed). */
+export const recording = (
+  deliveries: Deliveries,
+  behaviour: (message: Outbox.OutboxMessage) => Effect.Effect<void, PublishError> = () => Effect.void
+) =>
+  Publisher.layerHandler((message) =>
+    Effect.zipRight(Effect.sync(() => deliveries.seen.push(message)), behaviour(message))
+  )
+
+/** Repeats `effect` on the live clock until `until` holds, for at most `seconds`. */
+export const eventually = <A, E, R>(effect: Effect.Effect<A, E, R>, until: (a: A) => boolean, seconds = 30) => {
+  const loop: Effect.Effect<A, E, R> = Effect.flatMap(
+    effect,
+    (a) => until(a) ? Effect.succeed(a) : Effect.zipRight(Effect.sleep("20 millis"), Effect.suspend(() => loop))
+  )
+  return loop.pipe(
+    Effect.timeoutFail({ duration: `${seconds} seconds`, onTimeout: () => new Error(`condition not met in ${seconds} s`) }),
+    TestServices.provideLive
+  )
+}
+
+export interface OutboxRow {
+  readonly id: string
+  readonly claimed_by: string | null
+  readonly claim_generation: string
+  readonly attempt_count: number
+  readonly projected: boolean
+  readonly dead: boolean
+  readonly last_error: string | null
+  readonly released: boolean
+}
+
+export const outboxRows = (ids: ReadonlyArray<string>) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<OutboxRow>`
+      SELECT id::text, claimed_by, claim_generation::text, attempt_count, projected_at IS NOT NULL AS projected,
+             dead_at IS NOT NULL AS dead, last_error, claimed_until IS NULL AS released
+        FROM durable.outbox o WHERE o.id = ANY(${ids}::bigint[]) ORDER BY o.id`)
+
+export const projectedCount = (ids: ReadonlyArray<string>) =>
+  Effect.map(outboxRows(ids), (rows) => rows.filter((row) => row.projected).length)
