@@ -1,0 +1,146 @@
+import { describe, expect, it } from "@effect/vitest"
+import * as Outbox from "@effect-durable/pg/Outbox"
+import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
+import * as TestServices from "effect/TestServices"
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http"
+import type { AddressInfo } from "node:net"
+import * as Projector from "../src/Projector.js"
+import * as Publisher from "../src/Publisher.js"
+import * as Webhook from "../src/Webhook.js"
+import { substrate } from "./support.js"
+
+interface Received {
+  readonly headers: IncomingMessage["headers"]
+  readonly body: string
+}
+
+/** A real HTTP server on 127.0.0.1 that records requests and answers with `respond`. */
+const server = (respond: (request: Received, res: ServerResponse) => void) =>
+  Effect.acquireRelease(
+    Effect.async<{ url: string; received: Array<Received> }>((resume) => {
+      const received: Array<Received> = []
+      const http = createServer((req, res) => {
+        let body = ""
+        req.on("data", (chunk) => (body += chunk))
+        req.on("end", () => {
+          const request = { headers: req.headers, body }
+          received.push(request)
+          respond(request, res)
+        })
+      })
+      http.listen(0, "127.0.0.1", () =>
+        resume(Effect.succeed({ url: `http://127.0.0.1:${(http.address() as AddressInfo).port}/hook`, received, http } as never)))
+    }),
+    (s) => Effect.promise(() => new Promise<void>((resolve) => {
+      const http = (s as unknown as { http: import("node:http").Server }).http
+      http.closeAllConnections()
+      http.close(() => resolve())
+    }))
+  )
+
+const secret = Redacted.make("webhook-secret-of-enough-bytes")
+const message = (id: string): Outbox.OutboxMessage => ({
+  id,
+  topic: "order-placed",
+  orderingKey: null,
+  payload: { orderId: 7, total: 42 },
+  headers: { traceparent: "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01" },
+  createdAt: "2026-11-29 15:00:00.123456+00",
+  attempt: 1,
+  claim: { messageId: id, worker: "w", generation: 1 }
+})
+
+const publishTo = (url: string, options: Partial<Webhook.WebhookOptions> = {}) => (m: Outbox.OutboxMessage) =>
+  Effect.flatMap(Webhook.make({ url, secret, ...options }), (publisher) => publisher.publish(m)).pipe(
+    Effect.provide(FetchHttpClient.layer)
+  )
+
+describe("Webhook publisher", () => {
+  it.scoped("POSTs the message as JSON with its id as Idempotency-Key and a verifiable signature", () =>
+    Effect.gen(function*() {
+      const { received, url } = yield* server((_, res) => res.writeHead(204).end())
+      yield* publishTo(url)(message("41"))
+      const [request] = received
+      expect(JSON.parse(request!.body)).toMatchObject({ id: "41", topic: "order-placed", attempt: 1, payload: { orderId: 7, total: 42 } })
+      expect(request!.headers["content-type"]).toMatch(/application\/json/)
+      expect(request!.headers["idempotency-key"]).toBe("41")
+      expect(request!.headers.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$/)
+      const signature = request!.headers[Webhook.SIGNATURE_HEADER] as string
+      expect(Webhook.verify(secret, signature, request!.body)).toBe(true)
+      expect(Webhook.verify(secret, signature, request!.body.replace("42", "43"))).toBe(false)
+      expect(Webhook.verify(Redacted.make("another secret of 16+ bytes"), signature, request!.body)).toBe(false)
+      expect(Webhook.verify(secret, signature, request!.body, { now: Math.floor(Date.now() / 1000) + 3600 })).toBe(false)
+    }))
+
+  it.scoped("408, 429 and 5xx are retryable (Retry-After honoured); other 4xx are permanent", () =>
+    Effect.gen(function*() {
+      const statuses: Record<string, [number, Record<string, string>]> = {
+        "1": [500, {}],
+        "2": [503, { "retry-after": "7" }],
+        "3": [429, { "retry-after": new Date(Date.now() + 60_000).toUTCString() }],
+        "4": [408, {}],
+        "5": [404, {}],
+        "6": [400, {}]
+      }
+      const { url } = yield* server((request, res) => {
+        const [status, headers] = statuses[JSON.parse(request.body).id]!
+        res.writeHead(status, headers).end("no")
+      })
+      const publish = publishTo(url)
+      const outcome = (id: string) => Effect.map(Effect.flip(publish(message(id))), (e) => e as Publisher.PublishError)
+      expect(yield* outcome("1")).toMatchObject({ retryable: true, reason: "webhook answered 500" })
+      expect(yield* outcome("2")).toMatchObject({ retryable: true, retryAfterMillis: 7000 })
+      const dated = yield* outcome("3")
+      expect(dated.retryable).toBe(true)
+      expect(dated.retryAfterMillis).toBeGreaterThan(50_000)
+      expect(yield* outcome("4")).toMatchObject({ retryable: true })
+      expect(yield* outcome("5")).toMatchObject({ retryable: false, reason: "webhook answered 404" })
+      expect(yield* outcome("6")).toMatchObject({ retryable: false })
+    }))
+
+  it.live("a timeout and an unreachable endpoint are retryable", () =>
+    Effect.gen(function*() {
+      const { url } = yield* server(() => undefined) // never answers
+      const slow = (yield* Effect.flip(publishTo(url, { timeout: "200 millis" })(message("9")))) as Publisher.PublishError
+      expect(slow).toMatchObject({ retryable: true })
+      expect(slow.reason).toMatch(/did not answer/)
+      const closed = (yield* Effect.flip(publishTo("http://127.0.0.1:1/hook")(message("10")))) as Publisher.PublishError
+      expect(closed).toMatchObject({ retryable: true })
+      expect(closed.reason).toMatch(/unreachable/)
+    }).pipe(Effect.scoped))
+
+  it.effect("a short secret or a malformed URL is a typed configuration error", () =>
+    Effect.gen(function*() {
+      const short = yield* Effect.flip(Webhook.make({ url: "http://127.0.0.1/x", secret: Redacted.make("short") }))
+      expect(short).toMatchObject({ _tag: "DurableConfigError", field: "webhook.secret" })
+      const url = yield* Effect.flip(Webhook.make({ url: "ftp://x", secret }))
+      expect(url).toMatchObject({ field: "webhook.url" })
+    }).pipe(Effect.provide(FetchHttpClient.layer)))
+
+  it.layer(substrate())((it) => {
+    it.scoped("end to end: outbox -> projector -> webhook; a 503 is retried, then delivered and marked", () =>
+      Effect.gen(function*() {
+        let calls = 0
+        const { received, url } = yield* server((_, res) => {
+          calls++
+          res.writeHead(calls === 1 ? 503 : 200).end()
+        })
+        const outbox = yield* Outbox.Outbox
+        const id = yield* outbox.enqueue("webhook-e2e", { hello: "world" })
+        const publisher = Webhook.layer({ url, secret }).pipe(Layer.provide(FetchHttpClient.layer))
+        const drain = Projector.drain({ topics: ["webhook-e2e"], backoff: { min: "20 millis", max: "40 millis" } }).pipe(
+          Effect.provide(publisher)
+        )
+        const first = yield* drain
+        expect(first).toMatchObject({ claimed: 1, retried: 1 })
+        yield* TestServices.provideLive(Effect.sleep("100 millis"))
+        const second = yield* drain
+        expect(second).toMatchObject({ claimed: 1, delivered: 1 })
+        expect(received.map((r) => JSON.parse(r.body).id)).toEqual([id, id])
+        expect(received.map((r) => JSON.parse(r.body).attempt)).toEqual([1, 2])
+      }))
+  })
+})
