@@ -234,7 +234,11 @@ const makeWorker = (config: Resolved) =>
           permanent: !error.retryable
         }).pipe(Effect.either)
         if (Either.isLeft(released)) {
-          return released.left._tag === "DatabaseError" ? yield* released.left : "stale" as const
+          if (released.left._tag !== "DatabaseError") return "stale" as const
+          // The release itself failed: the message keeps its lease and is retried once it
+          // expires. The rest of the batch is not held back by it.
+          yield* Effect.logWarning(`effect-durable projector: release of ${message.id} failed: ${released.left.message}`)
+          return "retried" as const
         }
         return released.right.dead ? "dead" as const : "retried" as const
       })
@@ -291,13 +295,15 @@ const makeWorker = (config: Resolved) =>
       const settled = Effect.gen(function*() {
         const pending = new Map(claimed.map((message) => [message.id, message.claim] as const))
         const stale = new Set<string>()
-        const renewer = yield* Effect.fork(renewing(pending, stale))
-        const results = yield* Effect.forEach(
-          claimed,
-          (message) => Effect.map(deliver(message, pending, stale), (result) => [message, result] as const),
-          { concurrency: config.concurrency }
-        )
-        yield* Fiber.interrupt(renewer)
+        // The renewer must stop however the deliveries end, or it would keep leases alive.
+        const results = yield* Effect.scoped(Effect.zipRight(
+          Effect.forkScoped(renewing(pending, stale)),
+          Effect.forEach(
+            claimed,
+            (message) => Effect.map(deliver(message, pending, stale), (result) => [message, result] as const),
+            { concurrency: config.concurrency }
+          )
+        ))
         // One statement marks the whole batch: the round trip is paid once, not per message.
         const published = results.filter(([, result]) => result === "published").map(([message]) => message)
         const marked = yield* outbox.markProjectedMany(published.map((message) => message.claim))

@@ -1,0 +1,87 @@
+import { describe, expect, it } from "@effect/vitest"
+import { DatabaseError } from "@effect-durable/core/Errors"
+import * as Outbox from "@effect-durable/pg/Outbox"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as TestServices from "effect/TestServices"
+import * as Projector from "../src/Projector.js"
+import * as Publisher from "../src/Publisher.js"
+import { eventually, projectedCount, substrate } from "./support.js"
+
+type Operation = "claim" | "markProjectedMany" | "release"
+type Fault = "fail" | "stall"
+
+/**
+ * Wraps the outbox so that chosen calls (1-based, per operation) fail with a retryable
+ * database error or stall for a while before going through: a deterministic fault schedule.
+ */
+const faulty = (outbox: Outbox.Outbox["Type"], schedule: Partial<Record<Operation, Record<number, Fault>>>) => {
+  const calls: Record<Operation, number> = { claim: 0, markProjectedMany: 0, release: 0 }
+  const inject = <A, E>(operation: Operation, effect: Effect.Effect<A, E>): Effect.Effect<A, E | DatabaseError> =>
+    Effect.suspend((): Effect.Effect<A, E | DatabaseError> => {
+      const fault = schedule[operation]?.[++calls[operation]]
+      if (fault === "fail") {
+        return Effect.fail(new DatabaseError({ code: "57P01", retryable: true, operation, detail: "injected fault" }))
+      }
+      if (fault === "stall") return Effect.zipRight(TestServices.provideLive(Effect.sleep("300 millis")), effect)
+      return effect
+    })
+  return {
+    calls,
+    outbox: Outbox.Outbox.of({
+      ...outbox,
+      claim: (options) => inject("claim", outbox.claim(options)),
+      markProjectedMany: (claims) => inject("markProjectedMany", outbox.markProjectedMany(claims)),
+      release: (claim, options) => inject("release", outbox.release(claim, options)) as never
+    })
+  }
+}
+
+describe("Projector under store faults", () => {
+  it.layer(substrate())((it) => {
+    it.effect("survives failing and stalling claim, mark and release calls; marks every message exactly once", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        // Every transition to projected is logged: a second mark of a row would show twice.
+        yield* sql`CREATE TABLE mark_log (id bigint)`
+        yield* sql.unsafe(`CREATE FUNCTION log_mark() RETURNS trigger LANGUAGE plpgsql AS $$
+          BEGIN IF NEW.projected_at IS NOT NULL AND NEW.projected_at IS DISTINCT FROM OLD.projected_at
+                THEN INSERT INTO mark_log VALUES (NEW.id); END IF; RETURN NEW; END $$`)
+        yield* sql.unsafe(`CREATE TRIGGER log_mark AFTER UPDATE ON durable.outbox FOR EACH ROW EXECUTE FUNCTION log_mark()`)
+        const outbox = yield* Outbox.Outbox
+        const ids = yield* outbox.enqueueMany(Array.from({ length: 30 }, (_, i) => ({ topic: "faulty", payload: { i } })))
+        const { calls, outbox: broken } = faulty(outbox, {
+          claim: { 1: "fail", 3: "stall", 4: "fail" },
+          markProjectedMany: { 1: "fail", 3: "stall" },
+          release: { 1: "fail" }
+        })
+        let firstTry = true
+        const publisher = Publisher.layerHandler((message) => {
+          // One retryable delivery failure, so that release (and its fault) is exercised.
+          if ((message.payload as { i: number }).i === 5 && firstTry) {
+            firstTry = false
+            return Effect.fail(Publisher.retryable("flaky"))
+          }
+          return Effect.void
+        })
+        const projector = Projector.layer({
+          topics: ["faulty"],
+          batchSize: 10,
+          lease: "1 second",
+          pollInterval: "50 millis",
+          backoff: { min: "20 millis", max: "50 millis" }
+        }).pipe(Layer.provide(Layer.merge(publisher, Layer.succeed(Outbox.Outbox, broken))))
+        yield* Effect.scoped(Effect.zipRight(
+          Layer.build(projector),
+          eventually(projectedCount(ids), (n) => n === ids.length, 60)
+        )).pipe(TestServices.provideLive)
+        expect(calls.claim).toBeGreaterThanOrEqual(4)
+        expect(calls.markProjectedMany).toBeGreaterThanOrEqual(3)
+        expect(calls.release).toBeGreaterThanOrEqual(1)
+        const marks = yield* sql<{ id: string; n: number }>`SELECT id::text, count(*)::int AS n FROM mark_log GROUP BY id ORDER BY id`
+        expect(marks.map((m) => m.id).sort()).toEqual([...ids].sort())
+        expect(marks.every((m) => m.n === 1)).toBe(true)
+      }), 120_000)
+  })
+})
