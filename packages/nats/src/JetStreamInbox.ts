@@ -1,0 +1,111 @@
+/**
+ * A durable JetStream pull consumer that applies each delivery through the inbox: the
+ * handler's effect and the receipt commit in one PostgreSQL transaction, and the message is
+ * acked only after that commit. A redelivery (after a crash between commit and ack, or an
+ * ack lost on the way) finds the receipt and is acked without running anything; a failed
+ * handler leaves no receipt and the message is nak'ed for a later redelivery.
+ *
+ * @since 0.1.0
+ */
+import * as Inbox from "@effect-durable/pg/Inbox"
+import { AckPolicy, type JsMsg } from "@nats-io/jetstream"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
+import { Nats, NatsError, reason } from "./Nats.js"
+
+export interface Delivery {
+  /** `Nats-Msg-Id` (the outbox message id), or the stream sequence when absent. */
+  readonly id: string
+  readonly subject: string
+  readonly payload: unknown
+  readonly headers: Readonly<Record<string, string>>
+  /** 1 for the first delivery of this message by the broker. */
+  readonly deliveryCount: number
+}
+
+export interface ConsumeOptions<E, R> {
+  readonly stream: string
+  /** The durable consumer's name; also the inbox consumer name. */
+  readonly durable: string
+  /** Subject filter of the consumer; default: the whole stream. */
+  readonly filterSubject?: string
+  readonly handle: (delivery: Delivery) => Effect.Effect<void, E, R>
+  /** Redelivery delay after a failed handler. Default 1 s. */
+  readonly retryDelay?: Duration.DurationInput
+  /** Messages fetched per pull. Default 100. */
+  readonly batch?: number
+}
+
+const toDelivery = (message: JsMsg): Delivery => {
+  const headers: Record<string, string> = {}
+  for (const key of message.headers?.keys() ?? []) headers[key] = message.headers!.get(key)
+  const text = new TextDecoder().decode(message.data)
+  let payload: unknown
+  try {
+    payload = JSON.parse(text)
+  } catch {
+    payload = text
+  }
+  return {
+    id: headers["Nats-Msg-Id"] ?? `seq-${message.seq}`,
+    subject: message.subject,
+    payload,
+    headers,
+    deliveryCount: message.info.deliveryCount
+  }
+}
+
+/**
+ * Creates (or updates) the durable consumer and consumes until the scope closes. Each
+ * message: `Inbox.handle(durable, id, handle(delivery))`, then ack; a failure naks.
+ */
+export const consume = <E, R>(
+  options: ConsumeOptions<E, R>
+): Effect.Effect<void, NatsError, Nats | Inbox.Inbox | Scope.Scope | R> =>
+  Effect.gen(function*() {
+    const { jetstream, manager } = yield* Nats
+    const inbox = yield* Inbox.Inbox
+    const retryDelay = Duration.toMillis(Duration.decode(options.retryDelay ?? "1 second"))
+    yield* Effect.tryPromise({
+      try: () =>
+        manager.consumers.add(options.stream, {
+          durable_name: options.durable,
+          ack_policy: AckPolicy.Explicit,
+          ...(options.filterSubject === undefined ? {} : { filter_subject: options.filterSubject })
+        }),
+      catch: (error) => new NatsError({ operation: "create consumer", reason: reason(error) })
+    })
+    const consumer = yield* Effect.tryPromise({
+      try: () => jetstream.consumers.get(options.stream, options.durable),
+      catch: (error) => new NatsError({ operation: "get consumer", reason: reason(error) })
+    })
+    const apply = (message: JsMsg) => {
+      const delivery = toDelivery(message)
+      return inbox.handle(options.durable, delivery.id, options.handle(delivery)).pipe(
+        // Ack only after the inbox transaction committed (Processed) or found the receipt (Duplicate).
+        Effect.zipRight(Effect.sync(() => message.ack())),
+        Effect.catchAll((error) =>
+          Effect.zipRight(
+            Effect.logWarning(`effect-durable inbox ${options.durable}: ${delivery.id} failed, redelivering: ${String(error)}`),
+            Effect.sync(() => message.nak(retryDelay))
+          )
+        )
+      )
+    }
+    yield* Effect.gen(function*() {
+      const messages = yield* Effect.acquireRelease(
+        Effect.tryPromise({
+          try: () => consumer.consume({ max_messages: options.batch ?? 100 }),
+          catch: (error) => new NatsError({ operation: "consume", reason: reason(error) })
+        }),
+        (messages) => Effect.promise(() => messages.close().then(() => undefined, () => undefined))
+      )
+      const iterator = messages[Symbol.asyncIterator]()
+      while (true) {
+        const next = yield* Effect.promise(() => iterator.next())
+        if (next.done === true) return
+        yield* apply(next.value)
+      }
+    }).pipe(Effect.forkScoped)
+  })

@@ -1,0 +1,55 @@
+/**
+ * The projector's NATS JetStream publisher: each outbox message is published on a subject
+ * derived from its topic, with the outbox message id as `Nats-Msg-Id`, so the stream drops
+ * a redelivery inside its duplicate window; delivery waits for the stream's ack. An ack
+ * timeout or a lost connection is retryable; a subject no stream accepts is permanent.
+ *
+ * @since 0.1.0
+ */
+import { canonicalizeEither } from "@effect-durable/core/Fingerprint"
+import type { OutboxMessage } from "@effect-durable/pg/Outbox"
+import { permanent, Publisher, retryable } from "@effect-durable/projector/Publisher"
+import { headers as natsHeaders, NoRespondersError } from "@nats-io/transport-node"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Layer from "effect/Layer"
+import { Nats, reason } from "./Nats.js"
+
+export interface JetStreamPublisherOptions {
+  /** Subject of a topic; default: the topic itself. */
+  readonly subject?: (topic: string) => string
+  /** Longest wait for the stream's ack. Default 5 s. */
+  readonly ackTimeout?: Duration.DurationInput
+}
+
+// A publishable subject: dot-separated tokens, no wildcards or whitespace.
+const SUBJECT = /^[^\s.*>]+(\.[^\s.*>]+)*$/
+
+export const make = (options: JetStreamPublisherOptions = {}) =>
+  Effect.map(Nats, ({ jetstream }) => {
+    const timeout = Duration.toMillis(Duration.decode(options.ackTimeout ?? "5 seconds"))
+    const publish = (message: OutboxMessage) =>
+      Effect.gen(function*() {
+        const subject = options.subject?.(message.topic) ?? message.topic
+        if (!SUBJECT.test(subject)) return yield* permanent(`"${subject}" is not a publishable NATS subject`)
+        const headers = natsHeaders()
+        for (const [key, value] of Object.entries(message.headers)) headers.set(key, value)
+        headers.set("effect-durable-topic", message.topic)
+        if (message.orderingKey !== null) headers.set("effect-durable-ordering-key", message.orderingKey)
+        const data = new TextEncoder().encode(Either.getOrThrow(canonicalizeEither(message.payload)))
+        yield* Effect.tryPromise({
+          try: () => jetstream.publish(subject, data, { msgID: message.id, timeout, headers }),
+          // No stream listens on the subject: NATS answers "no responders", which nats.js
+          // reports for a JetStream publish as "jetstream is not enabled". Retrying cannot help.
+          catch: (error) =>
+            error instanceof NoRespondersError || /no responders|503|jetstream is not enabled/i.test(reason(error))
+              ? permanent(`no stream accepts subject ${subject} (${reason(error)})`)
+              : retryable(`JetStream publish failed: ${reason(error)}`)
+        })
+      })
+    return Publisher.of({ publish })
+  })
+
+export const layer = (options: JetStreamPublisherOptions = {}): Layer.Layer<Publisher, never, Nats> =>
+  Layer.effect(Publisher, make(options))

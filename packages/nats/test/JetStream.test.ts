@@ -1,0 +1,190 @@
+import { describe, expect, it } from "@effect/vitest"
+import * as Durable from "@effect-durable/pg/Durable"
+import * as Inbox from "@effect-durable/pg/Inbox"
+import * as Outbox from "@effect-durable/pg/Outbox"
+import * as Projector from "@effect-durable/projector/Projector"
+import type { PublishError } from "@effect-durable/projector/Publisher"
+import * as NatsServer from "@effect-durable/testing/NatsServer"
+import * as TestDatabase from "@effect-durable/testing/TestDatabase"
+import * as SqlClient from "@effect/sql/SqlClient"
+import { RetentionPolicy, StorageType } from "@nats-io/jetstream"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as TestServices from "effect/TestServices"
+import * as JetStreamInbox from "../src/JetStreamInbox.js"
+import * as JetStreamPublisher from "../src/JetStreamPublisher.js"
+import * as Nats from "../src/Nats.js"
+
+const nats = NatsServer.availability()
+if (!nats.available) {
+  if (nats.required) throw new Error(`EFFECT_DURABLE_REQUIRE_NATS is set but ${nats.reason}`)
+  console.warn(`NATS suite not run: ${nats.reason}`)
+}
+
+const NatsLive = Layer.unwrapEffect(
+  Effect.map(NatsServer.NatsServer, (server) => Nats.layer({ servers: server.url }))
+).pipe(Layer.provideMerge(NatsServer.layer))
+
+const Live = Layer.mergeAll(
+  NatsLive,
+  Durable.layerOver({ migrate: true }).pipe(Layer.provideMerge(TestDatabase.layerFresh({ maxConnections: 16 })))
+)
+
+const live = <A, E, R>(effect: Effect.Effect<A, E, R>) => TestServices.provideLive(effect)
+
+/** Repeats on the live clock until `until` holds (30 s at most). */
+const eventually = <A, E, R>(effect: Effect.Effect<A, E, R>, until: (a: A) => boolean, seconds = 30) => {
+  const loop: Effect.Effect<A, E, R> = Effect.flatMap(
+    effect,
+    (a) => until(a) ? Effect.succeed(a) : Effect.zipRight(Effect.sleep("25 millis"), Effect.suspend(() => loop))
+  )
+  return live(loop.pipe(Effect.timeoutFail({ duration: `${seconds} seconds`, onTimeout: () => new Error("timed out") })))
+}
+
+const addStream = (name: string, subjects: Array<string>) =>
+  Effect.flatMap(Nats.Nats, ({ manager }) =>
+    Effect.promise(() =>
+      manager.streams.add({
+        name,
+        subjects,
+        storage: StorageType.File,
+        retention: RetentionPolicy.Limits,
+        duplicate_window: 120_000_000_000 // 2 minutes, in nanoseconds
+      })
+    ))
+
+const streamMessages = (name: string) =>
+  Effect.flatMap(Nats.Nats, ({ manager }) => Effect.promise(() => manager.streams.info(name).then((info) => info.state.messages)))
+
+const message = (id: string, topic: string, payload: unknown): Outbox.OutboxMessage => ({
+  id,
+  topic,
+  orderingKey: null,
+  payload,
+  headers: {},
+  createdAt: "2026-11-29 15:00:00+00",
+  attempt: 1,
+  claim: { messageId: id, worker: "w", generation: 1 }
+})
+
+describe.skipIf(!nats.available)("NATS JetStream (real nats-server)", () => {
+  it.layer(Live, { timeout: "2 minutes" })((it) => {
+    it.effect("publishes with the outbox id as Nats-Msg-Id: the stream keeps one copy of a redelivery", () =>
+      Effect.gen(function*() {
+        yield* addStream("DEDUP", ["dedup.>"])
+        const publisher = yield* JetStreamPublisher.make({ subject: (topic) => `dedup.${topic}` })
+        yield* publisher.publish(message("101", "orders", { n: 1 }))
+        yield* publisher.publish(message("101", "orders", { n: 1 }))
+        yield* publisher.publish(message("102", "orders", { n: 2 }))
+        expect(yield* streamMessages("DEDUP")).toBe(2)
+      }))
+
+    it.effect("a subject no stream accepts, or one that is not a subject, is a permanent failure", () =>
+      Effect.gen(function*() {
+        const publisher = yield* JetStreamPublisher.make({ ackTimeout: "2 seconds" })
+        const nowhere = (yield* Effect.flip(publisher.publish(message("1", "no.stream.here", {})))) as PublishError
+        expect(nowhere).toMatchObject({ _tag: "PublishError", retryable: false })
+        const bad = (yield* Effect.flip(publisher.publish(message("2", "has space", {})))) as PublishError
+        expect(bad).toMatchObject({ retryable: false })
+      }))
+
+    it.effect("a closed connection is a retryable failure", () =>
+      Effect.gen(function*() {
+        const server = yield* NatsServer.NatsServer
+        yield* addStream("CLOSED", ["closed.>"])
+        const error = yield* Effect.scoped(Effect.gen(function*() {
+          const context = yield* Layer.build(Nats.layer({ servers: server.url }))
+          const own = context.pipe((c) => c.unsafeMap.get(Nats.Nats.key) as Nats.Nats["Type"])
+          yield* Effect.promise(() => own.connection.close())
+          const publisher = yield* JetStreamPublisher.make().pipe(Effect.provide(context))
+          return (yield* Effect.flip(publisher.publish(message("1", "closed.x", {})))) as PublishError
+        }))
+        expect(error.retryable).toBe(true)
+      }))
+
+    it.scoped("the consumer applies each delivery once through the inbox, acking after commit; a failure is redelivered", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`CREATE TABLE consumed (message_id text, n int)`
+        yield* addStream("CONSUME", ["consume.>"])
+        const publisher = yield* JetStreamPublisher.make({ subject: (topic) => `consume.${topic}` })
+        for (let i = 1; i <= 20; i++) yield* publisher.publish(message(String(i), "items", { n: i }))
+        let failedOnce = false
+        yield* JetStreamInbox.consume({
+          stream: "CONSUME",
+          durable: "consumed",
+          retryDelay: "50 millis",
+          handle: (delivery) =>
+            Effect.gen(function*() {
+              const n = (delivery.payload as { n: number }).n
+              yield* sql`INSERT INTO consumed VALUES (${delivery.id}, ${n})`
+              if (n === 7 && !failedOnce) {
+                failedOnce = true
+                return yield* Effect.fail("handler failed once")
+              }
+            })
+        }).pipe(live)
+        const rows = yield* eventually(
+          sql<{ message_id: string; n: number }>`SELECT message_id, n FROM consumed ORDER BY n`,
+          (rows) => rows.length === 20
+        )
+        expect(rows.map((r) => r.n)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1))
+        // Republishing an already-applied message with a new broker id would run again; the
+        // same id (a broker redelivery) is absorbed by the inbox.
+        const inbox = yield* Inbox.Inbox
+        expect(yield* inbox.handle("consumed", "7", Effect.die("must not run"))).toEqual({ _tag: "Duplicate" })
+        expect(failedOnce).toBe(true)
+      }))
+
+    it.scoped("end to end: 10,000 messages from business transactions (some rolled back) reach the inbox exactly once", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const outbox = yield* Outbox.Outbox
+        yield* sql`CREATE TABLE applied (message_id text PRIMARY KEY)`
+        yield* sql`CREATE TABLE business (id serial PRIMARY KEY, n int)`
+        yield* addStream("E2E", ["e2e.>"])
+        const committed = new Set<string>()
+        const rolledBack = new Set<string>()
+        // 10,000 business transactions in chunks: each writes a row and enqueues its message;
+        // every 10th rolls back after enqueuing.
+        for (let chunk = 0; chunk < 100; chunk++) {
+          yield* Effect.forEach(Array.from({ length: 100 }, (_, i) => chunk * 100 + i), (n) =>
+            sql.withTransaction(Effect.gen(function*() {
+              yield* sql`INSERT INTO business (n) VALUES (${n})`
+              const id = yield* outbox.enqueue("orders", { n })
+              if (n % 10 === 9) {
+                rolledBack.add(id)
+                return yield* Effect.fail("rolled back" as const)
+              }
+              committed.add(id)
+            })).pipe(Effect.ignore), { concurrency: 8, discard: true })
+        }
+        expect(committed.size).toBe(9000)
+        // The projector publishes to JetStream; the consumer applies through the inbox.
+        const projector = Projector.layer({ topics: ["orders"], pollInterval: "50 millis", concurrency: 32 }).pipe(
+          Layer.provide(JetStreamPublisher.layer({ subject: (topic) => `e2e.${topic}` }))
+        )
+        yield* Layer.build(projector).pipe(live)
+        const seen = new Map<string, number>()
+        yield* JetStreamInbox.consume({
+          stream: "E2E",
+          durable: "e2e-applier",
+          handle: (delivery) =>
+            Effect.zipRight(
+              Effect.sync(() => seen.set(delivery.id, (seen.get(delivery.id) ?? 0) + 1)),
+              sql`INSERT INTO applied VALUES (${delivery.id})`
+            )
+        }).pipe(live)
+        const applied = yield* eventually(
+          sql<{ message_id: string }>`SELECT message_id FROM applied`,
+          (rows) => rows.length >= committed.size,
+          120
+        )
+        const ids = new Set(applied.map((row) => row.message_id))
+        expect(ids.size).toBe(applied.length) // the primary key would refuse a second application anyway
+        expect([...ids].sort()).toEqual([...committed].sort())
+        expect([...seen.keys()].filter((id) => rolledBack.has(id))).toEqual([])
+        expect(yield* streamMessages("E2E")).toBe(9000)
+      }), 240_000)
+  })
+})
