@@ -86,9 +86,10 @@ const scenario = Effect.gen(function*() {
   )
   const projector = yield* Projector.Projector
   // The rows are marked before the projector adds the batch to its counts: wait for both.
-  const counts = yield* projector.counts.pipe(
+  yield* projector.counts.pipe(
     Effect.repeat({ until: (c) => c.delivered === 2, schedule: Schedule.spaced("10 millis") })
   )
+  const counts = yield* projector.counts
   yield* step(`projector ${projector.workerId}: ${JSON.stringify(counts)}`)
   const [orders] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM orders`
   yield* step(`orders in the database: ${orders!.n} (two commands applied, a retry replayed, a conflict and a rejection refused)`)

@@ -457,3 +457,14 @@ export const config: Config.Config<ProjectorOptions> = Config.all({
   ...(Option.isSome(topics) ? { topics: topics.value } : {}),
   ...(Option.isSome(workerId) ? { workerId: workerId.value } : {})
 })))
+
+/** `layer` with its options read from configuration (`config`); bad values are `DurableConfigError`. */
+export const layerConfig = (
+  overrides: ProjectorOptions = {}
+): Layer.Layer<Projector, DurableConfigError, Outbox.Outbox | Publisher> =>
+  Layer.unwrapEffect(
+    Effect.map(
+      Effect.mapError(config, (error) => new DurableConfigError({ field: "projector", rule: String(error) })),
+      (options) => layer({ ...options, ...overrides })
+    )
+  )

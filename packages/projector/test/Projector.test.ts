@@ -2,6 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as Faults from "@effect-durable/testing/Faults"
 import * as SqlClient from "@effect/sql/SqlClient"
+import * as ConfigProvider from "effect/ConfigProvider"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -312,4 +313,28 @@ describe("Projector", () => {
         }
       }))
   })
+})
+
+describe("Projector.layerConfig", () => {
+  it.effect("reads PROJECTOR_* settings and refuses bad ones with a typed error", () =>
+    Effect.gen(function*() {
+      const withEnv = (env: Record<string, string>) =>
+        Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+      const options = yield* Projector.config.pipe(withEnv({ PROJECTOR_TOPICS: "a,b", PROJECTOR_BATCH_SIZE: "7", PROJECTOR_LEASE: "5 seconds" }))
+      expect(options).toMatchObject({ topics: ["a", "b"], batchSize: 7 })
+      const badNumber = yield* Effect.flip(
+        Effect.scoped(Layer.build(Projector.layerConfig().pipe(Layer.provide(Layer.mergeAll(
+          Layer.succeed(Outbox.Outbox, {} as never),
+          Layer.succeed(Publisher.Publisher, { publish: () => Effect.void })
+        ))))).pipe(withEnv({ PROJECTOR_BATCH_SIZE: "lots" }))
+      )
+      expect(badNumber).toMatchObject({ _tag: "DurableConfigError", field: "projector" })
+      const outOfRange = yield* Effect.flip(
+        Effect.scoped(Layer.build(Projector.layerConfig().pipe(Layer.provide(Layer.mergeAll(
+          Layer.succeed(Outbox.Outbox, {} as never),
+          Layer.succeed(Publisher.Publisher, { publish: () => Effect.void })
+        ))))).pipe(withEnv({ PROJECTOR_BATCH_SIZE: "0" }))
+      )
+      expect(outOfRange).toMatchObject({ _tag: "DurableConfigError", field: "batchSize" })
+    }))
 })
