@@ -146,7 +146,8 @@ describe("Projector", () => {
         }
         const counts = yield* Projector.drain({
           topics: [topic],
-          backoff: { min: "50 millis", max: "100 millis" },
+          // A retry waits at least 250 ms (half the minimum): this drain ends before it.
+          backoff: { min: "500 millis", max: "500 millis" },
           schemas: { [topic]: Schema.Struct({ kind: Schema.String, amount: Schema.Number }) }
         }).pipe(Effect.provide(recording(deliveries, behaviour)))
         expect(counts).toMatchObject({ claimed: 3, retried: 1, dead: 2, delivered: 0 })
@@ -158,7 +159,7 @@ describe("Projector", () => {
         expect(deliveries.ids()).not.toContain(schemaBad)
         // The flaky one is retried after its backoff and eventually delivered.
         const later = yield* eventually(
-          Projector.drain({ topics: [topic], backoff: { min: "50 millis", max: "100 millis" } }).pipe(
+          Projector.drain({ topics: [topic], backoff: { min: "500 millis", max: "500 millis" } }).pipe(
             Effect.provide(recording(deliveries, behaviour)),
             Effect.zipRight(outboxRows([flaky!]))
           ),

@@ -131,12 +131,13 @@ describe("Webhook publisher", () => {
         const outbox = yield* Outbox.Outbox
         const id = yield* outbox.enqueue("webhook-e2e", { hello: "world" })
         const publisher = Webhook.layer({ url, secret }).pipe(Layer.provide(FetchHttpClient.layer))
-        const drain = Projector.drain({ topics: ["webhook-e2e"], backoff: { min: "20 millis", max: "40 millis" } }).pipe(
+        // The retry waits at least half the minimum backoff (250 ms): the first drain ends before it.
+        const drain = Projector.drain({ topics: ["webhook-e2e"], backoff: { min: "500 millis", max: "500 millis" } }).pipe(
           Effect.provide(publisher)
         )
         const first = yield* drain
         expect(first).toMatchObject({ claimed: 1, retried: 1 })
-        yield* TestServices.provideLive(Effect.sleep("100 millis"))
+        yield* TestServices.provideLive(Effect.sleep("600 millis"))
         const second = yield* drain
         expect(second).toMatchObject({ claimed: 1, delivered: 1 })
         expect(received.map((r) => JSON.parse(r.body).id)).toEqual([id, id])
