@@ -55,3 +55,15 @@ describe("the embedded server leaks nothing", () => {
     90_000
   )
 })
+
+describe("the embedded server leaves the process alone", () => {
+  it("keeps the exit code its owner sets (no exit hooks)", async () => {
+    const child = spawn(process.execPath, ["--conditions=source", "--import", "tsx", fileURLToPath(new URL("./fixtures/exit-code.ts", import.meta.url))], {
+      stdio: ["ignore", "ignore", "pipe"]
+    })
+    let stderr = ""
+    child.stderr.on("data", (chunk) => (stderr += chunk))
+    const code = await new Promise<number | null>((resolve) => child.once("exit", resolve))
+    expect({ code, stderr }).toEqual({ code: 3, stderr: "" })
+  }, 60_000)
+})

