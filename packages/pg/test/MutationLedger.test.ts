@@ -40,6 +40,20 @@ const recordsFor = (id: MutationLedger.MutationIdentity) =>
        WHERE subject = ${id.subject} AND operation = ${id.operation} AND key = ${id.key}`
   })
 
+/** Starts a first request whose decide waits for `hold`; returns once it is deciding (holding the lock). */
+const firstRequestInFlight = (ledger: MutationLedger.MutationLedger["Type"], id: MutationLedger.MutationIdentity) =>
+  Effect.gen(function*() {
+    const hold = yield* Deferred.make<void>()
+    const deciding = yield* Deferred.make<void>()
+    const first = yield* Effect.fork(ledger.execute(
+      id,
+      request(),
+      Effect.zipRight(Effect.zipRight(Deferred.succeed(deciding, undefined), Deferred.await(hold)), placeOrder(id.key))
+    ))
+    yield* Deferred.await(deciding)
+    return { first, hold }
+  })
+
 // A function, not a constant: layers are memoized by reference, and each suite needs its own table.
 const withOrdersTable = () => Layer.effectDiscard(
   Effect.flatMap(SqlClient.SqlClient, (sql) => sql`CREATE TABLE orders (id serial PRIMARY KEY, idempotency_key text)`)
@@ -191,14 +205,7 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
       Effect.gen(function*() {
         const ledger = yield* MutationLedger.MutationLedger
         const id = identity()
-        const hold = yield* Deferred.make<void>()
-        const deciding = yield* Deferred.make<void>()
-        const first = yield* Effect.fork(ledger.execute(
-          id,
-          request(),
-          Effect.zipRight(Effect.zipRight(Deferred.succeed(deciding, undefined), Deferred.await(hold)), placeOrder(id.key))
-        ))
-        yield* Deferred.await(deciding)
+        const { first, hold } = yield* firstRequestInFlight(ledger, id)
         const busy = yield* Effect.flip(ledger.execute(id, request(), placeOrder(id.key), { wait: false }))
         expect(busy).toMatchObject({ _tag: "MutationInProgress", key: id.key })
         yield* Deferred.succeed(hold, undefined)
@@ -214,14 +221,7 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
       Effect.gen(function*() {
         const ledger = yield* MutationLedger.MutationLedger
         const id = identity()
-        const hold = yield* Deferred.make<void>()
-        const deciding = yield* Deferred.make<void>()
-        const first = yield* Effect.fork(ledger.execute(
-          id,
-          request(),
-          Effect.zipRight(Effect.zipRight(Deferred.succeed(deciding, undefined), Deferred.await(hold)), placeOrder(id.key))
-        ))
-        yield* Deferred.await(deciding)
+        const { first, hold } = yield* firstRequestInFlight(ledger, id)
         const impatient = MutationLedger.layer.pipe(Layer.provide(layerSettings({ schema, lockTimeout: "100 millis" })))
         const timedOut = yield* Effect.flip(
           Effect.flatMap(MutationLedger.MutationLedger, (l) => l.execute(id, request(), placeOrder(id.key))).pipe(
