@@ -88,6 +88,17 @@ describe.skipIf(!nats.available)("NATS JetStream (real nats-server)", () => {
         expect(bad).toMatchObject({ retryable: false })
       }))
 
+    it.effect("an ack that does not come in time is a retryable failure", () =>
+      Effect.gen(function*() {
+        const { connection } = yield* Nats.Nats
+        // A plain subscriber takes the publish and never acks it, as a stalled stream would.
+        const silent = connection.subscribe("silent.subject")
+        const publisher = yield* JetStreamPublisher.make({ ackTimeout: "300 millis" })
+        const error = (yield* Effect.flip(live(publisher.publish(message("1", "silent.subject", {}))))) as PublishError
+        silent.unsubscribe()
+        expect(error).toMatchObject({ _tag: "PublishError", retryable: true })
+      }))
+
     it.effect("a closed connection is a retryable failure", () =>
       Effect.gen(function*() {
         const server = yield* NatsServer.NatsServer
