@@ -14,7 +14,8 @@ import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type { Settings } from "../DurableConfig.js"
 import { classifySqlErrors } from "../ErrorClassification.js"
-import { setLocalTimeouts, transact } from "./transaction.js"
+import { boundedStatement } from "./oneRoundTrip.js"
+import { setLocalTimeouts, timeoutSettings, transact } from "./transaction.js"
 import { boundedCount, boundedText, finiteDuration, seconds } from "./validation.js"
 
 /** Proof of a claim: only the worker holding the current generation may settle the row. */
@@ -83,6 +84,12 @@ export const make = <Mismatch, Missing>(
   const bounded = <A, E, R>(name: string, body: Effect.Effect<A, E | SqlError, R>) =>
     transact(sql, op(name), Effect.zipRight(setLocalTimeouts(sql, settings), body).pipe(classifySqlErrors(op(name))))
 
+  // The projector's hot path (claim, completeMany): one round trip outside a transaction.
+  const boundedOne = <Row>(name: string, statement: Statement.Statement<Row>) =>
+    boundedStatement(sql, timeoutSettings(sql, settings), statement, bounded(name, statement)).pipe(
+      classifySqlErrors(op(name))
+    )
+
   /**
    * Claims up to `limit` ready rows in id order. A row whose final attempt's lease expired
    * (its worker died) goes to the dead letters here instead of being handed out again.
@@ -124,7 +131,7 @@ export const make = <Mismatch, Missing>(
   const claim = <Row>(options: ClaimOptions, where: Statement.Fragment, returning: Statement.Fragment) =>
     Effect.zipRight(
       validateClaim(options),
-      bounded("claim", claimStatement<Row>(options, where, returning)).pipe(
+      boundedOne("claim", claimStatement<Row>(options, where, returning)).pipe(
         // UPDATE ... RETURNING does not promise an order; the caller gets id order.
         Effect.map((rows) =>
           rows.filter((row) => !row.exhausted).sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1))
@@ -201,7 +208,7 @@ export const make = <Mismatch, Missing>(
       yield* boundedCount("claims", claims.length, MAX_BATCH)
       const valid = claims.filter((c) => validId(c.messageId) && Number.isSafeInteger(c.generation))
       const malformed = claims.filter((c) => !valid.includes(c)).map(spec.mismatch)
-      const updated = yield* bounded(
+      const updated = yield* boundedOne(
         "completeMany",
         sql<{ id: string }>`
           UPDATE ${table} q SET ${done} = now(), claimed_until = NULL

@@ -1,0 +1,67 @@
+/**
+ * One round trip for a bounded statement outside any transaction: the timeouts and the
+ * statement go to the server as one simple-protocol query, which PostgreSQL runs as one
+ * implicit transaction — so `set_config(..., true)` binds the statement that follows, an
+ * error rolls everything back and leaves the connection clean. BEGIN, set_config, the
+ * statement and COMMIT would be four round trips. The simple protocol takes no parameters,
+ * so the statement's parameters are written as SQL literals; only our own statements, built
+ * from validated values, go this way.
+ */
+import * as SqlClient from "@effect/sql/SqlClient"
+import type { SqlError } from "@effect/sql/SqlError"
+import type * as Statement from "@effect/sql/Statement"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+
+const quote = (text: string): string =>
+  // E'' only when needed: with standard_conforming_strings a backslash is literal in ''.
+  text.includes("\\") ? `E'${text.replace(/\\/g, "\\\\").replace(/'/g, "''")}'` : `'${text.replace(/'/g, "''")}'`
+
+const arrayElement = (value: unknown): string =>
+  value === null || value === undefined ? "NULL" : `"${String(value).replace(/\\/g, "\\\\").replace(/"/g, '\\"')}"`
+
+/** A parameter value as an SQL literal. */
+export const literal = (value: unknown): string => {
+  if (value === null || value === undefined) return "NULL"
+  if (typeof value === "number") {
+    if (!Number.isFinite(value)) throw new Error(`cannot inline ${value}`)
+    return String(value)
+  }
+  if (typeof value === "bigint") return value.toString()
+  if (typeof value === "boolean") return value ? "true" : "false"
+  if (Array.isArray(value)) return quote(`{${value.map(arrayElement).join(",")}}`)
+  if (typeof value === "string") {
+    if (value.includes("\u0000")) throw new Error("cannot inline a NUL character")
+    return quote(value)
+  }
+  throw new Error(`cannot inline a ${typeof value}`)
+}
+
+/** The statement's text with its `$n` placeholders replaced by literals. */
+export const inline = (statement: Statement.Statement<unknown>): string => {
+  const [text, params] = statement.compile()
+  return text.replace(/\$(\d+)/g, (_, n: string) => literal(params[Number(n) - 1]))
+}
+
+/**
+ * Runs `settings` then `statement` in one round trip when no transaction is open, or as
+ * the given fallback inside a caller's transaction (where a savepoint is needed).
+ */
+export const boundedStatement = <Row, E, R>(
+  sql: SqlClient.SqlClient,
+  settings: Statement.Statement<unknown>,
+  statement: Statement.Statement<Row>,
+  insideTransaction: Effect.Effect<ReadonlyArray<Row>, E, R>
+): Effect.Effect<ReadonlyArray<Row>, E | SqlError, R> =>
+  Effect.flatMap(Effect.serviceOption(SqlClient.TransactionConnection), (transaction): Effect.Effect<ReadonlyArray<Row>, E | SqlError, R> =>
+    Option.isSome(transaction)
+      ? insideTransaction
+      : Effect.flatMap(
+        Effect.sync(() => `${inline(settings)};\n${inline(statement)}`),
+        (text) =>
+          Effect.map(
+            sql.unsafe<never>(text),
+            // A multi-statement query answers with one row list per statement.
+            (results) => (results as unknown as ReadonlyArray<ReadonlyArray<Row>>).at(-1) ?? []
+          )
+      ))
