@@ -1,0 +1,198 @@
+/**
+ * `npm run bench [-- --quick]`: drain throughput of effect-durable against the raw-SQL
+ * ceiling (the same claim and mark statements driven directly with `pg`), measured in one
+ * run on one PostgreSQL, contenders alternating round by round, each round on a fresh
+ * database with the same rows. Prints medians and ratios, and writes them as JSON and an
+ * SVG bar chart under bench/results/. Peers (graphile-worker, pg-boss, SqlPersistedQueue)
+ * come next: see issue 6.
+ */
+import * as Durable from "@effect-durable/pg/Durable"
+import * as Outbox from "@effect-durable/pg/Outbox"
+import * as Projector from "@effect-durable/projector/Projector"
+import * as Publisher from "@effect-durable/projector/Publisher"
+import * as PgServer from "@effect-durable/testing/PgServer"
+import * as Reactivity from "@effect/experimental/Reactivity"
+import * as PgClient from "@effect/sql-pg/PgClient"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
+import { mkdirSync, writeFileSync } from "node:fs"
+import { cpus, totalmem } from "node:os"
+import { dirname, join } from "node:path"
+import { fileURLToPath } from "node:url"
+import pg from "pg"
+
+const quick = process.argv.includes("--quick")
+const MESSAGES = quick ? 20_000 : 100_000
+const ROUNDS = 3
+const BATCH = 100
+// A 200-byte JSON payload, the same for every contender.
+const PAYLOAD = { orderId: 0, customer: "customer-000000", sku: "SKU-0000", note: "x".repeat(132) }
+
+const log = (line: string) => process.stdout.write(`${line}\n`)
+
+interface Contender {
+  readonly name: string
+  readonly settings: string
+  /** Drains every ready message of the database at `url`; returns when none is open. */
+  readonly drain: (url: string) => Promise<void>
+}
+
+const RAW_CLAIM = (limit: number) => `
+  SELECT set_config('lock_timeout', '5000', true);
+  WITH ready AS (
+    SELECT c.id FROM durable.outbox c
+     WHERE c.projected_at IS NULL AND c.dead_at IS NULL AND c.available_at <= now()
+       AND (c.claimed_until IS NULL OR c.claimed_until <= now())
+     ORDER BY c.id LIMIT ${limit} FOR UPDATE SKIP LOCKED)
+  UPDATE durable.outbox q SET claimed_by = 'raw', claimed_until = now() + interval '30 seconds',
+         claim_generation = q.claim_generation + 1, attempt_count = q.attempt_count + 1
+    FROM ready WHERE q.id = ready.id
+  RETURNING q.id::text AS id, q.claim_generation::text AS generation, q.payload`
+
+const RAW_MARK = (claims: ReadonlyArray<{ id: string; generation: string }>) => `
+  SELECT set_config('lock_timeout', '5000', true);
+  UPDATE durable.outbox q SET projected_at = now(), claimed_until = NULL
+    FROM unnest('{${claims.map((c) => c.id).join(",")}}'::bigint[], '{${claims.map((c) => c.generation).join(",")}}'::bigint[]) AS c(id, generation)
+   WHERE q.id = c.id AND q.claimed_by = 'raw' AND q.claim_generation = c.generation AND q.projected_at IS NULL`
+
+/** The ceiling: claim and mark (one round trip each, as effect-durable sends them) in a tight loop. */
+const rawSql = (connections: number): Contender => ({
+  name: `raw SQL ceiling (${connections} conn)`,
+  settings: `batch ${BATCH}, ${connections} connection(s), no-op handler`,
+  drain: async (url) => {
+    const clients = await Promise.all(Array.from({ length: connections }, async () => {
+      const client = new pg.Client({ connectionString: url })
+      await client.connect()
+      return client
+    }))
+    await Promise.all(clients.map(async (client) => {
+      while (true) {
+        const results = await client.query(RAW_CLAIM(BATCH)) as unknown as Array<pg.QueryResult>
+        const rows = results[1]!.rows as Array<{ id: string; generation: string }>
+        if (rows.length === 0) break
+        await client.query(RAW_MARK(rows))
+      }
+    }))
+    await Promise.all(clients.map((client) => client.end()))
+  }
+})
+
+/** effect-durable: the projector layer with a no-op publisher, until nothing is open. */
+const effectDurable = (name: string, options: Projector.ProjectorOptions, poolSize = 10): Contender => ({
+  name,
+  settings: JSON.stringify({ batchSize: options.batchSize ?? 100, concurrency: options.concurrency ?? 16, poolSize }),
+  drain: (url) =>
+    Effect.runPromise(
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        yield* Effect.gen(function*() {
+          while ((yield* outbox.unprojectedCount()) > 0) yield* Effect.sleep("5 millis")
+        }).pipe(Effect.provide(Projector.layer(options).pipe(Layer.provide(Publisher.layerHandler(() => Effect.void)))))
+      }).pipe(
+        Effect.provide(Durable.layer({ connection: { url: Redacted.make(url), poolSize } })),
+        Effect.scoped
+      )
+    )
+})
+
+const contenders: ReadonlyArray<Contender> = [
+  effectDurable("effect-durable (default)", {}),
+  effectDurable("effect-durable (tuned)", { batchSize: 500, concurrency: 64 }),
+  rawSql(1),
+  rawSql(4)
+]
+
+const median = (values: ReadonlyArray<number>) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.floor(sorted.length / 2)]!
+}
+
+const svgChart = (rows: ReadonlyArray<{ name: string; rate: number }>) => {
+  const max = Math.max(...rows.map((r) => r.rate))
+  const bars = rows.map((row, i) => {
+    const width = Math.round((row.rate / max) * 420)
+    const y = 30 + i * 34
+    return `<text x="10" y="${y + 17}" font-size="13">${row.name}</text>` +
+      `<rect x="250" y="${y}" width="${width}" height="24" fill="#4a7fb5"/>` +
+      `<text x="${255 + width}" y="${y + 17}" font-size="12">${Math.round(row.rate).toLocaleString("en")} msg/s</text>`
+  }).join("\n")
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="780" height="${50 + rows.length * 34}" font-family="sans-serif">
+<text x="10" y="18" font-size="14" font-weight="bold">Drain throughput, ${MESSAGES.toLocaleString("en")} ready messages (median of ${ROUNDS})</text>
+${bars}
+</svg>\n`
+}
+
+const program = Effect.gen(function*() {
+  const server = yield* PgServer.PgServer
+  const admin = yield* PgClient.make({ url: server.url() }).pipe(Effect.provide(Reactivity.layer))
+  const [version] = yield* admin<{ v: string }>`SELECT current_setting('server_version') AS v`
+  log(`effect-durable bench: ${MESSAGES.toLocaleString("en")} messages, ${ROUNDS} rounds, contenders alternate`)
+  log(`machine: ${cpus().length} cores, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}, PostgreSQL ${version!.v} (${server.provider})`)
+  const rates = new Map<string, Array<number>>(contenders.map((c) => [c.name, []]))
+  let peakRss = 0
+  for (let round = 1; round <= ROUNDS; round++) {
+    for (const contender of contenders) {
+      const database = `bench_${round}_${contenders.indexOf(contender)}`
+      yield* admin.unsafe(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`)
+      yield* admin.unsafe(`CREATE DATABASE ${database} TEMPLATE template0`)
+      const url = Redacted.value(server.url(database))
+      // Same rows for everyone: migrated schema, MESSAGES ready messages, analyzed.
+      yield* Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        for (let start = 0; start < MESSAGES; start += 10_000) {
+          yield* outbox.enqueueMany(Array.from({ length: Math.min(10_000, MESSAGES - start) }, (_, i) => ({
+            topic: "bench",
+            payload: { ...PAYLOAD, orderId: start + i }
+          })))
+        }
+        const sql = yield* PgClient.PgClient
+        yield* sql`VACUUM ANALYZE durable.outbox`
+      }).pipe(Effect.provide(Durable.layer({ connection: { url: Redacted.make(url) }, migrate: true })), Effect.scoped)
+      const sampler = setInterval(() => (peakRss = Math.max(peakRss, process.memoryUsage().rss)), 50)
+      const started = performance.now()
+      yield* Effect.promise(() => contender.drain(url))
+      const seconds = (performance.now() - started) / 1000
+      clearInterval(sampler)
+      const rate = MESSAGES / seconds
+      rates.get(contender.name)!.push(rate)
+      log(`  round ${round}  ${contender.name.padEnd(28)} ${Math.round(rate).toLocaleString("en").padStart(8)} msg/s  (${seconds.toFixed(2)} s)`)
+      yield* admin.unsafe(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`)
+    }
+  }
+  const rows = contenders.map((c) => ({ name: c.name, settings: c.settings, rate: median(rates.get(c.name)!), rounds: rates.get(c.name)! }))
+  const ceiling1 = rows.find((r) => r.name === "raw SQL ceiling (1 conn)")!.rate
+  log("")
+  log(`| contender | msg/s (median) | ÷ raw SQL ceiling (1 conn) | settings |`)
+  log(`| --- | ---: | ---: | --- |`)
+  for (const row of rows) {
+    log(`| ${row.name} | ${Math.round(row.rate).toLocaleString("en")} | ${(row.rate / ceiling1).toFixed(2)} | ${row.settings} |`)
+  }
+  log(`\npeak RSS of the bench process: ${Math.round(peakRss / 2 ** 20)} MB`)
+  const out = join(dirname(fileURLToPath(import.meta.url)), "..", "results")
+  mkdirSync(out, { recursive: true })
+  const stem = quick ? "drain-quick" : "drain"
+  writeFileSync(join(out, `${stem}.json`), JSON.stringify({
+    date: new Date().toISOString(),
+    machine: { cores: cpus().length, memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version, postgres: version!.v },
+    messages: MESSAGES,
+    rounds: ROUNDS,
+    peakRssMB: Math.round(peakRss / 2 ** 20),
+    results: rows
+  }, null, 2))
+  writeFileSync(join(out, `${stem}.svg`), svgChart(rows))
+  log(`wrote bench/results/${stem}.json and ${stem}.svg`)
+}).pipe(
+  Effect.scoped,
+  // DATABASE_URL, or an embedded server with durable settings (the test defaults turn fsync
+  // off): the bench measures commits that reach the disk.
+  Effect.provide(Layer.unwrapEffect(Effect.map(PgServer.ProviderConfig, ({ databaseUrl }) =>
+    databaseUrl._tag === "Some"
+      ? PgServer.layerUrl(databaseUrl.value)
+      : PgServer.layerEmbedded({ settings: { fsync: "on", synchronous_commit: "on", full_page_writes: "on" } }))))
+)
+
+Effect.runPromise(program).catch((error) => {
+  console.error(error)
+  process.exitCode = 1
+})
