@@ -12,6 +12,7 @@
 import { type DatabaseError, DurableConfigError } from "@effect-durable/core/Errors"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as PgClient from "@effect/sql-pg/PgClient"
+import * as Cause from "effect/Cause"
 import * as Config from "effect/Config"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
@@ -174,6 +175,12 @@ const producerSpan = (headers: Readonly<Record<string, string>>): Option.Option<
 
 type Outcome = "delivered" | "retried" | "dead" | "stale"
 
+/** The publishes of one batch and their deadlines, for the batch's watchdog. */
+interface Watch {
+  readonly deadlines: Map<Fiber.RuntimeFiber<void, PublishError>, number>
+  readonly expired: Set<Fiber.RuntimeFiber<void, PublishError>>
+}
+
 /**
  * One projector's machinery over the outbox and publisher in context: `deliverBatch`
  * claims once and settles what it claimed.
@@ -225,6 +232,23 @@ const makeWorker = (config: Resolved) =>
         { concurrency: 4, discard: true }
       ).pipe(Effect.delay(Duration.unsafeDivide(config.lease, 3)), Effect.forever)
 
+    const deliveryTimeoutMillis = Duration.toMillis(config.deliveryTimeout)
+    // Interrupts the publishes that passed their deadline; checks a few times per timeout.
+    const watchdog = (watch: Watch) =>
+      Effect.sync(() => {
+        const now = Date.now()
+        const late: Array<Fiber.RuntimeFiber<void, PublishError>> = []
+        for (const [fiber, deadline] of watch.deadlines) {
+          if (deadline <= now && !watch.expired.has(fiber)) late.push(fiber)
+        }
+        for (const fiber of late) watch.expired.add(fiber)
+        return late
+      }).pipe(
+        Effect.flatMap((late) => Effect.forEach(late, Fiber.interruptFork, { discard: true })),
+        Effect.delay(Duration.millis(Math.max(10, Math.min(1000, deliveryTimeoutMillis / 4)))),
+        Effect.forever
+      )
+
     const settleFailure = (message: Outbox.OutboxMessage, error: PublishError) =>
       Effect.gen(function*() {
         const retryDelay = error.retryable ? yield* backoff(message.attempt, error) : 0
@@ -244,7 +268,7 @@ const makeWorker = (config: Resolved) =>
       })
 
     /** Delivers one message; success is returned for the batch mark, anything else settled here. */
-    const deliver = (message: Outbox.OutboxMessage, pending: Map<string, Outbox.Claim>, stale: Set<string>) =>
+    const deliver = (message: Outbox.OutboxMessage, pending: Map<string, Outbox.Claim>, stale: Set<string>, watch: Watch) =>
       Effect.gen(function*() {
         yield* Metric.update(
           forTopic(metrics.lag, message.topic),
@@ -252,19 +276,27 @@ const makeWorker = (config: Resolved) =>
         )
         const decoded = checkPayload(message)
         if (Either.isLeft(decoded)) return yield* settleFailure(message, permanent(decoded.left))
-        const published = yield* publisher.publish(message).pipe(
-          Effect.timeoutFail({
-            duration: config.deliveryTimeout,
-            onTimeout: () => retryable(`delivery timed out after ${Duration.format(config.deliveryTimeout)}`)
-          }),
-          Effect.either
-        )
+        // The publish runs in a fiber of its own that the batch's watchdog interrupts at its
+        // deadline: one timer per batch instead of a timeout race per message.
+        const fiber = yield* Effect.fork(publisher.publish(message))
+        watch.deadlines.set(fiber, Date.now() + deliveryTimeoutMillis)
+        const exit = yield* Fiber.await(fiber)
+        watch.deadlines.delete(fiber)
+        const published: Either.Either<void, PublishError> = Exit.isSuccess(exit)
+          ? Either.void
+          : watch.expired.has(fiber)
+          ? Either.left(retryable(`delivery timed out after ${Duration.format(config.deliveryTimeout)}`))
+          : Either.left(Option.getOrElse(
+            Cause.failureOption(exit.cause),
+            () => retryable(`the publisher died: ${Cause.pretty(exit.cause).slice(0, 500)}`)
+          ))
         pending.delete(message.id)
         if (stale.has(message.id)) return "stale" as const
         if (Either.isRight(published)) return "published" as const
         return yield* settleFailure(message, published.left)
       }).pipe(
         Effect.withSpan("projector.deliver", {
+          captureStackTrace: false,
           kind: "producer",
           attributes: {
             "messaging.message.id": message.id,
@@ -296,11 +328,12 @@ const makeWorker = (config: Resolved) =>
         const pending = new Map(claimed.map((message) => [message.id, message.claim] as const))
         const stale = new Set<string>()
         // The renewer must stop however the deliveries end, or it would keep leases alive.
+        const watch: Watch = { deadlines: new Map(), expired: new Set() }
         const results = yield* Effect.scoped(Effect.zipRight(
-          Effect.forkScoped(renewing(pending, stale)),
+          Effect.zipRight(Effect.forkScoped(renewing(pending, stale)), Effect.forkScoped(watchdog(watch))),
           Effect.forEach(
             claimed,
-            (message) => Effect.map(deliver(message, pending, stale), (result) => [message, result] as const),
+            (message) => Effect.map(deliver(message, pending, stale, watch), (result) => [message, result] as const),
             { concurrency: config.concurrency }
           )
         ))

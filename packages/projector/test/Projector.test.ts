@@ -168,6 +168,31 @@ describe("Projector", () => {
         expect(later[0]).toMatchObject({ attempt_count: 3, projected: true })
       }))
 
+    it.effect("a delivery past its timeout, or a publisher that dies, is released for a retry with the reason", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const [hangs, dies, fine] = yield* outbox.enqueueMany([
+          { topic, payload: { kind: "hangs" } },
+          { topic, payload: { kind: "dies" } },
+          { topic, payload: { kind: "fine" } }
+        ])
+        const publisher = Publisher.layerHandler((message) => {
+          const kind = (message.payload as { kind: string }).kind
+          return kind === "hangs" ? Effect.never : kind === "dies" ? Effect.die(new Error("bug in handler")) : Effect.void
+        })
+        const counts = yield* Projector.drain({
+          topics: [topic],
+          deliveryTimeout: "200 millis",
+          backoff: { min: "1 minute", max: "1 minute" }
+        }).pipe(Effect.provide(publisher), TestServices.provideLive)
+        expect(counts).toMatchObject({ claimed: 3, delivered: 1, retried: 2 })
+        const rows = yield* outboxRows([hangs!, dies!, fine!])
+        expect(rows[0]!.last_error).toBe("delivery timed out after 200ms")
+        expect(rows[1]!.last_error).toMatch(/the publisher died: .*bug in handler/s)
+        expect(rows[2]!.projected).toBe(true)
+      }))
+
     it.effect("a slow delivery keeps its lease by renewal: no second worker takes it", () =>
       Effect.gen(function*() {
         const outbox = yield* Outbox.Outbox
