@@ -273,22 +273,25 @@ export const make = (
 
     // Per-key order: a keyed message is claimable only while no earlier message of its key
     // is open (claimed, waiting for a retry, or not yet claimed). Dead ones do not block.
-    // Only the first CLAIM_WINDOW claimable rows (in id order) are examined, so a backlog
-    // of blocked messages costs a bounded scan, not one proportional to the table.
+    // Keyed rows are considered only among the first CLAIM_WINDOW claimable rows (in id
+    // order): the ordering probes stay bounded however large a blocked backlog grows.
     const claimable = (topics: ReadonlyArray<string> | undefined, alias: string) => {
       const a = sql.literal(alias)
       return sql`${a}.projected_at IS NULL AND ${a}.dead_at IS NULL AND ${a}.available_at <= now()
         AND (${a}.claimed_until IS NULL OR ${a}.claimed_until <= now())
         ${topics === undefined ? sql`` : sql`AND ${a}.topic = ANY(${topics}::text[])`}`
     }
+    // The window bound is evaluated (once, as an InitPlan) only when a keyed row is met, so
+    // unkeyed traffic pays nothing for it.
     const topicFilter = (topics: ReadonlyArray<string> | undefined) =>
       sql`${topics === undefined ? sql`true` : sql`c.topic = ANY(${topics}::text[])`}
-        AND c.id <= (SELECT max(w.id) FROM (SELECT id FROM ${table} w WHERE ${claimable(topics, "w")}
-                                             ORDER BY id LIMIT ${CLAIM_WINDOW}) w)
-        AND (c.ordering_key IS NULL OR NOT EXISTS (
-          SELECT 1 FROM ${table} e
-           WHERE e.ordering_key = c.ordering_key AND e.ordering_key IS NOT NULL AND e.id < c.id
-             AND e.projected_at IS NULL AND e.dead_at IS NULL))`
+        AND (c.ordering_key IS NULL OR (
+          c.id <= (SELECT max(w.id) FROM (SELECT id FROM ${table} w WHERE ${claimable(topics, "w")}
+                                           ORDER BY id LIMIT ${CLAIM_WINDOW}) w)
+          AND NOT EXISTS (
+            SELECT 1 FROM ${table} e
+             WHERE e.ordering_key = c.ordering_key AND e.ordering_key IS NOT NULL AND e.id < c.id
+               AND e.projected_at IS NULL AND e.dead_at IS NULL)))`
 
     const claim = (claimOptions: {
       readonly worker: string
