@@ -15,6 +15,8 @@ import * as Reactivity from "@effect/experimental/Reactivity"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
 import * as Redacted from "effect/Redacted"
 import { mkdirSync, writeFileSync } from "node:fs"
 import { cpus, totalmem } from "node:os"
@@ -148,7 +150,11 @@ const program = Effect.gen(function*() {
         }
         const sql = yield* PgClient.PgClient
         yield* sql`VACUUM ANALYZE durable.outbox`
-      }).pipe(Effect.provide(Durable.layer({ connection: { url: Redacted.make(url) }, migrate: true })), Effect.scoped)
+      }).pipe(
+        Effect.provide(Durable.layer({ connection: { url: Redacted.make(url) }, migrate: true })),
+        Effect.scoped,
+        Logger.withMinimumLogLevel(LogLevel.Warning)
+      )
       const sampler = setInterval(() => (peakRss = Math.max(peakRss, process.memoryUsage().rss)), 50)
       const started = performance.now()
       yield* Effect.promise(() => contender.drain(url))
