@@ -2,8 +2,8 @@
  * `npm run bench [-- --quick]`: drain throughput of effect-durable against the raw-SQL
  * ceiling (the same claim and mark statements driven directly with `pg`), measured in one
  * run on one PostgreSQL, contenders alternating round by round, each round on a fresh
- * database with the same rows. Prints medians and ratios, and writes them as JSON and an
- * SVG bar chart under bench/results/. Peers (graphile-worker, pg-boss, SqlPersistedQueue)
+ * database with the same rows; then commit-to-handler latency at a steady rate. Prints
+ * medians and ratios, and writes them as JSON and an SVG bar chart under bench/results/. Peers (graphile-worker, pg-boss, SqlPersistedQueue)
  * come next: see issue 6.
  */
 import * as Durable from "@effect-durable/pg/Durable"
@@ -13,6 +13,8 @@ import * as Publisher from "@effect-durable/projector/Publisher"
 import * as PgServer from "@effect-durable/testing/PgServer"
 import * as Reactivity from "@effect/experimental/Reactivity"
 import * as PgClient from "@effect/sql-pg/PgClient"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
@@ -105,6 +107,46 @@ const contenders: ReadonlyArray<Contender> = [
   rawSql(4)
 ]
 
+/** Latency: messages enqueued one per committed transaction at a steady rate, commit → handler start. */
+const LATENCY_MESSAGES = quick ? 500 : 2_000
+const LATENCY_RATE = 200
+
+const measureLatency = (url: string, options: Projector.ProjectorOptions) =>
+  Effect.runPromise(
+    Effect.gen(function*() {
+      const outbox = yield* Outbox.Outbox
+      const sql = yield* SqlClient.SqlClient
+      const committed = new Map<string, number>()
+      const received = new Map<string, number>()
+      const handler = Publisher.layerHandler((message) =>
+        Effect.sync(() => {
+          if (!received.has(message.id)) received.set(message.id, performance.now())
+        })
+      )
+      yield* Effect.gen(function*() {
+        yield* Effect.sleep("500 millis") // the listener connects
+        const start = performance.now()
+        for (let i = 0; i < LATENCY_MESSAGES; i++) {
+          const id = yield* sql.withTransaction(outbox.enqueue("latency", { ...PAYLOAD, orderId: i }))
+          committed.set(id, performance.now())
+          const next = start + ((i + 1) * 1000) / LATENCY_RATE
+          const wait = next - performance.now()
+          if (wait > 0) yield* Effect.sleep(Duration.millis(wait))
+        }
+        while (received.size < LATENCY_MESSAGES) yield* Effect.sleep("10 millis")
+      }).pipe(Effect.provide(Projector.layer(options).pipe(Layer.provide(handler))))
+      // A handler can start before `committed` is recorded (the commit's reply is in flight):
+      // such a message counts as 0 ms, never negative.
+      return [...committed].map(([id, at]) => Math.max(0, received.get(id)! - at)).sort((a, b) => a - b)
+    }).pipe(
+      Effect.provide(Durable.layer({ connection: { url: Redacted.make(url) }, migrate: true })),
+      Effect.scoped,
+      Logger.withMinimumLogLevel(LogLevel.Warning)
+    )
+  )
+
+const percentile = (sorted: ReadonlyArray<number>, p: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!
+
 const median = (values: ReadonlyArray<number>) => {
   const sorted = [...values].sort((a, b) => a - b)
   return sorted[Math.floor(sorted.length / 2)]!
@@ -175,6 +217,26 @@ const program = Effect.gen(function*() {
     log(`| ${row.name} | ${Math.round(row.rate).toLocaleString("en")} | ${(row.rate / ceiling1).toFixed(2)} | ${row.settings} |`)
   }
   log(`\npeak RSS of the bench process: ${Math.round(peakRss / 2 ** 20)} MB`)
+
+  // Latency scenario: effect-durable's default settings, LISTEN wake-ups.
+  log(`\nlatency: ${LATENCY_MESSAGES} messages, one per committed transaction at ${LATENCY_RATE}/s, commit -> handler start`)
+  const latencyRounds: Array<{ p50: number; p99: number; max: number }> = []
+  for (let round = 1; round <= ROUNDS; round++) {
+    const database = `bench_latency_${round}`
+    yield* admin.unsafe(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`)
+    yield* admin.unsafe(`CREATE DATABASE ${database} TEMPLATE template0`)
+    const sorted = yield* Effect.promise(() => measureLatency(Redacted.value(server.url(database)), {}))
+    const result = { p50: percentile(sorted, 0.5), p99: percentile(sorted, 0.99), max: sorted[sorted.length - 1]! }
+    latencyRounds.push(result)
+    log(`  round ${round}  p50 ${result.p50.toFixed(2)} ms  p99 ${result.p99.toFixed(2)} ms  max ${result.max.toFixed(2)} ms`)
+    yield* admin.unsafe(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`)
+  }
+  const latency = {
+    p50: median(latencyRounds.map((r) => r.p50)),
+    p99: median(latencyRounds.map((r) => r.p99)),
+    max: median(latencyRounds.map((r) => r.max))
+  }
+  log(`| effect-durable (default) latency | p50 ${latency.p50.toFixed(2)} ms | p99 ${latency.p99.toFixed(2)} ms | max ${latency.max.toFixed(2)} ms |`)
   const out = join(dirname(fileURLToPath(import.meta.url)), "..", "results")
   mkdirSync(out, { recursive: true })
   const stem = quick ? "drain-quick" : "drain"
@@ -184,7 +246,8 @@ const program = Effect.gen(function*() {
     messages: MESSAGES,
     rounds: ROUNDS,
     peakRssMB: Math.round(peakRss / 2 ** 20),
-    results: rows
+    results: rows,
+    latency: { messages: LATENCY_MESSAGES, ratePerSecond: LATENCY_RATE, medianOfRounds: latency, rounds: latencyRounds }
   }, null, 2))
   writeFileSync(join(out, `${stem}.svg`), svgChart(rows))
   log(`wrote bench/results/${stem}.json and ${stem}.svg`)
