@@ -25,6 +25,7 @@ import { cpus, totalmem } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 import pg from "pg"
+import * as GraphileWorker from "./graphileWorker.js"
 
 const quick = process.argv.includes("--quick")
 const MESSAGES = quick ? 20_000 : 100_000
@@ -38,9 +39,38 @@ const log = (line: string) => process.stdout.write(`${line}\n`)
 interface Contender {
   readonly name: string
   readonly settings: string
+  /** Writes MESSAGES ready messages into the fresh database at `url`, with the contender's own bulk API. */
+  readonly seed: (url: string) => Promise<void>
   /** Drains every ready message of the database at `url`; returns when none is open. */
   readonly drain: (url: string) => Promise<void>
 }
+
+const payloads = () => Array.from({ length: MESSAGES }, (_, i) => ({ ...PAYLOAD, orderId: i }))
+
+/** effect-durable's schema and rows: shared by effect-durable and the raw-SQL ceiling. */
+const seedOutbox = (url: string) =>
+  Effect.runPromise(
+    Effect.gen(function*() {
+      const outbox = yield* Outbox.Outbox
+      const all = payloads()
+      for (let start = 0; start < all.length; start += 10_000) {
+        yield* outbox.enqueueMany(all.slice(start, start + 10_000).map((payload) => ({ topic: "bench", payload })))
+      }
+      const sql = yield* PgClient.PgClient
+      yield* sql`VACUUM ANALYZE durable.outbox`
+    }).pipe(
+      Effect.provide(Durable.layer({ connection: { url: Redacted.make(url) }, migrate: true })),
+      Effect.scoped,
+      Logger.withMinimumLogLevel(LogLevel.Warning)
+    )
+  )
+
+const graphile = (settings: GraphileWorker.GraphileSettings): Contender => ({
+  name: settings.label,
+  settings: JSON.stringify(settings.worker),
+  seed: (url) => GraphileWorker.seed(url, payloads()),
+  drain: (url) => GraphileWorker.drain(url, settings)
+})
 
 const RAW_CLAIM = (limit: number) => `
   SELECT set_config('lock_timeout', '5000', true);
@@ -64,6 +94,7 @@ const RAW_MARK = (claims: ReadonlyArray<{ id: string; generation: string }>) => 
 const rawSql = (connections: number): Contender => ({
   name: `raw SQL ceiling (${connections} conn)`,
   settings: `batch ${BATCH}, ${connections} connection(s), no-op handler`,
+  seed: seedOutbox,
   drain: async (url) => {
     const clients = await Promise.all(Array.from({ length: connections }, async () => {
       const client = new pg.Client({ connectionString: url })
@@ -86,6 +117,7 @@ const rawSql = (connections: number): Contender => ({
 const effectDurable = (name: string, options: Projector.ProjectorOptions, poolSize = 10): Contender => ({
   name,
   settings: JSON.stringify({ batchSize: options.batchSize ?? 100, concurrency: options.concurrency ?? 16, poolSize }),
+  seed: seedOutbox,
   drain: (url) =>
     Effect.runPromise(
       Effect.gen(function*() {
@@ -103,6 +135,8 @@ const effectDurable = (name: string, options: Projector.ProjectorOptions, poolSi
 const contenders: ReadonlyArray<Contender> = [
   effectDurable("effect-durable (default)", {}),
   effectDurable("effect-durable (tuned)", { batchSize: 500, concurrency: 64 }),
+  graphile(GraphileWorker.fastest),
+  graphile(GraphileWorker.defaults),
   rawSql(1),
   rawSql(4)
 ]
@@ -181,22 +215,8 @@ const program = Effect.gen(function*() {
       yield* admin.unsafe(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`)
       yield* admin.unsafe(`CREATE DATABASE ${database} TEMPLATE template0`)
       const url = Redacted.value(server.url(database))
-      // Same rows for everyone: migrated schema, MESSAGES ready messages, analyzed.
-      yield* Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
-        for (let start = 0; start < MESSAGES; start += 10_000) {
-          yield* outbox.enqueueMany(Array.from({ length: Math.min(10_000, MESSAGES - start) }, (_, i) => ({
-            topic: "bench",
-            payload: { ...PAYLOAD, orderId: start + i }
-          })))
-        }
-        const sql = yield* PgClient.PgClient
-        yield* sql`VACUUM ANALYZE durable.outbox`
-      }).pipe(
-        Effect.provide(Durable.layer({ connection: { url: Redacted.make(url) }, migrate: true })),
-        Effect.scoped,
-        Logger.withMinimumLogLevel(LogLevel.Warning)
-      )
+      // Same rows for everyone (MESSAGES ready messages), each through its own bulk API.
+      yield* Effect.promise(() => contender.seed(url))
       const sampler = setInterval(() => (peakRss = Math.max(peakRss, process.memoryUsage().rss)), 50)
       const started = performance.now()
       yield* Effect.promise(() => contender.drain(url))
@@ -211,10 +231,13 @@ const program = Effect.gen(function*() {
   const rows = contenders.map((c) => ({ name: c.name, settings: c.settings, rate: median(rates.get(c.name)!), rounds: rates.get(c.name)! }))
   const ceiling1 = rows.find((r) => r.name === "raw SQL ceiling (1 conn)")!.rate
   log("")
-  log(`| contender | msg/s (median) | ÷ raw SQL ceiling (1 conn) | settings |`)
-  log(`| --- | ---: | ---: | --- |`)
+  const graphileFastest = rows.find((r) => r.name === GraphileWorker.fastest.label)!.rate
+  log(`| contender | msg/s (median) | ÷ raw SQL ceiling (1 conn) | ÷ graphile-worker (fastest) | settings |`)
+  log(`| --- | ---: | ---: | ---: | --- |`)
   for (const row of rows) {
-    log(`| ${row.name} | ${Math.round(row.rate).toLocaleString("en")} | ${(row.rate / ceiling1).toFixed(2)} | ${row.settings} |`)
+    log(`| ${row.name} | ${Math.round(row.rate).toLocaleString("en")} | ${(row.rate / ceiling1).toFixed(2)} | ${
+      (row.rate / graphileFastest).toFixed(2)
+    } | ${row.settings} |`)
   }
   log(`\npeak RSS of the bench process: ${Math.round(peakRss / 2 ** 20)} MB`)
 
