@@ -1,10 +1,11 @@
 /**
- * `npm run bench [-- --quick]`: drain throughput of effect-durable against the raw-SQL
- * ceiling (the same claim and mark statements driven directly with `pg`), measured in one
- * run on one PostgreSQL, contenders alternating round by round, each round on a fresh
- * database with the same rows; then commit-to-handler latency at a steady rate. Prints
- * medians and ratios, and writes them as JSON and an SVG bar chart under bench/results/. Peers (graphile-worker, pg-boss, SqlPersistedQueue)
- * come next: see issue 6.
+ * `npm run bench [-- --quick]`: drain throughput of effect-durable (default and tuned)
+ * against graphile-worker (its documented fastest settings, and its defaults) and the
+ * raw-SQL ceiling (the same claim and mark statements driven directly with `pg`), measured
+ * in one run on one PostgreSQL, contenders alternating round by round, each round on a
+ * fresh database with the same rows; then commit-to-handler latency at a steady rate.
+ * Prints medians and ratios and writes them as JSON and an SVG bar chart under
+ * bench/results/. pg-boss and SqlPersistedQueue come next (issue 6).
  */
 import * as Durable from "@effect-durable/pg/Durable"
 import * as Outbox from "@effect-durable/pg/Outbox"
