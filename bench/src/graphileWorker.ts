@@ -41,15 +41,22 @@ const remaining = async (url: string) => {
 }
 
 export const drain = async (url: string, settings: GraphileSettings) => {
+  // Our own pool, ended here: the bench drops the database afterwards, and an idle client of
+  // a pool nobody listens to would crash the process with an unhandled 'error'.
+  const maxPoolSize = (settings.worker.maxPoolSize as number | undefined) ?? 10
+  const pool = new pg.Pool({ connectionString: url, max: maxPoolSize })
+  pool.on("error", () => undefined)
   const runner = await run({
     noHandleSignals: true,
     logger: silent,
+    pgPool: pool,
     taskList: { bench: async () => {} },
-    preset: { worker: { connectionString: url, pollInterval: 1000, ...settings.worker } }
+    preset: { worker: { pollInterval: 1000, ...settings.worker } }
   } as never)
   try {
     while ((await remaining(url)) > 0) await new Promise((resolve) => setTimeout(resolve, 20))
   } finally {
     await runner.stop()
+    await pool.end()
   }
 }
