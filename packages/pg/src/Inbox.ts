@@ -87,11 +87,7 @@ export class Inbox extends Context.Tag("@effect-durable/pg/Inbox")<Inbox, {
   readonly completeMany: (
     claims: ReadonlyArray<Claim>
   ) => Effect.Effect<LeasedQueue.CompleteManyResult<InboxClaimMismatch, InboxMissing>, Invalid>
-  readonly release: (claim: Claim, options: {
-    readonly error: string
-    readonly retryDelay: Duration.DurationInput
-    readonly permanent?: boolean
-  }) => Effect.Effect<{ readonly dead: boolean }, SettleError>
+  readonly release: (claim: Claim, options: LeasedQueue.ReleaseOptions) => Effect.Effect<{ readonly dead: boolean }, SettleError>
   readonly renewLease: (claim: Claim, lease: Duration.DurationInput) => Effect.Effect<void, SettleError>
   readonly deadLetters: (options: {
     readonly consumer?: string
@@ -107,10 +103,7 @@ export class Inbox extends Context.Tag("@effect-durable/pg/Inbox")<Inbox, {
   readonly redrive: (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, Invalid>
   readonly discard: (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, Invalid>
   /** Deletes receipts processed longer ago than `olderThan`, in batches. */
-  readonly purge: (options: {
-    readonly olderThan: Duration.DurationInput
-    readonly batchSize?: number
-  }) => Effect.Effect<number, Invalid>
+  readonly purge: (options: LeasedQueue.PurgeOptions) => Effect.Effect<number, Invalid>
 }>() {}
 
 const identity = (consumer: string, messageId: string) =>

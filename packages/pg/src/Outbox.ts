@@ -113,11 +113,7 @@ export class Outbox extends Context.Tag("@effect-durable/pg/Outbox")<Outbox, {
    * Gives a claimed message back: deliverable again after `retryDelay`, or dead at once
    * when `permanent` or out of attempts. Returns whether it is dead.
    */
-  readonly release: (claim: Claim, options: {
-    readonly error: string
-    readonly retryDelay: Duration.DurationInput
-    readonly permanent?: boolean
-  }) => Effect.Effect<{ readonly dead: boolean }, SettleError>
+  readonly release: (claim: Claim, options: LeasedQueue.ReleaseOptions) => Effect.Effect<{ readonly dead: boolean }, SettleError>
   /** Extends the lease of a message still held by this claim. */
   readonly renewLease: (claim: Claim, lease: Duration.DurationInput) => Effect.Effect<void, SettleError>
   readonly deadLetters: (options: {
@@ -139,10 +135,7 @@ export class Outbox extends Context.Tag("@effect-durable/pg/Outbox")<Outbox, {
   /** Messages not yet projected nor dead. */
   readonly unprojectedCount: (topic?: string) => Effect.Effect<number, DatabaseError>
   /** Deletes projected messages older than `olderThan`, in batches; never a replayed one. */
-  readonly purge: (options: {
-    readonly olderThan: Duration.DurationInput
-    readonly batchSize?: number
-  }) => Effect.Effect<number, DurableConfigError | DatabaseError>
+  readonly purge: (options: LeasedQueue.PurgeOptions) => Effect.Effect<number, DurableConfigError | DatabaseError>
   /** The NOTIFY channel an enqueue wakes at commit. */
   readonly channel: string
 }>() {}

@@ -36,6 +36,23 @@ export interface QueueSpec<Mismatch, Missing> {
   readonly missing: (messageId: string) => Missing
 }
 
+/** How a claimed row is given back. */
+export interface ReleaseOptions {
+  /** Recorded as `last_error`. */
+  readonly error: string
+  /** Not claimable again before now + retryDelay (database clock). */
+  readonly retryDelay: Duration.DurationInput
+  /** Straight to the dead letters, whatever the attempts left. */
+  readonly permanent?: boolean
+}
+
+/** Which done rows a purge deletes, and how many per statement. */
+export interface PurgeOptions {
+  readonly olderThan: Duration.DurationInput
+  /** Rows per DELETE; default 1000. */
+  readonly batchSize?: number
+}
+
 export interface ClaimOptions {
   readonly worker: string
   readonly limit: number
@@ -326,7 +343,7 @@ export const make = <Mismatch, Missing>(
    * its rows (`FOR UPDATE SKIP LOCKED`) and re-checks them, so a row replayed or redriven
    * concurrently is never deleted.
    */
-  const purge = (options: { readonly olderThan: Duration.DurationInput; readonly batchSize?: number }) =>
+  const purge = (options: PurgeOptions) =>
     Effect.gen(function*() {
       const batchSize = options.batchSize ?? 1000
       yield* boundedCount("batchSize", batchSize, MAX_BATCH)
