@@ -60,3 +60,44 @@ export const drain = async (url: string, settings: GraphileSettings) => {
     await pool.end()
   }
 }
+
+/**
+ * Commit-to-task latency: `count` jobs added one per transaction (`addJob`) at `rate` per
+ * second while a runner with `settings` works; returns the sorted latencies in ms.
+ */
+export const measureLatency = async (url: string, settings: GraphileSettings, count: number, rate: number) => {
+  const committed = new Map<number, number>()
+  const received = new Map<number, number>()
+  const pool = new pg.Pool({ connectionString: url, max: (settings.worker.maxPoolSize as number | undefined) ?? 10 })
+  pool.on("error", () => undefined)
+  const utils = await makeWorkerUtils({ connectionString: url, logger: silent })
+  await utils.migrate()
+  const runner = await run({
+    noHandleSignals: true,
+    logger: silent,
+    pgPool: pool,
+    taskList: {
+      latency: async (payload: unknown) => {
+        const i = (payload as { i: number }).i
+        if (!received.has(i)) received.set(i, performance.now())
+      }
+    },
+    preset: { worker: { ...settings.worker } }
+  } as never)
+  try {
+    await new Promise((resolve) => setTimeout(resolve, 500)) // the listener connects
+    const start = performance.now()
+    for (let i = 0; i < count; i++) {
+      await utils.addJob("latency", { i })
+      committed.set(i, performance.now())
+      const wait = start + ((i + 1) * 1000) / rate - performance.now()
+      if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait))
+    }
+    while (received.size < count) await new Promise((resolve) => setTimeout(resolve, 10))
+  } finally {
+    await runner.stop()
+    await utils.release()
+    await pool.end()
+  }
+  return [...committed].map(([i, at]) => Math.max(0, received.get(i)! - at)).sort((a, b) => a - b)
+}
