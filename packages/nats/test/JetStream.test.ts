@@ -4,6 +4,7 @@ import * as Inbox from "@effect-durable/pg/Inbox"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as Projector from "@effect-durable/projector/Projector"
 import type { PublishError } from "@effect-durable/projector/Publisher"
+import { eventually } from "@effect-durable/testing/Eventually"
 import * as NatsServer from "@effect-durable/testing/NatsServer"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as SqlClient from "@effect/sql/SqlClient"
@@ -31,15 +32,6 @@ const Live = Layer.mergeAll(
 )
 
 const live = <A, E, R>(effect: Effect.Effect<A, E, R>) => TestServices.provideLive(effect)
-
-/** Repeats on the live clock until `until` holds (30 s at most). */
-const eventually = <A, E, R>(effect: Effect.Effect<A, E, R>, until: (a: A) => boolean, seconds = 30) => {
-  const loop: Effect.Effect<A, E, R> = Effect.flatMap(
-    effect,
-    (a) => until(a) ? Effect.succeed(a) : Effect.zipRight(Effect.sleep("25 millis"), Effect.suspend(() => loop))
-  )
-  return live(loop.pipe(Effect.timeoutFail({ duration: `${seconds} seconds`, onTimeout: () => new Error("timed out") })))
-}
 
 const addStream = (name: string, subjects: Array<string>) =>
   Effect.flatMap(Nats.Nats, ({ manager }) =>

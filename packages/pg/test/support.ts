@@ -1,6 +1,7 @@
 // The layers every pg suite starts from: a fresh database, settings, and the migrated schema.
 import * as PgServer from "@effect-durable/testing/PgServer"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
+export { eventually } from "@effect-durable/testing/Eventually"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
@@ -37,18 +38,6 @@ export const waitersOnAdvisoryLocks = (n: number) =>
         Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error(`fewer than ${n} lock waiters`) }),
         TestServices.provideLive
       ))
-
-/** Repeats `effect` on the live clock until `until` holds (20 s at most): for the database clock to pass. */
-export const eventually = <A, E, R>(effect: Effect.Effect<A, E, R>, until: (a: A) => boolean) => {
-  const loop: Effect.Effect<A, E, R> = Effect.flatMap(
-    effect,
-    (a) => until(a) ? Effect.succeed(a) : Effect.zipRight(Effect.sleep("20 millis"), Effect.suspend(() => loop))
-  )
-  return loop.pipe(
-    Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error("condition not met in 20 s") }),
-    TestServices.provideLive
-  )
-}
 
 /** Releases `n` fibers at once; each awaits the returned gate before it starts. */
 export const barrier = Effect.map(Deferred.make<void>(), (gate) => ({

@@ -311,19 +311,19 @@ const makeWorker = (config: Resolved) =>
 
     /** Claims one batch and settles every message in it; returns what happened. */
     const deliverBatch: Effect.Effect<Counts, DatabaseError | DurableConfigError> = Effect.gen(function*() {
-        const claimed = yield* outbox.claim({
-          worker: config.workerId,
-          ...(config.topics === undefined ? {} : { topics: config.topics }),
-          limit: config.batchSize,
-          lease: config.lease
-        }).pipe(Effect.withSpan("projector.claim", { attributes: { "effect_durable.worker": config.workerId } }))
-        if (claimed.length === 0) return { claimed: 0, delivered: 0, retried: 0, dead: 0, stale: 0 }
-        yield* Ref.update(inFlight, (map) => {
-          for (const message of claimed) map.set(message.id, message.claim)
-          return map
-        })
-        yield* Metric.incrementBy(metrics.claimed, claimed.length)
-        yield* Metric.update(metrics.batchSize, claimed.length)
+      const claimed = yield* outbox.claim({
+        worker: config.workerId,
+        ...(config.topics === undefined ? {} : { topics: config.topics }),
+        limit: config.batchSize,
+        lease: config.lease
+      }).pipe(Effect.withSpan("projector.claim", { attributes: { "effect_durable.worker": config.workerId } }))
+      if (claimed.length === 0) return zero
+      yield* Ref.update(inFlight, (map) => {
+        for (const message of claimed) map.set(message.id, message.claim)
+        return map
+      })
+      yield* Metric.incrementBy(metrics.claimed, claimed.length)
+      yield* Metric.update(metrics.batchSize, claimed.length)
       const settled = Effect.gen(function*() {
         const pending = new Map(claimed.map((message) => [message.id, message.claim] as const))
         const stale = new Set<string>()

@@ -3,10 +3,10 @@
 import * as Durable from "@effect-durable/pg/Durable"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
+export { eventually } from "@effect-durable/testing/Eventually"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as TestServices from "effect/TestServices"
 import type { PublishError } from "../src/Publisher.js"
 import * as Publisher from "../src/Publisher.js"
 
@@ -31,18 +31,6 @@ export const recording = (
   Publisher.layerHandler((message) =>
     Effect.zipRight(Effect.sync(() => deliveries.seen.push(message)), behaviour(message))
   )
-
-/** Repeats `effect` on the live clock until `until` holds, for at most `seconds`. */
-export const eventually = <A, E, R>(effect: Effect.Effect<A, E, R>, until: (a: A) => boolean, seconds = 30) => {
-  const loop: Effect.Effect<A, E, R> = Effect.flatMap(
-    effect,
-    (a) => until(a) ? Effect.succeed(a) : Effect.zipRight(Effect.sleep("20 millis"), Effect.suspend(() => loop))
-  )
-  return loop.pipe(
-    Effect.timeoutFail({ duration: `${seconds} seconds`, onTimeout: () => new Error(`condition not met in ${seconds} s`) }),
-    TestServices.provideLive
-  )
-}
 
 export interface OutboxRow {
   readonly id: string
