@@ -1,0 +1,79 @@
+// effect-durable: the outbox (enqueueMany in bulk, enqueue per transaction) drained by the
+// projector with a no-op publisher.
+import * as Durable from "@effect-durable/pg/Durable"
+import * as Outbox from "@effect-durable/pg/Outbox"
+import * as Projector from "@effect-durable/projector/Projector"
+import * as Publisher from "@effect-durable/projector/Publisher"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
+import * as Redacted from "effect/Redacted"
+import * as Runtime from "effect/Runtime"
+import { latencies, produceSteadily, type QueueContender, BULK_TRANSACTION, sleep, until, untilNoneOpen } from "../common.js"
+
+export const run = <A, E>(url: string, body: Effect.Effect<A, E, Durable.Services>, poolSize = 10) =>
+  Effect.runPromise(body.pipe(
+    Effect.provide(Durable.layer({ connection: { url: Redacted.make(url), poolSize }, migrate: true })),
+    Effect.scoped,
+    Logger.withMinimumLogLevel(LogLevel.Warning)
+  ))
+
+const OPEN = "SELECT count(*) AS n FROM durable.outbox WHERE projected_at IS NULL AND dead_at IS NULL"
+
+/** Writes the messages `BULK_TRANSACTION` per `enqueueMany` (one statement, one transaction). */
+export const enqueueBulk = (url: string, messages: ReadonlyArray<unknown>) =>
+  run(url, Effect.gen(function*() {
+    const outbox = yield* Outbox.Outbox
+    for (let start = 0; start < messages.length; start += BULK_TRANSACTION) {
+      yield* outbox.enqueueMany(messages.slice(start, start + BULK_TRANSACTION).map((payload) => ({ topic: "bench", payload })))
+    }
+  }))
+
+export const make = (label: string, options: Projector.ProjectorOptions, poolSize = 10): QueueContender => ({
+  name: `effect-durable (${label})`,
+  library: "effect-durable",
+  settings: { batchSize: options.batchSize ?? 100, concurrency: options.concurrency ?? 16, poolSize },
+  enqueueBulk,
+  enqueueEach: (url, messages, producers) =>
+    run(url, Effect.gen(function*() {
+      const outbox = yield* Outbox.Outbox
+      const sql = yield* SqlClient.SqlClient
+      yield* Effect.forEach(messages, (payload) => sql.withTransaction(outbox.enqueue("bench", payload)), {
+        concurrency: producers,
+        discard: true
+      })
+    }), producers),
+  drain: (url, count) => {
+    let delivered = 0
+    const handler = Publisher.layerHandler(() => Effect.sync(() => void delivered++))
+    return run(url, Effect.promise(async () => {
+      await until(() => delivered >= count)
+      await untilNoneOpen(url, OPEN)
+    }).pipe(Effect.provide(Projector.layer(options).pipe(Layer.provide(handler)))), poolSize)
+  },
+  latency: (url, count, rate) => {
+    const received = new Map<number, number>()
+    const handler = Publisher.layerHandler((message) =>
+      Effect.sync(() => {
+        const i = (message.payload as { i: number }).i
+        if (!received.has(i)) received.set(i, performance.now())
+      })
+    )
+    return run(url, Effect.gen(function*() {
+      const outbox = yield* Outbox.Outbox
+      const sql = yield* SqlClient.SqlClient
+      const runtime = yield* Effect.runtime<SqlClient.SqlClient>()
+      yield* Effect.promise(() => sleep(500)) // the listener connects
+      const committed = yield* Effect.promise(() =>
+        produceSteadily(count, rate, (i) => Runtime.runPromise(runtime, sql.withTransaction(outbox.enqueue("bench", { i }))).then(() => undefined))
+      )
+      yield* Effect.promise(() => until(() => received.size >= count, 10))
+      return latencies(committed, received)
+    }).pipe(Effect.provide(Projector.layer(options).pipe(Layer.provide(handler)))), poolSize)
+  }
+})
+
+export const defaults = make("default", {})
+export const tuned = make("tuned", { batchSize: 500, concurrency: 64 })

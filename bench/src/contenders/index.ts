@@ -1,0 +1,20 @@
+// Every queue contender, in the order the bench alternates them.
+import type { QueueContender } from "../common.js"
+import * as EffectDurable from "./effectDurable.js"
+import * as GraphileWorker from "./graphileWorker.js"
+import * as PgBoss from "./pgBoss.js"
+import * as RawSql from "./rawSql.js"
+import * as SqlPersistedQueue from "./sqlPersistedQueue.js"
+
+export const all: ReadonlyArray<QueueContender> = [
+  EffectDurable.defaults,
+  EffectDurable.tuned,
+  GraphileWorker.fastest,
+  GraphileWorker.defaults,
+  PgBoss.tuned,
+  SqlPersistedQueue.tuned,
+  RawSql.oneConnection,
+  RawSql.fourConnections
+]
+
+export { EffectDurable, GraphileWorker, PgBoss, RawSql, SqlPersistedQueue }

@@ -1,0 +1,86 @@
+// pg-boss: jobs inserted with its own API (insert in bulk, send per transaction), worked by
+// `work` with a no-op batch handler.
+import { PgBoss } from "pg-boss"
+import { forEachConcurrent, latencies, produceSteadily, type QueueContender, BULK_TRANSACTION, sleep, until, untilNoneOpen } from "../common.js"
+
+const QUEUE = "bench"
+
+interface Settings {
+  /** Pool size. */
+  readonly max: number
+  readonly work: {
+    readonly batchSize: number
+    readonly localConcurrency: number
+    readonly pollingIntervalSeconds: number
+    readonly burstWhenBatchFull: boolean
+  }
+  /** LISTEN/NOTIFY wake-ups (instance `useListenNotify` and queue `notify`). */
+  readonly notify: boolean
+}
+
+const withBoss = async <A>(url: string, settings: Settings, use: (boss: PgBoss) => Promise<A>, max = settings.max) => {
+  const boss = new PgBoss({
+    connectionString: url,
+    max,
+    useListenNotify: settings.notify,
+    // The bench measures queueing, not pg-boss's cron and maintenance loops.
+    schedule: false,
+    supervise: false
+  })
+  boss.on("error", () => undefined)
+  await boss.start()
+  try {
+    await boss.createQueue(QUEUE, { notify: settings.notify })
+    return await use(boss)
+  } finally {
+    await boss.stop({ graceful: false, close: true })
+  }
+}
+
+const OPEN = "SELECT count(*) AS n FROM pgboss.job WHERE state IN ('created', 'retry', 'active')"
+
+export const make = (label: string, settings: Settings): QueueContender => ({
+  name: `pg-boss (${label})`,
+  library: "pg-boss",
+  settings: { ...settings },
+  enqueueBulk: (url, messages) =>
+    withBoss(url, settings, async (boss) => {
+      for (let start = 0; start < messages.length; start += BULK_TRANSACTION) {
+        await boss.insert(QUEUE, messages.slice(start, start + BULK_TRANSACTION).map((data) => ({ data })))
+      }
+    }),
+  enqueueEach: (url, messages, producers) =>
+    withBoss(url, settings, (boss) => forEachConcurrent(messages, producers, (data) => boss.send(QUEUE, data)), producers),
+  drain: (url, count) =>
+    withBoss(url, settings, async (boss) => {
+      let delivered = 0
+      await boss.work(QUEUE, settings.work, async (jobs) => {
+        delivered += jobs.length
+      })
+      await until(() => delivered >= count)
+      await untilNoneOpen(url, OPEN)
+    }),
+  latency: (url, count, rate) =>
+    withBoss(url, settings, async (boss) => {
+      const received = new Map<number, number>()
+      await boss.work<{ i: number }>(QUEUE, settings.work, async (jobs) => {
+        const now = performance.now()
+        for (const job of jobs) if (!received.has(job.data.i)) received.set(job.data.i, now)
+      })
+      await sleep(500) // the listener connects
+      const committed = await produceSteadily(count, rate, (i) => boss.send(QUEUE, { i }).then(() => undefined))
+      await until(() => received.size >= count, 10)
+      return latencies(committed, received)
+    })
+})
+
+/**
+ * pg-boss 12 for throughput: batches fetched and completed together, several local
+ * workers, continuous fetching while batches come back full, LISTEN/NOTIFY for wake-ups
+ * and its shortest polling interval.
+ */
+export const tuned = make("tuned", {
+  max: 10,
+  work: { batchSize: 100, localConcurrency: 8, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true },
+  notify: true
+})

@@ -1,0 +1,67 @@
+// @effect/sql's SqlPersistedQueue, the Effect ecosystem's own durable queue: elements offered
+// through PersistedQueue (no bulk API: `BULK_TRANSACTION` offers per transaction), taken by
+// concurrent takers with a no-op handler.
+import * as PersistedQueue from "@effect/experimental/PersistedQueue"
+import * as PgClient from "@effect/sql-pg/PgClient"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlPersistedQueue from "@effect/sql/SqlPersistedQueue"
+import type * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
+import { type QueueContender, BULK_TRANSACTION, until, untilNoneOpen } from "../common.js"
+
+const Element = Schema.Struct({ orderId: Schema.Number, customer: Schema.String, sku: Schema.String, note: Schema.String })
+
+interface Settings {
+  readonly takers: number
+  readonly pollInterval: Duration.DurationInput
+}
+
+const run = <A>(url: string, settings: Settings, body: Effect.Effect<A, unknown, PersistedQueue.PersistedQueueFactory | SqlClient.SqlClient | Scope.Scope>, poolSize = 10) =>
+  Effect.runPromise(
+    body.pipe(
+      Effect.provide(PersistedQueue.layer.pipe(
+        Layer.provide(SqlPersistedQueue.layerStore({ pollInterval: settings.pollInterval })),
+        Layer.provideMerge(PgClient.layer({ url: Redacted.make(url), maxConnections: poolSize }))
+      )),
+      Effect.scoped
+    ) as Effect.Effect<A>
+  )
+
+const OPEN = "SELECT count(*) AS n FROM effect_queue WHERE NOT completed"
+
+export const make = (settings: Settings): QueueContender => ({
+  name: "SqlPersistedQueue",
+  library: "@effect/sql SqlPersistedQueue",
+  settings: { ...settings },
+  enqueueBulk: (url, messages) =>
+    run(url, settings, Effect.gen(function*() {
+      const queue = yield* PersistedQueue.make({ name: "bench", schema: Element })
+      const sql = yield* SqlClient.SqlClient
+      for (let start = 0; start < messages.length; start += BULK_TRANSACTION) {
+        yield* sql.withTransaction(Effect.forEach(messages.slice(start, start + BULK_TRANSACTION), (m) => queue.offer(m), { discard: true }))
+      }
+    })),
+  enqueueEach: (url, messages, producers) =>
+    run(url, settings, Effect.gen(function*() {
+      const queue = yield* PersistedQueue.make({ name: "bench", schema: Element })
+      yield* Effect.forEach(messages, (m) => queue.offer(m), { concurrency: producers, discard: true })
+    }), producers),
+  drain: (url, count) =>
+    run(url, settings, Effect.gen(function*() {
+      const queue = yield* PersistedQueue.make({ name: "bench", schema: Element })
+      let delivered = 0
+      const taker = queue.take(() => Effect.sync(() => void delivered++)).pipe(Effect.forever)
+      yield* Effect.forkScoped(Effect.all(Array.from({ length: settings.takers }, () => taker), { concurrency: "unbounded" }))
+      yield* Effect.promise(async () => {
+        await until(() => delivered >= count)
+        await untilNoneOpen(url, OPEN)
+      })
+    }))
+})
+
+/** 16 concurrent takers (each poll claims as many elements as takers wait), its shortest sensible poll. */
+export const tuned = make({ takers: 16, pollInterval: "10 millis" })

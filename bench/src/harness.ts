@@ -1,0 +1,93 @@
+// The bench's footing: one PostgreSQL, a fresh database per measurement, contenders
+// alternating round by round, a drain in a child process with the server's CPU read around it.
+import { spawn } from "node:child_process"
+import { dirname, join } from "node:path"
+import { fileURLToPath } from "node:url"
+import pg from "pg"
+import { log } from "./common.js"
+import * as PostgresCpu from "./postgresCpu.js"
+
+export interface Bench {
+  readonly quick: boolean
+  readonly rounds: number
+  /** Creates (or recreates) database `name` from template0; returns its URL. */
+  readonly freshDatabase: (name: string) => Promise<string>
+  readonly dropDatabase: (name: string) => Promise<void>
+  /** Runs `statement` in database `url` on a short-lived connection. */
+  readonly execute: (url: string, statement: string) => Promise<Array<Record<string, unknown>>>
+  /** PostgreSQL CPU seconds so far, or NaN when the server is not on this machine. */
+  readonly serverCpuSeconds: () => number
+}
+
+export const make = async (options: {
+  readonly quick: boolean
+  readonly rounds: number
+  readonly urlOf: (database: string) => string
+}): Promise<Bench & { readonly close: () => Promise<void>; readonly version: string }> => {
+  const admin = new pg.Client({ connectionString: options.urlOf("postgres") })
+  await admin.connect()
+  const { rows } = await admin.query("SELECT current_setting('server_version') AS version, pg_backend_pid() AS pid")
+  const postmaster = PostgresCpu.postmasterOf(rows[0].pid)
+  const execute = async (url: string, statement: string) => {
+    const client = new pg.Client({ connectionString: url })
+    await client.connect()
+    try {
+      return (await client.query(statement)).rows
+    } finally {
+      await client.end()
+    }
+  }
+  return {
+    quick: options.quick,
+    rounds: options.rounds,
+    version: rows[0].version,
+    freshDatabase: async (name) => {
+      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+      await admin.query(`CREATE DATABASE ${name} TEMPLATE template0`)
+      return options.urlOf(name)
+    },
+    dropDatabase: async (name) => void (await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)),
+    execute,
+    serverCpuSeconds: () => (postmaster === undefined ? Number.NaN : PostgresCpu.cpuSeconds(postmaster)),
+    close: () => admin.end()
+  }
+}
+
+/** Calls `measure(item, round)` for every round and item, items alternating (A B A B …). */
+export const alternate = async <A, R>(
+  bench: Bench,
+  items: ReadonlyArray<A>,
+  measure: (item: A, round: number, index: number) => Promise<R>
+): Promise<Array<Array<R>>> => {
+  const results = items.map(() => [] as Array<R>)
+  for (let round = 1; round <= bench.rounds; round++) {
+    for (const [index, item] of items.entries()) results[index]!.push(await measure(item, round, index))
+  }
+  return results
+}
+
+export interface DrainRun {
+  readonly seconds: number
+  readonly peakRssMB: number
+}
+
+const workerScript = join(dirname(fileURLToPath(import.meta.url)), "drainWorker.ts")
+
+/** Drains database `url` with contender `name` in a child process (see drainWorker.ts). */
+export const drainInChild = (name: string, url: string, count: number) =>
+  new Promise<DrainRun>((resolve, reject) => {
+    const child = spawn(process.execPath, ["--conditions=source", "--import", "tsx", workerScript, name, url, String(count)], {
+      stdio: ["ignore", "pipe", "inherit"]
+    })
+    let output = ""
+    child.stdout.on("data", (chunk) => (output += chunk))
+    child.on("error", reject)
+    child.on("exit", (code) => {
+      const line = output.trim().split("\n").pop() ?? ""
+      if (code === 0 && line.startsWith("{")) resolve(JSON.parse(line))
+      else reject(new Error(`drain worker for ${name} exited with ${code}: ${output}`))
+    })
+  })
+
+/** Logs a progress line for one measurement. */
+export const progress = (round: number, name: string, detail: string) => log(`  round ${round}  ${name.padEnd(32)} ${detail}`)

@@ -1,0 +1,151 @@
+// Tables, the targets of issue 6 read against this run, and the SVG chart.
+import { formatRate, log, median } from "./common.js"
+import type { ClaimResult } from "./scenarios/claimAtScale.js"
+import type { DrainResult } from "./scenarios/drain.js"
+import type { EnqueueEachResult } from "./scenarios/enqueueEach.js"
+import type { LatencyResult } from "./scenarios/latency.js"
+import type { LedgerResult } from "./scenarios/ledger.js"
+
+export interface Results {
+  readonly drain?: ReadonlyArray<DrainResult> | undefined
+  readonly enqueueEach?: ReadonlyArray<EnqueueEachResult> | undefined
+  readonly latency?: ReadonlyArray<LatencyResult> | undefined
+  readonly ledger?: LedgerResult | undefined
+  readonly claimAtScale?: ReadonlyArray<ClaimResult> | undefined
+}
+
+export interface Target {
+  readonly target: string
+  readonly measured: string
+  readonly met: boolean
+}
+
+const ratio = (value: number) => `${value.toFixed(2)}×`
+
+const find = <A extends { readonly name: string }>(rows: ReadonlyArray<A> | undefined, name: string) =>
+  rows?.find((row) => row.name === name)
+
+/** Every target the run measured, with its ratio. */
+export const targets = (results: Results): Array<Target> => {
+  const out: Array<Target> = []
+  const drain = results.drain
+  const ours = find(drain, "effect-durable (default)")
+  if (ours !== undefined) {
+    const versus = (name: string, factor: number) => {
+      const theirs = find(drain, name)
+      if (theirs !== undefined) {
+        const r = ours.rate / theirs.rate
+        out.push({ target: `drain (default) ≥ ${factor}× ${name}`, measured: ratio(r), met: r >= factor })
+      }
+    }
+    versus("graphile-worker (fastest)", 1.5)
+    versus("pg-boss (tuned)", 2)
+    versus("SqlPersistedQueue", 5)
+    versus("raw SQL ceiling (1 conn)", 0.6)
+    out.push({
+      target: "PostgreSQL CPU per delivered message ≤ 20 µs (default)",
+      measured: `${ours.serverCpuMicrosPerMessage.toFixed(1)} µs`,
+      met: ours.serverCpuMicrosPerMessage <= 20
+    })
+    out.push({ target: "projector peak RSS ≤ 200 MB (default)", measured: `${ours.peakRssMB} MB`, met: ours.peakRssMB <= 200 })
+    const bulk = (library: string) => drain!.filter((row) => row.library === library).map((row) => row.bulkEnqueueRate)
+    const graphileBulk = bulk("graphile-worker")
+    if (graphileBulk.length > 0) {
+      const r = median(bulk("effect-durable")) / median(graphileBulk)
+      out.push({ target: "bulk enqueue ≥ 1.2× graphile-worker addJobs", measured: ratio(r), met: r >= 1.2 })
+    }
+  }
+  const latencyOurs = find(results.latency, "effect-durable (default)")
+  const latencyTheirs = find(results.latency, "graphile-worker (defaults)")
+  if (latencyOurs !== undefined && latencyTheirs !== undefined) {
+    out.push({
+      target: "latency p50 ≤ graphile-worker (defaults) p50",
+      measured: `${latencyOurs.p50.toFixed(2)} vs ${latencyTheirs.p50.toFixed(2)} ms`,
+      met: latencyOurs.p50 <= latencyTheirs.p50
+    })
+    out.push({
+      target: "latency p99 ≤ 1.5× graphile-worker (defaults) p99",
+      measured: `${latencyOurs.p99.toFixed(2)} vs ${(1.5 * latencyTheirs.p99).toFixed(2)} ms allowed`,
+      met: latencyOurs.p99 <= 1.5 * latencyTheirs.p99
+    })
+  }
+  const ledger = results.ledger
+  if (ledger !== undefined) {
+    const overhead = ledger.firstRate / ledger.plainRate
+    out.push({ target: "ledger first observations ≥ 0.7× plain transaction", measured: ratio(overhead), met: overhead >= 0.7 })
+    const replays = ledger.replayRate / ledger.firstRate
+    out.push({ target: "ledger replays ≥ 2× first observations", measured: ratio(replays), met: replays >= 2 })
+  }
+  const claims = results.claimAtScale
+  if (claims !== undefined && claims.length >= 2) {
+    const r = claims[1]!.p50 / claims[0]!.p50
+    out.push({ target: `claim p50 at ${claims[1]!.name} ≤ 1.5× at ${claims[0]!.name}`, measured: ratio(r), met: r <= 1.5 })
+  }
+  return out
+}
+
+export const print = (results: Results) => {
+  if (results.drain !== undefined) {
+    const ceiling = find(results.drain, "raw SQL ceiling (1 conn)")?.rate
+    const graphile = find(results.drain, "graphile-worker (fastest)")?.rate
+    log("\n### Drain throughput (scenario 1), bulk enqueue (scenario 2), memory (scenario 6)\n")
+    log("| contender | drain msg/s | ÷ raw SQL (1 conn) | ÷ graphile-worker (fastest) | server CPU µs/msg | peak RSS MB | bulk enqueue msg/s | settings |")
+    log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for (const row of results.drain) {
+      const of = (base: number | undefined) => (base === undefined ? "–" : (row.rate / base).toFixed(2))
+      const bulk = row.library === "raw SQL" ? "–" : formatRate(row.bulkEnqueueRate)
+      log(`| ${row.name} | ${formatRate(row.rate)} | ${of(ceiling)} | ${of(graphile)} | ${row.serverCpuMicrosPerMessage.toFixed(1)} | ${row.peakRssMB} | ${bulk} | \`${JSON.stringify(row.settings)}\` |`)
+    }
+  }
+  if (results.enqueueEach !== undefined) {
+    log("\n### Enqueue, one message per transaction, 16 producers (scenario 2)\n")
+    log("| library | msg/s |")
+    log("| --- | ---: |")
+    for (const row of results.enqueueEach) log(`| ${row.library} | ${formatRate(row.rate)} |`)
+  }
+  if (results.latency !== undefined) {
+    log("\n### Latency, commit → handler start (scenario 3)\n")
+    log("| contender | p50 ms | p99 ms | max ms |")
+    log("| --- | ---: | ---: | ---: |")
+    for (const row of results.latency) log(`| ${row.name} | ${row.p50.toFixed(2)} | ${row.p99.toFixed(2)} | ${row.max.toFixed(2)} |`)
+  }
+  if (results.ledger !== undefined) {
+    const { firstRate, plainRate, replayRate } = results.ledger
+    log("\n### Mutation ledger (scenario 4)\n")
+    log("| | per second | ratio |")
+    log("| --- | ---: | ---: |")
+    log(`| plain transaction (insert + enqueue) | ${formatRate(plainRate)} | 1.00 |`)
+    log(`| ledger first observation (same decide) | ${formatRate(firstRate)} | ${(firstRate / plainRate).toFixed(2)} |`)
+    log(`| ledger exact replay | ${formatRate(replayRate)} | ${(replayRate / firstRate).toFixed(2)} × first |`)
+  }
+  if (results.claimAtScale !== undefined) {
+    log("\n### Claim of 100 at scale (scenario 5)\n")
+    log("| table | p50 ms | p99 ms |")
+    log("| --- | ---: | ---: |")
+    for (const row of results.claimAtScale) log(`| ${row.name} | ${row.p50.toFixed(2)} | ${row.p99.toFixed(2)} |`)
+  }
+  const measured = targets(results)
+  if (measured.length > 0) {
+    log("\n### Targets (issue 6)\n")
+    log("| target | measured | met |")
+    log("| --- | --- | --- |")
+    for (const t of measured) log(`| ${t.target} | ${t.measured} | ${t.met ? "yes" : "**no**"} |`)
+  }
+}
+
+/** Drain throughput as horizontal bars. */
+export const svgChart = (rows: ReadonlyArray<DrainResult>, title: string) => {
+  const max = Math.max(...rows.map((r) => r.rate))
+  const bars = rows.map((row, i) => {
+    const width = Math.round((row.rate / max) * 420)
+    const y = 30 + i * 34
+    const fill = row.library === "effect-durable" ? "#2f855a" : row.library === "raw SQL" ? "#a0aec0" : "#4a7fb5"
+    return `<text x="10" y="${y + 17}" font-size="13">${row.name}</text>` +
+      `<rect x="250" y="${y}" width="${width}" height="24" fill="${fill}"/>` +
+      `<text x="${255 + width}" y="${y + 17}" font-size="12">${formatRate(row.rate)} msg/s</text>`
+  }).join("\n")
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="780" height="${50 + rows.length * 34}" font-family="sans-serif">
+<text x="10" y="18" font-size="14" font-weight="bold">${title}</text>
+${bars}
+</svg>\n`
+}

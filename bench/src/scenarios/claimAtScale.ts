@@ -1,0 +1,74 @@
+// Scenario 5: latency of one claim of 100 with 10,000 ready rows, with 1,000,000 ready rows,
+// and with 10,000 ready rows behind 1,000,000 projected rows not yet purged. The table is
+// held steady: each claimed batch is marked projected and replaced by 100 new messages
+// (neither timed).
+import * as Outbox from "@effect-durable/pg/Outbox"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import { median, PAYLOAD, percentile } from "../common.js"
+import * as EffectDurable from "../contenders/effectDurable.js"
+import { alternate, type Bench, progress } from "../harness.js"
+
+export const CLAIMS = 200
+const LIMIT = 100
+
+export interface ClaimCase {
+  readonly name: string
+  readonly ready: number
+  readonly projected: number
+}
+
+export interface ClaimResult extends ClaimCase {
+  readonly p50: number
+  readonly p99: number
+  readonly rounds: ReadonlyArray<{ p50: number; p99: number }>
+}
+
+export const cases = (large: number): ReadonlyArray<ClaimCase> => [
+  { name: "10,000 ready", ready: 10_000, projected: 0 },
+  { name: `${large.toLocaleString("en")} ready`, ready: large, projected: 0 },
+  { name: `10,000 ready + ${large.toLocaleString("en")} projected`, ready: 10_000, projected: large }
+]
+
+const rows = (count: number, projected: boolean) => `
+  INSERT INTO durable.outbox (topic, payload, projected_at)
+  SELECT 'bench', jsonb_build_object('orderId', g, 'customer', ${"'" + PAYLOAD.customer + "'"}, 'sku', ${
+  "'" + PAYLOAD.sku + "'"
+}, 'note', repeat('x', ${PAYLOAD.note.length})),
+         ${projected ? "now()" : "NULL"}
+    FROM generate_series(1, ${count}) AS g`
+
+export const run = async (bench: Bench, claimCases: ReadonlyArray<ClaimCase>) => {
+  const rounds = await alternate(bench, claimCases, async (claimCase, round, index) => {
+    const database = `bench_claim_${index}`
+    const url = await bench.freshDatabase(database)
+    const sorted = await EffectDurable.run(url, Effect.gen(function*() {
+      const outbox = yield* Outbox.Outbox
+      // Rows written in SQL: this scenario measures the claim, not the enqueue.
+      yield* Effect.promise(async () => {
+        if (claimCase.projected > 0) await bench.execute(url, rows(claimCase.projected, true))
+        await bench.execute(url, rows(claimCase.ready, false))
+        await bench.execute(url, "VACUUM ANALYZE durable.outbox")
+      })
+      const took: Array<number> = []
+      for (let i = 0; i < CLAIMS; i++) {
+        const [duration, claimed] = yield* Effect.timed(outbox.claim({ worker: "bench", limit: LIMIT, lease: "30 seconds" }))
+        took.push(Duration.toMillis(duration))
+        if (claimed.length !== LIMIT) return yield* Effect.dieMessage(`claimed ${claimed.length}, expected ${LIMIT}`)
+        yield* outbox.markProjectedMany(claimed.map((message) => message.claim))
+        yield* outbox.enqueueMany(claimed.map((_, j) => ({ topic: "bench", payload: { ...PAYLOAD, orderId: i * LIMIT + j } })))
+      }
+      return took.sort((a, b) => a - b)
+    }))
+    await bench.dropDatabase(database)
+    const result = { p50: percentile(sorted, 0.5), p99: percentile(sorted, 0.99) }
+    progress(round, claimCase.name, `claim ${LIMIT}: p50 ${result.p50.toFixed(2)} ms  p99 ${result.p99.toFixed(2)} ms`)
+    return result
+  })
+  return claimCases.map((claimCase, i): ClaimResult => ({
+    ...claimCase,
+    p50: median(rounds[i]!.map((r) => r.p50)),
+    p99: median(rounds[i]!.map((r) => r.p99)),
+    rounds: rounds[i]!
+  }))
+}

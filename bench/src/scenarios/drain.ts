@@ -1,0 +1,53 @@
+// Scenario 1 (drain throughput, with the drain process's peak RSS and PostgreSQL's CPU per
+// message) and the bulk half of scenario 2: each round seeds a fresh database with the
+// contender's own bulk API, `BULK_TRANSACTION` messages per transaction, timing it.
+import { formatRate, median, payloads, type QueueContender } from "../common.js"
+import { alternate, type Bench, drainInChild, progress } from "../harness.js"
+
+export interface DrainResult {
+  readonly name: string
+  readonly library: string
+  readonly settings: Record<string, unknown>
+  /** Medians over the rounds. */
+  readonly rate: number
+  readonly peakRssMB: number
+  readonly serverCpuMicrosPerMessage: number
+  readonly bulkEnqueueRate: number
+  readonly rounds: ReadonlyArray<{ rate: number; peakRssMB: number; serverCpuMicrosPerMessage: number; bulkEnqueueRate: number }>
+}
+
+export const run = async (bench: Bench, contenders: ReadonlyArray<QueueContender>, messages: number) => {
+  const rows = payloads(messages)
+  const rounds = await alternate(bench, contenders, async (contender, round, index) => {
+    const database = `bench_drain_${index}`
+    const url = await bench.freshDatabase(database)
+    const seeded = performance.now()
+    await contender.enqueueBulk(url, rows)
+    const bulkEnqueueRate = messages / ((performance.now() - seeded) / 1000)
+    // Same starting point for everyone: statistics and visibility map fresh.
+    await bench.execute(url, "VACUUM ANALYZE")
+    const cpuBefore = bench.serverCpuSeconds()
+    const drained = await drainInChild(contender.name, url, messages)
+    const serverCpuMicrosPerMessage = ((bench.serverCpuSeconds() - cpuBefore) * 1e6) / messages
+    await bench.dropDatabase(database)
+    const rate = messages / drained.seconds
+    progress(
+      round,
+      contender.name,
+      `${formatRate(rate).padStart(7)} msg/s (${drained.seconds.toFixed(2)} s)  server CPU ${
+        serverCpuMicrosPerMessage.toFixed(1)
+      } µs/msg  peak RSS ${drained.peakRssMB} MB  bulk enqueue ${formatRate(bulkEnqueueRate)} msg/s`
+    )
+    return { rate, peakRssMB: drained.peakRssMB, serverCpuMicrosPerMessage, bulkEnqueueRate }
+  })
+  return contenders.map((contender, i): DrainResult => ({
+    name: contender.name,
+    library: contender.library,
+    settings: contender.settings,
+    rate: median(rounds[i]!.map((r) => r.rate)),
+    peakRssMB: median(rounds[i]!.map((r) => r.peakRssMB)),
+    serverCpuMicrosPerMessage: median(rounds[i]!.map((r) => r.serverCpuMicrosPerMessage)),
+    bulkEnqueueRate: median(rounds[i]!.map((r) => r.bulkEnqueueRate)),
+    rounds: rounds[i]!
+  }))
+}
