@@ -259,7 +259,8 @@ describe("Projector", () => {
         yield* Effect.all(
           [1, 2, 3, 4].map((n) =>
             withProjector(
-              { topics: [topic], workerId: `ordered-${n}`, pollInterval: "20 millis", concurrency: 16 },
+              // One to four batch loops per projector: per-key order must hold across all of them.
+              { topics: [topic], workerId: `ordered-${n}`, pollInterval: "20 millis", concurrency: 16, batchesInFlight: n },
               publisher,
               eventually(projectedCount(ids), (count) => count === ids.length, 120)
             )
@@ -269,6 +270,37 @@ describe("Projector", () => {
         for (const key of keys) expect(order.get(key)).toEqual(Array.from({ length: 200 }, (_, i) => i))
         expect(maxInFlight).toBeGreaterThan(1)
       }), 180_000)
+
+    it.effect("batchesInFlight overlaps batches: deliveries of two batches run at once, never more", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const run = (batchesInFlight: number) =>
+          Effect.gen(function*() {
+            const topic = freshTopic()
+            const ids = yield* outbox.enqueueMany([1, 2, 3, 4, 5, 6].map((i) => ({ topic, payload: i })))
+            let inFlight = 0
+            let maxInFlight = 0
+            const two = yield* Deferred.make<void>()
+            // A barrier: each delivery waits until two run at once (or 300 ms pass).
+            const publisher = Publisher.layerHandler(() =>
+              Effect.gen(function*() {
+                maxInFlight = Math.max(maxInFlight, ++inFlight)
+                if (inFlight === 2) yield* Deferred.succeed(two, undefined)
+                yield* TestServices.provideLive(Effect.timeout(Deferred.await(two), "300 millis")).pipe(Effect.ignore)
+                inFlight--
+              })
+            )
+            yield* withProjector(
+              { topics: [topic], batchSize: 1, concurrency: 1, batchesInFlight, pollInterval: "20 millis" },
+              publisher,
+              eventually(projectedCount(ids), (count) => count === ids.length, 30)
+            )
+            return maxInFlight
+          })
+        // Concurrency 1 per batch: two deliveries at once can only come from two batches.
+        expect(yield* run(2)).toBe(2)
+        expect(yield* run(1)).toBe(1)
+      }))
 
     it.effect("closing the scope lets an in-flight delivery finish and marks it", () =>
       Effect.gen(function*() {
@@ -327,6 +359,8 @@ describe("Projector", () => {
         const cases: ReadonlyArray<readonly [Projector.ProjectorOptions, string]> = [
           [{ batchSize: 0 }, "batchSize"],
           [{ concurrency: 1.5 }, "concurrency"],
+          [{ batchesInFlight: 0 }, "batchesInFlight"],
+          [{ batchesInFlight: 65 }, "batchesInFlight"],
           [{ lease: 0 }, "lease"],
           [{ pollInterval: -1 }, "pollInterval"],
           [{ backoff: { min: "10 seconds", max: "1 second" } }, "backoff"],
