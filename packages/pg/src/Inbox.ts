@@ -192,6 +192,7 @@ export const make = (
         queue.claim<ClaimedRow>(
           claimOptions,
           sql`c.consumer = ${claimOptions.consumer}`,
+          claimOptions.consumer,
           sql`q.consumer, q.message_id, q.payload, q.headers, q.received_at::text AS received_at`
         )
       ).pipe(

@@ -245,8 +245,10 @@ export const make = (
                           ${rows.map((r) => r.delaySeconds)}::float8[], ${rows.map((r) => r.maxAttempts)}::int[])
                    WITH ORDINALITY AS u(t, k, p, h, d, a, n)
              ORDER BY n
-            RETURNING id, topic)
-          SELECT m.id::text AS id, pg_notify(${channel}, m.topic) IS NULL AS notified FROM m`.pipe(
+            RETURNING id, topic),
+          -- One wake-up per topic, not per row (each pg_notify call is checked for duplicates).
+          notified AS (SELECT count(pg_notify(${channel}, t.topic)) AS n FROM (SELECT DISTINCT topic FROM m) t)
+          SELECT m.id::text AS id FROM m CROSS JOIN notified`.pipe(
           classifySqlErrors("Outbox.enqueueMany")
         )
         // Identities are drawn in insertion order (ORDER BY n), so ascending ids follow the input.
@@ -301,6 +303,7 @@ export const make = (
         const rows = yield* queue.claim<ClaimedRow>(
           claimOptions,
           topicFilter(topics),
+          JSON.stringify(topics ?? null),
           sql`q.topic, q.ordering_key, q.payload, q.headers, q.created_at::text AS created_at`
         )
         return rows.map((row): OutboxMessage => ({

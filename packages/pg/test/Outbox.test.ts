@@ -466,6 +466,7 @@ const suite = (schema: string) => {
           [{ worker: "w", limit: 0, lease: "1 minute" }, "limit"],
           [{ worker: "w", limit: 1001, lease: "1 minute" }, "limit"],
           [{ worker: "w", limit: 1, lease: 0 }, "lease"],
+          [{ worker: "w", limit: 1, lease: "soon" as Duration.DurationInput }, "lease"],
           [{ worker: "w", limit: 1, lease: "1 minute", topics: [""] }, "topics"]
         ] as const
         for (const [options, field] of cases) {

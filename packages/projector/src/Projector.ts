@@ -446,8 +446,9 @@ export const layer = (
       const config = yield* validateOptions(options)
       const worker = yield* makeWorker(config)
       const totals = yield* Ref.make(zero)
-      // One wake-up queue per batch loop: a NOTIFY wakes every idle loop.
-      const wakes = yield* Effect.all(Array.from({ length: config.batchesInFlight }, () => Queue.sliding<void>(1)))
+      // A NOTIFY wakes one idle batch loop; a loop that claimed a full batch wakes the next
+      // (more is likely waiting). Waking all at once would have them race for one message.
+      const wake = yield* Queue.sliding<void>(1)
       const stop = yield* Deferred.make<void>()
 
       const pg = yield* Effect.serviceOption(PgClient.PgClient)
@@ -455,17 +456,16 @@ export const layer = (
         // Wake on the outbox's NOTIFY (an empty payload: the connection was (re)established).
         yield* listen(pg.value.config, worker.outbox.channel, (topic) => {
           if (topic === "" || config.topics === undefined || config.topics.includes(topic)) {
-            for (const wake of wakes) Queue.unsafeOffer(wake, undefined)
+            Queue.unsafeOffer(wake, undefined)
           }
         })
       }
 
-      const loop = (wake: Queue.Queue<void>): Effect.Effect<void> =>
-        Effect.gen(function*() {
-          const idle = Effect.raceFirst(
-            Effect.raceFirst(Queue.take(wake), Effect.sleep(config.pollInterval)),
-            Deferred.await(stop)
-          )
+      const idle = Effect.raceFirst(
+        Effect.raceFirst(Queue.take(wake), Effect.sleep(config.pollInterval)),
+        Deferred.await(stop)
+      )
+      const loop: Effect.Effect<void> = Effect.gen(function*() {
           let failures = 0
           while (!(yield* Deferred.isDone(stop))) {
             const result = yield* Effect.either(worker.deliverBatch)
@@ -481,13 +481,17 @@ export const layer = (
             }
             failures = 0
             yield* Ref.update(totals, (t) => add(t, result.right))
+            if (result.right.claimed === config.batchSize) yield* Queue.offer(wake, undefined)
             // Only an empty claim means there is nothing to do: a short batch can be short because
             // of per-key order (one message per key at a time), with the next heads ready now.
             if (result.right.claimed === 0) yield* idle
           }
         })
 
-      const fiber = yield* Effect.forkDaemon(Effect.forEach(wakes, loop, { concurrency: "unbounded", discard: true }))
+      const fiber = yield* Effect.forkDaemon(Effect.all(Array.from({ length: config.batchesInFlight }, () => loop), {
+        concurrency: "unbounded",
+        discard: true
+      }))
       yield* Effect.addFinalizer(() =>
         Effect.gen(function*() {
           yield* Deferred.succeed(stop, undefined)

@@ -14,9 +14,13 @@ import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type { Settings } from "../DurableConfig.js"
 import { classifySqlErrors } from "../ErrorClassification.js"
-import { boundedStatement } from "./oneRoundTrip.js"
+import { boundedStatement, TextCache } from "./oneRoundTrip.js"
 import { setLocalTimeouts, timeoutSettings, transact } from "./transaction.js"
 import { boundedCount, boundedText, finiteDuration, seconds } from "./validation.js"
+
+/** Ascending order of decimal ids (no leading zeros): shorter is smaller, then by text. */
+const byId = (a: { readonly id: string }, b: { readonly id: string }) =>
+  a.id.length - b.id.length || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
 
 /** Proof of a claim: only the worker holding the current generation may settle the row. */
 export interface Claim {
@@ -102,10 +106,16 @@ export const make = <Mismatch, Missing>(
     transact(sql, op(name), Effect.zipRight(setLocalTimeouts(sql, settings), body).pipe(classifySqlErrors(op(name))))
 
   // The projector's hot path (claim, completeMany): one round trip outside a transaction.
-  const boundedOne = <Row>(name: string, statement: Statement.Statement<Row>) =>
-    boundedStatement(sql, timeoutSettings(sql, settings), statement, bounded(name, statement)).pipe(
-      classifySqlErrors(op(name))
-    )
+  const boundedOne = <Row>(name: string, statement: Statement.Statement<Row>, cacheKey?: string) =>
+    boundedStatement(
+      sql,
+      timeoutSettings(sql, settings),
+      statement,
+      bounded(name, statement),
+      cacheKey === undefined ? undefined : { cache: claimTexts, key: cacheKey }
+    ).pipe(classifySqlErrors(op(name)))
+  // A projector claims with the same options every time: its claim's text is built once.
+  const claimTexts = new TextCache()
 
   /**
    * Claims up to `limit` ready rows in id order. A row whose final attempt's lease expired
@@ -144,14 +154,24 @@ export const make = <Mismatch, Missing>(
    * Claims up to `limit` ready rows in id order. A row whose final attempt's lease expired
    * (its worker died) goes to the dead letters here instead of being handed out again.
    */
-  /** `where` may refer to the candidate row as `c`. */
-  const claim = <Row>(options: ClaimOptions, where: Statement.Fragment, returning: Statement.Fragment) =>
+  /**
+   * `where` may refer to the candidate row as `c`; `whereKey` identifies it (two calls with
+   * the same key must pass the same `where` and `returning`).
+   */
+  const claim = <Row>(options: ClaimOptions, where: Statement.Fragment, whereKey: string, returning: Statement.Fragment) =>
     Effect.zipRight(
       validateClaim(options),
-      boundedOne("claim", claimStatement<Row>(options, where, returning)).pipe(
+      // Built after validation: an invalid lease must fail typed, not throw while building.
+      Effect.suspend(() =>
+        boundedOne(
+          "claim",
+          claimStatement<Row>(options, where, returning),
+          JSON.stringify([options.worker, options.limit, seconds(options.lease), whereKey])
+        )
+      ).pipe(
         // UPDATE ... RETURNING does not promise an order; the caller gets id order.
         Effect.map((rows) =>
-          rows.filter((row) => !row.exhausted).sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1))
+          rows.filter((row) => !row.exhausted).sort(byId)
         )
       )
     )
