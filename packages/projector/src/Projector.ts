@@ -195,7 +195,7 @@ type Outcome = "delivered" | "retried" | "dead" | "stale"
 /** The publishes of one batch and their deadlines, for the batch's watchdog. */
 interface Watch {
   /** By message id. */
-  readonly deadlines: Map<string, { readonly fiber: Fiber.RuntimeFiber<void, PublishError>; readonly at: number }>
+  readonly deadlines: Map<string, { readonly fiber: Fiber.RuntimeFiber<unknown, unknown>; readonly at: number }>
   /** Ids of the messages whose publish the watchdog interrupted. */
   readonly expired: Set<string>
 }
@@ -252,20 +252,21 @@ const makeWorker = (config: Resolved) =>
       ).pipe(Effect.delay(Duration.unsafeDivide(config.lease, 3)), Effect.forever)
 
     const deliveryTimeoutMillis = Duration.toMillis(config.deliveryTimeout)
-    // Interrupts the publishes that passed their deadline; checks a few times per timeout.
+    // Cuts the publishes that passed their deadline; checks a few times per timeout. The
+    // check and the interruption happen in one synchronous step, so the lane cannot move on
+    // between them.
     const watchdog = (watch: Watch) =>
-      Effect.sync(() => {
-        const now = Date.now()
-        const late: Array<Fiber.RuntimeFiber<void, PublishError>> = []
-        for (const [id, { at, fiber }] of watch.deadlines) {
-          if (at <= now && fiber.unsafePoll() === null && !watch.expired.has(id)) {
-            watch.expired.add(id)
-            late.push(fiber)
+      Effect.withFiberRuntime<void>((self) =>
+        Effect.sync(() => {
+          const now = Date.now()
+          for (const [id, { at, fiber }] of watch.deadlines) {
+            if (at <= now && fiber.unsafePoll() === null && !watch.expired.has(id)) {
+              watch.expired.add(id)
+              fiber.unsafeInterruptAsFork(self.id())
+            }
           }
-        }
-        return late
-      }).pipe(
-        Effect.flatMap((late) => Effect.forEach(late, Fiber.interruptFork, { discard: true })),
+        })
+      ).pipe(
         Effect.delay(Duration.millis(Math.max(10, Math.min(1000, deliveryTimeoutMillis / 4)))),
         Effect.forever
       )
@@ -303,43 +304,80 @@ const makeWorker = (config: Resolved) =>
       })
 
     /** What a publish fiber's exit means for its message. */
-    const publishOutcome = (exit: Exit.Exit<void, PublishError>, timedOut: boolean): Either.Either<void, PublishError> =>
+    const publishOutcome = (exit: Exit.Exit<void, PublishError>): Either.Either<void, PublishError> =>
       Exit.isSuccess(exit)
         ? Either.void
-        : timedOut
-        ? Either.left(retryable(`delivery timed out after ${Duration.format(config.deliveryTimeout)}`))
         : Either.left(Option.getOrElse(
           Cause.failureOption(exit.cause),
           () => retryable(`the publisher died: ${Cause.pretty(exit.cause).slice(0, 500)}`)
         ))
 
     /**
-     * Publishes every message of a batch, at most `concurrency` at once. Each publish runs in
-     * a fiber of its own that the batch's watchdog interrupts at its deadline: one timer per
-     * batch instead of a timeout race per message, and one fiber per message. Returns each
-     * message's result, in order.
+     * Publishes every message of a batch on at most `concurrency` lanes: fibers that each take
+     * the next message in turn, so a batch costs `concurrency` fibers, not one per message.
+     * The batch's watchdog cuts a publish past its deadline by interrupting its lane (one
+     * timer per batch, no timeout race per message); a fresh lane carries on with the rest.
+     * A lane cut just as its publish finished may take the next message down with it: that
+     * one is released for a retry (at least once, never lost). Returns each message's result,
+     * in order.
      */
     const publishAll = (claimed: ReadonlyArray<Outbox.OutboxMessage>, pending: Map<string, Outbox.Claim>, watch: Watch, spans: boolean) =>
       Effect.gen(function*() {
-        const permits = yield* Effect.makeSemaphore(config.concurrency)
-        const started: Array<Fiber.RuntimeFiber<void, PublishError> | PublishError> = []
-        for (const message of claimed) {
-          const decoded = checkPayload(message)
-          if (Either.isLeft(decoded)) {
-            started.push(permanent(decoded.left))
-            continue
-          }
-          yield* permits.take(1)
-          const publish = spans ? traced(message, publisher.publish(message)) : publisher.publish(message)
-          const done = Effect.zipRight(Effect.sync(() => pending.delete(message.id)), permits.release(1))
-          const fiber = yield* Effect.fork(Effect.ensuring(publish, done))
-          watch.deadlines.set(message.id, { fiber, at: Date.now() + deliveryTimeoutMillis })
-          started.push(fiber)
+        const results: Array<Either.Either<void, PublishError> | undefined> = new Array(claimed.length)
+        /** The message each lane is publishing (-1: none). */
+        const current: Array<number> = []
+        let next = 0
+        const settle = (i: number, result: Either.Either<void, PublishError>) => {
+          results[i] = result
+          pending.delete(claimed[i]!.id)
+          watch.deadlines.delete(claimed[i]!.id)
         }
-        return yield* Effect.forEach(started, (publishing, i) =>
-          publishing instanceof PublishError
-            ? Effect.succeed(Either.left(publishing))
-            : Effect.map(Fiber.await(publishing), (exit) => publishOutcome(exit, watch.expired.has(claimed[i]!.id))))
+        const lane = (id: number) =>
+          Effect.withFiberRuntime<void>((fiber) => {
+            const step = (): Effect.Effect<void> => {
+              current[id] = -1
+              if (next >= claimed.length) return Effect.void
+              const i = next++
+              const message = claimed[i]!
+              const decoded = checkPayload(message)
+              if (Either.isLeft(decoded)) {
+                settle(i, Either.left(permanent(decoded.left)))
+                return Effect.suspend(step)
+              }
+              current[id] = i
+              watch.deadlines.set(message.id, { fiber, at: Date.now() + deliveryTimeoutMillis })
+              const publish = spans ? traced(message, publisher.publish(message)) : publisher.publish(message)
+              return Effect.flatMap(Effect.exit(publish), (exit) => {
+                settle(i, publishOutcome(exit))
+                return step()
+              })
+            }
+            return step()
+          })
+        const ended = yield* Queue.unbounded<number>()
+        let lanes = 0
+        let running = 0
+        const startLane = Effect.suspend(() => {
+          const id = lanes++
+          running++
+          return Effect.fork(Effect.onExit(lane(id), () => Queue.offer(ended, id)))
+        })
+        for (let k = 0; k < Math.min(config.concurrency, claimed.length); k++) yield* startLane
+        while (running > 0) {
+          const id = yield* Queue.take(ended)
+          running--
+          const i = current[id] ?? -1
+          if (i >= 0 && results[i] === undefined) {
+            // The lane was cut mid-publish.
+            settle(i, Either.left(retryable(
+              watch.expired.has(claimed[i]!.id)
+                ? `delivery timed out after ${Duration.format(config.deliveryTimeout)}`
+                : "delivery interrupted with a timed-out one on its lane"
+            )))
+          }
+          if (next < claimed.length) yield* startLane
+        }
+        return results as Array<Either.Either<void, PublishError>>
       })
 
     /** Claims one batch and settles every message in it; returns what happened. */

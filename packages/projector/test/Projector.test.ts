@@ -193,6 +193,30 @@ describe("Projector", () => {
         expect(rows[2]!.projected).toBe(true)
       }))
 
+    it.effect("a hung delivery cut at its deadline does not hold back the messages after it on its lane", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const ids = yield* outbox.enqueueMany(
+          ["hangs", "fine", "hangs", "fine", "fine"].map((kind) => ({ topic, payload: { kind } }))
+        )
+        const publisher = Publisher.layerHandler((message) =>
+          (message.payload as { kind: string }).kind === "hangs" ? Effect.never : Effect.void
+        )
+        // One lane: each hung publish is cut and a fresh lane takes the next message.
+        const counts = yield* Projector.drain({
+          topics: [topic],
+          concurrency: 1,
+          deliveryTimeout: "100 millis",
+          backoff: { min: "1 minute", max: "1 minute" }
+        }).pipe(Effect.provide(publisher), TestServices.provideLive)
+        expect(counts).toMatchObject({ claimed: 5, delivered: 3, retried: 2, stale: 0 })
+        const rows = yield* outboxRows(ids)
+        expect(rows.map((row) => row.projected)).toEqual([false, true, false, true, true])
+        expect(rows[0]!.last_error).toBe("delivery timed out after 100ms")
+        expect(rows[2]!.last_error).toBe("delivery timed out after 100ms")
+      }))
+
     it.effect("a slow delivery keeps its lease by renewal: no second worker takes it", () =>
       Effect.gen(function*() {
         const outbox = yield* Outbox.Outbox
