@@ -4,7 +4,7 @@ import { spawn } from "node:child_process"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 import pg from "pg"
-import { log } from "./common.js"
+import { log, sleep } from "./common.js"
 import * as PostgresCpu from "./postgresCpu.js"
 
 export interface Bench {
@@ -15,8 +15,12 @@ export interface Bench {
   readonly dropDatabase: (name: string) => Promise<void>
   /** Runs `statement` in database `url` on a short-lived connection. */
   readonly execute: (url: string, statement: string) => Promise<Array<Record<string, unknown>>>
-  /** PostgreSQL CPU seconds so far, or NaN when the server is not on this machine. */
-  readonly serverCpuSeconds: () => number
+  /**
+   * PostgreSQL CPU seconds so far, or NaN when the server is not on this machine; read after
+   * a pause, so that backends of closed connections have exited and been reaped (a backend
+   * between its exit and its reaping shows in no counter).
+   */
+  readonly serverCpuSecondsSettled: () => Promise<number>
 }
 
 export const make = async (options: {
@@ -48,7 +52,10 @@ export const make = async (options: {
     },
     dropDatabase: async (name) => void (await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)),
     execute,
-    serverCpuSeconds: () => (postmaster === undefined ? Number.NaN : PostgresCpu.cpuSeconds(postmaster)),
+    serverCpuSecondsSettled: async () => {
+      await sleep(500)
+      return postmaster === undefined ? Number.NaN : PostgresCpu.cpuSeconds(postmaster)
+    },
     close: () => admin.end()
   }
 }

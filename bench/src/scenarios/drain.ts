@@ -26,9 +26,9 @@ export const run = async (bench: Bench, contenders: ReadonlyArray<QueueContender
     const bulkEnqueueRate = messages / ((performance.now() - seeded) / 1000)
     // Same starting point for everyone: statistics and visibility map fresh.
     await bench.execute(url, "VACUUM ANALYZE")
-    const cpuBefore = bench.serverCpuSeconds()
+    const cpuBefore = await bench.serverCpuSecondsSettled()
     const drained = await drainInChild(contender.name, url, messages)
-    const serverCpuMicrosPerMessage = ((bench.serverCpuSeconds() - cpuBefore) * 1e6) / messages
+    const serverCpuMicrosPerMessage = ((await bench.serverCpuSecondsSettled()) - cpuBefore) * 1e6 / messages
     await bench.dropDatabase(database)
     const rate = messages / drained.seconds
     progress(

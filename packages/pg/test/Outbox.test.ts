@@ -458,6 +458,25 @@ const suite = (schema: string) => {
         expect((yield* rowOf(id))!).toMatchObject({ claimed_by: null, claim_generation: "0", attempt_count: 0 })
       }))
 
+    it.effect("a claim rewrites its rows in place (HOT): no index entry is written for it", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        // Enough rows to fill many pages: without free room on them no update could be in place.
+        yield* outbox.enqueueMany(Array.from({ length: 2000 }, (_, i) => ({ topic, payload: { i, pad: "x".repeat(200) } })))
+        const hotUpdates = Effect.map(
+          sql<{ n: string }>`SELECT pg_stat_clear_snapshot(), pg_stat_get_tuples_hot_updated(${yield* table}::regclass)::text AS n`,
+          (rows) => Number(rows[0]!.n)
+        )
+        const before = yield* hotUpdates
+        const claimed = yield* outbox.claim({ worker: "hot", topics: [topic], limit: 100, lease: "1 minute" })
+        expect(claimed).toHaveLength(100)
+        // Statistics reach the shared counters within a second or so of the claim's commit.
+        const after = yield* eventually(hotUpdates, (n) => n - before >= 100, 15)
+        expect(after - before).toBeGreaterThanOrEqual(100)
+      }))
+
     it.effect("bad claim options are typed errors naming the field", () =>
       Effect.gen(function*() {
         const outbox = yield* Outbox.Outbox
