@@ -43,13 +43,12 @@ export interface ProjectorOptions {
   readonly workerId?: string
   /** Messages per claim. Default 100. */
   readonly batchSize?: number
-  /** Deliveries in flight at once within a batch. Default 16. */
+  /** Deliveries in flight at once, across all batches in flight. Default 16. */
   readonly concurrency?: number
   /**
    * Batches in flight at once: while one batch is delivered and marked, the next is already
    * claimed, so the database's round trips overlap the delivery work. Per-key order holds
-   * (a key's next message is not claimable while an earlier one is open); at most
-   * `batchesInFlight × concurrency` deliveries run at once. Default 2.
+   * (a key's next message is not claimable while an earlier one is open). Default 4.
    */
   readonly batchesInFlight?: number
   /** Lease of a claim; renewed every third of it while a delivery runs. Default 30 s. */
@@ -137,7 +136,7 @@ const resolve = (options: ProjectorOptions): Resolved => ({
   workerId: options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString("hex")}`,
   batchSize: options.batchSize ?? 100,
   concurrency: options.concurrency ?? 16,
-  batchesInFlight: options.batchesInFlight ?? 2,
+  batchesInFlight: options.batchesInFlight ?? 4,
   lease: Duration.decode(options.lease ?? "30 seconds"),
   pollInterval: Duration.decode(options.pollInterval ?? "1 second"),
   backoffMin: Duration.decode(options.backoff?.min ?? "1 second"),
@@ -312,6 +311,9 @@ const makeWorker = (config: Resolved) =>
           () => retryable(`the publisher died: ${Cause.pretty(exit.cause).slice(0, 500)}`)
         ))
 
+    // Deliveries in flight across all batches: each lane holds a permit (see publishAll).
+    const permits = yield* Effect.makeSemaphore(config.concurrency)
+
     /**
      * Publishes every message of a batch on at most `concurrency` lanes: fibers that each take
      * the next message in turn, so a batch costs `concurrency` fibers, not one per message.
@@ -360,7 +362,8 @@ const makeWorker = (config: Resolved) =>
         const startLane = Effect.suspend(() => {
           const id = lanes++
           running++
-          return Effect.fork(Effect.onExit(lane(id), () => Queue.offer(ended, id)))
+          // A lane holds a permit while it runs: lanes across all batches are at most `concurrency`.
+          return Effect.fork(Effect.onExit(permits.withPermits(1)(lane(id)), () => Queue.offer(ended, id)))
         })
         for (let k = 0; k < Math.min(config.concurrency, claimed.length); k++) yield* startLane
         while (running > 0) {
@@ -570,7 +573,7 @@ export const config: Config.Config<ProjectorOptions> = Config.all({
   workerId: Config.option(Config.string("PROJECTOR_WORKER_ID")),
   batchSize: Config.integer("PROJECTOR_BATCH_SIZE").pipe(Config.withDefault(100)),
   concurrency: Config.integer("PROJECTOR_CONCURRENCY").pipe(Config.withDefault(16)),
-  batchesInFlight: Config.integer("PROJECTOR_BATCHES_IN_FLIGHT").pipe(Config.withDefault(2)),
+  batchesInFlight: Config.integer("PROJECTOR_BATCHES_IN_FLIGHT").pipe(Config.withDefault(4)),
   lease: Config.duration("PROJECTOR_LEASE").pipe(Config.withDefault(Duration.seconds(30))),
   pollInterval: Config.duration("PROJECTOR_POLL_INTERVAL").pipe(Config.withDefault(Duration.seconds(1))),
   backoffMin: Config.duration("PROJECTOR_BACKOFF_MIN").pipe(Config.withDefault(Duration.seconds(1))),

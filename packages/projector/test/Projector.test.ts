@@ -295,35 +295,43 @@ describe("Projector", () => {
         expect(maxInFlight).toBeGreaterThan(1)
       }), 180_000)
 
-    it.effect("batchesInFlight overlaps batches: deliveries of two batches run at once, never more", () =>
+    // Deliveries run at once, with a barrier: each waits until `target` run together (or
+    // 300 ms pass); returns the most that ever ran at once.
+    const mostAtOnce = (options: Projector.ProjectorOptions, messages: number, target: number) =>
       Effect.gen(function*() {
         const outbox = yield* Outbox.Outbox
-        const run = (batchesInFlight: number) =>
+        const topic = freshTopic()
+        const ids = yield* outbox.enqueueMany(Array.from({ length: messages }, (_, i) => ({ topic, payload: i })))
+        let inFlight = 0
+        let most = 0
+        const reached = yield* Deferred.make<void>()
+        const publisher = Publisher.layerHandler(() =>
           Effect.gen(function*() {
-            const topic = freshTopic()
-            const ids = yield* outbox.enqueueMany([1, 2, 3, 4, 5, 6].map((i) => ({ topic, payload: i })))
-            let inFlight = 0
-            let maxInFlight = 0
-            const two = yield* Deferred.make<void>()
-            // A barrier: each delivery waits until two run at once (or 300 ms pass).
-            const publisher = Publisher.layerHandler(() =>
-              Effect.gen(function*() {
-                maxInFlight = Math.max(maxInFlight, ++inFlight)
-                if (inFlight === 2) yield* Deferred.succeed(two, undefined)
-                yield* TestServices.provideLive(Effect.timeout(Deferred.await(two), "300 millis")).pipe(Effect.ignore)
-                inFlight--
-              })
-            )
-            yield* withProjector(
-              { topics: [topic], batchSize: 1, concurrency: 1, batchesInFlight, pollInterval: "20 millis" },
-              publisher,
-              eventually(projectedCount(ids), (count) => count === ids.length, 30)
-            )
-            return maxInFlight
+            most = Math.max(most, ++inFlight)
+            if (inFlight >= target) yield* Deferred.succeed(reached, undefined)
+            yield* TestServices.provideLive(Effect.timeout(Deferred.await(reached), "300 millis")).pipe(Effect.ignore)
+            inFlight--
           })
-        // Concurrency 1 per batch: two deliveries at once can only come from two batches.
-        expect(yield* run(2)).toBe(2)
-        expect(yield* run(1)).toBe(1)
+        )
+        yield* withProjector(
+          { topics: [topic], pollInterval: "20 millis", ...options },
+          publisher,
+          eventually(projectedCount(ids), (count) => count === ids.length, 30)
+        )
+        return most
+      })
+
+    it.effect("batchesInFlight overlaps batches: deliveries of two batches run at once, never more", () =>
+      Effect.gen(function*() {
+        // One message per batch: two deliveries at once can only come from two batches.
+        expect(yield* mostAtOnce({ batchSize: 1, batchesInFlight: 2 }, 6, 2)).toBe(2)
+        expect(yield* mostAtOnce({ batchSize: 1, batchesInFlight: 1 }, 6, 2)).toBe(1)
+      }))
+
+    it.effect("concurrency bounds the deliveries in flight across all batches", () =>
+      Effect.gen(function*() {
+        expect(yield* mostAtOnce({ batchSize: 5, batchesInFlight: 4, concurrency: 3 }, 20, 3)).toBe(3)
+        expect(yield* mostAtOnce({ batchSize: 5, batchesInFlight: 4, concurrency: 12 }, 20, 12)).toBe(12)
       }))
 
     it.effect("closing the scope lets an in-flight delivery finish and marks it", () =>
