@@ -34,7 +34,12 @@ export const enqueueBulk = (url: string, messages: ReadonlyArray<unknown>) =>
 export const make = (label: string, options: Projector.ProjectorOptions, poolSize = 10): QueueContender => ({
   name: `effect-durable (${label})`,
   library: "effect-durable",
-  settings: { batchSize: options.batchSize ?? 100, concurrency: options.concurrency ?? 16, poolSize },
+  settings: {
+    batchSize: options.batchSize ?? 500,
+    batchesInFlight: options.batchesInFlight ?? 3,
+    concurrency: options.concurrency ?? 16,
+    poolSize
+  },
   enqueueBulk,
   enqueueEach: (url, messages, producers) =>
     run(url, Effect.gen(function*() {
@@ -76,4 +81,4 @@ export const make = (label: string, options: Projector.ProjectorOptions, poolSiz
 })
 
 export const defaults = make("default", {})
-export const tuned = make("tuned", { batchSize: 500, concurrency: 64 })
+export const tuned = make("tuned", { batchSize: 1000, batchesInFlight: 3 })

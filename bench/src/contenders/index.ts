@@ -13,8 +13,8 @@ export const all: ReadonlyArray<QueueContender> = [
   GraphileWorker.defaults,
   PgBoss.tuned,
   SqlPersistedQueue.tuned,
-  RawSql.oneConnection,
-  RawSql.fourConnections
+  RawSql.atDefaults,
+  RawSql.reference
 ]
 
 export { EffectDurable, GraphileWorker, PgBoss, RawSql, SqlPersistedQueue }

@@ -3,7 +3,6 @@
 import pg from "pg"
 import type { QueueContender } from "../common.js"
 
-const BATCH = 100
 
 const claim = (limit: number) => `
   SELECT set_config('lock_timeout', '5000', true);
@@ -23,8 +22,8 @@ const markProjected = (claims: ReadonlyArray<{ id: string; generation: string }>
     FROM unnest('{${claims.map((c) => c.id).join(",")}}'::bigint[], '{${claims.map((c) => c.generation).join(",")}}'::bigint[]) AS c(id, generation)
    WHERE q.id = c.id AND q.claimed_by = 'raw' AND q.claim_generation = c.generation AND q.projected_at IS NULL`
 
-/** Claims and marks until a claim comes back empty, on `connections` connections. */
-const drain = async (url: string, connections: number) => {
+/** Claims and marks until a claim comes back empty, `batch` at a time on `connections` connections. */
+const drain = async (url: string, batch: number, connections: number) => {
   const clients = await Promise.all(Array.from({ length: connections }, async () => {
     const client = new pg.Client({ connectionString: url })
     await client.connect()
@@ -33,7 +32,7 @@ const drain = async (url: string, connections: number) => {
   try {
     await Promise.all(clients.map(async (client) => {
       while (true) {
-        const results = await client.query(claim(BATCH)) as unknown as Array<pg.QueryResult>
+        const results = await client.query(claim(batch)) as unknown as Array<pg.QueryResult>
         const rows = results[1]!.rows as Array<{ id: string; generation: string }>
         if (rows.length === 0) break
         await client.query(markProjected(rows))
@@ -44,14 +43,15 @@ const drain = async (url: string, connections: number) => {
   }
 }
 
-export const make = (connections: number): QueueContender => ({
-  name: `raw SQL ceiling (${connections} conn)`,
+/** At effect-durable's defaults (batch 500, 3 batches in flight: 3 connections) and at the issue's reference cycle. */
+export const make = (batch: number, connections: number): QueueContender => ({
+  name: `raw SQL ceiling (batch ${batch}, ${connections} conn)`,
   library: "raw SQL",
-  settings: { batch: BATCH, connections },
+  settings: { batch, connections },
   // effect-durable's rows; loaded on use so a drain process holds only `pg`.
   enqueueBulk: (url, messages) => import("./effectDurable.js").then((ed) => ed.enqueueBulk(url, messages)),
-  drain: (url) => drain(url, connections)
+  drain: (url) => drain(url, batch, connections)
 })
 
-export const oneConnection = make(1)
-export const fourConnections = make(4)
+export const atDefaults = make(500, 3)
+export const reference = make(100, 1)
