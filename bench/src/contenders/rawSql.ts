@@ -13,14 +13,16 @@ const claim = (limit: number) => `
      ORDER BY c.id LIMIT ${limit} FOR UPDATE SKIP LOCKED)
   UPDATE durable.outbox q SET claimed_by = 'raw', claimed_until = now() + interval '30 seconds',
          claim_generation = q.claim_generation + 1, attempt_count = q.attempt_count + 1
-    FROM ready WHERE q.id = ready.id
+   WHERE q.id = ANY(ARRAY(SELECT id FROM ready))
   RETURNING q.id::text AS id, q.claim_generation::text AS generation, q.payload`
 
 const markProjected = (claims: ReadonlyArray<{ id: string; generation: string }>) => `
   SELECT set_config('lock_timeout', '5000', true);
   UPDATE durable.outbox q SET projected_at = now(), claimed_until = NULL
-    FROM unnest('{${claims.map((c) => c.id).join(",")}}'::bigint[], '{${claims.map((c) => c.generation).join(",")}}'::bigint[]) AS c(id, generation)
-   WHERE q.id = c.id AND q.claimed_by = 'raw' AND q.claim_generation = c.generation AND q.projected_at IS NULL`
+   WHERE q.id = ANY('{${claims.map((c) => c.id).join(",")}}'::bigint[])
+     AND '${JSON.stringify(Object.fromEntries(claims.map((c) => [c.id, ["raw", Number(c.generation)]])))}'::jsonb -> q.id::text
+         = jsonb_build_array(q.claimed_by, q.claim_generation)
+     AND q.claimed_until IS NOT NULL AND q.projected_at IS NULL AND q.dead_at IS NULL`
 
 /** Claims and marks until a claim comes back empty, `batch` at a time on `connections` connections. */
 const drain = async (url: string, batch: number, connections: number) => {
