@@ -34,7 +34,7 @@ import * as Tracer from "effect/Tracer"
 import { randomBytes } from "node:crypto"
 import { hostname } from "node:os"
 import { listen } from "./internal/listener.js"
-import { permanent, Publisher, PublishError, retryable } from "./Publisher.js"
+import { permanent, type Publish, Publisher, PublishError, retryable } from "./Publisher.js"
 
 export interface ProjectorOptions {
   /** Topics to deliver; default all. */
@@ -314,6 +314,7 @@ const makeWorker = (config: Resolved) =>
           () => retryable(`the publisher died: ${Cause.pretty(exit.cause).slice(0, 500)}`)
         ))
 
+    const session = publisher.session ?? (<A, E>(use: (publish: Publish) => Effect.Effect<A, E>) => use(publisher.publish))
     // Deliveries in flight across all batches: each lane holds a permit (see publishAll).
     const permits = yield* Effect.makeSemaphore(config.concurrency)
 
@@ -338,7 +339,7 @@ const makeWorker = (config: Resolved) =>
           watch.deadlines.delete(claimed[i]!.id)
         }
         const lane = (id: number) =>
-          Effect.withFiberRuntime<void>((fiber) => {
+          session((publish) => Effect.withFiberRuntime<void>((fiber) => {
             const step = (): Effect.Effect<void> => {
               current[id] = -1
               if (next >= claimed.length) return Effect.void
@@ -351,14 +352,14 @@ const makeWorker = (config: Resolved) =>
               }
               current[id] = i
               watch.deadlines.set(message.id, { fiber, at: Date.now() + deliveryTimeoutMillis })
-              const publish = spans ? traced(message, publisher.publish(message)) : publisher.publish(message)
-              return Effect.flatMap(Effect.exit(publish), (exit) => {
+              const publishing = spans ? traced(message, publish(message)) : publish(message)
+              return Effect.flatMap(Effect.exit(publishing), (exit) => {
                 settle(i, publishOutcome(exit))
                 return step()
               })
             }
             return step()
-          })
+          }))
         const ended = yield* Queue.unbounded<number>()
         let lanes = 0
         let running = 0

@@ -28,8 +28,15 @@ export const retryable = (reason: string, retryAfterMillis?: number): PublishErr
 
 export const permanent = (reason: string): PublishError => new PublishError({ reason, retryable: false })
 
+export type Publish = (message: OutboxMessage) => Effect.Effect<void, PublishError>
+
 export class Publisher extends Context.Tag("@effect-durable/projector/Publisher")<Publisher, {
-  readonly publish: (message: OutboxMessage) => Effect.Effect<void, PublishError>
+  readonly publish: Publish
+  /**
+   * Optional, for many publishes in a row (a projector lane): runs `use` with what the
+   * publishes need set up once, handing it a `publish` that does not set it up again.
+   */
+  readonly session?: <A, E>(use: (publish: Publish) => Effect.Effect<A, E>) => Effect.Effect<A, E>
 }>() {}
 
 /** A publisher that runs a handler; its requirements come from the layer's context. */
@@ -39,5 +46,11 @@ export const layerHandler = <R>(
   Layer.effect(
     Publisher,
     Effect.map(Effect.context<R>(), (context) =>
-      Publisher.of({ publish: (message) => Effect.provide(handler(message), context) }))
+      Publisher.of({
+        publish: (message) => Effect.provide(handler(message), context),
+        // Providing the layer's context merges it into the caller's: once per session, not
+        // once per message (that was a tenth of a drain's time). Inside, the handler's
+        // requirements are met, so it runs as is.
+        session: (use) => Effect.provide(use(handler as Publish), context)
+      }))
   )

@@ -3,6 +3,7 @@ import * as Outbox from "@effect-durable/pg/Outbox"
 import * as Faults from "@effect-durable/testing/Faults"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as ConfigProvider from "effect/ConfigProvider"
+import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -191,6 +192,25 @@ describe("Projector", () => {
         expect(rows[0]!.last_error).toBe("delivery timed out after 200ms")
         expect(rows[1]!.last_error).toMatch(/the publisher died: .*bug in handler/s)
         expect(rows[2]!.projected).toBe(true)
+      }))
+
+    it.effect("a handler's requirements come from its layer: in the projector's lanes and in a direct publish", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        class Sink extends Context.Tag("test/Sink")<Sink, Array<unknown>>() {}
+        const sink: Array<unknown> = []
+        const publisher = Publisher.layerHandler((message) => Effect.map(Sink, (seen) => void seen.push(message.payload))).pipe(
+          Layer.provide(Layer.succeed(Sink, sink))
+        )
+        yield* outbox.enqueueMany([1, 2, 3].map((n) => ({ topic, payload: n })))
+        const counts = yield* Projector.drain({ topics: [topic], concurrency: 2 }).pipe(Effect.provide(publisher))
+        expect(counts).toMatchObject({ claimed: 3, delivered: 3 })
+        const direct = yield* Effect.flatMap(Publisher.Publisher, (p) =>
+          p.publish({ id: "0", topic, orderingKey: null, payload: 4, headers: {}, createdAt: "", attempt: 1, claim: { messageId: "0", worker: "w", generation: 1 } })
+        ).pipe(Effect.provide(publisher), Effect.either)
+        expect(direct._tag).toBe("Right")
+        expect([...sink].sort()).toEqual([1, 2, 3, 4])
       }))
 
     it.effect("a hung delivery cut at its deadline does not hold back the messages after it on its lane", () =>
