@@ -129,6 +129,8 @@ export const make = (
     const table = sql.literal(settings.table("inbox"))
     const queue = LeasedQueue.make(sql, settings, {
       table: settings.table("inbox"),
+      claimFunction: settings.table("inbox_claim"),
+      filterType: "text",
       done: "processed_at",
       name: "Inbox",
       mismatch: (claim) => new InboxClaimMismatch(claim),
@@ -189,12 +191,7 @@ export const make = (
     }) =>
       Effect.zipRight(
         boundedText("consumer", claimOptions.consumer, 128),
-        queue.claim<ClaimedRow>(
-          claimOptions,
-          sql`c.consumer = ${claimOptions.consumer}`,
-          claimOptions.consumer,
-          sql`q.consumer, q.message_id, q.payload, q.headers, q.received_at::text AS received_at`
-        )
+        queue.claim<ClaimedRow>(claimOptions, claimOptions.consumer)
       ).pipe(
         Effect.map((rows) =>
           rows.map((row): InboxEntry => ({

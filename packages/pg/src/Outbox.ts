@@ -141,7 +141,6 @@ export class Outbox extends Context.Tag("@effect-durable/pg/Outbox")<Outbox, {
 }>() {}
 
 const DEFAULT_MAX_PAYLOAD = 256 * 1024
-const CLAIM_WINDOW = 1000
 const MAX_HEADER_BYTES = 16 * 1024
 
 /** The NOTIFY channel of a schema's outbox (channel names are at most 63 bytes). */
@@ -179,6 +178,8 @@ export const make = (
     const channel = channelFor(settings.schema)
     const queue = LeasedQueue.make(sql, settings, {
       table: settings.table("outbox"),
+      claimFunction: settings.table("outbox_claim"),
+      filterType: "text[]",
       done: "projected_at",
       name: "Outbox",
       mismatch: (claim) => new OutboxClaimMismatch(claim),
@@ -266,28 +267,6 @@ export const make = (
       readonly created_at: string
     }
 
-    // Per-key order: a keyed message is claimable only while no earlier message of its key
-    // is open (claimed, waiting for a retry, or not yet claimed). Dead ones do not block.
-    // Keyed rows are considered only among the first CLAIM_WINDOW claimable rows (in id
-    // order): the ordering probes stay bounded however large a blocked backlog grows.
-    const claimable = (topics: ReadonlyArray<string> | undefined, alias: string) => {
-      const a = sql.literal(alias)
-      return sql`${a}.projected_at IS NULL AND ${a}.dead_at IS NULL AND ${a}.available_at <= now()
-        AND (${a}.claimed_until IS NULL OR ${a}.claimed_until <= now())
-        ${topics === undefined ? sql`` : sql`AND ${a}.topic = ANY(${topics}::text[])`}`
-    }
-    // The window bound is evaluated (once, as an InitPlan) only when a keyed row is met, so
-    // unkeyed traffic pays nothing for it.
-    const topicFilter = (topics: ReadonlyArray<string> | undefined) =>
-      sql`${topics === undefined ? sql`true` : sql`c.topic = ANY(${topics}::text[])`}
-        AND (c.ordering_key IS NULL OR (
-          c.id <= (SELECT max(w.id) FROM (SELECT id FROM ${table} w WHERE ${claimable(topics, "w")}
-                                           ORDER BY id LIMIT ${CLAIM_WINDOW}) w)
-          AND NOT EXISTS (
-            SELECT 1 FROM ${table} e
-             WHERE e.ordering_key = c.ordering_key AND e.ordering_key IS NOT NULL AND e.id < c.id
-               AND e.projected_at IS NULL AND e.dead_at IS NULL)))`
-
     const claim = (claimOptions: {
       readonly worker: string
       readonly topics?: ReadonlyArray<string>
@@ -300,12 +279,8 @@ export const make = (
           yield* boundedCount("topics", topics.length, 1000)
           for (const topic of topics) yield* boundedText("topics", topic, 128)
         }
-        const rows = yield* queue.claim<ClaimedRow>(
-          claimOptions,
-          topicFilter(topics),
-          JSON.stringify(topics ?? null),
-          sql`q.topic, q.ordering_key, q.payload, q.headers, q.created_at::text AS created_at`
-        )
+        // Per-key order and the topic filter live in the claim function (migration 7).
+        const rows = yield* queue.claim<ClaimedRow>(claimOptions, topics ?? null)
         return rows.map((row): OutboxMessage => ({
           id: row.id,
           topic: row.topic,
@@ -346,7 +321,7 @@ export const make = (
       enqueue,
       enqueueMany,
       claim,
-      explainClaim: (o) => queue.explainClaim(o, topicFilter(o.topics)),
+      explainClaim: (o) => queue.explainClaim(o, o.topics ?? null),
       markProjected: (c) => queue.complete(c).pipe(Effect.withSpan("Outbox.markProjected")),
       markProjectedMany: (claims) => queue.completeMany(claims).pipe(Effect.withSpan("Outbox.markProjectedMany")),
       release: (c, o) =>

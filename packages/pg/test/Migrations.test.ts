@@ -61,14 +61,22 @@ describe("Migrations", () => {
         yield* sql`ALTER TABLE m_drift.mutation_records DROP CONSTRAINT mutation_records_fingerprint_length`
         yield* sql`ALTER TABLE m_drift.mutation_records ALTER COLUMN kind TYPE varchar(10)`
         yield* sql`ALTER TABLE m_drift.mutation_records ADD COLUMN note text`
+        // A claim function replaced by a hand-edited one, another dropped.
+        yield* sql.unsafe(`CREATE OR REPLACE FUNCTION m_drift.inbox_claim(text, integer, double precision, text)
+          RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean, consumer text, message_id text,
+                         payload jsonb, headers jsonb, received_at text)
+          LANGUAGE sql AS 'SELECT NULL::text, NULL::text, 0, false, NULL::text, NULL::text, NULL::jsonb, NULL::jsonb, NULL::text WHERE false'`)
+        yield* sql`DROP FUNCTION m_drift.outbox_claim`
         const drift = yield* Migrations.verifySchema
         expect(drift).toEqual(expect.arrayContaining([
           expect.objectContaining({ kind: "missing-index", object: "mutation_records_created_at_idx" }),
           expect.objectContaining({ kind: "missing-constraint", object: "mutation_records.mutation_records_fingerprint_length" }),
           { kind: "column-type", object: "mutation_records.kind", expected: "text NOT NULL", actual: "character varying(10) NOT NULL" },
-          expect.objectContaining({ kind: "unexpected-column", object: "mutation_records.note" })
+          expect.objectContaining({ kind: "unexpected-column", object: "mutation_records.note" }),
+          expect.objectContaining({ kind: "function-definition", object: "inbox_claim(text, integer, double precision, text)" }),
+          expect.objectContaining({ kind: "missing-function", object: "outbox_claim(text, integer, double precision, text[])" })
         ]))
-        expect(drift).toHaveLength(4)
+        expect(drift).toHaveLength(6)
         yield* sql`DROP TABLE m_drift.mutation_records`
         const gone = yield* Migrations.verifySchema
         expect(gone).toContainEqual(expect.objectContaining({ kind: "missing-table", object: "mutation_records" }))

@@ -12,9 +12,11 @@ import type { SqlError } from "@effect/sql/SqlError"
 import type * as Statement from "@effect/sql/Statement"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import { randomBytes } from "node:crypto"
 import type { Settings } from "../DurableConfig.js"
 import { classifySqlErrors } from "../ErrorClassification.js"
-import { boundedStatement, TextCache } from "./oneRoundTrip.js"
+import { claimQuery } from "../Migrations.js"
+import { boundedStatement, inline, TextCache } from "./oneRoundTrip.js"
 import { setLocalTimeouts, timeoutSettings, transact } from "./transaction.js"
 import { boundedCount, boundedText, finiteDuration, seconds } from "./validation.js"
 
@@ -38,6 +40,9 @@ export interface Claim {
 export interface QueueSpec<Mismatch, Missing> {
   /** Qualified, quoted table name. */
   readonly table: string
+  /** Qualified, quoted name of the queue's claim function (migration 7), and its filter's type. */
+  readonly claimFunction: string
+  readonly filterType: "text" | "text[]"
   /** The column that marks a row done (`projected_at`, `processed_at`); our constant. */
   readonly done: string
   /** `Outbox` or `Inbox`: prefixes operation names in errors and spans. */
@@ -123,38 +128,6 @@ export const make = <Mismatch, Missing>(
   // A projector claims with the same options every time: its claim's text is built once.
   const claimTexts = new TextCache()
 
-  /**
-   * Claims up to `limit` ready rows in id order. A row whose final attempt's lease expired
-   * (its worker died) goes to the dead letters here instead of being handed out again.
-   */
-  const claimStatement = <Row>(options: ClaimOptions, where: Statement.Fragment, returning: Statement.Fragment) => {
-    // The set expressions read the row as it was; a row whose final attempt's lease expired
-    // is exhausted, and the only claimable rows with `dead_at` set afterwards are those.
-    const exhausted = sql`q.attempt_count >= q.max_attempts`
-    // `id = ANY(ARRAY(...))` reaches the claimed rows through the primary key whatever the
-    // planner thinks of the batch's size; a join on the CTE was planned as a hash join over
-    // a sequential scan of the whole table once a batch was a few percent of it.
-    return sql<Row & { readonly id: string; readonly generation: string; readonly attempt: number; readonly exhausted: boolean }>`
-      WITH ready AS (
-        SELECT c.id FROM ${table} c
-         WHERE c.${done} IS NULL AND c.dead_at IS NULL AND c.available_at <= now()
-           AND (c.claimed_until IS NULL OR c.claimed_until <= now()) AND ${where}
-         ORDER BY c.id
-         LIMIT ${options.limit}
-         FOR UPDATE SKIP LOCKED)
-      UPDATE ${table} q SET
-        claimed_by = CASE WHEN ${exhausted} THEN q.claimed_by ELSE ${options.worker} END,
-        claimed_until = CASE WHEN ${exhausted} THEN NULL ELSE now() + make_interval(secs => ${seconds(options.lease)}) END,
-        claim_generation = CASE WHEN ${exhausted} THEN q.claim_generation ELSE q.claim_generation + 1 END,
-        attempt_count = CASE WHEN ${exhausted} THEN q.attempt_count ELSE q.attempt_count + 1 END,
-        dead_at = CASE WHEN ${exhausted} THEN now() END,
-        last_error = CASE WHEN ${exhausted} THEN concat_ws('; ', q.last_error, 'lease expired on the final attempt')
-                          ELSE q.last_error END
-       WHERE q.id = ANY(ARRAY(SELECT id FROM ready))
-      RETURNING q.id::text AS id, q.claim_generation::text AS generation, q.attempt_count AS attempt,
-                q.dead_at IS NOT NULL AS exhausted, ${returning}`
-  }
-
   const validateClaim = (options: ClaimOptions) =>
     Effect.all([
       validateWorker(options.worker),
@@ -162,43 +135,55 @@ export const make = <Mismatch, Missing>(
       finiteDuration("lease", options.lease, false)
     ], { discard: true })
 
+  const claimFunction = sql.literal(spec.claimFunction)
+  const filterType = sql.literal(spec.filterType)
+  const claimArguments = (options: ClaimOptions, filter: unknown) =>
+    sql`${options.worker}::text, ${options.limit}::integer, ${seconds(options.lease)}::float8, ${filter}::${filterType}`
+
   /**
-   * Claims up to `limit` ready rows in id order. A row whose final attempt's lease expired
-   * (its worker died) goes to the dead letters here instead of being handed out again.
+   * Claims up to `limit` ready rows in id order, through the queue's claim function
+   * (migration 7). `filter` is the function's fourth argument (topics, consumer).
    */
-  /**
-   * `where` may refer to the candidate row as `c`; `whereKey` identifies it (two calls with
-   * the same key must pass the same `where` and `returning`).
-   */
-  const claim = <Row>(options: ClaimOptions, where: Statement.Fragment, whereKey: string, returning: Statement.Fragment) =>
+  const claim = <Row>(options: ClaimOptions, filter: unknown) =>
     Effect.zipRight(
       validateClaim(options),
       // Built after validation: an invalid lease must fail typed, not throw while building.
       Effect.suspend(() =>
         boundedOne(
           "claim",
-          claimStatement<Row>(options, where, returning),
-          JSON.stringify([options.worker, options.limit, seconds(options.lease), whereKey])
+          sql<Row & { readonly id: string; readonly generation: string; readonly attempt: number; readonly exhausted: boolean }>`
+            SELECT * FROM ${claimFunction}(${claimArguments(options, filter)})`,
+          JSON.stringify([options.worker, options.limit, seconds(options.lease), filter])
         )
       ).pipe(
         // UPDATE ... RETURNING does not promise an order; the caller gets id order.
-        Effect.map((rows) =>
-          inIdOrder(rows.filter((row) => !row.exhausted))
-        )
+        Effect.map((rows) => inIdOrder(rows.filter((row) => !row.exhausted)))
       )
     )
 
-  /** The planner's plan for a claim (`EXPLAIN (FORMAT JSON)`; nothing is claimed). */
-  const explainClaim = (options: ClaimOptions, where: Statement.Fragment) =>
+  /**
+   * The plan the claim function runs for these arguments (`EXPLAIN (FORMAT JSON)` of its
+   * query, prepared with the function's generic plan; nothing is claimed).
+   */
+  const explainClaim = (options: ClaimOptions, filter: unknown) =>
     Effect.zipRight(
       validateClaim(options),
-      Effect.suspend(() => {
-        const [text, params] = claimStatement(options, where, sql`1 AS one`).compile()
-        return sql.unsafe<{ "QUERY PLAN": unknown }>(`EXPLAIN (FORMAT JSON) ${text}`, params)
-      }).pipe(
-        Effect.map((rows) => rows[0]!["QUERY PLAN"]),
-        classifySqlErrors(op("explainClaim"))
-      )
+      Effect.scoped(Effect.gen(function*() {
+        const [source] = yield* sql<{ source: string | null }>`
+          SELECT prosrc AS source FROM pg_proc WHERE oid = to_regproc(${spec.claimFunction})`
+        const query = source?.source === null || source === undefined ? undefined : claimQuery(source.source)
+        if (query === undefined) return yield* Effect.dieMessage(`${spec.claimFunction} is missing: run the migrations`)
+        // One connection: a prepared statement and a session setting live on it, and both
+        // are undone whatever happens.
+        const connection = yield* sql.reserve
+        const name = `effect_durable_explain_${randomBytes(4).toString("hex")}`
+        const run = (text: string) => connection.executeUnprepared(text, [], undefined)
+        yield* run(`PREPARE ${name}(text, integer, double precision, ${spec.filterType}) AS ${query}`)
+        yield* Effect.addFinalizer(() => Effect.ignore(run(`DEALLOCATE ${name}; RESET plan_cache_mode`)))
+        yield* run("SET plan_cache_mode = force_generic_plan")
+        const rows = yield* run(inline(sql`EXPLAIN (FORMAT JSON) EXECUTE ${sql.literal(name)}(${claimArguments(options, filter)})`))
+        return (rows[0] as { "QUERY PLAN": unknown })["QUERY PLAN"]
+      })).pipe(classifySqlErrors(op("explainClaim")))
     )
 
   const fence = (claim: Claim) =>
