@@ -194,11 +194,11 @@ const producerSpan = (headers: Readonly<Record<string, string>>): Option.Option<
 
 type Outcome = "delivered" | "retried" | "dead" | "stale"
 
-/** The publishes of one batch and their deadlines, for the batch's watchdog. */
+/** The publishes of one batch and their deadlines, for the keeper. */
 interface Watch {
   /** By message id. */
   readonly deadlines: Map<string, { readonly fiber: Fiber.RuntimeFiber<unknown, unknown>; readonly at: number }>
-  /** Ids of the messages whose publish the watchdog interrupted. */
+  /** Ids of the messages whose publish the keeper interrupted. */
   readonly expired: Set<string>
 }
 
@@ -236,42 +236,67 @@ const makeWorker = (config: Resolved) =>
       })
     }
 
-    // While a batch is delivered, one fiber renews the leases of its unsettled messages every
-    // third of the lease. A renewal that finds a claim stale marks it: that delivery's outcome
-    // is then discarded, never written.
-    const renewing = (pending: Map<string, Outbox.Claim>, stale: Set<string>) =>
+    const deliveryTimeoutMillis = Duration.toMillis(config.deliveryTimeout)
+
+    /** A batch in delivery, as the keeper sees it. */
+    interface Delivery {
+      readonly pending: Map<string, Outbox.Claim>
+      readonly stale: Set<string>
+      readonly watch: Watch
+      renewAt: number
+    }
+    const deliveries = new Set<Delivery>()
+
+    const renew = (delivery: Delivery) =>
       Effect.forEach(
-        [...pending.values()],
+        [...delivery.pending.values()],
         (claim) =>
           outbox.renewLease(claim, config.lease).pipe(
             Effect.catchTags({
-              OutboxClaimMismatch: () => Effect.sync(() => stale.add(claim.messageId)),
-              OutboxMissing: () => Effect.sync(() => stale.add(claim.messageId))
+              OutboxClaimMismatch: () => Effect.sync(() => delivery.stale.add(claim.messageId)),
+              OutboxMissing: () => Effect.sync(() => delivery.stale.add(claim.messageId))
             }),
             Effect.catchAll(() => Effect.void)
           ),
         { concurrency: 4, discard: true }
-      ).pipe(Effect.delay(Duration.unsafeDivide(config.lease, 3)), Effect.forever)
+      )
 
-    const deliveryTimeoutMillis = Duration.toMillis(config.deliveryTimeout)
-    // Cuts the publishes that passed their deadline; checks a few times per timeout. The
-    // check and the interruption happen in one synchronous step, so the lane cannot move on
-    // between them.
-    const watchdog = (watch: Watch) =>
-      Effect.withFiberRuntime<void>((self) =>
-        Effect.sync(() => {
-          const now = Date.now()
+    /**
+     * One fiber for the whole projector, not two per batch. A few times per delivery timeout
+     * it cuts the publishes past their deadline (check and interruption in one synchronous
+     * step, so a lane cannot move on between them). Every third of the lease it renews the
+     * leases of each batch's unsettled messages, in a fiber of its own so that a stalled
+     * database cannot hold up the deadlines. A renewal that finds a claim stale marks it:
+     * that delivery's outcome is then discarded, never written. A batch leaves the set when
+     * it ends, however it ends: nothing keeps its leases alive after that.
+     */
+    const keeper = Effect.withFiberRuntime<never>((self) => {
+      const renewEvery = Duration.toMillis(config.lease) / 3
+      let renewing: Fiber.RuntimeFiber<void> | undefined
+      const tick = Effect.suspend(() => {
+        const now = Date.now()
+        const due: Array<Delivery> = []
+        for (const delivery of deliveries) {
+          const { watch } = delivery
           for (const [id, { at, fiber }] of watch.deadlines) {
             if (at <= now && fiber.unsafePoll() === null && !watch.expired.has(id)) {
               watch.expired.add(id)
               fiber.unsafeInterruptAsFork(self.id())
             }
           }
-        })
-      ).pipe(
-        Effect.delay(Duration.millis(Math.max(10, Math.min(1000, deliveryTimeoutMillis / 4)))),
+          if (delivery.renewAt <= now) due.push(delivery)
+        }
+        if (due.length === 0 || (renewing !== undefined && renewing.unsafePoll() === null)) return Effect.void
+        for (const delivery of due) delivery.renewAt = now + renewEvery
+        return Effect.map(Effect.fork(Effect.forEach(due, renew, { discard: true })), (fiber) => void (renewing = fiber))
+      })
+      // Often enough for both: a deadline is cut within a quarter of the timeout, a lease
+      // renewed within half of it.
+      return tick.pipe(
+        Effect.delay(Duration.millis(Math.max(10, Math.min(1000, deliveryTimeoutMillis / 4, renewEvery / 2)))),
         Effect.forever
       )
+    })
 
     const settleFailure = (message: Outbox.OutboxMessage, error: PublishError) =>
       Effect.gen(function*() {
@@ -321,7 +346,7 @@ const makeWorker = (config: Resolved) =>
     /**
      * Publishes every message of a batch on at most `concurrency` lanes: fibers that each take
      * the next message in turn, so a batch costs `concurrency` fibers, not one per message.
-     * The batch's watchdog cuts a publish past its deadline by interrupting its lane (one
+     * The keeper cuts a publish past its deadline by interrupting its lane (one
      * timer per batch, no timeout race per message); a fresh lane carries on with the rest.
      * A lane cut just as its publish finished may take the next message down with it: that
      * one is released for a retry (at least once, never lost). Returns each message's result,
@@ -413,12 +438,13 @@ const makeWorker = (config: Resolved) =>
       const settled = Effect.gen(function*() {
         const pending = new Map(claimed.map((message) => [message.id, message.claim] as const))
         const stale = new Set<string>()
-        // The renewer must stop however the deliveries end, or it would keep leases alive.
         const watch: Watch = { deadlines: new Map(), expired: new Set() }
-        const published = yield* Effect.scoped(Effect.zipRight(
-          Effect.zipRight(Effect.forkScoped(renewing(pending, stale)), Effect.forkScoped(watchdog(watch))),
-          publishAll(claimed, pending, watch, spans)
-        ))
+        const delivery: Delivery = { pending, stale, watch, renewAt: Date.now() + Duration.toMillis(config.lease) / 3 }
+        const published = yield* Effect.acquireUseRelease(
+          Effect.sync(() => deliveries.add(delivery)),
+          () => publishAll(claimed, pending, watch, spans),
+          () => Effect.sync(() => deliveries.delete(delivery))
+        )
         // A claim found stale is never written; failures are settled one by one (a release each).
         const results: Array<Outcome | "published"> = claimed.map((message, i) =>
           stale.has(message.id) ? "stale" : Either.isRight(published[i]!) ? "published" : "retried"
@@ -459,7 +485,7 @@ const makeWorker = (config: Resolved) =>
       if (left.size > 0) yield* Effect.logInfo(`effect-durable projector released ${left.size} in-flight messages on shutdown`)
     })
 
-    return { deliverBatch, releaseInFlight, outbox }
+    return { deliverBatch, releaseInFlight, keeper, outbox }
   })
 
 export class Projector extends Context.Tag("@effect-durable/projector/Projector")<Projector, {
@@ -533,6 +559,8 @@ export const layer = (
           }
         })
 
+      // The keeper (deadlines, lease renewals) runs until every loop is done.
+      const keeper = yield* Effect.forkDaemon(worker.keeper)
       const fiber = yield* Effect.forkDaemon(Effect.all(Array.from({ length: config.batchesInFlight }, () => loop), {
         concurrency: "unbounded",
         discard: true
@@ -546,6 +574,7 @@ export const layer = (
             Effect.option
           )
           if (Option.isNone(finished)) yield* Fiber.interrupt(fiber)
+          yield* Fiber.interrupt(keeper)
           yield* worker.releaseInFlight
         })
       )
@@ -561,13 +590,14 @@ export const drain = (options: ProjectorOptions = {}): Effect.Effect<
 > =>
   Effect.gen(function*() {
     const worker = yield* makeWorker(yield* validateOptions(options))
+    yield* Effect.forkScoped(worker.keeper)
     let totals = zero
     while (true) {
       const counts = yield* worker.deliverBatch
       totals = add(totals, counts)
       if (counts.claimed === 0) return totals
     }
-  })
+  }).pipe(Effect.scoped)
 
 /** Projector options from configuration (`PROJECTOR_*`), for `layerConfig`. */
 export const config: Config.Config<ProjectorOptions> = Config.all({

@@ -45,12 +45,20 @@ export const layerHandler = <R>(
 ): Layer.Layer<Publisher, never, R> =>
   Layer.effect(
     Publisher,
-    Effect.map(Effect.context<R>(), (context) =>
-      Publisher.of({
-        publish: (message) => Effect.provide(handler(message), context),
-        // Providing the layer's context merges it into the caller's: once per session, not
-        // once per message (that was a tenth of a drain's time). Inside, the handler's
-        // requirements are met, so it runs as is.
-        session: (use) => Effect.provide(use(handler as Publish), context)
-      }))
+    Effect.map(Effect.context<R>(), (context) => {
+      // The layer's context merged into the caller's, once per caller context (a projector's
+      // lanes share one): merging on every message was a tenth of a drain's time.
+      const merged = new WeakMap<Context.Context<never>, Context.Context<R>>()
+      const provide = <A, E>(effect: Effect.Effect<A, E, R>) =>
+        Effect.mapInputContext(effect, (caller: Context.Context<never>) => {
+          let both = merged.get(caller)
+          if (both === undefined) merged.set(caller, both = Context.merge(caller, context))
+          return both
+        })
+      return Publisher.of({
+        publish: (message) => provide(handler(message)),
+        // Inside a session the handler's requirements are met, so it runs as is.
+        session: (use) => provide(use(handler as Publish))
+      })
+    })
   )
