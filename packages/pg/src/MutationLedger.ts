@@ -26,7 +26,8 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import { advisoryKey, lockForTransaction, transact } from "./internal/transaction.js"
+import { inline } from "./internal/oneRoundTrip.js"
+import { advisoryKey, lockForTransaction, lockStatement, transact } from "./internal/transaction.js"
 import { boundedCount, boundedText } from "./internal/validation.js"
 
 export interface MutationIdentity {
@@ -163,18 +164,26 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
           "MutationLedger.execute",
           Effect.gen(function*() {
             const { key, operation, subject } = identity
-            const locked = yield* lockForTransaction(
-              sql,
-              settings,
-              advisoryKey("effect-durable/ledger", settings.schema, subject, operation, key),
-              options.wait !== false
-            ).pipe(classifySqlErrors("MutationLedger.execute"))
-            // Without the lock (no-wait mode) read what is committed; never queue on the row.
-            const existing = yield* sql<RecordRow>`
-              SELECT kind, eligibility, request_fingerprint, status, response, created_at::text AS recorded_at
-                FROM ${records}
-               WHERE subject = ${subject} AND operation = ${operation} AND key = ${key}
-               ${locked ? sql`FOR UPDATE` : sql``}`.pipe(classifySqlErrors("MutationLedger.execute"))
+            const lockKey = advisoryKey("effect-durable/ledger", settings.schema, subject, operation, key)
+            const read = (forUpdate: boolean) =>
+              sql<RecordRow>`
+                SELECT kind, eligibility, request_fingerprint, status, response, created_at::text AS recorded_at
+                  FROM ${records}
+                 WHERE subject = ${subject} AND operation = ${operation} AND key = ${key}
+                 ${forUpdate ? sql`FOR UPDATE` : sql``}`
+            const [locked, existing] = yield* (options.wait === false
+              ? Effect.gen(function*() {
+                const locked = yield* lockForTransaction(sql, settings, lockKey, false)
+                // Without the lock read what is committed; never queue on the row.
+                return [locked, yield* read(locked)] as const
+              })
+              // Waiting for the lock, the lock and the read go as one simple-protocol query, one
+              // round trip: each statement in it takes its own snapshot, so the read sees what a
+              // first request that held the lock committed.
+              : Effect.map(
+                sql.unsafe<never>(`${inline(lockStatement(sql, settings, lockKey, true))};\n${inline(read(true))}`),
+                (results) => [true, (results as unknown as [unknown, ReadonlyArray<RecordRow>])[1]] as const
+              )).pipe(classifySqlErrors("MutationLedger.execute"))
             if (existing[0] !== undefined) return yield* replayOrConflict(identity, request, existing[0])
             if (!locked) return yield* new MutationInProgress(identity)
             const decision = yield* decide

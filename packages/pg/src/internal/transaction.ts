@@ -37,13 +37,14 @@ export const setLocalTimeouts = (sql: SqlClient.SqlClient, settings: Settings) =
  * A separate statement must read what the lock protects: a statement's snapshot is taken
  * before it waits, so a read in this one would miss what the previous holder committed.
  */
-export const lockForTransaction = (sql: SqlClient.SqlClient, settings: Settings, lockKey: bigint, wait: boolean) =>
-  Effect.map(
-    sql<{ locked: boolean }>`WITH settings AS MATERIALIZED (${timeoutSettings(sql, settings)})
+/** The statement `lockForTransaction` runs: one row, `locked`. */
+export const lockStatement = (sql: SqlClient.SqlClient, settings: Settings, lockKey: bigint, wait: boolean) =>
+  sql<{ locked: boolean }>`WITH settings AS MATERIALIZED (${timeoutSettings(sql, settings)})
       SELECT ${wait ? sql`pg_advisory_xact_lock(${lockKey.toString()}::bigint) IS NOT NULL` : sql`pg_try_advisory_xact_lock(${lockKey.toString()}::bigint)`} AS locked
-        FROM settings`,
-    (rows) => rows[0]?.locked === true
-  )
+        FROM settings`
+
+export const lockForTransaction = (sql: SqlClient.SqlClient, settings: Settings, lockKey: bigint, wait: boolean) =>
+  Effect.map(lockStatement(sql, settings, lockKey, wait), (rows) => rows[0]?.locked === true)
 
 /** A 64-bit advisory lock key for a namespaced identity (SHA-256, first 8 bytes, signed). */
 export const advisoryKey = (...parts: ReadonlyArray<string>): bigint =>
