@@ -63,5 +63,8 @@ export const make = (settings: Settings): QueueContender => ({
     }))
 })
 
-/** 16 concurrent takers (each poll claims as many elements as takers wait), its shortest sensible poll. */
-export const tuned = make({ takers: 16, pollInterval: "10 millis" })
+/**
+ * 64 concurrent takers (each poll claims as many elements as takers wait: 16 drained at 60%
+ * of this rate, 256 no faster), its shortest sensible poll.
+ */
+export const tuned = make({ takers: 64, pollInterval: "10 millis" })
