@@ -46,7 +46,7 @@ const { only, quick } = parseArguments(process.argv.slice(2))
 /** Sizes: the full run, and a smoke run under two minutes. */
 const SIZES = quick
   ? { drain: 10_000, enqueueEach: 2_000, latency: 300, ledger: 2_000, claimLarge: 100_000, rounds: 1 }
-  : { drain: 100_000, enqueueEach: 20_000, latency: 2_000, ledger: 20_000, claimLarge: 1_000_000, rounds: 3 }
+  : { drain: 100_000, enqueueEach: 10_000, latency: 2_000, ledger: 20_000, claimLarge: 1_000_000, rounds: 3 }
 
 const program = Effect.gen(function*() {
   const server = yield* PgServer.PgServer

@@ -6,9 +6,19 @@ import { forEachConcurrent, latencies, produceSteadily, type QueueContender, BUL
 
 const silent = new Logger(() => () => {})
 
-const withUtils = async <A>(url: string, use: (utils: WorkerUtils) => Promise<A>, poolSize = 10) => {
-  const pool = new pg.Pool({ connectionString: url, max: poolSize })
+/**
+ * Our own pool, ended by us: the bench drops the database afterwards, and an idle client of
+ * a pool nobody listens to would crash the process with an unhandled 'error'.
+ */
+const makePool = (url: string, max: number) => {
+  const pool = new pg.Pool({ connectionString: url, max })
   pool.on("error", () => undefined)
+  pool.on("connect", (client) => client.on("error", () => undefined))
+  return pool
+}
+
+const withUtils = async <A>(url: string, use: (utils: WorkerUtils) => Promise<A>, poolSize = 10) => {
+  const pool = makePool(url, poolSize)
   const utils = await makeWorkerUtils({ pgPool: pool, logger: silent })
   try {
     await utils.migrate()
@@ -19,18 +29,14 @@ const withUtils = async <A>(url: string, use: (utils: WorkerUtils) => Promise<A>
   }
 }
 
-/**
- * A runner on our own pool, ended after: the bench drops the database afterwards, and an
- * idle client of a pool nobody listens to would crash the process with an unhandled 'error'.
- */
+/** A runner with a no-op task on our own pool. */
 const withRunner = async <A>(
   url: string,
   worker: Record<string, unknown>,
   task: (payload: unknown) => void,
   use: (runner: Runner) => Promise<A>
 ) => {
-  const pool = new pg.Pool({ connectionString: url, max: (worker.maxPoolSize as number | undefined) ?? 10 })
-  pool.on("error", () => undefined)
+  const pool = makePool(url, (worker.maxPoolSize as number | undefined) ?? 10)
   const runner = await run({
     noHandleSignals: true,
     logger: silent,
