@@ -78,12 +78,14 @@ export interface DrainRun {
   readonly peakRssMB: number
 }
 
-const workerScript = join(dirname(fileURLToPath(import.meta.url)), "drainWorker.ts")
+// The drain process runs compiled JavaScript (`npm run bench` builds it first), as a
+// deployed worker would: no TypeScript loader thread, no transformed sources in memory.
+const workerScript = join(dirname(fileURLToPath(import.meta.url)), "..", "dist", "drainWorker.js")
 
 /** Drains database `url` with contender `name` in a child process (see drainWorker.ts). */
 export const drainInChild = (name: string, url: string, count: number) =>
   new Promise<DrainRun>((resolve, reject) => {
-    const child = spawn(process.execPath, ["--conditions=source", "--import", "tsx", workerScript, name, url, String(count)], {
+    const child = spawn(process.execPath, [workerScript, name, url, String(count)], {
       stdio: ["ignore", "pipe", "inherit"]
     })
     let output = ""
