@@ -53,7 +53,7 @@ export const make = async (options: {
     dropDatabase: async (name) => void (await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)),
     execute,
     serverCpuSecondsSettled: async () => {
-      await sleep(500)
+      await sleep(200)
       return postmaster === undefined ? Number.NaN : PostgresCpu.cpuSeconds(postmaster)
     },
     close: () => admin.end()

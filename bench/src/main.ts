@@ -85,7 +85,7 @@ const program = Effect.gen(function*() {
     Latency.run(bench, [Contenders.EffectDurable.defaults, Contenders.GraphileWorker.defaults, Contenders.GraphileWorker.fastest, Contenders.PgBoss.tuned], SIZES.latency))
   results.ledger = yield* step("ledger", `ledger: ${SIZES.ledger.toLocaleString("en")} first observations then replays, concurrency ${Ledger.CONCURRENCY}`, () =>
     Ledger.run(bench, SIZES.ledger))
-  results.claimAtScale = yield* step("claim", `claim at scale: ${ClaimAtScale.CLAIMS} claims of 100 per table`, () =>
+  results.claimAtScale = yield* step("claim", `claim at scale: ${ClaimAtScale.CLAIMS} claims of 100 per table, one round`, () =>
     ClaimAtScale.run(bench, ClaimAtScale.cases(SIZES.claimLarge)))
 
   Report.print(results)

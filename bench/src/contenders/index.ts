@@ -13,8 +13,7 @@ export const all: ReadonlyArray<QueueContender> = [
   GraphileWorker.defaults,
   PgBoss.tuned,
   SqlPersistedQueue.tuned,
-  RawSql.atDefaults,
-  RawSql.reference
+  RawSql.atDefaults
 ]
 
 export { EffectDurable, GraphileWorker, PgBoss, RawSql, SqlPersistedQueue }

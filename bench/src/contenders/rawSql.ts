@@ -45,7 +45,7 @@ const drain = async (url: string, batch: number, connections: number) => {
   }
 }
 
-/** At effect-durable's defaults (batch 500, 3 batches in flight: 3 connections) and at the issue's reference cycle. */
+/** The ceiling at a batch size and connection count. */
 export const make = (batch: number, connections: number): QueueContender => ({
   name: `raw SQL ceiling (batch ${batch}, ${connections} conn)`,
   library: "raw SQL",
@@ -55,5 +55,5 @@ export const make = (batch: number, connections: number): QueueContender => ({
   drain: (url) => drain(url, batch, connections)
 })
 
+/** At effect-durable's defaults: batches of 500, three in flight (three connections). */
 export const atDefaults = make(500, 3)
-export const reference = make(100, 1)
