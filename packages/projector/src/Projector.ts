@@ -194,12 +194,17 @@ const producerSpan = (headers: Readonly<Record<string, string>>): Option.Option<
 
 type Outcome = "delivered" | "retried" | "dead" | "stale"
 
-/** The publishes of one batch and their deadlines, for the keeper. */
-interface Watch {
-  /** By message id. */
+/** A batch in delivery: what its lanes and the keeper share. */
+interface Delivery {
+  /** Claims not settled yet: the keeper renews their leases. */
+  readonly pending: Map<string, Outbox.Claim>
+  /** Ids whose claim a renewal found stale: their outcome is never written. */
+  readonly stale: Set<string>
+  /** Publishes running, by message id, with their lane and deadline. */
   readonly deadlines: Map<string, { readonly fiber: Fiber.RuntimeFiber<unknown, unknown>; readonly at: number }>
   /** Ids of the messages whose publish the keeper interrupted. */
   readonly expired: Set<string>
+  renewAt: number
 }
 
 /**
@@ -238,13 +243,6 @@ const makeWorker = (config: Resolved) =>
 
     const deliveryTimeoutMillis = Duration.toMillis(config.deliveryTimeout)
 
-    /** A batch in delivery, as the keeper sees it. */
-    interface Delivery {
-      readonly pending: Map<string, Outbox.Claim>
-      readonly stale: Set<string>
-      readonly watch: Watch
-      renewAt: number
-    }
     const deliveries = new Set<Delivery>()
 
     const renew = (delivery: Delivery) =>
@@ -277,10 +275,9 @@ const makeWorker = (config: Resolved) =>
         const now = Date.now()
         const due: Array<Delivery> = []
         for (const delivery of deliveries) {
-          const { watch } = delivery
-          for (const [id, { at, fiber }] of watch.deadlines) {
-            if (at <= now && fiber.unsafePoll() === null && !watch.expired.has(id)) {
-              watch.expired.add(id)
+          for (const [id, { at, fiber }] of delivery.deadlines) {
+            if (at <= now && fiber.unsafePoll() === null && !delivery.expired.has(id)) {
+              delivery.expired.add(id)
               fiber.unsafeInterruptAsFork(self.id())
             }
           }
@@ -346,13 +343,13 @@ const makeWorker = (config: Resolved) =>
     /**
      * Publishes every message of a batch on at most `concurrency` lanes: fibers that each take
      * the next message in turn, so a batch costs `concurrency` fibers, not one per message.
-     * The keeper cuts a publish past its deadline by interrupting its lane (one
-     * timer per batch, no timeout race per message); a fresh lane carries on with the rest.
+     * The keeper cuts a publish past its deadline by interrupting its lane (no timeout race
+     * per message); a fresh lane carries on with the rest.
      * A lane cut just as its publish finished may take the next message down with it: that
      * one is released for a retry (at least once, never lost). Returns each message's result,
      * in order.
      */
-    const publishAll = (claimed: ReadonlyArray<Outbox.OutboxMessage>, pending: Map<string, Outbox.Claim>, watch: Watch, spans: boolean) =>
+    const publishAll = (claimed: ReadonlyArray<Outbox.OutboxMessage>, delivery: Delivery, spans: boolean) =>
       Effect.gen(function*() {
         const results: Array<Either.Either<void, PublishError> | undefined> = new Array(claimed.length)
         /** The message each lane is publishing (-1: none). */
@@ -360,8 +357,8 @@ const makeWorker = (config: Resolved) =>
         let next = 0
         const settle = (i: number, result: Either.Either<void, PublishError>) => {
           results[i] = result
-          pending.delete(claimed[i]!.id)
-          watch.deadlines.delete(claimed[i]!.id)
+          delivery.pending.delete(claimed[i]!.id)
+          delivery.deadlines.delete(claimed[i]!.id)
         }
         const lane = (id: number) =>
           session((publish) => Effect.withFiberRuntime<void>((fiber) => {
@@ -376,7 +373,7 @@ const makeWorker = (config: Resolved) =>
                 return Effect.suspend(step)
               }
               current[id] = i
-              watch.deadlines.set(message.id, { fiber, at: Date.now() + deliveryTimeoutMillis })
+              delivery.deadlines.set(message.id, { fiber, at: Date.now() + deliveryTimeoutMillis })
               const publishing = spans ? traced(message, publish(message)) : publish(message)
               return Effect.flatMap(Effect.exit(publishing), (exit) => {
                 settle(i, publishOutcome(exit))
@@ -402,7 +399,7 @@ const makeWorker = (config: Resolved) =>
           if (i >= 0 && results[i] === undefined) {
             // The lane was cut mid-publish.
             settle(i, Either.left(retryable(
-              watch.expired.has(claimed[i]!.id)
+              delivery.expired.has(claimed[i]!.id)
                 ? `delivery timed out after ${Duration.format(config.deliveryTimeout)}`
                 : "delivery interrupted with a timed-out one on its lane"
             )))
@@ -436,25 +433,31 @@ const makeWorker = (config: Resolved) =>
       }
       const spans = (yield* Effect.tracer) !== nativeTracer
       const settled = Effect.gen(function*() {
-        const pending = new Map(claimed.map((message) => [message.id, message.claim] as const))
-        const stale = new Set<string>()
-        const watch: Watch = { deadlines: new Map(), expired: new Set() }
-        const delivery: Delivery = { pending, stale, watch, renewAt: Date.now() + Duration.toMillis(config.lease) / 3 }
+        const delivery: Delivery = {
+          pending: new Map(claimed.map((message) => [message.id, message.claim] as const)),
+          stale: new Set(),
+          deadlines: new Map(),
+          expired: new Set(),
+          renewAt: Date.now() + Duration.toMillis(config.lease) / 3
+        }
         const published = yield* Effect.acquireUseRelease(
           Effect.sync(() => deliveries.add(delivery)),
-          () => publishAll(claimed, pending, watch, spans),
+          () => publishAll(claimed, delivery, spans),
           () => Effect.sync(() => deliveries.delete(delivery))
         )
         // A claim found stale is never written; failures are settled one by one (a release each).
         const results: Array<Outcome | "published"> = claimed.map((message, i) =>
-          stale.has(message.id) ? "stale" : Either.isRight(published[i]!) ? "published" : "retried"
+          delivery.stale.has(message.id) ? "stale" : Either.isRight(published[i]!) ? "published" : "retried"
         )
-        const failed = claimed.flatMap((_, i) => results[i] === "retried" ? [i] : [])
-        yield* Effect.forEach(failed, (i) =>
-          Effect.map(
-            settleFailure(claimed[i]!, Either.flip(published[i]!).pipe(Either.getOrThrow)),
-            (outcome) => void (results[i] = outcome)
-          ), { concurrency: config.concurrency, discard: true })
+        const failures = claimed.flatMap((_, i) => {
+          const result = published[i]!
+          return results[i] === "retried" && Either.isLeft(result) ? [[i, result.left] as const] : []
+        })
+        yield* Effect.forEach(
+          failures,
+          ([i, error]) => Effect.map(settleFailure(claimed[i]!, error), (outcome) => void (results[i] = outcome)),
+          { concurrency: config.concurrency, discard: true }
+        )
         // One statement marks the whole batch: the round trip is paid once, not per message.
         const toMark = claimed.filter((_, i) => results[i] === "published").map((message) => message.claim)
         const marked = yield* outbox.markProjectedMany(toMark)
