@@ -8,6 +8,7 @@
  */
 import * as Config from "effect/Config"
 import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -16,6 +17,19 @@ import * as Schema from "effect/Schema"
 import { type EmbeddedOptions, startEmbedded } from "./internal/embedded.js"
 
 export type Provider = "url" | "embedded" | "testcontainers"
+
+export interface RestartOptions {
+  /**
+   * `fast` (default): open transactions roll back and the server shuts down cleanly.
+   * `immediate`: every server process quits at once, as in a crash; the start runs crash
+   * recovery. Only the embedded server does it. Its test settings turn `synchronous_commit`
+   * off, so commits acknowledged in the last moments before an immediate stop may be lost (as
+   * on any server so configured): start it with `synchronous_commit: "on"` to test durability.
+   */
+  readonly mode?: "fast" | "immediate"
+  /** How long the server stays down between stop and start. Default none. */
+  readonly downtime?: Duration.DurationInput
+}
 
 /** The server could not be started, reached or driven. */
 export class PgServerError extends Schema.TaggedError<PgServerError>("@effect-durable/testing/PgServerError")(
@@ -39,6 +53,8 @@ export class PgServer extends Context.Tag("@effect-durable/testing/PgServer")<Pg
   readonly postmasterPid: Effect.Effect<Option.Option<number>>
   /** Fast shutdown and start on the same port and data; only for a server this scope owns. */
   readonly restart: Effect.Effect<void, PgServerError>
+  /** `restart` with a shutdown mode and a downtime. */
+  readonly restartWith: (options: RestartOptions) => Effect.Effect<void, PgServerError>
 }>() {}
 
 /** Name of the variable through which the vitest global setup shares its server. */
@@ -64,7 +80,8 @@ export const layerUrl = (url: Redacted.Redacted<string>, provider: Provider = "u
       url: (database) => withDatabase(Redacted.value(url), database),
       dataDir: Option.none(),
       postmasterPid: Effect.succeed(Option.none()),
-      restart: cannotRestart(provider)
+      restart: cannotRestart(provider),
+      restartWith: () => cannotRestart(provider)
     })
   )
 
@@ -82,16 +99,23 @@ export const layerEmbedded = (options: EmbeddedOptions = {}): Layer.Layer<PgServ
       ),
       (server) => {
         const base = `postgres://${server.user}:${server.password}@${server.host}:${server.port}/postgres`
+        const restartWith = (options: RestartOptions) =>
+          Effect.tryPromise({
+            try: () =>
+              server.restart({
+                immediate: options.mode === "immediate",
+                downtimeMillis: options.downtime === undefined ? 0 : Duration.toMillis(options.downtime)
+              }),
+            catch: (error) => new PgServerError({ provider: "embedded", reason: `restart failed: ${String(error)}` })
+          })
         return PgServer.of({
           provider: "embedded",
           owned: true,
           url: (database) => withDatabase(base, database),
           dataDir: Option.some(server.dataDir),
           postmasterPid: Effect.sync(() => Option.fromNullable(server.postmasterPid())),
-          restart: Effect.tryPromise({
-            try: () => server.restart(),
-            catch: (error) => new PgServerError({ provider: "embedded", reason: `restart failed: ${String(error)}` })
-          })
+          restart: restartWith({}),
+          restartWith
         })
       }
     )
@@ -123,16 +147,21 @@ export const layerTestcontainers = (image = "postgres:18-alpine"): Layer.Layer<P
         (started) => Effect.promise(() => started.stop())
       )
       const uri = container.getConnectionUri()
+      const restart = Effect.tryPromise({
+        try: () => container.restart(),
+        catch: (error) => fail(`restart failed: ${String(error)}`)
+      })
       return PgServer.of({
           provider: "testcontainers",
           owned: true,
           url: (database) => withDatabase(uri, database),
           dataDir: Option.none(),
           postmasterPid: Effect.succeed(Option.none()),
-          restart: Effect.tryPromise({
-            try: () => container.restart(),
-            catch: (error) => fail(`restart failed: ${String(error)}`)
-          })
+          restart,
+          restartWith: (options) =>
+            options.mode === "immediate" || options.downtime !== undefined
+              ? Effect.fail(fail("an immediate restart or a downtime needs the embedded server (PgServer.layerEmbedded)"))
+              : restart
         })
     })
   )

@@ -2,26 +2,50 @@
  * A fresh database per test suite on the run's PostgreSQL server, with a `SqlClient`
  * (`@effect/sql-pg`) connected to it as a superuser. Suites never see each other's rows, so
  * they run in parallel; the database is dropped (with its connections) when the scope closes.
+ * With `EFFECT_DURABLE_TEST_POOLER_URL` set (a PgBouncer in transaction mode in front of the
+ * same server, see scripts/pgbouncer.sh), the suite's pools go through the pooler while the
+ * admin statements (create and drop databases and roles) stay direct.
  *
  * @since 0.1.0
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
 import type * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
+import * as Config from "effect/Config"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import type * as Redacted from "effect/Redacted"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
 import type * as Scope from "effect/Scope"
 import { quoteIdentifier, uniqueSuffix, withAdmin } from "./internal/admin.js"
 import * as PgServer from "./PgServer.js"
 
 export class TestDatabase extends Context.Tag("@effect-durable/testing/TestDatabase")<TestDatabase, {
   readonly name: string
-  /** A superuser URL for this database. */
+  /** A superuser URL for this database, direct to the server. */
   readonly url: Redacted.Redacted<string>
+  /** The URL the suite's pools use: through the pooler when one is configured, else `url`. */
+  readonly poolUrl: Redacted.Redacted<string>
   readonly server: PgServer.PgServer["Type"]
 }>() {}
+
+/** Name of the variable that routes the suites' pools through a pooler. */
+export const POOLER_VARIABLE = "EFFECT_DURABLE_TEST_POOLER_URL"
+
+/** The pooler in front of the run's server, read through Effect `Config` (environment by default). */
+export const PoolerConfig = Config.option(Config.redacted(POOLER_VARIABLE)).pipe(
+  Config.withDescription(
+    "a superuser URL of a pooler (PgBouncer, transaction mode) in front of the DATABASE_URL server; the suites' pools connect through it"
+  )
+)
+
+/** `base` (a pooler's URL) pointing at database `name`. */
+const onDatabase = (base: Redacted.Redacted<string>, name: string): Redacted.Redacted<string> => {
+  const url = new URL(Redacted.value(base))
+  url.pathname = `/${encodeURIComponent(name)}`
+  return Redacted.make(url.toString())
+}
 
 export interface Options {
   /** Prefix of the generated database name (lowercase letters, digits, `_`). */
@@ -35,6 +59,10 @@ export interface Options {
 export const make = (options: Options = {}): Effect.Effect<TestDatabase["Type"], PgServer.PgServerError, PgServer.PgServer | Scope.Scope> =>
   Effect.gen(function*() {
     const server = yield* PgServer.PgServer
+    const pooler = yield* Effect.mapError(
+      PoolerConfig,
+      (error) => new PgServer.PgServerError({ provider: "config", reason: String(error) })
+    )
     const name = `${options.prefix ?? "ed_test"}_${uniqueSuffix()}`
     yield* Effect.acquireRelease(
       withAdmin(server.url(), server.provider, (client) =>
@@ -45,7 +73,13 @@ export const make = (options: Options = {}): Effect.Effect<TestDatabase["Type"],
             client.query(`DROP DATABASE IF EXISTS ${quoteIdentifier(name)} WITH (FORCE)`))
         )
     )
-    return TestDatabase.of({ name, url: server.url(name), server })
+    const url = server.url(name)
+    return TestDatabase.of({
+      name,
+      url,
+      poolUrl: Option.match(pooler, { onNone: () => url, onSome: (base) => onDatabase(base, name) }),
+      server
+    })
   })
 
 /** The suite's database and a superuser `PgClient` / `SqlClient` on it, over a given server. */
@@ -57,7 +91,7 @@ export const layer = (
     return Layer.merge(
       Layer.succeedContext(context),
       PgClient.layer({
-        url: database.url,
+        url: database.poolUrl,
         applicationName: options.applicationName ?? "effect-durable-test",
         maxConnections: options.maxConnections ?? 10
       })

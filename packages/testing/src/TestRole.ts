@@ -46,7 +46,8 @@ export const make = (
             client.query(`DROP OWNED BY ${quoteIdentifier(name)}; DROP ROLE ${quoteIdentifier(name)}`))
         )
     )
-    const url = new URL(Redacted.value(database.url))
+    // The role's client goes where the suite's pool goes (through the pooler, when there is one).
+    const url = new URL(Redacted.value(database.poolUrl))
     url.username = name
     url.password = password
     const sql = yield* PgClient.make({

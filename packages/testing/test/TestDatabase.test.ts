@@ -1,7 +1,9 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as SqlClient from "@effect/sql/SqlClient"
+import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import { createServer, connect, type Socket } from "node:net"
 import pg from "pg"
 import * as Redacted from "effect/Redacted"
 import * as PgServer from "../src/PgServer.js"
@@ -61,4 +63,57 @@ describe("TestDatabase", () => {
       const [row] = yield* sql<{ version: number }>`SELECT current_setting('server_version_num')::int AS version`
       expect(row!.version).toBeGreaterThanOrEqual(140000)
     }).pipe(Effect.provide(TestDatabase.layerFresh())))
+
+  it.effect("routes the suite's pool through the configured pooler while admin statements stay direct", () =>
+    Effect.gen(function*() {
+      const server = yield* PgServer.PgServer
+      const direct = new URL(Redacted.value(server.url()))
+      // A stand-in pooler: a TCP relay to the server that remembers the ports of its upstream connections.
+      const relay = yield* Effect.acquireRelease(
+        Effect.async<{ port: number; upstreamPorts: () => Array<number>; close: () => void }>((resume) => {
+          const sockets = new Set<Socket>()
+          const upstreamPorts: Array<number> = []
+          const listener = createServer((client) => {
+            const upstream = connect(Number(direct.port), direct.hostname)
+            upstream.on("connect", () => upstreamPorts.push(upstream.localPort!))
+            for (const socket of [client, upstream]) {
+              sockets.add(socket)
+              socket.on("error", () => undefined)
+              socket.on("close", () => sockets.delete(socket))
+            }
+            client.pipe(upstream).pipe(client)
+          })
+          listener.listen(0, "127.0.0.1", () => {
+            const address = listener.address()
+            resume(Effect.succeed({
+              port: typeof address === "object" && address !== null ? address.port : 0,
+              upstreamPorts: () => upstreamPorts,
+              close: () => {
+                for (const socket of sockets) socket.destroy()
+                listener.close()
+              }
+            }))
+          })
+        }),
+        (relay) => Effect.sync(relay.close)
+      )
+      const pooler = new URL(direct)
+      pooler.port = String(relay.port)
+      {
+        const context = yield* Layer.build(TestDatabase.layer({ prefix: "ed_pooled" })).pipe(
+          Effect.withConfigProvider(ConfigProvider.fromMap(new Map([[TestDatabase.POOLER_VARIABLE, pooler.toString()]])))
+        )
+        const database = context.unsafeMap.get(TestDatabase.TestDatabase.key) as TestDatabase.TestDatabase["Type"]
+        const sql = context.unsafeMap.get(SqlClient.SqlClient.key) as SqlClient.SqlClient
+        expect(new URL(Redacted.value(database.url)).port).toBe(direct.port)
+        const expected = new URL(pooler)
+        expected.pathname = `/${database.name}`
+        expect(Redacted.value(database.poolUrl)).toBe(expected.toString())
+        // The pool's connection runs through the relay: the server sees the relay's upstream port.
+        const [row] = yield* sql<{ name: string; port: number }>`
+          SELECT current_database() AS name, inet_client_port() AS port`
+        expect(row!.name).toBe(database.name)
+        expect(relay.upstreamPorts()).toContain(row!.port)
+      }
+    }).pipe(Effect.scoped, Effect.provide(PgServer.layer)))
 })

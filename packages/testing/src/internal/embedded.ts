@@ -21,8 +21,15 @@ export interface EmbeddedServer {
   readonly dataDir: string
   /** The postmaster's pid while it runs. */
   readonly postmasterPid: () => number | undefined
-  readonly restart: () => Promise<void>
+  /** Stops the server (fast or immediate shutdown), waits `downtimeMillis`, starts it again. */
+  readonly restart: (options?: RestartOptions) => Promise<void>
   readonly stop: () => Promise<void>
+}
+
+export interface RestartOptions {
+  /** `immediate`: every server process quits at once, as in a crash; the start runs crash recovery. */
+  readonly immediate?: boolean
+  readonly downtimeMillis?: number
 }
 
 export interface EmbeddedOptions {
@@ -122,13 +129,14 @@ const launch = (
     })
   })
 
-const halt = (child: ChildProcess): Promise<void> =>
+// SIGINT: fast shutdown (roll back open transactions, then exit cleanly). SIGQUIT: immediate
+// shutdown (no checkpoint, nothing flushed: what a crash leaves behind).
+const halt = (child: ChildProcess, signal: "SIGINT" | "SIGQUIT" = "SIGINT"): Promise<void> =>
   child.exitCode !== null || child.signalCode !== null
     ? Promise.resolve()
     : new Promise((resolve) => {
       child.once("exit", () => resolve())
-      // SIGINT: fast shutdown (roll back open transactions, then exit cleanly).
-      child.kill("SIGINT")
+      child.kill(signal)
     })
 
 export const startEmbedded = async (options: EmbeddedOptions = {}): Promise<EmbeddedServer> => {
@@ -159,7 +167,9 @@ export const startEmbedded = async (options: EmbeddedOptions = {}): Promise<Embe
     writeFileSync(pwfile, `${password}\n`, { mode: 0o600 })
     if (user.uid !== undefined) chownSync(pwfile, user.uid, user.gid!)
     const pgdata = join(dataDir, "data")
-    await run(initdb, ["-D", pgdata, "-U", "postgres", `--pwfile=${pwfile}`, "--auth=password", "--encoding=UTF8", "--locale=C", "--no-sync"], {
+    // SCRAM, not cleartext: a pooler that looks roles up with auth_query (scripts/pgbouncer.sh)
+    // can log in with a role's SCRAM secret only when the server asks for SCRAM.
+    await run(initdb, ["-D", pgdata, "-U", "postgres", `--pwfile=${pwfile}`, "--auth=scram-sha-256", "--encoding=UTF8", "--locale=C", "--no-sync"], {
       ...user,
       env: { ...process.env, LC_ALL: "C" }
     })
@@ -180,8 +190,11 @@ export const startEmbedded = async (options: EmbeddedOptions = {}): Promise<Embe
     password,
     dataDir,
     postmasterPid: () => running ? readPostmasterPid(pgdata) : undefined,
-    restart: async () => {
-      await halt(child!)
+    restart: async (options = {}) => {
+      await halt(child!, options.immediate === true ? "SIGQUIT" : "SIGINT")
+      if (options.downtimeMillis !== undefined && options.downtimeMillis > 0) {
+        await new Promise((resolve) => setTimeout(resolve, options.downtimeMillis))
+      }
       child = await launch(postgresBinary, pgdata, port, settings, user, remember)
     },
     stop: async () => {
