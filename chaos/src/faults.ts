@@ -1,0 +1,228 @@
+/**
+ * The fault schedule and the faults themselves. Each fault records when it began and ended
+ * and which messages the parties it hit held at that moment (claimed, not settled), so the
+ * checker can say how long delivery took to recover. What each fault proves is in the
+ * README; in short:
+ * - kill: SIGKILL of a worker mid-delivery, restarted 1-3 s later: its leases expire and
+ *   others deliver what it held (nothing lost, marks never from a dead claim);
+ * - stall: SIGSTOP of a worker for longer than the lease, then SIGCONT: it wakes up holding
+ *   claims others took over; it must not settle them (fencing), and duplicates stay bounded;
+ * - terminate: pg_terminate_backend of every worker, listener and producer connection;
+ * - restart: PostgreSQL stopped in immediate mode (a crash), down 1-4 s, crash recovery;
+ * - commit-cut: the producer's connection cut right after it sends COMMIT (the proxy
+ *   forwards it or not): the retry through the ledger must give exactly one business row.
+ */
+import type * as PgServer from "@effect-durable/testing/PgServer"
+import type * as SqlClient from "@effect/sql/SqlClient"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import type { Options } from "./options.js"
+import type { CommitCutProxy, CutMode } from "./proxy.js"
+import type { Random } from "./random.js"
+import { APPLICATION } from "./schema.js"
+import type { Slot, Workers } from "./workers.js"
+
+export type FaultKind = "kill" | "stall" | "terminate" | "restart" | "commit-cut"
+
+export interface Planned {
+  /** Offset from the start of production, ms. */
+  readonly at: number
+  readonly kind: FaultKind
+}
+
+export interface FaultRecord {
+  readonly kind: FaultKind
+  readonly detail: string
+  readonly startedAt: number
+  readonly endedAt: number
+  /** Messages (outbox ids) the parties it hit held when it began. */
+  readonly held: ReadonlyArray<string>
+  /** A fault that could not run (no victim, nothing to cut) is recorded as skipped. */
+  readonly skipped: boolean
+}
+
+/**
+ * Quick: each fault at least once in a minute. Full: a fault every 8-16 s for the whole
+ * production window, kinds drawn from a bag so every kind recurs.
+ */
+export const plan = (options: Options, random: Random): ReadonlyArray<Planned> => {
+  if (options.quick) {
+    const kinds: ReadonlyArray<FaultKind> = [
+      "kill", "commit-cut", "terminate", "commit-cut", "restart", "stall", "commit-cut", "kill"
+    ]
+    return kinds.map((kind, i) => ({ at: 8_000 + i * 6_000, kind }))
+  }
+  const bag: ReadonlyArray<FaultKind> = ["kill", "kill", "stall", "stall", "terminate", "terminate", "restart", "commit-cut", "commit-cut"]
+  const planned: Array<Planned> = []
+  let kinds: Array<FaultKind> = []
+  for (let at = 8_000; at < options.productionMillis - 10_000; at += random.between(8_000, 16_000)) {
+    if (kinds.length === 0) kinds = random.shuffle(bag)
+    planned.push({ at, kind: kinds.pop()! })
+  }
+  return planned
+}
+
+export interface Environment {
+  readonly workers: Workers
+  readonly server: PgServer.PgServer["Type"]
+  readonly proxy: CommitCutProxy
+  /** A direct connection to the run's database, as a superuser. */
+  readonly admin: SqlClient.SqlClient
+  /** The lease the workers run with: a stall lasts longer. */
+  readonly leaseMillis: number
+  readonly random: Random
+  /** Commit cuts so far. */
+  commitCuts: number
+}
+
+/** Outbox messages claimed and not settled, by the given workers (all when omitted). */
+const heldBy = (env: Environment, workerIds?: ReadonlyArray<string>) =>
+  env.admin<{ id: string }>`
+    SELECT id::text AS id FROM durable.outbox
+     WHERE projected_at IS NULL AND dead_at IS NULL AND claimed_until > now()
+       ${workerIds === undefined ? env.admin`` : env.admin`AND claimed_by IN ${env.admin.in(workerIds)}`}`.pipe(
+    Effect.map((rows) => rows.map((row) => row.id)),
+    // A database that is down (another fault) holds nothing we could learn about.
+    Effect.orElseSucceed(() => [] as Array<string>)
+  )
+
+const record = (kind: FaultKind, detail: string, startedAt: number, held: ReadonlyArray<string>, skipped = false): FaultRecord => ({
+  kind,
+  detail,
+  startedAt,
+  endedAt: Date.now(),
+  held,
+  skipped
+})
+
+const skip = (kind: FaultKind, why: string) => Effect.sync(() => record(kind, why, Date.now(), [], true))
+
+/**
+ * The victim of a worker fault: the running worker holding the most claims, so the fault
+ * lands mid-delivery. Waits up to 10 s for a worker to hold any (deliveries come in bursts),
+ * then takes a random one. Never the last running worker.
+ */
+const chooseVictim = (env: Environment): Effect.Effect<Slot | undefined> =>
+  Effect.gen(function*() {
+    const deadline = Date.now() + 10_000
+    while (true) {
+      const running = env.workers.slots.filter((slot) => slot.state === "running" && slot.child.running())
+      if (running.length <= 1) return undefined
+      const rows = yield* env.admin<{ worker: string; n: number }>`
+        SELECT claimed_by AS worker, count(*)::int AS n FROM durable.outbox
+         WHERE projected_at IS NULL AND dead_at IS NULL AND claimed_until > now()
+         GROUP BY claimed_by ORDER BY n DESC`.pipe(Effect.orElseSucceed(() => []))
+      const busiest = rows.map((row) => running.find((slot) => slot.workerId === row.worker)).find((slot) => slot !== undefined)
+      if (busiest !== undefined) return busiest
+      if (Date.now() > deadline) return env.random.pick(running)
+      yield* Effect.sleep("100 millis")
+    }
+  })
+
+const withVictim = (env: Environment, kind: FaultKind, use: (slot: Slot) => Effect.Effect<FaultRecord>) =>
+  Effect.flatMap(chooseVictim(env), (slot) => slot === undefined ? skip(kind, "no worker to spare") : use(slot))
+
+const kill = (env: Environment) =>
+  withVictim(env, "kill", (slot) =>
+    Effect.gen(function*() {
+      const startedAt = Date.now()
+      const workerId = slot.workerId
+      const held = yield* heldBy(env, [workerId])
+      yield* Effect.promise(() => env.workers.kill(slot))
+      const down = env.random.between(1_000, 3_000)
+      yield* Effect.sleep(Duration.millis(down))
+      env.workers.restart(slot)
+      return record("kill", `SIGKILL ${workerId} holding ${held.length}, restarted after ${(down / 1000).toFixed(1)} s as ${slot.workerId}`, startedAt, held)
+    }))
+
+const stall = (env: Environment) =>
+  withVictim(env, "stall", (slot) =>
+    Effect.gen(function*() {
+      const startedAt = Date.now()
+      const held = yield* heldBy(env, [slot.workerId])
+      const millis = Math.round(env.leaseMillis * 1.5) + 1_000
+      env.workers.pause(slot)
+      yield* Effect.sleep(Duration.millis(millis)).pipe(Effect.ensuring(Effect.sync(() => env.workers.resume(slot))))
+      return record("stall", `SIGSTOP ${slot.workerId} holding ${held.length} for ${(millis / 1000).toFixed(1)} s`, startedAt, held)
+    }))
+
+const terminate = (env: Environment) =>
+  Effect.gen(function*() {
+    const startedAt = Date.now()
+    const held = yield* heldBy(env)
+    // The victims are chosen first (MATERIALIZED): a filter is never reordered behind the kill.
+    const rows = yield* env.admin<{ application_name: string }>`
+      WITH victims AS MATERIALIZED (
+        SELECT pid, application_name FROM pg_stat_activity
+         WHERE (application_name LIKE ${`${APPLICATION.workerPrefix}%`}
+                OR application_name IN (${APPLICATION.producer}, ${APPLICATION.listener}))
+           AND pid <> pg_backend_pid())
+      SELECT application_name FROM victims WHERE pg_terminate_backend(pid)`.pipe(Effect.orElseSucceed(() => []))
+    const byName = new Map<string, number>()
+    for (const row of rows) byName.set(row.application_name, (byName.get(row.application_name) ?? 0) + 1)
+    const detail = [...byName].sort().map(([name, n]) => `${name} ${n}`).join(", ")
+    return record("terminate", `pg_terminate_backend: ${rows.length} backends (${detail})`, startedAt, held)
+  })
+
+const restart = (env: Environment) =>
+  Effect.gen(function*() {
+    const startedAt = Date.now()
+    const held = yield* heldBy(env)
+    const down = env.random.between(1_000, 4_000)
+    const result = yield* Effect.either(env.server.restartWith({ mode: "immediate", downtime: Duration.millis(down) }))
+    if (result._tag === "Left") return record("restart", `restart failed: ${result.left.message}`, startedAt, held, true)
+    return record("restart", `immediate stop, down ${(down / 1000).toFixed(1)} s, crash recovery`, startedAt, held)
+  })
+
+const commitCut = (env: Environment) =>
+  Effect.gen(function*() {
+    const startedAt = Date.now()
+    // Alternating, so both outcomes of an ambiguous commit occur in every run.
+    const mode: CutMode = env.commitCuts++ % 2 === 0 ? "forward" : "drop"
+    const cut = yield* Effect.promise(() => env.proxy.cutNextCommit(mode)).pipe(Effect.timeout("10 seconds"), Effect.option)
+    if (cut._tag === "None") {
+      env.proxy.disarm()
+      return record("commit-cut", `no COMMIT to cut within 10 s (${mode})`, startedAt, [], true)
+    }
+    return record(
+      "commit-cut",
+      mode === "forward" ? "producer cut after COMMIT reached the server" : "producer cut with COMMIT withheld from the server",
+      startedAt,
+      []
+    )
+  })
+
+const inject = (env: Environment, kind: FaultKind): Effect.Effect<FaultRecord> => {
+  switch (kind) {
+    case "kill":
+      return kill(env)
+    case "stall":
+      return stall(env)
+    case "terminate":
+      return terminate(env)
+    case "restart":
+      return restart(env)
+    case "commit-cut":
+      return commitCut(env)
+  }
+}
+
+/**
+ * Runs the schedule from `startedAt`: each fault in a fiber of its own at its time (a stall
+ * lasts longer than the gap to the next fault). Returns every fault's record, in order.
+ */
+export const run = (
+  env: Environment,
+  schedule: ReadonlyArray<Planned>,
+  startedAt: number,
+  onFault: (fault: FaultRecord) => void
+): Effect.Effect<ReadonlyArray<FaultRecord>> =>
+  Effect.gen(function*() {
+    const fibers: Array<Fiber.RuntimeFiber<FaultRecord>> = []
+    for (const planned of schedule) {
+      yield* Effect.sleep(Duration.millis(Math.max(0, startedAt + planned.at - Date.now())))
+      fibers.push(yield* Effect.fork(Effect.tap(inject(env, planned.kind), (fault) => Effect.sync(() => onFault(fault)))))
+    }
+    return yield* Fiber.joinAll(fibers)
+  })

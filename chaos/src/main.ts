@@ -1,0 +1,250 @@
+/**
+ * `npm run chaos [-- --quick] [--lease=5s] [--workers=4] [--messages=N] [--pooler] [--seed=N]`:
+ * an embedded PostgreSQL of its own, a producer committing through the ledger and outbox
+ * behind a commit-cutting proxy, N projector processes, the fault schedule, a drain, then the
+ * checker. Prints the details and one summary line; exits 1 when an invariant broke, 2 on a
+ * bad argument, 130 when interrupted. Whatever it started (processes, server, PgBouncer,
+ * directories) it stops and deletes, however it ends.
+ */
+import * as Durable from "@effect-durable/pg/Durable"
+import * as PgServer from "@effect-durable/testing/PgServer"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as PgClient from "@effect/sql-pg/PgClient"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Cause from "effect/Cause"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import * as Schedule from "effect/Schedule"
+import { chmodSync, mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { dirname, join } from "node:path"
+import { fileURLToPath } from "node:url"
+import pg from "pg"
+import * as Checker from "./checker.js"
+import * as Children from "./children.js"
+import * as Faults from "./faults.js"
+import * as Options from "./options.js"
+import * as Pooler from "./pooler.js"
+import type { ProducerConfig } from "./producer.js"
+import * as Proxy from "./proxy.js"
+import * as Random from "./random.js"
+import { APPLICATION, DDL } from "./schema.js"
+import * as Workers from "./workers.js"
+
+const here = dirname(fileURLToPath(import.meta.url))
+const DATABASE = "chaos"
+const ROLLBACK_SHARE = 0.1
+const PRODUCER_CONCURRENCY = 8
+
+class InvariantBroken extends Error {}
+
+let options: Options.Options
+try {
+  options = Options.parse(process.argv.slice(2))
+} catch (error) {
+  console.error(`${error instanceof Error ? error.message : String(error)}\n${Options.USAGE}`)
+  process.exit(2)
+}
+const leaseMillis = options.leaseMillis ?? Options.PROJECTOR_DEFAULT_LEASE_MILLIS
+// Long enough for a stalled worker's leases to expire and its messages to be taken over.
+const drainMillis = Math.max(120_000, 4 * leaseMillis + 60_000)
+
+const started = Date.now()
+const log = (line: string) => console.log(`[${((Date.now() - started) / 1000).toFixed(0).padStart(4)} s] ${line}`)
+
+/** Creates the run's database, migrates the substrate into it and adds the chaos tables. */
+const prepareDatabase = (server: PgServer.PgServer["Type"]) =>
+  Effect.gen(function*() {
+    yield* Effect.promise(async () => {
+      const client = new pg.Client({ connectionString: Redacted.value(server.url()), application_name: APPLICATION.admin })
+      await client.connect()
+      try {
+        await client.query(`CREATE DATABASE ${DATABASE} TEMPLATE template0`)
+      } finally {
+        await client.end()
+      }
+    })
+    const context = yield* Layer.build(
+      PgClient.layer({ url: server.url(DATABASE), applicationName: APPLICATION.admin, maxConnections: 4 })
+    )
+    const admin = Context.get(context, SqlClient.SqlClient)
+    yield* Layer.build(Durable.layerOver({ migrate: true })).pipe(Effect.provideService(SqlClient.SqlClient, admin))
+    for (const statement of DDL) yield* admin.unsafe(statement)
+    return admin
+  })
+
+/** Counts for the progress line; "database down" while it is. */
+const progress = (admin: SqlClient.SqlClient) =>
+  admin<{ committed: number; rolled_back: number; delivered: number; deliveries: number; open: number; dead: number }>`
+    SELECT (SELECT count(*)::int FROM chaos.orders) AS committed,
+           (SELECT count(*)::int FROM chaos.rolled_back) AS rolled_back,
+           (SELECT count(DISTINCT message_id)::int FROM chaos.deliveries) AS delivered,
+           (SELECT count(*)::int FROM chaos.deliveries) AS deliveries,
+           (SELECT count(*)::int FROM durable.outbox WHERE projected_at IS NULL AND dead_at IS NULL) AS open,
+           (SELECT count(*)::int FROM durable.outbox WHERE dead_at IS NOT NULL) AS dead`.pipe(
+    Effect.map(([row]) =>
+      `committed ${row!.committed} (rolled back ${row!.rolled_back}), delivered ${row!.delivered} (${row!.deliveries} deliveries), open ${row!.open}, dead ${row!.dead}`
+    ),
+    Effect.timeout("5 seconds"),
+    Effect.orElseSucceed(() => "database unreachable")
+  )
+
+const openMessages = (admin: SqlClient.SqlClient) =>
+  admin<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox WHERE projected_at IS NULL AND dead_at IS NULL`.pipe(
+    Effect.map(([row]) => row!.n)
+  )
+
+const program = Effect.gen(function*() {
+  const random = Random.make(options.seed)
+  log(
+    `effect-durable chaos (${options.quick ? "quick" : "full"}): seed ${options.seed}, ${options.messages} messages over ${
+      options.productionMillis / 1000
+    } s, ${options.workers} workers, lease ${
+      options.leaseMillis === undefined ? `${leaseMillis / 1000} s (projector default)` : `${leaseMillis / 1000} s`
+    }${options.pooler ? ", through PgBouncer (transaction mode)" : ""}`
+  )
+  const server = yield* PgServer.PgServer
+  const run = yield* Effect.acquireRelease(
+    Effect.sync(() => {
+      const path = mkdtempSync(join(tmpdir(), "effect-durable-chaos-"))
+      // PgBouncer runs as its own OS user and keeps its files in here.
+      chmodSync(path, 0o711)
+      return Children.guard(path)
+    }),
+    (run) => Effect.sync(() => run.dispose(options.keep))
+  )
+  if (options.keep) log(`run directory (kept): ${run.path}`)
+  const admin = yield* prepareDatabase(server)
+  const direct = Redacted.value(server.url(DATABASE))
+
+  const pooler = options.pooler
+    ? Option.some(
+      yield* Effect.acquireRelease(
+        Effect.promise(() => Pooler.start(run, direct)),
+        (pooler) => Effect.promise(() => pooler.stop().catch(() => undefined))
+      )
+    )
+    : Option.none()
+  const poolUrl = Option.match(pooler, { onNone: () => direct, onSome: (pooler) => pooler.url })
+  if (Option.isSome(pooler)) log(`PgBouncer at ${new URL(poolUrl).host}`)
+
+  const upstream = new URL(poolUrl)
+  const proxy = yield* Effect.acquireRelease(
+    Effect.promise(() => Proxy.start({ host: upstream.hostname, port: Number(upstream.port) })),
+    (proxy) => Effect.promise(proxy.close)
+  )
+  const producerUrl = new URL(poolUrl)
+  producerUrl.port = String(proxy.port)
+
+  const workers = yield* Effect.acquireRelease(
+    Effect.sync(() =>
+      Workers.start(run, join(here, "worker.js"), options.workers, (index, workerId) => ({
+        index,
+        workerId,
+        url: poolUrl,
+        ...(Option.isSome(pooler) ? { listenUrl: direct } : {}),
+        ...(options.leaseMillis === undefined ? {} : { leaseMillis: options.leaseMillis })
+      }))
+    ),
+    (workers) => Effect.promise(workers.shutdown)
+  )
+  // The first faults come early: wait until every worker is connected.
+  yield* admin<{ n: number }>`
+    SELECT count(DISTINCT application_name)::int AS n FROM pg_stat_activity WHERE application_name LIKE ${`${APPLICATION.workerPrefix}%`}`
+    .pipe(
+      Effect.repeat({ until: ([row]) => row!.n >= options.workers, schedule: Schedule.spaced("200 millis") }),
+      Effect.timeout("30 seconds"),
+      Effect.ignore
+    )
+  log(`${options.workers} workers up (${workers.slots.map((slot) => slot.workerId).join(", ")}); producing`)
+
+  const journal = join(run.path, "producer-journal.jsonl")
+  const producerConfig: ProducerConfig = {
+    url: producerUrl.toString(),
+    messages: options.messages,
+    productionMillis: options.productionMillis,
+    concurrency: PRODUCER_CONCURRENCY,
+    rollbackShare: ROLLBACK_SHARE,
+    seed: options.seed,
+    journal
+  }
+  const producer = yield* Effect.acquireRelease(
+    Effect.sync(() => Children.spawnNode(run, "producer", join(here, "producer.js"), producerConfig)),
+    (producer) => Effect.promise(() => Children.stop(producer, 5_000))
+  )
+  const productionStartedAt = Date.now()
+
+  yield* progress(admin).pipe(
+    Effect.flatMap((line) => Effect.sync(() => log(line))),
+    Effect.schedule(Schedule.spaced("10 seconds")),
+    Effect.forkScoped
+  )
+  const env: Faults.Environment = { workers, server, proxy, admin, leaseMillis, random, commitCuts: 0 }
+  const faults = yield* Effect.forkScoped(
+    Faults.run(env, Faults.plan(options, random), productionStartedAt, (fault) =>
+      log(`fault ${fault.kind}: ${fault.skipped ? "skipped, " : ""}${fault.detail}`))
+  )
+
+  const incomplete: Array<string> = []
+  const producerEnd = yield* Effect.promise(() => producer.exited).pipe(
+    Effect.timeout(Duration.millis(options.productionMillis + 180_000)),
+    Effect.option
+  )
+  if (Option.isNone(producerEnd)) incomplete.push("the producer did not finish in time")
+  else if (producerEnd.value.code !== 0) {
+    incomplete.push(`the producer failed (${producerEnd.value.signal ?? producerEnd.value.code}): ${producer.logTail(5)}`)
+  }
+  log(`producer done; waiting for the faults to end`)
+  const faultRecords = yield* Fiber.join(faults)
+
+  log(`draining (at most ${drainMillis / 1000} s)`)
+  const drained = yield* openMessages(admin).pipe(
+    Effect.orElseSucceed(() => -1),
+    Effect.repeat({ until: (n) => n === 0, schedule: Schedule.spaced("1 second") }),
+    Effect.timeout(Duration.millis(drainMillis)),
+    Effect.option
+  )
+  if (Option.isNone(drained)) incomplete.push(`messages still open after the ${drainMillis / 1000} s drain`)
+  log(yield* progress(admin))
+  // No delivery may happen while the checker reads.
+  yield* Effect.promise(workers.shutdown)
+  log(`workers stopped; checking every message`)
+
+  const report = yield* Checker.check(admin, {
+    journal,
+    productionStartedAt,
+    faults: faultRecords,
+    unexpectedExits: workers.unexpectedExits(),
+    incomplete
+  })
+  console.log("")
+  for (const line of report.details) console.log(line)
+  console.log(report.broken.length === 0 ? "invariants: all hold" : `invariants BROKEN: ${report.broken.join("; ")}`)
+  console.log(Checker.summary(report))
+  if (report.broken.length > 0) return yield* Effect.fail(new InvariantBroken(report.broken.join("; ")))
+}).pipe(
+  Effect.scoped,
+  // A server of its own: the restart fault needs one it owns. synchronous_commit on: an
+  // immediate stop must not lose what was acknowledged (the test default turns it off).
+  Effect.provide(PgServer.layerEmbedded({ settings: { synchronous_commit: "on" } }))
+)
+
+NodeRuntime.runMain(program, {
+  disableErrorReporting: true,
+  teardown: (exit, onExit) => {
+    if (Exit.isSuccess(exit)) return onExit(0)
+    if (Cause.isInterruptedOnly(exit.cause)) {
+      console.error("chaos: interrupted; everything it started is stopped and deleted")
+      return onExit(130)
+    }
+    const failure = Cause.squash(exit.cause)
+    if (!(failure instanceof InvariantBroken)) console.error(`chaos: ${Cause.pretty(exit.cause)}`)
+    onExit(1)
+  }
+})

@@ -1,0 +1,72 @@
+/**
+ * The command line of `npm run chaos`: what a run does and how big it is. Quick is the CI
+ * smoke run (about two minutes with a 5 s lease); full is the long schedule (about 15).
+ */
+import { parseArgs } from "node:util"
+
+export interface Options {
+  readonly quick: boolean
+  /** The projector lease in ms; undefined: the projector's default. */
+  readonly leaseMillis: number | undefined
+  readonly workers: number
+  readonly messages: number
+  /** Everything through PgBouncer in transaction mode (scripts/pgbouncer.sh). */
+  readonly pooler: boolean
+  readonly seed: number
+  /** Keep the run directory (journal, worker logs) instead of deleting it. */
+  readonly keep: boolean
+  /** How long the producer commits messages while the faults run, in ms. */
+  readonly productionMillis: number
+}
+
+/** The projector's default lease (`@effect-durable/projector` Projector.ts), used to size stalls. */
+export const PROJECTOR_DEFAULT_LEASE_MILLIS = 30_000
+
+export const USAGE =
+  "usage: npm run chaos -- [--quick] [--lease=5s] [--workers=4] [--messages=N] [--pooler] [--seed=N] [--keep]"
+
+const parseDuration = (text: string): number => {
+  const match = /^(\d+(?:\.\d+)?)\s*(ms|s|m)?$/.exec(text.trim())
+  if (match === null) throw new Error(`--lease: "${text}" is not a duration like 5s, 500ms or 1m`)
+  const value = Number(match[1]) * ({ ms: 1, s: 1000, m: 60_000 }[match[2] as "ms" | "s" | "m" ?? "s"])
+  if (!(value >= 100 && value <= 600_000)) throw new Error(`--lease: between 100ms and 10m, got ${text}`)
+  return value
+}
+
+const parseCount = (name: string, text: string, max: number): number => {
+  const value = Number(text)
+  if (!Number.isInteger(value) || value < 1 || value > max) throw new Error(`--${name}: an integer from 1 to ${max}, got ${text}`)
+  return value
+}
+
+export const parse = (args: ReadonlyArray<string>): Options => {
+  const { values } = parseArgs({
+    args: [...args],
+    strict: true,
+    options: {
+      quick: { type: "boolean", default: false },
+      lease: { type: "string" },
+      workers: { type: "string", default: "4" },
+      messages: { type: "string" },
+      pooler: { type: "boolean", default: false },
+      seed: { type: "string" },
+      keep: { type: "boolean", default: false },
+      help: { type: "boolean", default: false }
+    }
+  })
+  if (values.help) {
+    console.log(USAGE)
+    process.exit(0)
+  }
+  const quick = values.quick
+  return {
+    quick,
+    leaseMillis: values.lease === undefined ? undefined : parseDuration(values.lease),
+    workers: parseCount("workers", values.workers, 16),
+    messages: values.messages === undefined ? (quick ? 6_000 : 20_000) : parseCount("messages", values.messages, 1_000_000),
+    pooler: values.pooler,
+    seed: values.seed === undefined ? Math.floor(Math.random() * 2 ** 31) : parseCount("seed", values.seed, 2 ** 31),
+    keep: values.keep,
+    productionMillis: quick ? 60_000 : 12 * 60_000
+  }
+}

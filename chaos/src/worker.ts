@@ -1,0 +1,75 @@
+/**
+ * A projector process: `Projector.layer` delivering to a handler that records every delivery
+ * in a transaction of its own (so redeliveries are counted) and applies the message's effect
+ * once through `Inbox.handle`. Between the two it waits 5-45 ms, as a call to another service
+ * would: deliveries overlap, so a fault lands mid-delivery, and a kill can fall between a
+ * recorded delivery and its effect. It never fails on purpose: any failure it reports comes
+ * from a fault. SIGTERM closes the projector's scope (in-flight deliveries finish or are released).
+ *
+ * Run by main.ts as `node dist/worker.js <config JSON> <run dir>`.
+ */
+import * as Durable from "@effect-durable/pg/Durable"
+import * as Inbox from "@effect-durable/pg/Inbox"
+import * as Projector from "@effect-durable/projector/Projector"
+import * as Publisher from "@effect-durable/projector/Publisher"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
+import { APPLICATION, CONSUMER, type Payload, TOPIC } from "./schema.js"
+
+export interface WorkerConfig {
+  readonly index: number
+  /** Stored with each claim; a restarted worker gets a new one, as a restarted process would. */
+  readonly workerId: string
+  /** The pool's URL: the server, or PgBouncer in front of it. */
+  readonly url: string
+  /** Behind a pooler: a direct URL for the projector's LISTEN connection. */
+  readonly listenUrl?: string
+  /** The projector lease in ms; absent: the projector's default. */
+  readonly leaseMillis?: number
+}
+
+const config: WorkerConfig = JSON.parse(process.argv[2]!)
+
+const handler = Layer.unwrapEffect(Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const inbox = yield* Inbox.Inbox
+  return Publisher.layerHandler((message) => {
+    const { uid } = message.payload as Payload
+    return Effect.gen(function*() {
+      yield* sql`INSERT INTO chaos.deliveries (message_id, uid, worker, attempt)
+                 VALUES (${message.id}::bigint, ${uid}, ${config.workerId}, ${message.attempt})`
+      yield* Effect.sleep(Duration.millis(5 + Math.random() * 40))
+      yield* inbox.handle(
+        CONSUMER,
+        message.id,
+        sql`INSERT INTO chaos.effects (message_id, uid, worker) VALUES (${message.id}::bigint, ${uid}, ${config.workerId})`
+      )
+    }).pipe(Effect.mapError((error) => Publisher.retryable(`chaos handler: ${error.message}`)))
+  })
+}))
+
+const projector = Projector.layer({
+  topics: [TOPIC],
+  workerId: config.workerId,
+  ...(config.leaseMillis === undefined ? {} : { lease: config.leaseMillis }),
+  // Handler failures come only from faults (a restart, a terminated backend); a short backoff
+  // ceiling keeps the run bounded. The backoff is not what this suite tests.
+  backoff: { min: "500 millis", max: "5 seconds" }
+  // Behind a pooler the projector polls until it can LISTEN elsewhere. Once Projector has
+  // the option (issue 12), this is the one line to add:
+  // ...(config.listenUrl === undefined ? {} : { listenUrl: config.listenUrl }),
+}).pipe(Layer.provide(handler))
+
+const substrate = Durable.layer({
+  connection: { url: Redacted.make(config.url), applicationName: APPLICATION.worker(config.index) }
+})
+
+Layer.launch(projector).pipe(
+  Effect.provide(substrate),
+  Effect.tapErrorCause((cause) => Effect.logError(`chaos worker ${config.workerId} failed`, cause)),
+  NodeRuntime.runMain
+)
