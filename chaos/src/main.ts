@@ -40,7 +40,7 @@ import * as Workers from "./workers.js"
 const here = dirname(fileURLToPath(import.meta.url))
 const DATABASE = "chaos"
 const ROLLBACK_SHARE = 0.1
-const PRODUCER_CONCURRENCY = 8
+const PRODUCER_CONCURRENCY = 16
 
 class InvariantBroken extends Error {}
 

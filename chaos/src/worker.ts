@@ -1,7 +1,7 @@
 /**
  * A projector process: `Projector.layer` delivering to a handler that records every delivery
  * in a transaction of its own (so redeliveries are counted) and applies the message's effect
- * once through `Inbox.handle`. Between the two it waits 5-45 ms, as a call to another service
+ * once through `Inbox.handle`. Between the two it waits 50-450 ms, as a call to another service
  * would: deliveries overlap, so a fault lands mid-delivery, and a kill can fall between a
  * recorded delivery and its effect. It never fails on purpose: any failure it reports comes
  * from a fault. SIGTERM closes the projector's scope (in-flight deliveries finish or are released).
@@ -42,7 +42,7 @@ const handler = Layer.unwrapEffect(Effect.gen(function*() {
     return Effect.gen(function*() {
       yield* sql`INSERT INTO chaos.deliveries (message_id, uid, worker, attempt)
                  VALUES (${message.id}::bigint, ${uid}, ${config.workerId}, ${message.attempt})`
-      yield* Effect.sleep(Duration.millis(5 + Math.random() * 40))
+      yield* Effect.sleep(Duration.millis(50 + Math.random() * 400))
       yield* inbox.handle(
         CONSUMER,
         message.id,
