@@ -60,7 +60,7 @@ export interface Child {
   readonly exited: Promise<{ readonly code: number | null; readonly signal: NodeJS.Signals | null }>
   readonly running: () => boolean
   readonly signal: (signal: NodeJS.Signals) => void
-  /** The end of its log (stdout and stderr), for a report. */
+  /** The end of its log (stdout and stderr), for a report and for readiness. */
   readonly logTail: (lines: number) => string
 }
 

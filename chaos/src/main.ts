@@ -34,7 +34,7 @@ import * as Pooler from "./pooler.js"
 import type { ProducerConfig } from "./producer.js"
 import * as Proxy from "./proxy.js"
 import * as Random from "./random.js"
-import { APPLICATION, DDL } from "./schema.js"
+import { APPLICATION, DDL, READY } from "./schema.js"
 import * as Workers from "./workers.js"
 
 const here = dirname(fileURLToPath(import.meta.url))
@@ -154,14 +154,12 @@ const program = Effect.gen(function*() {
     ),
     (workers) => Effect.promise(workers.shutdown)
   )
-  // The first faults come early: wait until every worker is connected.
-  yield* admin<{ n: number }>`
-    SELECT count(DISTINCT application_name)::int AS n FROM pg_stat_activity WHERE application_name LIKE ${`${APPLICATION.workerPrefix}%`}`
-    .pipe(
-      Effect.repeat({ until: ([row]) => row!.n >= options.workers, schedule: Schedule.spaced("200 millis") }),
-      Effect.timeout("30 seconds"),
-      Effect.ignore
-    )
+  // The first faults come early: wait until every worker's projector runs.
+  yield* Effect.sync(() => workers.slots.every((slot) => slot.child.logTail(20).includes(READY))).pipe(
+    Effect.repeat({ until: (ready) => ready, schedule: Schedule.spaced("100 millis") }),
+    Effect.timeout("30 seconds"),
+    Effect.ignore
+  )
   log(`${options.workers} workers up (${workers.slots.map((slot) => slot.workerId).join(", ")}); producing`)
 
   const journal = join(run.path, "producer-journal.jsonl")

@@ -19,6 +19,9 @@ export const APPLICATION = {
   listener: "effect-durable-listener"
 } as const
 
+/** A worker prints this to its log once its projector runs; main.ts waits for it. */
+export const READY = "chaos worker ready"
+
 export const DDL = [
   `CREATE SCHEMA chaos`,
   // One row per committed command (the ledger must make it exactly one per key).

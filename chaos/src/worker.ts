@@ -18,7 +18,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
-import { APPLICATION, CONSUMER, type Payload, TOPIC } from "./schema.js"
+import { APPLICATION, CONSUMER, type Payload, READY, TOPIC } from "./schema.js"
 
 export interface WorkerConfig {
   readonly index: number
@@ -68,7 +68,11 @@ const substrate = Durable.layer({
   connection: { url: Redacted.make(config.url), applicationName: APPLICATION.worker(config.index) }
 })
 
-Layer.launch(projector).pipe(
+Effect.scoped(Effect.gen(function*() {
+  yield* Layer.build(projector)
+  console.log(READY)
+  return yield* Effect.never
+})).pipe(
   Effect.provide(substrate),
   Effect.tapErrorCause((cause) => Effect.logError(`chaos worker ${config.workerId} failed`, cause)),
   NodeRuntime.runMain
