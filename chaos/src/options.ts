@@ -63,7 +63,7 @@ export const parse = (args: ReadonlyArray<string>): Options => {
     quick,
     leaseMillis: values.lease === undefined ? undefined : parseDuration(values.lease),
     workers: parseCount("workers", values.workers, 16),
-    messages: values.messages === undefined ? (quick ? 6_000 : 20_000) : parseCount("messages", values.messages, 1_000_000),
+    messages: values.messages === undefined ? (quick ? 6_000 : 72_000) : parseCount("messages", values.messages, 1_000_000),
     pooler: values.pooler,
     seed: values.seed === undefined ? Math.floor(Math.random() * 2 ** 31) : parseCount("seed", values.seed, 2 ** 31),
     keep: values.keep,
