@@ -159,7 +159,7 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
         const next = firstAtOrAfter(timesByMessage.get(id) ?? [], fault.startedAt)
         if (next !== undefined) recovery = Math.max(recovery, next - fault.startedAt)
       }
-      if (fault.kind === "terminate" || fault.kind === "restart") {
+      if (fault.kind === "terminate" || fault.kind === "restart" || fault.kind === "starve") {
         const resumed = firstAtOrAfter(deliveryTimes, fault.endedAt)
         if (resumed !== undefined) recovery = Math.max(recovery, resumed - fault.startedAt)
       }

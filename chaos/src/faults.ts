@@ -7,6 +7,9 @@
  *   others deliver what it held (nothing lost, marks never from a dead claim);
  * - stall: SIGSTOP of a worker for longer than the lease, then SIGCONT: it wakes up holding
  *   claims others took over; it must not settle them (fencing), and duplicates stay bounded;
+ * - starve: SIGSTOP of every worker as long, then SIGCONT (a starved machine): they all wake
+ *   up with stale claims and a backlog, which they claim in full batches whose delivery
+ *   outlasts the lease (lease renewal under load);
  * - terminate: pg_terminate_backend of every worker, listener and producer connection;
  * - restart: PostgreSQL stopped in immediate mode (a crash), down 1-4 s, crash recovery;
  * - commit-cut: the producer's connection cut right after it sends COMMIT (the proxy
@@ -23,7 +26,7 @@ import type { Random } from "./random.js"
 import { APPLICATION } from "./schema.js"
 import type { Slot, Workers } from "./workers.js"
 
-export type FaultKind = "kill" | "stall" | "terminate" | "restart" | "commit-cut"
+export type FaultKind = "kill" | "stall" | "starve" | "terminate" | "restart" | "commit-cut"
 
 export interface Planned {
   /** Offset from the start of production, ms. */
@@ -49,11 +52,13 @@ export interface FaultRecord {
 export const plan = (options: Options, random: Random): ReadonlyArray<Planned> => {
   if (options.quick) {
     const kinds: ReadonlyArray<FaultKind> = [
-      "kill", "commit-cut", "terminate", "commit-cut", "restart", "stall", "commit-cut", "kill"
+      "kill", "commit-cut", "terminate", "commit-cut", "restart", "stall", "commit-cut", "starve"
     ]
     return kinds.map((kind, i) => ({ at: 8_000 + i * 6_000, kind }))
   }
-  const bag: ReadonlyArray<FaultKind> = ["kill", "kill", "stall", "stall", "terminate", "terminate", "restart", "commit-cut", "commit-cut"]
+  const bag: ReadonlyArray<FaultKind> = [
+    "kill", "kill", "stall", "stall", "starve", "terminate", "terminate", "restart", "commit-cut", "commit-cut"
+  ]
   const planned: Array<Planned> = []
   let kinds: Array<FaultKind> = []
   for (let at = 8_000; at < options.productionMillis - 10_000; at += random.between(8_000, 16_000)) {
@@ -136,16 +141,33 @@ const kill = (env: Environment) =>
       return record("kill", `SIGKILL ${workerId} holding ${held.length}, restarted after ${(down / 1000).toFixed(1)} s as ${slot.workerId}`, startedAt, held)
     }))
 
+/** Longer than the lease: the frozen worker's claims lapse and are taken over. */
+const stallMillis = (env: Environment) => Math.round(env.leaseMillis * 1.5) + 1_000
+
 const stall = (env: Environment) =>
   withVictim(env, "stall", (slot) =>
     Effect.gen(function*() {
       const startedAt = Date.now()
       const held = yield* heldBy(env, [slot.workerId])
-      const millis = Math.round(env.leaseMillis * 1.5) + 1_000
+      const millis = stallMillis(env)
       env.workers.pause(slot)
       yield* Effect.sleep(Duration.millis(millis)).pipe(Effect.ensuring(Effect.sync(() => env.workers.resume(slot))))
       return record("stall", `SIGSTOP ${slot.workerId} holding ${held.length} for ${(millis / 1000).toFixed(1)} s`, startedAt, held)
     }))
+
+const starve = (env: Environment) =>
+  Effect.gen(function*() {
+    const startedAt = Date.now()
+    const slots = env.workers.slots.filter((slot) => slot.state === "running" && slot.child.running())
+    if (slots.length === 0) return record("starve", "no worker running", startedAt, [], true)
+    const held = yield* heldBy(env, slots.map((slot) => slot.workerId))
+    const millis = stallMillis(env)
+    for (const slot of slots) env.workers.pause(slot)
+    yield* Effect.sleep(Duration.millis(millis)).pipe(
+      Effect.ensuring(Effect.sync(() => slots.forEach((slot) => env.workers.resume(slot))))
+    )
+    return record("starve", `SIGSTOP of all ${slots.length} workers holding ${held.length} for ${(millis / 1000).toFixed(1)} s`, startedAt, held)
+  })
 
 const terminate = (env: Environment) =>
   Effect.gen(function*() {
@@ -199,6 +221,8 @@ const inject = (env: Environment, kind: FaultKind): Effect.Effect<FaultRecord> =
       return kill(env)
     case "stall":
       return stall(env)
+    case "starve":
+      return starve(env)
     case "terminate":
       return terminate(env)
     case "restart":
