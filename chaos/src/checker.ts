@@ -175,7 +175,13 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
       }
       const recovery = recoveryOf(fault)
       recoveries.push(recovery)
-      details.push(`  ${at} ${fault.detail}; ${fault.kind === "commit-cut" ? "retry answered" : "delivery recovered"} in ${(recovery / 1000).toFixed(1)} s`)
+      // Held messages delivered more than once: what this fault cost in duplicates.
+      const again = fault.held.filter((id) => (timesByMessage.get(id)?.length ?? 0) > 1).length
+      details.push(
+        `  ${at} ${fault.detail}; ${fault.kind === "commit-cut" ? "retry answered" : "delivery recovered"} in ${
+          (recovery / 1000).toFixed(1)
+        } s${fault.held.length > 0 ? `, ${again} of those held delivered more than once` : ""}`
+      )
     }
     const maxRecoverySeconds = recoveries.length === 0 ? 0 : Math.max(...recoveries) / 1000
 

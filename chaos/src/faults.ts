@@ -20,7 +20,6 @@ import type * as SqlClient from "@effect/sql/SqlClient"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import type { Options } from "./options.js"
 import type { CommitCutProxy, CutMode } from "./proxy.js"
 import type { Random } from "./random.js"
 import { APPLICATION } from "./schema.js"
@@ -45,28 +44,38 @@ export interface FaultRecord {
   readonly skipped: boolean
 }
 
+/** Longer than the lease: the frozen worker's claims lapse and are taken over. */
+export const stallMillis = (leaseMillis: number) => Math.round(leaseMillis * 1.5) + 1_000
+
 /**
- * Quick: each fault at least once in a minute. Full: a fault every 8-16 s for the whole
- * production window, kinds drawn from a bag so every kind recurs.
+ * Quick: every fault once, 6 s apart, the long ones last and one after the other (a stall
+ * outlasts the lease: with the default 30 s lease the schedule takes longer). Full: a fault
+ * every 8-16 s for 12 minutes, kinds drawn from a bag so every kind recurs.
  */
-export const plan = (options: Options, random: Random): ReadonlyArray<Planned> => {
-  if (options.quick) {
-    const kinds: ReadonlyArray<FaultKind> = [
-      "kill", "commit-cut", "terminate", "commit-cut", "restart", "stall", "commit-cut", "starve"
-    ]
-    return kinds.map((kind, i) => ({ at: 8_000 + i * 6_000, kind }))
+export const plan = (quick: boolean, leaseMillis: number, random: Random): ReadonlyArray<Planned> => {
+  if (quick) {
+    const short: ReadonlyArray<FaultKind> = ["kill", "commit-cut", "terminate", "commit-cut", "restart", "commit-cut", "stall"]
+    const planned: Array<Planned> = short.map((kind, i) => ({ at: 8_000 + i * 6_000, kind }))
+    planned.push({ at: planned.at(-1)!.at + stallMillis(leaseMillis) + 2_000, kind: "starve" })
+    return planned
   }
   const bag: ReadonlyArray<FaultKind> = [
     "kill", "kill", "stall", "stall", "starve", "terminate", "terminate", "restart", "commit-cut", "commit-cut"
   ]
   const planned: Array<Planned> = []
   let kinds: Array<FaultKind> = []
-  for (let at = 8_000; at < options.productionMillis - 10_000; at += random.between(8_000, 16_000)) {
+  for (let at = 8_000; at < FULL_PRODUCTION_MILLIS - 10_000; at += random.between(8_000, 16_000)) {
     if (kinds.length === 0) kinds = random.shuffle(bag)
     planned.push({ at, kind: kinds.pop()! })
   }
   return planned
 }
+
+const FULL_PRODUCTION_MILLIS = 12 * 60_000
+
+/** How long the producer commits: the whole schedule (the quick one ends with its starve). */
+export const productionMillis = (quick: boolean, schedule: ReadonlyArray<Planned>): number =>
+  quick ? Math.max(60_000, (schedule.at(-1)?.at ?? 0) + 5_000) : FULL_PRODUCTION_MILLIS
 
 export interface Environment {
   readonly workers: Workers
@@ -141,15 +150,12 @@ const kill = (env: Environment) =>
       return record("kill", `SIGKILL ${workerId} holding ${held.length}, restarted after ${(down / 1000).toFixed(1)} s as ${slot.workerId}`, startedAt, held)
     }))
 
-/** Longer than the lease: the frozen worker's claims lapse and are taken over. */
-const stallMillis = (env: Environment) => Math.round(env.leaseMillis * 1.5) + 1_000
-
 const stall = (env: Environment) =>
   withVictim(env, "stall", (slot) =>
     Effect.gen(function*() {
       const startedAt = Date.now()
       const held = yield* heldBy(env, [slot.workerId])
-      const millis = stallMillis(env)
+      const millis = stallMillis(env.leaseMillis)
       env.workers.pause(slot)
       yield* Effect.sleep(Duration.millis(millis)).pipe(Effect.ensuring(Effect.sync(() => env.workers.resume(slot))))
       return record("stall", `SIGSTOP ${slot.workerId} holding ${held.length} for ${(millis / 1000).toFixed(1)} s`, startedAt, held)
@@ -161,7 +167,7 @@ const starve = (env: Environment) =>
     const slots = env.workers.slots.filter((slot) => slot.state === "running" && slot.child.running())
     if (slots.length === 0) return record("starve", "no worker running", startedAt, [], true)
     const held = yield* heldBy(env, slots.map((slot) => slot.workerId))
-    const millis = stallMillis(env)
+    const millis = stallMillis(env.leaseMillis)
     for (const slot of slots) env.workers.pause(slot)
     yield* Effect.sleep(Duration.millis(millis)).pipe(
       Effect.ensuring(Effect.sync(() => slots.forEach((slot) => env.workers.resume(slot))))

@@ -102,10 +102,13 @@ const openMessages = (admin: SqlClient.SqlClient) =>
 
 const program = Effect.gen(function*() {
   const random = Random.make(options.seed)
+  const schedule = Faults.plan(options.quick, leaseMillis, random)
+  const productionMillis = Faults.productionMillis(options.quick, schedule)
+  const messages = options.messages ?? Math.round(productionMillis / 10)
   log(
-    `effect-durable chaos (${options.quick ? "quick" : "full"}): seed ${options.seed}, ${options.messages} messages over ${
-      options.productionMillis / 1000
-    } s, ${options.workers} workers, lease ${
+    `effect-durable chaos (${options.quick ? "quick" : "full"}): seed ${options.seed}, ${messages} messages over ${
+      productionMillis / 1000
+    } s, ${schedule.length} faults, ${options.workers} workers, lease ${
       options.leaseMillis === undefined ? `${leaseMillis / 1000} s (projector default)` : `${leaseMillis / 1000} s`
     }${options.pooler ? ", through PgBouncer (transaction mode)" : ""}`
   )
@@ -165,8 +168,8 @@ const program = Effect.gen(function*() {
   const journal = join(run.path, "producer-journal.jsonl")
   const producerConfig: ProducerConfig = {
     url: producerUrl.toString(),
-    messages: options.messages,
-    productionMillis: options.productionMillis,
+    messages,
+    productionMillis,
     concurrency: PRODUCER_CONCURRENCY,
     rollbackShare: ROLLBACK_SHARE,
     seed: options.seed,
@@ -185,13 +188,13 @@ const program = Effect.gen(function*() {
   )
   const env: Faults.Environment = { workers, server, proxy, admin, leaseMillis, random, commitCuts: 0 }
   const faults = yield* Effect.forkScoped(
-    Faults.run(env, Faults.plan(options, random), productionStartedAt, (fault) =>
+    Faults.run(env, schedule, productionStartedAt, (fault) =>
       log(`fault ${fault.kind}: ${fault.skipped ? "skipped, " : ""}${fault.detail}`))
   )
 
   const incomplete: Array<string> = []
   const producerEnd = yield* Effect.promise(() => producer.exited).pipe(
-    Effect.timeout(Duration.millis(options.productionMillis + 180_000)),
+    Effect.timeout(Duration.millis(productionMillis + 180_000)),
     Effect.option
   )
   if (Option.isNone(producerEnd)) incomplete.push("the producer did not finish in time")

@@ -1,6 +1,7 @@
 /**
  * The command line of `npm run chaos`: what a run does and how big it is. Quick is the CI
- * smoke run (about two minutes with a 5 s lease); full is the long schedule (about 15).
+ * smoke run (about two minutes with a 5 s lease, three with the default 30 s); full is the
+ * long schedule (about 15).
  */
 import { parseArgs } from "node:util"
 
@@ -9,14 +10,13 @@ export interface Options {
   /** The projector lease in ms; undefined: the projector's default. */
   readonly leaseMillis: number | undefined
   readonly workers: number
-  readonly messages: number
+  /** Commands to produce; undefined: about 100 a second over the production window. */
+  readonly messages: number | undefined
   /** Everything through PgBouncer in transaction mode (scripts/pgbouncer.sh). */
   readonly pooler: boolean
   readonly seed: number
   /** Keep the run directory (journal, worker logs) instead of deleting it. */
   readonly keep: boolean
-  /** How long the producer commits messages while the faults run, in ms. */
-  readonly productionMillis: number
 }
 
 /** The projector's default lease (`@effect-durable/projector` Projector.ts), used to size stalls. */
@@ -63,10 +63,9 @@ export const parse = (args: ReadonlyArray<string>): Options => {
     quick,
     leaseMillis: values.lease === undefined ? undefined : parseDuration(values.lease),
     workers: parseCount("workers", values.workers, 16),
-    messages: values.messages === undefined ? (quick ? 6_000 : 72_000) : parseCount("messages", values.messages, 1_000_000),
+    messages: values.messages === undefined ? undefined : parseCount("messages", values.messages, 1_000_000),
     pooler: values.pooler,
     seed: values.seed === undefined ? Math.floor(Math.random() * 2 ** 31) : parseCount("seed", values.seed, 2 ** 31),
-    keep: values.keep,
-    productionMillis: quick ? 60_000 : 12 * 60_000
+    keep: values.keep
   }
 }
