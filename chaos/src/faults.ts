@@ -44,6 +44,8 @@ export interface FaultRecord {
   readonly skipped: boolean
 }
 
+const FULL_PRODUCTION_MILLIS = 12 * 60_000
+
 /** Longer than the lease: the frozen worker's claims lapse and are taken over. */
 export const stallMillis = (leaseMillis: number) => Math.round(leaseMillis * 1.5) + 1_000
 
@@ -70,8 +72,6 @@ export const plan = (quick: boolean, leaseMillis: number, random: Random): Reado
   }
   return planned
 }
-
-const FULL_PRODUCTION_MILLIS = 12 * 60_000
 
 /** How long the producer commits: the whole schedule (the quick one ends with its starve). */
 export const productionMillis = (quick: boolean, schedule: ReadonlyArray<Planned>): number =>
