@@ -102,12 +102,13 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
     const deliveredUids = new Set(deliveries.map((row) => row.uid))
     const timesByMessage = new Map<string, Array<number>>()
     for (const row of deliveries) timesByMessage.set(row.message_id, [...(timesByMessage.get(row.message_id) ?? []), row.at])
-    const undelivered = [...committed].filter((uid) => !deliveredUids.has(uid))
     const phantomDeliveries = [...deliveredUids].filter((uid) => !committed.has(uid))
     const rolledBackDelivered = [...deliveredUids].filter((uid) => rolledBack.has(uid))
 
     const effectCount = new Map(effects.map((row) => [row.uid, row.n] as const))
-    const effectMissing = [...committed].filter((uid) => (effectCount.get(uid) ?? 0) === 0)
+    // A projected message is settled: its effect must be there (an open one may still get it).
+    const projectedUids = new Set(outbox.filter((row) => row.projected).map((row) => row.uid))
+    const effectMissing = [...committed].filter((uid) => (effectCount.get(uid) ?? 0) === 0 && projectedUids.has(uid))
     const effectTwice = [...committed].filter((uid) => (effectCount.get(uid) ?? 0) > 1)
     const phantomEffects = [...effectCount.keys()].filter((uid) => !committed.has(uid))
     const receiptIds = new Set(receipts.map((row) => row.message_id))
@@ -116,12 +117,19 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
 
     const deadMessages = committedMessages.filter((row) => row.dead)
     const open = committedMessages.filter((row) => !row.projected && !row.dead)
+    // Undelivered and still open (the drain ran out of time) is pending, not lost: it would
+    // still be delivered. Lost is what never will be: settled without a delivery, or gone.
+    const openUids = new Set(open.map((row) => row.uid))
+    const undelivered = [...committed].filter((uid) => !deliveredUids.has(uid))
+    const pending = undelivered.filter((uid) => openUids.has(uid))
+    const neverDelivered = undelivered.filter((uid) => !openUids.has(uid))
 
-    const lost = new Set([...undelivered, ...ackedMissing.map((entry) => entry.uid), ...withoutMessage])
+    const lost = new Set([...neverDelivered, ...ackedMissing.map((entry) => entry.uid), ...withoutMessage])
     const phantom = new Set([...phantomDeliveries, ...phantomEffects])
     const duplicates = deliveries.length - timesByMessage.size
 
     if (lost.size > 0) broken.push(`lost ${lost.size}`)
+    if (pending.length > 0) broken.push(`undelivered when the drain ended ${pending.length}`)
     if (phantom.size > 0) broken.push(`phantom ${phantom.size}`)
     if (deadMessages.length > 0) broken.push(`dead ${deadMessages.length}`)
     if (effectMissing.length + effectTwice.length > 0) {
@@ -229,13 +237,18 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
       details.push(`dead: ${deadMessages.length} committed messages (${deliveredDead} of them had been delivered), e.g. ${sample(deadMessages.map((row) => row.id))}`)
       for (const [reason, n] of [...reasons].sort((a, b) => b[1] - a[1]).slice(0, 4)) details.push(`    ${n} × ${reason}`)
     }
-    if (open.length > 0) details.push(`left open (neither projected nor dead): ${open.length}, e.g. ${sample(open.map((row) => row.id))}`)
-    if (lost.size > 0) details.push(`lost: ${sample(lost)} (undelivered ${undelivered.length}, acknowledged but not in the database ${ackedMissing.length}, committed without a message ${withoutMessage.length})`)
+    if (open.length > 0) {
+      details.push(`left open (neither projected nor dead): ${open.length}, of them never delivered ${pending.length}, e.g. ${sample(open.map((row) => row.id))}`)
+    }
+    if (lost.size > 0) {
+      details.push(`lost: ${sample(lost)} (settled without a delivery ${neverDelivered.length}, acknowledged but not in the database ${ackedMissing.length}, committed without a message ${withoutMessage.length})`)
+    }
     if (phantom.size > 0) details.push(`phantom: ${sample(phantom)} (of them rolled back on purpose: ${rolledBackDelivered.length})`)
     if (effectMissing.length + effectTwice.length > 0) {
       details.push(`effects: missing for ${effectMissing.length} (${sample(effectMissing)}), applied more than once for ${effectTwice.length} (${sample(effectTwice)})`)
     } else {
-      details.push(`effects: exactly once for each of the ${committed.size} committed messages; rolled back messages delivered: ${rolledBackDelivered.length}`)
+      const settled = [...committed].filter((uid) => projectedUids.has(uid)).length
+      details.push(`effects: exactly once for each of the ${settled} committed messages projected; rolled back messages delivered: ${rolledBackDelivered.length}`)
     }
     if (journalRolledBackUnrecorded.length > 0) details.push(`note: ${journalRolledBackUnrecorded.length} rollbacks journaled but not recorded`)
 
