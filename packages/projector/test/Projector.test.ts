@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Faults from "@effect-durable/testing/Faults"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as ConfigProvider from "effect/ConfigProvider"
@@ -119,7 +120,11 @@ describe("Projector", () => {
         const deliveries = new Deliveries()
         const id = yield* outbox.enqueue(topic, {})
         // Only the services a generic SqlClient user has: no PgClient in context.
-        const generic = Layer.merge(Layer.succeed(Outbox.Outbox, outbox), Layer.succeed(SqlClient.SqlClient, sql))
+        const generic = Layer.mergeAll(
+          Layer.succeed(Outbox.Outbox, outbox),
+          Layer.succeed(OutboxWorker.OutboxWorker, yield* OutboxWorker.OutboxWorker),
+          Layer.succeed(SqlClient.SqlClient, sql)
+        )
         yield* withProjector({ topics: [topic], pollInterval: "50 millis" }, recording(deliveries), eventually(projectedCount([id]), (n) => n === 1))
           .pipe(Effect.provide(generic))
         expect(deliveries.ids()).toEqual([id])
@@ -136,7 +141,7 @@ describe("Projector", () => {
         ])
         const deliveries = new Deliveries()
         let flakyFailures = 0
-        const behaviour = (message: Outbox.OutboxMessage) => {
+        const behaviour = (message: OutboxWorker.OutboxMessage) => {
           const payload = message.payload as { kind: string }
           if (payload.kind === "poison") return Effect.fail(Publisher.permanent("rejected by destination"))
           if (flakyFailures < 2) {
@@ -381,7 +386,7 @@ describe("Projector", () => {
         )
         const rows = yield* outboxRows(ids)
         expect(rows.every((row) => row.released && !row.projected)).toBe(true)
-        const next = yield* outbox.claim({ worker: "next", topics: [topic], limit: 10, lease: "1 minute" })
+        const next = yield* (yield* OutboxWorker.OutboxWorker).claim({ worker: "next", topics: [topic], limit: 10, lease: "1 minute" })
         expect(next.map((m) => m.id)).toEqual(ids)
       }))
 
@@ -432,15 +437,16 @@ describe("Projector.layerConfig", () => {
     Effect.gen(function*() {
       const withEnv = (env: Record<string, string>) =>
         Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
-      const options = yield* Projector.config.pipe(withEnv({ PROJECTOR_TOPICS: "a,b", PROJECTOR_BATCH_SIZE: "7", PROJECTOR_LEASE: "5 seconds" }))
+      const options = yield* Projector.optionsConfig.pipe(withEnv({ PROJECTOR_TOPICS: "a,b", PROJECTOR_BATCH_SIZE: "7", PROJECTOR_LEASE: "5 seconds" }))
       expect(options).toMatchObject({ topics: ["a", "b"], batchSize: 7 })
       // The options are refused before the outbox is touched: a placeholder stands in for it.
       const build = (env: Record<string, string>) =>
         Effect.flip(Effect.scoped(Layer.build(Projector.layerConfig().pipe(Layer.provide(Layer.mergeAll(
           Layer.succeed(Outbox.Outbox, {} as never),
+          Layer.succeed(OutboxWorker.OutboxWorker, {} as never),
           Layer.succeed(Publisher.Publisher, { publish: () => Effect.void })
         )))))).pipe(withEnv(env))
-      expect(yield* build({ PROJECTOR_BATCH_SIZE: "lots" })).toMatchObject({ _tag: "DurableConfigError", field: "projector" })
+      expect(yield* build({ PROJECTOR_BATCH_SIZE: "lots" })).toMatchObject({ _tag: "DurableConfigError", field: "PROJECTOR_BATCH_SIZE" })
       expect(yield* build({ PROJECTOR_BATCH_SIZE: "0" })).toMatchObject({ _tag: "DurableConfigError", field: "batchSize" })
     }))
 })

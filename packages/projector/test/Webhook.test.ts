@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -42,7 +43,7 @@ const server = (respond: (request: Received, res: ServerResponse) => void) =>
   )
 
 const secret = Redacted.make("webhook-secret-of-enough-bytes")
-const message = (id: string): Outbox.OutboxMessage => ({
+const message = (id: string): OutboxWorker.OutboxMessage => ({
   id,
   topic: "order-placed",
   orderingKey: null,
@@ -53,7 +54,7 @@ const message = (id: string): Outbox.OutboxMessage => ({
   claim: { messageId: id, worker: "w", generation: 1 }
 })
 
-const publishTo = (url: string, options: Partial<Webhook.WebhookOptions> = {}) => (m: Outbox.OutboxMessage) =>
+const publishTo = (url: string, options: Partial<Webhook.WebhookOptions> = {}) => (m: OutboxWorker.OutboxMessage) =>
   Effect.flatMap(Webhook.make({ url, secret, ...options }), (publisher) => publisher.publish(m)).pipe(
     Effect.provide(FetchHttpClient.layer)
   )

@@ -1,7 +1,7 @@
 // What projector suites share: a migrated substrate in a fresh database, a recording
 // publisher, and waits on the live clock.
 import * as Durable from "@effect-durable/pg/Durable"
-import * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 export { eventually } from "@effect-durable/testing/Eventually"
 import * as SqlClient from "@effect/sql/SqlClient"
@@ -17,7 +17,7 @@ export const substrate = (options: TestDatabase.Options = {}) =>
 
 /** Every delivery a publisher saw, in the order it saw them. */
 export class Deliveries {
-  readonly seen: Array<Outbox.OutboxMessage> = []
+  readonly seen: Array<OutboxWorker.OutboxMessage> = []
   ids(): Array<string> {
     return this.seen.map((message) => message.id)
   }
@@ -26,7 +26,7 @@ export class Deliveries {
 /** A publisher that records each message, then runs `behaviour` (default: succeed). */
 export const recording = (
   deliveries: Deliveries,
-  behaviour: (message: Outbox.OutboxMessage) => Effect.Effect<void, PublishError> = () => Effect.void
+  behaviour: (message: OutboxWorker.OutboxMessage) => Effect.Effect<void, PublishError> = () => Effect.void
 ) =>
   Publisher.layerHandler((message) =>
     Effect.zipRight(Effect.sync(() => deliveries.seen.push(message)), behaviour(message))

@@ -1,0 +1,58 @@
+/**
+ * What the outbox and the stored inbox share as leased queues: a claim token that fences
+ * every write to a claimed row, how a row is given back, how done rows are purged, and the
+ * shapes of dead letters and batch results. Both queues run on one implementation.
+ *
+ * @since 0.1.0
+ */
+import type { ClaimMismatch, MessageMissing } from "@effect-durable/core/Errors"
+import type * as Duration from "effect/Duration"
+
+/** Proof of a claim: only the worker holding the current generation may settle the row. */
+export interface Claim {
+  readonly messageId: string
+  readonly worker: string
+  readonly generation: number
+}
+
+/** How a claimed row is given back. */
+export interface ReleaseOptions {
+  /** Recorded as `last_error` (at most 4 KiB are kept). */
+  readonly error: string
+  /** Not claimable again before now + retryDelay (database clock); zero to 365 days. */
+  readonly retryDelay: Duration.DurationInput
+  /** Straight to the dead letters, whatever the attempts left. */
+  readonly permanent?: boolean
+}
+
+/** Which done rows a purge deletes, and how many per statement. */
+export interface PurgeOptions {
+  /** Rows done for longer than this are deleted; each queue documents its floor. */
+  readonly olderThan: Duration.DurationInput
+  /** Rows per DELETE; default 1000. */
+  readonly batchSize?: number
+}
+
+/** What a settle operation that can fail for one claim reports. */
+export type SettleFailure = ClaimMismatch | MessageMissing
+
+export interface CompleteManyResult {
+  /** Ids now done (including those this very claim had already completed). */
+  readonly completed: ReadonlyArray<string>
+  /** Claims that could not be completed: stale, foreign or missing. */
+  readonly rejected: ReadonlyArray<SettleFailure>
+}
+
+export interface DeadLetter {
+  readonly id: string
+  readonly attempts: number
+  readonly lastError: string | null
+  /** When the row died, ISO-8601 UTC with microseconds. */
+  readonly deadAt: string
+}
+
+/** A page of dead letters, newest first; `next` is the `before` of the following page. */
+export interface DeadLetterPage<Row> {
+  readonly items: ReadonlyArray<DeadLetter & Row>
+  readonly next: string | undefined
+}
