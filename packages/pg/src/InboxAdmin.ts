@@ -10,6 +10,7 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
 import { inboxClaimQuery } from "./internal/migrations/0007_claim_functions.js"
 import * as QueueAdmin from "./internal/queue/admin.js"
@@ -63,16 +64,17 @@ export const make: Effect.Effect<InboxAdmin["Type"], never, SqlClient.SqlClient 
     })
     return InboxAdmin.of(traced("InboxAdmin", {
       deadLetters: (options: { readonly consumer?: string; readonly limit: number; readonly before?: string }) =>
-        queue.deadLetters<{ readonly consumer: string; readonly messageId: string }>(
+        queue.deadLetters(
           options,
           options.consumer === undefined ? sql`true` : sql`consumer = ${options.consumer}`,
-          sql`consumer, message_id AS "messageId"`
+          sql`consumer, message_id AS "messageId"`,
+          { consumer: Schema.String, messageId: Schema.String }
         ),
       redrive: queue.redrive,
       discard: queue.discard,
       stats: Effect.map(
         queue.counts("consumer"),
-        (rows) => rows.map(({ done, ...counts }): ConsumerStats => ({ ...counts, processed: done }))
+        (rows) => rows.map(({ done, group, ...counts }): ConsumerStats => ({ consumer: group, ...counts, processed: done }))
       ),
       purge: queue.purge,
       explainClaim: (options: ClaimOptions) => queue.explainClaim(options, options.consumer)

@@ -132,14 +132,16 @@ const decodeBatchSize = Input.argument("batchSize", Input.Count(100_000))
 const validate = (identity: MutationIdentity, request: MutationRequest) =>
   Effect.zipRight(decodeIdentity(identity), decodeRequest(request))
 
-interface RecordRow {
-  readonly kind: string
-  readonly eligibility: Uint8Array
-  readonly request_fingerprint: Uint8Array
-  readonly status: MutationStatus
-  readonly response: unknown
-  readonly recorded_at: string
-}
+const RecordRow = Schema.Struct({
+  kind: Schema.String,
+  eligibility: Schema.Uint8ArrayFromSelf,
+  request_fingerprint: Schema.Uint8ArrayFromSelf,
+  status: Schema.Literal("accepted", "rejected"),
+  response: Schema.Unknown,
+  recorded_at: Schema.String
+})
+type RecordRow = typeof RecordRow.Type
+const decodeRecord = Schema.decodeUnknown(Schema.Array(RecordRow))
 
 const sameBytes = (a: Uint8Array, b: Uint8Array) => Buffer.from(a).equals(Buffer.from(b))
 
@@ -198,7 +200,8 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
                 sql.unsafe<never>(`${inline(lockStatement(sql, settings, lockKey, true))};\n${inline(read(true))}`),
                 (results) => [true, (results as unknown as [unknown, ReadonlyArray<RecordRow>])[1]] as const
               )).pipe(classifySqlErrors("MutationLedger.execute"))
-            if (existing[0] !== undefined) return yield* replayOrConflict(identity, request, existing[0])
+            const [record] = yield* Effect.orDie(decodeRecord(existing))
+            if (record !== undefined) return yield* replayOrConflict(identity, request, record)
             if (!locked) return yield* new MutationInProgress(identity)
             const decision = yield* decide
             const response = yield* canonicalize(decision.response)

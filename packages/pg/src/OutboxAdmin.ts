@@ -11,6 +11,7 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import { outboxClaimQuery } from "./internal/migrations/0007_claim_functions.js"
@@ -78,17 +79,18 @@ export const make: Effect.Effect<OutboxAdmin["Type"], never, SqlClient.SqlClient
 
     return OutboxAdmin.of(traced("OutboxAdmin", {
       deadLetters: (options: { readonly topic?: string; readonly limit: number; readonly before?: string }) =>
-        queue.deadLetters<{ readonly topic: string }>(
+        queue.deadLetters(
           options,
           options.topic === undefined ? sql`true` : sql`topic = ${options.topic}`,
-          sql`topic`
+          sql`topic`,
+          { topic: Schema.String }
         ),
       redrive: queue.redrive,
       replay: queue.replay,
       discard: queue.discard,
       stats: Effect.map(
         queue.counts("topic"),
-        (rows) => rows.map(({ done, ...counts }): TopicStats => ({ ...counts, projected: done }))
+        (rows) => rows.map(({ done, group, ...counts }): TopicStats => ({ topic: group, ...counts, projected: done }))
       ),
       unprojectedCount: (topic?: string) =>
         sql<{ n: number }>`SELECT count(*)::int AS n FROM ${table}

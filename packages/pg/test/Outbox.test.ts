@@ -11,6 +11,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import * as TestServices from "effect/TestServices"
+import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import { DurableSettings, layerSettings } from "../src/DurableConfig.js"
 import * as Outbox from "../src/Outbox.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"
@@ -55,8 +56,7 @@ const rowsOf = (ids: ReadonlyArray<string>) =>
 const rowOf = (id: string) => Effect.map(rowsOf([id]), (rows) => rows[0])
 
 // Each test works on its own topics so that claims never see another test's messages.
-let topics = 0
-const freshTopic = (name = "t") => `${name}-${++topics}`
+const freshTopic = TestSubstrate.freshName
 
 const claimAll = (worker: string, topic: string, lease: Duration.DurationInput = "30 seconds") =>
   Effect.flatMap(OutboxWorker.OutboxWorker, (outbox) => outbox.claim({ worker, topics: [topic], limit: 100, lease }))
@@ -400,7 +400,7 @@ const suite = (schema: string) => {
         const [p, d, c] = yield* outbox.claim({ worker: "w1", topics: [topic], limit: 3, lease: "1 minute" })
         yield* outbox.markProjected(p!.claim)
         yield* outbox.release(d!.claim, { error: "x", retryDelay: 0, permanent: true })
-        expect(c).toBeDefined()
+        expect(c).toMatchObject({ attempt: 1, claim: { worker: "w1" } })
         const stats = (yield* outbox.stats).find((s) => s.topic === topic)!
         expect(stats).toMatchObject({ topic, ready: 2, delayed: 1, claimed: 1, dead: 1, projected: 1 })
         expect(stats.oldestReadySeconds).toBeGreaterThanOrEqual(0)

@@ -14,20 +14,29 @@ import { randomBytes } from "node:crypto"
 import type { Settings } from "../../DurableConfig.js"
 import { classifySqlErrors } from "../../ErrorClassification.js"
 import type { DeadLetter, DeadLetterPage, PurgeOptions } from "../../LeasedQueue.js"
+import { decodeRows } from "../rows.js"
 import { inline, quote } from "../sqlText.js"
 import { isoUtc } from "../timestamps.js"
 import { type ClaimOptions, decodeClaim } from "./worker.js"
 import { decodeBatchSize, decodeIds, MessageId, type QueueSpec } from "./spec.js"
 
 /** Counts of one group of a queue (a topic, a consumer). */
-export interface GroupCounts {
-  readonly ready: number
-  readonly delayed: number
-  readonly claimed: number
-  readonly dead: number
-  readonly done: number
-  readonly oldestReadySeconds: number | null
-}
+const GroupCounts = Schema.Struct({
+  group: Schema.String,
+  ready: Schema.Number,
+  delayed: Schema.Number,
+  claimed: Schema.Number,
+  dead: Schema.Number,
+  done: Schema.Number,
+  oldestReadySeconds: Schema.NullOr(Schema.Number)
+})
+
+const DeadLetterRow = Schema.Struct({
+  id: Schema.String,
+  attempts: Schema.Number,
+  lastError: Schema.NullOr(Schema.String),
+  deadAt: Schema.String
+})
 
 const decodeDeadLetterPage = Input.argument(
   "options",
@@ -77,21 +86,25 @@ export const make = (
       })).pipe(classifySqlErrors(op("explainClaim"))))
 
   /** Dead rows matching `where`, newest id first, `limit` at a time after `before`. */
-  const deadLetters = <Row>(
+  const deadLetters = <Fields extends Schema.Struct.Fields>(
     page: { readonly limit: number; readonly before?: string },
     where: Statement.Fragment,
-    returning: Statement.Fragment
-  ): Effect.Effect<DeadLetterPage<Row>, InvalidInput | DatabaseError> =>
+    returning: Statement.Fragment,
+    extra: Fields
+  ): Effect.Effect<DeadLetterPage<Schema.Struct.Type<Fields>>, InvalidInput | DatabaseError> =>
     Effect.gen(function*() {
       const { before, limit } = yield* decodeDeadLetterPage(page)
-      const rows = yield* sql<Row & DeadLetter>`
+      const rows: ReadonlyArray<DeadLetter & Schema.Struct.Type<Fields>> = yield* sql`
         SELECT id::text AS id, attempt_count AS attempts, last_error AS "lastError",
                ${sql.literal(isoUtc("dead_at"))} AS "deadAt", ${returning}
           FROM ${table}
          WHERE dead_at IS NOT NULL AND ${where}
            ${before === undefined ? sql`` : sql`AND id < ${before}`}
          ORDER BY id DESC
-         LIMIT ${limit + 1}`.pipe(classifySqlErrors(op("deadLetters")))
+         LIMIT ${limit + 1}`.pipe(
+        decodeRows(Schema.Struct({ ...DeadLetterRow.fields, ...extra }) as unknown as Schema.Schema<DeadLetter & Schema.Struct.Type<Fields>>),
+        classifySqlErrors(op("deadLetters"))
+      )
       const items = rows.slice(0, limit)
       return { items, next: rows.length > limit ? items[items.length - 1]!.id : undefined }
     })
@@ -150,9 +163,9 @@ export const make = (
     })
 
   /** Counts per value of `group` (a column of ours: topic, consumer). */
-  const counts = <Key extends string>(group: Key) =>
-    sql<GroupCounts & Record<Key, string>>`
-      SELECT ${sql.literal(quote(group))},
+  const counts = (group: "topic" | "consumer") =>
+    sql`
+      SELECT ${sql.literal(quote(group))} AS "group",
              count(*) FILTER (WHERE open AND live_lease IS NOT TRUE AND available_at <= now())::int AS ready,
              count(*) FILTER (WHERE open AND live_lease IS NOT TRUE AND available_at > now())::int AS delayed,
              count(*) FILTER (WHERE open AND live_lease)::int AS claimed,
@@ -165,7 +178,7 @@ export const make = (
                      claimed_until > now() AS live_lease
                 FROM ${table}) o
        GROUP BY 1
-       ORDER BY 1`.pipe(classifySqlErrors(op("stats")))
+       ORDER BY 1`.pipe(decodeRows(GroupCounts), classifySqlErrors(op("stats")))
 
   return { explainClaim, deadLetters, redrive, replay, discard, purge, counts }
 }
