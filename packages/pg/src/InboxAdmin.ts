@@ -17,7 +17,7 @@ import * as QueueAdmin from "./internal/queue/admin.js"
 import { specFor } from "./internal/queue/spec.js"
 import { traced } from "./internal/traced.js"
 import type { ClaimOptions } from "./InboxWorker.js"
-import type { DeadLetterPage, PurgeOptions } from "./LeasedQueue.js"
+import type * as LeasedQueue from "./LeasedQueue.js"
 
 export interface ConsumerStats {
   readonly consumer: string
@@ -40,15 +40,15 @@ export class InboxAdmin extends Context.Tag("@effect-durable/pg/InboxAdmin")<Inb
     readonly limit: number
     readonly before?: string
   }) => Effect.Effect<
-    DeadLetterPage<{ readonly consumer: string; readonly messageId: string }>,
+    LeasedQueue.DeadLetterPage<{ readonly consumer: string; readonly messageId: string }>,
     InvalidInput | DatabaseError
   >
-  readonly redrive: (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, InvalidInput | DatabaseError>
-  readonly discard: (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, InvalidInput | DatabaseError>
+  readonly redrive: LeasedQueue.ByIds
+  readonly discard: LeasedQueue.ByIds
   /** Counts per consumer. */
   readonly stats: Effect.Effect<ReadonlyArray<ConsumerStats>, DatabaseError>
   /** Deletes receipts processed longer ago than `olderThan` (at least `PURGE_FLOOR`), in batches. */
-  readonly purge: (options: PurgeOptions) => Effect.Effect<number, InvalidInput | DatabaseError>
+  readonly purge: LeasedQueue.Purge
   /** The query plan of a stored-mode claim (`EXPLAIN (FORMAT JSON)`); claims nothing. */
   readonly explainClaim: (options: ClaimOptions) => Effect.Effect<unknown, InvalidInput | DatabaseError>
 }>() {}

@@ -17,7 +17,7 @@ import { specFor } from "./internal/queue/spec.js"
 import * as QueueWorker from "./internal/queue/worker.js"
 import { isoFromPgText } from "./internal/timestamps.js"
 import { traced } from "./internal/traced.js"
-import type { Claim, CompleteManyResult, ReleaseOptions, SettleFailure } from "./LeasedQueue.js"
+import type * as LeasedQueue from "./LeasedQueue.js"
 
 export interface InboxEntry {
   readonly id: string
@@ -28,7 +28,7 @@ export interface InboxEntry {
   /** When it was received (database clock), ISO-8601 UTC with microseconds. */
   readonly receivedAt: string
   readonly attempt: number
-  readonly claim: Claim
+  readonly claim: LeasedQueue.Claim
 }
 
 export interface ClaimOptions {
@@ -41,13 +41,10 @@ export interface ClaimOptions {
 export class InboxWorker extends Context.Tag("@effect-durable/pg/InboxWorker")<InboxWorker, {
   readonly claim: (options: ClaimOptions) => Effect.Effect<ReadonlyArray<InboxEntry>, InvalidInput | DatabaseError>
   /** Marks a claimed entry processed; idempotent for this claim. */
-  readonly complete: (claim: Claim) => Effect.Effect<void, SettleFailure | DatabaseError>
-  readonly completeMany: (claims: ReadonlyArray<Claim>) => Effect.Effect<CompleteManyResult, DatabaseError>
-  readonly release: (
-    claim: Claim,
-    options: ReleaseOptions
-  ) => Effect.Effect<{ readonly dead: boolean }, SettleFailure | InvalidInput | DatabaseError>
-  readonly renewLease: (claim: Claim, lease: Duration.DurationInput) => Effect.Effect<void, SettleFailure | InvalidInput | DatabaseError>
+  readonly complete: LeasedQueue.Complete
+  readonly completeMany: LeasedQueue.CompleteMany
+  readonly release: LeasedQueue.Release
+  readonly renewLease: LeasedQueue.RenewLease
 }>() {}
 
 const decodeConsumer = Input.argument("consumer", Input.Text(128))

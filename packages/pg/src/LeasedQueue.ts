@@ -5,8 +5,9 @@
  *
  * @since 0.1.0
  */
-import type { ClaimMismatch, MessageMissing } from "@effect-durable/core/Errors"
+import type { ClaimMismatch, DatabaseError, InvalidInput, MessageMissing } from "@effect-durable/core/Errors"
 import type * as Duration from "effect/Duration"
+import type * as Effect from "effect/Effect"
 
 /** Proof of a claim: only the worker holding the current generation may settle the row. */
 export interface Claim {
@@ -56,3 +57,30 @@ export interface DeadLetterPage<Row> {
   readonly items: ReadonlyArray<DeadLetter & Row>
   readonly next: string | undefined
 }
+
+/** Marks a claimed row done; idempotent for the claim that already did. */
+export type Complete = (claim: Claim) => Effect.Effect<void, SettleFailure | DatabaseError>
+
+/** Marks many claimed rows done in one statement; the ones that cannot be are reported, not failed. */
+export type CompleteMany = (claims: ReadonlyArray<Claim>) => Effect.Effect<CompleteManyResult, DatabaseError>
+
+/**
+ * Gives a claimed row back: claimable again after `retryDelay`, or dead at once when
+ * `permanent` or out of attempts. Returns whether it is dead.
+ */
+export type Release = (
+  claim: Claim,
+  options: ReleaseOptions
+) => Effect.Effect<{ readonly dead: boolean }, SettleFailure | InvalidInput | DatabaseError>
+
+/** Extends the lease of a row still held by this claim. */
+export type RenewLease = (
+  claim: Claim,
+  lease: Duration.DurationInput
+) => Effect.Effect<void, SettleFailure | InvalidInput | DatabaseError>
+
+/** An operator action on rows named by id (at most 10,000); returns the ids it applied to. */
+export type ByIds = (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, InvalidInput | DatabaseError>
+
+/** Deletes done rows older than the retention, in batches; returns how many. */
+export type Purge = (options: PurgeOptions) => Effect.Effect<number, InvalidInput | DatabaseError>

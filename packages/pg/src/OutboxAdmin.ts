@@ -18,7 +18,7 @@ import { outboxClaimQuery } from "./internal/migrations/0007_claim_functions.js"
 import * as QueueAdmin from "./internal/queue/admin.js"
 import { specFor } from "./internal/queue/spec.js"
 import { traced } from "./internal/traced.js"
-import type { DeadLetterPage, PurgeOptions } from "./LeasedQueue.js"
+import type * as LeasedQueue from "./LeasedQueue.js"
 import { type ClaimOptions, decodeTopics } from "./OutboxWorker.js"
 
 export interface TopicStats {
@@ -46,13 +46,13 @@ export class OutboxAdmin extends Context.Tag("@effect-durable/pg/OutboxAdmin")<O
     readonly limit: number
     /** The `next` of the previous page. */
     readonly before?: string
-  }) => Effect.Effect<DeadLetterPage<{ readonly topic: string }>, InvalidInput | DatabaseError>
+  }) => Effect.Effect<LeasedQueue.DeadLetterPage<{ readonly topic: string }>, InvalidInput | DatabaseError>
   /** Makes dead messages deliverable again with fresh attempts; returns the ids redriven. */
-  readonly redrive: (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, InvalidInput | DatabaseError>
+  readonly redrive: LeasedQueue.ByIds
   /** Makes projected messages deliverable again (deliver once more); returns the ids replayed. */
-  readonly replay: (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, InvalidInput | DatabaseError>
+  readonly replay: LeasedQueue.ByIds
   /** Deletes dead messages; returns the ids deleted. */
-  readonly discard: (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, InvalidInput | DatabaseError>
+  readonly discard: LeasedQueue.ByIds
   /** Counts per topic. */
   readonly stats: Effect.Effect<ReadonlyArray<TopicStats>, DatabaseError>
   /** Messages not yet projected nor dead (of one topic, or all). */
@@ -61,7 +61,7 @@ export class OutboxAdmin extends Context.Tag("@effect-durable/pg/OutboxAdmin")<O
    * Deletes messages projected longer ago than `olderThan` (at least `PURGE_FLOOR`), in
    * batches; never one replayed meanwhile. Returns how many.
    */
-  readonly purge: (options: PurgeOptions) => Effect.Effect<number, InvalidInput | DatabaseError>
+  readonly purge: LeasedQueue.Purge
   /** The query plan of a claim with these options (`EXPLAIN (FORMAT JSON)`); claims nothing. */
   readonly explainClaim: (options: ClaimOptions) => Effect.Effect<unknown, InvalidInput | DatabaseError>
 }>() {}

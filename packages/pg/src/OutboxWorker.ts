@@ -21,7 +21,7 @@ import { specFor } from "./internal/queue/spec.js"
 import * as QueueWorker from "./internal/queue/worker.js"
 import { isoFromPgText } from "./internal/timestamps.js"
 import { traced } from "./internal/traced.js"
-import type { Claim, CompleteManyResult, ReleaseOptions, SettleFailure } from "./LeasedQueue.js"
+import type * as LeasedQueue from "./LeasedQueue.js"
 
 export interface OutboxMessage {
   readonly id: string
@@ -33,7 +33,7 @@ export interface OutboxMessage {
   readonly createdAt: string
   /** 1 for the first delivery. */
   readonly attempt: number
-  readonly claim: Claim
+  readonly claim: LeasedQueue.Claim
 }
 
 export interface ClaimOptions {
@@ -50,19 +50,12 @@ export class OutboxWorker extends Context.Tag("@effect-durable/pg/OutboxWorker")
   /** Claims up to `limit` ready messages in id order (optionally of some topics only). */
   readonly claim: (options: ClaimOptions) => Effect.Effect<ReadonlyArray<OutboxMessage>, InvalidInput | DatabaseError>
   /** Marks a claimed message delivered; idempotent for this claim. */
-  readonly markProjected: (claim: Claim) => Effect.Effect<void, SettleFailure | DatabaseError>
+  readonly markProjected: LeasedQueue.Complete
   /** Marks many in one statement; stale or missing ones are reported, not failed. */
-  readonly markProjectedMany: (claims: ReadonlyArray<Claim>) => Effect.Effect<CompleteManyResult, DatabaseError>
-  /**
-   * Gives a claimed message back: deliverable again after `retryDelay`, or dead at once
-   * when `permanent` or out of attempts. Returns whether it is dead.
-   */
-  readonly release: (
-    claim: Claim,
-    options: ReleaseOptions
-  ) => Effect.Effect<{ readonly dead: boolean }, SettleFailure | InvalidInput | DatabaseError>
-  /** Extends the lease of a message still held by this claim. */
-  readonly renewLease: (claim: Claim, lease: Duration.DurationInput) => Effect.Effect<void, SettleFailure | InvalidInput | DatabaseError>
+  readonly markProjectedMany: LeasedQueue.CompleteMany
+  /** Gives a claimed message back for a retry, or to the dead letters. */
+  readonly release: LeasedQueue.Release
+  readonly renewLease: LeasedQueue.RenewLease
 }>() {}
 
 /** The claim function's fourth argument: the topics, decoded, or `null` for all. */
