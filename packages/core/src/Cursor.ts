@@ -15,8 +15,9 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import { createHmac, timingSafeEqual } from "node:crypto"
-import { CursorBindingMismatch, DurableConfigError, InvalidCursor, type UnsupportedJsonValue } from "./Errors.js"
+import { CursorBindingMismatch, DurableConfigError, InvalidCursor, InvalidInput } from "./Errors.js"
 import { canonicalizeEither, type RequestFingerprint, toHex } from "./Fingerprint.js"
+import * as Input from "./Input.js"
 
 /** A row's place in the order `(created_at DESC, id DESC)`. */
 export interface Position {
@@ -57,7 +58,8 @@ export interface CursorKey {
 export type Keyring = readonly [CursorKey, ...Array<CursorKey>]
 
 export class CursorCodec extends Context.Tag("@effect-durable/core/CursorCodec")<CursorCodec, {
-  readonly encode: (cursor: Cursor) => Effect.Effect<string, UnsupportedJsonValue>
+  /** Signs a cursor; one `decode` would refuse (an over-long subject or id) is refused here. */
+  readonly encode: (cursor: Cursor) => Effect.Effect<string, InvalidInput>
   readonly decode: (token: string) => Effect.Effect<Cursor, InvalidCursor>
   /** Decodes and checks the cursor was issued for this subject and these filters. */
   readonly bind: (
@@ -74,16 +76,22 @@ const MAC_BYTES = 32
 const KEY_ID = /^[A-Za-z0-9_-]{1,32}$/
 const MIN_SECRET_BYTES = 16
 
-const Text = (max: number) => Schema.String.pipe(Schema.minLength(1), Schema.maxLength(max))
-const PositionTuple = Schema.Tuple(Text(64), Text(256))
-// Short field names keep tokens short; the schema is the wire format of version 1.
+/** Longest subject a cursor carries, in UTF-8 bytes (the ledger's subjects are as long). */
+export const MAX_SUBJECT_BYTES = 256
+/** Longest position parts a cursor carries, in UTF-8 bytes. */
+export const MAX_POSITION_BYTES = { createdAt: 64, id: 256 } as const
+
+const PositionTuple = Schema.Tuple(Input.Text(MAX_POSITION_BYTES.createdAt), Input.Text(MAX_POSITION_BYTES.id))
+// Short field names keep tokens short; the schema is the wire format of version 1. The same
+// schema checks what `encode` signs and what `decode` accepts: a cursor we issue is one we take.
 const Payload = Schema.Struct({
-  s: Text(256),
+  s: Input.Text(MAX_SUBJECT_BYTES),
   f: Schema.String.pipe(Schema.pattern(/^[0-9a-f]{64}$/)),
   h: PositionTuple,
   a: Schema.optionalWith(PositionTuple, { exact: true })
 })
 const decodePayload = Schema.decodeUnknownEither(Payload)
+const checkPayload = Input.argument("cursor", Payload)
 
 const validateKeyring = (keys: ReadonlyArray<CursorKey>): Either.Either<void, DurableConfigError> => {
   if (keys.length === 0) return Either.left(new DurableConfigError({ field: "cursor.keys", rule: "at least one key" }))
@@ -114,12 +122,16 @@ export const make = (keys: Keyring): Effect.Effect<CursorCodec["Type"], DurableC
 
     const encode = (cursor: Cursor) =>
       Effect.map(
-        canonicalizeEither({
-          s: cursor.subject,
-          f: cursor.filter,
-          h: [cursor.highWater.createdAt, cursor.highWater.id],
-          ...(cursor.after === undefined ? {} : { a: [cursor.after.createdAt, cursor.after.id] })
-        }),
+        Effect.flatMap(
+          checkPayload({
+            s: cursor.subject,
+            f: cursor.filter,
+            h: [cursor.highWater.createdAt, cursor.highWater.id],
+            ...(cursor.after === undefined ? {} : { a: [cursor.after.createdAt, cursor.after.id] })
+          }),
+          (checked) =>
+            Either.mapLeft(canonicalizeEither(checked), (error) => new InvalidInput({ argument: "cursor", rule: error.message }))
+        ),
         (payload) => {
           const kid = Buffer.from(signer.id, "ascii")
           const signed = Buffer.concat([Buffer.from([VERSION, kid.length]), kid, Buffer.from(payload, "utf8")])

@@ -166,7 +166,9 @@ export class DatabaseError extends Schema.TaggedError<DatabaseError>("@effect-du
     code: Schema.NullOr(Schema.String),
     retryable: Schema.Boolean,
     operation: Schema.String,
-    detail: Schema.String
+    detail: Schema.String,
+    /** The driver's own error, for logs and debugging (never shown in `message`). */
+    cause: Schema.optional(Schema.Unknown)
   }
 ) {
   override get message() {

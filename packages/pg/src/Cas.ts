@@ -13,10 +13,9 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { DurableSettings } from "./DurableConfig.js"
-import { classifySqlErrors } from "./ErrorClassification.js"
 import { quote } from "./internal/sqlText.js"
 import { traced } from "./internal/traced.js"
-import { setLocalTimeouts, transact } from "./internal/transaction.js"
+import { bounded } from "./internal/transaction.js"
 
 /** A value bound as a parameter (for a `jsonb` column pass `JSON.stringify(value)`). */
 export type CasValue = string | number | bigint | boolean | Date | Uint8Array | null
@@ -72,7 +71,6 @@ export const make: Effect.Effect<Cas["Type"], never, SqlClient.SqlClient | Durab
       const expected = BigInt(request.expectedRevision)
       const assignments = sql.csv(columns.map((column) => sql`${sql(column)} = ${request.set[column]!}`))
       const body = Effect.gen(function*() {
-        yield* setLocalTimeouts(sql, settings)
         const updated = yield* sql<{ revision: string }>`
           UPDATE ${sql.literal(qualified)}
              SET ${assignments}, ${sql(revisionColumn)} = ${sql(revisionColumn)} + 1
@@ -88,8 +86,8 @@ export const make: Effect.Effect<Cas["Type"], never, SqlClient.SqlClient | Durab
           expectedRevision: expected,
           actualRevision: current[0] === undefined ? null : BigInt(current[0].revision)
         })
-      }).pipe(classifySqlErrors("Cas.update"))
-      return transact(sql, "Cas.update", body)
+      })
+      return bounded(sql, settings, "Cas.update", body)
     })
 
   return Cas.of(traced("Cas", { update }))

@@ -18,16 +18,17 @@ import {
   PayloadTooLarge,
   type UnsupportedJsonValue
 } from "@effect-durable/core/Errors"
-import { canonicalize } from "@effect-durable/core/Fingerprint"
+import { canonicalize, canonicalizeWithin } from "@effect-durable/core/Fingerprint"
 import * as Input from "@effect-durable/core/Input"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import { timeoutSettings, transact } from "./internal/transaction.js"
+import { bounded } from "./internal/transaction.js"
 import { traced } from "./internal/traced.js"
 
 /** Every default of the inbox, read by the options schema. */
@@ -95,20 +96,20 @@ export const make = (
     const handle = <A, E, R>(consumer: string, messageId: string, effect: Effect.Effect<A, E, R>) =>
       Effect.zipRight(
         identity(consumer, messageId),
-        transact(
+        bounded(
           sql,
+          settings,
           "Inbox.handle",
           Effect.gen(function*() {
-            // The timeouts are set before the insert runs: a concurrent delivery of the same
-            // message waits on the unique key, bounded by the lock timeout.
+            // The timeouts are in force before the insert runs: a concurrent delivery of the
+            // same message waits on the unique key, bounded by the lock timeout.
             const inserted = yield* sql<{ id: string }>`
-              WITH settings AS MATERIALIZED (${timeoutSettings(sql, settings)})
               INSERT INTO ${table} (consumer, message_id, processed_at)
-              SELECT ${consumer}, ${messageId}, now() FROM settings
+              VALUES (${consumer}, ${messageId}, now())
               ON CONFLICT (consumer, message_id) DO NOTHING
-              RETURNING id::text AS id`.pipe(classifySqlErrors("Inbox.handle"))
+              RETURNING id::text AS id`
             if (inserted.length === 0) return { _tag: "Duplicate" } as HandleOutcome<A>
-            return { _tag: "Processed", value: yield* effect } as HandleOutcome<A>
+            return { _tag: "Processed", value: yield* classifySqlErrors("Inbox.handle")(effect) } as HandleOutcome<A>
           })
         )
       )
@@ -116,9 +117,10 @@ export const make = (
     const receive = (consumer: string, messageId: string, payload: unknown, headers: Readonly<Record<string, string>> = {}) =>
       Effect.gen(function*() {
         yield* identity(consumer, messageId)
-        const json = yield* canonicalize(payload)
-        const bytes = Buffer.byteLength(json, "utf8")
-        if (bytes > maxPayloadBytes) return yield* new PayloadTooLarge({ topic: consumer, bytes, limit: maxPayloadBytes })
+        const json = yield* Either.mapLeft(
+          canonicalizeWithin(payload, maxPayloadBytes),
+          (error) => error._tag === "PayloadTooLarge" ? new PayloadTooLarge({ ...error, topic: consumer }) : error
+        )
         const headersJson = yield* canonicalize(yield* decodeHeaders(headers))
         const inserted = yield* sql<{ id: string }>`
           INSERT INTO ${table} (consumer, message_id, payload, headers, max_attempts)

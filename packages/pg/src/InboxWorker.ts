@@ -15,7 +15,6 @@ import * as Layer from "effect/Layer"
 import { DurableSettings } from "./DurableConfig.js"
 import { specFor } from "./internal/queue/spec.js"
 import * as QueueWorker from "./internal/queue/worker.js"
-import { isoFromPgText } from "./internal/timestamps.js"
 import { traced } from "./internal/traced.js"
 import type * as LeasedQueue from "./LeasedQueue.js"
 
@@ -36,6 +35,8 @@ export interface ClaimOptions {
   readonly worker: string
   readonly limit: number
   readonly lease: Duration.DurationInput
+  /** Leases an entry may lose (its worker died or stalled) before it is dead. Default 10. */
+  readonly maxLeaseExpiries?: number
 }
 
 export class InboxWorker extends Context.Tag("@effect-durable/pg/InboxWorker")<InboxWorker, {
@@ -45,6 +46,10 @@ export class InboxWorker extends Context.Tag("@effect-durable/pg/InboxWorker")<I
   readonly completeMany: LeasedQueue.CompleteMany
   readonly release: LeasedQueue.Release
   readonly renewLease: LeasedQueue.RenewLease
+  /** Extends many leases in one statement (a projector renews a batch this way). */
+  readonly renewLeases: LeasedQueue.RenewLeases
+  /** Unclaims rows whose delivery never started (or is abandoned on shutdown): nothing is counted. */
+  readonly giveBack: LeasedQueue.GiveBack
 }>() {}
 
 const decodeConsumer = Input.argument("consumer", Input.Text(128))
@@ -75,7 +80,7 @@ export const make: Effect.Effect<InboxWorker["Type"], never, SqlClient.SqlClient
           messageId: row.message_id,
           payload: row.payload,
           headers: row.headers,
-          receivedAt: isoFromPgText(row.received_at),
+          receivedAt: row.received_at,
           attempt: row.attempt,
           claim: { messageId: row.id, worker: options.worker, generation: Number(row.generation) }
         }))
@@ -86,7 +91,9 @@ export const make: Effect.Effect<InboxWorker["Type"], never, SqlClient.SqlClient
       complete: queue.complete,
       completeMany: queue.completeMany,
       release: queue.release,
-      renewLease: queue.renew
+      renewLease: queue.renew,
+      renewLeases: queue.renewMany,
+      giveBack: queue.giveBack
     }))
   }
 )

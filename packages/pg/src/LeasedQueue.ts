@@ -9,6 +9,16 @@ import type { ClaimMismatch, DatabaseError, InvalidInput, MessageMissing } from 
 import type * as Duration from "effect/Duration"
 import type * as Effect from "effect/Effect"
 
+/** Defaults shared by both queues. */
+export const Defaults = {
+  /**
+   * Leases a row may lose (its worker died or stalled past the lease) before it is dead: a
+   * bound for poison messages that kill workers, apart from `maxAttempts`, which counts
+   * deliveries that failed.
+   */
+  maxLeaseExpiries: 10
+} as const
+
 /** Proof of a claim: only the worker holding the current generation may settle the row. */
 export interface Claim {
   readonly messageId: string
@@ -18,7 +28,7 @@ export interface Claim {
 
 /** How a claimed row is given back. */
 export interface ReleaseOptions {
-  /** Recorded as `last_error` (at most 4 KiB are kept). */
+  /** Recorded as `last_error` (at most 4 KiB are kept). Counts as a failed delivery. */
   readonly error: string
   /** Not claimable again before now + retryDelay (database clock); zero to 365 days. */
   readonly retryDelay: Duration.DurationInput
@@ -36,6 +46,12 @@ export interface PurgeOptions {
 
 /** What a settle operation that can fail for one claim reports. */
 export type SettleFailure = ClaimMismatch | MessageMissing
+
+/** What `renewLeases` and `giveBack` report: the claims they applied to, and those stale or missing. */
+export interface ManyResult {
+  readonly applied: ReadonlyArray<string>
+  readonly rejected: ReadonlyArray<SettleFailure>
+}
 
 export interface CompleteManyResult {
   /** Ids now done (including those this very claim had already completed). */
@@ -78,6 +94,18 @@ export type RenewLease = (
   claim: Claim,
   lease: Duration.DurationInput
 ) => Effect.Effect<void, SettleFailure | InvalidInput | DatabaseError>
+
+/** Extends the leases of many claims in one statement; stale or missing ones are reported. */
+export type RenewLeases = (
+  claims: ReadonlyArray<Claim>,
+  lease: Duration.DurationInput
+) => Effect.Effect<ManyResult, InvalidInput | DatabaseError>
+
+/**
+ * Gives claimed rows back untouched, in one statement: claimable again at once, no failure
+ * counted, no lease lost (work never started, or a worker shutting down).
+ */
+export type GiveBack = (claims: ReadonlyArray<Claim>) => Effect.Effect<ManyResult, DatabaseError>
 
 /** An operator action on rows named by id (at most 10,000); returns the ids it applied to. */
 export type ByIds = (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, InvalidInput | DatabaseError>

@@ -83,6 +83,12 @@ export const migrate = (
         )
       }
       const version = Math.max(0, ...appliedBefore, ...pending.map((m) => m.version))
+      // Roles granted runtime access get what every version made, this run's included (the
+      // list exists from version 8 on). Cheap, and it repairs a grant revoked by hand.
+      if (version >= 8) {
+        const roles = yield* sql<{ role: string }>`SELECT role FROM ${sql.literal(settings.table("runtime_roles"))}`
+        for (const { role } of roles) for (const grant of runtimeGrants(settings, role)) yield* sql.unsafe(grant)
+      }
       return { applied: pending.map(({ name, version }) => ({ version, name })), version }
     }).pipe(classifySqlErrors("Migrations.migrate"))
     return yield* transact(sql, "Migrations.migrate", body)
@@ -107,9 +113,30 @@ export const appliedVersions: Effect.Effect<ReadonlyArray<number>, DatabaseError
 
 const decodeRole = Input.argument("role", Input.Identifier)
 
+/** Tables the substrate's operations write. A migration that adds one adds it here. */
+const RUNTIME_TABLES = ["mutation_records", "outbox", "inbox", "paused_topics"] as const
+/** Tables the runtime only reads: the migration history and the list of runtime roles. */
+const READ_ONLY_TABLES = ["schema_migrations", "runtime_roles"] as const
+
+/** The statements that give `role` exactly what the runtime uses. */
+const runtimeGrants = (settings: Settings, role: string): ReadonlyArray<string> => {
+  const grantee = quote(role)
+  const tables = (names: ReadonlyArray<string>) => names.map(settings.table).join(", ")
+  return [
+    `GRANT USAGE ON SCHEMA ${settings.quotedSchema} TO ${grantee}`,
+    `GRANT SELECT, INSERT, UPDATE, DELETE ON ${tables(RUNTIME_TABLES)} TO ${grantee}`,
+    `GRANT SELECT ON ${tables(READ_ONLY_TABLES)} TO ${grantee}`,
+    `GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA ${settings.quotedSchema} TO ${grantee}`,
+    `GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${settings.quotedSchema} TO ${grantee}`
+  ]
+}
+
 /**
  * Grants a runtime role what the substrate's operations need and nothing more: `USAGE` on
- * the schema and `SELECT, INSERT, UPDATE, DELETE` on its tables. Run it as the owner role.
+ * the schema, `SELECT, INSERT, UPDATE, DELETE` on the tables it writes, `SELECT` only on the
+ * migration history, `EXECUTE` on its functions. The role is remembered: later migrations
+ * grant it what they add. Run it as the owner role, after the migrations; the role must exist
+ * (`CREATE ROLE app_runtime LOGIN PASSWORD '...'`).
  */
 export const grantRuntimeAccess = (
   role: string
@@ -117,12 +144,17 @@ export const grantRuntimeAccess = (
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
-    const grantee = quote(yield* decodeRole(role))
-    yield* sql.unsafe(`GRANT USAGE ON SCHEMA ${settings.quotedSchema} TO ${grantee}`)
-    yield* sql.unsafe(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ${settings.quotedSchema} TO ${grantee}`)
-    yield* sql.unsafe(`GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA ${settings.quotedSchema} TO ${grantee}`)
-    yield* sql.unsafe(`GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${settings.quotedSchema} TO ${grantee}`)
-  }).pipe(classifySqlErrors("Migrations.grantRuntimeAccess"), Effect.withSpan("Migrations.grantRuntimeAccess"))
+    const decoded = yield* decodeRole(role)
+    yield* transact(
+      sql,
+      "Migrations.grantRuntimeAccess",
+      Effect.gen(function*() {
+        for (const grant of runtimeGrants(settings, decoded)) yield* sql.unsafe(grant)
+        yield* sql`INSERT INTO ${sql.literal(settings.table("runtime_roles"))} (role) VALUES (${decoded})
+                   ON CONFLICT (role) DO NOTHING`
+      }).pipe(classifySqlErrors("Migrations.grantRuntimeAccess"))
+    )
+  }).pipe(Effect.withSpan("Migrations.grantRuntimeAccess"))
 
 /** One difference between the database and what the migrations build. */
 export interface SchemaDrift {

@@ -28,10 +28,9 @@ import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import { inline } from "./internal/sqlText.js"
 import { isoUtc } from "./internal/timestamps.js"
 import { traced } from "./internal/traced.js"
-import { advisoryKey, lockForTransaction, lockStatement, transact } from "./internal/transaction.js"
+import { advisoryKey, inCallerTransaction, restoreTimeouts, timeoutValues, transact } from "./internal/transaction.js"
 
 export interface MutationIdentity {
   /** Who the mutation is for (a tenant, an account): 1-256 bytes. */
@@ -141,7 +140,16 @@ const RecordRow = Schema.Struct({
   recorded_at: Schema.String
 })
 type RecordRow = typeof RecordRow.Type
-const decodeRecord = Schema.decodeUnknown(Schema.Array(RecordRow))
+
+/** What `mutation_lookup` (migration 8) answers: the lock, the caller's timeouts, the record if any. */
+const LookupRow = Schema.Struct({
+  locked: Schema.Boolean,
+  previous_lock_timeout: Schema.String,
+  previous_statement_timeout: Schema.String,
+  kind: Schema.NullOr(Schema.String)
+})
+const decodeLookup = Schema.decodeUnknown(LookupRow)
+const decodeRecord = Schema.decodeUnknown(RecordRow)
 
 const sameBytes = (a: Uint8Array, b: Uint8Array) => Buffer.from(a).equals(Buffer.from(b))
 
@@ -150,6 +158,8 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
     const records = sql.literal(settings.table("mutation_records"))
+    const lookup = sql.literal(settings.table("mutation_lookup"))
+    const timeouts = timeoutValues(settings)
 
     const replayOrConflict = (identity: MutationIdentity, request: MutationRequest, row: RecordRow) => {
       const differences = [
@@ -173,52 +183,47 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
       decide: Effect.Effect<Decision, E, R>,
       options: ExecuteOptions = {}
     ): Effect.Effect<MutationOutcome, E | ExecuteError, R> =>
-      Effect.zipRight(
-        validate(identity, request),
-        transact(
+      Effect.gen(function*() {
+        yield* validate(identity, request)
+        const inside = yield* inCallerTransaction
+        const { key, operation, subject } = identity
+        const lockKey = advisoryKey("effect-durable/ledger", settings.schema, subject, operation, key)
+        return yield* transact(
           sql,
           "MutationLedger.execute",
           Effect.gen(function*() {
-            const { key, operation, subject } = identity
-            const lockKey = advisoryKey("effect-durable/ledger", settings.schema, subject, operation, key)
-            const read = (forUpdate: boolean) =>
-              sql<RecordRow>`
-                SELECT kind, eligibility, request_fingerprint, status, response, ${sql.literal(isoUtc("created_at"))} AS recorded_at
-                  FROM ${records}
-                 WHERE subject = ${subject} AND operation = ${operation} AND key = ${key}
-                 ${forUpdate ? sql`FOR UPDATE` : sql``}`
-            const [locked, existing] = yield* (options.wait === false
-              ? Effect.gen(function*() {
-                const locked = yield* lockForTransaction(sql, settings, lockKey, false)
-                // Without the lock read what is committed; never queue on the row.
-                return [locked, yield* read(locked)] as const
-              })
-              // Waiting for the lock, the lock and the read go as one simple-protocol query, one
-              // round trip: each statement in it takes its own snapshot, so the read sees what a
-              // first request that held the lock committed.
-              : Effect.map(
-                sql.unsafe<never>(`${inline(lockStatement(sql, settings, lockKey, true))};\n${inline(read(true))}`),
-                (results) => [true, (results as unknown as [unknown, ReadonlyArray<RecordRow>])[1]] as const
-              )).pipe(classifySqlErrors("MutationLedger.execute"))
-            const [record] = yield* Effect.orDie(decodeRecord(existing))
-            if (record !== undefined) return yield* replayOrConflict(identity, request, record)
-            if (!locked) return yield* new MutationInProgress(identity)
-            const decision = yield* decide
+            // Timeouts, the identity's advisory lock (or a try: no-wait mode) and the record,
+            // in one parameterized call; its read sees what a previous holder committed.
+            const [row] = yield* sql`
+              SELECT * FROM ${lookup}(${subject}, ${operation}, ${key}, ${lockKey.toString()}::bigint,
+                                      ${options.wait !== false}, ${timeouts.lockTimeout}, ${timeouts.statementTimeout}::text)`
+            const found = yield* Effect.orDie(decodeLookup(row))
+            // Inside a caller's transaction, its timeouts are given back before we return.
+            const done = <A>(outcome: A) =>
+              inside
+                ? Effect.as(restoreTimeouts(sql, { lock_timeout: found.previous_lock_timeout, statement_timeout: found.previous_statement_timeout }), outcome)
+                : Effect.succeed(outcome)
+            if (found.kind !== null) {
+              return yield* Effect.flatMap(Effect.orDie(decodeRecord(row)), (record) =>
+                replayOrConflict(identity, request, record)).pipe(Effect.flatMap(done))
+            }
+            if (!found.locked) return yield* new MutationInProgress(identity)
+            const decision = yield* classifySqlErrors("MutationLedger.execute")(decide)
             const response = yield* canonicalize(decision.response)
             const inserted = yield* sql<{ recorded_at: string }>`
               INSERT INTO ${records} (subject, operation, key, kind, eligibility, request_fingerprint, status, response)
               VALUES (${subject}, ${operation}, ${key}, ${request.kind}, ${request.eligibility},
                       ${request.fingerprint}, ${decision.status}, ${response}::jsonb)
-              RETURNING ${sql.literal(isoUtc("created_at"))} AS recorded_at`.pipe(classifySqlErrors("MutationLedger.execute"))
-            return {
+              RETURNING ${sql.literal(isoUtc("created_at"))} AS recorded_at`
+            return yield* done({
               _tag: "First",
               status: decision.status,
               response: JSON.parse(response),
               recordedAt: inserted[0]!.recorded_at
-            } satisfies MutationOutcome
-          })
+            } satisfies MutationOutcome)
+          }).pipe(classifySqlErrors("MutationLedger.execute"))
         )
-      )
+      })
 
     const purge = (options: PurgeOptions) =>
       Effect.gen(function*() {

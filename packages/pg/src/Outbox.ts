@@ -13,12 +13,13 @@ import {
   PayloadTooLarge,
   type UnsupportedJsonValue
 } from "@effect-durable/core/Errors"
-import { canonicalize } from "@effect-durable/core/Fingerprint"
+import { canonicalize, canonicalizeWithin } from "@effect-durable/core/Fingerprint"
 import * as Input from "@effect-durable/core/Input"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
@@ -117,9 +118,10 @@ export const make = (
         yield* decodeTopic(topic)
         const orderingKey = enqueueOptions.orderingKey === undefined ? null : yield* decodeOrderingKey(enqueueOptions.orderingKey)
         const delay = enqueueOptions.delay === undefined ? Duration.zero : yield* decodeDelay(enqueueOptions.delay)
-        const json = yield* canonicalize(payload)
-        const bytes = Buffer.byteLength(json, "utf8")
-        if (bytes > maxPayloadBytes) return yield* new PayloadTooLarge({ topic, bytes, limit: maxPayloadBytes })
+        const json = yield* Either.mapLeft(
+          canonicalizeWithin(payload, maxPayloadBytes),
+          (error) => error._tag === "PayloadTooLarge" ? new PayloadTooLarge({ ...error, topic }) : error
+        )
         const headers: Record<string, string> = { ...(yield* decodeHeaders(enqueueOptions.headers ?? {})) }
         if (Option.isSome(trace) && headers.traceparent === undefined) headers.traceparent = trace.value
         const headersJson = yield* canonicalize(headers)

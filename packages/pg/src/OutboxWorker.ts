@@ -19,7 +19,6 @@ import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
 import { specFor } from "./internal/queue/spec.js"
 import * as QueueWorker from "./internal/queue/worker.js"
-import { isoFromPgText } from "./internal/timestamps.js"
 import { traced } from "./internal/traced.js"
 import type * as LeasedQueue from "./LeasedQueue.js"
 
@@ -44,6 +43,8 @@ export interface ClaimOptions {
   readonly limit: number
   /** How long the claim holds before another worker may take the message (up to 1 day). */
   readonly lease: Duration.DurationInput
+  /** Leases a message may lose (its worker died or stalled) before it is dead. Default 10. */
+  readonly maxLeaseExpiries?: number
 }
 
 export class OutboxWorker extends Context.Tag("@effect-durable/pg/OutboxWorker")<OutboxWorker, {
@@ -56,6 +57,10 @@ export class OutboxWorker extends Context.Tag("@effect-durable/pg/OutboxWorker")
   /** Gives a claimed message back for a retry, or to the dead letters. */
   readonly release: LeasedQueue.Release
   readonly renewLease: LeasedQueue.RenewLease
+  /** Extends many leases in one statement (a projector renews a batch this way). */
+  readonly renewLeases: LeasedQueue.RenewLeases
+  /** Unclaims rows whose delivery never started (or is abandoned on shutdown): nothing is counted. */
+  readonly giveBack: LeasedQueue.GiveBack
 }>() {}
 
 /** The claim function's fourth argument: the topics, decoded, or `null` for all. */
@@ -83,7 +88,7 @@ export const make: Effect.Effect<OutboxWorker["Type"], never, SqlClient.SqlClien
 
     const claim = (options: ClaimOptions) =>
       Effect.gen(function*() {
-        // Per-key order and the topic filter live in the claim function (migration 7).
+        // Per-key order, paused topics and the topic filter live in the claim function (migration 8).
         const rows = yield* queue.claim<ClaimedRow>(options, yield* decodeTopics(options.topics ?? null))
         return rows.map((row): OutboxMessage => ({
           id: row.id,
@@ -91,7 +96,7 @@ export const make: Effect.Effect<OutboxWorker["Type"], never, SqlClient.SqlClien
           orderingKey: row.ordering_key,
           payload: row.payload,
           headers: row.headers,
-          createdAt: isoFromPgText(row.created_at),
+          createdAt: row.created_at,
           attempt: row.attempt,
           claim: { messageId: row.id, worker: options.worker, generation: Number(row.generation) }
         }))
@@ -102,7 +107,9 @@ export const make: Effect.Effect<OutboxWorker["Type"], never, SqlClient.SqlClien
       markProjected: queue.complete,
       markProjectedMany: queue.completeMany,
       release: queue.release,
-      renewLease: queue.renew
+      renewLease: queue.renew,
+      renewLeases: queue.renewMany,
+      giveBack: queue.giveBack
     }))
   }
 )

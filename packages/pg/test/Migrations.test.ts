@@ -66,7 +66,7 @@ describe("Migrations", () => {
           RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean, consumer text, message_id text,
                          payload jsonb, headers jsonb, received_at text)
           LANGUAGE sql AS 'SELECT NULL::text, NULL::text, 0, false, NULL::text, NULL::text, NULL::jsonb, NULL::jsonb, NULL::text WHERE false'`)
-        yield* sql`DROP FUNCTION m_drift.outbox_claim`
+        yield* sql`DROP FUNCTION m_drift.outbox_claim(text, integer, double precision, text[])`
         const drift = yield* Migrations.verifySchema
         expect(drift).toEqual(expect.arrayContaining([
           expect.objectContaining({ kind: "missing-index", object: "mutation_records_created_at_idx" }),
@@ -87,7 +87,7 @@ describe("Migrations", () => {
         const sql = yield* SqlClient.SqlClient
         yield* Migrations.migrate()
         const tables = yield* sql<{ name: string }>`SELECT tablename AS name FROM pg_tables WHERE schemaname = 'Durable_Mixed' ORDER BY 1`
-        expect(tables.map((t) => t.name)).toEqual(["inbox", "mutation_records", "outbox", "schema_migrations"])
+        expect(tables.map((t) => t.name)).toEqual(["inbox", "mutation_records", "outbox", "paused_topics", "runtime_roles", "schema_migrations"])
         expect(yield* Migrations.verifySchema).toEqual([])
         const settings = yield* DurableSettings
         expect(settings.table("mutation_records")).toBe(`"Durable_Mixed"."mutation_records"`)
@@ -118,5 +118,31 @@ describe("Migrations", () => {
         )
         expect(migrateAsRuntime._tag).toBe("DatabaseError")
       }).pipe(Effect.scoped, inSchema("m_roles")))
+
+    it.effect("the runtime role gets exactly what it uses: it cannot rewrite the migration history, and later migrations grant it their tables", () =>
+      Effect.gen(function*() {
+        const runtime = yield* TestRole.make("runtime_grants")
+        yield* Migrations.migrate()
+        yield* Migrations.grantRuntimeAccess(runtime.name)
+        const denied = yield* Effect.flip(runtime.sql`INSERT INTO m_grants.schema_migrations (version, name) VALUES (999, 'forged')`)
+        expect(sqlState(denied)).toBe("42501")
+        const deleteDenied = yield* Effect.flip(runtime.sql`DELETE FROM m_grants.schema_migrations`)
+        expect(sqlState(deleteDenied)).toBe("42501")
+        expect(yield* runtime.sql`SELECT version FROM m_grants.schema_migrations WHERE version = 1`).toEqual([{ version: 1 }])
+        // The runtime works: an outbox message written and claimed as that role.
+        yield* runtime.sql`INSERT INTO m_grants.outbox (topic, payload) VALUES ('t', '{}')`
+        const claimed = yield* runtime.sql`SELECT * FROM m_grants.outbox_claim('w', 10, 30, NULL, 10)`
+        expect(claimed).toHaveLength(1)
+        // Every migration run grants the remembered roles what the versions made: a table a
+        // later version adds, or a grant lost by hand.
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`REVOKE ALL ON m_grants.paused_topics FROM ${sql(runtime.name)}`
+        expect(sqlState(yield* Effect.flip(runtime.sql`SELECT * FROM m_grants.paused_topics`))).toBe("42501")
+        expect((yield* Migrations.migrate()).applied).toEqual([])
+        expect(yield* runtime.sql`SELECT topic FROM m_grants.paused_topics`).toEqual([])
+        // An unknown role is a typed failure, not a half-applied grant.
+        const unknown = yield* Effect.flip(Migrations.grantRuntimeAccess("no_such_role"))
+        expect(unknown).toMatchObject({ _tag: "DatabaseError", code: "42704" })
+      }).pipe(Effect.scoped, inSchema("m_grants")))
   })
 })

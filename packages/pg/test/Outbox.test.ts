@@ -309,6 +309,63 @@ const suite = (schema: string) => {
         )
       }))
 
+    it.effect("renewLeases extends a batch's live claims in one statement and reports the stale and missing ones", () =>
+      Effect.gen(function*() {
+        const outbox = yield* outboxServices
+        const topic = freshTopic()
+        const ids = yield* outbox.enqueueMany([1, 2, 3].map((i) => ({ topic, payload: i })))
+        const claimed = yield* claimAll("w1", topic, "2 seconds")
+        const stale = { ...claimed[1]!.claim, generation: 99 }
+        const missing = { messageId: "999999998", worker: "w1", generation: 1 }
+        const result = yield* outbox.renewLeases([claimed[0]!.claim, stale, claimed[2]!.claim, missing], "90 seconds")
+        expect([...result.applied].sort()).toEqual([ids[0], ids[2]].sort())
+        expect(result.rejected.map((e) => [e._tag, e.messageId])).toEqual([["ClaimMismatch", ids[1]], ["MessageMissing", "999999998"]])
+        const leases = (yield* rowsOf(ids)).map((row) => row.lease_seconds!)
+        expect(leases[0]).toBeGreaterThan(89)
+        expect(leases[1]).toBeLessThan(3)
+        expect(leases[2]).toBeGreaterThan(89)
+      }))
+
+    it.effect("giveBack unclaims at once and counts nothing: no failure, no lost lease, last_error kept", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const outbox = yield* outboxServices
+        const topic = freshTopic()
+        const [id] = yield* outbox.enqueueMany([{ topic, payload: {} }])
+        const [first] = yield* claimAll("w1", topic)
+        yield* outbox.release(first!.claim, { error: "busy", retryDelay: 0 })
+        const [second] = yield* claimAll("w1", topic)
+        expect((yield* outbox.giveBack([second!.claim])).applied).toEqual([id])
+        const [third] = yield* claimAll("w2", topic)
+        expect(third).toMatchObject({ id, attempt: 3 })
+        const counts = yield* sql<{ failure_count: number; lease_expiries: number; last_error: string }>`
+          SELECT failure_count, lease_expiries, last_error FROM ${sql.literal(yield* table)} WHERE id = ${id!}`
+        expect(counts).toEqual([{ failure_count: 1, lease_expiries: 0, last_error: "busy" }])
+        // A stale token gives back nothing.
+        expect((yield* outbox.giveBack([second!.claim])).rejected.map((e) => e._tag)).toEqual(["ClaimMismatch"])
+        yield* outbox.markProjected(third!.claim)
+        expect((yield* rowOf(id!))!).toMatchObject({ projected: true, last_error: null })
+      }))
+
+    it.effect("a paused topic is never claimed while others flow; resuming makes it claimable and wakes listeners", () =>
+      Effect.gen(function*() {
+        const outbox = yield* outboxServices
+        const paused = freshTopic("paused")
+        const running = freshTopic("running")
+        const [held] = yield* outbox.enqueueMany([{ topic: paused, payload: 1 }, { topic: running, payload: 2 }])
+        expect(yield* outbox.pause(paused, { by: "ops@example" })).toBe(true)
+        expect(yield* outbox.pause(paused)).toBe(false)
+        const claimed = yield* outbox.claim({ worker: "w1", topics: [paused, running], limit: 10, lease: "1 minute" })
+        expect(claimed.map((m) => m.topic)).toEqual([running])
+        const stats = (yield* outbox.stats).find((s) => s.topic === paused)!
+        expect(stats).toMatchObject({ ready: 1, paused: true })
+        expect((yield* outbox.paused).find((p) => p.topic === paused)).toMatchObject({ pausedBy: "ops@example" })
+        expect(yield* outbox.resume(paused)).toBe(true)
+        expect(yield* outbox.resume(paused)).toBe(false)
+        expect((yield* claimAll("w1", paused)).map((m) => m.id)).toEqual([held])
+        expect(yield* Effect.flip(outbox.pause("\u0000"))).toMatchObject({ _tag: "InvalidInput", argument: "topic" })
+      }))
+
     it.effect("after a lease expires another worker claims the row; the first worker can change nothing", () =>
       Effect.gen(function*() {
         const outbox = yield* outboxServices
@@ -346,14 +403,21 @@ const suite = (schema: string) => {
         expect(yield* claimAll("w1", "fragile")).toEqual([])
         const [p] = yield* claimAll("w1", topic)
         expect(yield* outbox.release(p!.claim, { error: "schema mismatch", retryDelay: 0, permanent: true })).toEqual({ dead: true })
-        expect((yield* rowOf(poison))!).toMatchObject({ dead: true, attempt_count: 1, last_error: "schema mismatch" })
+        expect((yield* rowOf(poison))!).toMatchObject({
+          dead: true,
+          attempt_count: 1,
+          last_error: "schema mismatch (dead: a permanent failure)"
+        })
 
         const page1 = yield* outbox.deadLetters({ limit: 1 })
         const page2 = yield* outbox.deadLetters({ limit: 1, before: page1.next! })
         expect([page1.items[0]!.id, page2.items[0]!.id]).toEqual([poison, fragile])
-        expect(page1.items[0]).toMatchObject({ topic, attempts: 1, lastError: "schema mismatch" })
+        expect(page1.items[0]).toMatchObject({ topic, attempts: 1, lastError: "schema mismatch (dead: a permanent failure)" })
+        expect(page1.items[0]!.deadAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/)
         const fragileOnly = yield* outbox.deadLetters({ topic: "fragile", limit: 10 })
-        expect(fragileOnly.items.map((d) => [d.id, d.attempts, d.lastError])).toEqual([[fragile, 2, "timeout 2"]])
+        expect(fragileOnly.items.map((d) => [d.id, d.attempts, d.lastError])).toEqual([
+          [fragile, 2, "timeout 2 (dead: 2 failed deliveries)"]
+        ])
         expect(fragileOnly.next).toBeUndefined()
 
         expect(yield* outbox.redrive([fragile])).toEqual([fragile])
@@ -363,20 +427,37 @@ const suite = (schema: string) => {
         expect(yield* rowOf(poison)).toBeUndefined()
       }))
 
-    it.effect("a worker that dies on the final attempt leaves the row dead at the next claim, not redelivered", () =>
+    it.effect("a lost lease is not a failed delivery: after its worker dies on the last allowed failure, the message is handed out again", () =>
       Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
         const outbox = yield* outboxServices
         const id = yield* outbox.enqueue("fragile", { n: 2 })
         const [a] = yield* claimAll("w1", "fragile")
         yield* outbox.release(a!.claim, { error: "first failure", retryDelay: 0 })
-        yield* claimAll("w1", "fragile", "300 millis") // the final attempt; its worker "dies"
-        yield* eventually(
-          Effect.zipRight(claimAll("w2", "fragile"), Effect.map(rowOf(id), (row) => row!.dead)),
-          (dead) => dead
+        yield* claimAll("w1", "fragile", "300 millis") // its worker "dies" with the lease
+        const [again] = yield* eventually(claimAll("w2", "fragile"), (claimed) => claimed.length === 1)
+        expect(again).toMatchObject({ id, attempt: 3, claim: { worker: "w2", generation: 3 } })
+        expect((yield* rowOf(id))!).toMatchObject({ dead: false, last_error: "first failure" })
+        const counts = yield* sql<{ failure_count: number; lease_expiries: number }>`
+          SELECT failure_count, lease_expiries FROM ${sql.literal(yield* table)} WHERE id = ${id}`
+        expect(counts).toEqual([{ failure_count: 1, lease_expiries: 1 }])
+      }))
+
+    it.effect("a message whose leases run out maxLeaseExpiries times is dead at the next claim, saying why", () =>
+      Effect.gen(function*() {
+        const outbox = yield* outboxServices
+        const topic = freshTopic("killer")
+        const id = yield* outbox.enqueue(topic, {})
+        const claim = (worker: string) =>
+          outbox.claim({ worker, topics: [topic], limit: 1, lease: "200 millis", maxLeaseExpiries: 2 })
+        yield* claim("w1") // each worker "dies" holding it
+        yield* eventually(claim("w2"), (claimed) => claimed.length === 1)
+        const last = yield* eventually(
+          Effect.zipRight(claim("w3"), Effect.map(rowOf(id), (row) => row!)),
+          (row) => row.dead
         )
-        const row = (yield* rowOf(id))!
-        expect(row).toMatchObject({ dead: true, attempt_count: 2, claim_generation: "2" })
-        expect(row.last_error).toBe("first failure; lease expired on the final attempt")
+        expect(last).toMatchObject({ dead: true, attempt_count: 2, claim_generation: "2" })
+        expect(last.last_error).toBe("dead: its lease ran out 2 times (a worker died or stalled while delivering it)")
       }))
 
     it.effect("a message that cannot be delivered never blocks the messages behind it", () =>

@@ -15,13 +15,15 @@
 import type { DatabaseError, DurableConfigError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
 import * as Outbox from "@effect-durable/pg/Outbox"
-import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import type * as Redacted from "effect/Redacted"
 import type * as Schema from "effect/Schema"
 import { addCounts, makeBatches, noCounts } from "./internal/batches.js"
 import { listen } from "./internal/listener.js"
@@ -58,6 +60,14 @@ export interface ProjectorOptions {
   readonly shutdownDeadline?: Duration.DurationInput
   /** Payload schemas by topic: a payload that does not decode goes to the dead letters at once. */
   readonly schemas?: Readonly<Record<string, Schema.Schema<any, any, never>>>
+  /** Leases a message may lose (its worker died or stalled) before it is dead. Default 10. */
+  readonly maxLeaseExpiries?: number
+  /**
+   * Where to LISTEN, when the pool goes through a transaction pooler (PgBouncer), which does
+   * not carry notifications: a URL straight to PostgreSQL. Without it the listener uses the
+   * pool's settings (behind such a pooler, deliveries then wait for the poll interval).
+   */
+  readonly listenUrl?: Redacted.Redacted<string>
 }
 
 /** What one run delivered. */
@@ -88,19 +98,47 @@ export const layer = (
     Projector,
     Effect.gen(function*() {
       const settings = yield* decodeOptions(options)
-      const batches = yield* makeBatches(settings)
-      const loops = yield* runLoops(settings, batches)
       const pg = yield* Effect.serviceOption(PgClient.PgClient)
+      const batches = yield* makeBatches(settings, yield* keeperOutbox(pg))
+      const loops = yield* runLoops(settings, batches)
       if (Option.isSome(pg)) {
         // Wake on the outbox's NOTIFY (an empty payload: the connection was (re)established).
         const channel = (yield* Outbox.Outbox).channel
-        yield* listen(pg.value.config, channel, (topic) => {
+        const config = settings.listenUrl === undefined ? pg.value.config : { url: settings.listenUrl }
+        yield* listen(config, channel, (topic) => {
           if (topic === "" || settings.topics === undefined || settings.topics.includes(topic)) loops.wake()
         })
       }
       return Projector.of({ workerId: settings.workerId, counts: loops.counts })
     })
   )
+
+/**
+ * The keeper's own `OutboxWorker`, on a pool of one connection, so that lease renewals never
+ * wait behind the handlers for a connection of the shared pool. Only with a `PgClient` (and
+ * the substrate's settings) in context; otherwise the keeper uses the shared worker.
+ */
+const keeperOutbox = (pg: Option.Option<PgClient.PgClient>) =>
+  Effect.gen(function*() {
+    const settings = yield* Effect.serviceOption(DurableSettings)
+    if (Option.isNone(pg) || Option.isNone(settings)) return undefined
+    return yield* Layer.build(
+      PgClient.layer({ ...pg.value.config, maxConnections: 1, applicationName: KEEPER_APPLICATION_NAME })
+    ).pipe(
+      Effect.flatMap((client) =>
+        OutboxWorker.make.pipe(Effect.provide(client), Effect.provideService(DurableSettings, settings.value))
+      ),
+      Effect.catchAll((error) =>
+        Effect.as(
+          Effect.logWarning(`effect-durable projector: no connection of its own for lease renewals (${error.message}); using the shared pool`),
+          undefined
+        )
+      )
+    )
+  })
+
+/** `application_name` of the keeper's connection. */
+export const KEEPER_APPLICATION_NAME = "effect-durable-keeper"
 
 /** Delivers until no message is ready, then returns what happened (tests, one-shot jobs). */
 export const drain = (

@@ -157,7 +157,7 @@ describe("Projector", () => {
         }).pipe(Effect.provide(recording(deliveries, behaviour)))
         expect(counts).toMatchObject({ claimed: 3, retried: 1, dead: 2, delivered: 0 })
         const rows = yield* outboxRows([flaky!, poison!, schemaBad!])
-        expect(rows[1]).toMatchObject({ dead: true, last_error: "rejected by destination" })
+        expect(rows[1]).toMatchObject({ dead: true, last_error: "rejected by destination (dead: a permanent failure)" })
         expect(rows[2]!.dead).toBe(true)
         expect(rows[2]!.last_error).toMatch(/does not decode/)
         // The undecodable one never reached the publisher.

@@ -39,12 +39,13 @@ const storable = (reason: string) => reason.replace(/\u0000/g, "\uFFFD")
 /**
  * One projector's machinery over the `OutboxWorker` and `Publisher` in context:
  * `deliverBatch` claims once and settles what it claimed; `keeper` must run beside it.
+ * `keeperOutbox` is the keeper's own (one connection of its own), when the projector has one.
  */
-export const makeBatches = (settings: Settings) =>
+export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.OutboxWorker["Type"]) =>
   Effect.gen(function*() {
     const outbox = yield* OutboxWorker.OutboxWorker
     const publisher = yield* Publisher
-    const keeper = makeKeeper(settings, outbox)
+    const keeper = makeKeeper(settings, keeperOutbox ?? outbox)
     const session = publisher.session ?? (<A, E>(use: (publish: Publish) => Effect.Effect<A, E>) => use(publisher.publish))
     const lanes = yield* makeLanes(settings, session)
     // Claims not yet settled: whatever is here when the projector stops is released.
@@ -87,7 +88,8 @@ export const makeBatches = (settings: Settings) =>
         worker: settings.workerId,
         ...(settings.topics === undefined ? {} : { topics: settings.topics }),
         limit: settings.batchSize,
-        lease: settings.lease
+        lease: settings.lease,
+        maxLeaseExpiries: settings.maxLeaseExpiries
       }).pipe(Effect.withSpan("projector.claim", { attributes: { "effect_durable.worker": settings.workerId } }))
       if (claimed.length === 0) return noCounts
       yield* Ref.update(inFlight, (map) => {
@@ -107,10 +109,17 @@ export const makeBatches = (settings: Settings) =>
       const settled = Effect.gen(function*() {
         const delivery = makeDelivery(claimed, settings)
         const published = yield* keeper.watching(delivery, lanes.publishAll(claimed, delivery, spans))
-        // A claim found stale is never written; failures are settled one by one (a release each).
+        // A claim found stale is never written; one never started with its lease in doubt is
+        // given back; failures are settled one by one (a release each).
         const results: Array<Outcome | "published"> = claimed.map((message, i) =>
-          delivery.stale.has(message.id) ? "stale" : Either.isRight(published[i]!) ? "published" : "retried"
+          delivery.stale.has(message.id) || delivery.skipped.has(message.id)
+            ? "stale"
+            : Either.isRight(published[i]!)
+            ? "published"
+            : "retried"
         )
+        const unstarted = claimed.filter((m) => delivery.skipped.has(m.id) && !delivery.stale.has(m.id))
+        if (unstarted.length > 0) yield* Effect.ignore(outbox.giveBack(unstarted.map((m) => m.claim)))
         const failures = claimed.flatMap((_, i) => {
           const result = published[i]!
           return results[i] === "retried" && Either.isLeft(result) ? [[i, result.left] as const] : []
@@ -139,15 +148,12 @@ export const makeBatches = (settings: Settings) =>
       )
     })
 
-    /** Releases every claim still held (shutdown): another worker may take them at once. */
+    /** Gives back every claim still held (shutdown), in one statement: another worker may take them at once. */
     const releaseInFlight = Effect.gen(function*() {
       const left = yield* Ref.getAndSet(inFlight, new Map())
-      yield* Effect.forEach(
-        left.values(),
-        (claim) => Effect.ignore(outbox.release(claim, { error: "projector shut down", retryDelay: 0 })),
-        { concurrency: 8, discard: true }
-      )
-      if (left.size > 0) yield* Effect.logInfo(`effect-durable projector released ${left.size} in-flight messages on shutdown`)
+      if (left.size === 0) return
+      yield* Effect.ignore(outbox.giveBack([...left.values()]))
+      yield* Effect.logInfo(`effect-durable projector gave back ${left.size} in-flight messages on shutdown`)
     })
 
     return { deliverBatch, releaseInFlight, keeper: keeper.run }

@@ -2,36 +2,51 @@
  * The keeper: one fiber per projector, not two per batch. A few times per delivery timeout
  * it cuts the publishes past their deadline (check and interruption in one synchronous step,
  * so a lane cannot move on between them). Every third of the lease it renews the leases of
- * each batch's unsettled messages, in a fiber of its own so that a stalled database cannot
- * hold up the deadlines. A renewal that finds a claim stale marks it: that delivery's outcome
- * is then discarded, never written. A batch leaves the set when it ends, however it ends:
- * nothing keeps its leases alive after that.
+ * each batch's unsettled messages — one fenced statement per batch, on a connection of the
+ * keeper's own when it has one, so busy handlers cannot starve it — in a fiber of its own so
+ * that a stalled database cannot hold up the deadlines. A claim a renewal finds stale is
+ * never published (if not started) and its outcome never written; a renewal that fails puts
+ * the whole batch's leases in doubt, and its messages not yet started are not published.
+ * Both are logged and counted. A batch leaves the set when it ends, however it ends: nothing
+ * keeps its leases alive after that.
  */
 import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type * as Fiber from "effect/Fiber"
+import * as Metric from "effect/Metric"
 import * as Schedule from "effect/Schedule"
 import type { Delivery } from "./lanes.js"
 import type { Settings } from "./options.js"
+import { metrics } from "./telemetry.js"
 
 export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker["Type"]) => {
   const deliveries = new Set<Delivery>()
   const renewEvery = Duration.toMillis(settings.lease) / 3
 
-  const renew = (delivery: Delivery) =>
-    Effect.forEach(
-      [...delivery.pending.values()],
-      (claim) =>
-        outbox.renewLease(claim, settings.lease).pipe(
-          Effect.catchTags({
-            ClaimMismatch: () => Effect.sync(() => delivery.stale.add(claim.messageId)),
-            MessageMissing: () => Effect.sync(() => delivery.stale.add(claim.messageId))
-          }),
-          Effect.catchAll(() => Effect.void)
-        ),
-      { concurrency: 4, discard: true }
+  const renew = (delivery: Delivery) => {
+    const claims = [...delivery.pending.values()]
+    if (claims.length === 0) return Effect.void
+    return outbox.renewLeases(claims, settings.lease).pipe(
+      Effect.flatMap(({ rejected }) => {
+        if (rejected.length === 0) return Effect.void
+        for (const failure of rejected) delivery.stale.add(failure.messageId)
+        return Effect.zipRight(
+          Metric.incrementBy(metrics.leasesLost, rejected.length),
+          Effect.logWarning(`effect-durable projector: ${rejected.length} leases were lost before their renewal (a stall longer than the lease?); those messages are left to their new holders`)
+        )
+      }),
+      Effect.catchAll((error) =>
+        Effect.zipRight(
+          Effect.sync(() => void (delivery.abandoned = true)),
+          Effect.zipRight(
+            Metric.increment(metrics.renewalFailures),
+            Effect.logWarning(`effect-durable projector: lease renewal failed (${error.message}); the batch's messages not yet started are given back`)
+          )
+        )
+      )
     )
+  }
 
   const run = Effect.withFiberRuntime<void>((self) => {
     let renewing: Fiber.RuntimeFiber<void> | undefined

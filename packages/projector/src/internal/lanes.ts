@@ -22,8 +22,15 @@ import { deliverySpan } from "./telemetry.js"
 export interface Delivery {
   /** Claims not settled yet: the keeper renews their leases. */
   readonly pending: Map<string, OutboxWorker.OutboxMessage["claim"]>
-  /** Ids whose claim a renewal found stale: their outcome is never written. */
+  /** Ids whose claim a renewal found stale: never published if not started, their outcome never written. */
   readonly stale: Set<string>
+  /**
+   * A renewal failed: the leases are in doubt, so messages not started yet are not published
+   * (they are given back for others); those under way finish and are settled if still fenced.
+   */
+  abandoned: boolean
+  /** Ids never published because of the two above. */
+  readonly skipped: Set<string>
   /** Publishes running, by message id, with their lane and deadline. */
   readonly deadlines: Map<string, { readonly fiber: Fiber.RuntimeFiber<unknown, unknown>; readonly at: number }>
   /** Ids of the messages whose publish the keeper interrupted. */
@@ -34,6 +41,8 @@ export interface Delivery {
 export const makeDelivery = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, settings: Settings): Delivery => ({
   pending: new Map(claimed.map((message) => [message.id, message.claim] as const)),
   stale: new Set(),
+  abandoned: false,
+  skipped: new Set(),
   deadlines: new Map(),
   expired: new Set(),
   renewAt: Date.now() + Duration.toMillis(settings.lease) / 3
@@ -90,6 +99,11 @@ export const makeLanes = (
                 if (next >= claimed.length) return Effect.void
                 const i = next++
                 const message = claimed[i]!
+                if (delivery.abandoned || delivery.stale.has(message.id)) {
+                  delivery.skipped.add(message.id)
+                  settle(i, Either.left(retryable("not started: the lease was lost or in doubt")))
+                  return Effect.suspend(step)
+                }
                 const decoded = checkPayload(message)
                 if (Either.isLeft(decoded)) {
                   settle(i, Either.left(permanent(decoded.left)))

@@ -5,10 +5,12 @@
  */
 import type { DurableConfigError } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
+import * as LeasedQueue from "@effect-durable/pg/LeasedQueue"
 import * as Config from "effect/Config"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import { randomBytes } from "node:crypto"
 import { hostname } from "node:os"
@@ -25,7 +27,8 @@ export const Defaults = {
   backoffMin: "1 second",
   backoffMax: "5 minutes",
   deliveryTimeout: "10 seconds",
-  shutdownDeadline: "10 seconds"
+  shutdownDeadline: "10 seconds",
+  maxLeaseExpiries: LeasedQueue.Defaults.maxLeaseExpiries
 } as const
 
 /** The options as the projector uses them: decoded, defaults applied. */
@@ -41,6 +44,8 @@ export interface Settings {
   readonly backoffMax: Duration.Duration
   readonly deliveryTimeout: Duration.Duration
   readonly shutdownDeadline: Duration.Duration
+  readonly maxLeaseExpiries: number
+  readonly listenUrl: Redacted.Redacted<string> | undefined
   readonly schemas: Readonly<Record<string, Schema.Schema<any, any, never>>>
 }
 
@@ -68,6 +73,12 @@ const OptionsSchema = Schema.Struct({
   ),
   deliveryTimeout: Span("1 day", Defaults.deliveryTimeout),
   shutdownDeadline: Span("1 hour", Defaults.shutdownDeadline),
+  maxLeaseExpiries: Schema.optionalWith(Input.Count(1000), { default: () => Defaults.maxLeaseExpiries }),
+  listenUrl: Schema.optional(Schema.RedactedFromSelf(Schema.String).pipe(
+    Schema.filter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url)), {
+      message: () => "a PostgreSQL URL (postgres://user:password@host:port/database), straight to the server"
+    })
+  )),
   schemas: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Any }), { default: () => ({}) })
 })
 
@@ -75,9 +86,10 @@ const decode = Input.options(OptionsSchema)
 
 /** Decodes the options; a bad one is a `DurableConfigError` naming it. */
 export const decodeOptions = (options: ProjectorOptions): Effect.Effect<Settings, DurableConfigError> =>
-  Effect.map(decode(options), ({ backoff, topics, workerId, ...rest }) => ({
+  Effect.map(decode(options), ({ backoff, listenUrl, topics, workerId, ...rest }) => ({
     ...rest,
     topics,
+    listenUrl,
     workerId: workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString("hex")}`,
     backoffMin: backoff.min,
     backoffMax: backoff.max
@@ -98,7 +110,12 @@ export const config: Config.Config<ProjectorOptions> = Config.all({
   backoffMin: variable(Config.string("PROJECTOR_BACKOFF_MIN"), "shortest retry delay"),
   backoffMax: variable(Config.string("PROJECTOR_BACKOFF_MAX"), "longest retry delay"),
   deliveryTimeout: variable(Config.string("PROJECTOR_DELIVERY_TIMEOUT"), "a slower delivery fails retryable"),
-  shutdownDeadline: variable(Config.string("PROJECTOR_SHUTDOWN_DEADLINE"), "how long closing waits for deliveries")
+  shutdownDeadline: variable(Config.string("PROJECTOR_SHUTDOWN_DEADLINE"), "how long closing waits for deliveries"),
+  maxLeaseExpiries: variable(Config.integer("PROJECTOR_MAX_LEASE_EXPIRIES"), "leases a message may lose before it is dead"),
+  listenUrl: variable(
+    Config.redacted("PROJECTOR_LISTEN_URL"),
+    "a URL straight to PostgreSQL for LISTEN when the pool goes through a transaction pooler"
+  )
 }).pipe(Config.map(({ backoffMax, backoffMin, ...rest }): ProjectorOptions => {
   const options: Record<string, unknown> = {}
   for (const [key, value] of Object.entries(rest) as Array<[string, Option.Option<unknown>]>) {

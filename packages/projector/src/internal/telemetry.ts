@@ -17,6 +17,12 @@ export const metrics = {
   retried: Metric.counter("effect_durable_projector_retried_total", { description: "deliveries released for a retry" }),
   dead: Metric.counter("effect_durable_projector_dead_total", { description: "messages sent to the dead letters" }),
   stale: Metric.counter("effect_durable_projector_stale_total", { description: "deliveries whose claim went stale" }),
+  leasesLost: Metric.counter("effect_durable_projector_leases_lost_total", {
+    description: "claims a lease renewal found taken over (the lease ran out first)"
+  }),
+  renewalFailures: Metric.counter("effect_durable_projector_renewal_failures_total", {
+    description: "lease renewals that failed: their batch's messages not yet started were given back"
+  }),
   storeErrors: Metric.counter("effect_durable_projector_store_errors_total", {
     description: "claims or settlements that failed in the database (each is retried)"
   }),

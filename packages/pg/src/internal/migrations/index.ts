@@ -11,6 +11,7 @@ import { migration as v4 } from "./0004_inbox.js"
 import { migration as v5 } from "./0005_outbox_key_order.js"
 import { migration as v6 } from "./0006_fillfactor.js"
 import { migration as v7 } from "./0007_claim_functions.js"
+import { migration as v8 } from "./0008_leases_pauses_lookup.js"
 
 export const released: Readonly<Record<string, Migration>> = {
   "0001_mutation_ledger": v1,
@@ -19,5 +20,6 @@ export const released: Readonly<Record<string, Migration>> = {
   "0004_inbox": v4,
   "0005_outbox_key_order": v5,
   "0006_fillfactor": v6,
-  "0007_claim_functions": v7
+  "0007_claim_functions": v7,
+  "0008_leases_pauses_lookup": v8
 }

@@ -66,13 +66,13 @@ export const make = (
    * session for the prepared statement: behind a transaction pooler, run it direct.
    */
   const explainClaim = (claimOptions: ClaimOptions, filter: unknown) =>
-    Effect.flatMap(decodeClaim(claimOptions), ({ leaseSeconds, limit, worker }) =>
+    Effect.flatMap(decodeClaim(claimOptions), ({ leaseSeconds, limit, maxLeaseExpiries, worker }) =>
       Effect.scoped(Effect.gen(function*() {
         const connection = yield* sql.reserve
         const name = `effect_durable_explain_${randomBytes(4).toString("hex")}`
         const run = (text: string) => connection.executeUnprepared(text, [], undefined)
         yield* run(
-          `PREPARE ${name}(text, integer, double precision, ${spec.filterType}) AS ${options.claimQuery(settings.table)}`
+          `PREPARE ${name}(text, integer, double precision, ${spec.filterType}, integer) AS ${options.claimQuery(settings.table)}`
         )
         // The prepared statement and the session setting are undone whatever happens.
         yield* Effect.addFinalizer(() => Effect.ignore(run(`DEALLOCATE ${name}; RESET plan_cache_mode`)))
@@ -80,7 +80,7 @@ export const make = (
         const rows = yield* run(inline(
           sql`EXPLAIN (FORMAT JSON) EXECUTE ${sql.literal(name)}(${worker}::text, ${limit}::integer, ${leaseSeconds}::float8, ${filter}::${
             sql.literal(spec.filterType)
-          })`
+          }, ${maxLeaseExpiries}::integer)`
         ))
         return (rows[0] as { "QUERY PLAN": unknown })["QUERY PLAN"]
       })).pipe(classifySqlErrors(op("explainClaim"))))
@@ -122,14 +122,16 @@ export const make = (
   /** Makes dead rows ready again with fresh attempts; returns the ids redriven. */
   const redrive = byIds("redrive", (ids) =>
     sql<{ id: string }>`
-      UPDATE ${table} SET dead_at = NULL, attempt_count = 0, available_at = now(), claimed_until = NULL
+      UPDATE ${table} SET dead_at = NULL, attempt_count = 0, failure_count = 0, lease_expiries = 0,
+             available_at = now(), claimed_until = NULL
        WHERE id = ANY(${ids}::bigint[]) AND dead_at IS NOT NULL
       RETURNING id::text AS id`)
 
   /** Makes done rows ready again (deliver once more); returns the ids replayed. */
   const replay = byIds("replay", (ids) =>
     sql<{ id: string }>`
-      UPDATE ${table} SET ${done} = NULL, attempt_count = 0, available_at = now(), claimed_until = NULL
+      UPDATE ${table} SET ${done} = NULL, attempt_count = 0, failure_count = 0, lease_expiries = 0,
+             available_at = now(), claimed_until = NULL
        WHERE id = ANY(${ids}::bigint[]) AND ${done} IS NOT NULL
       RETURNING id::text AS id`)
 

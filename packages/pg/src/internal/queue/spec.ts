@@ -13,7 +13,7 @@ export interface QueueSpec {
   readonly queue: QueueName
   /** Qualified, quoted table name. */
   readonly table: string
-  /** Qualified, quoted name of the queue's claim function, and the type of its filter argument. */
+  /** Qualified, quoted name of the queue's claim function (migration 8), and the type of its filter argument. */
   readonly claimFunction: string
   readonly filterType: "text" | "text[]"
   /** The column that marks a row done; our constant. */
@@ -49,3 +49,4 @@ export const decodeRetryDelay = Input.argument("retryDelay", Input.DurationIn({ 
 export const decodeError = Input.argument("error", Input.OptionalText(64 * 1024))
 export const decodeIds = Input.argument("ids", Schema.Array(MessageId).pipe(Schema.maxItems(MAX_BATCH)))
 export const decodeBatchSize = Input.argument("batchSize", Input.Count(MAX_BATCH))
+export const decodeMaxLeaseExpiries = Input.argument("maxLeaseExpiries", Input.Count(1000))

@@ -13,13 +13,21 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import type { Settings } from "../../DurableConfig.js"
 import { classifySqlErrors } from "../../ErrorClassification.js"
-import type { Claim, CompleteManyResult, ReleaseOptions, SettleFailure } from "../../LeasedQueue.js"
+import {
+  type Claim,
+  type CompleteManyResult,
+  Defaults,
+  type ManyResult,
+  type ReleaseOptions,
+  type SettleFailure
+} from "../../LeasedQueue.js"
 import { boundedStatement, TextCache } from "../oneRoundTrip.js"
 import { bounded, timeoutSettings } from "../transaction.js"
 import {
   decodeError,
   decodeLease,
   decodeLimit,
+  decodeMaxLeaseExpiries,
   decodeRetryDelay,
   decodeWorker,
   isMessageId,
@@ -41,6 +49,8 @@ export interface ClaimOptions {
   readonly worker: string
   readonly limit: number
   readonly lease: Duration.DurationInput
+  /** Leases a row may lose before it is dead; default `Defaults.maxLeaseExpiries`. */
+  readonly maxLeaseExpiries?: number
 }
 
 /** The decoded claim options: the lease in seconds, as the claim function takes it. */
@@ -48,6 +58,7 @@ export interface ClaimArguments {
   readonly worker: string
   readonly limit: number
   readonly leaseSeconds: number
+  readonly maxLeaseExpiries: number
 }
 
 /** Decodes a claim's options (what `claim` and `explainClaim` take). */
@@ -56,7 +67,8 @@ export const decodeClaim = (options: ClaimOptions): Effect.Effect<ClaimArguments
     const worker = yield* decodeWorker(options.worker)
     const limit = yield* decodeLimit(options.limit)
     const lease = yield* decodeLease(options.lease)
-    return { worker, limit, leaseSeconds: Duration.toMillis(lease) / 1000 }
+    const maxLeaseExpiries = yield* decodeMaxLeaseExpiries(options.maxLeaseExpiries ?? Defaults.maxLeaseExpiries)
+    return { worker, limit, leaseSeconds: Duration.toMillis(lease) / 1000, maxLeaseExpiries }
   })
 
 /** What a settle operation found when its fenced update changed no row. */
@@ -94,15 +106,15 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
 
   /**
    * Claims up to `limit` ready rows in id order, through the queue's claim function
-   * (migration 7). `filter` is the function's fourth argument (topics, consumer).
+   * (migration 8). `filter` is the function's fourth argument (topics, consumer).
    */
   const claim = <Row>(options: ClaimOptions, filter: unknown) =>
-    Effect.flatMap(decodeClaim(options), ({ leaseSeconds, limit, worker }) =>
+    Effect.flatMap(decodeClaim(options), ({ leaseSeconds, limit, maxLeaseExpiries, worker }) =>
       boundedOne(
         "claim",
         sql<Row & { readonly id: string; readonly generation: string; readonly attempt: number; readonly exhausted: boolean }>`
-          SELECT * FROM ${claimFunction}(${worker}::text, ${limit}::integer, ${leaseSeconds}::float8, ${filter}::${filterType})`,
-        JSON.stringify([worker, limit, leaseSeconds, filter])
+          SELECT * FROM ${claimFunction}(${worker}::text, ${limit}::integer, ${leaseSeconds}::float8, ${filter}::${filterType}, ${maxLeaseExpiries}::integer)`,
+        JSON.stringify([worker, limit, leaseSeconds, filter, maxLeaseExpiries])
       ).pipe(
         // UPDATE ... RETURNING does not promise an order; the caller gets id order.
         Effect.map((rows) => inIdOrder(rows.filter((row) => !row.exhausted)))
@@ -149,7 +161,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
     Effect.asVoid(settle(
       "complete",
       claim,
-      sql`UPDATE ${table} SET ${done} = now(), claimed_until = NULL WHERE ${fence(claim)} RETURNING id`,
+      sql`UPDATE ${table} SET ${done} = now(), claimed_until = NULL, last_error = NULL WHERE ${fence(claim)} RETURNING id`,
       true
     ))
 
@@ -171,14 +183,11 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
       // jsonb map (a binary search), never by joining the claims: a join was planned as a
       // nested loop over every claimed row times every claim once the statistics said
       // "nothing is claimed" (150 ms for 500 claims).
-      const fences = JSON.stringify(Object.fromEntries(valid.map((c) => [c.messageId, [c.worker, c.generation]])))
       const updated = yield* boundedOne(
         "completeMany",
         sql<{ id: string }>`
-          UPDATE ${table} q SET ${done} = now(), claimed_until = NULL
-           WHERE q.id = ANY(${valid.map((c) => c.messageId)}::bigint[])
-             AND ${fences}::jsonb -> q.id::text = jsonb_build_array(q.claimed_by, q.claim_generation)
-             AND q.claimed_until IS NOT NULL AND q.${done} IS NULL AND q.dead_at IS NULL
+          UPDATE ${table} q SET ${done} = now(), claimed_until = NULL, last_error = NULL
+           WHERE ${fencedMany(valid)}
           RETURNING q.id::text AS id`
       )
       const completed = new Set(updated.map((row) => row.id))
@@ -197,26 +206,76 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
     })
 
   /**
-   * Gives the row back: ready again after `retryDelay` (database clock), or dead at once
-   * when `permanent` or when this was its last attempt. Returns whether it is now dead.
+   * Gives the row back after a failed delivery: ready again after `retryDelay` (database
+   * clock), or dead at once when `permanent` or when this was its last allowed failure.
+   * `last_error` says which ended it. Returns whether it is now dead.
    */
   const release = (claim: Claim, options: ReleaseOptions) =>
     Effect.gen(function*() {
-      const error = yield* decodeError(options.error)
+      const error = (yield* decodeError(options.error)).slice(0, 4096)
       const retrySeconds = Duration.toMillis(yield* decodeRetryDelay(options.retryDelay)) / 1000
+      const permanent = options.permanent === true
       const rows = yield* settle(
         "release",
         claim,
         sql<{ dead: boolean }>`
-          UPDATE ${table} SET claimed_until = NULL, last_error = ${error.slice(0, 4096)},
+          UPDATE ${table} SET claimed_until = NULL, failure_count = failure_count + 1,
                  available_at = now() + make_interval(secs => ${retrySeconds}),
-                 dead_at = CASE WHEN ${options.permanent === true} OR attempt_count >= max_attempts THEN now() END
+                 dead_at = CASE WHEN ${permanent} OR failure_count + 1 >= max_attempts THEN now() END,
+                 last_error = CASE
+                   WHEN ${permanent} THEN ${error} || ' (dead: a permanent failure)'
+                   WHEN failure_count + 1 >= max_attempts
+                     THEN ${error} || format(' (dead: %s failed deliveries)', failure_count + 1)
+                   ELSE ${error} END
            WHERE ${fence(claim)}
           RETURNING dead_at IS NOT NULL AS dead`,
         false
       )
       return { dead: rows[0]?.dead === true }
     })
+
+  /** The rows of `claims` each still held by its own claim (primary-key probes, a jsonb map of fences). */
+  const fencedMany = (claims: ReadonlyArray<Claim>) => {
+    const fences = JSON.stringify(Object.fromEntries(claims.map((c) => [c.messageId, [c.worker, c.generation]])))
+    return sql`q.id = ANY(${claims.map((c) => c.messageId)}::bigint[])
+             AND ${fences}::jsonb -> q.id::text = jsonb_build_array(q.claimed_by, q.claim_generation)
+             AND q.claimed_until IS NOT NULL AND q.${done} IS NULL AND q.dead_at IS NULL`
+  }
+
+  /**
+   * One fenced statement over many claims (`renewLeases`, `giveBack`): the ones it did not
+   * apply to are reported as stale or missing, never failed.
+   */
+  const many = (name: string, claims: ReadonlyArray<Claim>, set: Statement.Fragment) =>
+    Effect.gen(function*() {
+      const valid = claims.filter(wellFormed)
+      const rejected: Array<SettleFailure> = claims.filter((c) => !wellFormed(c)).map(spec.mismatch)
+      if (valid.length === 0) return { applied: [], rejected } satisfies ManyResult
+      const updated = yield* boundedOne(
+        name,
+        sql<{ id: string }>`UPDATE ${table} q SET ${set} WHERE ${fencedMany(valid)} RETURNING q.id::text AS id`
+      )
+      const applied = new Set(updated.map((row) => row.id))
+      const unapplied = valid.filter((c) => !applied.has(c.messageId))
+      if (unapplied.length > 0) {
+        const states = new Map(
+          (yield* stateOf(unapplied.map((c) => c.messageId)).pipe(classifySqlErrors(op(name)))).map((row) => [row.id, row])
+        )
+        for (const claim of unapplied) {
+          const outcome = explain(claim, states.get(claim.messageId), false)
+          if (Either.isLeft(outcome)) rejected.push(outcome.left)
+        }
+      }
+      return { applied: [...applied], rejected } satisfies ManyResult
+    })
+
+  /** Extends the leases of many claims in one statement (the projector's keeper). */
+  const renewMany = (claims: ReadonlyArray<Claim>, lease: Duration.DurationInput) =>
+    Effect.flatMap(decodeLease(lease), (decoded) =>
+      many("renewLeases", claims, sql`claimed_until = now() + make_interval(secs => ${Duration.toMillis(decoded) / 1000})`))
+
+  /** Unclaims rows whose work never started, or is abandoned on shutdown: nothing is counted. */
+  const giveBack = (claims: ReadonlyArray<Claim>) => many("giveBack", claims, sql`claimed_until = NULL`)
 
   /** Extends the lease of a row still held by this claim (a heartbeat for slow work). */
   const renew = (claim: Claim, lease: Duration.DurationInput) =>
@@ -229,5 +288,5 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
         false
       )).pipe(Effect.asVoid)
 
-  return { claim, complete, completeMany, release, renew }
+  return { claim, complete, completeMany, release, renew, renewMany, giveBack }
 }
