@@ -12,6 +12,7 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
 import { quote } from "./internal/sqlText.js"
 import { traced } from "./internal/traced.js"
@@ -41,6 +42,23 @@ export class Cas extends Context.Tag("@effect-durable/pg/Cas")<Cas, {
 
 const identifier = (argument: string, name: unknown) => Input.argument(argument, Input.Identifier)(name)
 
+/** A value PostgreSQL can take as a parameter: text without NUL, a finite number, a valid date. */
+const Value = Schema.Union(
+  Schema.Null,
+  Schema.Boolean,
+  Schema.BigIntFromSelf,
+  Schema.Uint8ArrayFromSelf,
+  Schema.Number.pipe(Schema.filter(Number.isFinite, { message: () => "a finite number" })),
+  Schema.String.pipe(Schema.filter((text) => !text.includes("\u0000"), { message: () => "text without NUL" })),
+  Schema.DateFromSelf.pipe(Schema.filter((date) => !Number.isNaN(date.getTime()), { message: () => "a valid date" }))
+).annotations({ message: () => "text without NUL, a finite number, a bigint, a boolean, a valid Date, bytes or null" })
+const decodeValue = (column: string) => Input.argument(`set.${column}`, Value)
+const decodeId = Input.argument(
+  "id",
+  Schema.Union(Input.Text(1024), Schema.BigIntFromSelf, Schema.Number.pipe(Schema.filter(Number.isSafeInteger, { message: () => "a safe integer" })))
+    .annotations({ message: () => "a non-empty string without NUL, a safe integer or a bigint" })
+)
+
 const validateUpdate = (update: CasUpdate) =>
   Effect.gen(function*() {
     const schema = update.schema === undefined ? undefined : yield* identifier("schema", update.schema)
@@ -54,7 +72,9 @@ const validateUpdate = (update: CasUpdate) =>
       if (column === revisionColumn || column === idColumn) {
         return yield* new InvalidInput({ argument: `set.${column}`, rule: "the key and revision columns are not set by hand" })
       }
+      yield* decodeValue(column)(update.set[column])
     }
+    yield* decodeId(update.id)
     if (typeof update.expectedRevision !== "bigint" && !Number.isSafeInteger(update.expectedRevision)) {
       return yield* new InvalidInput({ argument: "expectedRevision", rule: "an integer" })
     }

@@ -6,6 +6,7 @@
  * @since 0.1.0
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import * as Input from "@effect-durable/core/Input"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -18,6 +19,8 @@ import { specFor } from "./internal/queue/spec.js"
 import { traced } from "./internal/traced.js"
 import type { ClaimOptions } from "./InboxWorker.js"
 import type * as LeasedQueue from "./LeasedQueue.js"
+
+const decodeConsumer = Input.argument("consumer", Input.Text(128))
 
 export interface ConsumerStats {
   readonly consumer: string
@@ -64,12 +67,13 @@ export const make: Effect.Effect<InboxAdmin["Type"], never, SqlClient.SqlClient 
     })
     return InboxAdmin.of(traced("InboxAdmin", {
       deadLetters: (options: { readonly consumer?: string; readonly limit: number; readonly before?: string }) =>
-        queue.deadLetters(
-          options,
-          options.consumer === undefined ? sql`true` : sql`consumer = ${options.consumer}`,
-          sql`consumer, message_id AS "messageId"`,
-          { consumer: Schema.String, messageId: Schema.String }
-        ),
+        Effect.flatMap(options.consumer === undefined ? Effect.succeed(undefined) : decodeConsumer(options.consumer), (consumer) =>
+          queue.deadLetters(
+            options,
+            consumer === undefined ? sql`true` : sql`consumer = ${consumer}`,
+            sql`consumer, message_id AS "messageId"`,
+            { consumer: Schema.String, messageId: Schema.String }
+          )),
       redrive: queue.redrive,
       discard: queue.discard,
       stats: Effect.map(
@@ -77,7 +81,8 @@ export const make: Effect.Effect<InboxAdmin["Type"], never, SqlClient.SqlClient 
         (rows) => rows.map(({ done, group, ...counts }): ConsumerStats => ({ consumer: group, ...counts, processed: done }))
       ),
       purge: queue.purge,
-      explainClaim: (options: ClaimOptions) => queue.explainClaim(options, options.consumer)
+      explainClaim: (options: ClaimOptions) =>
+        Effect.flatMap(decodeConsumer(options.consumer), (consumer) => queue.explainClaim(options, consumer))
     }))
   }
 )

@@ -84,7 +84,7 @@ export class OutboxAdmin extends Context.Tag("@effect-durable/pg/OutboxAdmin")<O
   /** The paused topics. */
   readonly paused: Effect.Effect<ReadonlyArray<PausedTopic>, DatabaseError>
   /** Messages not yet projected nor dead (of one topic, or all). */
-  readonly unprojectedCount: (topic?: string) => Effect.Effect<number, DatabaseError>
+  readonly unprojectedCount: (topic?: string) => Effect.Effect<number, InvalidInput | DatabaseError>
   /**
    * Deletes messages projected longer ago than `olderThan` (at least `PURGE_FLOOR`), in
    * batches; never one replayed meanwhile. Returns how many.
@@ -115,12 +115,13 @@ export const make: Effect.Effect<OutboxAdmin["Type"], never, SqlClient.SqlClient
 
     return OutboxAdmin.of(traced("OutboxAdmin", {
       deadLetters: (options: { readonly topic?: string; readonly limit: number; readonly before?: string }) =>
-        queue.deadLetters(
-          options,
-          options.topic === undefined ? sql`true` : sql`topic = ${options.topic}`,
-          sql`topic`,
-          { topic: Schema.String }
-        ),
+        Effect.flatMap(options.topic === undefined ? Effect.succeed(undefined) : decodeTopic(options.topic), (topic) =>
+          queue.deadLetters(
+            options,
+            topic === undefined ? sql`true` : sql`topic = ${topic}`,
+            sql`topic`,
+            { topic: Schema.String }
+          )),
       redrive: queue.redrive,
       replay: queue.replay,
       discard: queue.discard,
@@ -163,12 +164,13 @@ export const make: Effect.Effect<OutboxAdmin["Type"], never, SqlClient.SqlClient
         }),
       paused,
       unprojectedCount: (topic?: string) =>
-        sql<{ n: number }>`SELECT count(*)::int AS n FROM ${table}
-                            WHERE projected_at IS NULL AND dead_at IS NULL
-                            ${topic === undefined ? sql`` : sql`AND topic = ${topic}`}`.pipe(
-          Effect.map((rows) => rows[0]!.n),
-          classifySqlErrors("OutboxAdmin.unprojectedCount")
-        ),
+        Effect.flatMap(topic === undefined ? Effect.succeed(undefined) : decodeTopic(topic), (decoded) =>
+          sql<{ n: number }>`SELECT count(*)::int AS n FROM ${table}
+                              WHERE projected_at IS NULL AND dead_at IS NULL
+                              ${decoded === undefined ? sql`` : sql`AND topic = ${decoded}`}`.pipe(
+            Effect.map((rows) => rows[0]!.n),
+            classifySqlErrors("OutboxAdmin.unprojectedCount")
+          )),
       purge: queue.purge,
       explainClaim: (options: ClaimOptions) =>
         Effect.flatMap(decodeTopics(options.topics ?? null), (topics) => queue.explainClaim(options, topics))

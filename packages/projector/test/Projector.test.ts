@@ -1,13 +1,17 @@
 import { describe, expect, it } from "@effect/vitest"
+import * as Durable from "@effect-durable/pg/Durable"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Faults from "@effect-durable/testing/Faults"
+import * as Telemetry from "@effect-durable/testing/Telemetry"
+import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
 import * as Schema from "effect/Schema"
 import * as Supervisor from "effect/Supervisor"
 import * as TestServices from "effect/TestServices"
@@ -442,7 +446,14 @@ describe("Projector", () => {
           [{ pollInterval: -1 }, "pollInterval"],
           [{ backoff: { min: "10 seconds", max: "1 second" } }, "backoff"],
           [{ workerId: "has space" }, "workerId"],
-          [{ topics: [] }, "topics"]
+          [{ topics: [] }, "topics"],
+          // Topics the outbox would refuse are refused here, not by every claim forever after.
+          [{ topics: ["ok", "nul\u0000"] }, "topics[1]"],
+          [{ topics: ["x".repeat(129)] }, "topics[0]"],
+          [{ lease: Number.NaN }, "lease"],
+          [{ lease: "-5 seconds" }, "lease"],
+          [{ maxLeaseExpiries: 0 }, "maxLeaseExpiries"],
+          [{ bogus: true } as Projector.ProjectorOptions, "bogus"]
         ]
         for (const [options, field] of cases) {
           const error = yield* Effect.flip(withProjector(options, recording(new Deliveries()), Effect.void))
@@ -469,4 +480,23 @@ describe("Projector.layerConfig", () => {
       expect(yield* build({ PROJECTOR_BATCH_SIZE: "lots" })).toMatchObject({ _tag: "DurableConfigError", field: "PROJECTOR_BATCH_SIZE" })
       expect(yield* build({ PROJECTOR_BATCH_SIZE: "0" })).toMatchObject({ _tag: "DurableConfigError", field: "batchSize" })
     }))
+})
+
+describe("Projector on a database the substrate was never migrated into", () => {
+  it.layer(Durable.layerOver({}).pipe(Layer.provideMerge(TestDatabase.layerFresh())))((it) => {
+    it.effect("logs an error that says to run the migrations, counts it, and keeps retrying without crashing", () =>
+      Effect.gen(function*() {
+        const telemetry = Telemetry.make()
+        const errors = Effect.map(Metric.value(Projector.metrics.storeErrors), (state) => state.count)
+        const before = yield* errors
+        yield* withProjector(
+          { pollInterval: "50 millis" },
+          recording(new Deliveries()),
+          eventually(errors, (n) => n >= before + 2)
+        ).pipe(telemetry.observed)
+        const line = telemetry.logs.find((entry) => entry.includes("run the migrations"))
+        expect(line).toMatch(/schema .*durable.* does not exist/)
+        expect(line).toContain("Durable.layer({ migrate: true })")
+      }))
+  })
 })
