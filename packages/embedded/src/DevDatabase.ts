@@ -29,7 +29,7 @@ export class DevDatabaseLocked extends Schema.TaggedError<DevDatabaseLocked>("@e
 ) {
   override get message() {
     return `the development database in ${this.directory} is in use by process ${this.pid} (another app in this folder, ` +
-      `or this one started twice): stop that process, or give this app a directory of its own (DevDatabase.layer({ directory }))`
+      `or this one started twice): stop that process, or give this app a directory of its own (the "directory" option of DevDatabase.layer)`
   }
 }
 

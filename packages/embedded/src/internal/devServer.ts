@@ -74,7 +74,7 @@ export const acquire = async (
         throw new Error(
           `PostgreSQL refuses to run as root, so it runs as the OS user "postgres", which cannot enter ${directory} ` +
             `(a folder above it, such as /root, is closed to other users): keep the project, or the directory ` +
-            `(DevDatabase.layer({ directory })), where other users may enter`
+            `(the "directory" option of DevDatabase.layer), where other users may enter`
         )
       }
     }
