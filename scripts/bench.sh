@@ -14,9 +14,16 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
   npm ci --no-audit --no-fund
 else
   # The packages are installed as copies of the build (bench/.npmrc: install-links), so the
-  # bench resolves one copy of effect, as an application would. Refresh them.
+  # bench resolves one copy of effect, as an application would. Refresh the copies, and their
+  # entries in the lockfile (npm keeps a file: dependency's recorded manifest otherwise; a
+  # package that gained a dependency then shows up as a change of bench/package-lock.json).
+  node -e '
+    const fs = require("fs")
+    const lock = JSON.parse(fs.readFileSync("package-lock.json", "utf8"))
+    for (const key of Object.keys(lock.packages)) if (key.startsWith("node_modules/@effect-durable/")) delete lock.packages[key]
+    fs.writeFileSync("package-lock.json", JSON.stringify(lock, null, 2) + "\n")'
   rm -rf node_modules/@effect-durable
-  npm install --no-audit --no-fund --no-save --loglevel=error
+  npm install --no-audit --no-fund --loglevel=error
 fi
 node_modules/.bin/tsc -b
 [ "${1:-}" = "--install-only" ] && exit 0

@@ -18,6 +18,7 @@ import * as Nats from "@effect-durable/nats/Nats"
 import * as Durable from "@effect-durable/pg/Durable"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as Projector from "@effect-durable/projector/Projector"
 import * as Publisher from "@effect-durable/projector/Publisher"
 import * as DevDatabase from "@effect-durable/embedded/DevDatabase"
@@ -89,7 +90,7 @@ const scenario = Effect.gen(function*() {
   yield* step("  -> rolled back")
 
   yield* step("waiting for the projector to deliver every committed message...")
-  yield* outbox.unprojectedCount("order-placed").pipe(
+  yield* (yield* OutboxAdmin.OutboxAdmin).unprojectedCount("order-placed").pipe(
     Effect.repeat({ until: (n) => n === 0, schedule: Schedule.spaced("20 millis") })
   )
   const projector = yield* Projector.Projector

@@ -14,9 +14,9 @@ import { chownSync, existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { spawnGuardian } from "./Guardian.js"
-import { binaries, freePort, halt, launch, processAlive, readPostmasterPid, run, serverUser } from "./internal/server.js"
+import { binaries, freePort, halt, launch, readPostmasterPid, run, serverUser } from "./internal/server.js"
 
-export { freePort, processAlive }
+export { freePort, processAlive } from "./internal/server.js"
 
 export interface Server {
   readonly host: string

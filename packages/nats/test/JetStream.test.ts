@@ -2,6 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import * as Durable from "@effect-durable/pg/Durable"
 import * as Inbox from "@effect-durable/pg/Inbox"
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Projector from "@effect-durable/projector/Projector"
 import type { PublishError } from "@effect-durable/projector/Publisher"
 import { eventually } from "@effect-durable/testing/Eventually"
@@ -48,7 +49,7 @@ const addStream = (name: string, subjects: Array<string>) =>
 const streamMessages = (name: string) =>
   Effect.flatMap(Nats.Nats, ({ manager }) => Effect.promise(() => manager.streams.info(name).then((info) => info.state.messages)))
 
-const message = (id: string, topic: string, payload: unknown): Outbox.OutboxMessage => ({
+const message = (id: string, topic: string, payload: unknown): OutboxWorker.OutboxMessage => ({
   id,
   topic,
   orderingKey: null,

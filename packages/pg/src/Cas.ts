@@ -6,14 +6,16 @@
  *
  * @since 0.1.0
  */
-import { CasConflict, type DatabaseError, DurableConfigError } from "@effect-durable/core/Errors"
+import { CasConflict, type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import * as Input from "@effect-durable/core/Input"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import { quote, validateIdentifier } from "./internal/identifiers.js"
+import { quote } from "./internal/sqlText.js"
+import { traced } from "./internal/traced.js"
 import { setLocalTimeouts, transact } from "./internal/transaction.js"
 
 /** A value bound as a parameter (for a `jsonb` column pass `JSON.stringify(value)`). */
@@ -35,25 +37,27 @@ export interface CasUpdate {
 
 export class Cas extends Context.Tag("@effect-durable/pg/Cas")<Cas, {
   /** Applies `set` if the row is at `expectedRevision`; returns the new revision. */
-  readonly update: (update: CasUpdate) => Effect.Effect<bigint, CasConflict | DurableConfigError | DatabaseError>
+  readonly update: (update: CasUpdate) => Effect.Effect<bigint, CasConflict | InvalidInput | DatabaseError>
 }>() {}
+
+const identifier = (argument: string, name: unknown) => Input.argument(argument, Input.Identifier)(name)
 
 const validateUpdate = (update: CasUpdate) =>
   Effect.gen(function*() {
-    const schema = update.schema === undefined ? undefined : yield* validateIdentifier("schema", update.schema)
-    const table = yield* validateIdentifier("table", update.table)
-    const idColumn = yield* validateIdentifier("idColumn", update.idColumn ?? "id")
-    const revisionColumn = yield* validateIdentifier("revisionColumn", update.revisionColumn ?? "revision")
+    const schema = update.schema === undefined ? undefined : yield* identifier("schema", update.schema)
+    const table = yield* identifier("table", update.table)
+    const idColumn = yield* identifier("idColumn", update.idColumn ?? "id")
+    const revisionColumn = yield* identifier("revisionColumn", update.revisionColumn ?? "revision")
     const columns = Object.keys(update.set)
-    if (columns.length === 0) return yield* new DurableConfigError({ field: "set", rule: "at least one column" })
+    if (columns.length === 0) return yield* new InvalidInput({ argument: "set", rule: "at least one column" })
     for (const column of columns) {
-      yield* validateIdentifier(`set.${column}`, column)
+      yield* identifier(`set.${column}`, column)
       if (column === revisionColumn || column === idColumn) {
-        return yield* new DurableConfigError({ field: `set.${column}`, rule: "the key and revision columns are not set by hand" })
+        return yield* new InvalidInput({ argument: `set.${column}`, rule: "the key and revision columns are not set by hand" })
       }
     }
     if (typeof update.expectedRevision !== "bigint" && !Number.isSafeInteger(update.expectedRevision)) {
-      return yield* new DurableConfigError({ field: "expectedRevision", rule: "an integer" })
+      return yield* new InvalidInput({ argument: "expectedRevision", rule: "an integer" })
     }
     const qualified = schema === undefined ? quote(table) : `${quote(schema)}.${quote(table)}`
     return { qualified, idColumn, revisionColumn, columns }
@@ -86,9 +90,9 @@ export const make: Effect.Effect<Cas["Type"], never, SqlClient.SqlClient | Durab
         })
       }).pipe(classifySqlErrors("Cas.update"))
       return transact(sql, "Cas.update", body)
-    }).pipe(Effect.withSpan("Cas.update", { attributes: { table: request.table } }))
+    })
 
-  return Cas.of({ update })
+  return Cas.of(traced("Cas", { update }))
 })
 
 export const layer: Layer.Layer<Cas, never, SqlClient.SqlClient | DurableSettings> = Layer.effect(Cas, make)

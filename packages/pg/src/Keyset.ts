@@ -13,15 +13,18 @@ import {
   type DatabaseError,
   DurableConfigError,
   type InvalidCursor,
+  InvalidInput,
   type UnsupportedJsonValue
 } from "@effect-durable/core/Errors"
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
+import * as Input from "@effect-durable/core/Input"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import { quote, validateIdentifier } from "./internal/identifiers.js"
+import { quote } from "./internal/sqlText.js"
+import { traced } from "./internal/traced.js"
 
 export type FilterValue = string | number | boolean | null
 
@@ -45,13 +48,20 @@ export interface Page<Row> {
   readonly nextCursor: string | undefined
 }
 
-export type PageError = InvalidCursor | CursorBindingMismatch | DurableConfigError | UnsupportedJsonValue | DatabaseError
+export type PageError =
+  | InvalidCursor
+  | CursorBindingMismatch
+  | InvalidInput
+  | UnsupportedJsonValue
+  | DatabaseError
+  | DurableConfigError
 
 export class Keyset extends Context.Tag("@effect-durable/pg/Keyset")<Keyset, {
   readonly page: <Row = Record<string, unknown>>(request: PageRequest) => Effect.Effect<Page<Row>, PageError>
 }>() {}
 
 const MAX_LIMIT = 1000
+const identifier = (argument: string, name: unknown) => Input.argument(argument, Input.Identifier)(name)
 // Positions are read as text with microseconds: a JavaScript Date would drop them.
 const POSITION_AT = `"__effect_durable_created_at"`
 const POSITION_ID = `"__effect_durable_id"`
@@ -63,12 +73,12 @@ export const make: Effect.Effect<Keyset["Type"], never, SqlClient.SqlClient | Cu
 
     const page = <Row>(request: PageRequest) =>
       Effect.gen(function*() {
-        const schema = request.schema === undefined ? undefined : yield* validateIdentifier("schema", request.schema)
-        const table = yield* validateIdentifier("table", request.table)
+        const schema = request.schema === undefined ? undefined : yield* identifier("schema", request.schema)
+        const table = yield* identifier("table", request.table)
         const where = request.where ?? {}
-        for (const column of Object.keys(where)) yield* validateIdentifier(`where.${column}`, column)
+        for (const column of Object.keys(where)) yield* identifier(`where.${column}`, column)
         if (!Number.isInteger(request.limit) || request.limit < 1 || request.limit > MAX_LIMIT) {
-          return yield* new DurableConfigError({ field: "limit", rule: `an integer from 1 to ${MAX_LIMIT}` })
+          return yield* new InvalidInput({ argument: "limit", rule: `an integer from 1 to ${MAX_LIMIT}` })
         }
         const filter = yield* Fingerprint.fingerprint({ schema: schema ?? null, table, where })
         // Binding is checked before any SQL: a foreign cursor learns nothing about the table.
@@ -107,10 +117,27 @@ export const make: Effect.Effect<Keyset["Type"], never, SqlClient.SqlClient | Cu
         const base = cursor ?? Cursor.firstPage(request.subject, filter, position(served[0]!))
         const nextCursor = yield* codec.encode(Cursor.nextPage(base, position(served[served.length - 1]!)))
         return { items, nextCursor }
-      }).pipe(Effect.withSpan("Keyset.page", { attributes: { table: request.table } }))
+      })
 
-    return Keyset.of({ page })
+    return Keyset.of(traced("Keyset", { page }))
   }
 )
 
 export const layer: Layer.Layer<Keyset, never, SqlClient.SqlClient | Cursor.CursorCodec> = Layer.effect(Keyset, make)
+
+/**
+ * The `Keyset` of a substrate built without cursor keys (`Durable.layer` with no
+ * `cursorKeys`, `layerConfig` with no `CURSOR_KEYS`): every page fails, saying what to set.
+ */
+export const layerWithoutKeys: Layer.Layer<Keyset> = Layer.succeed(
+  Keyset,
+  Keyset.of({
+    page: () =>
+      Effect.fail(
+        new DurableConfigError({
+          field: "CURSOR_KEYS",
+          rule: "signing keys (id=secret[,id=secret...], secrets of at least 16 bytes) are needed to page with signed cursors"
+        })
+      )
+  })
+)

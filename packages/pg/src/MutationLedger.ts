@@ -13,22 +13,25 @@
  */
 import {
   type DatabaseError,
-  DurableConfigError,
+  type InvalidInput,
   MutationConflict,
   MutationInProgress,
   type UnsupportedJsonValue
 } from "@effect-durable/core/Errors"
 import { canonicalize, type RequestFingerprint } from "@effect-durable/core/Fingerprint"
+import * as Input from "@effect-durable/core/Input"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import { inline } from "./internal/oneRoundTrip.js"
+import { inline } from "./internal/sqlText.js"
+import { isoUtc } from "./internal/timestamps.js"
+import { traced } from "./internal/traced.js"
 import { advisoryKey, lockForTransaction, lockStatement, transact } from "./internal/transaction.js"
-import { boundedCount, boundedText } from "./internal/validation.js"
 
 export interface MutationIdentity {
   /** Who the mutation is for (a tenant, an account): 1-256 bytes. */
@@ -66,7 +69,7 @@ export interface MutationOutcome {
   readonly status: MutationStatus
   /** The response as stored (JSON: parsed back, so a replay and the first answer are equal). */
   readonly response: unknown
-  /** When the outcome was recorded, on the database clock. */
+  /** When the outcome was recorded (database clock), ISO-8601 UTC with microseconds. */
   readonly recordedAt: string
 }
 
@@ -79,7 +82,7 @@ export interface ExecuteOptions {
   readonly wait?: boolean
 }
 
-export type ExecuteError = MutationConflict | MutationInProgress | DurableConfigError | UnsupportedJsonValue | DatabaseError
+export type ExecuteError = MutationConflict | MutationInProgress | InvalidInput | UnsupportedJsonValue | DatabaseError
 
 export class MutationLedger extends Context.Tag("@effect-durable/pg/MutationLedger")<MutationLedger, {
   /**
@@ -92,40 +95,53 @@ export class MutationLedger extends Context.Tag("@effect-durable/pg/MutationLedg
     decide: Effect.Effect<Decision, E, R>,
     options?: ExecuteOptions
   ) => Effect.Effect<MutationOutcome, E | ExecuteError, R>
-  /** Deletes records older than `olderThan`, `batchSize` at a time; returns how many. */
-  readonly purge: (options: {
-    readonly olderThan: Duration.DurationInput
-    readonly batchSize?: number
-  }) => Effect.Effect<number, DatabaseError | DurableConfigError>
+  /**
+   * Deletes records older than `olderThan` (at least `PURGE_FLOOR`: a retried request whose
+   * record is gone runs its effect again), `batchSize` at a time; returns how many.
+   */
+  readonly purge: (options: PurgeOptions) => Effect.Effect<number, DatabaseError | InvalidInput>
 }>() {}
 
-const LIMITS = { subject: 256, operation: 128, key: 256, kind: 64 } as const
-const MAX_ELIGIBILITY_BYTES = 1024
+export interface PurgeOptions {
+  readonly olderThan: Duration.DurationInput
+  /** Records per DELETE; default 1000. */
+  readonly batchSize?: number
+}
 
-const validText = (field: keyof typeof LIMITS, value: unknown) => boundedText(field, value, LIMITS[field])
+/** Retention floor of `purge`: records younger than this are never deleted. */
+export const PURGE_FLOOR = "1 hour"
+
+const Bytes = (rule: string, valid: (bytes: Uint8Array) => boolean) =>
+  Schema.Uint8ArrayFromSelf.pipe(Schema.filter(valid, { message: () => rule }))
+
+const decodeIdentity = Input.argument(
+  "identity",
+  Schema.Struct({ subject: Input.Text(256), operation: Input.Text(128), key: Input.Text(256) })
+)
+const decodeRequest = Input.argument(
+  "request",
+  Schema.Struct({
+    kind: Input.Text(64),
+    eligibility: Bytes("bytes, at most 1024", (bytes) => bytes.length <= 1024),
+    fingerprint: Bytes("a 32-byte SHA-256 digest", (bytes) => bytes.length === 32)
+  })
+)
+const decodeOlderThan = Input.argument("olderThan", Input.DurationIn({ min: PURGE_FLOOR, max: "520 weeks" }))
+const decodeBatchSize = Input.argument("batchSize", Input.Count(100_000))
 
 const validate = (identity: MutationIdentity, request: MutationRequest) =>
-  Effect.all([
-    validText("subject", identity.subject),
-    validText("operation", identity.operation),
-    validText("key", identity.key),
-    validText("kind", request.kind),
-    request.eligibility instanceof Uint8Array && request.eligibility.length <= MAX_ELIGIBILITY_BYTES
-      ? Effect.void
-      : Effect.fail(new DurableConfigError({ field: "eligibility", rule: `bytes, at most ${MAX_ELIGIBILITY_BYTES}` })),
-    request.fingerprint instanceof Uint8Array && request.fingerprint.length === 32
-      ? Effect.void
-      : Effect.fail(new DurableConfigError({ field: "fingerprint", rule: "a 32-byte SHA-256 digest" }))
-  ], { discard: true })
+  Effect.zipRight(decodeIdentity(identity), decodeRequest(request))
 
-interface RecordRow {
-  readonly kind: string
-  readonly eligibility: Uint8Array
-  readonly request_fingerprint: Uint8Array
-  readonly status: MutationStatus
-  readonly response: unknown
-  readonly recorded_at: string
-}
+const RecordRow = Schema.Struct({
+  kind: Schema.String,
+  eligibility: Schema.Uint8ArrayFromSelf,
+  request_fingerprint: Schema.Uint8ArrayFromSelf,
+  status: Schema.Literal("accepted", "rejected"),
+  response: Schema.Unknown,
+  recorded_at: Schema.String
+})
+type RecordRow = typeof RecordRow.Type
+const decodeRecord = Schema.decodeUnknown(Schema.Array(RecordRow))
 
 const sameBytes = (a: Uint8Array, b: Uint8Array) => Buffer.from(a).equals(Buffer.from(b))
 
@@ -167,7 +183,7 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
             const lockKey = advisoryKey("effect-durable/ledger", settings.schema, subject, operation, key)
             const read = (forUpdate: boolean) =>
               sql<RecordRow>`
-                SELECT kind, eligibility, request_fingerprint, status, response, created_at::text AS recorded_at
+                SELECT kind, eligibility, request_fingerprint, status, response, ${sql.literal(isoUtc("created_at"))} AS recorded_at
                   FROM ${records}
                  WHERE subject = ${subject} AND operation = ${operation} AND key = ${key}
                  ${forUpdate ? sql`FOR UPDATE` : sql``}`
@@ -184,7 +200,8 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
                 sql.unsafe<never>(`${inline(lockStatement(sql, settings, lockKey, true))};\n${inline(read(true))}`),
                 (results) => [true, (results as unknown as [unknown, ReadonlyArray<RecordRow>])[1]] as const
               )).pipe(classifySqlErrors("MutationLedger.execute"))
-            if (existing[0] !== undefined) return yield* replayOrConflict(identity, request, existing[0])
+            const [record] = yield* Effect.orDie(decodeRecord(existing))
+            if (record !== undefined) return yield* replayOrConflict(identity, request, record)
             if (!locked) return yield* new MutationInProgress(identity)
             const decision = yield* decide
             const response = yield* canonicalize(decision.response)
@@ -192,7 +209,7 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
               INSERT INTO ${records} (subject, operation, key, kind, eligibility, request_fingerprint, status, response)
               VALUES (${subject}, ${operation}, ${key}, ${request.kind}, ${request.eligibility},
                       ${request.fingerprint}, ${decision.status}, ${response}::jsonb)
-              RETURNING created_at::text AS recorded_at`.pipe(classifySqlErrors("MutationLedger.execute"))
+              RETURNING ${sql.literal(isoUtc("created_at"))} AS recorded_at`.pipe(classifySqlErrors("MutationLedger.execute"))
             return {
               _tag: "First",
               status: decision.status,
@@ -201,14 +218,12 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
             } satisfies MutationOutcome
           })
         )
-      ).pipe(Effect.withSpan("MutationLedger.execute", { attributes: { operation: identity.operation } }))
+      )
 
-    const purge = (options: { readonly olderThan: Duration.DurationInput; readonly batchSize?: number }) =>
+    const purge = (options: PurgeOptions) =>
       Effect.gen(function*() {
-        const batchSize = options.batchSize ?? 1000
-        yield* boundedCount("batchSize", batchSize, 100_000)
-        const olderThan = Duration.decode(options.olderThan)
-        const seconds = Duration.toMillis(olderThan) / 1000
+        const seconds = Duration.toMillis(yield* decodeOlderThan(options.olderThan)) / 1000
+        const batchSize = yield* decodeBatchSize(options.batchSize ?? 1000)
         let total = 0
         while (true) {
           // SKIP LOCKED: a record a live request holds is not worth waiting for.
@@ -224,9 +239,9 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
           if (deleted.length > 0) yield* Effect.logDebug(`effect-durable: purged ${total} mutation records so far`)
           if (deleted.length < batchSize) return total
         }
-      }).pipe(Effect.withSpan("MutationLedger.purge"))
+      })
 
-    return MutationLedger.of({ execute, purge })
+    return MutationLedger.of(traced("MutationLedger", { execute, purge }))
   }
 )
 

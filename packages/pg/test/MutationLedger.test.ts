@@ -253,18 +253,18 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
       Effect.gen(function*() {
         const ledger = yield* MutationLedger.MutationLedger
         const cases: ReadonlyArray<readonly [MutationLedger.MutationIdentity, Partial<MutationLedger.MutationRequest>, string]> = [
-          [{ subject: "", operation: "op", key: "k" }, {}, "subject"],
-          [{ subject: "s".repeat(257), operation: "op", key: "k" }, {}, "subject"],
-          [{ subject: "é".repeat(129), operation: "op", key: "k" }, {}, "subject"],
-          [{ subject: "s", operation: "op\u0000", key: "k" }, {}, "operation"],
-          [{ subject: "s", operation: "op", key: "" }, {}, "key"],
-          [{ subject: "s", operation: "op", key: "k" }, { kind: "" }, "kind"],
-          [{ subject: "s", operation: "op", key: "k" }, { eligibility: new Uint8Array(1025) }, "eligibility"],
-          [{ subject: "s", operation: "op", key: "k" }, { fingerprint: new Uint8Array(31) as Fingerprint.RequestFingerprint }, "fingerprint"]
+          [{ subject: "", operation: "op", key: "k" }, {}, "identity.subject"],
+          [{ subject: "s".repeat(257), operation: "op", key: "k" }, {}, "identity.subject"],
+          [{ subject: "é".repeat(129), operation: "op", key: "k" }, {}, "identity.subject"],
+          [{ subject: "s", operation: "op\u0000", key: "k" }, {}, "identity.operation"],
+          [{ subject: "s", operation: "op", key: "" }, {}, "identity.key"],
+          [{ subject: "s", operation: "op", key: "k" }, { kind: "" }, "request.kind"],
+          [{ subject: "s", operation: "op", key: "k" }, { eligibility: new Uint8Array(1025) }, "request.eligibility"],
+          [{ subject: "s", operation: "op", key: "k" }, { fingerprint: new Uint8Array(31) as Fingerprint.RequestFingerprint }, "request.fingerprint"]
         ]
         for (const [id, change, field] of cases) {
           const error = yield* Effect.flip(ledger.execute(id, request(change), Effect.die("must not run")))
-          expect(error).toMatchObject({ _tag: "DurableConfigError", field })
+          expect(error).toMatchObject({ _tag: "InvalidInput", argument: field })
         }
       }))
 
@@ -285,7 +285,7 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
         const left = yield* sql<{ key: string }>`SELECT key FROM ${records} WHERE subject = ${subject}`
         expect(left.map((row) => row.key)).toEqual(["recent"])
         const bad = yield* Effect.flip(ledger.purge({ olderThan: "1 day", batchSize: 0 }))
-        expect(bad).toMatchObject({ _tag: "DurableConfigError", field: "batchSize" })
+        expect(bad).toMatchObject({ _tag: "InvalidInput", argument: "batchSize" })
       }))
 
     it.effect("runs as a role with only USAGE on the schema and DML on its tables", () =>

@@ -11,8 +11,11 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import * as TestServices from "effect/TestServices"
+import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import { DurableSettings, layerSettings } from "../src/DurableConfig.js"
 import * as Outbox from "../src/Outbox.js"
+import * as OutboxAdmin from "../src/OutboxAdmin.js"
+import * as OutboxWorker from "../src/OutboxWorker.js"
 import { barrier, eventually, substrate } from "./support.js"
 
 interface Row {
@@ -32,6 +35,12 @@ interface Row {
   readonly delay_seconds: number
 }
 
+// These suites exercise the producer, worker and operator sides of the outbox together.
+const outboxServices = Effect.map(
+  Effect.all([Outbox.Outbox, OutboxWorker.OutboxWorker, OutboxAdmin.OutboxAdmin]),
+  ([producer, worker, admin]) => ({ ...producer, ...worker, ...admin })
+)
+
 const table = Effect.map(DurableSettings, (settings) => settings.table("outbox"))
 
 const rowsOf = (ids: ReadonlyArray<string>) =>
@@ -47,11 +56,10 @@ const rowsOf = (ids: ReadonlyArray<string>) =>
 const rowOf = (id: string) => Effect.map(rowsOf([id]), (rows) => rows[0])
 
 // Each test works on its own topics so that claims never see another test's messages.
-let topics = 0
-const freshTopic = (name = "t") => `${name}-${++topics}`
+const freshTopic = TestSubstrate.freshName
 
 const claimAll = (worker: string, topic: string, lease: Duration.DurationInput = "30 seconds") =>
-  Effect.flatMap(Outbox.Outbox, (outbox) => outbox.claim({ worker, topics: [topic], limit: 100, lease }))
+  Effect.flatMap(OutboxWorker.OutboxWorker, (outbox) => outbox.claim({ worker, topics: [topic], limit: 100, lease }))
 
 const liveSleep = (ms: number) => TestServices.provideLive(Effect.sleep(ms))
 
@@ -62,7 +70,7 @@ const suite = (schema: string) => {
     it.effect("enqueue writes in the caller's transaction: a rollback leaves no row, a commit one with its headers", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         let rolledBackId = ""
         const failed = sql.withTransaction(Effect.gen(function*() {
@@ -85,7 +93,7 @@ const suite = (schema: string) => {
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const pg = yield* PgClient.PgClient
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic("notify")
         const listening = yield* Deferred.make<void>()
         const heard = yield* pg.listen(outbox.channel).pipe(
@@ -110,7 +118,7 @@ const suite = (schema: string) => {
 
     it.effect("a payload that is not JSON, too large, or a bad topic fails typed and writes nothing", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const sql = yield* SqlClient.SqlClient
         const topic = freshTopic()
         const notJson = yield* Effect.flip(outbox.enqueue(topic, { at: new Date(), n: 1n }))
@@ -122,16 +130,16 @@ const suite = (schema: string) => {
           { topic, payload: { blob: "y".repeat(300 * 1024) } }
         ]))
         expect(manyWithOneBad._tag).toBe("PayloadTooLarge")
-        expect(yield* Effect.flip(outbox.enqueue("", {}))).toMatchObject({ _tag: "DurableConfigError", field: "topic" })
-        expect(yield* Effect.flip(outbox.enqueue(topic, {}, { orderingKey: "k\u0000" }))).toMatchObject({ field: "orderingKey" })
-        expect(yield* Effect.flip(outbox.enqueue(topic, {}, { delay: -1 }))).toMatchObject({ field: "delay" })
+        expect(yield* Effect.flip(outbox.enqueue("", {}))).toMatchObject({ _tag: "InvalidInput", argument: "topic" })
+        expect(yield* Effect.flip(outbox.enqueue(topic, {}, { orderingKey: "k\u0000" }))).toMatchObject({ _tag: "InvalidInput", argument: "orderingKey" })
+        expect(yield* Effect.flip(outbox.enqueue(topic, {}, { delay: -1 }))).toMatchObject({ _tag: "InvalidInput", argument: "delay" })
         const rows = yield* sql`SELECT 1 FROM ${sql.literal(yield* table)} WHERE topic = ${topic}`
         expect(rows).toEqual([])
       }))
 
     it.effect("enqueueMany writes every message in one statement and returns ids in input order", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         const ids = yield* outbox.enqueueMany(
           Array.from({ length: 50 }, (_, i) => ({ topic, payload: { i }, options: { orderingKey: i % 2 === 0 ? "even" : "odd" } }))
@@ -145,7 +153,7 @@ const suite = (schema: string) => {
 
     it.effect("a delay is counted on the database clock; the message is claimable only after it", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         const later = yield* outbox.enqueue(topic, { later: true }, { delay: "1 hour" })
         const soon = yield* outbox.enqueue(topic, { soon: true }, { delay: "400 millis" })
@@ -158,7 +166,7 @@ const suite = (schema: string) => {
 
     it.effect("claim leases ready messages in id order, bumps generation and attempt, and filters by topic", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         const other = freshTopic()
         const ids = yield* outbox.enqueueMany([1, 2, 3].map((i) => ({ topic, payload: { i } })))
@@ -177,7 +185,7 @@ const suite = (schema: string) => {
 
     it.effect("messages of one ordering key are handed out one at a time in id order; other keys are not held back", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic("keyed")
         const [a1, a2, a3, b1, free] = yield* outbox.enqueueMany([
           { topic, payload: "a1", options: { orderingKey: "a" } },
@@ -209,7 +217,7 @@ const suite = (schema: string) => {
     it.effect("a row locked by another open transaction is skipped, not waited for", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         const [held, free] = yield* outbox.enqueueMany([{ topic, payload: 1 }, { topic, payload: 2 }])
         const locked = yield* Deferred.make<void>()
@@ -229,29 +237,29 @@ const suite = (schema: string) => {
 
     it.effect("markProjected is fenced by worker and generation, idempotent, and typed for stale or missing tokens", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         const id = yield* outbox.enqueue(topic, {})
         const [message] = yield* claimAll("w1", topic)
         const claim = message!.claim
         const foreign = yield* Effect.flip(outbox.markProjected({ ...claim, worker: "w2" }))
-        expect(foreign).toMatchObject({ _tag: "OutboxClaimMismatch", messageId: id, worker: "w2" })
+        expect(foreign).toMatchObject({ _tag: "ClaimMismatch", messageId: id, worker: "w2" })
         const generationZero = yield* Effect.flip(outbox.markProjected({ ...claim, generation: 0 }))
-        expect(generationZero._tag).toBe("OutboxClaimMismatch")
+        expect(generationZero._tag).toBe("ClaimMismatch")
         expect((yield* rowOf(id))!.projected).toBe(false)
         yield* outbox.markProjected(claim)
         yield* outbox.markProjected(claim)
         expect((yield* rowOf(id))!.projected).toBe(true)
-        expect((yield* Effect.flip(outbox.markProjected({ ...claim, generation: 2 })))._tag).toBe("OutboxClaimMismatch")
+        expect((yield* Effect.flip(outbox.markProjected({ ...claim, generation: 2 })))._tag).toBe("ClaimMismatch")
         const missing = yield* Effect.flip(outbox.markProjected({ messageId: "999999999", worker: "w1", generation: 1 }))
-        expect(missing).toMatchObject({ _tag: "OutboxMissing", messageId: "999999999" })
+        expect(missing).toMatchObject({ _tag: "MessageMissing", messageId: "999999999" })
         const malformed = yield* Effect.flip(outbox.markProjected({ messageId: "1; DROP TABLE x", worker: "w1", generation: 1 }))
-        expect(malformed._tag).toBe("OutboxClaimMismatch")
+        expect(malformed._tag).toBe("ClaimMismatch")
       }))
 
     it.effect("markProjectedMany marks the valid claims in one statement and reports the stale and missing", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         yield* outbox.enqueueMany([1, 2, 3, 4].map((i) => ({ topic, payload: i })))
         const claimed = yield* claimAll("w1", topic)
@@ -265,14 +273,14 @@ const suite = (schema: string) => {
           { messageId: "999999998", worker: "w1", generation: 1 }
         ])
         expect([...result.completed].sort()).toEqual([a!.messageId, b!.messageId, d!.messageId].sort())
-        expect(result.rejected.map((e) => e._tag).sort()).toEqual(["OutboxClaimMismatch", "OutboxMissing"])
+        expect(result.rejected.map((e) => e._tag).sort()).toEqual(["ClaimMismatch", "MessageMissing"])
         const rows = yield* rowsOf(claimed.map((m) => m.id))
         expect(rows.map((r) => r.projected)).toEqual([true, true, false, true])
       }))
 
     it.effect("release records the error and makes the message claimable only after the retry delay", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         const id = yield* outbox.enqueue(topic, {})
         const [message] = yield* claimAll("w1", topic)
@@ -285,25 +293,25 @@ const suite = (schema: string) => {
         const again = yield* eventually(claimAll("w2", topic), (messages) => messages.length > 0)
         expect(again[0]).toMatchObject({ id, attempt: 2, claim: { worker: "w2", generation: 2 } })
         // The released token settles nothing any more.
-        expect((yield* Effect.flip(outbox.markProjected(message!.claim)))._tag).toBe("OutboxClaimMismatch")
+        expect((yield* Effect.flip(outbox.markProjected(message!.claim)))._tag).toBe("ClaimMismatch")
       }))
 
     it.effect("renewLease extends a live claim; a stale token cannot renew", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         const id = yield* outbox.enqueue(topic, {})
         const [message] = yield* claimAll("w1", topic, "2 seconds")
         yield* outbox.renewLease(message!.claim, "90 seconds")
         expect((yield* rowOf(id))!.lease_seconds).toBeGreaterThan(89)
         expect((yield* Effect.flip(outbox.renewLease({ ...message!.claim, worker: "w9" }, "90 seconds")))._tag).toBe(
-          "OutboxClaimMismatch"
+          "ClaimMismatch"
         )
       }))
 
     it.effect("after a lease expires another worker claims the row; the first worker can change nothing", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         const id = yield* outbox.enqueue(topic, {})
         const [first] = yield* claimAll("w1", topic, "300 millis")
@@ -314,7 +322,7 @@ const suite = (schema: string) => {
           outbox.release(first!.claim, { error: "late", retryDelay: 0 }),
           outbox.renewLease(first!.claim, "1 minute")
         ]) {
-          expect(yield* Effect.flip(attempt)).toMatchObject({ _tag: "OutboxClaimMismatch", worker: "w1", generation: 1 })
+          expect(yield* Effect.flip(attempt)).toMatchObject({ _tag: "ClaimMismatch", worker: "w1", generation: 1 })
         }
         const row = (yield* rowOf(id))!
         expect(row).toMatchObject({ claimed_by: "w2", claim_generation: "2", projected: false, last_error: null })
@@ -324,7 +332,7 @@ const suite = (schema: string) => {
 
     it.effect("dead letters: after max attempts, at once for a permanent error; listed, redriven, discarded", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         // `fragile` allows 2 attempts (maxAttemptsByTopic); other topics the default 25.
         const fragile = yield* outbox.enqueue("fragile", { n: 1 })
         const topic = freshTopic("poison")
@@ -357,7 +365,7 @@ const suite = (schema: string) => {
 
     it.effect("a worker that dies on the final attempt leaves the row dead at the next claim, not redelivered", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const id = yield* outbox.enqueue("fragile", { n: 2 })
         const [a] = yield* claimAll("w1", "fragile")
         yield* outbox.release(a!.claim, { error: "first failure", retryDelay: 0 })
@@ -373,7 +381,7 @@ const suite = (schema: string) => {
 
     it.effect("a message that cannot be delivered never blocks the messages behind it", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         const [poison, ...behind] = yield* outbox.enqueueMany([0, 1, 2, 3].map((i) => ({ topic, payload: { i } })))
         const first = yield* outbox.claim({ worker: "w1", topics: [topic], limit: 1, lease: "30 seconds" })
@@ -385,14 +393,14 @@ const suite = (schema: string) => {
 
     it.effect("stats count ready, delayed, claimed, dead and projected per topic; unprojectedCount the open ones", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic("stats")
         yield* outbox.enqueueMany([1, 2, 3, 4, 5].map((i) => ({ topic, payload: i })))
         yield* outbox.enqueue(topic, {}, { delay: "1 hour" })
         const [p, d, c] = yield* outbox.claim({ worker: "w1", topics: [topic], limit: 3, lease: "1 minute" })
         yield* outbox.markProjected(p!.claim)
         yield* outbox.release(d!.claim, { error: "x", retryDelay: 0, permanent: true })
-        expect(c).toBeDefined()
+        expect(c).toMatchObject({ attempt: 1, claim: { worker: "w1" } })
         const stats = (yield* outbox.stats).find((s) => s.topic === topic)!
         expect(stats).toMatchObject({ topic, ready: 2, delayed: 1, claimed: 1, dead: 1, projected: 1 })
         expect(stats.oldestReadySeconds).toBeGreaterThanOrEqual(0)
@@ -402,7 +410,7 @@ const suite = (schema: string) => {
     it.effect("purge deletes projected messages in batches and never one replayed concurrently", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic("purge")
         const ids = yield* outbox.enqueueMany(Array.from({ length: 40 }, (_, i) => ({ topic, payload: i })))
         const claimed = yield* claimAll("w1", topic)
@@ -433,10 +441,10 @@ const suite = (schema: string) => {
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const topic = freshTopic()
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const id = yield* outbox.enqueue(topic, {})
         const settings = yield* DurableSettings
-        const strict = Outbox.layer().pipe(
+        const strict = OutboxWorker.layer.pipe(
           Layer.provide(layerSettings({ schema: settings.schema, statementTimeout: "200 millis" }))
         )
         const locked = yield* Deferred.make<void>()
@@ -448,7 +456,7 @@ const suite = (schema: string) => {
         })))
         yield* Deferred.await(locked)
         const error = yield* Effect.flip(
-          Effect.flatMap(Outbox.Outbox, (o) => o.claim({ worker: "w1", topics: [topic], limit: 10, lease: "1 minute" })).pipe(
+          Effect.flatMap(OutboxWorker.OutboxWorker, (o) => o.claim({ worker: "w1", topics: [topic], limit: 10, lease: "1 minute" })).pipe(
             Effect.provide(strict)
           )
         )
@@ -461,7 +469,7 @@ const suite = (schema: string) => {
     it.effect("a claim rewrites its rows in place (HOT): no index entry is written for it", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         // Enough rows to fill many pages: without free room on them no update could be in place.
         yield* outbox.enqueueMany(Array.from({ length: 2000 }, (_, i) => ({ topic, payload: { i, pad: "x".repeat(200) } })))
@@ -481,18 +489,18 @@ const suite = (schema: string) => {
 
     it.effect("bad claim options are typed errors naming the field", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const cases = [
           [{ worker: "", limit: 1, lease: "1 minute" }, "worker"],
           [{ worker: "w", limit: 0, lease: "1 minute" }, "limit"],
           [{ worker: "w", limit: 1001, lease: "1 minute" }, "limit"],
           [{ worker: "w", limit: 1, lease: 0 }, "lease"],
           [{ worker: "w", limit: 1, lease: "soon" as Duration.DurationInput }, "lease"],
-          [{ worker: "w", limit: 1, lease: "1 minute", topics: [""] }, "topics"]
+          [{ worker: "w", limit: 1, lease: "1 minute", topics: [""] }, "topics[0]"]
         ] as const
         for (const [options, field] of cases) {
           const result = yield* Effect.either(outbox.claim(options))
-          expect(Either.isLeft(result) && result.left).toMatchObject({ _tag: "DurableConfigError", field })
+          expect(Either.isLeft(result) && result.left).toMatchObject({ _tag: "InvalidInput", argument: field })
         }
       }))
   })

@@ -9,7 +9,7 @@
  */
 import { DurableConfigError } from "@effect-durable/core/Errors"
 import { canonicalizeEither } from "@effect-durable/core/Fingerprint"
-import type { OutboxMessage } from "@effect-durable/pg/Outbox"
+import type { OutboxMessage } from "@effect-durable/pg/OutboxWorker"
 import * as HttpClient from "@effect/platform/HttpClient"
 import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
 import * as Duration from "effect/Duration"

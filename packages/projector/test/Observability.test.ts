@@ -9,7 +9,7 @@ import * as Option from "effect/Option"
 import * as Tracer from "effect/Tracer"
 import * as Projector from "../src/Projector.js"
 import * as Publisher from "../src/Publisher.js"
-import { substrate } from "./support.js"
+import { eventually, substrate } from "./support.js"
 
 /** An in-memory span: what a tracer exporter would receive. */
 class RecordedSpan implements Tracer.Span {
@@ -98,8 +98,8 @@ describe("Projector observability", () => {
           Effect.provide(publisher)
         )
         yield* observed(drain)
-        yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 50)))
-        yield* observed(drain)
+        // Drains that find the retry still delayed claim nothing and deliver nothing.
+        yield* eventually(observed(drain), (counts) => counts.delivered === 1)
 
         const names = spans.map((span) => span.name)
         expect(names).toContain("projector.claim")

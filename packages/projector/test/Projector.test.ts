@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Faults from "@effect-durable/testing/Faults"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as ConfigProvider from "effect/ConfigProvider"
@@ -13,7 +14,7 @@ import * as TestServices from "effect/TestServices"
 import { APPLICATION_NAME } from "../src/internal/listener.js"
 import * as Projector from "../src/Projector.js"
 import * as Publisher from "../src/Publisher.js"
-import { Deliveries, eventually, outboxRows, projectedCount, recording, substrate } from "./support.js"
+import { Deliveries, eventually, freshName, outboxRows, projectedCount, recording, substrate } from "./support.js"
 
 /**
  * Runs `body` while a projector with `options` and `publisher` runs; stops it after. The
@@ -30,8 +31,7 @@ const withProjector = <A, E, R>(
       Effect.provide(body, context))
   ).pipe(TestServices.provideLive)
 
-let topics = 0
-const freshTopic = () => `p-${++topics}`
+const freshTopic = () => freshName("p")
 
 describe("Projector", () => {
   it.layer(substrate(), { timeout: "3 minutes" })((it) => {
@@ -74,12 +74,12 @@ describe("Projector", () => {
           { topics: [topic], pollInterval: "1 hour" },
           publisher,
           Effect.gen(function*() {
-            // Give the listener its connection, then commit.
+            // Commit once the listener's LISTEN has completed (its session is idle after it).
             yield* eventually(
-              sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${APPLICATION_NAME} AND query LIKE 'LISTEN%'`,
+              sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
+                                  WHERE application_name = ${APPLICATION_NAME} AND query LIKE 'LISTEN%' AND state = 'idle'`,
               (rows) => rows[0]!.n > 0
             )
-            yield* TestServices.provideLive(Effect.sleep("300 millis"))
             const committedAt = yield* Effect.map(sql.withTransaction(outbox.enqueue(topic, {})), () => Date.now())
             const deliveredAt = yield* Deferred.await(delivered).pipe(Effect.timeout("10 seconds"), TestServices.provideLive)
             return deliveredAt - committedAt
@@ -119,7 +119,11 @@ describe("Projector", () => {
         const deliveries = new Deliveries()
         const id = yield* outbox.enqueue(topic, {})
         // Only the services a generic SqlClient user has: no PgClient in context.
-        const generic = Layer.merge(Layer.succeed(Outbox.Outbox, outbox), Layer.succeed(SqlClient.SqlClient, sql))
+        const generic = Layer.mergeAll(
+          Layer.succeed(Outbox.Outbox, outbox),
+          Layer.succeed(OutboxWorker.OutboxWorker, yield* OutboxWorker.OutboxWorker),
+          Layer.succeed(SqlClient.SqlClient, sql)
+        )
         yield* withProjector({ topics: [topic], pollInterval: "50 millis" }, recording(deliveries), eventually(projectedCount([id]), (n) => n === 1))
           .pipe(Effect.provide(generic))
         expect(deliveries.ids()).toEqual([id])
@@ -136,7 +140,7 @@ describe("Projector", () => {
         ])
         const deliveries = new Deliveries()
         let flakyFailures = 0
-        const behaviour = (message: Outbox.OutboxMessage) => {
+        const behaviour = (message: OutboxWorker.OutboxMessage) => {
           const payload = message.payload as { kind: string }
           if (payload.kind === "poison") return Effect.fail(Publisher.permanent("rejected by destination"))
           if (flakyFailures < 2) {
@@ -239,15 +243,36 @@ describe("Projector", () => {
 
     it.effect("a slow delivery keeps its lease by renewal: no second worker takes it", () =>
       Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
         const outbox = yield* Outbox.Outbox
+        const worker = yield* OutboxWorker.OutboxWorker
         const topic = freshTopic()
         const id = yield* outbox.enqueue(topic, {})
         const deliveries = new Deliveries()
-        const slow = recording(deliveries, () => TestServices.provideLive(Effect.sleep("1500 millis")))
-        yield* Effect.all([
-          withProjector({ topics: [topic], lease: "600 millis", pollInterval: "50 millis", workerId: "slow-a" }, slow, eventually(projectedCount([id]), (n) => n === 1)),
-          withProjector({ topics: [topic], lease: "600 millis", pollInterval: "50 millis", workerId: "slow-b" }, slow, eventually(projectedCount([id]), (n) => n === 1))
-        ], { concurrency: "unbounded" })
+        const finish = yield* Deferred.make<void>()
+        const slow = recording(deliveries, () => Deferred.await(finish))
+        const lease = sql<{ until: string | null }>`SELECT claimed_until::text AS until FROM durable.outbox WHERE id = ${id}`
+        yield* withProjector(
+          { topics: [topic], lease: "2 seconds", pollInterval: "50 millis", workerId: "slow-a" },
+          slow,
+          Effect.gen(function*() {
+            // The database's clock decides: once past a lease end it has seen, the row is still
+            // held by the same claim, so a renewal extended it.
+            const [seen] = yield* eventually(lease, (rows) => rows[0]!.until !== null)
+            const [row] = yield* eventually(
+              sql<{ past: boolean; held: boolean; claimed_by: string; claim_generation: string }>`
+                SELECT now() > ${seen!.until}::timestamptz AS past, claimed_until > now() AS held, claimed_by,
+                       claim_generation::text FROM durable.outbox WHERE id = ${id}`,
+              (rows) => rows[0]!.past && rows[0]!.held,
+              20
+            )
+            expect(row).toMatchObject({ claimed_by: "slow-a", claim_generation: "1" })
+            // Past the first lease, a second worker finds nothing to claim.
+            expect(yield* worker.claim({ worker: "slow-b", topics: [topic], limit: 10, lease: "1 minute" })).toEqual([])
+            yield* Deferred.succeed(finish, undefined)
+            yield* eventually(projectedCount([id]), (n) => n === 1)
+          })
+        )
         expect(deliveries.ids()).toEqual([id])
         expect((yield* outboxRows([id]))[0]).toMatchObject({ claim_generation: "1", attempt_count: 1 })
       }))
@@ -381,7 +406,7 @@ describe("Projector", () => {
         )
         const rows = yield* outboxRows(ids)
         expect(rows.every((row) => row.released && !row.projected)).toBe(true)
-        const next = yield* outbox.claim({ worker: "next", topics: [topic], limit: 10, lease: "1 minute" })
+        const next = yield* (yield* OutboxWorker.OutboxWorker).claim({ worker: "next", topics: [topic], limit: 10, lease: "1 minute" })
         expect(next.map((m) => m.id)).toEqual(ids)
       }))
 
@@ -432,15 +457,16 @@ describe("Projector.layerConfig", () => {
     Effect.gen(function*() {
       const withEnv = (env: Record<string, string>) =>
         Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
-      const options = yield* Projector.config.pipe(withEnv({ PROJECTOR_TOPICS: "a,b", PROJECTOR_BATCH_SIZE: "7", PROJECTOR_LEASE: "5 seconds" }))
+      const options = yield* Projector.optionsConfig.pipe(withEnv({ PROJECTOR_TOPICS: "a,b", PROJECTOR_BATCH_SIZE: "7", PROJECTOR_LEASE: "5 seconds" }))
       expect(options).toMatchObject({ topics: ["a", "b"], batchSize: 7 })
       // The options are refused before the outbox is touched: a placeholder stands in for it.
       const build = (env: Record<string, string>) =>
         Effect.flip(Effect.scoped(Layer.build(Projector.layerConfig().pipe(Layer.provide(Layer.mergeAll(
           Layer.succeed(Outbox.Outbox, {} as never),
+          Layer.succeed(OutboxWorker.OutboxWorker, {} as never),
           Layer.succeed(Publisher.Publisher, { publish: () => Effect.void })
         )))))).pipe(withEnv(env))
-      expect(yield* build({ PROJECTOR_BATCH_SIZE: "lots" })).toMatchObject({ _tag: "DurableConfigError", field: "projector" })
+      expect(yield* build({ PROJECTOR_BATCH_SIZE: "lots" })).toMatchObject({ _tag: "DurableConfigError", field: "PROJECTOR_BATCH_SIZE" })
       expect(yield* build({ PROJECTOR_BATCH_SIZE: "0" })).toMatchObject({ _tag: "DurableConfigError", field: "batchSize" })
     }))
 })

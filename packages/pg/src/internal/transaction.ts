@@ -11,7 +11,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { createHash } from "node:crypto"
 import type { Settings } from "../DurableConfig.js"
-import { classify, classifyCommitDefects } from "../ErrorClassification.js"
+import { classify, classifyCommitDefects, classifySqlErrors } from "../ErrorClassification.js"
 
 const millis = (duration: Duration.Duration) => String(Math.max(1, Math.round(Duration.toMillis(duration))))
 
@@ -70,3 +70,15 @@ export const transact = <A, E, R>(
         : Effect.fail(error instanceof SqlError ? classify(operation)(error) : error as DatabaseError)
     )
   )
+
+/**
+ * A substrate operation's own short transaction (a savepoint inside a caller's), with the
+ * lock and statement bounds set first; its SQL failures are classified under `operation`.
+ */
+export const bounded = <A, E, R>(
+  sql: SqlClient.SqlClient,
+  settings: Settings,
+  operation: string,
+  body: Effect.Effect<A, E | SqlError, R>
+): Effect.Effect<A, Exclude<E, SqlError> | DatabaseError, R> =>
+  transact(sql, operation, Effect.zipRight(setLocalTimeouts(sql, settings), body).pipe(classifySqlErrors(operation)))
