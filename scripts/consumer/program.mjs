@@ -9,6 +9,7 @@ import * as DevDatabase from "@effect-durable/embedded/DevDatabase"
 import * as Durable from "@effect-durable/pg/Durable"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as Projector from "@effect-durable/projector/Projector"
 import * as Publisher from "@effect-durable/projector/Publisher"
 import * as SqlClient from "@effect/sql/SqlClient"
@@ -26,8 +27,8 @@ for (const name of PACKAGES) {
   const manifest = JSON.parse(readFileSync(join(root, "package.json"), "utf8"))
   assert.equal(manifest.exports["./internal/*"], null, `${name} seals internal/`)
   for (const file of readdirSync(join(root, "dist")).filter((f) => f.endsWith(".js"))) {
-    const module = await import(`@effect-durable/${name}/${file.slice(0, -3)}`)
-    assert.ok(Object.keys(module).length > 0, `${name}/${file} exports something`)
+    // Loads (a module of types only, such as pg/LeasedQueue, has no runtime exports).
+    await import(`@effect-durable/${name}/${file.slice(0, -3)}`)
     modules++
   }
   const internal = existsSync(join(root, "dist", "internal"))
@@ -73,8 +74,8 @@ const main = Effect.gen(function*() {
   yield* Layer.build(
     Projector.layer({ topics: ["order-placed"], pollInterval: "100 millis" }).pipe(Layer.provide(publisher))
   )
-  const outbox = yield* Outbox.Outbox
-  yield* outbox.unprojectedCount("order-placed").pipe(
+  const admin = yield* OutboxAdmin.OutboxAdmin
+  yield* admin.unprojectedCount("order-placed").pipe(
     Effect.repeat({ until: (n) => n === 0, schedule: Schedule.spaced("20 millis") }),
     Effect.timeout("30 seconds")
   )
