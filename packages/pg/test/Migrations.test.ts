@@ -1,4 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
+import { createHash } from "node:crypto"
 import * as TestRole from "@effect-durable/testing/TestRole"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
@@ -8,6 +9,34 @@ import * as Migrations from "../src/Migrations.js"
 import { database, sqlState } from "./support.js"
 
 const inSchema = (schema: string) => Effect.provide(layerSettings({ schema }))
+
+// Released versions never change: their DDL, with tables in a fixed schema, hashed when each was released.
+const RELEASED_DDL: Readonly<Record<number, string>> = {
+  1: "cf4142e83d04671383951900addf6a183996c86be6536d78f2ef67617baa0100",
+  2: "6067369652ea5fcba17560ddc6c42b4b3c088a9de7681ab7699e4b23529cace9",
+  3: "6307ad44645f60df97a2dd0bb0e01e58dbaa13aa4fdfb74ab696a77f33f49b67",
+  4: "904373fa3b991dd74d305b80533ce27fd56eb14efabbfd89a4fff90d059b8c1a",
+  5: "8e1618273a9e637394a8b108506341ccccc3fdaa5f5261a79f843febac14bd22",
+  6: "179c8b0332018e5e022682599f9728279319d4cf76d39a31d231d2b2896a1ca6",
+  7: "1454302a9aab37aee515961c371e6fec25372651ea525355a702851276ac1508",
+  8: "8b096428db9c013b2b625151451557000a3760b76f5e9f43faeeabfffc43c448"
+}
+
+describe("released migrations", () => {
+  it("every released version's DDL is byte for byte what was released", () => {
+    const t = (table: string) => `"s"."${table}"`
+    const hashes = Object.fromEntries(Migrations.migrations.map((m) => [
+      m.version,
+      createHash("sha256").update(m.statements(t).join("\n;\n")).digest("hex")
+    ]))
+    expect(hashes).toEqual(RELEASED_DDL)
+  })
+
+  it("versions are numbered 1, 2, 3... with no gap, and the latest is the last", () => {
+    expect(Migrations.migrations.map((m) => m.version)).toEqual(Migrations.migrations.map((_, i) => i + 1))
+    expect(Migrations.latestVersion).toBe(Migrations.migrations.length)
+  })
+})
 
 describe("Migrations", () => {
   it.layer(database())((it) => {

@@ -11,6 +11,9 @@
  * - `mutation_lookup`: the ledger's timeouts, advisory lock and record read in one
  *   parameterized call. Each statement of a volatile PL/pgSQL function takes its own snapshot,
  *   so the read sees what the lock's previous holder committed.
+ * - Exact responses: `response_body` keeps the bytes a record replays (JSON text in the key
+ *   order it was given, or an HTTP body), `response_meta` what goes with raw bytes (an HTTP
+ *   status and headers). Records made before keep their `jsonb` response.
  *
  * Its claim queries are exported on their own (`outboxClaimQuery`, `inboxClaimQuery`): what
  * `explainClaim` prepares and explains, so the plan shown is the one the functions run.
@@ -19,12 +22,15 @@ import type { Migration } from "../../Migrations.js"
 
 export const migration: Migration = {
   version: 8,
-  name: "lease expiries, paused topics, runtime roles, ledger lookup",
+  name: "lease expiries, paused topics, runtime roles, ledger lookup, exact responses",
   statements: (t) => [
     `ALTER TABLE ${t("outbox")} ADD COLUMN failure_count integer NOT NULL DEFAULT 0,
        ADD COLUMN lease_expiries integer NOT NULL DEFAULT 0`,
     `ALTER TABLE ${t("inbox")} ADD COLUMN failure_count integer NOT NULL DEFAULT 0,
        ADD COLUMN lease_expiries integer NOT NULL DEFAULT 0`,
+    `ALTER TABLE ${t("mutation_records")} ALTER COLUMN response DROP NOT NULL,
+       ADD COLUMN response_body bytea, ADD COLUMN response_meta jsonb,
+       ADD CONSTRAINT mutation_records_response_check CHECK (response IS NOT NULL OR response_body IS NOT NULL)`,
     `CREATE TABLE ${t("paused_topics")} (
       topic text NOT NULL,
       paused_at timestamptz NOT NULL DEFAULT now(),
@@ -154,7 +160,8 @@ const lookupFunction = (t: (table: string) => string) =>
   `CREATE FUNCTION ${t("mutation_lookup")}(p_subject text, p_operation text, p_key text, p_lock bigint, p_wait boolean,
     p_lock_timeout text, p_statement_timeout text)
   RETURNS TABLE (locked boolean, previous_lock_timeout text, previous_statement_timeout text, kind text,
-    eligibility bytea, request_fingerprint bytea, status text, response jsonb, recorded_at text)
+    eligibility bytea, request_fingerprint bytea, status text, response jsonb, response_body bytea, response_meta jsonb,
+    recorded_at text)
   LANGUAGE plpgsql
 AS $lookup$
 #variable_conflict use_column
@@ -175,18 +182,19 @@ BEGIN
   END IF;
   IF got THEN
     RETURN QUERY SELECT true, prev_lock, prev_statement, r.kind, r.eligibility, r.request_fingerprint, r.status,
-                        r.response, ${iso("r.created_at")}
+                        r.response, r.response_body, r.response_meta, ${iso("r.created_at")}
       FROM ${t("mutation_records")} r
      WHERE r.subject = p_subject AND r.operation = p_operation AND r.key = p_key
        FOR UPDATE;
   ELSE
     RETURN QUERY SELECT false, prev_lock, prev_statement, r.kind, r.eligibility, r.request_fingerprint, r.status,
-                        r.response, ${iso("r.created_at")}
+                        r.response, r.response_body, r.response_meta, ${iso("r.created_at")}
       FROM ${t("mutation_records")} r
      WHERE r.subject = p_subject AND r.operation = p_operation AND r.key = p_key;
   END IF;
   IF NOT FOUND THEN
-    RETURN QUERY SELECT got, prev_lock, prev_statement, NULL::text, NULL::bytea, NULL::bytea, NULL::text, NULL::jsonb, NULL::text;
+    RETURN QUERY SELECT got, prev_lock, prev_statement, NULL::text, NULL::bytea, NULL::bytea, NULL::text, NULL::jsonb,
+                        NULL::bytea, NULL::jsonb, NULL::text;
   END IF;
 END
 $lookup$`
