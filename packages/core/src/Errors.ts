@@ -49,6 +49,30 @@ export class InvalidInput extends Schema.TaggedError<InvalidInput>("@effect-dura
   }
 }
 
+/**
+ * The database's substrate schema is not the one this code was built for: older (run the
+ * migrations) or newer (a deploy was rolled back). Raised when the layer is built, before
+ * any request is served.
+ */
+export class SchemaVersionMismatch extends Schema.TaggedError<SchemaVersionMismatch>("@effect-durable/SchemaVersionMismatch")(
+  "SchemaVersionMismatch",
+  {
+    schema: Schema.String,
+    /** The latest version recorded in the database (0: never migrated). */
+    found: Schema.Number,
+    /** The version this code needs. */
+    needed: Schema.Number
+  }
+) {
+  override get message() {
+    return this.found < this.needed
+      ? `the "${this.schema}" schema is at version ${this.found}, this code needs ${this.needed}: run the migrations ` +
+        `(Durable.layer({ migrate: true }), or \`effect-durable migrate\` as a deploy step)`
+      : `the "${this.schema}" schema is at version ${this.found}, newer than this code knows (${this.needed}): ` +
+        `a newer release migrated it; deploy that release (or newer) instead of this one`
+  }
+}
+
 /** A retried mutation differs from the recorded one (kind, eligibility claim or fingerprint). */
 export class MutationConflict extends Schema.TaggedError<MutationConflict>(
   "@effect-durable/MutationConflict"

@@ -121,11 +121,21 @@ export const options = <A, I>(schema: Schema.Schema<A, I, never>, prefix?: strin
     })
 }
 
+/** What a configuration variable is for, and a value that works: said when it is missing or wrong. */
+export interface VariableHint {
+  readonly purpose: string
+  readonly example: string
+}
+
 /**
  * A configuration value that could not be read (missing, not a number...), as the
- * `DurableConfigError` an invalid option gives, naming the variable.
+ * `DurableConfigError` an invalid option gives, naming the variable — and, when `hints` know
+ * it, what it is for and an example value.
  */
-export const configError = (error: ConfigError.ConfigError): DurableConfigError => {
+export const configError = (
+  error: ConfigError.ConfigError,
+  hints: Readonly<Record<string, VariableHint>> = {}
+): DurableConfigError => {
   const leaf = (e: ConfigError.ConfigError): { path: ReadonlyArray<string>; message: string } => {
     switch (e._op) {
       case "And":
@@ -139,5 +149,28 @@ export const configError = (error: ConfigError.ConfigError): DurableConfigError 
     }
   }
   const { message, path } = leaf(error)
-  return new DurableConfigError({ field: path.join(".") || "config", rule: message })
+  const field = path.join(".") || "config"
+  const hint = hints[field]
+  return new DurableConfigError({
+    field,
+    rule: hint === undefined ? message : `${message} — ${hint.purpose}, e.g. ${field}=${hint.example}`
+  })
+}
+
+/**
+ * A `DurableConfigError` from decoding options read from configuration, renamed to the
+ * variable the field came from (`poolSize` -> `DURABLE_POOL_SIZE`), with its hint.
+ */
+export const fromVariable = (
+  error: DurableConfigError,
+  variables: Readonly<Record<string, string>>,
+  hints: Readonly<Record<string, VariableHint>> = {}
+): DurableConfigError => {
+  const variable = variables[error.field] ?? variables[error.field.split(/[.[]/)[0]!]
+  if (variable === undefined) return error
+  const hint = hints[variable]
+  return new DurableConfigError({
+    field: variable,
+    rule: hint === undefined ? error.rule : `${error.rule} — ${hint.purpose}, e.g. ${variable}=${hint.example}`
+  })
 }

@@ -8,7 +8,7 @@
  * @since 0.1.0
  */
 import * as Cursor from "@effect-durable/core/Cursor"
-import type { DatabaseError, DurableConfigError } from "@effect-durable/core/Errors"
+import { type DatabaseError, DurableConfigError, SchemaVersionMismatch } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import type * as SqlClient from "@effect/sql/SqlClient"
@@ -17,7 +17,16 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Cas from "./Cas.js"
-import { config, type ConnectionInput, DurableSettings, makeConnection, makeSettings, type SettingsInput } from "./DurableConfig.js"
+import {
+  config,
+  type ConnectionInput,
+  DurableSettings,
+  FieldVariables,
+  makeConnection,
+  makeSettings,
+  type SettingsInput,
+  Variables
+} from "./DurableConfig.js"
 import { classify } from "./ErrorClassification.js"
 import * as Inbox from "./Inbox.js"
 import * as InboxAdmin from "./InboxAdmin.js"
@@ -38,6 +47,12 @@ export interface Options {
   readonly cursorKeys?: Cursor.Keyring
   /** Run `Migrations.migrate()` when the layer is built (needs the owner role). Default false. */
   readonly migrate?: boolean
+  /**
+   * Check at build that the database's schema is the version this code needs, and fail
+   * with `SchemaVersionMismatch` otherwise (older: run the migrations; newer: a rolled-back
+   * deploy). Default true.
+   */
+  readonly checkSchemaVersion?: boolean
 }
 
 export type Services =
@@ -54,6 +69,16 @@ export type Services =
   | Cas.Cas
   | Keyset.Keyset
 
+/** The schema's recorded version is the one this code needs, or `SchemaVersionMismatch`. */
+const checkVersion = Effect.gen(function*() {
+  const settings = yield* DurableSettings
+  const versions = yield* Migrations.appliedVersions
+  const found = versions.length === 0 ? 0 : Math.max(...versions)
+  if (found !== Migrations.latestVersion) {
+    return yield* new SchemaVersionMismatch({ schema: settings.schema, found, needed: Migrations.latestVersion })
+  }
+})
+
 /** Decodes every option; the first one broken is a `DurableConfigError` naming it. */
 const decode = (options: Omit<Options, "connection">) =>
   Effect.gen(function*() {
@@ -67,13 +92,19 @@ const decode = (options: Omit<Options, "connection">) =>
 /** The substrate over a `SqlClient` you already have (your pool, your transactions). */
 export const layerOver = (
   options: Omit<Options, "connection"> = {}
-): Layer.Layer<Exclude<Services, PgClient.PgClient | SqlClient.SqlClient>, DurableConfigError | DatabaseError, SqlClient.SqlClient> =>
+): Layer.Layer<
+  Exclude<Services, PgClient.PgClient | SqlClient.SqlClient>,
+  DurableConfigError | DatabaseError | SchemaVersionMismatch,
+  SqlClient.SqlClient
+> =>
   Layer.unwrapEffect(
     Effect.map(decode(options), ({ codec, settings }) => {
       const settingsLayer = Layer.succeed(DurableSettings, settings)
-      const migrated = options.migrate === true
-        ? Layer.effectDiscard(Migrations.migrate()).pipe(Layer.provide(settingsLayer))
-        : Layer.empty
+      // Migrate when asked, then check the version: the app never serves on a schema it does not know.
+      const migrated = Layer.effectDiscard(Effect.gen(function*() {
+        if (options.migrate === true) yield* Migrations.migrate()
+        if (options.checkSchemaVersion !== false) yield* checkVersion
+      })).pipe(Layer.provide(settingsLayer))
       const keyset = codec === undefined
         ? Keyset.layerWithoutKeys
         : Keyset.layer.pipe(Layer.provide(Layer.succeed(Cursor.CursorCodec, codec)))
@@ -93,7 +124,7 @@ export const layerOver = (
   )
 
 /** A `PgClient` built from the connection settings, and the whole substrate over it. */
-export const layer = (options: Options): Layer.Layer<Services, DurableConfigError | DatabaseError> =>
+export const layer = (options: Options): Layer.Layer<Services, DurableConfigError | DatabaseError | SchemaVersionMismatch> =>
   Layer.unwrapEffect(
     Effect.gen(function*() {
       const connection = yield* makeConnection(options.connection)
@@ -112,16 +143,28 @@ export const layer = (options: Options): Layer.Layer<Services, DurableConfigErro
   )
 
 /**
- * `layer` from configuration (see `DurableConfig.config` for the variables and defaults);
- * `CURSOR_KEYS` (optional) signs keyset cursors.
+ * `layer` from configuration (see `DurableConfig.Variables`); `CURSOR_KEYS` (optional) signs
+ * keyset cursors. Every variable is read and checked before a connection is opened; a bad
+ * one is a `DurableConfigError` naming the variable, what it is for and an example value.
  */
 export const layerConfig = (
-  options: { readonly migrate?: boolean } = {}
-): Layer.Layer<Services, DurableConfigError | DatabaseError> =>
+  options: { readonly migrate?: boolean; readonly checkSchemaVersion?: boolean } = {}
+): Layer.Layer<Services, DurableConfigError | DatabaseError | SchemaVersionMismatch> =>
   Layer.unwrapEffect(
-    Effect.map(
-      Effect.mapError(Config.all([config, Config.option(Cursor.keyringConfig)]), Input.configError),
-      ([{ connection, outbox, settings }, keys]) =>
-        layer({ connection, settings, outbox, ...options, ...(Option.isSome(keys) ? { cursorKeys: keys.value } : {}) })
-    )
+    Effect.gen(function*() {
+      const [{ connection, outbox, settings }, keys] = yield* Effect.mapError(
+        Config.all([config, Config.option(Cursor.keyringConfig)]),
+        (error) => Input.configError(error, Variables)
+      )
+      const full: Options = { connection, settings, outbox, ...options, ...(Option.isSome(keys) ? { cursorKeys: keys.value } : {}) }
+      // The same checks `layer` makes, here so that a failure names the variable, not the field.
+      yield* Effect.mapError(
+        Effect.zipRight(makeConnection(connection), decode(full)),
+        (error) =>
+          error.field.startsWith("cursor.")
+            ? Input.fromVariable(new DurableConfigError({ field: "cursor", rule: `${error.field}: ${error.rule}` }), { cursor: "CURSOR_KEYS" }, Variables)
+            : Input.fromVariable(error, FieldVariables, Variables)
+      )
+      return layer(full)
+    })
   )

@@ -115,6 +115,38 @@ export const makeConnection: (input: ConnectionInput) => Effect.Effect<Connectio
   ConnectionSchema
 )
 
+/** Every variable `Durable.layerConfig` reads: what it is for and a value that works. */
+export const Variables: Readonly<Record<string, Input.VariableHint>> = {
+  DATABASE_URL: { purpose: "the PostgreSQL URL of the application's database", example: "postgres://app:secret@127.0.0.1:5432/app" },
+  DURABLE_POOL_SIZE: { purpose: "the most connections in the pool (1-1000)", example: "10" },
+  DURABLE_CONNECT_TIMEOUT: { purpose: "the longest wait to open or acquire a connection", example: "10 seconds" },
+  DURABLE_IDLE_TIMEOUT: { purpose: "how long an unused connection stays open", example: "30 seconds" },
+  DURABLE_APPLICATION_NAME: { purpose: "application_name shown in pg_stat_activity", example: "orders-api" },
+  DURABLE_SCHEMA: { purpose: "the schema of the substrate's tables", example: "durable" },
+  DURABLE_LOCK_TIMEOUT: { purpose: "the longest lock wait inside a substrate transaction", example: "5 seconds" },
+  DURABLE_STATEMENT_TIMEOUT: { purpose: "the longest statement inside a substrate transaction", example: "30 seconds" },
+  DURABLE_OUTBOX_MAX_PAYLOAD_BYTES: { purpose: "the largest outbox payload, as canonical JSON bytes", example: "262144" },
+  DURABLE_OUTBOX_MAX_ATTEMPTS: { purpose: "failed deliveries before an outbox message is dead", example: "25" },
+  CURSOR_KEYS: {
+    purpose: "keys that sign keyset cursors, newest first, secrets of at least 16 bytes",
+    example: "k2=a-long-random-secret,k1=the-previous-secret"
+  }
+}
+
+/** Which variable each decoded field comes from, to name it in errors. */
+export const FieldVariables: Readonly<Record<string, string>> = {
+  url: "DATABASE_URL",
+  poolSize: "DURABLE_POOL_SIZE",
+  connectTimeout: "DURABLE_CONNECT_TIMEOUT",
+  idleTimeout: "DURABLE_IDLE_TIMEOUT",
+  applicationName: "DURABLE_APPLICATION_NAME",
+  schema: "DURABLE_SCHEMA",
+  lockTimeout: "DURABLE_LOCK_TIMEOUT",
+  statementTimeout: "DURABLE_STATEMENT_TIMEOUT",
+  maxPayloadBytes: "DURABLE_OUTBOX_MAX_PAYLOAD_BYTES",
+  maxAttempts: "DURABLE_OUTBOX_MAX_ATTEMPTS"
+}
+
 // Config gives each variable as an Option; the schemas above apply the defaults (one source).
 const present = <A extends Record<string, unknown>>(record: A) =>
   Object.fromEntries(

@@ -28,7 +28,7 @@ import type * as Schema from "effect/Schema"
 import { addCounts, makeBatches, noCounts } from "./internal/batches.js"
 import { listen } from "./internal/listener.js"
 import { runLoops } from "./internal/loop.js"
-import { config, decodeOptions } from "./internal/options.js"
+import { config, decodeOptions, FieldVariables, Variables } from "./internal/options.js"
 import type { Publisher } from "./Publisher.js"
 
 export { Defaults } from "./internal/options.js"
@@ -163,5 +163,10 @@ export const layerConfig = (
   overrides: ProjectorOptions = {}
 ): Layer.Layer<Projector, DurableConfigError, Outbox.Outbox | OutboxWorker.OutboxWorker | Publisher> =>
   Layer.unwrapEffect(
-    Effect.map(Effect.mapError(config, Input.configError), (options) => layer({ ...options, ...overrides }))
+    Effect.gen(function*() {
+      const options = { ...yield* Effect.mapError(config, (error) => Input.configError(error, Variables)), ...overrides }
+      // Checked here too, so that a bad value names its variable rather than the option.
+      yield* Effect.mapError(decodeOptions(options), (error) => Input.fromVariable(error, FieldVariables, Variables))
+      return layer(options)
+    })
   )

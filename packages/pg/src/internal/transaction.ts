@@ -17,11 +17,14 @@ import { createHash } from "node:crypto"
 import type { Settings } from "../DurableConfig.js"
 import { classify, classifyCommitDefects, classifySqlErrors } from "../ErrorClassification.js"
 
+/** The bounds a substrate transaction runs under (the settings' `lockTimeout` and `statementTimeout`). */
+export type Timeouts = Pick<Settings, "lockTimeout" | "statementTimeout">
+
 /** A timeout as `set_config` takes it: whole milliseconds, at least 1. */
 export const millis = (duration: Duration.Duration) => String(Math.max(1, Math.round(Duration.toMillis(duration))))
 
 /** The substrate's `lock_timeout` and (when set) `statement_timeout`, as `set_config` text. */
-export const timeoutValues = (settings: Settings) => ({
+export const timeoutValues = (settings: Timeouts) => ({
   lockTimeout: millis(settings.lockTimeout),
   statementTimeout: Option.match(settings.statementTimeout, { onNone: () => null, onSome: millis })
 })
@@ -30,7 +33,7 @@ export const timeoutValues = (settings: Settings) => ({
  * The `set_config` calls as a SELECT list. They are placed in a MATERIALIZED CTE by callers
  * that lock in the same statement, so the timeouts are in force before the lock is awaited.
  */
-export const timeoutSettings = (sql: SqlClient.SqlClient, settings: Settings) => {
+export const timeoutSettings = (sql: SqlClient.SqlClient, settings: Timeouts) => {
   const { lockTimeout, statementTimeout } = timeoutValues(settings)
   return statementTimeout === null
     ? sql`SELECT set_config('lock_timeout', ${lockTimeout}, true)`
@@ -44,7 +47,7 @@ export interface PreviousTimeouts {
 }
 
 /** Sets the substrate's timeouts for the transaction and returns the values they replace. */
-const swapTimeouts = (sql: SqlClient.SqlClient, settings: Settings) => {
+const swapTimeouts = (sql: SqlClient.SqlClient, settings: Timeouts) => {
   const { lockTimeout, statementTimeout } = timeoutValues(settings)
   return Effect.map(
     sql<PreviousTimeouts>`
@@ -71,7 +74,7 @@ export const inCallerTransaction: Effect.Effect<boolean> = Effect.map(
 )
 
 /** The statement that takes a transaction-scoped advisory lock (waiting or not): one row, `locked`. */
-const lockStatement = (sql: SqlClient.SqlClient, settings: Settings, lockKey: bigint, wait: boolean) =>
+const lockStatement = (sql: SqlClient.SqlClient, settings: Timeouts, lockKey: bigint, wait: boolean) =>
   sql<{ locked: boolean }>`WITH settings AS MATERIALIZED (${timeoutSettings(sql, settings)})
       SELECT ${wait ? sql`pg_advisory_xact_lock(${lockKey.toString()}::bigint) IS NOT NULL` : sql`pg_try_advisory_xact_lock(${lockKey.toString()}::bigint)`} AS locked
         FROM settings`
@@ -80,7 +83,7 @@ const lockStatement = (sql: SqlClient.SqlClient, settings: Settings, lockKey: bi
  * Sets the timeouts and takes a transaction-scoped advisory lock in one round trip. With
  * `wait: false` it does not queue behind a holder and returns whether it got the lock.
  */
-export const lockForTransaction = (sql: SqlClient.SqlClient, settings: Settings, lockKey: bigint, wait: boolean) =>
+export const lockForTransaction = (sql: SqlClient.SqlClient, settings: Timeouts, lockKey: bigint, wait: boolean) =>
   Effect.map(lockStatement(sql, settings, lockKey, wait), (rows) => rows[0]?.locked === true)
 
 /** A 64-bit advisory lock key for a namespaced identity (SHA-256, first 8 bytes, signed). */
@@ -115,7 +118,7 @@ export const transact = <A, E, R>(
  */
 export const bounded = <A, E, R>(
   sql: SqlClient.SqlClient,
-  settings: Settings,
+  settings: Timeouts,
   operation: string,
   body: Effect.Effect<A, E | SqlError, R>
 ): Effect.Effect<A, Exclude<E, SqlError> | DatabaseError, R> =>

@@ -98,6 +98,39 @@ export const decodeOptions = (options: ProjectorOptions): Effect.Effect<Settings
 const variable = <A>(config: Config.Config<A>, description: string) =>
   Config.option(config).pipe(Config.withDescription(description))
 
+/** Every `PROJECTOR_*` variable: what it is for and a value that works (said when one is wrong). */
+export const Variables: Readonly<Record<string, Input.VariableHint>> = {
+  PROJECTOR_TOPICS: { purpose: "comma-separated topics to deliver (default: all)", example: "order-placed,order-paid" },
+  PROJECTOR_WORKER_ID: { purpose: "the worker id stored with each claim", example: "projector-1" },
+  PROJECTOR_BATCH_SIZE: { purpose: "messages per claim (1-1000)", example: "500" },
+  PROJECTOR_CONCURRENCY: { purpose: "deliveries in flight at once (1-1000)", example: "16" },
+  PROJECTOR_BATCHES_IN_FLIGHT: { purpose: "batches claimed and delivered at once (1-64)", example: "3" },
+  PROJECTOR_LEASE: { purpose: "the claim lease", example: "30 seconds" },
+  PROJECTOR_POLL_INTERVAL: { purpose: "the longest sleep when no NOTIFY arrives", example: "1 second" },
+  PROJECTOR_BACKOFF_MIN: { purpose: "the shortest retry delay", example: "1 second" },
+  PROJECTOR_BACKOFF_MAX: { purpose: "the longest retry delay", example: "5 minutes" },
+  PROJECTOR_DELIVERY_TIMEOUT: { purpose: "how long a delivery may take", example: "10 seconds" },
+  PROJECTOR_SHUTDOWN_DEADLINE: { purpose: "how long shutting down waits for deliveries", example: "10 seconds" },
+  PROJECTOR_MAX_LEASE_EXPIRIES: { purpose: "leases a message may lose before it is dead", example: "10" },
+  PROJECTOR_LISTEN_URL: {
+    purpose: "a URL straight to PostgreSQL for LISTEN, when the pool goes through a transaction pooler",
+    example: "postgres://app:secret@db-primary:5432/app"
+  }
+}
+
+/** Which variable each option comes from, to name it in errors. */
+export const FieldVariables: Readonly<Record<string, string>> = {
+  ...Object.fromEntries(
+    Object.keys(Variables).map((variable) => [
+      variable.slice("PROJECTOR_".length).toLowerCase().replace(/_([a-z])/g, (_, c: string) => c.toUpperCase()),
+      variable
+    ])
+  ),
+  "backoff.min": "PROJECTOR_BACKOFF_MIN",
+  "backoff.max": "PROJECTOR_BACKOFF_MAX",
+  backoff: "PROJECTOR_BACKOFF_MIN"
+}
+
 /** The `PROJECTOR_*` variables; unset ones take the defaults above. */
 export const config: Config.Config<ProjectorOptions> = Config.all({
   topics: variable(Config.array(Config.string(), "PROJECTOR_TOPICS"), "comma-separated topics to deliver (default: all)"),
