@@ -3,6 +3,8 @@ import * as Cursor from "@effect-durable/core/Cursor"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
+import { readFileSync } from "node:fs"
+import { fileURLToPath } from "node:url"
 import * as CasExample from "../examples/cas.js"
 import * as InboxExample from "../examples/inbox.js"
 import * as OutboxExample from "../examples/outbox.js"
@@ -16,6 +18,15 @@ const Live = Layer.mergeAll(
   Cas.layer,
   Keyset.layer.pipe(Layer.provide(Cursor.layer([{ id: "k1", secret: Redacted.make("readme-example-secret!") }])))
 ).pipe(Layer.provideMerge(substrate()))
+
+describe("the README shows the examples as they run", () => {
+  it("pagination: README's snippet is examples/pagination.ts up to its program", () => {
+    const example = readFileSync(fileURLToPath(new URL("../examples/pagination.ts", import.meta.url)), "utf8")
+    const readme = readFileSync(fileURLToPath(new URL("../../../README.md", import.meta.url)), "utf8")
+    const shown = example.slice(example.indexOf("import * as Keyset"), example.indexOf("export const program")).trimEnd()
+    expect(readme.includes("```ts\n" + shown + "\n```"), "README's Pagination snippet differs from the example").toBe(true)
+  })
+})
 
 describe("the README examples do what the README says", () => {
   it.layer(Live)((it) => {
@@ -45,10 +56,10 @@ describe("the README examples do what the README says", () => {
         expect(yield* InboxExample.program).toEqual({ first: "Processed", redelivered: "Duplicate", invoices: 1 })
       }))
 
-    it.effect("pagination: newest first, two per page", () =>
+    it.effect("pagination: an account's EUR transfers, sent or received, oldest first, two per page", () =>
       Effect.gen(function*() {
-        // One statement inserts all five rows with one created_at, so id breaks the tie.
-        expect(yield* PaginationExample.program).toEqual([[5, 4], [3, 2], [1]])
+        // One statement inserts all rows with one booked_at, so id breaks the tie.
+        expect(yield* PaginationExample.program).toEqual([[10, 20], [50, 60]])
       }))
   })
 })
