@@ -5,6 +5,11 @@ import { createServer } from "node:http"
 import type { AddressInfo } from "node:net"
 import * as ProjectorExample from "../examples/projector.js"
 import * as WebhookExample from "../examples/webhook.js"
+import * as WorkerExample from "../examples/worker.js"
+import * as TestDatabase from "@effect-durable/testing/TestDatabase"
+import * as ConfigProvider from "effect/ConfigProvider"
+import * as Context from "effect/Context"
+import * as Layer from "effect/Layer"
 import { outboxRows, substrate } from "./support.js"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as Projector from "../src/Projector.js"
@@ -44,6 +49,21 @@ describe("the README examples of the projector do what the README says", () => {
         expect(counts).toMatchObject({ delivered: 1 })
         expect(verified).toEqual([true])
         expect((yield* outboxRows([id]))[0]).toMatchObject({ projected: true })
+      }))
+
+    it.effect("worker: the standalone projector process starts from its environment and refuses a bad variable by name", () =>
+      Effect.gen(function*() {
+        const db = yield* TestDatabase.TestDatabase
+        const env = (entries: Record<string, string>) =>
+          Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(entries))))
+        const base = { DATABASE_URL: Redacted.value(db.url), WEBHOOK_URL: "http://127.0.0.1:9/hook", WEBHOOK_SECRET: "sixteen bytes or more" }
+        // The database is migrated (the suite's substrate): the worker starts and runs its projector.
+        const workerId = yield* Effect.scoped(
+          Effect.map(Layer.build(WorkerExample.Worker), (context) => Context.get(context, Projector.Projector).workerId)
+        ).pipe(env({ ...base, PROJECTOR_WORKER_ID: "worker-readme" }))
+        expect(workerId).toBe("worker-readme")
+        const refused = yield* Effect.flip(Effect.scoped(Layer.build(WorkerExample.Worker)).pipe(env({ ...base, PROJECTOR_LEASE: "-1 seconds" })))
+        expect(refused).toMatchObject({ _tag: "DurableConfigError", field: "PROJECTOR_LEASE" })
       }))
   })
 })
