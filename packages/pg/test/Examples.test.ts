@@ -3,8 +3,6 @@ import * as Cursor from "@effect-durable/core/Cursor"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
-import { readFileSync } from "node:fs"
-import { fileURLToPath } from "node:url"
 import { layerSettings } from "../src/DurableConfig.js"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as ConfigProvider from "effect/ConfigProvider"
@@ -25,15 +23,6 @@ const Live = Layer.mergeAll(
   Cas.layer,
   Keyset.layer.pipe(Layer.provide(Cursor.layer([{ id: "k1", secret: Redacted.make("readme-example-secret!") }])))
 ).pipe(Layer.provideMerge(substrate()))
-
-describe("the README shows the examples as they run", () => {
-  it("pagination: README's snippet is examples/pagination.ts up to its program", () => {
-    const example = readFileSync(fileURLToPath(new URL("../examples/pagination.ts", import.meta.url)), "utf8")
-    const readme = readFileSync(fileURLToPath(new URL("../../../README.md", import.meta.url)), "utf8")
-    const shown = example.slice(example.indexOf("import * as Keyset"), example.indexOf("export const program")).trimEnd()
-    expect(readme.includes("```ts\n" + shown + "\n```"), "README's Pagination snippet differs from the example").toBe(true)
-  })
-})
 
 describe("the README examples do what the README says", () => {
   it.layer(Live)((it) => {
