@@ -63,9 +63,12 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
       dead: boolean
       last_error: string | null
       attempts: number
+      failures: number
+      lease_expiries: number
     }>`
       SELECT id::text AS id, payload->>'uid' AS uid,
-             projected_at IS NOT NULL AS projected, dead_at IS NOT NULL AS dead, last_error, attempt_count AS attempts
+             projected_at IS NOT NULL AS projected, dead_at IS NOT NULL AS dead, last_error, attempt_count AS attempts,
+             failure_count AS failures, lease_expiries
         FROM durable.outbox WHERE topic = ${TOPIC}`
     const deliveries = yield* admin<{ message_id: string; uid: string; worker: string; at: number }>`
       SELECT message_id::text AS message_id, uid, worker, extract(epoch FROM at)::float8 * 1000 AS at
@@ -222,7 +225,14 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
       const bucket = row.attempts <= 1 ? "1" : row.attempts <= 2 ? "2" : row.attempts <= 5 ? "3-5" : row.attempts <= 10 ? "6-10" : ">10"
       attemptsHistogram.set(bucket, (attemptsHistogram.get(bucket) ?? 0) + 1)
     }
-    details.push(`  claims per message: ${["1", "2", "3-5", "6-10", ">10"].map((b) => `${b}: ${attemptsHistogram.get(b) ?? 0}`).join(", ")}; max ${Math.max(0, ...committedMessages.map((row) => row.attempts))}`)
+    const most = (values: ReadonlyArray<number>) => values.reduce((a, b) => Math.max(a, b), 0)
+    details.push(
+      `  claims per message: ${["1", "2", "3-5", "6-10", ">10"].map((b) => `${b}: ${attemptsHistogram.get(b) ?? 0}`).join(", ")}; max ${
+        most(committedMessages.map((row) => row.attempts))
+      }; most failed deliveries of one message ${most(committedMessages.map((row) => row.failures))}, most lost leases ${
+        most(committedMessages.map((row) => row.lease_expiries))
+      }`
+    )
     if (facts.unexpectedExits.length > 0) {
       details.push(`  workers that exited on their own (restarted): ${facts.unexpectedExits.length}`)
       for (const line of facts.unexpectedExits.slice(0, 3)) details.push(`    ${line.replace(/\n/g, " | ").slice(0, 300)}`)

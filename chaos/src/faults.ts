@@ -10,7 +10,7 @@
  * - starve: SIGSTOP of every worker as long, then SIGCONT (a starved machine): they all wake
  *   up with stale claims and a backlog, which they claim in full batches whose delivery
  *   outlasts the lease (lease renewal under load);
- * - terminate: pg_terminate_backend of every worker, listener and producer connection;
+ * - terminate: pg_terminate_backend of every worker, keeper, listener and producer connection;
  * - restart: PostgreSQL stopped in immediate mode (a crash), down 1-4 s, crash recovery;
  * - commit-cut: the producer's connection cut right after it sends COMMIT (the proxy
  *   forwards it or not): the retry through the ledger must give exactly one business row.
@@ -184,7 +184,7 @@ const terminate = (env: Environment) =>
       WITH victims AS MATERIALIZED (
         SELECT pid, application_name FROM pg_stat_activity
          WHERE (application_name LIKE ${`${APPLICATION.workerPrefix}%`}
-                OR application_name IN (${APPLICATION.producer}, ${APPLICATION.listener}))
+                OR application_name IN (${APPLICATION.producer}, ${APPLICATION.listener}, ${APPLICATION.keeper}))
            AND pid <> pg_backend_pid())
       SELECT application_name FROM victims WHERE pg_terminate_backend(pid)`.pipe(Effect.orElseSucceed(() => []))
     const byName = new Map<string, number>()

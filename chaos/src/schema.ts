@@ -1,3 +1,5 @@
+import { KEEPER_APPLICATION_NAME } from "@effect-durable/projector/Projector"
+
 /**
  * The chaos suite's own tables and names, shared by the producer, the workers and the
  * checker. The business and effect tables have no unique key on purpose: a command the
@@ -16,7 +18,9 @@ export const APPLICATION = {
   worker: (index: number) => `chaos-worker-${index}`,
   admin: "chaos-admin",
   /** The projector's LISTEN connection (the name `@effect-durable/projector` gives it). */
-  listener: "effect-durable-listener"
+  listener: "effect-durable-listener",
+  /** The projector keeper's own connection for lease renewals. */
+  keeper: KEEPER_APPLICATION_NAME
 } as const
 
 /** A worker prints this to its log once its projector runs; main.ts waits for it. */

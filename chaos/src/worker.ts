@@ -58,10 +58,9 @@ const projector = Projector.layer({
   ...(config.leaseMillis === undefined ? {} : { lease: config.leaseMillis }),
   // Handler failures come only from faults (a restart, a terminated backend); a short backoff
   // ceiling keeps the run bounded. The backoff is not what this suite tests.
-  backoff: { min: "500 millis", max: "5 seconds" }
-  // Behind a pooler the projector polls until it can LISTEN elsewhere. Once Projector has
-  // the option (issue 12), this is the one line to add:
-  // ...(config.listenUrl === undefined ? {} : { listenUrl: config.listenUrl }),
+  backoff: { min: "500 millis", max: "5 seconds" },
+  // Behind a pooler the pool cannot carry LISTEN: the wake-ups come over a direct connection.
+  ...(config.listenUrl === undefined ? {} : { listenUrl: Redacted.make(config.listenUrl) })
 }).pipe(Layer.provide(handler))
 
 const substrate = Durable.layer({

@@ -3,6 +3,7 @@
 // held steady: each claimed batch is marked projected and replaced by 100 new messages
 // (neither timed).
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import { median, PAYLOAD, percentile } from "../common.js"
@@ -46,6 +47,7 @@ export const run = async (bench: Bench, claimCases: ReadonlyArray<ClaimCase>) =>
     const url = await bench.freshDatabase(database)
     const sorted = await EffectDurable.run(url, Effect.gen(function*() {
       const outbox = yield* Outbox.Outbox
+      const worker = yield* OutboxWorker.OutboxWorker
       // Rows written in SQL: this scenario measures the claim, not the enqueue.
       yield* Effect.promise(async () => {
         if (claimCase.projected > 0) await bench.execute(url, rows(claimCase.projected, true))
@@ -54,10 +56,10 @@ export const run = async (bench: Bench, claimCases: ReadonlyArray<ClaimCase>) =>
       })
       const took: Array<number> = []
       for (let i = 0; i < CLAIMS; i++) {
-        const [duration, claimed] = yield* Effect.timed(outbox.claim({ worker: "bench", limit: LIMIT, lease: "30 seconds" }))
+        const [duration, claimed] = yield* Effect.timed(worker.claim({ worker: "bench", limit: LIMIT, lease: "30 seconds" }))
         took.push(Duration.toMillis(duration))
         if (claimed.length !== LIMIT) return yield* Effect.dieMessage(`claimed ${claimed.length}, expected ${LIMIT}`)
-        yield* outbox.markProjectedMany(claimed.map((message) => message.claim))
+        yield* worker.markProjectedMany(claimed.map((message) => message.claim))
         yield* outbox.enqueueMany(claimed.map((_, j) => ({ topic: "bench", payload: { ...PAYLOAD, orderId: i * LIMIT + j } })))
       }
       return took.sort((a, b) => a - b)

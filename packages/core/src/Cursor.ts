@@ -1,8 +1,9 @@
 /**
- * Signed keyset cursors. A cursor names a subject, the fingerprint of the filters it was
- * issued for, the high-water position recorded by the first page (rows created later never
- * enter the traversal) and the last position served. Tokens are HMAC-SHA256 signed with the
- * newest key and verified against every listed key; only the canonical encoding is accepted.
+ * Signed keyset cursors. A cursor names a subject, the fingerprint of what it was issued for
+ * (table, order, filters), the high-water position recorded by the first page (rows created
+ * later never enter the traversal) and the last position served. Tokens are HMAC-SHA256
+ * signed with the newest key and verified against every listed key; only the canonical
+ * encoding is accepted, and `encode` refuses exactly what `decode` would refuse.
  *
  * @since 0.1.0
  */
@@ -15,22 +16,26 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import { createHmac, timingSafeEqual } from "node:crypto"
-import { CursorBindingMismatch, DurableConfigError, InvalidCursor, type UnsupportedJsonValue } from "./Errors.js"
+import { CursorBindingMismatch, DurableConfigError, InvalidCursor, InvalidInput } from "./Errors.js"
 import { canonicalizeEither, type RequestFingerprint, toHex } from "./Fingerprint.js"
+import * as Input from "./Input.js"
 
-/** A row's place in the order `(created_at DESC, id DESC)`. */
+/**
+ * A row's place in a traversal's order: its order column's value and its tie-breaker's, as
+ * text the database casts back to exactly the same values (microseconds kept: a JS Date
+ * would drop them).
+ */
 export interface Position {
-  /** The row's `created_at` as PostgreSQL prints it (microseconds kept: a JS Date would drop them). */
-  readonly createdAt: string
-  readonly id: string
+  readonly value: string
+  readonly tieBreaker: string
 }
 
 /** Where a traversal stands. */
 export interface Cursor {
   readonly subject: string
-  /** Lowercase hex SHA-256 of the canonical filters. */
+  /** Lowercase hex SHA-256 of what the cursor is bound to besides the subject (table, order, filters). */
   readonly filter: string
-  /** The newest position when the first page was served; later rows are never served. */
+  /** The position the first page recorded; the traversal never goes past it, so later rows stay out. */
   readonly highWater: Position
   /** The last position served; absent before the first page was read past. */
   readonly after?: Position
@@ -57,7 +62,11 @@ export interface CursorKey {
 export type Keyring = readonly [CursorKey, ...Array<CursorKey>]
 
 export class CursorCodec extends Context.Tag("@effect-durable/core/CursorCodec")<CursorCodec, {
-  readonly encode: (cursor: Cursor) => Effect.Effect<string, UnsupportedJsonValue>
+  /**
+   * Signs a cursor. A cursor `decode` would refuse (an empty or over-long subject, an over-long
+   * position, a token over `MAX_TOKEN_LENGTH`) is refused here, as `InvalidInput`.
+   */
+  readonly encode: (cursor: Cursor) => Effect.Effect<string, InvalidInput>
   readonly decode: (token: string) => Effect.Effect<Cursor, InvalidCursor>
   /** Decodes and checks the cursor was issued for this subject and these filters. */
   readonly bind: (
@@ -74,16 +83,41 @@ const MAC_BYTES = 32
 const KEY_ID = /^[A-Za-z0-9_-]{1,32}$/
 const MIN_SECRET_BYTES = 16
 
-const Text = (max: number) => Schema.String.pipe(Schema.minLength(1), Schema.maxLength(max))
-const PositionTuple = Schema.Tuple(Text(64), Text(256))
-// Short field names keep tokens short; the schema is the wire format of version 1.
+/** Longest subject a cursor carries, in UTF-8 bytes (the ledger's subjects are as long). */
+export const MAX_SUBJECT_BYTES = 256
+/**
+ * Longest position parts a cursor carries, in UTF-8 bytes of their text. With the longest
+ * subject, a cursor of four such parts still fits in `MAX_TOKEN_LENGTH` (unless JSON has to
+ * escape many of their characters: `encode` says so then).
+ */
+export const MAX_POSITION_BYTES = { value: 256, tieBreaker: 256 } as const
+
+// Canonical JSON refuses a lone surrogate: refusing it in the schema too names the field.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
+const withoutLoneSurrogates = (schema: Schema.Schema<string>, rule: string) =>
+  schema.pipe(Schema.filter((text) => !LONE_SURROGATE.test(text), { message: () => `${rule} or lone surrogates` }))
+
+/** What a cursor accepts as its subject: check a subject with it before serving a first page. */
+export const Subject: Schema.Schema<string> = withoutLoneSurrogates(
+  Input.Text(MAX_SUBJECT_BYTES),
+  `a non-empty string of at most ${MAX_SUBJECT_BYTES} bytes without NUL`
+)
+
+// A position part may be empty: '' is a text column's value like any other.
+const PositionText = (maxBytes: number) =>
+  withoutLoneSurrogates(Input.OptionalText(maxBytes), `a string of at most ${maxBytes} bytes without NUL`)
+const PositionTuple = Schema.Tuple(PositionText(MAX_POSITION_BYTES.value), PositionText(MAX_POSITION_BYTES.tieBreaker))
+
+// Short field names keep tokens short; the schema is the wire format of version 1. The same
+// schema checks what `encode` signs and what `decode` accepts: a cursor we issue is one we take.
 const Payload = Schema.Struct({
-  s: Text(256),
+  s: Subject,
   f: Schema.String.pipe(Schema.pattern(/^[0-9a-f]{64}$/)),
   h: PositionTuple,
   a: Schema.optionalWith(PositionTuple, { exact: true })
 })
 const decodePayload = Schema.decodeUnknownEither(Payload)
+const checkPayload = Input.argument("cursor", Payload)
 
 const validateKeyring = (keys: ReadonlyArray<CursorKey>): Either.Either<void, DurableConfigError> => {
   if (keys.length === 0) return Either.left(new DurableConfigError({ field: "cursor.keys", rule: "at least one key" }))
@@ -112,20 +146,35 @@ export const make = (keys: Keyring): Effect.Effect<CursorCodec["Type"], DurableC
     const signer = keys[0]
     const mac = (secret: Buffer, signed: Buffer) => createHmac("sha256", secret).update(signed).digest()
 
-    const encode = (cursor: Cursor) =>
-      Effect.map(
-        canonicalizeEither({
-          s: cursor.subject,
-          f: cursor.filter,
-          h: [cursor.highWater.createdAt, cursor.highWater.id],
-          ...(cursor.after === undefined ? {} : { a: [cursor.after.createdAt, cursor.after.id] })
-        }),
-        (payload) => {
-          const kid = Buffer.from(signer.id, "ascii")
-          const signed = Buffer.concat([Buffer.from([VERSION, kid.length]), kid, Buffer.from(payload, "utf8")])
-          return Buffer.concat([signed, mac(secrets.get(signer.id)!, signed)]).toString("base64url")
-        }
+    const sign = (payload: string): string => {
+      const kid = Buffer.from(signer.id, "ascii")
+      const signed = Buffer.concat([Buffer.from([VERSION, kid.length]), kid, Buffer.from(payload, "utf8")])
+      return Buffer.concat([signed, mac(secrets.get(signer.id)!, signed)]).toString("base64url")
+    }
+
+    const encodeEither = (cursor: Cursor): Either.Either<string, InvalidInput> =>
+      checkPayload({
+        s: cursor.subject,
+        f: cursor.filter,
+        h: [cursor.highWater.value, cursor.highWater.tieBreaker],
+        ...(cursor.after === undefined ? {} : { a: [cursor.after.value, cursor.after.tieBreaker] })
+      }).pipe(
+        Either.flatMap((checked) =>
+          Either.mapLeft(canonicalizeEither(checked), (error) => new InvalidInput({ argument: "cursor", rule: error.message }))
+        ),
+        Either.map(sign),
+        // `decode` checks the length before anything else: a token it would refuse is never issued.
+        Either.filterOrLeft(
+          (token) => token.length <= MAX_TOKEN_LENGTH,
+          (token) =>
+            new InvalidInput({
+              argument: "cursor",
+              rule: `a token of at most ${MAX_TOKEN_LENGTH} characters (this one would have ${token.length})`
+            })
+        )
       )
+
+    const encode = (cursor: Cursor) => Effect.suspend(() => encodeEither(cursor))
 
     const invalid = (reason: string) => Either.left(new InvalidCursor({ reason }))
 
@@ -164,8 +213,8 @@ export const make = (keys: Keyring): Effect.Effect<CursorCodec["Type"], DurableC
           Either.right({
             subject: payload.s,
             filter: payload.f,
-            highWater: { createdAt: payload.h[0], id: payload.h[1] },
-            ...(payload.a === undefined ? {} : { after: { createdAt: payload.a[0], id: payload.a[1] } })
+            highWater: { value: payload.h[0], tieBreaker: payload.h[1] },
+            ...(payload.a === undefined ? {} : { after: { value: payload.a[0], tieBreaker: payload.a[1] } })
           })
       })
     }

@@ -34,6 +34,45 @@ export class DurableConfigError extends Schema.TaggedError<DurableConfigError>(
   }
 }
 
+/**
+ * An argument of a call that breaks a named rule (a negative duration, a NUL character, an
+ * empty subject...). Nothing was written and the caller's transaction is still usable.
+ */
+export class InvalidInput extends Schema.TaggedError<InvalidInput>("@effect-durable/InvalidInput")("InvalidInput", {
+  /** The argument, with the path inside it: `olderThan`, `claims[3].generation`. */
+  argument: Schema.String,
+  /** The rule the value broke. */
+  rule: Schema.String
+}) {
+  override get message() {
+    return `invalid ${this.argument}: ${this.rule}`
+  }
+}
+
+/**
+ * The database's substrate schema is not the one this code was built for: older (run the
+ * migrations) or newer (a deploy was rolled back). Raised when the layer is built, before
+ * any request is served.
+ */
+export class SchemaVersionMismatch extends Schema.TaggedError<SchemaVersionMismatch>("@effect-durable/SchemaVersionMismatch")(
+  "SchemaVersionMismatch",
+  {
+    schema: Schema.String,
+    /** The latest version recorded in the database (0: never migrated). */
+    found: Schema.Number,
+    /** The version this code needs. */
+    needed: Schema.Number
+  }
+) {
+  override get message() {
+    return this.found < this.needed
+      ? `the "${this.schema}" schema is at version ${this.found}, this code needs ${this.needed}: run the migrations ` +
+        `(Durable.layer({ migrate: true }), or \`effect-durable migrate\` as a deploy step)`
+      : `the "${this.schema}" schema is at version ${this.found}, newer than this code knows (${this.needed}): ` +
+        `a newer release migrated it; deploy that release (or newer) instead of this one`
+  }
+}
+
 /** A retried mutation differs from the recorded one (kind, eligibility claim or fingerprint). */
 export class MutationConflict extends Schema.TaggedError<MutationConflict>(
   "@effect-durable/MutationConflict"
@@ -83,16 +122,30 @@ export class CasConflict extends Schema.TaggedError<CasConflict>("@effect-durabl
   }
 }
 
-/** A claim token is stale or foreign: the row was reclaimed, or claimed by another worker. */
-export class OutboxClaimMismatch extends Schema.TaggedError<OutboxClaimMismatch>(
-  "@effect-durable/OutboxClaimMismatch"
-)("OutboxClaimMismatch", {
-  messageId: Schema.String,
-  worker: Schema.String,
-  generation: Schema.Number
-}) {
+/** Which leased queue a message lives in. */
+export const QueueName = Schema.Literal("outbox", "inbox")
+export type QueueName = typeof QueueName.Type
+
+/**
+ * A claim token is stale or foreign: the row was claimed again after this worker's lease
+ * ran out, or is held by another worker. The same shape for the outbox and the inbox.
+ */
+export class ClaimMismatch extends Schema.TaggedError<ClaimMismatch>("@effect-durable/ClaimMismatch")(
+  "ClaimMismatch",
+  { queue: QueueName, messageId: Schema.String, worker: Schema.String, generation: Schema.Number }
+) {
   override get message() {
-    return `message ${this.messageId} is not claimed by ${this.worker} at generation ${this.generation}`
+    return `${this.queue} message ${this.messageId} is not claimed by ${this.worker} at generation ${this.generation}`
+  }
+}
+
+/** No row of this queue has this id. */
+export class MessageMissing extends Schema.TaggedError<MessageMissing>("@effect-durable/MessageMissing")(
+  "MessageMissing",
+  { queue: QueueName, messageId: Schema.String }
+) {
+  override get message() {
+    return `no ${this.queue} message ${this.messageId}`
   }
 }
 
@@ -103,39 +156,6 @@ export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>("@effec
 ) {
   override get message() {
     return `payload for ${this.topic} is ${this.bytes} bytes; the limit is ${this.limit}`
-  }
-}
-
-/** An inbox claim token is stale or foreign (the stored-then-processed mode). */
-export class InboxClaimMismatch extends Schema.TaggedError<InboxClaimMismatch>(
-  "@effect-durable/InboxClaimMismatch"
-)("InboxClaimMismatch", {
-  messageId: Schema.String,
-  worker: Schema.String,
-  generation: Schema.Number
-}) {
-  override get message() {
-    return `inbox entry ${this.messageId} is not claimed by ${this.worker} at generation ${this.generation}`
-  }
-}
-
-/** No inbox entry has this id. */
-export class InboxMissing extends Schema.TaggedError<InboxMissing>("@effect-durable/InboxMissing")(
-  "InboxMissing",
-  { messageId: Schema.String }
-) {
-  override get message() {
-    return `no inbox entry ${this.messageId}`
-  }
-}
-
-/** No outbox row has this id. */
-export class OutboxMissing extends Schema.TaggedError<OutboxMissing>("@effect-durable/OutboxMissing")(
-  "OutboxMissing",
-  { messageId: Schema.String }
-) {
-  override get message() {
-    return `no outbox message ${this.messageId}`
   }
 }
 
@@ -170,7 +190,9 @@ export class DatabaseError extends Schema.TaggedError<DatabaseError>("@effect-du
     code: Schema.NullOr(Schema.String),
     retryable: Schema.Boolean,
     operation: Schema.String,
-    detail: Schema.String
+    detail: Schema.String,
+    /** The driver's own error, for logs and debugging (never shown in `message`). */
+    cause: Schema.optional(Schema.Unknown)
   }
 ) {
   override get message() {

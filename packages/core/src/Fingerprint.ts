@@ -12,7 +12,7 @@ import * as Brand from "effect/Brand"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import { createHash, timingSafeEqual } from "node:crypto"
-import { UnsupportedJsonValue } from "./Errors.js"
+import { PayloadTooLarge, UnsupportedJsonValue } from "./Errors.js"
 
 /** A SHA-256 digest of a value's canonical JSON: always 32 bytes. */
 export type RequestFingerprint = Uint8Array & Brand.Brand<"@effect-durable/RequestFingerprint">
@@ -23,17 +23,33 @@ export const RequestFingerprint = Brand.refined<RequestFingerprint>(
   (bytes) => Brand.error(`a request fingerprint is 32 bytes, got ${bytes.length}`)
 )
 
-/** The canonical JSON text of a value, or the reason it is not JSON. */
-export const canonicalizeEither = (value: unknown): Either.Either<string, UnsupportedJsonValue> => {
+/** Deepest nesting of arrays and objects accepted: deeper values are refused, never overflow the stack. */
+export const MAX_DEPTH = 512
+
+/**
+ * The canonical JSON text of a value of at most `maxBytes` UTF-8 bytes. The walk stops as soon
+ * as the text is known to be longer (a 10 MB value is not canonicalized in full to be refused);
+ * the `PayloadTooLarge` then counts the bytes seen so far (`topic` is left empty for the caller).
+ */
+export const canonicalizeWithin = (
+  value: unknown,
+  maxBytes: number
+): Either.Either<string, UnsupportedJsonValue | PayloadTooLarge> => {
+  const walk: Walk = { size: 0, maxBytes, ancestors: new Set() }
   try {
-    return Either.right(canonical(value, "$", new Set()))
+    const text = canonical(value, "$", walk, 0)
+    const bytes = Buffer.byteLength(text, "utf8")
+    return bytes > maxBytes ? Either.left(new PayloadTooLarge({ topic: "", bytes, limit: maxBytes })) : Either.right(text)
   } catch (error) {
-    if (error instanceof Refusal) {
-      return Either.left(new UnsupportedJsonValue({ path: error.path, reason: error.reason }))
-    }
+    if (error instanceof Refusal) return Either.left(new UnsupportedJsonValue({ path: error.path, reason: error.reason }))
+    if (error instanceof TooLarge) return Either.left(new PayloadTooLarge({ topic: "", bytes: walk.size, limit: maxBytes }))
     throw error
   }
 }
+
+/** The canonical JSON text of a value, or the reason it is not JSON. */
+export const canonicalizeEither = (value: unknown): Either.Either<string, UnsupportedJsonValue> =>
+  canonicalizeWithin(value, Infinity) as Either.Either<string, UnsupportedJsonValue>
 
 /** The canonical JSON text (RFC 8785) of a value. */
 export const canonicalize = (value: unknown): Effect.Effect<string, UnsupportedJsonValue> =>
@@ -54,9 +70,23 @@ export const toHex = (fingerprint: RequestFingerprint): string => Buffer.from(fi
 export const equals = (a: RequestFingerprint, b: RequestFingerprint): boolean =>
   a.length === b.length && timingSafeEqual(a, b)
 
-// Internal: the walk throws this one class and the boundary above turns it into a typed error.
+// Internal: the walk throws these and the boundaries above turn them into typed errors.
 class Refusal {
   constructor(readonly path: string, readonly reason: string) {}
+}
+class TooLarge {}
+
+interface Walk {
+  /** UTF-16 units written so far: a lower bound of the UTF-8 bytes. */
+  size: number
+  readonly maxBytes: number
+  readonly ancestors: Set<object>
+}
+
+const grow = (walk: Walk, text: string): string => {
+  walk.size += text.length
+  if (walk.size > walk.maxBytes) throw new TooLarge()
+  return text
 }
 
 const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/
@@ -69,6 +99,8 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
 
 const canonicalString = (text: string, path: string): string => {
   if (LONE_SURROGATE.test(text)) throw new Refusal(path, "string holds a lone surrogate")
+  // JSON can carry U+0000; PostgreSQL's jsonb and text cannot store it.
+  if (text.includes("\u0000")) throw new Refusal(path, "string holds a NUL character (U+0000), which PostgreSQL cannot store")
   // JSON.stringify escapes exactly what RFC 8785 §3.2.2.2 requires: `"`, `\`, and the
   // control characters (the short forms \b \t \n \f \r, the rest as lowercase \u00xx).
   return JSON.stringify(text)
@@ -79,16 +111,16 @@ const describe = (value: object): string => {
   return typeof name === "string" && name.length > 0 ? `an instance of ${name}` : "a non-plain object"
 }
 
-const canonical = (value: unknown, path: string, ancestors: Set<object>): string => {
+const canonical = (value: unknown, path: string, walk: Walk, depth: number): string => {
   switch (typeof value) {
     case "string":
-      return canonicalString(value, path)
+      return grow(walk, canonicalString(value, path))
     case "number":
       if (!Number.isFinite(value)) throw new Refusal(path, `${value} is not a finite number`)
       // ECMAScript's Number-to-String is the form RFC 8785 §3.2.2.3 prescribes; it turns -0 into "0".
-      return String(value)
+      return grow(walk, String(value))
     case "boolean":
-      return value ? "true" : "false"
+      return grow(walk, value ? "true" : "false")
     case "undefined":
       throw new Refusal(path, "undefined")
     case "bigint":
@@ -98,16 +130,18 @@ const canonical = (value: unknown, path: string, ancestors: Set<object>): string
     case "symbol":
       throw new Refusal(path, "a symbol")
   }
-  if (value === null) return "null"
+  if (value === null) return grow(walk, "null")
   const object = value as object
-  if (ancestors.has(object)) throw new Refusal(path, "a circular reference")
-  ancestors.add(object)
+  if (walk.ancestors.has(object)) throw new Refusal(path, "a circular reference")
+  if (depth >= MAX_DEPTH) throw new Refusal(path, `nested deeper than ${MAX_DEPTH} levels`)
+  walk.ancestors.add(object)
   try {
     if (Array.isArray(object)) {
       const parts: Array<string> = []
       for (let i = 0; i < object.length; i++) {
         if (!(i in object)) throw new Refusal(`${path}[${i}]`, "a hole in a sparse array")
-        parts.push(canonical(object[i], `${path}[${i}]`, ancestors))
+        parts.push(canonical(object[i], `${path}[${i}]`, walk, depth + 1))
+        grow(walk, ",")
       }
       return `[${parts.join(",")}]`
     }
@@ -119,10 +153,12 @@ const canonical = (value: unknown, path: string, ancestors: Set<object>): string
     const parts: Array<string> = []
     for (const key of keys) {
       const member = childPath(path, key)
-      parts.push(`${canonicalString(key, member)}:${canonical((object as Record<string, unknown>)[key], member, ancestors)}`)
+      const name = grow(walk, canonicalString(key, member))
+      parts.push(`${name}:${canonical((object as Record<string, unknown>)[key], member, walk, depth + 1)}`)
+      grow(walk, ":,")
     }
     return `{${parts.join(",")}}`
   } finally {
-    ancestors.delete(object)
+    walk.ancestors.delete(object)
   }
 }

@@ -4,6 +4,7 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as FastCheck from "effect/FastCheck"
 import * as Redacted from "effect/Redacted"
+import { createHmac } from "node:crypto"
 import * as Cursor from "../src/Cursor.js"
 import type { DurableConfigError } from "../src/Errors.js"
 import * as Fingerprint from "../src/Fingerprint.js"
@@ -18,9 +19,9 @@ const configError = (...keys: Cursor.Keyring): DurableConfigError =>
 
 const filters = Fingerprint.fingerprintOfCanonical(`{"status":"open"}`)
 const otherFilters = Fingerprint.fingerprintOfCanonical(`{"status":"closed"}`)
-const high: Cursor.Position = { createdAt: "2026-11-29 15:24:18.123456+00", id: "1042" }
+const high: Cursor.Position = { value: "2026-11-29T15:24:18.123456Z", tieBreaker: "1042" }
 const first = Cursor.firstPage("tenant-7", filters, high)
-const second = Cursor.nextPage(first, { createdAt: "2026-11-29 15:20:01.000001+00", id: "1001" })
+const second = Cursor.nextPage(first, { value: "2026-11-29T15:20:01.000001Z", tieBreaker: "1001" })
 
 const current = codec(key("k2"), key("k1"))
 const encode = (cursor: Cursor.Cursor, with_ = current) => Effect.runSync(with_.encode(cursor))
@@ -42,10 +43,11 @@ describe("Cursor codec", () => {
   it.prop(
     "round-trips any subject and positions",
     [FastCheck.string({ minLength: 1, maxLength: 256, unit: "grapheme" }), FastCheck.string({ minLength: 1, maxLength: 64 }), FastCheck.bigInt({ min: 1n })],
-    ([subject, createdAt, id]) => {
+    ([subject, value, id]) => {
+      FastCheck.pre(Buffer.byteLength(subject, "utf8") <= Cursor.MAX_SUBJECT_BYTES)
       const cursor = Cursor.nextPage(
-        Cursor.firstPage(subject, filters, { createdAt, id: String(id) }),
-        { createdAt, id: String(id - 1n) }
+        Cursor.firstPage(subject, filters, { value, tieBreaker: String(id) }),
+        { value, tieBreaker: String(id - 1n) }
       )
       expect(decodeResult(encode(cursor))).toEqual(Either.right(cursor))
     }
@@ -130,6 +132,91 @@ describe("Cursor codec", () => {
     },
     { fastCheck: { numRuns: 2000 } }
   )
+})
+
+// Version 1's wire format written by hand, without encode's checks: what decode alone decides.
+const signedByHand = (cursor: Cursor.Cursor, signer = key("k2")): string => {
+  // JSON.stringify escapes strings as RFC 8785 does; the keys are written in canonical order.
+  const payload = JSON.stringify({
+    ...(cursor.after === undefined ? {} : { a: [cursor.after.value, cursor.after.tieBreaker] }),
+    f: cursor.filter,
+    h: [cursor.highWater.value, cursor.highWater.tieBreaker],
+    s: cursor.subject
+  })
+  const kid = Buffer.from(signer.id, "ascii")
+  const signed = Buffer.concat([Buffer.from([1, kid.length]), kid, Buffer.from(payload, "utf8")])
+  const mac = createHmac("sha256", Redacted.value(signer.secret)).update(signed).digest()
+  return Buffer.concat([signed, mac]).toString("base64url")
+}
+
+// Text around every limit: empty, NUL, lone surrogates, multibyte, and legal text that JSON
+// writes six bytes a character, which takes a cursor of legal parts past the token length.
+// (`size: "max"`: fast-check otherwise keeps strings short, far from the limits.)
+const edgeText = FastCheck.oneof(
+  FastCheck.string({ maxLength: 300, size: "max" }),
+  FastCheck.string({ maxLength: 100, size: "max", unit: "grapheme" }),
+  FastCheck.string({
+    maxLength: 300,
+    size: "max",
+    unit: FastCheck.constantFrom("a", "é", "€", "😀", "\u0000", "\u0001", "\"", "\\", "\ud800", "\udc00")
+  }),
+  FastCheck.string({ minLength: 1, maxLength: 256, size: "max", unit: FastCheck.constantFrom("a", "\u0001", "\u001f") })
+)
+
+describe("Cursor limits", () => {
+  it.prop(
+    "encode issues exactly the tokens decode accepts, byte for byte",
+    [edgeText, edgeText, edgeText, FastCheck.option(FastCheck.tuple(edgeText, edgeText), { nil: undefined })],
+    ([subject, value, tieBreaker, after]) => {
+      const cursor: Cursor.Cursor = {
+        ...Cursor.firstPage(subject, filters, { value, tieBreaker }),
+        ...(after === undefined ? {} : { after: { value: after[0], tieBreaker: after[1] } })
+      }
+      const issued = Effect.runSync(Effect.either(current.encode(cursor)))
+      const accepted = decodeResult(signedByHand(cursor))
+      expect(Either.isRight(issued)).toBe(Either.isRight(accepted))
+      if (Either.isRight(issued)) {
+        expect(issued.right).toBe(signedByHand(cursor))
+        expect(accepted).toEqual(Either.right(cursor))
+      } else {
+        expect(issued.left).toMatchObject({ _tag: "InvalidInput" })
+      }
+    },
+    { fastCheck: { numRuns: 1000 } }
+  )
+
+  it("a cursor with every part at its longest still fits in a token", () => {
+    const longest = Cursor.nextPage(
+      Cursor.firstPage("s".repeat(Cursor.MAX_SUBJECT_BYTES), filters, {
+        value: "v".repeat(Cursor.MAX_POSITION_BYTES.value),
+        tieBreaker: "t".repeat(Cursor.MAX_POSITION_BYTES.tieBreaker)
+      }),
+      { value: "w".repeat(Cursor.MAX_POSITION_BYTES.value), tieBreaker: "u".repeat(Cursor.MAX_POSITION_BYTES.tieBreaker) }
+    )
+    const signedByLongestKeyId = codec(key("k".repeat(32)))
+    const token = encode(longest, signedByLongestKeyId)
+    expect(token.length).toBeLessThanOrEqual(Cursor.MAX_TOKEN_LENGTH)
+    expect(decodeResult(token, signedByLongestKeyId)).toEqual(Either.right(longest))
+  })
+
+  it("encode refuses an empty, over-long or NUL subject, an over-long position and an over-long token", () => {
+    const refused = (cursor: Cursor.Cursor) => Effect.runSync(Effect.flip(current.encode(cursor)))
+    expect(refused({ ...first, subject: "" })).toMatchObject({ _tag: "InvalidInput", argument: "cursor.s" })
+    expect(refused({ ...first, subject: "é".repeat(129) })).toMatchObject({ argument: "cursor.s" })
+    expect(refused({ ...first, subject: "a\u0000b" })).toMatchObject({ argument: "cursor.s" })
+    expect(refused({ ...first, subject: "a\ud800" })).toMatchObject({ argument: "cursor.s" })
+    expect(refused({ ...second, after: { value: "1", tieBreaker: "9".repeat(257) } })).toMatchObject({
+      argument: "cursor.a[1]"
+    })
+    // Each part within its limit, but JSON writes every control character six bytes wide.
+    const escaped = "\u0001".repeat(200)
+    const tooLong = refused(Cursor.nextPage(Cursor.firstPage(escaped, filters, { value: escaped, tieBreaker: "1" }), {
+      value: escaped,
+      tieBreaker: "1"
+    }))
+    expect(tooLong).toMatchObject({ _tag: "InvalidInput", argument: "cursor" })
+    expect(tooLong.rule).toMatch(/at most 2048 characters/)
+  })
 })
 
 describe("Cursor binding", () => {

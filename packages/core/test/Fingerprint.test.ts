@@ -3,6 +3,7 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as FastCheck from "effect/FastCheck"
 import * as Fingerprint from "../src/Fingerprint.js"
+import { canonicalizeEither, canonicalizeWithin, MAX_DEPTH } from "../src/Fingerprint.js"
 
 const canonical = (value: unknown): string => Either.getOrThrow(Fingerprint.canonicalizeEither(value))
 const refusal = (value: unknown) => Either.flip(Fingerprint.canonicalizeEither(value)).pipe(Either.getOrThrow)
@@ -82,7 +83,7 @@ describe("RFC 8785 canonical JSON", () => {
       "[1e+21,0,1.5e-7,100,0.1,1e-7,123456789012345680000]"
     )
     expect(canonical({ b: [], a: {}, c: "" })).toBe(`{"a":{},"b":[],"c":""}`)
-    expect(canonical("\u0000\u001f\u007f\u2028")).toBe(`"\\u0000\\u001f\u007f\u2028"`)
+    expect(canonical("\u0001\u001f\u007f\u2028")).toBe(`"\\u0001\\u001f\u007f\u2028"`)
     expect(canonical(Object.assign(Object.create(null), { z: 1, y: null }))).toBe(`{"y":null,"z":1}`)
   })
 
@@ -109,7 +110,10 @@ describe("RFC 8785 canonical JSON", () => {
       [[1, , 3], "$[1]", /sparse/],
       [cycle, "$.self.again", /circular/],
       [{ [Symbol("k")]: 1 }, "$", /symbol keys/],
-      [undefined, "$", /undefined/]
+      [undefined, "$", /undefined/],
+      // PostgreSQL cannot store U+0000 in jsonb or text: refused before any SQL.
+      [{ note: ["ok", "a\u0000b"] }, "$.note[1]", /NUL/],
+      [{ ["k\u0000"]: 1 }, `$["k\\u0000"]`, /NUL/]
     ]
     for (const [value, path, reason] of cases) {
       const error = refusal(value)
@@ -117,6 +121,27 @@ describe("RFC 8785 canonical JSON", () => {
       expect(error.path).toBe(path)
       expect(error.reason).toMatch(reason)
     }
+  })
+
+  it("refuses nesting deeper than MAX_DEPTH without overflowing the stack", () => {
+    let deep: unknown = "bottom"
+    for (let i = 0; i < 20_000; i++) deep = [deep]
+    const error = refusal(deep)
+    expect(error.reason).toBe(`nested deeper than ${MAX_DEPTH} levels`)
+    expect(error.path).toBe("$" + "[0]".repeat(MAX_DEPTH))
+    let ok: unknown = 1
+    for (let i = 0; i < MAX_DEPTH; i++) ok = { a: ok }
+    expect(Either.isRight(canonicalizeEither(ok))).toBe(true)
+  })
+
+  it("stops as soon as a bounded text is known to be too long", () => {
+    const huge = Array.from({ length: 3_000_000 }, (_, i) => i)
+    const result = canonicalizeWithin(huge, 1024)
+    expect(Either.isLeft(result) && result.left).toMatchObject({ _tag: "PayloadTooLarge", limit: 1024 })
+    // It stopped just past the limit, not at the end of 20 MB of text.
+    expect(Either.isLeft(result) && result.left._tag === "PayloadTooLarge" && result.left.bytes).toBeLessThan(1100)
+    expect(canonicalizeWithin({ a: "é".repeat(600) }, 1024)._tag).toBe("Left")
+    expect(canonicalizeWithin({ a: "é".repeat(400) }, 1024)._tag).toBe("Right")
   })
 
   it("allows a shared (non-circular) reference", () => {
@@ -141,7 +166,8 @@ const reorderKeys = (value: unknown, random: () => number): unknown => {
   return Object.fromEntries(entries.map(([k, v]) => [k, reorderKeys(v, random)]))
 }
 
-const json = FastCheck.jsonValue({ maxDepth: 4 })
+// JSON values PostgreSQL can store: no U+0000 in any string or key.
+const json = FastCheck.jsonValue({ maxDepth: 4 }).filter((value) => !JSON.stringify(value).includes("\\u0000"))
 
 describe("canonical JSON properties", () => {
   it.prop("the fingerprint does not depend on key order", [json, FastCheck.integer()], ([value, seed]) => {

@@ -7,7 +7,7 @@
  * @since 0.1.0
  */
 import { canonicalizeEither } from "@effect-durable/core/Fingerprint"
-import type { OutboxMessage } from "@effect-durable/pg/Outbox"
+import type { OutboxMessage } from "@effect-durable/pg/OutboxWorker"
 import { permanent, Publisher, retryable } from "@effect-durable/projector/Publisher"
 import { headers as natsHeaders, NoRespondersError } from "@nats-io/transport-node"
 import * as Duration from "effect/Duration"

@@ -3,6 +3,7 @@
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 
@@ -26,16 +27,16 @@ export const placeOrder = (tenant: string, idempotencyKey: string, order: { read
 
 export const program = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  const outbox = yield* Outbox.Outbox
+  const worker = yield* OutboxWorker.OutboxWorker
   yield* sql`CREATE TABLE IF NOT EXISTS shop_orders (id serial PRIMARY KEY, tenant text, sku text, qty int)`
   yield* placeOrder("acme", "checkout-42", { sku: "A-1", qty: 2 })
   yield* placeOrder("acme", "checkout-42", { sku: "A-1", qty: 2 }) // a retry: replayed, no second message
 
   // What the projector does for you, by hand: claim, deliver, mark.
-  const claimed = yield* outbox.claim({ worker: "worker-1", topics: ["order-placed"], limit: 10, lease: "30 seconds" })
+  const claimed = yield* worker.claim({ worker: "worker-1", topics: ["order-placed"], limit: 10, lease: "30 seconds" })
   for (const message of claimed) {
     // deliver(message.payload) to a broker or handler here, then:
-    yield* outbox.markProjected(message.claim)
+    yield* worker.markProjected(message.claim)
   }
   return claimed.map((message) => message.payload) // [{ orderId: 1, sku: "A-1", qty: 2 }]
 })

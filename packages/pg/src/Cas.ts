@@ -6,15 +6,17 @@
  *
  * @since 0.1.0
  */
-import { CasConflict, type DatabaseError, DurableConfigError } from "@effect-durable/core/Errors"
+import { CasConflict, type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import * as Input from "@effect-durable/core/Input"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
-import { classifySqlErrors } from "./ErrorClassification.js"
-import { quote, validateIdentifier } from "./internal/identifiers.js"
-import { setLocalTimeouts, transact } from "./internal/transaction.js"
+import { quote } from "./internal/sqlText.js"
+import { traced } from "./internal/traced.js"
+import { bounded } from "./internal/transaction.js"
 
 /** A value bound as a parameter (for a `jsonb` column pass `JSON.stringify(value)`). */
 export type CasValue = string | number | bigint | boolean | Date | Uint8Array | null
@@ -35,25 +37,46 @@ export interface CasUpdate {
 
 export class Cas extends Context.Tag("@effect-durable/pg/Cas")<Cas, {
   /** Applies `set` if the row is at `expectedRevision`; returns the new revision. */
-  readonly update: (update: CasUpdate) => Effect.Effect<bigint, CasConflict | DurableConfigError | DatabaseError>
+  readonly update: (update: CasUpdate) => Effect.Effect<bigint, CasConflict | InvalidInput | DatabaseError>
 }>() {}
+
+const identifier = (argument: string, name: unknown) => Input.argument(argument, Input.Identifier)(name)
+
+/** A value PostgreSQL can take as a parameter: text without NUL, a finite number, a valid date. */
+const Value = Schema.Union(
+  Schema.Null,
+  Schema.Boolean,
+  Schema.BigIntFromSelf,
+  Schema.Uint8ArrayFromSelf,
+  Schema.Number.pipe(Schema.filter(Number.isFinite, { message: () => "a finite number" })),
+  Schema.String.pipe(Schema.filter((text) => !text.includes("\u0000"), { message: () => "text without NUL" })),
+  Schema.DateFromSelf.pipe(Schema.filter((date) => !Number.isNaN(date.getTime()), { message: () => "a valid date" }))
+).annotations({ message: () => "text without NUL, a finite number, a bigint, a boolean, a valid Date, bytes or null" })
+const decodeValue = (column: string) => Input.argument(`set.${column}`, Value)
+const decodeId = Input.argument(
+  "id",
+  Schema.Union(Input.Text(1024), Schema.BigIntFromSelf, Schema.Number.pipe(Schema.filter(Number.isSafeInteger, { message: () => "a safe integer" })))
+    .annotations({ message: () => "a non-empty string without NUL, a safe integer or a bigint" })
+)
 
 const validateUpdate = (update: CasUpdate) =>
   Effect.gen(function*() {
-    const schema = update.schema === undefined ? undefined : yield* validateIdentifier("schema", update.schema)
-    const table = yield* validateIdentifier("table", update.table)
-    const idColumn = yield* validateIdentifier("idColumn", update.idColumn ?? "id")
-    const revisionColumn = yield* validateIdentifier("revisionColumn", update.revisionColumn ?? "revision")
+    const schema = update.schema === undefined ? undefined : yield* identifier("schema", update.schema)
+    const table = yield* identifier("table", update.table)
+    const idColumn = yield* identifier("idColumn", update.idColumn ?? "id")
+    const revisionColumn = yield* identifier("revisionColumn", update.revisionColumn ?? "revision")
     const columns = Object.keys(update.set)
-    if (columns.length === 0) return yield* new DurableConfigError({ field: "set", rule: "at least one column" })
+    if (columns.length === 0) return yield* new InvalidInput({ argument: "set", rule: "at least one column" })
     for (const column of columns) {
-      yield* validateIdentifier(`set.${column}`, column)
+      yield* identifier(`set.${column}`, column)
       if (column === revisionColumn || column === idColumn) {
-        return yield* new DurableConfigError({ field: `set.${column}`, rule: "the key and revision columns are not set by hand" })
+        return yield* new InvalidInput({ argument: `set.${column}`, rule: "the key and revision columns are not set by hand" })
       }
+      yield* decodeValue(column)(update.set[column])
     }
+    yield* decodeId(update.id)
     if (typeof update.expectedRevision !== "bigint" && !Number.isSafeInteger(update.expectedRevision)) {
-      return yield* new DurableConfigError({ field: "expectedRevision", rule: "an integer" })
+      return yield* new InvalidInput({ argument: "expectedRevision", rule: "an integer" })
     }
     const qualified = schema === undefined ? quote(table) : `${quote(schema)}.${quote(table)}`
     return { qualified, idColumn, revisionColumn, columns }
@@ -68,7 +91,6 @@ export const make: Effect.Effect<Cas["Type"], never, SqlClient.SqlClient | Durab
       const expected = BigInt(request.expectedRevision)
       const assignments = sql.csv(columns.map((column) => sql`${sql(column)} = ${request.set[column]!}`))
       const body = Effect.gen(function*() {
-        yield* setLocalTimeouts(sql, settings)
         const updated = yield* sql<{ revision: string }>`
           UPDATE ${sql.literal(qualified)}
              SET ${assignments}, ${sql(revisionColumn)} = ${sql(revisionColumn)} + 1
@@ -84,11 +106,11 @@ export const make: Effect.Effect<Cas["Type"], never, SqlClient.SqlClient | Durab
           expectedRevision: expected,
           actualRevision: current[0] === undefined ? null : BigInt(current[0].revision)
         })
-      }).pipe(classifySqlErrors("Cas.update"))
-      return transact(sql, "Cas.update", body)
-    }).pipe(Effect.withSpan("Cas.update", { attributes: { table: request.table } }))
+      })
+      return bounded(sql, settings, "Cas.update", body)
+    })
 
-  return Cas.of({ update })
+  return Cas.of(traced("Cas", { update }))
 })
 
 export const layer: Layer.Layer<Cas, never, SqlClient.SqlClient | DurableSettings> = Layer.effect(Cas, make)

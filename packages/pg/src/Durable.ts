@@ -1,40 +1,58 @@
 /**
  * The whole substrate from one configuration: a `PgClient` (and `SqlClient`) built from the
- * connection settings, the validated `DurableSettings`, the `MutationLedger`, `Outbox`,
- * `Inbox` and `Cas`.
- * Users who bring their own `SqlClient` compose the per-service layers instead
- * (`MutationLedger.layer`, `Cas.layer`, `Keyset.layer` with `DurableConfig.layerSettings`).
+ * connection settings, the validated `DurableSettings`, and every service over it: the
+ * `MutationLedger`, the outbox (`Outbox`, `OutboxWorker`, `OutboxAdmin`), the inbox (`Inbox`,
+ * `InboxWorker`, `InboxAdmin`), `Cas` and `Keyset`. Every option is decoded before a
+ * connection is opened. Users who bring their own `SqlClient` use `layerOver`.
  *
  * @since 0.1.0
  */
-import type { DatabaseError, DurableConfigError } from "@effect-durable/core/Errors"
+import * as Cursor from "@effect-durable/core/Cursor"
+import { type DatabaseError, DurableConfigError, SchemaVersionMismatch } from "@effect-durable/core/Errors"
+import * as Input from "@effect-durable/core/Input"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import type * as SqlClient from "@effect/sql/SqlClient"
+import * as Config from "effect/Config"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Cas from "./Cas.js"
 import {
   config,
   type ConnectionInput,
   DurableSettings,
-  fromConfigError,
+  FieldVariables,
   makeConnection,
   makeSettings,
-  type SettingsInput
+  type SettingsInput,
+  Variables
 } from "./DurableConfig.js"
 import { classify } from "./ErrorClassification.js"
 import * as Inbox from "./Inbox.js"
+import * as InboxAdmin from "./InboxAdmin.js"
+import * as InboxWorker from "./InboxWorker.js"
+import * as Keyset from "./Keyset.js"
 import * as Migrations from "./Migrations.js"
 import * as MutationLedger from "./MutationLedger.js"
 import * as Outbox from "./Outbox.js"
+import * as OutboxAdmin from "./OutboxAdmin.js"
+import * as OutboxWorker from "./OutboxWorker.js"
 
 export interface Options {
   readonly connection: ConnectionInput
   readonly settings?: SettingsInput
   readonly outbox?: Outbox.OutboxOptions
   readonly inbox?: Inbox.InboxOptions
+  /** Keys that sign `Keyset` cursors, newest first; without them `Keyset.page` fails saying so. */
+  readonly cursorKeys?: Cursor.Keyring
   /** Run `Migrations.migrate()` when the layer is built (needs the owner role). Default false. */
   readonly migrate?: boolean
+  /**
+   * Check at build that the database's schema is the version this code needs, and fail
+   * with `SchemaVersionMismatch` otherwise (older: run the migrations; newer: a rolled-back
+   * deploy). Default true.
+   */
+  readonly checkSchemaVersion?: boolean
 }
 
 export type Services =
@@ -43,40 +61,75 @@ export type Services =
   | DurableSettings
   | MutationLedger.MutationLedger
   | Outbox.Outbox
+  | OutboxWorker.OutboxWorker
+  | OutboxAdmin.OutboxAdmin
   | Inbox.Inbox
+  | InboxWorker.InboxWorker
+  | InboxAdmin.InboxAdmin
   | Cas.Cas
+  | Keyset.Keyset
+
+/** The schema's recorded version is the one this code needs, or `SchemaVersionMismatch`. */
+const checkVersion = Effect.gen(function*() {
+  const settings = yield* DurableSettings
+  const versions = yield* Migrations.appliedVersions
+  const found = versions.length === 0 ? 0 : Math.max(...versions)
+  if (found !== Migrations.latestVersion) {
+    return yield* new SchemaVersionMismatch({ schema: settings.schema, found, needed: Migrations.latestVersion })
+  }
+})
+
+/** Decodes every option; the first one broken is a `DurableConfigError` naming it. */
+const decode = (options: Omit<Options, "connection">) =>
+  Effect.gen(function*() {
+    const settings = yield* makeSettings(options.settings)
+    yield* Outbox.decodeOptions(options.outbox ?? {})
+    yield* Inbox.decodeOptions(options.inbox ?? {})
+    const codec = options.cursorKeys === undefined ? undefined : yield* Cursor.make(options.cursorKeys)
+    return { settings, codec }
+  })
 
 /** The substrate over a `SqlClient` you already have (your pool, your transactions). */
 export const layerOver = (
   options: Omit<Options, "connection"> = {}
-): Layer.Layer<Exclude<Services, PgClient.PgClient | SqlClient.SqlClient>, DurableConfigError | DatabaseError, SqlClient.SqlClient> =>
+): Layer.Layer<
+  Exclude<Services, PgClient.PgClient | SqlClient.SqlClient>,
+  DurableConfigError | DatabaseError | SchemaVersionMismatch,
+  SqlClient.SqlClient
+> =>
   Layer.unwrapEffect(
-    Effect.gen(function*() {
-      const settings = Layer.succeed(DurableSettings, yield* makeSettings(options.settings))
-      yield* Outbox.validateOptions(options.outbox)
-      yield* Inbox.validateOptions(options.inbox)
-      const migrated = options.migrate === true
-        ? Layer.effectDiscard(Migrations.migrate()).pipe(Layer.provide(settings))
-        : Layer.empty
+    Effect.map(decode(options), ({ codec, settings }) => {
+      const settingsLayer = Layer.succeed(DurableSettings, settings)
+      // Migrate when asked, then check the version: the app never serves on a schema it does not know.
+      const migrated = Layer.effectDiscard(Effect.gen(function*() {
+        if (options.migrate === true) yield* Migrations.migrate()
+        if (options.checkSchemaVersion !== false) yield* checkVersion
+      })).pipe(Layer.provide(settingsLayer))
+      const keyset = codec === undefined
+        ? Keyset.layerWithoutKeys
+        : Keyset.layer.pipe(Layer.provide(Layer.succeed(Cursor.CursorCodec, codec)))
       // Layer.fresh: two substrates built in one memo map (two schemas, two databases) stay apart.
       return Layer.mergeAll(
         Layer.fresh(MutationLedger.layer),
         Outbox.layer(options.outbox),
+        Layer.fresh(OutboxWorker.layer),
+        Layer.fresh(OutboxAdmin.layer),
         Inbox.layer(options.inbox),
-        Layer.fresh(Cas.layer)
-      ).pipe(Layer.provideMerge(Layer.merge(settings, migrated)))
+        Layer.fresh(InboxWorker.layer),
+        Layer.fresh(InboxAdmin.layer),
+        Layer.fresh(Cas.layer),
+        Layer.fresh(keyset)
+      ).pipe(Layer.provideMerge(Layer.merge(settingsLayer, migrated)))
     })
   )
 
 /** A `PgClient` built from the connection settings, and the whole substrate over it. */
-export const layer = (options: Options): Layer.Layer<Services, DurableConfigError | DatabaseError> =>
+export const layer = (options: Options): Layer.Layer<Services, DurableConfigError | DatabaseError | SchemaVersionMismatch> =>
   Layer.unwrapEffect(
     Effect.gen(function*() {
       const connection = yield* makeConnection(options.connection)
-      // Everything else is validated before a connection is opened.
-      yield* makeSettings(options.settings)
-      yield* Outbox.validateOptions(options.outbox)
-      yield* Inbox.validateOptions(options.inbox)
+      // Everything else is decoded before a connection is opened.
+      yield* decode(options)
       const client = PgClient.layer({
         url: connection.url,
         maxConnections: connection.poolSize,
@@ -89,13 +142,29 @@ export const layer = (options: Options): Layer.Layer<Services, DurableConfigErro
     })
   )
 
-/** `layer` from configuration (see `DurableConfig.config` for the variables and defaults). */
+/**
+ * `layer` from configuration (see `DurableConfig.Variables`); `CURSOR_KEYS` (optional) signs
+ * keyset cursors. Every variable is read and checked before a connection is opened; a bad
+ * one is a `DurableConfigError` naming the variable, what it is for and an example value.
+ */
 export const layerConfig = (
-  options: { readonly migrate?: boolean } = {}
-): Layer.Layer<Services, DurableConfigError | DatabaseError> =>
+  options: { readonly migrate?: boolean; readonly checkSchemaVersion?: boolean } = {}
+): Layer.Layer<Services, DurableConfigError | DatabaseError | SchemaVersionMismatch> =>
   Layer.unwrapEffect(
-    Effect.map(
-      Effect.mapError(config, fromConfigError),
-      ({ connection, outbox, settings }) => layer({ connection, settings, outbox, ...options })
-    )
+    Effect.gen(function*() {
+      const [{ connection, outbox, settings }, keys] = yield* Effect.mapError(
+        Config.all([config, Config.option(Cursor.keyringConfig)]),
+        (error) => Input.configError(error, Variables)
+      )
+      const full: Options = { connection, settings, outbox, ...options, ...(Option.isSome(keys) ? { cursorKeys: keys.value } : {}) }
+      // The same checks `layer` makes, here so that a failure names the variable, not the field.
+      yield* Effect.mapError(
+        Effect.zipRight(makeConnection(connection), decode(full)),
+        (error) =>
+          error.field.startsWith("cursor.")
+            ? Input.fromVariable(new DurableConfigError({ field: "cursor", rule: `${error.field}: ${error.rule}` }), { cursor: "CURSOR_KEYS" }, Variables)
+            : Input.fromVariable(error, FieldVariables, Variables)
+      )
+      return layer(full)
+    })
   )

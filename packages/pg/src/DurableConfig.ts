@@ -1,21 +1,32 @@
 /**
  * Configuration of the substrate: where its tables live and how long a statement may wait,
  * plus the connection settings for the `PgClient` that `Durable.layer` builds. Every value
- * is validated when the layer is built; a bad one is a `DurableConfigError` naming the field.
+ * is decoded by one `Schema` when the layer is built, from code or from `Config`; a bad one
+ * is a `DurableConfigError` naming the field.
  *
  * @since 0.1.0
  */
-import { DurableConfigError } from "@effect-durable/core/Errors"
+import type { DurableConfigError } from "@effect-durable/core/Errors"
+import * as Input from "@effect-durable/core/Input"
 import * as Config from "effect/Config"
-import type * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
-import { quote, SCHEMA_IDENTIFIER, validateIdentifier } from "./internal/identifiers.js"
+import * as Schema from "effect/Schema"
+import { quote } from "./internal/sqlText.js"
+
+/** Every default of this module, read by the schemas and by `config`. */
+export const Defaults = {
+  schema: "durable",
+  lockTimeout: "5 seconds",
+  poolSize: 10,
+  connectTimeout: "10 seconds",
+  idleTimeout: "30 seconds",
+  applicationName: "effect-durable"
+} as const
 
 /** What the substrate's services need to know, as the user writes it. */
 export interface SettingsInput {
@@ -40,22 +51,18 @@ export interface Settings {
 
 export class DurableSettings extends Context.Tag("@effect-durable/pg/DurableSettings")<DurableSettings, Settings>() {}
 
-const positiveDuration = (field: string, input: Duration.DurationInput) => {
-  const duration = Duration.decodeUnknown(input)
-  return Option.isSome(duration) && Duration.greaterThan(duration.value, Duration.zero) &&
-      Duration.isFinite(duration.value)
-    ? Either.right(duration.value)
-    : Either.left(new DurableConfigError({ field, rule: "a finite duration greater than zero" }))
-}
+const Timeout = Input.DurationIn({ max: "1 day" })
 
-/** Validates settings; every rule broken is reported with the field it concerns. */
+const SettingsSchema = Schema.Struct({
+  schema: Schema.optionalWith(Input.MixedCaseIdentifier, { default: () => Defaults.schema }),
+  lockTimeout: Schema.optionalWith(Timeout, { default: () => Duration.decode(Defaults.lockTimeout) }),
+  statementTimeout: Schema.optionalWith(Timeout, { as: "Option" })
+})
+const decodeSettings = Input.options(SettingsSchema)
+
+/** Validates settings; the first rule broken is reported with the field it concerns. */
 export const makeSettings = (input: SettingsInput = {}): Effect.Effect<Settings, DurableConfigError> =>
-  Effect.gen(function*() {
-    const schema = yield* validateIdentifier("schema", input.schema ?? "durable", SCHEMA_IDENTIFIER)
-    const lockTimeout = yield* positiveDuration("lockTimeout", input.lockTimeout ?? "5 seconds")
-    const statementTimeout = input.statementTimeout === undefined
-      ? Option.none()
-      : Option.some(yield* positiveDuration("statementTimeout", input.statementTimeout))
+  Effect.map(decodeSettings(input), ({ lockTimeout, schema, statementTimeout }) => {
     const quotedSchema = quote(schema)
     return { schema, quotedSchema, lockTimeout, statementTimeout, table: (name) => `${quotedSchema}.${quote(name)}` }
   })
@@ -84,98 +91,95 @@ export interface Connection {
   readonly applicationName: string
 }
 
-export const makeConnection = (input: ConnectionInput): Effect.Effect<Connection, DurableConfigError> =>
-  Effect.gen(function*() {
-    const url = Redacted.value(input.url).trim()
-    if (url.length === 0) return yield* new DurableConfigError({ field: "url", rule: "a non-empty PostgreSQL URL" })
-    if (!/^postgres(ql)?:\/\//.test(url)) {
-      return yield* new DurableConfigError({ field: "url", rule: "a URL starting with postgres:// or postgresql://" })
-    }
-    const poolSize = input.poolSize ?? 10
-    if (!Number.isInteger(poolSize) || poolSize < 1 || poolSize > 1000) {
-      return yield* new DurableConfigError({ field: "poolSize", rule: "an integer from 1 to 1000" })
-    }
-    const applicationName = input.applicationName ?? "effect-durable"
-    // PostgreSQL truncates application_name at 63 bytes and replaces non-ASCII with '?'.
-    if (!/^[\x20-\x7e]{1,63}$/.test(applicationName)) {
-      return yield* new DurableConfigError({ field: "applicationName", rule: "1-63 printable ASCII characters" })
-    }
-    return {
-      url: input.url,
-      poolSize,
-      connectTimeout: yield* positiveDuration("connectTimeout", input.connectTimeout ?? "10 seconds"),
-      idleTimeout: yield* positiveDuration("idleTimeout", input.idleTimeout ?? "30 seconds"),
-      applicationName
-    }
+const Url = Schema.RedactedFromSelf(Schema.String).pipe(
+  Schema.filter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url).trim()), {
+    message: () => "a PostgreSQL URL (postgres://user:password@host:port/database)"
   })
+)
 
-/** Everything `Durable.layerConfig` reads, with defaults and descriptions. */
+const ConnectionSchema = Schema.Struct({
+  url: Url,
+  poolSize: Schema.optionalWith(Input.Count(1000), { default: () => Defaults.poolSize }),
+  connectTimeout: Schema.optionalWith(Timeout, { default: () => Duration.decode(Defaults.connectTimeout) }),
+  idleTimeout: Schema.optionalWith(Timeout, { default: () => Duration.decode(Defaults.idleTimeout) }),
+  // PostgreSQL truncates application_name at 63 bytes and replaces non-ASCII with '?'.
+  applicationName: Schema.optionalWith(
+    Schema.String.pipe(Schema.filter((name) => /^[\x20-\x7e]{1,63}$/.test(name), {
+      message: () => "1-63 printable ASCII characters"
+    })),
+    { default: () => Defaults.applicationName }
+  )
+})
+
+export const makeConnection: (input: ConnectionInput) => Effect.Effect<Connection, DurableConfigError> = Input.options(
+  ConnectionSchema
+)
+
+/** Every variable `Durable.layerConfig` reads: what it is for and a value that works. */
+export const Variables: Readonly<Record<string, Input.VariableHint>> = {
+  DATABASE_URL: { purpose: "the PostgreSQL URL of the application's database", example: "postgres://app:secret@127.0.0.1:5432/app" },
+  DURABLE_POOL_SIZE: { purpose: "the most connections in the pool (1-1000)", example: "10" },
+  DURABLE_CONNECT_TIMEOUT: { purpose: "the longest wait to open or acquire a connection", example: "10 seconds" },
+  DURABLE_IDLE_TIMEOUT: { purpose: "how long an unused connection stays open", example: "30 seconds" },
+  DURABLE_APPLICATION_NAME: { purpose: "application_name shown in pg_stat_activity", example: "orders-api" },
+  DURABLE_SCHEMA: { purpose: "the schema of the substrate's tables", example: "durable" },
+  DURABLE_LOCK_TIMEOUT: { purpose: "the longest lock wait inside a substrate transaction", example: "5 seconds" },
+  DURABLE_STATEMENT_TIMEOUT: { purpose: "the longest statement inside a substrate transaction", example: "30 seconds" },
+  DURABLE_OUTBOX_MAX_PAYLOAD_BYTES: { purpose: "the largest outbox payload, as canonical JSON bytes", example: "262144" },
+  DURABLE_OUTBOX_MAX_ATTEMPTS: { purpose: "failed deliveries before an outbox message is dead", example: "25" },
+  CURSOR_KEYS: {
+    purpose: "keys that sign keyset cursors, newest first, secrets of at least 16 bytes",
+    example: "k2=a-long-random-secret,k1=the-previous-secret"
+  }
+}
+
+/** Which variable each decoded field comes from, to name it in errors. */
+export const FieldVariables: Readonly<Record<string, string>> = {
+  url: "DATABASE_URL",
+  poolSize: "DURABLE_POOL_SIZE",
+  connectTimeout: "DURABLE_CONNECT_TIMEOUT",
+  idleTimeout: "DURABLE_IDLE_TIMEOUT",
+  applicationName: "DURABLE_APPLICATION_NAME",
+  schema: "DURABLE_SCHEMA",
+  lockTimeout: "DURABLE_LOCK_TIMEOUT",
+  statementTimeout: "DURABLE_STATEMENT_TIMEOUT",
+  maxPayloadBytes: "DURABLE_OUTBOX_MAX_PAYLOAD_BYTES",
+  maxAttempts: "DURABLE_OUTBOX_MAX_ATTEMPTS"
+}
+
+// Config gives each variable as an Option; the schemas above apply the defaults (one source).
+const present = <A extends Record<string, unknown>>(record: A) =>
+  Object.fromEntries(
+    Object.entries(record).flatMap(([key, value]) =>
+      Option.isOption(value) ? (Option.isSome(value) ? [[key, value.value]] : []) : [[key, value]]
+    )
+  )
+const variable = <A>(config: Config.Config<A>, description: string) =>
+  Config.option(config).pipe(Config.withDescription(description))
+
+/** Everything `Durable.layerConfig` reads; unset variables take the defaults above. */
 export const config: Config.Config<{
   readonly connection: ConnectionInput
   readonly settings: SettingsInput
-  readonly outbox: { readonly maxPayloadBytes: number; readonly maxAttempts: number }
-}> = Config
-  .all({
-    outbox: Config.all({
-      maxPayloadBytes: Config.integer("DURABLE_OUTBOX_MAX_PAYLOAD_BYTES").pipe(
-        Config.withDefault(256 * 1024),
-        Config.withDescription("largest outbox payload, as canonical JSON bytes")
-      ),
-      maxAttempts: Config.integer("DURABLE_OUTBOX_MAX_ATTEMPTS").pipe(
-        Config.withDefault(25),
-        Config.withDescription("deliveries before an outbox message is dead")
-      )
-    }),
-    connection: Config.all({
-      url: Config.redacted("DATABASE_URL").pipe(Config.withDescription("PostgreSQL URL")),
-      poolSize: Config.integer("DURABLE_POOL_SIZE").pipe(
-        Config.withDefault(10),
-        Config.withDescription("most connections in the pool")
-      ),
-      connectTimeout: Config.duration("DURABLE_CONNECT_TIMEOUT").pipe(
-        Config.withDefault(Duration.seconds(10)),
-        Config.withDescription("longest wait to open or acquire a connection")
-      ),
-      idleTimeout: Config.duration("DURABLE_IDLE_TIMEOUT").pipe(
-        Config.withDefault(Duration.seconds(30)),
-        Config.withDescription("how long an unused connection stays open")
-      ),
-      applicationName: Config.string("DURABLE_APPLICATION_NAME").pipe(
-        Config.withDefault("effect-durable"),
-        Config.withDescription("application_name shown in pg_stat_activity")
-      )
-    }),
-    settings: Config.all({
-      schema: Config.string("DURABLE_SCHEMA").pipe(
-        Config.withDefault("durable"),
-        Config.withDescription("schema of the substrate tables")
-      ),
-      lockTimeout: Config.duration("DURABLE_LOCK_TIMEOUT").pipe(
-        Config.withDefault(Duration.seconds(5)),
-        Config.withDescription("longest lock wait inside a substrate transaction")
-      ),
-      statementTimeout: Config.option(Config.duration("DURABLE_STATEMENT_TIMEOUT")).pipe(
-        Config.withDescription("longest statement inside a substrate transaction (default: the server's)")
-      )
-    }).pipe(Config.map(({ statementTimeout, ...rest }) =>
-      Option.isSome(statementTimeout) ? { ...rest, statementTimeout: statementTimeout.value } : rest
-    ))
-  })
-
-/** Reports a configuration that could not be read (missing, not a number...) with its path. */
-export const fromConfigError = (error: ConfigError.ConfigError): DurableConfigError => {
-  const leaf = (e: ConfigError.ConfigError): { path: ReadonlyArray<string>; message: string } => {
-    switch (e._op) {
-      case "And":
-      case "Or":
-        return leaf(e.left)
-      case "InvalidData":
-      case "MissingData":
-      case "SourceUnavailable":
-      case "Unsupported":
-        return { path: e.path, message: e.message }
-    }
-  }
-  const { message, path } = leaf(error)
-  return new DurableConfigError({ field: path.join(".") || "config", rule: message })
-}
+  readonly outbox: { readonly maxPayloadBytes?: number; readonly maxAttempts?: number }
+}> = Config.all({
+  outbox: Config.all({
+    maxPayloadBytes: variable(Config.integer("DURABLE_OUTBOX_MAX_PAYLOAD_BYTES"), "largest outbox payload, as canonical JSON bytes"),
+    maxAttempts: variable(Config.integer("DURABLE_OUTBOX_MAX_ATTEMPTS"), "failed deliveries before an outbox message is dead")
+  }).pipe(Config.map(present)),
+  connection: Config.all({
+    url: Config.redacted("DATABASE_URL").pipe(Config.withDescription("PostgreSQL URL")),
+    poolSize: variable(Config.integer("DURABLE_POOL_SIZE"), "most connections in the pool"),
+    connectTimeout: variable(Config.string("DURABLE_CONNECT_TIMEOUT"), "longest wait to open or acquire a connection"),
+    idleTimeout: variable(Config.string("DURABLE_IDLE_TIMEOUT"), "how long an unused connection stays open"),
+    applicationName: variable(Config.string("DURABLE_APPLICATION_NAME"), "application_name shown in pg_stat_activity")
+  }).pipe(Config.map(present)),
+  settings: Config.all({
+    schema: variable(Config.string("DURABLE_SCHEMA"), "schema of the substrate tables"),
+    lockTimeout: variable(Config.string("DURABLE_LOCK_TIMEOUT"), "longest lock wait inside a substrate transaction"),
+    statementTimeout: variable(
+      Config.string("DURABLE_STATEMENT_TIMEOUT"),
+      "longest statement inside a substrate transaction (default: the server's)"
+    )
+  }).pipe(Config.map(present))
+}) as Config.Config<any>

@@ -49,10 +49,14 @@ export const classify = (operation: string) => (error: unknown): DatabaseError =
   const retryable = code !== null
     ? isRetryableCode(code)
     : (typeof nodeCode === "string" && RETRYABLE_NODE_CODES.has(nodeCode)) || CONNECTION_LOST.test(detail)
-  return new DatabaseError({ code, retryable, operation, detail })
+  return new DatabaseError({ code, retryable, operation, detail, cause })
 }
 
-/** Maps a statement's `SqlError` to the classified `DatabaseError`. */
+/**
+ * Maps a statement's `SqlError` to the classified `DatabaseError` (the original as its
+ * `cause`). Also applied to what the caller's own effects raise inside a substrate
+ * transaction (`decide`, an inbox effect): a lock timeout there is as retryable as ours.
+ */
 export const classifySqlErrors = (operation: string) =>
 <A, E, R>(effect: Effect.Effect<A, E | SqlError, R>): Effect.Effect<A, Exclude<E, SqlError> | DatabaseError, R> =>
   Effect.catchIf(

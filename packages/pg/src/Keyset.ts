@@ -1,9 +1,9 @@
 /**
- * Stable keyset pages over a caller-owned table ordered `(created_at DESC, id DESC)`. The
- * first page records the newest position as a high-water mark and later pages never go
- * above it, so rows created during a traversal do not shift it or appear in it. Cursors are
- * signed (`@effect-durable/core/Cursor`) and bound to the subject and the filters: a cursor
- * presented for another subject or other filters is refused before any SQL runs.
+ * Stable keyset pages over a caller-owned table, in the order the caller picks: a sortable
+ * NOT NULL column and a unique tie-breaker, newest or oldest first. The first page records a
+ * high-water mark and later pages never go past it, so rows created during a traversal neither
+ * shift it nor appear in it. Cursors are signed and bound to the subject, the table, the order
+ * and the filters: a cursor presented for anything else is refused before any SQL runs.
  *
  * @since 0.1.0
  */
@@ -13,26 +13,52 @@ import {
   type DatabaseError,
   DurableConfigError,
   type InvalidCursor,
-  type UnsupportedJsonValue
+  type InvalidInput
 } from "@effect-durable/core/Errors"
-import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import * as SqlClient from "@effect/sql/SqlClient"
+import type * as Statement from "@effect/sql/Statement"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import { classifySqlErrors } from "./ErrorClassification.js"
-import { quote, validateIdentifier } from "./internal/identifiers.js"
+import * as Catalog from "./internal/keyset/catalog.js"
+import { unencodable } from "./internal/keyset/positions.js"
+import * as Request from "./internal/keyset/request.js"
+import { readPage } from "./internal/keyset/statement.js"
+import { traced } from "./internal/traced.js"
 
+/** An equality filter's value; `null` means `IS NULL`. */
 export type FilterValue = string | number | boolean | null
+
+/**
+ * The order of a traversal. Both columns must be NOT NULL and of a type a position carries
+ * exactly: `timestamptz`, `timestamp`, `date`, `smallint`, `integer`, `bigint`, `numeric`,
+ * `text`, `varchar` or `uuid`. The tie-breaker must have a unique index of its own.
+ */
+export interface Order {
+  /** The column pages are ordered by; default `created_at`. */
+  readonly column?: string
+  /** Orders the rows that share a `column` value; default `id`. */
+  readonly tieBreaker?: string
+  /** `desc` (default): largest first, the high-water mark is the first row served. `asc`: the
+   * high-water mark is the largest position when the first page was read. */
+  readonly direction?: "asc" | "desc"
+}
 
 export interface PageRequest {
   /** Schema of the table; default: the connection's `search_path`. */
   readonly schema?: string
   readonly table: string
-  /** Whom the traversal is for; a cursor only works for the subject it was issued to. */
+  /** Whom the traversal is for (1-256 UTF-8 bytes, no NUL); a cursor only works for its subject. */
   readonly subject: string
-  /** Equality filters (`null` means `IS NULL`); part of the cursor's binding. */
+  readonly order?: Order
+  /** Equality filters on columns (`null` means `IS NULL`); strings hold no NUL. */
   readonly where?: Readonly<Record<string, FilterValue>>
+  /**
+   * A condition of your own, written with the request's `SqlClient`, e.g.
+   * sql`(sender = ${account} OR receiver = ${account})`: unqualified column names, values as
+   * parameters. Its text and parameter values are part of the cursor's binding.
+   */
+  readonly filter?: Statement.Fragment
   /** Page size, 1-1000. */
   readonly limit: number
   /** The `nextCursor` of the previous page; absent for the first page. */
@@ -40,77 +66,78 @@ export interface PageRequest {
 }
 
 export interface Page<Row> {
+  /** The table's rows, as `SELECT *` reads them. */
   readonly items: ReadonlyArray<Row>
   /** Present when more rows follow. */
   readonly nextCursor: string | undefined
 }
 
-export type PageError = InvalidCursor | CursorBindingMismatch | DurableConfigError | UnsupportedJsonValue | DatabaseError
+export type PageError = InvalidCursor | CursorBindingMismatch | InvalidInput | DatabaseError | DurableConfigError
 
 export class Keyset extends Context.Tag("@effect-durable/pg/Keyset")<Keyset, {
   readonly page: <Row = Record<string, unknown>>(request: PageRequest) => Effect.Effect<Page<Row>, PageError>
 }>() {}
 
-const MAX_LIMIT = 1000
-// Positions are read as text with microseconds: a JavaScript Date would drop them.
-const POSITION_AT = `"__effect_durable_created_at"`
-const POSITION_ID = `"__effect_durable_id"`
+/** The order a request without `order` gets, and the largest page. */
+export const Defaults = {
+  column: "created_at",
+  tieBreaker: "id",
+  direction: "desc",
+  maxLimit: 1000
+} as const
+
+const decode = Request.decoder(Defaults)
 
 export const make: Effect.Effect<Keyset["Type"], never, SqlClient.SqlClient | Cursor.CursorCodec> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
     const codec = yield* Cursor.CursorCodec
+    const catalog = yield* Catalog.make(sql)
 
-    const page = <Row>(request: PageRequest) =>
+    const page = <Row>(request: PageRequest): Effect.Effect<Page<Row>, PageError> =>
       Effect.gen(function*() {
-        const schema = request.schema === undefined ? undefined : yield* validateIdentifier("schema", request.schema)
-        const table = yield* validateIdentifier("table", request.table)
-        const where = request.where ?? {}
-        for (const column of Object.keys(where)) yield* validateIdentifier(`where.${column}`, column)
-        if (!Number.isInteger(request.limit) || request.limit < 1 || request.limit > MAX_LIMIT) {
-          return yield* new DurableConfigError({ field: "limit", rule: `an integer from 1 to ${MAX_LIMIT}` })
-        }
-        const filter = yield* Fingerprint.fingerprint({ schema: schema ?? null, table, where })
-        // Binding is checked before any SQL: a foreign cursor learns nothing about the table.
+        const query = yield* decode(request)
+        const binding = yield* Request.binding(sql, query)
+        // Checked before any SQL: a foreign cursor learns nothing about the table.
         const cursor = request.cursor === undefined
           ? undefined
-          : yield* codec.bind(request.cursor, request.subject, filter)
+          : yield* codec.bind(request.cursor, query.subject, binding)
+        const layout = yield* catalog.layout(query)
+        const rows = yield* readPage(sql, query, layout, cursor)
 
-        const qualified = sql.literal(schema === undefined ? quote(table) : `${quote(schema)}.${quote(table)}`)
-        const conditions = [
-          ...Object.entries(where).map(([column, value]) =>
-            value === null ? sql`${sql(column)} IS NULL` : sql`${sql(column)} = ${value}`
-          ),
-          ...(cursor === undefined ? [] : [
-            sql`(created_at, id) <= (${cursor.highWater.createdAt}::timestamptz, ${cursor.highWater.id})`,
-            ...(cursor.after === undefined
-              ? []
-              : [sql`(created_at, id) < (${cursor.after.createdAt}::timestamptz, ${cursor.after.id})`])
-          ])
-        ]
-        const rows = yield* sql<Record<string, unknown>>`
-          SELECT t.*,
-                 to_char(t.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS ${sql.literal(POSITION_AT)},
-                 t.id::text AS ${sql.literal(POSITION_ID)}
-            FROM ${qualified} t
-           WHERE ${conditions.length === 0 ? sql`true` : sql.and(conditions)}
-           ORDER BY t.created_at DESC, t.id DESC
-           LIMIT ${request.limit + 1}`.pipe(classifySqlErrors("Keyset.page"))
-
-        const position = (row: Record<string, unknown>): Cursor.Position => ({
-          createdAt: String(row.__effect_durable_created_at),
-          id: String(row.__effect_durable_id)
-        })
-        const served = rows.slice(0, request.limit)
-        const items = served.map(({ __effect_durable_created_at: _at, __effect_durable_id: _id, ...item }) => item as Row)
-        if (rows.length <= request.limit) return { items, nextCursor: undefined }
-        const base = cursor ?? Cursor.firstPage(request.subject, filter, position(served[0]!))
-        const nextCursor = yield* codec.encode(Cursor.nextPage(base, position(served[served.length - 1]!)))
+        const served = rows.slice(0, query.limit)
+        const items = served.map((row) => row.item as Row)
+        if (rows.length <= query.limit) return { items, nextCursor: undefined }
+        const first = served[0]!
+        const started = cursor ??
+          Cursor.firstPage(query.subject, binding, query.direction === "asc" ? first.highWater! : first.position)
+        // A position no cursor can carry fails this page, not the next one.
+        const nextCursor = yield* Effect.mapError(
+          codec.encode(Cursor.nextPage(started, served[served.length - 1]!.position)),
+          unencodable
+        )
         return { items, nextCursor }
-      }).pipe(Effect.withSpan("Keyset.page", { attributes: { table: request.table } }))
+      })
 
-    return Keyset.of({ page })
+    return Keyset.of(traced("Keyset", { page }))
   }
 )
 
 export const layer: Layer.Layer<Keyset, never, SqlClient.SqlClient | Cursor.CursorCodec> = Layer.effect(Keyset, make)
+
+/**
+ * The `Keyset` of a substrate built without cursor keys (`Durable.layer` with no
+ * `cursorKeys`, `layerConfig` with no `CURSOR_KEYS`): every page fails, saying what to set.
+ */
+export const layerWithoutKeys: Layer.Layer<Keyset> = Layer.succeed(
+  Keyset,
+  Keyset.of({
+    page: () =>
+      Effect.fail(
+        new DurableConfigError({
+          field: "CURSOR_KEYS",
+          rule: "signing keys (id=secret[,id=secret...], secrets of at least 16 bytes) are needed to page with signed cursors"
+        })
+      )
+  })
+)

@@ -2,33 +2,41 @@
  * The mutation ledger: a retried command has its effect exactly once. A mutation is
  * identified by (subject, operation, key). The first request runs `decide` and stores its
  * outcome in the same transaction as everything `decide` wrote; an exact repeat replays the
- * stored outcome without running anything; a repeat that differs in kind, eligibility
- * claim or request fingerprint is a `MutationConflict` and changes nothing.
+ * stored outcome — the very bytes — without running anything; a repeat that differs in kind,
+ * eligibility claim or request fingerprint is a `MutationConflict` and changes nothing.
  *
  * Concurrent first requests of one identity serialize on a transaction-scoped advisory
  * lock and re-read after it, so exactly one of them decides. Use READ COMMITTED (the
  * default): under REPEATABLE READ a waiter cannot see the winner's record.
  *
+ * `execute` does it all in one call. `begin` and its `record` are the same two steps for a
+ * caller that runs the effect itself inside its own transaction (the HTTP middleware).
+ *
  * @since 0.1.0
  */
 import {
   type DatabaseError,
-  DurableConfigError,
+  InvalidInput,
   MutationConflict,
   MutationInProgress,
+  type PayloadTooLarge,
   type UnsupportedJsonValue
 } from "@effect-durable/core/Errors"
-import { canonicalize, type RequestFingerprint } from "@effect-durable/core/Fingerprint"
+import type { RequestFingerprint } from "@effect-durable/core/Fingerprint"
+import * as Input from "@effect-durable/core/Input"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import { inline } from "./internal/oneRoundTrip.js"
-import { advisoryKey, lockForTransaction, lockStatement, transact } from "./internal/transaction.js"
-import { boundedCount, boundedText } from "./internal/validation.js"
+import * as Ledger from "./internal/ledger.js"
+import { isoUtc } from "./internal/timestamps.js"
+import { traced } from "./internal/traced.js"
+import { inCallerTransaction, restoreTimeouts, transact } from "./internal/transaction.js"
 
 export interface MutationIdentity {
   /** Who the mutation is for (a tenant, an account): 1-256 bytes. */
@@ -50,25 +58,58 @@ export interface MutationRequest {
 
 export type MutationStatus = "accepted" | "rejected"
 
-/** What `decide` concludes; rejections are stored and replayed like acceptances. */
-export interface Decision {
-  readonly status: MutationStatus
-  /** Any JSON value; it is what every replay returns. */
-  readonly response: unknown
-}
+/**
+ * What `decide` concludes; rejections are stored and replayed like acceptances. A JSON
+ * response (`accept`, `reject`) or raw bytes with JSON meta beside them (`bytes`: an HTTP
+ * body with its status and headers). At most 4 MiB.
+ */
+export type Decision =
+  | { readonly _tag: "Json"; readonly status: MutationStatus; readonly response: unknown }
+  | { readonly _tag: "Bytes"; readonly status: MutationStatus; readonly body: Uint8Array; readonly meta: unknown }
 
-export const accept = (response: unknown): Decision => ({ status: "accepted", response })
-export const reject = (response: unknown): Decision => ({ status: "rejected", response })
+export const accept = (response: unknown): Decision => ({ _tag: "Json", status: "accepted", response })
+export const reject = (response: unknown): Decision => ({ _tag: "Json", status: "rejected", response })
+export const bytes = (status: MutationStatus, body: Uint8Array, meta: unknown): Decision => ({
+  _tag: "Bytes",
+  status,
+  body,
+  meta
+})
 
 export interface MutationOutcome {
   /** `First`: `decide` ran and its outcome was stored. `Replay`: the stored outcome. */
   readonly _tag: "First" | "Replay"
   readonly status: MutationStatus
-  /** The response as stored (JSON: parsed back, so a replay and the first answer are equal). */
+  /** A JSON decision's response (a replay parses the stored text: same keys, same order); `null` for bytes. */
   readonly response: unknown
-  /** When the outcome was recorded, on the database clock. */
+  /** The stored bytes, exactly: the JSON text of `response`, or the raw body. */
+  readonly body: Uint8Array
+  /** What a `bytes` decision stored beside its body; `null` for JSON. */
+  readonly meta: unknown
+  /** When the outcome was recorded (database clock), ISO-8601 UTC with microseconds. */
   readonly recordedAt: string
 }
+
+/** A stored record, as `lookup` shows it (operators, the admin page). */
+export interface StoredMutation {
+  readonly kind: string
+  readonly status: MutationStatus
+  readonly response: unknown
+  readonly body: Uint8Array
+  readonly meta: unknown
+  readonly fingerprint: Uint8Array
+  readonly eligibility: Uint8Array
+  readonly recordedAt: string
+}
+
+/** `begin`'s answer: the stored outcome, or the claim of a first request and how to record it. */
+export type Begun =
+  | { readonly _tag: "Replay"; readonly outcome: MutationOutcome }
+  | {
+    readonly _tag: "Claimed"
+    /** Stores the outcome, in the same transaction as `begin`; call it once, after the effect. */
+    readonly record: (decision: Decision) => Effect.Effect<MutationOutcome, RecordError>
+  }
 
 export interface ExecuteOptions {
   /**
@@ -79,7 +120,15 @@ export interface ExecuteOptions {
   readonly wait?: boolean
 }
 
-export type ExecuteError = MutationConflict | MutationInProgress | DurableConfigError | UnsupportedJsonValue | DatabaseError
+export type ExecuteError =
+  | MutationConflict
+  | MutationInProgress
+  | InvalidInput
+  | UnsupportedJsonValue
+  | PayloadTooLarge
+  | DatabaseError
+export type BeginError = MutationConflict | MutationInProgress | InvalidInput | DatabaseError
+export type RecordError = UnsupportedJsonValue | PayloadTooLarge | DatabaseError
 
 export class MutationLedger extends Context.Tag("@effect-durable/pg/MutationLedger")<MutationLedger, {
   /**
@@ -92,64 +141,90 @@ export class MutationLedger extends Context.Tag("@effect-durable/pg/MutationLedg
     decide: Effect.Effect<Decision, E, R>,
     options?: ExecuteOptions
   ) => Effect.Effect<MutationOutcome, E | ExecuteError, R>
-  /** Deletes records older than `olderThan`, `batchSize` at a time; returns how many. */
-  readonly purge: (options: {
-    readonly olderThan: Duration.DurationInput
-    readonly batchSize?: number
-  }) => Effect.Effect<number, DatabaseError | DurableConfigError>
+  /**
+   * The first step of `execute`, inside the caller's transaction (refused outside one): lock
+   * the identity and read its record. An exact repeat is `Replay`; a first request is
+   * `Claimed`, whose `record` stores the outcome in the same transaction after the caller ran
+   * its effect. Rolling the transaction back (a failure, a 5xx) leaves no record.
+   */
+  readonly begin: (
+    identity: MutationIdentity,
+    request: MutationRequest,
+    options?: ExecuteOptions
+  ) => Effect.Effect<Begun, BeginError>
+  /** The stored record of an identity, if any (reads only; no lock). */
+  readonly lookup: (identity: MutationIdentity) => Effect.Effect<Option.Option<StoredMutation>, InvalidInput | DatabaseError>
+  /**
+   * Deletes records older than `olderThan` (at least `PURGE_FLOOR`: a retried request whose
+   * record is gone runs its effect again), `batchSize` at a time; returns how many.
+   */
+  readonly purge: (options: PurgeOptions) => Effect.Effect<number, DatabaseError | InvalidInput>
 }>() {}
 
-const LIMITS = { subject: 256, operation: 128, key: 256, kind: 64 } as const
-const MAX_ELIGIBILITY_BYTES = 1024
-
-const validText = (field: keyof typeof LIMITS, value: unknown) => boundedText(field, value, LIMITS[field])
-
-const validate = (identity: MutationIdentity, request: MutationRequest) =>
-  Effect.all([
-    validText("subject", identity.subject),
-    validText("operation", identity.operation),
-    validText("key", identity.key),
-    validText("kind", request.kind),
-    request.eligibility instanceof Uint8Array && request.eligibility.length <= MAX_ELIGIBILITY_BYTES
-      ? Effect.void
-      : Effect.fail(new DurableConfigError({ field: "eligibility", rule: `bytes, at most ${MAX_ELIGIBILITY_BYTES}` })),
-    request.fingerprint instanceof Uint8Array && request.fingerprint.length === 32
-      ? Effect.void
-      : Effect.fail(new DurableConfigError({ field: "fingerprint", rule: "a 32-byte SHA-256 digest" }))
-  ], { discard: true })
-
-interface RecordRow {
-  readonly kind: string
-  readonly eligibility: Uint8Array
-  readonly request_fingerprint: Uint8Array
-  readonly status: MutationStatus
-  readonly response: unknown
-  readonly recorded_at: string
+export interface PurgeOptions {
+  readonly olderThan: Duration.DurationInput
+  /** Records per DELETE; default 1000. */
+  readonly batchSize?: number
 }
 
-const sameBytes = (a: Uint8Array, b: Uint8Array) => Buffer.from(a).equals(Buffer.from(b))
+/** Retention floor of `purge`: records younger than this are never deleted. */
+export const PURGE_FLOOR = "1 hour"
+
+const Bytes = (rule: string, valid: (bytes: Uint8Array) => boolean) =>
+  Schema.Uint8ArrayFromSelf.pipe(Schema.filter(valid, { message: () => rule }))
+
+const decodeIdentity = Input.argument(
+  "identity",
+  Schema.Struct({ subject: Input.Text(256), operation: Input.Text(128), key: Input.Text(256) })
+)
+const decodeRequest = Input.argument(
+  "request",
+  Schema.Struct({
+    kind: Input.Text(64),
+    eligibility: Bytes("bytes, at most 1024", (bytes) => bytes.length <= 1024),
+    fingerprint: Bytes("a 32-byte SHA-256 digest", (bytes) => bytes.length === 32)
+  })
+)
+const decodeOlderThan = Input.argument("olderThan", Input.DurationIn({ min: PURGE_FLOOR, max: "520 weeks" }))
+const decodeBatchSize = Input.argument("batchSize", Input.Count(100_000))
+
+const validate = (identity: MutationIdentity, request: MutationRequest) =>
+  Effect.zipRight(decodeIdentity(identity), decodeRequest(request))
 
 export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
     const records = sql.literal(settings.table("mutation_records"))
+    const storage = Ledger.make(sql, settings)
 
-    const replayOrConflict = (identity: MutationIdentity, request: MutationRequest, row: RecordRow) => {
-      const differences = [
-        ...(row.kind === request.kind ? [] : ["kind" as const]),
-        ...(sameBytes(row.eligibility, request.eligibility) ? [] : ["eligibility" as const]),
-        ...(sameBytes(row.request_fingerprint, request.fingerprint) ? [] : ["fingerprint" as const])
-      ]
-      return differences.length === 0
-        ? Effect.succeed<MutationOutcome>({
-          _tag: "Replay",
-          status: row.status,
-          response: row.response,
-          recordedAt: row.recorded_at
-        })
-        : Effect.fail(new MutationConflict({ ...identity, differences }))
-    }
+    /**
+     * Both steps in the current transaction. Inside a caller's transaction its timeouts are
+     * given back when this call is done; a failure rolls the savepoint back, and them with it.
+     */
+    const steps = (identity: MutationIdentity, request: MutationRequest, wait: boolean, inside: boolean) =>
+      Effect.gen(function*() {
+        const found = yield* storage.lookup(identity, wait)
+        const giveBack = inside
+          ? restoreTimeouts(sql, { lock_timeout: found.previous_lock_timeout, statement_timeout: found.previous_statement_timeout })
+          : Effect.void
+        if (found.kind !== null) {
+          const stored = Ledger.storedOf(found)
+          const differ = Ledger.differences(stored, request)
+          if (differ.length > 0) return yield* new MutationConflict({ ...identity, differences: differ })
+          yield* giveBack
+          return { _tag: "Replay", outcome: storage.replayOf(stored) } as const
+        }
+        if (!found.locked) return yield* new MutationInProgress(identity)
+        const record = (decision: Decision) =>
+          Effect.gen(function*() {
+            const encoded = yield* Ledger.encodeDecision(identity, decision)
+            const recordedAt = yield* storage.insert(identity, request, decision.status, encoded)
+            yield* giveBack
+            return { _tag: "First", status: decision.status, ...encoded, recordedAt } satisfies MutationOutcome
+          }).pipe(classifySqlErrors("MutationLedger.record"))
+        return { _tag: "Claimed", record } as const
+      }).pipe(classifySqlErrors("MutationLedger.begin"))
 
     const execute = <E, R>(
       identity: MutationIdentity,
@@ -157,58 +232,51 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
       decide: Effect.Effect<Decision, E, R>,
       options: ExecuteOptions = {}
     ): Effect.Effect<MutationOutcome, E | ExecuteError, R> =>
-      Effect.zipRight(
-        validate(identity, request),
-        transact(
+      Effect.gen(function*() {
+        yield* validate(identity, request)
+        const inside = yield* inCallerTransaction
+        return yield* transact(
           sql,
           "MutationLedger.execute",
-          Effect.gen(function*() {
-            const { key, operation, subject } = identity
-            const lockKey = advisoryKey("effect-durable/ledger", settings.schema, subject, operation, key)
-            const read = (forUpdate: boolean) =>
-              sql<RecordRow>`
-                SELECT kind, eligibility, request_fingerprint, status, response, created_at::text AS recorded_at
-                  FROM ${records}
-                 WHERE subject = ${subject} AND operation = ${operation} AND key = ${key}
-                 ${forUpdate ? sql`FOR UPDATE` : sql``}`
-            const [locked, existing] = yield* (options.wait === false
-              ? Effect.gen(function*() {
-                const locked = yield* lockForTransaction(sql, settings, lockKey, false)
-                // Without the lock read what is committed; never queue on the row.
-                return [locked, yield* read(locked)] as const
-              })
-              // Waiting for the lock, the lock and the read go as one simple-protocol query, one
-              // round trip: each statement in it takes its own snapshot, so the read sees what a
-              // first request that held the lock committed.
-              : Effect.map(
-                sql.unsafe<never>(`${inline(lockStatement(sql, settings, lockKey, true))};\n${inline(read(true))}`),
-                (results) => [true, (results as unknown as [unknown, ReadonlyArray<RecordRow>])[1]] as const
-              )).pipe(classifySqlErrors("MutationLedger.execute"))
-            if (existing[0] !== undefined) return yield* replayOrConflict(identity, request, existing[0])
-            if (!locked) return yield* new MutationInProgress(identity)
-            const decision = yield* decide
-            const response = yield* canonicalize(decision.response)
-            const inserted = yield* sql<{ recorded_at: string }>`
-              INSERT INTO ${records} (subject, operation, key, kind, eligibility, request_fingerprint, status, response)
-              VALUES (${subject}, ${operation}, ${key}, ${request.kind}, ${request.eligibility},
-                      ${request.fingerprint}, ${decision.status}, ${response}::jsonb)
-              RETURNING created_at::text AS recorded_at`.pipe(classifySqlErrors("MutationLedger.execute"))
-            return {
-              _tag: "First",
-              status: decision.status,
-              response: JSON.parse(response),
-              recordedAt: inserted[0]!.recorded_at
-            } satisfies MutationOutcome
-          })
+          Effect.flatMap(steps(identity, request, options.wait !== false, inside), (begun) =>
+            begun._tag === "Replay"
+              ? Effect.succeed(begun.outcome)
+              // The caller's own statements in decide fail classified too (a lock timeout is retryable).
+              : Effect.flatMap(classifySqlErrors("MutationLedger.execute")(decide), begun.record))
         )
-      ).pipe(Effect.withSpan("MutationLedger.execute", { attributes: { operation: identity.operation } }))
+      })
 
-    const purge = (options: { readonly olderThan: Duration.DurationInput; readonly batchSize?: number }) =>
+    const begin = (identity: MutationIdentity, request: MutationRequest, options: ExecuteOptions = {}) =>
       Effect.gen(function*() {
-        const batchSize = options.batchSize ?? 1000
-        yield* boundedCount("batchSize", batchSize, 100_000)
-        const olderThan = Duration.decode(options.olderThan)
-        const seconds = Duration.toMillis(olderThan) / 1000
+        yield* validate(identity, request)
+        if (!(yield* inCallerTransaction)) {
+          return yield* new InvalidInput({
+            argument: "transaction",
+            rule: "begin runs inside sql.withTransaction, and its record in the same transaction"
+          })
+        }
+        return yield* steps(identity, request, options.wait !== false, true)
+      })
+
+    const lookup = (identity: MutationIdentity) =>
+      Effect.gen(function*() {
+        const { key, operation, subject } = yield* decodeIdentity(identity)
+        const rows = yield* sql`
+          SELECT true AS locked, '' AS previous_lock_timeout, '' AS previous_statement_timeout, kind, eligibility,
+                 request_fingerprint, status, response, response_body, response_meta,
+                 ${sql.literal(isoUtc("created_at"))} AS recorded_at
+            FROM ${records} WHERE subject = ${subject} AND operation = ${operation} AND key = ${key}`.pipe(
+          classifySqlErrors("MutationLedger.lookup")
+        )
+        return yield* Option.match(Option.fromNullable(rows[0]), {
+          onNone: () => Effect.succeed(Option.none()),
+          onSome: (row) => Effect.map(Effect.orDie(Ledger.decodeLookup(row)), (found) => Option.some(Ledger.storedOf(found)))
+        })
+      })
+    const purge = (options: PurgeOptions) =>
+      Effect.gen(function*() {
+        const seconds = Duration.toMillis(yield* decodeOlderThan(options.olderThan)) / 1000
+        const batchSize = yield* decodeBatchSize(options.batchSize ?? 1000)
         let total = 0
         while (true) {
           // SKIP LOCKED: a record a live request holds is not worth waiting for.
@@ -224,9 +292,9 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
           if (deleted.length > 0) yield* Effect.logDebug(`effect-durable: purged ${total} mutation records so far`)
           if (deleted.length < batchSize) return total
         }
-      }).pipe(Effect.withSpan("MutationLedger.purge"))
+      })
 
-    return MutationLedger.of({ execute, purge })
+    return MutationLedger.of(traced("MutationLedger", { execute, begin, lookup, purge }))
   }
 )
 

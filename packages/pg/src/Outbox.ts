@@ -1,49 +1,65 @@
 /**
- * The transactional outbox: a message is enqueued in the caller's transaction, so it exists
- * if and only if the business change committed. Workers claim ready messages in id order
- * with `FOR UPDATE SKIP LOCKED` and a lease on the database clock; a claim token (id, worker,
- * generation) fences every later write, so a worker that lost its lease can neither mark
- * nor release a message claimed again. Messages that share an ordering key are handed out
- * one at a time, in id order: the next only once the previous is projected (or dead). Delivery is at least once; pair it with an inbox on
- * the consumer side for effectively-once processing.
+ * The transactional outbox, as producers use it: a message is enqueued in the caller's
+ * transaction, so it exists if and only if the business change committed, and its wake-up
+ * NOTIFY is delivered at commit. Workers take messages through `OutboxWorker` (claim, mark,
+ * release, renew); operators through `OutboxAdmin` (dead letters, stats, purge).
  *
  * @since 0.1.0
  */
 import {
   type DatabaseError,
-  DurableConfigError,
-  OutboxClaimMismatch,
-  OutboxMissing,
+  type DurableConfigError,
+  InvalidInput,
   PayloadTooLarge,
   type UnsupportedJsonValue
 } from "@effect-durable/core/Errors"
-import { canonicalize } from "@effect-durable/core/Fingerprint"
+import { canonicalize, canonicalizeWithin } from "@effect-durable/core/Fingerprint"
+import * as Input from "@effect-durable/core/Input"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Context from "effect/Context"
-import type * as Duration from "effect/Duration"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import { createHash } from "node:crypto"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import * as LeasedQueue from "./internal/leasedQueue.js"
-import { boundedCount, boundedText, finiteDuration, seconds } from "./internal/validation.js"
+import { traced } from "./internal/traced.js"
 
-export type Claim = LeasedQueue.Claim
-export type DeadLetter = LeasedQueue.DeadLetter
+/** Every default of the outbox, read by the options schema, `Durable`'s config and a test of the DDL. */
+export const Defaults = {
+  /** Largest payload, as canonical JSON bytes. */
+  maxPayloadBytes: 256 * 1024,
+  /** Failed deliveries before a message is dead. */
+  maxAttempts: 25
+} as const
+
+/** Largest headers object, as canonical JSON bytes. */
+const MAX_HEADER_BYTES = 16 * 1024
 
 export interface OutboxOptions {
-  /** Largest payload, as canonical JSON bytes. Default 256 KiB. */
+  /** Largest payload, as canonical JSON bytes. Default 256 KiB, at most 64 MiB. */
   readonly maxPayloadBytes?: number
-  /** Deliveries before a message is dead. Default 25. */
+  /** Failed deliveries before a message is dead. Default 25. */
   readonly maxAttempts?: number
   /** Per-topic overrides of `maxAttempts`. */
   readonly maxAttemptsByTopic?: Readonly<Record<string, number>>
 }
 
+const Attempts = Input.Count(10_000)
+const OptionsSchema = Schema.Struct({
+  maxPayloadBytes: Schema.optionalWith(Input.Count(64 * 1024 * 1024), { default: () => Defaults.maxPayloadBytes }),
+  maxAttempts: Schema.optionalWith(Attempts, { default: () => Defaults.maxAttempts }),
+  maxAttemptsByTopic: Schema.optionalWith(Schema.Record({ key: Input.Text(128), value: Attempts }), { default: () => ({}) })
+})
+
+/** Decodes the options (`Durable.layer` calls it before connecting). */
+export const decodeOptions = Input.options(OptionsSchema)
+
 export interface EnqueueOptions {
-  /** Not deliverable before now + delay, on the database clock. */
+  /** Not deliverable before now + delay, on the database clock (zero to 365 days). */
   readonly delay?: Duration.DurationInput
   /** Messages with the same key are delivered one at a time, in id order. */
   readonly orderingKey?: string
@@ -51,97 +67,23 @@ export interface EnqueueOptions {
   readonly headers?: Readonly<Record<string, string>>
 }
 
-export interface OutboxMessage {
-  readonly id: string
+/** One message of `enqueueMany`. */
+export interface NewMessage {
   readonly topic: string
-  readonly orderingKey: string | null
   readonly payload: unknown
-  readonly headers: Readonly<Record<string, string>>
-  /** Enqueue time, database clock, with microseconds. */
-  readonly createdAt: string
-  /** 1 for the first delivery. */
-  readonly attempt: number
-  readonly claim: Claim
+  readonly options?: EnqueueOptions
 }
 
-export interface TopicStats {
-  readonly topic: string
-  /** Deliverable now. */
-  readonly ready: number
-  /** Waiting for their delay (or retry backoff). */
-  readonly delayed: number
-  /** Held by a live lease. */
-  readonly claimed: number
-  readonly dead: number
-  /** Projected and not yet purged. */
-  readonly projected: number
-  /** How long the oldest ready message has been deliverable, in seconds (`null`: none). */
-  readonly oldestReadySeconds: number | null
-}
-
-export type EnqueueError = PayloadTooLarge | UnsupportedJsonValue | DurableConfigError | DatabaseError
-export type SettleError = OutboxClaimMismatch | OutboxMissing | DurableConfigError | DatabaseError
+export type EnqueueError = PayloadTooLarge | UnsupportedJsonValue | InvalidInput | DatabaseError
 
 export class Outbox extends Context.Tag("@effect-durable/pg/Outbox")<Outbox, {
   /** Adds a message in the current transaction; returns its id. */
   readonly enqueue: (topic: string, payload: unknown, options?: EnqueueOptions) => Effect.Effect<string, EnqueueError>
-  /** Adds many messages in one statement; ids in the order given. */
-  readonly enqueueMany: (
-    messages: ReadonlyArray<{ readonly topic: string; readonly payload: unknown; readonly options?: EnqueueOptions }>
-  ) => Effect.Effect<ReadonlyArray<string>, EnqueueError>
-  /** Claims up to `limit` ready messages in id order (optionally of some topics only). */
-  readonly claim: (options: {
-    readonly worker: string
-    readonly topics?: ReadonlyArray<string>
-    readonly limit: number
-    readonly lease: Duration.DurationInput
-  }) => Effect.Effect<ReadonlyArray<OutboxMessage>, DurableConfigError | DatabaseError>
-  /** The query plan of a claim with these options (`EXPLAIN (FORMAT JSON)`); claims nothing. */
-  readonly explainClaim: (options: {
-    readonly worker: string
-    readonly topics?: ReadonlyArray<string>
-    readonly limit: number
-    readonly lease: Duration.DurationInput
-  }) => Effect.Effect<unknown, DurableConfigError | DatabaseError>
-  /** Marks a claimed message delivered; idempotent for this claim. */
-  readonly markProjected: (claim: Claim) => Effect.Effect<void, SettleError>
-  /** Marks many in one statement; stale or missing ones are reported, not thrown. */
-  readonly markProjectedMany: (
-    claims: ReadonlyArray<Claim>
-  ) => Effect.Effect<LeasedQueue.CompleteManyResult<OutboxClaimMismatch, OutboxMissing>, DurableConfigError | DatabaseError>
-  /**
-   * Gives a claimed message back: deliverable again after `retryDelay`, or dead at once
-   * when `permanent` or out of attempts. Returns whether it is dead.
-   */
-  readonly release: (claim: Claim, options: LeasedQueue.ReleaseOptions) => Effect.Effect<{ readonly dead: boolean }, SettleError>
-  /** Extends the lease of a message still held by this claim. */
-  readonly renewLease: (claim: Claim, lease: Duration.DurationInput) => Effect.Effect<void, SettleError>
-  readonly deadLetters: (options: {
-    readonly topic?: string
-    readonly limit: number
-    /** The `next` of the previous page. */
-    readonly before?: string
-  }) => Effect.Effect<
-    { readonly items: ReadonlyArray<DeadLetter & { readonly topic: string }>; readonly next: string | undefined },
-    DurableConfigError | DatabaseError
-  >
-  /** Makes dead messages deliverable again with fresh attempts. */
-  readonly redrive: (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, DurableConfigError | DatabaseError>
-  /** Makes projected messages deliverable again (deliver once more). */
-  readonly replay: (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, DurableConfigError | DatabaseError>
-  /** Deletes dead messages. */
-  readonly discard: (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, DurableConfigError | DatabaseError>
-  readonly stats: Effect.Effect<ReadonlyArray<TopicStats>, DatabaseError>
-  /** Messages not yet projected nor dead. */
-  readonly unprojectedCount: (topic?: string) => Effect.Effect<number, DatabaseError>
-  /** Deletes projected messages older than `olderThan`, in batches; never a replayed one. */
-  readonly purge: (options: LeasedQueue.PurgeOptions) => Effect.Effect<number, DurableConfigError | DatabaseError>
+  /** Adds many messages in one statement (at most 100,000); ids in the order given. */
+  readonly enqueueMany: (messages: ReadonlyArray<NewMessage>) => Effect.Effect<ReadonlyArray<string>, EnqueueError>
   /** The NOTIFY channel an enqueue wakes at commit. */
   readonly channel: string
 }>() {}
-
-const DEFAULT_MAX_PAYLOAD = 256 * 1024
-const MAX_HEADER_BYTES = 16 * 1024
 
 /** The NOTIFY channel of a schema's outbox (channel names are at most 63 bytes). */
 export const channelFor = (schema: string): string => {
@@ -154,15 +96,11 @@ export const channelFor = (schema: string): string => {
 const traceparent = Effect.map(Effect.currentSpan, (span) => `00-${span.traceId}-${span.spanId}-${span.sampled ? "01" : "00"}`)
   .pipe(Effect.option)
 
-/** Checks options before anything is built (`Durable.layer` calls it before connecting). */
-export const validateOptions = (options: OutboxOptions = {}): Effect.Effect<void, DurableConfigError> =>
-  Effect.gen(function*() {
-    yield* boundedCount("maxPayloadBytes", options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD, 64 * 1024 * 1024)
-    yield* boundedCount("maxAttempts", options.maxAttempts ?? 25, 10_000)
-    for (const [topic, attempts] of Object.entries(options.maxAttemptsByTopic ?? {})) {
-      yield* boundedCount(`maxAttemptsByTopic.${topic}`, attempts, 10_000)
-    }
-  })
+const decodeTopic = Input.argument("topic", Input.Text(128))
+const decodeOrderingKey = Input.argument("orderingKey", Input.Text(256))
+const decodeDelay = Input.argument("delay", Input.DurationIn({ min: 0, max: "365 days" }))
+const decodeHeaders = Input.argument("headers", Schema.Record({ key: Input.Text(256), value: Input.OptionalText(MAX_HEADER_BYTES) }))
+const decodeCount = Input.argument("messages", Input.Count(100_000))
 
 export const make = (
   options: OutboxOptions = {}
@@ -170,47 +108,33 @@ export const make = (
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
-    yield* validateOptions(options)
-    const maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD
-    const maxAttempts = options.maxAttempts ?? 25
-    const attemptsFor = (topic: string) => options.maxAttemptsByTopic?.[topic] ?? maxAttempts
+    const { maxAttempts, maxAttemptsByTopic, maxPayloadBytes } = yield* decodeOptions(options)
     const table = sql.literal(settings.table("outbox"))
     const channel = channelFor(settings.schema)
-    const queue = LeasedQueue.make(sql, settings, {
-      table: settings.table("outbox"),
-      claimFunction: settings.table("outbox_claim"),
-      filterType: "text[]",
-      done: "projected_at",
-      name: "Outbox",
-      mismatch: (claim) => new OutboxClaimMismatch(claim),
-      missing: (messageId) => new OutboxMissing({ messageId })
-    })
 
     // Everything an enqueue checks before it writes: a bad message writes nothing.
     const prepare = (topic: string, payload: unknown, enqueueOptions: EnqueueOptions, trace: Option.Option<string>) =>
       Effect.gen(function*() {
-        yield* boundedText("topic", topic, 128)
-        if (enqueueOptions.orderingKey !== undefined) yield* boundedText("orderingKey", enqueueOptions.orderingKey, 256)
-        if (enqueueOptions.delay !== undefined) yield* finiteDuration("delay", enqueueOptions.delay, true)
-        const json = yield* canonicalize(payload)
-        const bytes = Buffer.byteLength(json, "utf8")
-        if (bytes > maxPayloadBytes) return yield* new PayloadTooLarge({ topic, bytes, limit: maxPayloadBytes })
-        const headers: Record<string, string> = { ...enqueueOptions.headers }
+        yield* decodeTopic(topic)
+        const orderingKey = enqueueOptions.orderingKey === undefined ? null : yield* decodeOrderingKey(enqueueOptions.orderingKey)
+        const delay = enqueueOptions.delay === undefined ? Duration.zero : yield* decodeDelay(enqueueOptions.delay)
+        const json = yield* Either.mapLeft(
+          canonicalizeWithin(payload, maxPayloadBytes),
+          (error) => error._tag === "PayloadTooLarge" ? new PayloadTooLarge({ ...error, topic }) : error
+        )
+        const headers: Record<string, string> = { ...(yield* decodeHeaders(enqueueOptions.headers ?? {})) }
         if (Option.isSome(trace) && headers.traceparent === undefined) headers.traceparent = trace.value
-        if (!Object.values(headers).every((value) => typeof value === "string")) {
-          return yield* new DurableConfigError({ field: "headers", rule: "string values" })
-        }
         const headersJson = yield* canonicalize(headers)
         if (Buffer.byteLength(headersJson) > MAX_HEADER_BYTES) {
-          return yield* new DurableConfigError({ field: "headers", rule: `at most ${MAX_HEADER_BYTES} bytes` })
+          return yield* new InvalidInput({ argument: "headers", rule: `at most ${MAX_HEADER_BYTES} bytes as JSON` })
         }
         return {
           topic,
-          orderingKey: enqueueOptions.orderingKey ?? null,
+          orderingKey,
           payload: json,
           headers: headersJson,
-          delaySeconds: enqueueOptions.delay === undefined ? 0 : seconds(enqueueOptions.delay),
-          maxAttempts: attemptsFor(topic)
+          delaySeconds: Duration.toMillis(delay) / 1000,
+          maxAttempts: maxAttemptsByTopic[topic] ?? maxAttempts
         }
       })
 
@@ -229,12 +153,12 @@ export const make = (
           classifySqlErrors("Outbox.enqueue")
         )
         return inserted[0]!.id
-      }).pipe(Effect.withSpan("Outbox.enqueue", { attributes: { topic } }))
+      })
 
-    const enqueueMany = (messages: ReadonlyArray<{ readonly topic: string; readonly payload: unknown; readonly options?: EnqueueOptions }>) =>
+    const enqueueMany = (messages: ReadonlyArray<NewMessage>) =>
       Effect.gen(function*() {
         if (messages.length === 0) return []
-        yield* boundedCount("messages", messages.length, 100_000)
+        yield* decodeCount(messages.length)
         const trace = yield* traceparent
         const rows = yield* Effect.forEach(messages, (m) => prepare(m.topic, m.payload, m.options ?? {}, trace))
         const inserted = yield* sql<{ id: string }>`
@@ -254,93 +178,9 @@ export const make = (
         )
         // Identities are drawn in insertion order (ORDER BY n), so ascending ids follow the input.
         return inserted.map((row) => BigInt(row.id)).sort((a, b) => (a < b ? -1 : 1)).map(String)
-      }).pipe(Effect.withSpan("Outbox.enqueueMany", { attributes: { count: messages.length } }))
+      })
 
-    interface ClaimedRow {
-      readonly id: string
-      readonly generation: string
-      readonly attempt: number
-      readonly topic: string
-      readonly ordering_key: string | null
-      readonly payload: unknown
-      readonly headers: Record<string, string>
-      readonly created_at: string
-    }
-
-    const claim = (claimOptions: {
-      readonly worker: string
-      readonly topics?: ReadonlyArray<string>
-      readonly limit: number
-      readonly lease: Duration.DurationInput
-    }) =>
-      Effect.gen(function*() {
-        const topics = claimOptions.topics
-        if (topics !== undefined) {
-          yield* boundedCount("topics", topics.length, 1000)
-          for (const topic of topics) yield* boundedText("topics", topic, 128)
-        }
-        // Per-key order and the topic filter live in the claim function (migration 7).
-        const rows = yield* queue.claim<ClaimedRow>(claimOptions, topics ?? null)
-        return rows.map((row): OutboxMessage => ({
-          id: row.id,
-          topic: row.topic,
-          orderingKey: row.ordering_key,
-          payload: row.payload,
-          headers: row.headers,
-          createdAt: row.created_at,
-          attempt: row.attempt,
-          claim: { messageId: row.id, worker: claimOptions.worker, generation: Number(row.generation) }
-        }))
-      }).pipe(Effect.withSpan("Outbox.claim"))
-
-    const stats = sql<TopicStats>`
-      SELECT topic,
-             count(*) FILTER (WHERE open AND live_lease IS NOT TRUE AND available_at <= now())::int AS ready,
-             count(*) FILTER (WHERE open AND live_lease IS NOT TRUE AND available_at > now())::int AS delayed,
-             count(*) FILTER (WHERE open AND live_lease)::int AS claimed,
-             count(*) FILTER (WHERE dead_at IS NOT NULL)::int AS dead,
-             count(*) FILTER (WHERE projected_at IS NOT NULL)::int AS projected,
-             extract(epoch FROM now() - min(available_at) FILTER (
-               WHERE open AND live_lease IS NOT TRUE AND available_at <= now()))::float8 AS "oldestReadySeconds"
-        FROM (SELECT topic, available_at, dead_at, projected_at,
-                     projected_at IS NULL AND dead_at IS NULL AS open,
-                     claimed_until > now() AS live_lease
-                FROM ${table}) o
-       GROUP BY topic
-       ORDER BY topic`.pipe(classifySqlErrors("Outbox.stats"))
-
-    const unprojectedCount = (topic?: string) =>
-      sql<{ n: number }>`SELECT count(*)::int AS n FROM ${table}
-                          WHERE projected_at IS NULL AND dead_at IS NULL
-                          ${topic === undefined ? sql`` : sql`AND topic = ${topic}`}`.pipe(
-        Effect.map((rows) => rows[0]!.n),
-        classifySqlErrors("Outbox.unprojectedCount")
-      )
-
-    return Outbox.of({
-      enqueue,
-      enqueueMany,
-      claim,
-      explainClaim: (o) => queue.explainClaim(o, o.topics ?? null),
-      markProjected: (c) => queue.complete(c).pipe(Effect.withSpan("Outbox.markProjected")),
-      markProjectedMany: (claims) => queue.completeMany(claims).pipe(Effect.withSpan("Outbox.markProjectedMany")),
-      release: (c, o) =>
-        queue.release(c, o.error, o.retryDelay, o.permanent === true).pipe(Effect.withSpan("Outbox.release")),
-      renewLease: (c, lease) => queue.renew(c, lease).pipe(Effect.withSpan("Outbox.renewLease")),
-      deadLetters: (o) =>
-        queue.deadLetters<{ readonly topic: string }>(
-          o,
-          o.topic === undefined ? sql`true` : sql`topic = ${o.topic}`,
-          sql`topic`
-        ),
-      redrive: queue.redrive,
-      replay: queue.replay,
-      discard: queue.discard,
-      stats,
-      unprojectedCount,
-      purge: queue.purge,
-      channel
-    })
+    return Outbox.of(traced("Outbox", { enqueue, enqueueMany, channel }))
   })
 
 export const layer = (

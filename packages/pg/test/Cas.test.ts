@@ -112,7 +112,7 @@ describe("Cas", () => {
         ] as const)
         for (const [update, field] of attempts) {
           const error = yield* Effect.flip(cas.update(update))
-          expect(error).toMatchObject({ _tag: "DurableConfigError", field })
+          expect(error).toMatchObject({ _tag: "InvalidInput", argument: field })
         }
         // 63 bytes is the longest identifier PostgreSQL keeps; it passes validation.
         const longest = "b".repeat(63)
@@ -123,9 +123,9 @@ describe("Cas", () => {
         expect(yield* sql`SELECT id FROM victims`).toEqual([{ id: 1 }])
         expect(yield* account(id)).toEqual({ balance: 100, note: null, revision: "1" })
         const empty = yield* Effect.flip(cas.update({ table: "accounts", id, expectedRevision: 1, set: {} }))
-        expect(empty).toMatchObject({ field: "set" })
+        expect(empty).toMatchObject({ _tag: "InvalidInput", argument: "set" })
         const setsRevision = yield* Effect.flip(cas.update({ table: "accounts", id, expectedRevision: 1, set: { revision: 9 } }))
-        expect(setsRevision).toMatchObject({ field: "set.revision" })
+        expect(setsRevision).toMatchObject({ _tag: "InvalidInput", argument: "set.revision" })
       }))
   })
 })

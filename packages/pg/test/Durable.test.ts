@@ -6,12 +6,13 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Durable from "../src/Durable.js"
-import { DurableSettings } from "../src/DurableConfig.js"
+import { DurableSettings, layerSettings } from "../src/DurableConfig.js"
+import * as Migrations from "../src/Migrations.js"
 import * as MutationLedger from "../src/MutationLedger.js"
 import * as Outbox from "../src/Outbox.js"
 import { database } from "./support.js"
 
-const build = (layer: Layer.Layer<Durable.Services, unknown>) => Effect.scoped(Layer.build(layer))
+const build = <E>(layer: Layer.Layer<Durable.Services, E>) => Effect.scoped(Layer.build(layer))
 const withEnv = (entries: Record<string, string>) =>
   Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(entries))))
 
@@ -37,21 +38,29 @@ describe("Durable.layer configuration", () => {
       }
     }))
 
-  it.effect("configuration read from the environment is validated the same way", () =>
+  it.effect("configuration read from the environment names the variable, what it is for and an example, before any connection", () =>
     Effect.gen(function*() {
+      // Port 1 answers nobody: a DatabaseError here would mean a connection was tried first.
+      const url = "postgres://x@127.0.0.1:1/x"
       const cases: ReadonlyArray<readonly [Record<string, string>, string]> = [
         [{}, "DATABASE_URL"],
-        [{ DATABASE_URL: "   " }, "url"],
-        [{ DATABASE_URL: "postgres://x@127.0.0.1:1/x", DURABLE_POOL_SIZE: "-3" }, "poolSize"],
-        [{ DATABASE_URL: "postgres://x@127.0.0.1:1/x", DURABLE_POOL_SIZE: "many" }, "DURABLE_POOL_SIZE"],
-        [{ DATABASE_URL: "postgres://x@127.0.0.1:1/x", DURABLE_SCHEMA: "9lives" }, "schema"],
-        [{ DATABASE_URL: "postgres://x@127.0.0.1:1/x", DURABLE_OUTBOX_MAX_PAYLOAD_BYTES: "0" }, "maxPayloadBytes"],
-        [{ DATABASE_URL: "postgres://x@127.0.0.1:1/x", DURABLE_OUTBOX_MAX_ATTEMPTS: "-1" }, "maxAttempts"]
+        [{ DATABASE_URL: "   " }, "DATABASE_URL"],
+        [{ DATABASE_URL: url, DURABLE_POOL_SIZE: "-3" }, "DURABLE_POOL_SIZE"],
+        [{ DATABASE_URL: url, DURABLE_POOL_SIZE: "many" }, "DURABLE_POOL_SIZE"],
+        [{ DATABASE_URL: url, DURABLE_SCHEMA: "9lives" }, "DURABLE_SCHEMA"],
+        [{ DATABASE_URL: url, DURABLE_LOCK_TIMEOUT: "-5 seconds" }, "DURABLE_LOCK_TIMEOUT"],
+        [{ DATABASE_URL: url, DURABLE_OUTBOX_MAX_PAYLOAD_BYTES: "0" }, "DURABLE_OUTBOX_MAX_PAYLOAD_BYTES"],
+        [{ DATABASE_URL: url, DURABLE_OUTBOX_MAX_ATTEMPTS: "-1" }, "DURABLE_OUTBOX_MAX_ATTEMPTS"],
+        [{ DATABASE_URL: url, CURSOR_KEYS: "k1=short" }, "CURSOR_KEYS"]
       ]
       for (const [env, field] of cases) {
         const error = yield* Effect.flip(build(Durable.layerConfig()).pipe(withEnv(env)))
         expect(error).toMatchObject({ _tag: "DurableConfigError", field })
+        // Every message says what the variable is for and gives a value that works.
+        expect(error.message).toContain(`e.g. ${field}=`)
       }
+      const missing = yield* Effect.flip(build(Durable.layerConfig()).pipe(withEnv({})))
+      expect(missing.message).toContain("the PostgreSQL URL of the application's database")
     }))
 
   it.layer(database())((it) => {
@@ -88,6 +97,37 @@ describe("Durable.layer configuration", () => {
         const rows = yield* sql`SELECT key FROM from_config.mutation_records`
         expect(rows).toEqual([{ key: "k" }])
         expect(yield* sql`SELECT topic, payload FROM from_config.outbox`).toEqual([{ topic: "configured", payload: { ok: true } }])
+      }))
+  })
+})
+
+describe("Durable.layer at start", () => {
+  it.layer(database())((it) => {
+    it.effect("a database never migrated is refused at build with SchemaVersionMismatch saying how to migrate", () =>
+      Effect.gen(function*() {
+        const db = yield* TestDatabase.TestDatabase
+        const error = yield* Effect.flip(build(Durable.layer({ connection: { url: db.url }, settings: { schema: "never_migrated" } })))
+        expect(error).toMatchObject({ _tag: "SchemaVersionMismatch", schema: "never_migrated", found: 0, needed: Migrations.latestVersion })
+        expect(error.message).toContain("migrate: true")
+        // With migrate: true the same start succeeds.
+        yield* build(Durable.layer({ connection: { url: db.url }, settings: { schema: "never_migrated" }, migrate: true }))
+      }))
+
+    it.effect("a schema behind the code, or ahead of it (a rolled-back deploy), is refused at build", () =>
+      Effect.gen(function*() {
+        const db = yield* TestDatabase.TestDatabase
+        const sql = yield* SqlClient.SqlClient
+        const options = { connection: { url: db.url }, settings: { schema: "versions" } }
+        yield* Migrations.migrate({ upTo: Migrations.latestVersion - 1 }).pipe(Effect.provide(layerSettings({ schema: "versions" })))
+        expect(yield* Effect.flip(build(Durable.layer(options)))).toMatchObject({
+          _tag: "SchemaVersionMismatch",
+          found: Migrations.latestVersion - 1
+        })
+        yield* build(Durable.layer({ ...options, migrate: true }))
+        yield* sql`INSERT INTO versions.schema_migrations (version, name) VALUES (${Migrations.latestVersion + 1}, 'from the future')`
+        const ahead = yield* Effect.flip(build(Durable.layer(options)))
+        expect(ahead).toMatchObject({ _tag: "SchemaVersionMismatch", found: Migrations.latestVersion + 1 })
+        expect(ahead.message).toContain("newer than this code knows")
       }))
   })
 })

@@ -3,14 +3,21 @@ import * as Cursor from "@effect-durable/core/Cursor"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
+import { layerSettings } from "../src/DurableConfig.js"
+import * as TestDatabase from "@effect-durable/testing/TestDatabase"
+import * as ConfigProvider from "effect/ConfigProvider"
 import * as CasExample from "../examples/cas.js"
+import * as DatabaseExample from "../examples/database.js"
+import * as MigrationsExample from "../examples/migrations.js"
+import * as TransactionsExample from "../examples/transactions.js"
 import * as InboxExample from "../examples/inbox.js"
 import * as OutboxExample from "../examples/outbox.js"
 import * as LedgerExample from "../examples/ledger.js"
 import * as PaginationExample from "../examples/pagination.js"
 import * as Cas from "../src/Cas.js"
 import * as Keyset from "../src/Keyset.js"
-import { substrate } from "./support.js"
+import * as Migrations from "../src/Migrations.js"
+import { database, substrate } from "./support.js"
 
 const Live = Layer.mergeAll(
   Cas.layer,
@@ -45,10 +52,38 @@ describe("the README examples do what the README says", () => {
         expect(yield* InboxExample.program).toEqual({ first: "Processed", redelivered: "Duplicate", invoices: 1 })
       }))
 
-    it.effect("pagination: newest first, two per page", () =>
+    it.effect("pagination: an account's EUR transfers, sent or received, oldest first, two per page", () =>
       Effect.gen(function*() {
-        // One statement inserts all five rows with one created_at, so id breaks the tie.
-        expect(yield* PaginationExample.program).toEqual([[5, 4], [3, 2], [1]])
+        // One statement inserts all rows with one booked_at, so id breaks the tie.
+        expect(yield* PaginationExample.program).toEqual([[10, 20], [50, 60]])
+      }))
+  })
+})
+
+describe("the README's application database and migrations", () => {
+  it.layer(database())((it) => {
+    it.effect("database: with DATABASE_URL set, the layer migrates that database and serves the substrate", () =>
+      Effect.gen(function*() {
+        const db = yield* TestDatabase.TestDatabase
+        const provider = ConfigProvider.fromMap(new Map([["DATABASE_URL", Redacted.value(db.url)]]))
+        const answer = yield* DatabaseExample.program.pipe(
+          Effect.provide(DatabaseExample.Database),
+          Effect.withConfigProvider(provider)
+        )
+        expect(answer).toBe("function")
+      }))
+
+    it.effect("migrations: migrate reaches the latest version, the schema verifies clean, the runtime role is granted", () =>
+      Effect.gen(function*() {
+        const { drift, report } = yield* MigrationsExample.program.pipe(Effect.provide(layerSettings({ schema: "readme_migrations" })))
+        expect(report.version).toBe(Migrations.latestVersion)
+        expect(drift).toEqual([])
+      }))
+  })
+  it.layer(substrate())((it) => {
+    it.effect("transactions: the invoice run takes its customer's lock and invoices", () =>
+      Effect.gen(function*() {
+        expect(yield* TransactionsExample.program).toBe("invoiced")
       }))
   })
 })

@@ -5,6 +5,8 @@ import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import { DurableSettings } from "../src/DurableConfig.js"
 import * as Inbox from "../src/Inbox.js"
+import * as InboxAdmin from "../src/InboxAdmin.js"
+import * as InboxWorker from "../src/InboxWorker.js"
 import { barrier, eventually, substrate } from "./support.js"
 
 const withEffectsTable = () =>
@@ -40,7 +42,7 @@ const suite = (schema: string) => {
   it.layer(withEffectsTable().pipe(Layer.provideMerge(substrate({ schema }))), { timeout: "60 seconds" })((it) => {
     it.effect("handle runs the effect once; a repeated delivery is a Duplicate that runs nothing", () =>
       Effect.gen(function*() {
-        const inbox = yield* Inbox.Inbox
+        const inbox = yield* inboxServices
         const id = messageId()
         expect(yield* inbox.handle("billing", id, apply(id))).toEqual({ _tag: "Processed", value: `applied ${id}` })
         expect(yield* inbox.handle("billing", id, apply(id))).toEqual({ _tag: "Duplicate" })
@@ -53,7 +55,7 @@ const suite = (schema: string) => {
 
     it.effect("a failing effect leaves no receipt, so the redelivery runs it", () =>
       Effect.gen(function*() {
-        const inbox = yield* Inbox.Inbox
+        const inbox = yield* inboxServices
         const id = messageId()
         const failing = Effect.zipRight(apply(id, "half"), Effect.fail("downstream refused" as const))
         expect(yield* Effect.flip(inbox.handle("billing", id, failing))).toBe("downstream refused")
@@ -65,7 +67,7 @@ const suite = (schema: string) => {
 
     it.effect("8 concurrent deliveries of one message released at a barrier: the effect runs exactly once", () =>
       Effect.gen(function*() {
-        const inbox = yield* Inbox.Inbox
+        const inbox = yield* inboxServices
         const id = messageId()
         const gate = yield* barrier
         let runs = 0
@@ -85,16 +87,16 @@ const suite = (schema: string) => {
 
     it.effect("bad consumer or message ids are typed errors", () =>
       Effect.gen(function*() {
-        const inbox = yield* Inbox.Inbox
-        expect(yield* Effect.flip(inbox.handle("", "m", Effect.void))).toMatchObject({ _tag: "DurableConfigError", field: "consumer" })
-        expect(yield* Effect.flip(inbox.handle("c", "x".repeat(257), Effect.void))).toMatchObject({ field: "messageId" })
+        const inbox = yield* inboxServices
+        expect(yield* Effect.flip(inbox.handle("", "m", Effect.void))).toMatchObject({ _tag: "InvalidInput", argument: "consumer" })
+        expect(yield* Effect.flip(inbox.handle("c", "x".repeat(257), Effect.void))).toMatchObject({ argument: "messageId" })
         expect(yield* Effect.flip(inbox.receive("c", "m", { at: new Date() }))).toMatchObject({ _tag: "UnsupportedJsonValue" })
         expect(yield* Effect.flip(inbox.receive("c", "m", "x".repeat(300 * 1024)))).toMatchObject({ _tag: "PayloadTooLarge" })
       }))
 
     it.effect("stored mode: receive dedups; claim, complete, release and dead letters follow the outbox's fencing", () =>
       Effect.gen(function*() {
-        const inbox = yield* Inbox.Inbox
+        const inbox = yield* inboxServices
         const consumer = `slow-${++n}`
         const [a, b, c] = [messageId(), messageId(), messageId()]
         expect(yield* inbox.receive(consumer, a, { n: 1 }, { traceparent: "00-x" })).toBe("New")
@@ -110,18 +112,18 @@ const suite = (schema: string) => {
         const [ea, eb, ec] = claimed
         yield* inbox.complete(ea!.claim)
         yield* inbox.complete(ea!.claim)
-        expect((yield* Effect.flip(inbox.complete({ ...eb!.claim, worker: "w2" })))._tag).toBe("InboxClaimMismatch")
-        expect((yield* Effect.flip(inbox.complete({ messageId: "999999997", worker: "w1", generation: 1 })))._tag).toBe("InboxMissing")
+        expect((yield* Effect.flip(inbox.complete({ ...eb!.claim, worker: "w2" })))._tag).toBe("ClaimMismatch")
+        expect((yield* Effect.flip(inbox.complete({ messageId: "999999997", worker: "w1", generation: 1 })))._tag).toBe("MessageMissing")
         expect(yield* inbox.release(eb!.claim, { error: "db busy", retryDelay: 0 })).toEqual({ dead: false })
         expect(yield* inbox.release(ec!.claim, { error: "bad payload", retryDelay: 0, permanent: true })).toEqual({ dead: true })
         const again = yield* inbox.claim({ consumer, worker: "w2", limit: 10, lease: "30 seconds" })
         expect(again.map((e) => [e.messageId, e.attempt])).toEqual([[b, 2]])
         const done = yield* inbox.completeMany([again[0]!.claim, ea!.claim])
         expect([...done.completed].sort()).toEqual([again[0]!.id, ea!.id].sort())
-        expect(yield* receipt(consumer, b)).toMatchObject({ processed: true, attempt_count: 2, last_error: "db busy" })
+        expect(yield* receipt(consumer, b)).toMatchObject({ processed: true, attempt_count: 2, last_error: null })
 
         const dead = yield* inbox.deadLetters({ consumer, limit: 10 })
-        expect(dead.items.map((d) => [d.messageId, d.lastError])).toEqual([[c, "bad payload"]])
+        expect(dead.items.map((d) => [d.messageId, d.lastError])).toEqual([[c, "bad payload (dead: a permanent failure)"]])
         expect(yield* inbox.redrive([ec!.id])).toEqual([ec!.id])
         const redriven = yield* inbox.claim({ consumer, worker: "w3", limit: 10, lease: "30 seconds" })
         expect(redriven.map((e) => [e.messageId, e.attempt])).toEqual([[c, 1]])
@@ -129,7 +131,7 @@ const suite = (schema: string) => {
 
     it.effect("stored mode: a lost lease lets another worker take the entry; the first cannot complete it", () =>
       Effect.gen(function*() {
-        const inbox = yield* Inbox.Inbox
+        const inbox = yield* inboxServices
         const consumer = `lease-${++n}`
         const id = messageId()
         yield* inbox.receive(consumer, id, {})
@@ -139,7 +141,7 @@ const suite = (schema: string) => {
           (entries) => entries.length > 0
         )
         expect(second!.claim.generation).toBe(2)
-        expect(yield* Effect.flip(inbox.complete(first!.claim))).toMatchObject({ _tag: "InboxClaimMismatch", worker: "w1" })
+        expect(yield* Effect.flip(inbox.complete(first!.claim))).toMatchObject({ _tag: "ClaimMismatch", worker: "w1" })
         yield* inbox.complete(second!.claim)
         expect(yield* receipt(consumer, id)).toMatchObject({ processed: true })
       }))
@@ -147,7 +149,7 @@ const suite = (schema: string) => {
     it.effect("purge deletes receipts processed before the retention and keeps newer and unprocessed ones", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
-        const inbox = yield* Inbox.Inbox
+        const inbox = yield* inboxServices
         const consumer = `purge-${++n}`
         const ids = [messageId(), messageId(), messageId()]
         for (const id of ids) yield* inbox.handle(consumer, id, Effect.void)
@@ -164,6 +166,12 @@ const suite = (schema: string) => {
       }))
   })
 }
+
+// These suites exercise the receiving, worker and operator sides of the inbox together.
+const inboxServices = Effect.map(
+  Effect.all([Inbox.Inbox, InboxWorker.InboxWorker, InboxAdmin.InboxAdmin]),
+  ([receiver, worker, admin]) => ({ ...receiver, ...worker, ...admin })
+)
 
 describe("Inbox (schema durable)", () => suite("durable"))
 describe("Inbox (schema \"Inbox_Mixed\")", () => suite("Inbox_Mixed"))

@@ -1,102 +1,576 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as Cursor from "@effect-durable/core/Cursor"
+import * as TestDatabase from "@effect-durable/testing/TestDatabase"
+import * as PgClient from "@effect/sql-pg/PgClient"
 import * as SqlClient from "@effect/sql/SqlClient"
+import * as Statement from "@effect/sql/Statement"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as FastCheck from "effect/FastCheck"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Keyset from "../src/Keyset.js"
 import { database } from "./support.js"
 
-const codec = Cursor.layer([{ id: "k1", secret: Redacted.make("keyset-test-secret-32-bytes-long") }])
+const keys = (secret: string) => Cursor.layer([{ id: "k1", secret: Redacted.make(secret) }])
+const codec = keys("keyset-test-secret-32-bytes-long")
+
+type KeysetService = Keyset.Keyset["Type"]
+
+// A second pool on the suite's database whose sessions live in São Paulo time (UTC-3, with
+// clock changes in its history) and print dates day first: nothing they show looks like UTC.
+class Elsewhere extends Context.Tag("test/Keyset/Elsewhere")<Elsewhere, {
+  readonly sql: SqlClient.SqlClient
+  readonly keyset: KeysetService
+}>() {}
+
+const inSaoPaulo = (url: string) => {
+  const parsed = new URL(url)
+  parsed.searchParams.set("options", "-c TimeZone=America/Sao_Paulo -c DateStyle=SQL,DMY")
+  return Redacted.make(parsed.toString())
+}
+
+const ElsewhereLive = Layer.effect(
+  Elsewhere,
+  Effect.all({ sql: SqlClient.SqlClient, keyset: Keyset.make })
+).pipe(
+  Layer.provide(Layer.unwrapEffect(Effect.map(TestDatabase.TestDatabase, (db) =>
+    PgClient.layer({ url: inSaoPaulo(Redacted.value(db.url)), maxConnections: 2 })))),
+  Layer.provide(codec)
+)
+
+// Every supported type, with ties, ±infinity, years before 1 and after 9999, local times that
+// São Paulo skipped (2018-11-04 00:xx) or lived twice (2019-02-16 23:xx), '' and multibyte
+// text, NaN and ±Infinity numerics, and three unique tie-breakers of different types.
+const TYPED_COLUMNS = ["at_tz", "at_local", "day", "small", "medium", "big", "amount", "label", "short_label", "ref"] as const
+const TIE_BREAKERS = ["id", "uid", "code"] as const
+const createTyped = (sql: SqlClient.SqlClient) =>
+  Effect.all([
+    sql`CREATE TABLE typed (
+          id bigserial PRIMARY KEY, uid uuid NOT NULL UNIQUE, code text NOT NULL UNIQUE,
+          at_tz timestamptz NOT NULL, at_local timestamp NOT NULL, day date NOT NULL,
+          small int2 NOT NULL, medium int4 NOT NULL, big int8 NOT NULL, amount numeric NOT NULL,
+          label text NOT NULL, short_label varchar(12) NOT NULL, ref uuid NOT NULL)`,
+    sql`INSERT INTO typed (uid, code, at_tz, at_local, day, small, medium, big, amount, label, short_label, ref)
+        SELECT md5('u' || i)::uuid,
+               'code-' || lpad(i::text, 3, '0') || CASE WHEN i % 2 = 0 THEN ' é' ELSE '' END,
+               CASE i % 12 WHEN 0 THEN timestamptz 'infinity' WHEN 1 THEN timestamptz '-infinity'
+                           WHEN 2 THEN timestamptz '0044-03-15 12:00:00.5+00 BC'
+                           WHEN 3 THEN timestamptz '12026-01-01 00:00:00.000001+00'
+                           ELSE timestamptz '2019-02-17 01:30:00+00' + (i / 4) * interval '7 minutes 0.000001 seconds' END,
+               CASE i % 12 WHEN 0 THEN timestamp 'infinity' WHEN 1 THEN timestamp '-infinity'
+                           WHEN 2 THEN timestamp '0044-03-15 12:00:00.5 BC'
+                           WHEN 3 THEN timestamp '12026-01-01 00:00:00.000001'
+                           ELSE timestamp '2018-11-03 23:30:00' + (i / 4) * interval '7 minutes 0.000001 seconds' END,
+               CASE i % 12 WHEN 0 THEN date 'infinity' WHEN 1 THEN date '-infinity' WHEN 2 THEN date '0044-03-15 BC'
+                           ELSE date '2026-01-01' + i / 4 END,
+               (i % 7) - 3,
+               (i / 5) * -100000,
+               CASE i % 12 WHEN 0 THEN 9223372036854775807 WHEN 1 THEN -9223372036854775808 ELSE i / 3 END,
+               CASE i % 12 WHEN 0 THEN 'NaN'::numeric WHEN 1 THEN '-1e100' WHEN 2 THEN '1.0' WHEN 3 THEN '1.00'
+                           WHEN 4 THEN 'Infinity' ELSE (i / 3)::numeric / 7 END,
+               (ARRAY['', ' ', 'a', 'A', 'é', 'e', 'b''q"\\', 'ß', '😀', 'z', 'Z', 'ab'])[i % 12 + 1],
+               (ARRAY['', 'x', 'X', 'ÿ', 'x y', '0'])[i % 6 + 1],
+               md5((i / 4)::text)::uuid
+          FROM generate_series(1, 48) i`
+  ], { discard: true })
 
 // 30 events for tenant a, 5 of them sharing one timestamp (id breaks the tie), 2 microseconds apart.
-const Live = Layer.effectDiscard(
-  Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    Effect.all([
-      sql`CREATE TABLE events (id bigserial PRIMARY KEY, tenant text NOT NULL, kind text, created_at timestamptz NOT NULL DEFAULT now())`,
-      sql`INSERT INTO events (tenant, kind, created_at)
-          SELECT 'a', CASE WHEN i % 3 = 0 THEN 'x' ELSE 'y' END,
-                 CASE WHEN i BETWEEN 10 AND 14 THEN timestamptz '2026-01-01 00:00:10'
-                      WHEN i = 20 THEN timestamptz '2026-01-01 00:00:19.999999'
-                      WHEN i = 21 THEN timestamptz '2026-01-01 00:00:20.000001'
-                      ELSE timestamptz '2026-01-01' + make_interval(secs => i) END
-            FROM generate_series(1, 30) i`,
-      sql`INSERT INTO events (tenant, kind) SELECT 'b', 'x' FROM generate_series(1, 3)`
-    ], { discard: true }))
-).pipe(Layer.provideMerge(Keyset.layer.pipe(Layer.provideMerge(codec))), Layer.provideMerge(database()))
+const createEvents = (sql: SqlClient.SqlClient) =>
+  Effect.all([
+    sql`CREATE TABLE events (id bigserial PRIMARY KEY, tenant text NOT NULL, kind text, created_at timestamptz NOT NULL DEFAULT now())`,
+    sql`INSERT INTO events (tenant, kind, created_at)
+        SELECT 'a', CASE WHEN i % 3 = 0 THEN 'x' ELSE 'y' END,
+               CASE WHEN i BETWEEN 10 AND 14 THEN timestamptz '2026-01-01 00:00:10'
+                    WHEN i = 20 THEN timestamptz '2026-01-01 00:00:19.999999'
+                    WHEN i = 21 THEN timestamptz '2026-01-01 00:00:20.000001'
+                    ELSE timestamptz '2026-01-01' + make_interval(secs => i) END
+          FROM generate_series(1, 30) i`,
+    sql`INSERT INTO events (tenant, kind) SELECT 'b', 'x' FROM generate_series(1, 3)`
+  ], { discard: true })
 
-const expectedOrder = (where: string) =>
+// Transfers between four accounts in two currencies, many in the same second.
+const createTransfers = (sql: SqlClient.SqlClient) =>
+  Effect.all([
+    sql`CREATE TABLE transfers (
+          id bigserial PRIMARY KEY, sender text NOT NULL, receiver text NOT NULL, currency text NOT NULL,
+          amount numeric NOT NULL, created_at timestamptz NOT NULL)`,
+    sql`INSERT INTO transfers (sender, receiver, currency, amount, created_at)
+        SELECT (ARRAY['ann', 'bob', 'cy', 'dee'])[i % 4 + 1], (ARRAY['bob', 'cy', 'dee', 'ann', 'cy'])[i % 5 + 1],
+               CASE WHEN i % 3 = 0 THEN 'EUR' ELSE 'USD' END, i * 10,
+               timestamptz '2026-03-01 12:00:00+00' + (i / 3) * interval '1 second'
+          FROM generate_series(1, 60) i`
+  ], { discard: true })
+
+// For the property: one table per type, its value column `v` filled from small integers (so
+// values tie often) through an expression of that type; two tie-breakers of different types.
+const PROPERTY_VALUES = {
+  int4: "x",
+  int8: "x::int8 * 1000000000000",
+  numeric: "x / 3.0",
+  text: "(ARRAY['', ' ', 'a', 'A', 'é', 'e', 'ß', 'b''q', '😀', 'z', 'Z', 'ab', 'x y'])[x + 7]",
+  uuid: "md5(x::text)::uuid",
+  date: "CASE x WHEN 6 THEN date 'infinity' ELSE date '2026-01-01' + x END",
+  timestamptz: "timestamptz '2019-02-17 02:00:00+00' + x * interval '17 minutes 0.000001 seconds'",
+  timestamp: "timestamp '2018-11-04 00:30:00' + x * interval '13 minutes 0.000003 seconds'"
+} as const
+type PropertyType = keyof typeof PROPERTY_VALUES
+const PROPERTY_TYPES = Object.keys(PROPERTY_VALUES) as Array<PropertyType>
+
+const createPropertyTables = (sql: SqlClient.SqlClient) =>
+  Effect.forEach(PROPERTY_TYPES, (type) =>
+    sql.unsafe(`CREATE TABLE prop_${type} (
+                  id bigserial PRIMARY KEY, k uuid NOT NULL UNIQUE DEFAULT gen_random_uuid(), v ${type} NOT NULL)`), {
+    discard: true
+  })
+
+const Tables = Layer.effectDiscard(
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    Effect.map(
-      sql.unsafe<{ id: string }>(`SELECT id::text FROM events WHERE ${where} ORDER BY created_at DESC, id DESC`),
+    Effect.all([createTyped(sql), createEvents(sql), createTransfers(sql), createPropertyTables(sql)]))
+)
+
+const Live = Layer.mergeAll(Keyset.layer, ElsewhereLive, Tables).pipe(
+  Layer.provideMerge(codec),
+  Layer.provideMerge(database())
+)
+
+/** The ids of the rows `ORDER BY` serves, as the traversal must serve them. */
+const orderedIds = (table: string, order: Required<Keyset.Order>, where = "true") =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) => {
+    const direction = order.direction === "asc" ? "ASC" : "DESC"
+    return Effect.map(
+      // Qualified: a bare name in ORDER BY would mean the output column, id as text.
+      sql.unsafe<{ id: string }>(
+        `SELECT t.id::text AS id FROM ${table} t WHERE ${where}
+          ORDER BY t.${order.column} ${direction}, t.${order.tieBreaker} ${direction}`
+      ),
       (rows) => rows.map((row) => row.id)
-    ))
+    )
+  })
 
-const traverse = (request: Omit<Keyset.PageRequest, "cursor">, between?: Effect.Effect<void, unknown, SqlClient.SqlClient>) =>
+interface Traversal {
+  /** Runs after page `n` (from 1) was served, before the next is asked for. */
+  readonly between?: (page: number, seen: ReadonlyArray<string>) => Effect.Effect<void, unknown, SqlClient.SqlClient>
+  /** Which service serves page `n` (from 1); default the suite's `Keyset`. */
+  readonly via?: (page: number) => Effect.Effect<KeysetService, never, Keyset.Keyset | Elsewhere>
+}
+
+const traverse = (request: Omit<Keyset.PageRequest, "cursor">, traversal: Traversal = {}) =>
   Effect.gen(function*() {
-    const keyset = yield* Keyset.Keyset
     const seen: Array<string> = []
     let cursor: string | undefined = undefined
     let pages = 0
     do {
-      const page: Keyset.Page<{ id: string }> = yield* keyset.page<{ id: string }>(cursor === undefined ? request : { ...request, cursor })
+      pages++
+      const keyset: KeysetService = yield* (traversal.via?.(pages) ?? Keyset.Keyset)
+      const page: Keyset.Page<{ id: unknown }> = yield* keyset.page<{ id: unknown }>(
+        cursor === undefined ? request : { ...request, cursor }
+      )
       seen.push(...page.items.map((item) => String(item.id)))
       cursor = page.nextCursor
-      pages++
-      if (between !== undefined && pages === 1) yield* between
+      if (traversal.between !== undefined) yield* traversal.between(pages, seen)
+      // A traversal that stops moving fails here rather than at the test's timeout.
+      if (pages > 500) return yield* Effect.dieMessage(`no end after ${pages} pages`)
     } while (cursor !== undefined)
     return { seen, pages }
   })
 
-describe("Keyset pages", () => {
+/** How many statements `effect` ran, and its outcome. */
+const countingStatements = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.gen(function*() {
+    let statements = 0
+    const result = yield* effect.pipe(
+      Statement.withTransformer((statement) => {
+        statements++
+        return Effect.succeed(statement)
+      }),
+      Effect.either
+    )
+    return { result, statements }
+  })
+
+const refusal = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.map(countingStatements(effect), ({ result, statements }) => {
+    if (Either.isRight(result)) throw new Error("expected a refusal")
+    return { error: result.left, statements }
+  })
+
+describe("Keyset traversals", () => {
   it.layer(Live)((it) => {
-    it.effect("a traversal serves every row once in (created_at DESC, id DESC) order, ties and microseconds included", () =>
+    it.effect("every supported column type, both directions: every row exactly once, in ORDER BY order", () =>
+      Effect.gen(function*() {
+        for (const [i, column] of TYPED_COLUMNS.entries()) {
+          const tieBreaker = TIE_BREAKERS[i % TIE_BREAKERS.length]!
+          for (const direction of ["desc", "asc"] as const) {
+            const order = { column, tieBreaker, direction }
+            const expected = yield* orderedIds("typed", order)
+            expect(expected.length).toBe(48)
+            for (const limit of [1, 5, 48]) {
+              const { pages, seen } = yield* traverse({ table: "typed", subject: "s", order, limit })
+              expect(seen, `${column}/${tieBreaker} ${direction} by ${limit}`).toEqual(expected)
+              expect(pages).toBe(Math.ceil(48 / limit))
+            }
+          }
+        }
+      }))
+
+    it.effect("the default order is (created_at DESC, id DESC); ties and microseconds across page boundaries", () =>
       Effect.gen(function*() {
         for (const limit of [1, 4, 7, 30, 31]) {
           const { pages, seen } = yield* traverse({ table: "events", subject: "tenant-a", where: { tenant: "a" }, limit })
-          expect(seen).toEqual(yield* expectedOrder("tenant = 'a'"))
+          expect(seen).toEqual(yield* orderedIds("events", { column: "created_at", tieBreaker: "id", direction: "desc" }, "tenant = 'a'"))
           expect(pages).toBe(Math.max(1, Math.ceil(30 / limit)))
         }
         const filtered = yield* traverse({ table: "events", subject: "tenant-a", where: { tenant: "a", kind: "x" }, limit: 4 })
-        expect(filtered.seen).toEqual(yield* expectedOrder("tenant = 'a' AND kind = 'x'"))
+        expect(filtered.seen).toEqual(
+          yield* orderedIds("events", { column: "created_at", tieBreaker: "id", direction: "desc" }, "tenant = 'a' AND kind = 'x'")
+        )
         const nulls = yield* traverse({ table: "events", subject: "s", where: { kind: null }, limit: 4 })
         expect(nulls.seen).toEqual([])
       }))
 
-    it.effect("rows inserted after the first page never enter the traversal", () =>
+    it.effect("items are the table's rows, without the position columns", () =>
       Effect.gen(function*() {
-        const insertNewer = Effect.flatMap(SqlClient.SqlClient, (sql) =>
-          sql`INSERT INTO events (tenant, kind) SELECT 'a', 'y' FROM generate_series(1, 4)`)
-        const before = yield* expectedOrder("tenant = 'a'")
-        const { seen } = yield* traverse({ table: "events", subject: "tenant-a", where: { tenant: "a" }, limit: 5 }, insertNewer)
-        expect(seen).toEqual(before)
-        const sql = yield* SqlClient.SqlClient
-        yield* sql`DELETE FROM events WHERE tenant = 'a' AND created_at > '2026-06-01'`
+        const keyset = yield* Keyset.Keyset
+        for (const direction of ["desc", "asc"] as const) {
+          const page = yield* keyset.page({ table: "events", subject: "s", order: { direction }, limit: 2 })
+          expect(page.items.map((item) => Object.keys(item).sort())).toEqual([
+            ["created_at", "id", "kind", "tenant"],
+            ["created_at", "id", "kind", "tenant"]
+          ])
+        }
       }))
 
-    it.effect("a cursor for another subject or other filters is refused before any SQL runs", () =>
+    it.effect("in a non-UTC session (São Paulo, day-first dates), no row is missing and none served twice", () =>
+      Effect.gen(function*() {
+        const elsewhere = yield* Elsewhere
+        const [session] = yield* elsewhere.sql<{ timezone: string; datestyle: string }>`
+          SELECT current_setting('TimeZone') AS timezone, current_setting('DateStyle') AS datestyle`
+        expect(session).toEqual({ timezone: "America/Sao_Paulo", datestyle: "SQL, DMY" })
+        for (const column of ["at_tz", "at_local", "day"] as const) {
+          for (const direction of ["desc", "asc"] as const) {
+            const order = { column, tieBreaker: "id", direction }
+            const expected = yield* orderedIds("typed", order)
+            const there = yield* traverse({ table: "typed", subject: "s", order, limit: 3 }, {
+              via: () => Effect.succeed(elsewhere.keyset)
+            })
+            expect(there.seen, `${column} ${direction} in São Paulo`).toEqual(expected)
+            // A cursor issued in one session's TimeZone and DateStyle pages on in the other's.
+            const alternating = yield* traverse({ table: "typed", subject: "s", order, limit: 3 }, {
+              via: (page) => page % 2 === 0 ? Effect.succeed(elsewhere.keyset) : Keyset.Keyset
+            })
+            expect(alternating.seen, `${column} ${direction} alternating`).toEqual(expected)
+          }
+        }
+      }))
+
+    it.effect("a caller SQL filter pages the transfers where an account is sender or receiver, in both directions", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        for (const direction of ["desc", "asc"] as const) {
+          const order = { column: "created_at", tieBreaker: "id", direction } as const
+          const { seen } = yield* traverse({
+            table: "transfers",
+            subject: "ann",
+            order,
+            // Its OR stays inside its parentheses: another currency never slips in.
+            where: { currency: "EUR" },
+            filter: sql`sender = ${"ann"} OR receiver = ${"ann"}`,
+            limit: 2
+          })
+          const expected = yield* orderedIds("transfers", order, "currency = 'EUR' AND (sender = 'ann' OR receiver = 'ann')")
+          expect(expected.length).toBeGreaterThan(4)
+          expect(seen).toEqual(expected)
+        }
+      }))
+  })
+})
+
+describe("Keyset high-water mark", () => {
+  it.layer(Live)((it) => {
+    // Later than every row of the suite whatever today's date: they sort last.
+    const insertNewer = Effect.flatMap(SqlClient.SqlClient, (sql) =>
+      sql`INSERT INTO events (tenant, kind, created_at)
+          SELECT 'a', 'y', timestamptz '2999-01-01' + make_interval(secs => i) FROM generate_series(1, 4) i`)
+    const deleteNewer = Effect.flatMap(SqlClient.SqlClient, (sql) =>
+      sql`DELETE FROM events WHERE created_at >= '2999-01-01'`)
+
+    it.effect("rows inserted after a descending traversal's first page never enter it", () =>
+      Effect.gen(function*() {
+        const order = { column: "created_at", tieBreaker: "id", direction: "desc" } as const
+        const before = yield* orderedIds("events", order, "tenant = 'a'")
+        const { seen } = yield* traverse({ table: "events", subject: "tenant-a", where: { tenant: "a" }, order, limit: 5 }, {
+          between: (page) => page <= 2 ? insertNewer : Effect.void
+        })
+        expect(seen).toEqual(before)
+        yield* deleteNewer
+      }))
+
+    it.effect("rows inserted during an ascending traversal are not served: its first page reads the last position", () =>
+      Effect.gen(function*() {
+        const order = { column: "created_at", tieBreaker: "id", direction: "asc" } as const
+        const before = yield* orderedIds("events", order, "tenant = 'a'")
+        const { seen } = yield* traverse({ table: "events", subject: "tenant-a", where: { tenant: "a" }, order, limit: 5 }, {
+          between: () => insertNewer
+        })
+        expect(seen).toEqual(before)
+        yield* deleteNewer
+      }))
+
+    it.effect("rows deleted during a traversal are not served; deleting the rows its cursor points at loses and repeats nothing", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`CREATE TABLE shrinking AS SELECT * FROM events WHERE tenant = 'a'`
+        yield* sql`ALTER TABLE shrinking ADD PRIMARY KEY (id), ALTER created_at SET NOT NULL`
+        for (const direction of ["desc", "asc"] as const) {
+          const order = { column: "created_at", tieBreaker: "id", direction } as const
+          const before = yield* orderedIds("shrinking", order)
+          const unservedDeleted = new Set<string>()
+          const { seen } = yield* traverse({ table: "shrinking", subject: "s", order, limit: 4 }, {
+            between: (_, served) => {
+              // The row the cursor points at, the first row served (a descending traversal's
+              // high-water mark) and the next two rows, not served yet.
+              const next = before.filter((id) => !served.includes(id) && !unservedDeleted.has(id)).slice(0, 2)
+              for (const id of next) unservedDeleted.add(id)
+              return sql`DELETE FROM shrinking WHERE id IN ${sql.in([served[served.length - 1]!, served[0]!, ...next])}`
+            }
+          })
+          expect(unservedDeleted.size).toBeGreaterThan(4)
+          expect(seen).toEqual(before.filter((id) => !unservedDeleted.has(id)))
+          yield* sql`TRUNCATE shrinking`
+          yield* sql`INSERT INTO shrinking SELECT * FROM events WHERE tenant = 'a'`
+        }
+      }))
+  })
+})
+
+describe("Keyset cursors", () => {
+  it.layer(Live)((it) => {
+    it.effect("a cursor for another subject, table, order or filters is refused before any SQL runs", () =>
       Effect.gen(function*() {
         const keyset = yield* Keyset.Keyset
         const sql = yield* SqlClient.SqlClient
-        const first = yield* keyset.page({ table: "events", subject: "tenant-a", where: { tenant: "a" }, limit: 3 })
-        const cursor = first.nextCursor!
-        yield* sql`ALTER TABLE events RENAME TO events_hidden`
-        // Were any SQL run, the missing table would answer; the binding answers first.
-        const otherSubject = yield* Effect.flip(keyset.page({ table: "events", subject: "tenant-b", where: { tenant: "a" }, limit: 3, cursor }))
-        expect(otherSubject).toMatchObject({ _tag: "CursorBindingMismatch", field: "subject" })
-        const otherFilters = yield* Effect.flip(keyset.page({ table: "events", subject: "tenant-a", where: { tenant: "b" }, limit: 3, cursor }))
-        expect(otherFilters).toMatchObject({ _tag: "CursorBindingMismatch", field: "filter" })
-        const otherTable = yield* Effect.flip(keyset.page({ table: "events_hidden", subject: "tenant-a", where: { tenant: "a" }, limit: 3, cursor }))
-        expect(otherTable).toMatchObject({ _tag: "CursorBindingMismatch", field: "filter" })
-        const tampered = yield* Effect.flip(keyset.page({ table: "events", subject: "tenant-a", where: { tenant: "a" }, limit: 3, cursor: cursor.slice(0, -2) }))
-        expect(tampered._tag).toBe("InvalidCursor")
-        const hostile = yield* Effect.flip(keyset.page({ table: "events; DROP TABLE x", subject: "s", limit: 3 }))
-        expect(hostile).toMatchObject({ _tag: "DurableConfigError", field: "table" })
-        const column = yield* Effect.flip(keyset.page({ table: "events", subject: "s", where: { "tenant = tenant OR true --": "a" }, limit: 3 }))
-        expect(column).toMatchObject({ _tag: "DurableConfigError", field: "where.tenant = tenant OR true --" })
-        const limit = yield* Effect.flip(keyset.page({ table: "events", subject: "s", limit: 0 }))
-        expect(limit).toMatchObject({ _tag: "DurableConfigError", field: "limit" })
-        yield* sql`ALTER TABLE events_hidden RENAME TO events`
+        const request: Keyset.PageRequest = {
+          table: "transfers",
+          subject: "ann",
+          where: { currency: "EUR" },
+          filter: sql`sender = ${"ann"} OR receiver = ${"ann"}`,
+          limit: 2
+        }
+        const cursor = (yield* keyset.page(request)).nextCursor!
+        const { filter: _, ...unfiltered } = request
+        const rebound: Array<readonly [Keyset.PageRequest, "subject" | "filter"]> = [
+          [{ ...request, subject: "bob" }, "subject"],
+          [{ ...request, table: "events" }, "filter"],
+          [{ ...request, schema: "public" }, "filter"],
+          [{ ...request, order: { direction: "asc" } }, "filter"],
+          [{ ...request, order: { column: "id" } }, "filter"],
+          [{ ...request, order: { tieBreaker: "amount" } }, "filter"],
+          [{ ...request, where: { currency: "USD" } }, "filter"],
+          [{ ...request, where: {} }, "filter"],
+          [{ ...request, filter: sql`sender = ${"bob"} OR receiver = ${"ann"}` }, "filter"],
+          [{ ...request, filter: sql`sender = ${"ann"} AND receiver = ${"ann"}` }, "filter"],
+          [unfiltered, "filter"]
+        ]
+        for (const [changed, field] of rebound) {
+          const { error, statements } = yield* refusal(keyset.page({ ...changed, cursor }))
+          expect(error).toMatchObject({ _tag: "CursorBindingMismatch", field })
+          expect(statements).toBe(0)
+        }
+        // The same request, its filter written again, pages on.
+        const next = yield* keyset.page({ ...request, filter: sql`sender = ${"ann"} OR receiver = ${"ann"}`, cursor })
+        expect(next.items).toHaveLength(2)
       }))
+
+    it.effect("a filter built again from equal Dates, bigints and bytes binds alike; another Date does not", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const keyset = yield* Keyset.Keyset
+        const since = (ms: number) =>
+          sql`created_at >= ${new Date(ms)} AND amount < ${10_000n} AND ${Buffer.from("ab")}::bytea IS NOT NULL`
+        const start = Date.parse("2026-03-01T12:00:05Z")
+        const { seen } = yield* traverse({ table: "transfers", subject: "s", filter: since(start), limit: 7 }, {
+          via: () => Effect.succeed({ page: (request) => keyset.page({ ...request, filter: since(start) }) })
+        })
+        expect(seen).toEqual(
+          yield* orderedIds("transfers", { column: "created_at", tieBreaker: "id", direction: "desc" }, "created_at >= '2026-03-01T12:00:05Z'")
+        )
+        const { nextCursor } = yield* keyset.page({ table: "transfers", subject: "s", filter: since(start), limit: 7 })
+        const { error } = yield* refusal(
+          keyset.page({ table: "transfers", subject: "s", filter: since(start + 1), limit: 7, cursor: nextCursor! })
+        )
+        expect(error).toMatchObject({ _tag: "CursorBindingMismatch", field: "filter" })
+      }))
+
+    it.effect("a tampered cursor, or one signed with a secret this service does not hold, is InvalidCursor before any SQL runs", () =>
+      Effect.gen(function*() {
+        const keyset = yield* Keyset.Keyset
+        const request: Keyset.PageRequest = { table: "events", subject: "tenant-a", where: { tenant: "a" }, limit: 3 }
+        const cursor = (yield* keyset.page(request)).nextCursor!
+        const foreign = yield* Keyset.make.pipe(Effect.provide(keys("another-secret-of-32-bytes-long!!")))
+        const foreignCursor = (yield* foreign.page(request)).nextCursor!
+        for (const [token, reason] of [
+          [cursor.slice(0, -2), /signature mismatch|canonical/],
+          [cursor.slice(0, 10) + (cursor[10] === "A" ? "B" : "A") + cursor.slice(11), /signature mismatch|unknown key/],
+          [foreignCursor, /signature mismatch/],
+          ["", /empty/]
+        ] as const) {
+          const { error, statements } = yield* refusal(keyset.page({ ...request, cursor: token }))
+          expect(error._tag).toBe("InvalidCursor")
+          expect((error as { reason: string }).reason).toMatch(reason)
+          expect(statements).toBe(0)
+        }
+      }))
+  })
+})
+
+describe("Keyset inputs", () => {
+  it.layer(Live)((it) => {
+    it.effect("a refused argument is a typed error naming the argument and its rule, before any SQL runs", () =>
+      Effect.gen(function*() {
+        const keyset = yield* Keyset.Keyset
+        const sql = yield* SqlClient.SqlClient
+        const cases: Array<readonly [Record<string, unknown>, string, RegExp]> = [
+          [{ subject: "" }, "subject", /non-empty/],
+          [{ subject: "é".repeat(129) }, "subject", /256 bytes/],
+          [{ subject: "tenant\u0000a" }, "subject", /NUL/],
+          [{ subject: "tenant-\ud800" }, "subject", /lone surrogate/],
+          [{ table: "events; DROP TABLE x" }, "table", /identifier/],
+          [{ schema: "Public" }, "schema", /identifier/],
+          [{ where: { "tenant = tenant OR true --": "a" } }, "where.tenant = tenant OR true --", /identifier/],
+          [{ where: { tenant: "a\u0000" } }, "where.tenant", /without NUL/],
+          [{ where: { tenant: Number.NaN } }, "where.tenant", /finite number/],
+          [{ where: { tenant: { a: 1 } } }, "where.tenant", /a boolean or null/],
+          [{ order: { column: "Created" } }, "order.column", /identifier/],
+          [{ order: { tieBreaker: "" } }, "order.tieBreaker", /identifier/],
+          [{ order: { direction: "up" } }, "order.direction", /"asc" or "desc"/],
+          [{ limit: 0 }, "limit", /from 1 to 1000/],
+          [{ limit: 1001 }, "limit", /from 1 to 1000/],
+          [{ limit: 1.5 }, "limit", /from 1 to 1000/],
+          [{ limit: Number.NaN }, "limit", /from 1 to 1000/],
+          [{ filter: "tenant = 'a'" }, "filter", /SQL fragment/],
+          [{ filter: sql`tenant = ${"a\u0000"}` }, "filter", /\$1: a string without NUL/],
+          [{ filter: sql`kind = ${"x"} AND created_at < ${new Date(Number.NaN)}` }, "filter", /\$2: a valid Date/]
+        ]
+        for (const [changed, argument, rule] of cases) {
+          const request = { table: "events", subject: "s", limit: 3, ...changed } as unknown as Keyset.PageRequest
+          const { error, statements } = yield* refusal(keyset.page(request))
+          expect(error, argument).toMatchObject({ _tag: "InvalidInput", argument })
+          expect((error as { rule: string }).rule, argument).toMatch(rule)
+          expect(statements, argument).toBe(0)
+        }
+      }))
+
+    it.effect("an order the table cannot keep is refused before its first page, naming the argument and the rule", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const keyset = yield* Keyset.Keyset
+        yield* sql`CREATE DOMAIN positive AS int CHECK (VALUE > 0)`
+        yield* sql`CREATE TABLE awkward (
+                     id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now(), maybe timestamptz,
+                     score float8 NOT NULL DEFAULT 1, tags text[] NOT NULL DEFAULT '{}', rank positive NOT NULL DEFAULT 1,
+                     seq int NOT NULL, pair_a int NOT NULL, pair_b int NOT NULL, partial_key int NOT NULL,
+                     maybe_key int UNIQUE, UNIQUE (pair_a, pair_b))`
+        yield* sql`CREATE UNIQUE INDEX awkward_partial ON awkward (partial_key) WHERE partial_key > 0`
+        yield* sql`INSERT INTO awkward (seq, pair_a, pair_b, partial_key, maybe_key) SELECT i, i, i, i, i FROM generate_series(1, 5) i`
+        const cases: Array<readonly [Partial<Keyset.PageRequest>, string, RegExp]> = [
+          [{ order: { column: "maybe" } }, "order.column", /NOT NULL/],
+          [{ order: { column: "score" } }, "order.column", /score is double precision/],
+          [{ order: { column: "tags" } }, "order.column", /tags is text\[\]/],
+          [{ order: { column: "rank" } }, "order.column", /rank is positive/],
+          [{ order: { column: "missing" } }, "order.column", /no column missing/],
+          [{ order: { tieBreaker: "seq" } }, "order.tieBreaker", /unique index of its own/],
+          [{ order: { tieBreaker: "pair_a" } }, "order.tieBreaker", /unique index of its own/],
+          [{ order: { tieBreaker: "partial_key" } }, "order.tieBreaker", /unique index of its own/],
+          [{ order: { tieBreaker: "maybe_key" } }, "order.tieBreaker", /NOT NULL/],
+          [{ order: { tieBreaker: "score" } }, "order.tieBreaker", /score is double precision/],
+          [{ table: "nowhere" }, "table", /there is no "nowhere"/],
+          [{ schema: "nowhere" }, "table", /there is no "nowhere"."awkward"/]
+        ]
+        for (const [changed, argument, rule] of cases) {
+          const { error, statements } = yield* refusal(keyset.page({ table: "awkward", subject: "s", limit: 2, ...changed }))
+          expect(error, argument).toMatchObject({ _tag: "InvalidInput", argument })
+          expect((error as { rule: string }).rule, argument).toMatch(rule)
+          // The catalog answered; no page was read.
+          expect(statements, argument).toBe(1)
+        }
+        // A refusal is not remembered: once a migration gives seq its unique index, it pages.
+        yield* sql`CREATE UNIQUE INDEX awkward_seq ON awkward (seq)`
+        const { seen } = yield* traverse({ table: "awkward", subject: "s", order: { column: "seq", tieBreaker: "seq" }, limit: 2 })
+        expect(seen).toEqual(["5", "4", "3", "2", "1"])
+      }))
+
+    it.effect("the catalog is read once per table and order: every later page is one statement", () =>
+      Effect.gen(function*() {
+        const keyset = yield* Keyset.Keyset
+        const request: Keyset.PageRequest = {
+          table: "transfers",
+          subject: "s",
+          order: { column: "amount", direction: "asc" },
+          limit: 5
+        }
+        const first = yield* countingStatements(keyset.page(request))
+        expect(first.statements).toBe(2)
+        const cursor = Either.getOrThrow(first.result).nextCursor!
+        expect((yield* countingStatements(keyset.page({ ...request, cursor }))).statements).toBe(1)
+        expect((yield* countingStatements(keyset.page({ ...request, subject: "t" }))).statements).toBe(1)
+      }))
+
+    it.effect("a position no cursor can carry fails the page that would hand it out; a last page holding it is served", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const keyset = yield* Keyset.Keyset
+        yield* sql`CREATE TABLE long_keys (id text PRIMARY KEY, created_at timestamptz NOT NULL)`
+        yield* sql`INSERT INTO long_keys VALUES ('short-1', '2026-01-01'), (repeat('k', 300), '2026-01-02'),
+                                              ('short-3', '2026-01-03')`
+        for (const direction of ["desc", "asc"] as const) {
+          const request: Keyset.PageRequest = { table: "long_keys", subject: "s", order: { direction }, limit: 1 }
+          const first = yield* keyset.page(request)
+          expect(first.items).toHaveLength(1)
+          // The second page ends at the long key: it fails instead of handing out a cursor.
+          const { error } = yield* refusal(keyset.page({ ...request, cursor: first.nextCursor! }))
+          expect(error).toMatchObject({ _tag: "InvalidInput", argument: "order.tieBreaker" })
+          expect((error as { rule: string }).rule).toMatch(/at most 256 bytes/)
+          const onlyPage = yield* keyset.page({ ...request, limit: 3 })
+          expect(onlyPage.items).toHaveLength(3)
+          expect(onlyPage.nextCursor).toBeUndefined()
+        }
+        // Newest first, a long key on top is the first page's high-water mark: that page fails.
+        yield* sql`UPDATE long_keys SET created_at = '2026-01-04' WHERE id LIKE 'kkk%'`
+        const { error } = yield* refusal(keyset.page({ table: "long_keys", subject: "s", limit: 1 }))
+        expect(error).toMatchObject({ _tag: "InvalidInput", argument: "order.tieBreaker" })
+      }))
+  })
+})
+
+describe("Keyset property", () => {
+  it.layer(Live)((it) => {
+    it.effect.prop(
+      "any rows, page size, direction and tie-breaker, pages from any session: the traversal is ORDER BY over the same rows",
+      {
+        type: FastCheck.constantFrom(...PROPERTY_TYPES),
+        values: FastCheck.array(FastCheck.integer({ min: -6, max: 6 }), { maxLength: 40 }),
+        limit: FastCheck.integer({ min: 1, max: 9 }),
+        direction: FastCheck.constantFrom("asc" as const, "desc" as const),
+        tieBreaker: FastCheck.constantFrom("id", "k"),
+        elsewhere: FastCheck.array(FastCheck.boolean(), { minLength: 1, maxLength: 6 })
+      },
+      ({ direction, elsewhere, limit, tieBreaker, type, values }) =>
+        Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          const there = yield* Elsewhere
+          const table = `prop_${type}`
+          yield* sql.unsafe(`TRUNCATE ${table}`)
+          yield* sql.unsafe(`INSERT INTO ${table} (v) SELECT ${PROPERTY_VALUES[type]} FROM unnest($1::int[]) AS x`, [values])
+          const order = { column: "v", tieBreaker, direction }
+          const { pages, seen } = yield* traverse({ table, subject: "s", order, limit }, {
+            via: (page) => elsewhere[(page - 1) % elsewhere.length] ? Effect.succeed(there.keyset) : Keyset.Keyset
+          })
+          expect(seen).toEqual(yield* orderedIds(table, order))
+          expect(pages).toBe(Math.max(1, Math.ceil(values.length / limit)))
+        }),
+      { fastCheck: { numRuns: 60 } }
+    )
   })
 })

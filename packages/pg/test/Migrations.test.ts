@@ -1,4 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
+import { createHash } from "node:crypto"
 import * as TestRole from "@effect-durable/testing/TestRole"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
@@ -8,6 +9,34 @@ import * as Migrations from "../src/Migrations.js"
 import { database, sqlState } from "./support.js"
 
 const inSchema = (schema: string) => Effect.provide(layerSettings({ schema }))
+
+// Released versions never change: their DDL, with tables in a fixed schema, hashed when each was released.
+const RELEASED_DDL: Readonly<Record<number, string>> = {
+  1: "cf4142e83d04671383951900addf6a183996c86be6536d78f2ef67617baa0100",
+  2: "6067369652ea5fcba17560ddc6c42b4b3c088a9de7681ab7699e4b23529cace9",
+  3: "6307ad44645f60df97a2dd0bb0e01e58dbaa13aa4fdfb74ab696a77f33f49b67",
+  4: "904373fa3b991dd74d305b80533ce27fd56eb14efabbfd89a4fff90d059b8c1a",
+  5: "8e1618273a9e637394a8b108506341ccccc3fdaa5f5261a79f843febac14bd22",
+  6: "179c8b0332018e5e022682599f9728279319d4cf76d39a31d231d2b2896a1ca6",
+  7: "1454302a9aab37aee515961c371e6fec25372651ea525355a702851276ac1508",
+  8: "8b096428db9c013b2b625151451557000a3760b76f5e9f43faeeabfffc43c448"
+}
+
+describe("released migrations", () => {
+  it("every released version's DDL is byte for byte what was released", () => {
+    const t = (table: string) => `"s"."${table}"`
+    const hashes = Object.fromEntries(Migrations.migrations.map((m) => [
+      m.version,
+      createHash("sha256").update(m.statements(t).join("\n;\n")).digest("hex")
+    ]))
+    expect(hashes).toEqual(RELEASED_DDL)
+  })
+
+  it("versions are numbered 1, 2, 3... with no gap, and the latest is the last", () => {
+    expect(Migrations.migrations.map((m) => m.version)).toEqual(Migrations.migrations.map((_, i) => i + 1))
+    expect(Migrations.latestVersion).toBe(Migrations.migrations.length)
+  })
+})
 
 describe("Migrations", () => {
   it.layer(database())((it) => {
@@ -66,7 +95,7 @@ describe("Migrations", () => {
           RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean, consumer text, message_id text,
                          payload jsonb, headers jsonb, received_at text)
           LANGUAGE sql AS 'SELECT NULL::text, NULL::text, 0, false, NULL::text, NULL::text, NULL::jsonb, NULL::jsonb, NULL::text WHERE false'`)
-        yield* sql`DROP FUNCTION m_drift.outbox_claim`
+        yield* sql`DROP FUNCTION m_drift.outbox_claim(text, integer, double precision, text[])`
         const drift = yield* Migrations.verifySchema
         expect(drift).toEqual(expect.arrayContaining([
           expect.objectContaining({ kind: "missing-index", object: "mutation_records_created_at_idx" }),
@@ -87,7 +116,7 @@ describe("Migrations", () => {
         const sql = yield* SqlClient.SqlClient
         yield* Migrations.migrate()
         const tables = yield* sql<{ name: string }>`SELECT tablename AS name FROM pg_tables WHERE schemaname = 'Durable_Mixed' ORDER BY 1`
-        expect(tables.map((t) => t.name)).toEqual(["inbox", "mutation_records", "outbox", "schema_migrations"])
+        expect(tables.map((t) => t.name)).toEqual(["inbox", "mutation_records", "outbox", "paused_topics", "runtime_roles", "schema_migrations"])
         expect(yield* Migrations.verifySchema).toEqual([])
         const settings = yield* DurableSettings
         expect(settings.table("mutation_records")).toBe(`"Durable_Mixed"."mutation_records"`)
@@ -118,5 +147,31 @@ describe("Migrations", () => {
         )
         expect(migrateAsRuntime._tag).toBe("DatabaseError")
       }).pipe(Effect.scoped, inSchema("m_roles")))
+
+    it.effect("the runtime role gets exactly what it uses: it cannot rewrite the migration history, and later migrations grant it their tables", () =>
+      Effect.gen(function*() {
+        const runtime = yield* TestRole.make("runtime_grants")
+        yield* Migrations.migrate()
+        yield* Migrations.grantRuntimeAccess(runtime.name)
+        const denied = yield* Effect.flip(runtime.sql`INSERT INTO m_grants.schema_migrations (version, name) VALUES (999, 'forged')`)
+        expect(sqlState(denied)).toBe("42501")
+        const deleteDenied = yield* Effect.flip(runtime.sql`DELETE FROM m_grants.schema_migrations`)
+        expect(sqlState(deleteDenied)).toBe("42501")
+        expect(yield* runtime.sql`SELECT version FROM m_grants.schema_migrations WHERE version = 1`).toEqual([{ version: 1 }])
+        // The runtime works: an outbox message written and claimed as that role.
+        yield* runtime.sql`INSERT INTO m_grants.outbox (topic, payload) VALUES ('t', '{}')`
+        const claimed = yield* runtime.sql`SELECT * FROM m_grants.outbox_claim('w', 10, 30, NULL, 10)`
+        expect(claimed).toHaveLength(1)
+        // Every migration run grants the remembered roles what the versions made: a table a
+        // later version adds, or a grant lost by hand.
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`REVOKE ALL ON m_grants.paused_topics FROM ${sql(runtime.name)}`
+        expect(sqlState(yield* Effect.flip(runtime.sql`SELECT * FROM m_grants.paused_topics`))).toBe("42501")
+        expect((yield* Migrations.migrate()).applied).toEqual([])
+        expect(yield* runtime.sql`SELECT topic FROM m_grants.paused_topics`).toEqual([])
+        // An unknown role is a typed failure, not a half-applied grant.
+        const unknown = yield* Effect.flip(Migrations.grantRuntimeAccess("no_such_role"))
+        expect(unknown).toMatchObject({ _tag: "DatabaseError", code: "42704" })
+      }).pipe(Effect.scoped, inSchema("m_grants")))
   })
 })

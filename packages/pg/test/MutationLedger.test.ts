@@ -36,7 +36,8 @@ const recordsFor = (id: MutationLedger.MutationIdentity) =>
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
     return yield* sql<{ kind: string; status: string; response: unknown; effect_applied: boolean }>`
-      SELECT kind, status, response, effect_applied FROM ${sql.literal(settings.table("mutation_records"))}
+      SELECT kind, status, convert_from(response_body, 'UTF8')::jsonb AS response, effect_applied
+        FROM ${sql.literal(settings.table("mutation_records"))}
        WHERE subject = ${id.subject} AND operation = ${id.operation} AND key = ${id.key}`
   })
 
@@ -77,6 +78,83 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
         expect(yield* recordsFor(id)).toEqual([
           { kind: "create-order", status: "accepted", response: { order: id.key, total: 42 }, effect_applied: true }
         ])
+      }))
+
+    it.effect("a replay returns the stored response byte for byte: its key order, not jsonb's", () =>
+      Effect.gen(function*() {
+        const ledger = yield* MutationLedger.MutationLedger
+        const id = identity()
+        const response = { transferId: "t-1", amount: 100, from: "acc-1", to: "acc-2", nested: { z: 1, a: [3, 1] } }
+        const first = yield* ledger.execute(id, request(), Effect.succeed(MutationLedger.accept(response)))
+        const replay = yield* ledger.execute(id, request(), Effect.die("must not run"))
+        const text = JSON.stringify(response)
+        expect(Buffer.from(first.body).toString("utf8")).toBe(text)
+        expect(Buffer.from(replay.body).toString("utf8")).toBe(text)
+        expect(JSON.stringify(replay.response)).toBe(text)
+        expect(Object.keys(replay.response as object)).toEqual(["transferId", "amount", "from", "to", "nested"])
+      }))
+
+    it.effect("raw bytes and their meta (an HTTP body, status and headers) are stored and replayed exactly", () =>
+      Effect.gen(function*() {
+        const ledger = yield* MutationLedger.MutationLedger
+        const id = identity()
+        const body = new Uint8Array([0, 255, 1, 128, 10, 13])
+        const meta = { status: 201, headers: { "content-type": "application/octet-stream", location: "/things/1" } }
+        yield* ledger.execute(id, request(), Effect.succeed(MutationLedger.bytes("accepted", body, meta)))
+        const replay = yield* ledger.execute(id, request(), Effect.die("must not run"))
+        expect(replay).toMatchObject({ _tag: "Replay", status: "accepted", response: null, meta })
+        expect([...replay.body]).toEqual([...body])
+        const stored = yield* ledger.lookup(id)
+        expect(stored._tag === "Some" && [...stored.value.body]).toEqual([...body])
+        expect(yield* ledger.lookup({ ...id, key: "never-used" })).toMatchObject({ _tag: "None" })
+      }))
+
+    it.effect("begin and record are execute's two steps inside the caller's transaction; outside one, begin is refused", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const ledger = yield* MutationLedger.MutationLedger
+        const id = identity()
+        const first = yield* sql.withTransaction(Effect.gen(function*() {
+          const begun = yield* ledger.begin(id, request())
+          if (begun._tag !== "Claimed") return yield* Effect.die("expected a first request")
+          yield* placeOrder(id.key)
+          return yield* begun.record(MutationLedger.accept({ order: id.key }))
+        }))
+        expect(first).toMatchObject({ _tag: "First", response: { order: id.key } })
+        const again = yield* sql.withTransaction(ledger.begin(id, request()))
+        expect(again).toMatchObject({ _tag: "Replay", outcome: { _tag: "Replay", response: { order: id.key } } })
+        // Rolled back after begin: no record, so the next request is a first one again.
+        const other = identity()
+        yield* Effect.flip(sql.withTransaction(Effect.zipRight(ledger.begin(other, request()), Effect.fail("handler failed"))))
+        expect((yield* sql.withTransaction(ledger.begin(other, request())))._tag).toBe("Claimed")
+        expect(yield* Effect.flip(ledger.begin(identity(), request()))).toMatchObject({ _tag: "InvalidInput", argument: "transaction" })
+        expect(yield* ordersFor(id.key)).toBe(1)
+      }))
+
+    it.effect("records made before exact responses (jsonb only) still replay", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const ledger = yield* MutationLedger.MutationLedger
+        const settings = yield* DurableSettings
+        const id = identity()
+        yield* sql`INSERT INTO ${sql.literal(settings.table("mutation_records"))}
+                     (subject, operation, key, kind, eligibility, request_fingerprint, status, response)
+                   VALUES (${id.subject}, ${id.operation}, ${id.key}, 'create-order', ${request().eligibility},
+                           ${request().fingerprint}, 'accepted', '{"old": true}')`
+        const replay = yield* ledger.execute(id, request(), Effect.die("must not run"))
+        expect(replay).toMatchObject({ _tag: "Replay", response: { old: true } })
+        expect(Buffer.from(replay.body).toString("utf8")).toBe(`{"old":true}`)
+      }))
+
+    it.effect("a response over 4 MiB is refused typed and nothing is stored", () =>
+      Effect.gen(function*() {
+        const ledger = yield* MutationLedger.MutationLedger
+        const id = identity()
+        const error = yield* Effect.flip(
+          ledger.execute(id, request(), Effect.succeed(MutationLedger.accept({ blob: "x".repeat(5 * 1024 * 1024) })))
+        )
+        expect(error).toMatchObject({ _tag: "PayloadTooLarge", topic: id.operation, limit: 4 * 1024 * 1024 })
+        expect(yield* recordsFor(id)).toEqual([])
       }))
 
     it.effect("a rejection is stored and replayed like an acceptance, with no effect applied", () =>
@@ -253,18 +331,18 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
       Effect.gen(function*() {
         const ledger = yield* MutationLedger.MutationLedger
         const cases: ReadonlyArray<readonly [MutationLedger.MutationIdentity, Partial<MutationLedger.MutationRequest>, string]> = [
-          [{ subject: "", operation: "op", key: "k" }, {}, "subject"],
-          [{ subject: "s".repeat(257), operation: "op", key: "k" }, {}, "subject"],
-          [{ subject: "é".repeat(129), operation: "op", key: "k" }, {}, "subject"],
-          [{ subject: "s", operation: "op\u0000", key: "k" }, {}, "operation"],
-          [{ subject: "s", operation: "op", key: "" }, {}, "key"],
-          [{ subject: "s", operation: "op", key: "k" }, { kind: "" }, "kind"],
-          [{ subject: "s", operation: "op", key: "k" }, { eligibility: new Uint8Array(1025) }, "eligibility"],
-          [{ subject: "s", operation: "op", key: "k" }, { fingerprint: new Uint8Array(31) as Fingerprint.RequestFingerprint }, "fingerprint"]
+          [{ subject: "", operation: "op", key: "k" }, {}, "identity.subject"],
+          [{ subject: "s".repeat(257), operation: "op", key: "k" }, {}, "identity.subject"],
+          [{ subject: "é".repeat(129), operation: "op", key: "k" }, {}, "identity.subject"],
+          [{ subject: "s", operation: "op\u0000", key: "k" }, {}, "identity.operation"],
+          [{ subject: "s", operation: "op", key: "" }, {}, "identity.key"],
+          [{ subject: "s", operation: "op", key: "k" }, { kind: "" }, "request.kind"],
+          [{ subject: "s", operation: "op", key: "k" }, { eligibility: new Uint8Array(1025) }, "request.eligibility"],
+          [{ subject: "s", operation: "op", key: "k" }, { fingerprint: new Uint8Array(31) as Fingerprint.RequestFingerprint }, "request.fingerprint"]
         ]
         for (const [id, change, field] of cases) {
           const error = yield* Effect.flip(ledger.execute(id, request(change), Effect.die("must not run")))
-          expect(error).toMatchObject({ _tag: "DurableConfigError", field })
+          expect(error).toMatchObject({ _tag: "InvalidInput", argument: field })
         }
       }))
 
@@ -285,7 +363,7 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
         const left = yield* sql<{ key: string }>`SELECT key FROM ${records} WHERE subject = ${subject}`
         expect(left.map((row) => row.key)).toEqual(["recent"])
         const bad = yield* Effect.flip(ledger.purge({ olderThan: "1 day", batchSize: 0 }))
-        expect(bad).toMatchObject({ _tag: "DurableConfigError", field: "batchSize" })
+        expect(bad).toMatchObject({ _tag: "InvalidInput", argument: "batchSize" })
       }))
 
     it.effect("runs as a role with only USAGE on the schema and DML on its tables", () =>

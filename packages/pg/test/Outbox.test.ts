@@ -11,8 +11,11 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import * as TestServices from "effect/TestServices"
+import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import { DurableSettings, layerSettings } from "../src/DurableConfig.js"
 import * as Outbox from "../src/Outbox.js"
+import * as OutboxAdmin from "../src/OutboxAdmin.js"
+import * as OutboxWorker from "../src/OutboxWorker.js"
 import { barrier, eventually, substrate } from "./support.js"
 
 interface Row {
@@ -32,6 +35,12 @@ interface Row {
   readonly delay_seconds: number
 }
 
+// These suites exercise the producer, worker and operator sides of the outbox together.
+const outboxServices = Effect.map(
+  Effect.all([Outbox.Outbox, OutboxWorker.OutboxWorker, OutboxAdmin.OutboxAdmin]),
+  ([producer, worker, admin]) => ({ ...producer, ...worker, ...admin })
+)
+
 const table = Effect.map(DurableSettings, (settings) => settings.table("outbox"))
 
 const rowsOf = (ids: ReadonlyArray<string>) =>
@@ -47,11 +56,10 @@ const rowsOf = (ids: ReadonlyArray<string>) =>
 const rowOf = (id: string) => Effect.map(rowsOf([id]), (rows) => rows[0])
 
 // Each test works on its own topics so that claims never see another test's messages.
-let topics = 0
-const freshTopic = (name = "t") => `${name}-${++topics}`
+const freshTopic = TestSubstrate.freshName
 
 const claimAll = (worker: string, topic: string, lease: Duration.DurationInput = "30 seconds") =>
-  Effect.flatMap(Outbox.Outbox, (outbox) => outbox.claim({ worker, topics: [topic], limit: 100, lease }))
+  Effect.flatMap(OutboxWorker.OutboxWorker, (outbox) => outbox.claim({ worker, topics: [topic], limit: 100, lease }))
 
 const liveSleep = (ms: number) => TestServices.provideLive(Effect.sleep(ms))
 
@@ -62,7 +70,7 @@ const suite = (schema: string) => {
     it.effect("enqueue writes in the caller's transaction: a rollback leaves no row, a commit one with its headers", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         let rolledBackId = ""
         const failed = sql.withTransaction(Effect.gen(function*() {
@@ -85,7 +93,7 @@ const suite = (schema: string) => {
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const pg = yield* PgClient.PgClient
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic("notify")
         const listening = yield* Deferred.make<void>()
         const heard = yield* pg.listen(outbox.channel).pipe(
@@ -110,7 +118,7 @@ const suite = (schema: string) => {
 
     it.effect("a payload that is not JSON, too large, or a bad topic fails typed and writes nothing", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const sql = yield* SqlClient.SqlClient
         const topic = freshTopic()
         const notJson = yield* Effect.flip(outbox.enqueue(topic, { at: new Date(), n: 1n }))
@@ -122,16 +130,16 @@ const suite = (schema: string) => {
           { topic, payload: { blob: "y".repeat(300 * 1024) } }
         ]))
         expect(manyWithOneBad._tag).toBe("PayloadTooLarge")
-        expect(yield* Effect.flip(outbox.enqueue("", {}))).toMatchObject({ _tag: "DurableConfigError", field: "topic" })
-        expect(yield* Effect.flip(outbox.enqueue(topic, {}, { orderingKey: "k\u0000" }))).toMatchObject({ field: "orderingKey" })
-        expect(yield* Effect.flip(outbox.enqueue(topic, {}, { delay: -1 }))).toMatchObject({ field: "delay" })
+        expect(yield* Effect.flip(outbox.enqueue("", {}))).toMatchObject({ _tag: "InvalidInput", argument: "topic" })
+        expect(yield* Effect.flip(outbox.enqueue(topic, {}, { orderingKey: "k\u0000" }))).toMatchObject({ _tag: "InvalidInput", argument: "orderingKey" })
+        expect(yield* Effect.flip(outbox.enqueue(topic, {}, { delay: -1 }))).toMatchObject({ _tag: "InvalidInput", argument: "delay" })
         const rows = yield* sql`SELECT 1 FROM ${sql.literal(yield* table)} WHERE topic = ${topic}`
         expect(rows).toEqual([])
       }))
 
     it.effect("enqueueMany writes every message in one statement and returns ids in input order", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         const ids = yield* outbox.enqueueMany(
           Array.from({ length: 50 }, (_, i) => ({ topic, payload: { i }, options: { orderingKey: i % 2 === 0 ? "even" : "odd" } }))
@@ -145,7 +153,7 @@ const suite = (schema: string) => {
 
     it.effect("a delay is counted on the database clock; the message is claimable only after it", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         const later = yield* outbox.enqueue(topic, { later: true }, { delay: "1 hour" })
         const soon = yield* outbox.enqueue(topic, { soon: true }, { delay: "400 millis" })
@@ -158,7 +166,7 @@ const suite = (schema: string) => {
 
     it.effect("claim leases ready messages in id order, bumps generation and attempt, and filters by topic", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         const other = freshTopic()
         const ids = yield* outbox.enqueueMany([1, 2, 3].map((i) => ({ topic, payload: { i } })))
@@ -177,7 +185,7 @@ const suite = (schema: string) => {
 
     it.effect("messages of one ordering key are handed out one at a time in id order; other keys are not held back", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic("keyed")
         const [a1, a2, a3, b1, free] = yield* outbox.enqueueMany([
           { topic, payload: "a1", options: { orderingKey: "a" } },
@@ -209,7 +217,7 @@ const suite = (schema: string) => {
     it.effect("a row locked by another open transaction is skipped, not waited for", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         const [held, free] = yield* outbox.enqueueMany([{ topic, payload: 1 }, { topic, payload: 2 }])
         const locked = yield* Deferred.make<void>()
@@ -229,29 +237,29 @@ const suite = (schema: string) => {
 
     it.effect("markProjected is fenced by worker and generation, idempotent, and typed for stale or missing tokens", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         const id = yield* outbox.enqueue(topic, {})
         const [message] = yield* claimAll("w1", topic)
         const claim = message!.claim
         const foreign = yield* Effect.flip(outbox.markProjected({ ...claim, worker: "w2" }))
-        expect(foreign).toMatchObject({ _tag: "OutboxClaimMismatch", messageId: id, worker: "w2" })
+        expect(foreign).toMatchObject({ _tag: "ClaimMismatch", messageId: id, worker: "w2" })
         const generationZero = yield* Effect.flip(outbox.markProjected({ ...claim, generation: 0 }))
-        expect(generationZero._tag).toBe("OutboxClaimMismatch")
+        expect(generationZero._tag).toBe("ClaimMismatch")
         expect((yield* rowOf(id))!.projected).toBe(false)
         yield* outbox.markProjected(claim)
         yield* outbox.markProjected(claim)
         expect((yield* rowOf(id))!.projected).toBe(true)
-        expect((yield* Effect.flip(outbox.markProjected({ ...claim, generation: 2 })))._tag).toBe("OutboxClaimMismatch")
+        expect((yield* Effect.flip(outbox.markProjected({ ...claim, generation: 2 })))._tag).toBe("ClaimMismatch")
         const missing = yield* Effect.flip(outbox.markProjected({ messageId: "999999999", worker: "w1", generation: 1 }))
-        expect(missing).toMatchObject({ _tag: "OutboxMissing", messageId: "999999999" })
+        expect(missing).toMatchObject({ _tag: "MessageMissing", messageId: "999999999" })
         const malformed = yield* Effect.flip(outbox.markProjected({ messageId: "1; DROP TABLE x", worker: "w1", generation: 1 }))
-        expect(malformed._tag).toBe("OutboxClaimMismatch")
+        expect(malformed._tag).toBe("ClaimMismatch")
       }))
 
     it.effect("markProjectedMany marks the valid claims in one statement and reports the stale and missing", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         yield* outbox.enqueueMany([1, 2, 3, 4].map((i) => ({ topic, payload: i })))
         const claimed = yield* claimAll("w1", topic)
@@ -265,14 +273,14 @@ const suite = (schema: string) => {
           { messageId: "999999998", worker: "w1", generation: 1 }
         ])
         expect([...result.completed].sort()).toEqual([a!.messageId, b!.messageId, d!.messageId].sort())
-        expect(result.rejected.map((e) => e._tag).sort()).toEqual(["OutboxClaimMismatch", "OutboxMissing"])
+        expect(result.rejected.map((e) => e._tag).sort()).toEqual(["ClaimMismatch", "MessageMissing"])
         const rows = yield* rowsOf(claimed.map((m) => m.id))
         expect(rows.map((r) => r.projected)).toEqual([true, true, false, true])
       }))
 
     it.effect("release records the error and makes the message claimable only after the retry delay", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         const id = yield* outbox.enqueue(topic, {})
         const [message] = yield* claimAll("w1", topic)
@@ -285,25 +293,82 @@ const suite = (schema: string) => {
         const again = yield* eventually(claimAll("w2", topic), (messages) => messages.length > 0)
         expect(again[0]).toMatchObject({ id, attempt: 2, claim: { worker: "w2", generation: 2 } })
         // The released token settles nothing any more.
-        expect((yield* Effect.flip(outbox.markProjected(message!.claim)))._tag).toBe("OutboxClaimMismatch")
+        expect((yield* Effect.flip(outbox.markProjected(message!.claim)))._tag).toBe("ClaimMismatch")
       }))
 
     it.effect("renewLease extends a live claim; a stale token cannot renew", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         const id = yield* outbox.enqueue(topic, {})
         const [message] = yield* claimAll("w1", topic, "2 seconds")
         yield* outbox.renewLease(message!.claim, "90 seconds")
         expect((yield* rowOf(id))!.lease_seconds).toBeGreaterThan(89)
         expect((yield* Effect.flip(outbox.renewLease({ ...message!.claim, worker: "w9" }, "90 seconds")))._tag).toBe(
-          "OutboxClaimMismatch"
+          "ClaimMismatch"
         )
+      }))
+
+    it.effect("renewLeases extends a batch's live claims in one statement and reports the stale and missing ones", () =>
+      Effect.gen(function*() {
+        const outbox = yield* outboxServices
+        const topic = freshTopic()
+        const ids = yield* outbox.enqueueMany([1, 2, 3].map((i) => ({ topic, payload: i })))
+        const claimed = yield* claimAll("w1", topic, "2 seconds")
+        const stale = { ...claimed[1]!.claim, generation: 99 }
+        const missing = { messageId: "999999998", worker: "w1", generation: 1 }
+        const result = yield* outbox.renewLeases([claimed[0]!.claim, stale, claimed[2]!.claim, missing], "90 seconds")
+        expect([...result.applied].sort()).toEqual([ids[0], ids[2]].sort())
+        expect(result.rejected.map((e) => [e._tag, e.messageId])).toEqual([["ClaimMismatch", ids[1]], ["MessageMissing", "999999998"]])
+        const leases = (yield* rowsOf(ids)).map((row) => row.lease_seconds!)
+        expect(leases[0]).toBeGreaterThan(89)
+        expect(leases[1]).toBeLessThan(3)
+        expect(leases[2]).toBeGreaterThan(89)
+      }))
+
+    it.effect("giveBack unclaims at once and counts nothing: no failure, no lost lease, last_error kept", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const outbox = yield* outboxServices
+        const topic = freshTopic()
+        const [id] = yield* outbox.enqueueMany([{ topic, payload: {} }])
+        const [first] = yield* claimAll("w1", topic)
+        yield* outbox.release(first!.claim, { error: "busy", retryDelay: 0 })
+        const [second] = yield* claimAll("w1", topic)
+        expect((yield* outbox.giveBack([second!.claim])).applied).toEqual([id])
+        const [third] = yield* claimAll("w2", topic)
+        expect(third).toMatchObject({ id, attempt: 3 })
+        const counts = yield* sql<{ failure_count: number; lease_expiries: number; last_error: string }>`
+          SELECT failure_count, lease_expiries, last_error FROM ${sql.literal(yield* table)} WHERE id = ${id!}`
+        expect(counts).toEqual([{ failure_count: 1, lease_expiries: 0, last_error: "busy" }])
+        // A stale token gives back nothing.
+        expect((yield* outbox.giveBack([second!.claim])).rejected.map((e) => e._tag)).toEqual(["ClaimMismatch"])
+        yield* outbox.markProjected(third!.claim)
+        expect((yield* rowOf(id!))!).toMatchObject({ projected: true, last_error: null })
+      }))
+
+    it.effect("a paused topic is never claimed while others flow; resuming makes it claimable and wakes listeners", () =>
+      Effect.gen(function*() {
+        const outbox = yield* outboxServices
+        const paused = freshTopic("paused")
+        const running = freshTopic("running")
+        const [held] = yield* outbox.enqueueMany([{ topic: paused, payload: 1 }, { topic: running, payload: 2 }])
+        expect(yield* outbox.pause(paused, { by: "ops@example" })).toBe(true)
+        expect(yield* outbox.pause(paused)).toBe(false)
+        const claimed = yield* outbox.claim({ worker: "w1", topics: [paused, running], limit: 10, lease: "1 minute" })
+        expect(claimed.map((m) => m.topic)).toEqual([running])
+        const stats = (yield* outbox.stats).find((s) => s.topic === paused)!
+        expect(stats).toMatchObject({ ready: 1, paused: true })
+        expect((yield* outbox.paused).find((p) => p.topic === paused)).toMatchObject({ pausedBy: "ops@example" })
+        expect(yield* outbox.resume(paused)).toBe(true)
+        expect(yield* outbox.resume(paused)).toBe(false)
+        expect((yield* claimAll("w1", paused)).map((m) => m.id)).toEqual([held])
+        expect(yield* Effect.flip(outbox.pause("\u0000"))).toMatchObject({ _tag: "InvalidInput", argument: "topic" })
       }))
 
     it.effect("after a lease expires another worker claims the row; the first worker can change nothing", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         const id = yield* outbox.enqueue(topic, {})
         const [first] = yield* claimAll("w1", topic, "300 millis")
@@ -314,7 +379,7 @@ const suite = (schema: string) => {
           outbox.release(first!.claim, { error: "late", retryDelay: 0 }),
           outbox.renewLease(first!.claim, "1 minute")
         ]) {
-          expect(yield* Effect.flip(attempt)).toMatchObject({ _tag: "OutboxClaimMismatch", worker: "w1", generation: 1 })
+          expect(yield* Effect.flip(attempt)).toMatchObject({ _tag: "ClaimMismatch", worker: "w1", generation: 1 })
         }
         const row = (yield* rowOf(id))!
         expect(row).toMatchObject({ claimed_by: "w2", claim_generation: "2", projected: false, last_error: null })
@@ -324,7 +389,7 @@ const suite = (schema: string) => {
 
     it.effect("dead letters: after max attempts, at once for a permanent error; listed, redriven, discarded", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         // `fragile` allows 2 attempts (maxAttemptsByTopic); other topics the default 25.
         const fragile = yield* outbox.enqueue("fragile", { n: 1 })
         const topic = freshTopic("poison")
@@ -338,14 +403,21 @@ const suite = (schema: string) => {
         expect(yield* claimAll("w1", "fragile")).toEqual([])
         const [p] = yield* claimAll("w1", topic)
         expect(yield* outbox.release(p!.claim, { error: "schema mismatch", retryDelay: 0, permanent: true })).toEqual({ dead: true })
-        expect((yield* rowOf(poison))!).toMatchObject({ dead: true, attempt_count: 1, last_error: "schema mismatch" })
+        expect((yield* rowOf(poison))!).toMatchObject({
+          dead: true,
+          attempt_count: 1,
+          last_error: "schema mismatch (dead: a permanent failure)"
+        })
 
         const page1 = yield* outbox.deadLetters({ limit: 1 })
         const page2 = yield* outbox.deadLetters({ limit: 1, before: page1.next! })
         expect([page1.items[0]!.id, page2.items[0]!.id]).toEqual([poison, fragile])
-        expect(page1.items[0]).toMatchObject({ topic, attempts: 1, lastError: "schema mismatch" })
+        expect(page1.items[0]).toMatchObject({ topic, attempts: 1, lastError: "schema mismatch (dead: a permanent failure)" })
+        expect(page1.items[0]!.deadAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/)
         const fragileOnly = yield* outbox.deadLetters({ topic: "fragile", limit: 10 })
-        expect(fragileOnly.items.map((d) => [d.id, d.attempts, d.lastError])).toEqual([[fragile, 2, "timeout 2"]])
+        expect(fragileOnly.items.map((d) => [d.id, d.attempts, d.lastError])).toEqual([
+          [fragile, 2, "timeout 2 (dead: 2 failed deliveries)"]
+        ])
         expect(fragileOnly.next).toBeUndefined()
 
         expect(yield* outbox.redrive([fragile])).toEqual([fragile])
@@ -355,25 +427,42 @@ const suite = (schema: string) => {
         expect(yield* rowOf(poison)).toBeUndefined()
       }))
 
-    it.effect("a worker that dies on the final attempt leaves the row dead at the next claim, not redelivered", () =>
+    it.effect("a lost lease is not a failed delivery: after its worker dies on the last allowed failure, the message is handed out again", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const sql = yield* SqlClient.SqlClient
+        const outbox = yield* outboxServices
         const id = yield* outbox.enqueue("fragile", { n: 2 })
         const [a] = yield* claimAll("w1", "fragile")
         yield* outbox.release(a!.claim, { error: "first failure", retryDelay: 0 })
-        yield* claimAll("w1", "fragile", "300 millis") // the final attempt; its worker "dies"
-        yield* eventually(
-          Effect.zipRight(claimAll("w2", "fragile"), Effect.map(rowOf(id), (row) => row!.dead)),
-          (dead) => dead
+        yield* claimAll("w1", "fragile", "300 millis") // its worker "dies" with the lease
+        const [again] = yield* eventually(claimAll("w2", "fragile"), (claimed) => claimed.length === 1)
+        expect(again).toMatchObject({ id, attempt: 3, claim: { worker: "w2", generation: 3 } })
+        expect((yield* rowOf(id))!).toMatchObject({ dead: false, last_error: "first failure" })
+        const counts = yield* sql<{ failure_count: number; lease_expiries: number }>`
+          SELECT failure_count, lease_expiries FROM ${sql.literal(yield* table)} WHERE id = ${id}`
+        expect(counts).toEqual([{ failure_count: 1, lease_expiries: 1 }])
+      }))
+
+    it.effect("a message whose leases run out maxLeaseExpiries times is dead at the next claim, saying why", () =>
+      Effect.gen(function*() {
+        const outbox = yield* outboxServices
+        const topic = freshTopic("killer")
+        const id = yield* outbox.enqueue(topic, {})
+        const claim = (worker: string) =>
+          outbox.claim({ worker, topics: [topic], limit: 1, lease: "200 millis", maxLeaseExpiries: 2 })
+        yield* claim("w1") // each worker "dies" holding it
+        yield* eventually(claim("w2"), (claimed) => claimed.length === 1)
+        const last = yield* eventually(
+          Effect.zipRight(claim("w3"), Effect.map(rowOf(id), (row) => row!)),
+          (row) => row.dead
         )
-        const row = (yield* rowOf(id))!
-        expect(row).toMatchObject({ dead: true, attempt_count: 2, claim_generation: "2" })
-        expect(row.last_error).toBe("first failure; lease expired on the final attempt")
+        expect(last).toMatchObject({ dead: true, attempt_count: 2, claim_generation: "2" })
+        expect(last.last_error).toBe("dead: its lease ran out 2 times (a worker died or stalled while delivering it)")
       }))
 
     it.effect("a message that cannot be delivered never blocks the messages behind it", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         const [poison, ...behind] = yield* outbox.enqueueMany([0, 1, 2, 3].map((i) => ({ topic, payload: { i } })))
         const first = yield* outbox.claim({ worker: "w1", topics: [topic], limit: 1, lease: "30 seconds" })
@@ -385,14 +474,14 @@ const suite = (schema: string) => {
 
     it.effect("stats count ready, delayed, claimed, dead and projected per topic; unprojectedCount the open ones", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic("stats")
         yield* outbox.enqueueMany([1, 2, 3, 4, 5].map((i) => ({ topic, payload: i })))
         yield* outbox.enqueue(topic, {}, { delay: "1 hour" })
         const [p, d, c] = yield* outbox.claim({ worker: "w1", topics: [topic], limit: 3, lease: "1 minute" })
         yield* outbox.markProjected(p!.claim)
         yield* outbox.release(d!.claim, { error: "x", retryDelay: 0, permanent: true })
-        expect(c).toBeDefined()
+        expect(c).toMatchObject({ attempt: 1, claim: { worker: "w1" } })
         const stats = (yield* outbox.stats).find((s) => s.topic === topic)!
         expect(stats).toMatchObject({ topic, ready: 2, delayed: 1, claimed: 1, dead: 1, projected: 1 })
         expect(stats.oldestReadySeconds).toBeGreaterThanOrEqual(0)
@@ -402,7 +491,7 @@ const suite = (schema: string) => {
     it.effect("purge deletes projected messages in batches and never one replayed concurrently", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic("purge")
         const ids = yield* outbox.enqueueMany(Array.from({ length: 40 }, (_, i) => ({ topic, payload: i })))
         const claimed = yield* claimAll("w1", topic)
@@ -433,10 +522,10 @@ const suite = (schema: string) => {
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const topic = freshTopic()
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const id = yield* outbox.enqueue(topic, {})
         const settings = yield* DurableSettings
-        const strict = Outbox.layer().pipe(
+        const strict = OutboxWorker.layer.pipe(
           Layer.provide(layerSettings({ schema: settings.schema, statementTimeout: "200 millis" }))
         )
         const locked = yield* Deferred.make<void>()
@@ -448,7 +537,7 @@ const suite = (schema: string) => {
         })))
         yield* Deferred.await(locked)
         const error = yield* Effect.flip(
-          Effect.flatMap(Outbox.Outbox, (o) => o.claim({ worker: "w1", topics: [topic], limit: 10, lease: "1 minute" })).pipe(
+          Effect.flatMap(OutboxWorker.OutboxWorker, (o) => o.claim({ worker: "w1", topics: [topic], limit: 10, lease: "1 minute" })).pipe(
             Effect.provide(strict)
           )
         )
@@ -461,7 +550,7 @@ const suite = (schema: string) => {
     it.effect("a claim rewrites its rows in place (HOT): no index entry is written for it", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const topic = freshTopic()
         // Enough rows to fill many pages: without free room on them no update could be in place.
         yield* outbox.enqueueMany(Array.from({ length: 2000 }, (_, i) => ({ topic, payload: { i, pad: "x".repeat(200) } })))
@@ -481,18 +570,18 @@ const suite = (schema: string) => {
 
     it.effect("bad claim options are typed errors naming the field", () =>
       Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
+        const outbox = yield* outboxServices
         const cases = [
           [{ worker: "", limit: 1, lease: "1 minute" }, "worker"],
           [{ worker: "w", limit: 0, lease: "1 minute" }, "limit"],
           [{ worker: "w", limit: 1001, lease: "1 minute" }, "limit"],
           [{ worker: "w", limit: 1, lease: 0 }, "lease"],
           [{ worker: "w", limit: 1, lease: "soon" as Duration.DurationInput }, "lease"],
-          [{ worker: "w", limit: 1, lease: "1 minute", topics: [""] }, "topics"]
+          [{ worker: "w", limit: 1, lease: "1 minute", topics: [""] }, "topics[0]"]
         ] as const
         for (const [options, field] of cases) {
           const result = yield* Effect.either(outbox.claim(options))
-          expect(Either.isLeft(result) && result.left).toMatchObject({ _tag: "DurableConfigError", field })
+          expect(Either.isLeft(result) && result.left).toMatchObject({ _tag: "InvalidInput", argument: field })
         }
       }))
   })

@@ -2,7 +2,8 @@ import { describe, expect, it } from "@effect/vitest"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import { DurableSettings } from "../src/DurableConfig.js"
-import * as Outbox from "../src/Outbox.js"
+import * as OutboxAdmin from "../src/OutboxAdmin.js"
+import * as OutboxWorker from "../src/OutboxWorker.js"
 import { substrate } from "./support.js"
 
 interface PlanNode {
@@ -38,7 +39,8 @@ describe("Outbox at scale", () => {
     it.effect("the claim over 1,000,000 rows (half projected) is an index scan on the open-rows index under LockRows and Limit", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
-        const outbox = yield* Outbox.Outbox
+        const admin = yield* OutboxAdmin.OutboxAdmin
+        const worker = yield* OutboxWorker.OutboxWorker
         const table = sql.literal((yield* DurableSettings).table("outbox"))
         yield* sql`INSERT INTO ${table} (topic, payload, projected_at)
                    SELECT CASE WHEN i % 10 = 0 THEN 'audit' ELSE 'orders' END, jsonb_build_object('i', i),
@@ -52,14 +54,14 @@ describe("Outbox at scale", () => {
         expect([total, open]).toEqual([1_000_000, 500_000])
         const expected = { scan: "Index Scan", above: "LockRows", aboveThat: "Limit" }
         for (const topics of [undefined, ["orders"]]) {
-          const plan = yield* outbox.explainClaim({ worker: "w", limit: 100, lease: "30 seconds", ...(topics ? { topics } : {}) })
+          const plan = yield* admin.explainClaim({ worker: "w", limit: 100, lease: "30 seconds", ...(topics ? { topics } : {}) })
           const scans = scansOfOpenIndex(plan)
           expect(scans).toContainEqual(expected)
           // Every read of the open index is bounded by a Limit (the claim's or the window's).
           expect(scans.every((s) => s.above === "Limit" || s.aboveThat === "Limit")).toBe(true)
         }
         // And it claims: the first 100 open rows in id order.
-        const claimed = yield* outbox.claim({ worker: "w", limit: 100, lease: "30 seconds" })
+        const claimed = yield* worker.claim({ worker: "w", limit: 100, lease: "30 seconds" })
         expect(claimed.map((m) => Number(m.id))).toEqual(Array.from({ length: 100 }, (_, i) => 2 * i + 1))
       }))
   })

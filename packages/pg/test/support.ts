@@ -1,28 +1,21 @@
-// The layers every pg suite starts from: a fresh database, settings, and the migrated schema.
-import * as PgServer from "@effect-durable/testing/PgServer"
+// What pg suites share beyond `@effect-durable/testing`: a plain fresh database (for suites
+// that migrate themselves), barriers the database decides, and the SQLSTATE of a failure.
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
+import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 export { eventually } from "@effect-durable/testing/Eventually"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
 import * as TestServices from "effect/TestServices"
 import type { SettingsInput } from "../src/DurableConfig.js"
-import * as Durable from "../src/Durable.js"
 import type * as Outbox from "../src/Outbox.js"
 
-export const database = (options: TestDatabase.Options = {}) =>
-  TestDatabase.layerFresh({ maxConnections: 12, ...options })
+export const database = (options: TestDatabase.Options = {}) => TestDatabase.layerFresh({ maxConnections: 12, ...options })
 
 /** A migrated substrate in a fresh database: settings, ledger, outbox, inbox, CAS. */
-export const substrate = (
-  settings: SettingsInput = {},
-  options: TestDatabase.Options = {},
-  outbox: Outbox.OutboxOptions = {}
-) => Durable.layerOver({ settings, outbox, migrate: true }).pipe(Layer.provideMerge(database(options)))
-
-export type SubstrateServices = Layer.Layer.Success<ReturnType<typeof substrate>> | PgServer.PgServer
+export const substrate = (settings: SettingsInput = {}, options: TestDatabase.Options = {}, outbox: Outbox.OutboxOptions = {}) =>
+  TestSubstrate.layer({ settings, outbox, database: options })
 
 /**
  * Waits until `n` sessions wait for an advisory lock: a barrier the database decides.

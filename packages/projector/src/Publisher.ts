@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import type { OutboxMessage } from "@effect-durable/pg/Outbox"
+import type { OutboxMessage } from "@effect-durable/pg/OutboxWorker"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"

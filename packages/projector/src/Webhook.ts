@@ -5,12 +5,16 @@
  * delivery; 408, 429, 5xx, network errors and timeouts are retryable (honouring
  * `Retry-After`); any other status is permanent.
  *
+ * A URL's credentials and query are secrets: credentials travel as an `Authorization` header,
+ * and wherever the URL is shown (errors, `last_error`, spans, logs) it is redacted.
+ *
  * @since 0.1.0
  */
 import { DurableConfigError } from "@effect-durable/core/Errors"
 import { canonicalizeEither } from "@effect-durable/core/Fingerprint"
-import type { OutboxMessage } from "@effect-durable/pg/Outbox"
+import type { OutboxMessage } from "@effect-durable/pg/OutboxWorker"
 import * as HttpClient from "@effect/platform/HttpClient"
+import type * as HttpClientError from "@effect/platform/HttpClientError"
 import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -56,6 +60,34 @@ export const verify = (
   return timingSafeEqual(expected, Buffer.from(match[2]!, "hex"))
 }
 
+/**
+ * A URL as it may be shown: no user or password, every query value replaced, no fragment.
+ * `https://u:p@hooks.example/in?token=abc` -> `https://hooks.example/in?token=REDACTED`.
+ */
+export const redactUrl = (url: string): string => {
+  try {
+    const parsed = new URL(url)
+    parsed.username = ""
+    parsed.password = ""
+    parsed.hash = ""
+    for (const name of new Set(parsed.searchParams.keys())) parsed.searchParams.set(name, "REDACTED")
+    return parsed.toString()
+  } catch {
+    return "(an unparsable URL)"
+  }
+}
+
+/** The URL without its credentials, and those credentials as a Basic `Authorization` value. */
+const splitCredentials = (url: string): { readonly url: string; readonly authorization?: string } => {
+  const parsed = new URL(url)
+  if (parsed.username === "" && parsed.password === "") return { url }
+  const user = decodeURIComponent(parsed.username)
+  const password = decodeURIComponent(parsed.password)
+  parsed.username = ""
+  parsed.password = ""
+  return { url: parsed.toString(), authorization: `Basic ${Buffer.from(`${user}:${password}`).toString("base64")}` }
+}
+
 /** Retry-After as seconds or an HTTP date, in milliseconds. */
 const retryAfter = (value: string | undefined): number | undefined => {
   if (value === undefined) return undefined
@@ -65,12 +97,19 @@ const retryAfter = (value: string | undefined): number | undefined => {
   return Number.isNaN(date) ? undefined : Math.max(0, date - Date.now())
 }
 
-const classify = (status: number, retryAfterHeader: string | undefined): PublishError | undefined => {
+const classify = (status: number, retryAfterHeader: string | undefined, shown: string): PublishError | undefined => {
   if (status >= 200 && status < 300) return undefined
   if (status === 408 || status === 429 || status >= 500) {
-    return retryable(`webhook answered ${status}`, retryAfter(retryAfterHeader))
+    return retryable(`webhook ${shown} answered ${status}`, retryAfter(retryAfterHeader))
   }
-  return permanent(`webhook answered ${status}`)
+  return permanent(`webhook ${shown} answered ${status}`)
+}
+
+/** Why a request failed, without the URL the platform's own message carries. */
+const transportFailure = (error: HttpClientError.RequestError, shown: string) => {
+  const code = (error.cause as { cause?: { code?: unknown }; code?: unknown } | undefined)
+  const detail = [code?.code, code?.cause?.code].find((c): c is string => typeof c === "string")
+  return retryable(`webhook ${shown} unreachable: ${error.reason}${detail === undefined ? "" : ` (${detail})`}`)
 }
 
 export const make = (options: WebhookOptions): Effect.Effect<Publisher["Type"], DurableConfigError, HttpClient.HttpClient> =>
@@ -82,7 +121,8 @@ export const make = (options: WebhookOptions): Effect.Effect<Publisher["Type"], 
       return yield* new DurableConfigError({ field: "webhook.url", rule: "an http:// or https:// URL" })
     }
     const timeout = Duration.decode(options.timeout ?? "10 seconds")
-    const client = yield* HttpClient.HttpClient
+    // The platform's own request span records the full URL: ours records it redacted.
+    const client = HttpClient.withTracerDisabledWhen(yield* HttpClient.HttpClient, () => true)
 
     const publish = (message: OutboxMessage) =>
       Effect.gen(function*() {
@@ -94,12 +134,23 @@ export const make = (options: WebhookOptions): Effect.Effect<Publisher["Type"], 
           attempt: message.attempt,
           payload: message.payload
         }))
-        const url = typeof options.url === "string" ? options.url : options.url(message)
+        const target = typeof options.url === "string" ? options.url : options.url(message)
+        const shown = redactUrl(target)
+        yield* Effect.annotateCurrentSpan("url.full", shown)
+        const { authorization, url } = yield* Effect.try({
+          try: () => splitCredentials(target),
+          catch: () => permanent(`webhook URL ${shown} is not a URL`)
+        })
+        const span = yield* Effect.currentSpan.pipe(Effect.option)
         const request = HttpClientRequest.post(url).pipe(
           HttpClientRequest.setHeaders({
-            // traceparent is set by HttpClient from the current span (projector.deliver, whose
-            // parent is the producer's span), so the receiver continues the producer's trace.
             ...options.headers,
+            ...(authorization === undefined ? {} : { authorization }),
+            // The receiver continues the trace of the span this runs in (projector.deliver,
+            // whose parent is the producer's span).
+            ...(span._tag === "Some"
+              ? { traceparent: `00-${span.value.traceId}-${span.value.spanId}-${span.value.sampled ? "01" : "00"}` }
+              : {}),
             "idempotency-key": message.id,
             "x-effect-durable-topic": message.topic,
             "x-effect-durable-attempt": String(message.attempt),
@@ -110,15 +161,20 @@ export const make = (options: WebhookOptions): Effect.Effect<Publisher["Type"], 
         const response = yield* client.execute(request).pipe(
           Effect.timeoutFail({
             duration: timeout,
-            onTimeout: () => retryable(`webhook did not answer in ${Duration.format(timeout)}`)
+            onTimeout: () => retryable(`webhook ${shown} did not answer in ${Duration.format(timeout)}`)
           }),
-          Effect.catchTag("RequestError", (error) => Effect.fail(retryable(`webhook unreachable: ${error.message}`))),
+          Effect.catchTag("RequestError", (error) => Effect.fail(transportFailure(error, shown))),
           Effect.scoped
         )
-        const failure = classify(response.status, response.headers["retry-after"])
+        const failure = classify(response.status, response.headers["retry-after"], shown)
         if (failure !== undefined) return yield* failure
       }).pipe(
-        Effect.catchTag("ResponseError", (error) => Effect.fail(retryable(`webhook response failed: ${error.message}`)))
+        Effect.catchTag("ResponseError", (error) => Effect.fail(retryable(`webhook ${redactUrl(error.request.url)} response failed: ${error.reason}`))),
+        Effect.withSpan("webhook.post", {
+          kind: "client",
+          captureStackTrace: false,
+          attributes: { "http.request.method": "POST" }
+        })
       )
 
     return Publisher.of({ publish })

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { DatabaseError } from "@effect-durable/core/Errors"
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -16,7 +17,7 @@ type Fault = "fail" | "stall"
  * Wraps the outbox so that chosen calls (1-based, per operation) fail with a retryable
  * database error or stall for a while before going through: a deterministic fault schedule.
  */
-const faulty = (outbox: Outbox.Outbox["Type"], schedule: Partial<Record<Operation, Record<number, Fault>>>) => {
+const faulty = (outbox: OutboxWorker.OutboxWorker["Type"], schedule: Partial<Record<Operation, Record<number, Fault>>>) => {
   const calls: Record<Operation, number> = { claim: 0, markProjectedMany: 0, release: 0 }
   const inject = <A, E>(operation: Operation, effect: Effect.Effect<A, E>): Effect.Effect<A, E | DatabaseError> =>
     Effect.suspend((): Effect.Effect<A, E | DatabaseError> => {
@@ -29,7 +30,7 @@ const faulty = (outbox: Outbox.Outbox["Type"], schedule: Partial<Record<Operatio
     })
   return {
     calls,
-    outbox: Outbox.Outbox.of({
+    outbox: OutboxWorker.OutboxWorker.of({
       ...outbox,
       claim: (options) => inject("claim", outbox.claim(options)),
       markProjectedMany: (claims) => inject("markProjectedMany", outbox.markProjectedMany(claims)),
@@ -51,7 +52,7 @@ describe("Projector under store faults", () => {
         yield* sql.unsafe(`CREATE TRIGGER log_mark AFTER UPDATE ON durable.outbox FOR EACH ROW EXECUTE FUNCTION log_mark()`)
         const outbox = yield* Outbox.Outbox
         const ids = yield* outbox.enqueueMany(Array.from({ length: 30 }, (_, i) => ({ topic: "faulty", payload: { i } })))
-        const { calls, outbox: broken } = faulty(outbox, {
+        const { calls, outbox: broken } = faulty(yield* OutboxWorker.OutboxWorker, {
           claim: { 1: "fail", 3: "stall", 4: "fail" },
           markProjectedMany: { 1: "fail", 3: "stall" },
           release: { 1: "fail" }
@@ -71,7 +72,7 @@ describe("Projector under store faults", () => {
           lease: "1 second",
           pollInterval: "50 millis",
           backoff: { min: "20 millis", max: "50 millis" }
-        }).pipe(Layer.provide(Layer.merge(publisher, Layer.succeed(Outbox.Outbox, broken))))
+        }).pipe(Layer.provide(Layer.merge(publisher, Layer.succeed(OutboxWorker.OutboxWorker, broken))))
         yield* Effect.scoped(Effect.zipRight(
           Layer.build(projector),
           eventually(projectedCount(ids), (n) => n === ids.length, 60)

@@ -1,19 +1,24 @@
 import { describe, expect, it } from "@effect/vitest"
+import * as Durable from "@effect-durable/pg/Durable"
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Faults from "@effect-durable/testing/Faults"
+import * as Telemetry from "@effect-durable/testing/Telemetry"
+import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
 import * as Schema from "effect/Schema"
 import * as Supervisor from "effect/Supervisor"
 import * as TestServices from "effect/TestServices"
 import { APPLICATION_NAME } from "../src/internal/listener.js"
 import * as Projector from "../src/Projector.js"
 import * as Publisher from "../src/Publisher.js"
-import { Deliveries, eventually, outboxRows, projectedCount, recording, substrate } from "./support.js"
+import { Deliveries, eventually, freshName, outboxRows, projectedCount, recording, substrate } from "./support.js"
 
 /**
  * Runs `body` while a projector with `options` and `publisher` runs; stops it after. The
@@ -30,8 +35,7 @@ const withProjector = <A, E, R>(
       Effect.provide(body, context))
   ).pipe(TestServices.provideLive)
 
-let topics = 0
-const freshTopic = () => `p-${++topics}`
+const freshTopic = () => freshName("p")
 
 describe("Projector", () => {
   it.layer(substrate(), { timeout: "3 minutes" })((it) => {
@@ -74,12 +78,12 @@ describe("Projector", () => {
           { topics: [topic], pollInterval: "1 hour" },
           publisher,
           Effect.gen(function*() {
-            // Give the listener its connection, then commit.
+            // Commit once the listener's LISTEN has completed (its session is idle after it).
             yield* eventually(
-              sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${APPLICATION_NAME} AND query LIKE 'LISTEN%'`,
+              sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
+                                  WHERE application_name = ${APPLICATION_NAME} AND query LIKE 'LISTEN%' AND state = 'idle'`,
               (rows) => rows[0]!.n > 0
             )
-            yield* TestServices.provideLive(Effect.sleep("300 millis"))
             const committedAt = yield* Effect.map(sql.withTransaction(outbox.enqueue(topic, {})), () => Date.now())
             const deliveredAt = yield* Deferred.await(delivered).pipe(Effect.timeout("10 seconds"), TestServices.provideLive)
             return deliveredAt - committedAt
@@ -119,7 +123,11 @@ describe("Projector", () => {
         const deliveries = new Deliveries()
         const id = yield* outbox.enqueue(topic, {})
         // Only the services a generic SqlClient user has: no PgClient in context.
-        const generic = Layer.merge(Layer.succeed(Outbox.Outbox, outbox), Layer.succeed(SqlClient.SqlClient, sql))
+        const generic = Layer.mergeAll(
+          Layer.succeed(Outbox.Outbox, outbox),
+          Layer.succeed(OutboxWorker.OutboxWorker, yield* OutboxWorker.OutboxWorker),
+          Layer.succeed(SqlClient.SqlClient, sql)
+        )
         yield* withProjector({ topics: [topic], pollInterval: "50 millis" }, recording(deliveries), eventually(projectedCount([id]), (n) => n === 1))
           .pipe(Effect.provide(generic))
         expect(deliveries.ids()).toEqual([id])
@@ -136,7 +144,7 @@ describe("Projector", () => {
         ])
         const deliveries = new Deliveries()
         let flakyFailures = 0
-        const behaviour = (message: Outbox.OutboxMessage) => {
+        const behaviour = (message: OutboxWorker.OutboxMessage) => {
           const payload = message.payload as { kind: string }
           if (payload.kind === "poison") return Effect.fail(Publisher.permanent("rejected by destination"))
           if (flakyFailures < 2) {
@@ -153,7 +161,7 @@ describe("Projector", () => {
         }).pipe(Effect.provide(recording(deliveries, behaviour)))
         expect(counts).toMatchObject({ claimed: 3, retried: 1, dead: 2, delivered: 0 })
         const rows = yield* outboxRows([flaky!, poison!, schemaBad!])
-        expect(rows[1]).toMatchObject({ dead: true, last_error: "rejected by destination" })
+        expect(rows[1]).toMatchObject({ dead: true, last_error: "rejected by destination (dead: a permanent failure)" })
         expect(rows[2]!.dead).toBe(true)
         expect(rows[2]!.last_error).toMatch(/does not decode/)
         // The undecodable one never reached the publisher.
@@ -239,15 +247,36 @@ describe("Projector", () => {
 
     it.effect("a slow delivery keeps its lease by renewal: no second worker takes it", () =>
       Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
         const outbox = yield* Outbox.Outbox
+        const worker = yield* OutboxWorker.OutboxWorker
         const topic = freshTopic()
         const id = yield* outbox.enqueue(topic, {})
         const deliveries = new Deliveries()
-        const slow = recording(deliveries, () => TestServices.provideLive(Effect.sleep("1500 millis")))
-        yield* Effect.all([
-          withProjector({ topics: [topic], lease: "600 millis", pollInterval: "50 millis", workerId: "slow-a" }, slow, eventually(projectedCount([id]), (n) => n === 1)),
-          withProjector({ topics: [topic], lease: "600 millis", pollInterval: "50 millis", workerId: "slow-b" }, slow, eventually(projectedCount([id]), (n) => n === 1))
-        ], { concurrency: "unbounded" })
+        const finish = yield* Deferred.make<void>()
+        const slow = recording(deliveries, () => Deferred.await(finish))
+        const lease = sql<{ until: string | null }>`SELECT claimed_until::text AS until FROM durable.outbox WHERE id = ${id}`
+        yield* withProjector(
+          { topics: [topic], lease: "2 seconds", pollInterval: "50 millis", workerId: "slow-a" },
+          slow,
+          Effect.gen(function*() {
+            // The database's clock decides: once past a lease end it has seen, the row is still
+            // held by the same claim, so a renewal extended it.
+            const [seen] = yield* eventually(lease, (rows) => rows[0]!.until !== null)
+            const [row] = yield* eventually(
+              sql<{ past: boolean; held: boolean; claimed_by: string; claim_generation: string }>`
+                SELECT now() > ${seen!.until}::timestamptz AS past, claimed_until > now() AS held, claimed_by,
+                       claim_generation::text FROM durable.outbox WHERE id = ${id}`,
+              (rows) => rows[0]!.past && rows[0]!.held,
+              20
+            )
+            expect(row).toMatchObject({ claimed_by: "slow-a", claim_generation: "1" })
+            // Past the first lease, a second worker finds nothing to claim.
+            expect(yield* worker.claim({ worker: "slow-b", topics: [topic], limit: 10, lease: "1 minute" })).toEqual([])
+            yield* Deferred.succeed(finish, undefined)
+            yield* eventually(projectedCount([id]), (n) => n === 1)
+          })
+        )
         expect(deliveries.ids()).toEqual([id])
         expect((yield* outboxRows([id]))[0]).toMatchObject({ claim_generation: "1", attempt_count: 1 })
       }))
@@ -381,7 +410,7 @@ describe("Projector", () => {
         )
         const rows = yield* outboxRows(ids)
         expect(rows.every((row) => row.released && !row.projected)).toBe(true)
-        const next = yield* outbox.claim({ worker: "next", topics: [topic], limit: 10, lease: "1 minute" })
+        const next = yield* (yield* OutboxWorker.OutboxWorker).claim({ worker: "next", topics: [topic], limit: 10, lease: "1 minute" })
         expect(next.map((m) => m.id)).toEqual(ids)
       }))
 
@@ -417,7 +446,14 @@ describe("Projector", () => {
           [{ pollInterval: -1 }, "pollInterval"],
           [{ backoff: { min: "10 seconds", max: "1 second" } }, "backoff"],
           [{ workerId: "has space" }, "workerId"],
-          [{ topics: [] }, "topics"]
+          [{ topics: [] }, "topics"],
+          // Topics the outbox would refuse are refused here, not by every claim forever after.
+          [{ topics: ["ok", "nul\u0000"] }, "topics[1]"],
+          [{ topics: ["x".repeat(129)] }, "topics[0]"],
+          [{ lease: Number.NaN }, "lease"],
+          [{ lease: "-5 seconds" }, "lease"],
+          [{ maxLeaseExpiries: 0 }, "maxLeaseExpiries"],
+          [{ bogus: true } as Projector.ProjectorOptions, "bogus"]
         ]
         for (const [options, field] of cases) {
           const error = yield* Effect.flip(withProjector(options, recording(new Deliveries()), Effect.void))
@@ -432,15 +468,36 @@ describe("Projector.layerConfig", () => {
     Effect.gen(function*() {
       const withEnv = (env: Record<string, string>) =>
         Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
-      const options = yield* Projector.config.pipe(withEnv({ PROJECTOR_TOPICS: "a,b", PROJECTOR_BATCH_SIZE: "7", PROJECTOR_LEASE: "5 seconds" }))
+      const options = yield* Projector.optionsConfig.pipe(withEnv({ PROJECTOR_TOPICS: "a,b", PROJECTOR_BATCH_SIZE: "7", PROJECTOR_LEASE: "5 seconds" }))
       expect(options).toMatchObject({ topics: ["a", "b"], batchSize: 7 })
       // The options are refused before the outbox is touched: a placeholder stands in for it.
       const build = (env: Record<string, string>) =>
         Effect.flip(Effect.scoped(Layer.build(Projector.layerConfig().pipe(Layer.provide(Layer.mergeAll(
           Layer.succeed(Outbox.Outbox, {} as never),
+          Layer.succeed(OutboxWorker.OutboxWorker, {} as never),
           Layer.succeed(Publisher.Publisher, { publish: () => Effect.void })
         )))))).pipe(withEnv(env))
-      expect(yield* build({ PROJECTOR_BATCH_SIZE: "lots" })).toMatchObject({ _tag: "DurableConfigError", field: "projector" })
-      expect(yield* build({ PROJECTOR_BATCH_SIZE: "0" })).toMatchObject({ _tag: "DurableConfigError", field: "batchSize" })
+      expect(yield* build({ PROJECTOR_BATCH_SIZE: "lots" })).toMatchObject({ _tag: "DurableConfigError", field: "PROJECTOR_BATCH_SIZE" })
+      expect(yield* build({ PROJECTOR_BATCH_SIZE: "0" })).toMatchObject({ _tag: "DurableConfigError", field: "PROJECTOR_BATCH_SIZE" })
     }))
+})
+
+describe("Projector on a database the substrate was never migrated into", () => {
+  // The start-up version check is off, to see what a running projector does when the schema goes missing.
+  it.layer(Durable.layerOver({ checkSchemaVersion: false }).pipe(Layer.provideMerge(TestDatabase.layerFresh())))((it) => {
+    it.effect("logs an error that says to run the migrations, counts it, and keeps retrying without crashing", () =>
+      Effect.gen(function*() {
+        const telemetry = Telemetry.make()
+        const errors = Effect.map(Metric.value(Projector.metrics.storeErrors), (state) => state.count)
+        const before = yield* errors
+        yield* withProjector(
+          { pollInterval: "50 millis" },
+          recording(new Deliveries()),
+          eventually(errors, (n) => n >= before + 2)
+        ).pipe(telemetry.observed)
+        const line = telemetry.logs.find((entry) => entry.includes("run the migrations"))
+        expect(line).toMatch(/schema .*durable.* does not exist/)
+        expect(line).toContain("Durable.layer({ migrate: true })")
+      }))
+  })
 })

@@ -5,7 +5,9 @@
  *
  * @since 0.1.0
  */
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Schedule from "effect/Schedule"
 import * as TestServices from "effect/TestServices"
 
 /** Repeats `effect` every 20 ms until `until` holds; fails after `seconds` (default 30). */
@@ -13,13 +15,8 @@ export const eventually = <A, E, R>(
   effect: Effect.Effect<A, E, R>,
   until: (a: A) => boolean,
   seconds = 30
-): Effect.Effect<A, E | Error, R> => {
-  const loop: Effect.Effect<A, E, R> = Effect.flatMap(
-    effect,
-    (a) => until(a) ? Effect.succeed(a) : Effect.zipRight(Effect.sleep("20 millis"), Effect.suspend(() => loop))
-  )
-  return loop.pipe(
-    Effect.timeoutFail({ duration: `${seconds} seconds`, onTimeout: () => new Error(`condition not met in ${seconds} s`) }),
+): Effect.Effect<A, E | Error, R> =>
+  Effect.repeat(effect, Schedule.spaced(Duration.millis(20)).pipe(Schedule.untilInput(until), Schedule.passthrough)).pipe(
+    Effect.timeoutFail({ duration: Duration.seconds(seconds), onTimeout: () => new Error(`condition not met in ${seconds} s`) }),
     TestServices.provideLive
   )
-}

@@ -16,6 +16,8 @@ import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import { type EmbeddedOptions, startEmbedded } from "./internal/embedded.js"
 
+export type { EmbeddedOptions } from "./internal/embedded.js"
+
 export type Provider = "url" | "embedded" | "testcontainers"
 
 export interface RestartOptions {

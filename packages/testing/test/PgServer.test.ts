@@ -1,9 +1,11 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as ConfigProvider from "effect/ConfigProvider"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
+import { withAdmin } from "../src/internal/admin.js"
 import * as PgServer from "../src/PgServer.js"
 
 const withEnv = (entries: Record<string, string>) =>
@@ -32,13 +34,16 @@ describe("PgServer provider choice", () => {
       expect(error.reason).toMatch(/EFFECT_DURABLE_TEST_PG/)
     }).pipe(withEnv({ EFFECT_DURABLE_TEST_PG: "docker-please" })))
 
-  it.effect("testcontainers either starts a server or fails fast saying a container runtime is missing", () =>
+  it.effect("testcontainers either starts a server that answers queries or fails fast saying a container runtime is missing", () =>
     Effect.gen(function*() {
       const started = Date.now()
       const exit = yield* Effect.exit(
-        Effect.scoped(Effect.flatMap(Layer.build(PgServer.layerTestcontainers()), () => Effect.void))
+        Effect.scoped(Effect.flatMap(Layer.build(PgServer.layerTestcontainers()), (context) =>
+          withAdmin(Context.get(context, PgServer.PgServer).url(), "testcontainers", (client) => client.query("SELECT 1 AS one"))))
       )
-      if (Exit.isFailure(exit)) {
+      if (Exit.isSuccess(exit)) {
+        expect(exit.value.rows).toEqual([{ one: 1 }])
+      } else {
         const error = yield* Effect.flip(exit)
         expect(error.provider).toBe("testcontainers")
         expect(error.reason).toMatch(/container runtime|Docker/)

@@ -4,44 +4,15 @@
  * implicit transaction — so `set_config(..., true)` binds the statement that follows, an
  * error rolls everything back and leaves the connection clean. BEGIN, set_config, the
  * statement and COMMIT would be four round trips. The simple protocol takes no parameters,
- * so the statement's parameters are written as SQL literals; only our own statements, built
- * from validated values, go this way.
+ * so the statement's parameters are written as SQL literals (`sqlText.inline`); only our own
+ * statements, built from validated values, go this way.
  */
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import type * as Statement from "@effect/sql/Statement"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-
-const quote = (text: string): string =>
-  // E'' only when needed: with standard_conforming_strings a backslash is literal in ''.
-  text.includes("\\") ? `E'${text.replace(/\\/g, "\\\\").replace(/'/g, "''")}'` : `'${text.replace(/'/g, "''")}'`
-
-const arrayElement = (value: unknown): string =>
-  value === null || value === undefined ? "NULL" : `"${String(value).replace(/\\/g, "\\\\").replace(/"/g, '\\"')}"`
-
-/** A parameter value as an SQL literal. */
-export const literal = (value: unknown): string => {
-  if (value === null || value === undefined) return "NULL"
-  if (typeof value === "number") {
-    if (!Number.isFinite(value)) throw new Error(`cannot inline ${value}`)
-    return String(value)
-  }
-  if (typeof value === "bigint") return value.toString()
-  if (typeof value === "boolean") return value ? "true" : "false"
-  if (Array.isArray(value)) return quote(`{${value.map(arrayElement).join(",")}}`)
-  if (typeof value === "string") {
-    if (value.includes("\u0000")) throw new Error("cannot inline a NUL character")
-    return quote(value)
-  }
-  throw new Error(`cannot inline a ${typeof value}`)
-}
-
-/** The statement's text with its `$n` placeholders replaced by literals. */
-export const inline = (statement: Statement.Statement<unknown>): string => {
-  const [text, params] = statement.compile()
-  return text.replace(/\$(\d+)/g, (_, n: string) => literal(params[Number(n) - 1]))
-}
+import { inline } from "./sqlText.js"
 
 /**
  * Texts already inlined, by a key that determines them: a statement issued again and again

@@ -2,48 +2,88 @@
  * Substrate transactions: bounded lock waits set per transaction (`set_config(..., true)`,
  * gone at commit, safe under PgBouncer transaction pooling), transaction-scoped advisory
  * locks only, and one place where failures of BEGIN/COMMIT are classified.
+ *
+ * The caller's transaction is the caller's: inside it, the substrate works in a savepoint
+ * and gives `lock_timeout` and `statement_timeout` back as it found them when it is done (a
+ * failure rolls the savepoint back, which undoes them by itself).
  */
 import type { DatabaseError } from "@effect-durable/core/Errors"
-import type * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "@effect/sql/SqlClient"
 import { SqlError } from "@effect/sql/SqlError"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { createHash } from "node:crypto"
 import type { Settings } from "../DurableConfig.js"
-import { classify, classifyCommitDefects } from "../ErrorClassification.js"
+import { classify, classifyCommitDefects, classifySqlErrors } from "../ErrorClassification.js"
 
-const millis = (duration: Duration.Duration) => String(Math.max(1, Math.round(Duration.toMillis(duration))))
+/** The bounds a substrate transaction runs under (the settings' `lockTimeout` and `statementTimeout`). */
+export type Timeouts = Pick<Settings, "lockTimeout" | "statementTimeout">
+
+/** A timeout as `set_config` takes it: whole milliseconds, at least 1. */
+export const millis = (duration: Duration.Duration) => String(Math.max(1, Math.round(Duration.toMillis(duration))))
+
+/** The substrate's `lock_timeout` and (when set) `statement_timeout`, as `set_config` text. */
+export const timeoutValues = (settings: Timeouts) => ({
+  lockTimeout: millis(settings.lockTimeout),
+  statementTimeout: Option.match(settings.statementTimeout, { onNone: () => null, onSome: millis })
+})
 
 /**
  * The `set_config` calls as a SELECT list. They are placed in a MATERIALIZED CTE by callers
  * that lock in the same statement, so the timeouts are in force before the lock is awaited.
  */
-export const timeoutSettings = (sql: SqlClient.SqlClient, settings: Settings) =>
-  Option.match(settings.statementTimeout, {
-    onNone: () => sql`SELECT set_config('lock_timeout', ${millis(settings.lockTimeout)}, true)`,
-    onSome: (statementTimeout) =>
-      sql`SELECT set_config('lock_timeout', ${millis(settings.lockTimeout)}, true),
-                 set_config('statement_timeout', ${millis(statementTimeout)}, true)`
-  })
+export const timeoutSettings = (sql: SqlClient.SqlClient, settings: Timeouts) => {
+  const { lockTimeout, statementTimeout } = timeoutValues(settings)
+  return statementTimeout === null
+    ? sql`SELECT set_config('lock_timeout', ${lockTimeout}, true)`
+    : sql`SELECT set_config('lock_timeout', ${lockTimeout}, true), set_config('statement_timeout', ${statementTimeout}, true)`
+}
 
-/** Sets the per-transaction timeouts (one round trip). */
-export const setLocalTimeouts = (sql: SqlClient.SqlClient, settings: Settings) =>
-  Effect.asVoid(timeoutSettings(sql, settings))
+/** The caller's timeouts, to be given back. */
+export interface PreviousTimeouts {
+  readonly lock_timeout: string
+  readonly statement_timeout: string
+}
 
-/**
- * Sets the timeouts and takes a transaction-scoped advisory lock in one round trip. With
- * `wait: false` it does not queue behind a holder and returns whether it got the lock.
- * A separate statement must read what the lock protects: a statement's snapshot is taken
- * before it waits, so a read in this one would miss what the previous holder committed.
- */
-/** The statement `lockForTransaction` runs: one row, `locked`. */
-export const lockStatement = (sql: SqlClient.SqlClient, settings: Settings, lockKey: bigint, wait: boolean) =>
+/** Sets the substrate's timeouts for the transaction and returns the values they replace. */
+const swapTimeouts = (sql: SqlClient.SqlClient, settings: Timeouts) => {
+  const { lockTimeout, statementTimeout } = timeoutValues(settings)
+  return Effect.map(
+    sql<PreviousTimeouts>`
+      WITH previous AS MATERIALIZED (
+        SELECT current_setting('lock_timeout') AS lock_timeout, current_setting('statement_timeout') AS statement_timeout),
+      applied AS MATERIALIZED (
+        SELECT set_config('lock_timeout', ${lockTimeout}, true),
+               set_config('statement_timeout', coalesce(${statementTimeout}::text, previous.statement_timeout), true)
+          FROM previous)
+      SELECT previous.* FROM previous, applied`,
+    (rows) => rows[0]!
+  )
+}
+
+/** Gives the caller's transaction its timeouts back. */
+export const restoreTimeouts = (sql: SqlClient.SqlClient, previous: PreviousTimeouts) =>
+  Effect.asVoid(sql`SELECT set_config('lock_timeout', ${previous.lock_timeout}, true),
+                           set_config('statement_timeout', ${previous.statement_timeout}, true)`)
+
+/** Whether the caller has a transaction open around this call. */
+export const inCallerTransaction: Effect.Effect<boolean> = Effect.map(
+  Effect.serviceOption(SqlClient.TransactionConnection),
+  Option.isSome
+)
+
+/** The statement that takes a transaction-scoped advisory lock (waiting or not): one row, `locked`. */
+const lockStatement = (sql: SqlClient.SqlClient, settings: Timeouts, lockKey: bigint, wait: boolean) =>
   sql<{ locked: boolean }>`WITH settings AS MATERIALIZED (${timeoutSettings(sql, settings)})
       SELECT ${wait ? sql`pg_advisory_xact_lock(${lockKey.toString()}::bigint) IS NOT NULL` : sql`pg_try_advisory_xact_lock(${lockKey.toString()}::bigint)`} AS locked
         FROM settings`
 
-export const lockForTransaction = (sql: SqlClient.SqlClient, settings: Settings, lockKey: bigint, wait: boolean) =>
+/**
+ * Sets the timeouts and takes a transaction-scoped advisory lock in one round trip. With
+ * `wait: false` it does not queue behind a holder and returns whether it got the lock.
+ */
+export const lockForTransaction = (sql: SqlClient.SqlClient, settings: Timeouts, lockKey: bigint, wait: boolean) =>
   Effect.map(lockStatement(sql, settings, lockKey, wait), (rows) => rows[0]?.locked === true)
 
 /** A 64-bit advisory lock key for a namespaced identity (SHA-256, first 8 bytes, signed). */
@@ -70,3 +110,23 @@ export const transact = <A, E, R>(
         : Effect.fail(error instanceof SqlError ? classify(operation)(error) : error as DatabaseError)
     )
   )
+
+/**
+ * A substrate operation's own short transaction (a savepoint inside a caller's) with the lock
+ * and statement bounds in force; inside a caller's transaction its timeouts are given back
+ * after. Its SQL failures are classified under `operation`.
+ */
+export const bounded = <A, E, R>(
+  sql: SqlClient.SqlClient,
+  settings: Timeouts,
+  operation: string,
+  body: Effect.Effect<A, E | SqlError, R>
+): Effect.Effect<A, Exclude<E, SqlError> | DatabaseError, R> =>
+  Effect.flatMap(inCallerTransaction, (inside) =>
+    transact(
+      sql,
+      operation,
+      (inside
+        ? Effect.flatMap(swapTimeouts(sql, settings), (previous) => Effect.tap(body, () => restoreTimeouts(sql, previous)))
+        : Effect.zipRight(timeoutSettings(sql, settings), body)).pipe(classifySqlErrors(operation))
+    ))

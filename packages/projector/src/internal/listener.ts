@@ -9,6 +9,7 @@ import type * as PgClient from "@effect/sql-pg/PgClient"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Redacted from "effect/Redacted"
+import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
 import pg from "pg"
 
@@ -56,6 +57,9 @@ const connectOnce = (
     })
   })
 
+/** Reconnects: 50 ms doubling, capped at 5 s; a connection that came up starts over. */
+const reconnect = Schedule.exponential(Duration.millis(50)).pipe(Schedule.union(Schedule.spaced(Duration.seconds(5))))
+
 /** Listens on `channel` until the scope closes, reconnecting with a capped backoff. */
 export const listen = (
   config: PgClient.PgClientConfig,
@@ -63,16 +67,16 @@ export const listen = (
   onNotify: (payload: string) => void
 ): Effect.Effect<void, never, Scope.Scope> =>
   Effect.gen(function*() {
-    let failures = 0
+    const backoff = yield* Schedule.driver(reconnect)
+    let connected = false
     while (true) {
-      const result = yield* Effect.either(connectOnce(config, channel, (payload) => {
-        failures = 0
+      const lost = yield* Effect.flip(connectOnce(config, channel, (payload) => {
+        connected = true
         onNotify(payload)
       }))
-      if (result._tag === "Left") {
-        failures++
-        yield* Effect.logDebug(`effect-durable projector: listen connection lost (${result.left.message}); reconnecting`)
-        yield* Effect.sleep(Duration.millis(Math.min(5_000, 50 * 2 ** Math.min(failures, 7))))
-      }
+      if (connected) yield* backoff.reset
+      connected = false
+      yield* Effect.logDebug(`effect-durable projector: listen connection lost (${lost.message}); reconnecting`)
+      yield* Effect.ignore(backoff.next(lost))
     }
   }).pipe(Effect.forkScoped, Effect.asVoid)

@@ -2,7 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as FastCheck from "effect/FastCheck"
-import { literal } from "../src/internal/oneRoundTrip.js"
+import { literal } from "../src/internal/sqlText.js"
 import { database } from "./support.js"
 
 // Inlined literals must mean exactly the value they replace, whatever the value holds.

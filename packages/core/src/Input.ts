@@ -1,0 +1,205 @@
+/**
+ * The rules every input is decoded by, in one place: bounded text, counts, durations and SQL
+ * identifiers, as `Schema`s. Options are decoded once, when a layer is built, into
+ * `DurableConfigError`; call arguments on every call into `InvalidInput`. Both name the
+ * field (with the path inside it) and the rule it broke, so the message says what to fix.
+ *
+ * Durations are stricter than `Duration.decode`, which reads `NaN`, `-1` and `"-5 seconds"`
+ * as zero: here they are refused, as are infinite ones and those outside the rule's range.
+ *
+ * @since 0.1.0
+ */
+import type * as ConfigError from "effect/ConfigError"
+import * as Duration from "effect/Duration"
+import * as Either from "effect/Either"
+import * as Option from "effect/Option"
+import * as ParseResult from "effect/ParseResult"
+import * as Schema from "effect/Schema"
+import { DurableConfigError, InvalidInput } from "./Errors.js"
+
+const utf8Bytes = (text: string) => Buffer.byteLength(text, "utf8")
+
+/** A non-empty string of at most `maxBytes` UTF-8 bytes without NUL (PostgreSQL text cannot hold NUL). */
+export const Text = (maxBytes: number): Schema.Schema<string> =>
+  Schema.String.pipe(Schema.filter((text) => text.length > 0 && !text.includes("\u0000") && utf8Bytes(text) <= maxBytes, {
+    message: () => `a non-empty string of at most ${maxBytes} bytes without NUL`
+  }))
+
+/** Text that may be empty (an error message, a header value): at most `maxBytes`, no NUL. */
+export const OptionalText = (maxBytes: number): Schema.Schema<string> =>
+  Schema.String.pipe(Schema.filter((text) => !text.includes("\u0000") && utf8Bytes(text) <= maxBytes, {
+    message: () => `a string of at most ${maxBytes} bytes without NUL`
+  }))
+
+/** An integer from `min` (default 1) to `max`. */
+export const Count = (max: number, min = 1): Schema.Schema<number> =>
+  Schema.Number.pipe(Schema.filter((n) => Number.isInteger(n) && n >= min && n <= max, {
+    message: () => `an integer from ${min} to ${max}`
+  }))
+
+/** Lowercase SQL identifier `[a-z_][a-z0-9_]*` of at most 63 bytes (PostgreSQL's NAMEDATALEN - 1). */
+export const Identifier: Schema.Schema<string> = Schema.String.pipe(
+  Schema.filter((name) => /^[a-z_][a-z0-9_]{0,62}$/.test(name), {
+    message: () => "a lowercase SQL identifier ([a-z_][a-z0-9_]*) of at most 63 bytes"
+  })
+)
+
+/** An SQL identifier that keeps its case (it is always quoted): `[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes. */
+export const MixedCaseIdentifier: Schema.Schema<string> = Schema.String.pipe(
+  Schema.filter((name) => /^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(name), {
+    message: () => "an SQL identifier ([A-Za-z_][A-Za-z0-9_]*) of at most 63 bytes"
+  })
+)
+
+// Duration.decode's own grammar, without its minus sign.
+const DURATION_TEXT = /^\d+(?:\.\d+)?\s+(?:nanos?|micros?|millis?|seconds?|minutes?|hours?|days?|weeks?)$/
+
+/** A `DurationInput` read without `Duration.decode`'s leniency: negative, NaN or malformed is none. */
+export const parseDuration = (input: unknown): Option.Option<Duration.Duration> => {
+  if (Duration.isDuration(input)) return Option.some(input)
+  if (typeof input === "number") return Number.isNaN(input) || input < 0 ? Option.none() : Option.some(Duration.millis(input))
+  if (typeof input === "bigint") return input < 0n ? Option.none() : Option.some(Duration.nanos(input))
+  if (typeof input === "string") return DURATION_TEXT.test(input) ? Duration.decodeUnknown(input) : Option.none()
+  if (
+    Array.isArray(input) && input.length === 2 &&
+    input.every((part) => typeof part === "number" && !Number.isNaN(part) && part >= 0)
+  ) return Duration.decodeUnknown(input as [number, number])
+  return Option.none()
+}
+
+/**
+ * A duration in `[min, max]` (both `DurationInput` text such as `"1 hour"`, named as written in
+ * the rule). Without `min` it must be greater than zero; `min: 0` allows zero.
+ */
+export const DurationIn = (range: { readonly min?: string | 0; readonly max: string }): Schema.Schema<Duration.Duration, unknown> => {
+  const max = Duration.decode(range.max as Duration.DurationInput)
+  const min = range.min === undefined || range.min === 0 ? Duration.zero : Duration.decode(range.min as Duration.DurationInput)
+  const inRange = range.min === undefined
+    ? (d: Duration.Duration) => Duration.greaterThan(d, Duration.zero) && Duration.lessThanOrEqualTo(d, max)
+    : (d: Duration.Duration) => Duration.between(d, { minimum: min, maximum: max })
+  const rule = range.min === undefined
+    ? `a duration greater than zero and at most ${range.max}`
+    : `a duration from ${range.min === 0 ? "zero" : range.min} to ${range.max}`
+  return Schema.transformOrFail(Schema.Unknown, Schema.DurationFromSelf, {
+    strict: true,
+    decode: (input, _, ast) =>
+      Option.match(Option.filter(parseDuration(input), (d) => Duration.isFinite(d) && inRange(d)), {
+        onNone: () => ParseResult.fail(new ParseResult.Type(ast, input, rule)),
+        onSome: ParseResult.succeed
+      }),
+    encode: ParseResult.succeed
+  }).annotations({ message: () => rule })
+}
+
+/**
+ * Arguments are shallow records and lists. A value nested deeper than this (or cyclic) is
+ * refused before any `Schema` sees it: formatting it into an error message would recurse
+ * through every level and overflow the stack.
+ */
+const MAX_ARGUMENT_DEPTH = 32
+
+const tooDeep = (value: unknown): boolean => {
+  const stack: Array<readonly [unknown, number]> = [[value, 0]]
+  const seen = new Set<object>()
+  while (stack.length > 0) {
+    const [current, depth] = stack.pop()!
+    if (typeof current !== "object" || current === null) continue
+    if (depth >= MAX_ARGUMENT_DEPTH || seen.has(current)) return true
+    seen.add(current)
+    // Only plain records and lists are walked: a class instance (a Schema, a Date) is a leaf.
+    const prototype = Object.getPrototypeOf(current)
+    if (!Array.isArray(current) && prototype !== Object.prototype && prototype !== null) continue
+    for (const key of Object.keys(current)) stack.push([(current as Record<string, unknown>)[key], depth + 1])
+  }
+  return false
+}
+
+const firstIssue = (error: ParseResult.ParseError) => {
+  const issue = ParseResult.ArrayFormatter.formatErrorSync(error)[0]
+  const path = (issue?.path ?? []).map((key) => typeof key === "number" ? `[${key}]` : `.${String(key)}`).join("")
+  return { path, rule: issue?.message ?? error.message }
+}
+
+/**
+ * A decoder of one call argument: the value or `InvalidInput` naming the argument (and the
+ * path inside it). Build it once, outside the call: the schema is compiled here.
+ */
+export const argument = <A, I>(name: string, schema: Schema.Schema<A, I, never>) => {
+  const decode = Schema.decodeUnknownEither(schema, { errors: "first" })
+  return (value: unknown): Either.Either<A, InvalidInput> =>
+    tooDeep(value)
+      ? Either.left(new InvalidInput({ argument: name, rule: `a value nested at most ${MAX_ARGUMENT_DEPTH} levels, without cycles` }))
+      : Either.mapLeft(decode(value), (error) => {
+      const { path, rule } = firstIssue(error)
+      return new InvalidInput({ argument: `${name}${path}`, rule })
+    })
+}
+
+/** A decoder of an options object: the decoded options or `DurableConfigError` naming the field. */
+export const options = <A, I>(schema: Schema.Schema<A, I, never>, prefix?: string) => {
+  const decode = Schema.decodeUnknownEither(schema, { errors: "first", onExcessProperty: "error" })
+  return (value: unknown): Either.Either<A, DurableConfigError> =>
+    tooDeep(value)
+      ? Either.left(
+        new DurableConfigError({ field: prefix ?? "options", rule: `nested at most ${MAX_ARGUMENT_DEPTH} levels, without cycles` })
+      )
+      : Either.mapLeft(decode(value), (error) => {
+      const { path, rule } = firstIssue(error)
+      const field = `${prefix ?? ""}${path}`.replace(/^\./, "")
+      return new DurableConfigError({ field: field.length === 0 ? "options" : field, rule })
+    })
+}
+
+/** What a configuration variable is for, and a value that works: said when it is missing or wrong. */
+export interface VariableHint {
+  readonly purpose: string
+  readonly example: string
+}
+
+/**
+ * A configuration value that could not be read (missing, not a number...), as the
+ * `DurableConfigError` an invalid option gives, naming the variable — and, when `hints` know
+ * it, what it is for and an example value.
+ */
+export const configError = (
+  error: ConfigError.ConfigError,
+  hints: Readonly<Record<string, VariableHint>> = {}
+): DurableConfigError => {
+  const leaf = (e: ConfigError.ConfigError): { path: ReadonlyArray<string>; message: string } => {
+    switch (e._op) {
+      case "And":
+      case "Or":
+        return leaf(e.left)
+      case "InvalidData":
+      case "MissingData":
+      case "SourceUnavailable":
+      case "Unsupported":
+        return { path: e.path, message: e.message }
+    }
+  }
+  const { message, path } = leaf(error)
+  const field = path.join(".") || "config"
+  const hint = hints[field]
+  return new DurableConfigError({
+    field,
+    rule: hint === undefined ? message : `${message} — ${hint.purpose}, e.g. ${field}=${hint.example}`
+  })
+}
+
+/**
+ * A `DurableConfigError` from decoding options read from configuration, renamed to the
+ * variable the field came from (`poolSize` -> `DURABLE_POOL_SIZE`), with its hint.
+ */
+export const fromVariable = (
+  error: DurableConfigError,
+  variables: Readonly<Record<string, string>>,
+  hints: Readonly<Record<string, VariableHint>> = {}
+): DurableConfigError => {
+  const variable = variables[error.field] ?? variables[error.field.split(/[.[]/)[0]!]
+  if (variable === undefined) return error
+  const hint = hints[variable]
+  return new DurableConfigError({
+    field: variable,
+    rule: hint === undefined ? error.rule : `${error.rule} — ${hint.purpose}, e.g. ${variable}=${hint.example}`
+  })
+}

@@ -1,0 +1,175 @@
+import { describe, expect, it } from "@effect/vitest"
+import * as Config from "effect/Config"
+import * as ConfigProvider from "effect/ConfigProvider"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as Redacted from "effect/Redacted"
+import { spawn } from "node:child_process"
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { fileURLToPath } from "node:url"
+import pg from "pg"
+import * as DevDatabase from "../src/DevDatabase.js"
+
+const quiet = Effect.provide(Logger.remove(Logger.defaultLogger))
+
+/** A project folder of its own for each test (open to other users, as a project folder is), removed afterwards. */
+const project = Effect.acquireRelease(
+  Effect.sync(() => {
+    const dir = mkdtempSync(join(tmpdir(), "effect-durable-dev-test-"))
+    chmodSync(dir, 0o755)
+    return dir
+  }),
+  (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
+)
+
+const query = (url: Redacted.Redacted<string>, text: string) =>
+  Effect.promise(async () => {
+    const client = new pg.Client({ connectionString: Redacted.value(url) })
+    await client.connect()
+    try {
+      return (await client.query(text)).rows
+    } finally {
+      await client.end()
+    }
+  })
+
+/** Starts the database in `directory`, runs `use` on it, stops it. */
+const session = <A, E>(directory: string, use: (db: DevDatabase.DevDatabase["Type"]) => Effect.Effect<A, E>) =>
+  Effect.scoped(Effect.flatMap(DevDatabase.make({ directory }), use)).pipe(quiet)
+
+describe("the development database", () => {
+  it.scopedLive("keeps its rows across a restart, in the project folder, with durability on", () =>
+    Effect.gen(function*() {
+      const root = yield* project
+      const directory = join(root, ".effect-durable", "postgres")
+      const first = yield* session(directory, (db) =>
+        Effect.gen(function*() {
+          expect(db.created).toBe(true)
+          expect(db.directory).toBe(directory)
+          yield* query(db.url, "CREATE TABLE notes (id int PRIMARY KEY, body text)")
+          yield* query(db.url, "INSERT INTO notes VALUES (1, 'kept')")
+          return { port: db.port, settings: yield* query(db.url, "SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'data_directory') ORDER BY name") }
+        }))
+      expect(first.settings).toEqual([
+        { name: "data_directory", setting: join(directory, "data") },
+        { name: "fsync", setting: "on" },
+        { name: "full_page_writes", setting: "on" },
+        { name: "synchronous_commit", setting: "on" }
+      ])
+      const second = yield* session(directory, (db) =>
+        Effect.gen(function*() {
+          expect(db.created).toBe(false)
+          return { port: db.port, rows: yield* query(db.url, "SELECT * FROM notes") }
+        }))
+      expect(second.rows).toEqual([{ id: 1, body: "kept" }])
+      expect(second.port).toBe(first.port)
+    }), 120_000)
+
+  it.scopedLive("refuses a second owner in the same process with DevDatabaseLocked", () =>
+    Effect.gen(function*() {
+      const directory = join(yield* project, "db")
+      yield* session(directory, () =>
+        Effect.gen(function*() {
+          const error = yield* Effect.flip(session(directory, () => Effect.void))
+          expect(error._tag).toBe("DevDatabaseLocked")
+          expect(error).toMatchObject({ directory, pid: process.pid })
+          expect(error.message).toMatch(/in use by process \d+/)
+        }))
+    }), 120_000)
+
+  it.scopedLive("refuses a second app while the first runs; after the first is killed the data is intact and a new owner starts", () =>
+    Effect.gen(function*() {
+      const directory = join(yield* project, "db")
+      yield* session(directory, (db) => query(db.url, "CREATE TABLE t AS SELECT 42 AS answer"))
+      const holder = spawn(process.execPath, ["--conditions=source", "--import", "tsx", fixture, directory], {
+        stdio: ["ignore", "pipe", "pipe"]
+      })
+      const exited = new Promise<void>((resolve) => holder.once("exit", () => resolve()))
+      yield* Effect.addFinalizer(() => Effect.promise(() => (holder.kill("SIGKILL"), exited)))
+      const held = yield* Effect.promise(() => firstLine(holder))
+      const locked = yield* Effect.flip(session(directory, () => Effect.void))
+      expect(locked).toMatchObject({ _tag: "DevDatabaseLocked", pid: held.pid })
+      // The owner dies without stopping its server: its guardian stops it, the lock is stale.
+      holder.kill("SIGKILL")
+      yield* Effect.promise(() => exited)
+      const rows = yield* session(directory, (db) => query(db.url, "SELECT answer FROM t"))
+      expect(rows).toEqual([{ answer: 42 }])
+    }), 120_000)
+
+  it.scopedLive("as root the server runs as the postgres user, which owns only data/", () =>
+    Effect.gen(function*() {
+      const directory = join(yield* project, "db")
+      yield* session(directory, () => Effect.void)
+      const saved = statSync(join(directory, "server.json"))
+      expect(saved.mode & 0o777).toBe(0o600)
+      expect(saved.uid).toBe(process.getuid!())
+      const data = statSync(join(directory, "data"))
+      if (process.getuid!() === 0) expect(data.uid).not.toBe(0)
+      else expect(data.uid).toBe(process.getuid!())
+      expect(data.mode & 0o777).toBe(0o700)
+      expect(existsSync(join(directory, "lock"))).toBe(false)
+      expect(readFileSync(join(directory, "server.log"), "utf8")).toMatch(/database system is shut down/)
+    }), 120_000)
+
+  it.scopedLive("a folder the server's OS user cannot enter is a DevDatabaseError that says so (as root); otherwise it starts", () =>
+    Effect.gen(function*() {
+      const root = yield* project
+      chmodSync(root, 0o700)
+      const directory = join(root, "db")
+      const exit = yield* Effect.exit(session(directory, () => Effect.void))
+      if (process.getuid!() === 0) {
+        const error = yield* Effect.flip(exit)
+        expect(error._tag).toBe("DevDatabaseError")
+        expect(error.message).toMatch(/runs as the OS user "postgres", which cannot enter/)
+        expect(existsSync(join(directory, "lock"))).toBe(false)
+      } else {
+        expect(exit._tag).toBe("Success")
+      }
+    }), 120_000)
+
+  it.scopedLive("layerDatabaseUrl gives Config readers DATABASE_URL: the development database's when the variable is unset", () =>
+    Effect.gen(function*() {
+      const directory = join(yield* project, "db")
+      const readUrl = Layer.effectDiscard(Effect.flatMap(Config.redacted("DATABASE_URL"), (url) =>
+        Effect.flatMap(query(url, "SELECT 1 AS one"), (rows) => Effect.sync(() => expect(rows).toEqual([{ one: 1 }])))
+      ))
+      yield* Layer.build(readUrl.pipe(Layer.provide(DevDatabase.layerDatabaseUrl({ directory })))).pipe(
+        Effect.scoped,
+        quiet,
+        Effect.withConfigProvider(ConfigProvider.fromMap(new Map()))
+      )
+      expect(existsSync(join(directory, "data", "PG_VERSION"))).toBe(true)
+    }), 120_000)
+
+  it.scopedLive("layerDatabaseUrl leaves a set DATABASE_URL alone and starts nothing", () =>
+    Effect.gen(function*() {
+      const directory = join(yield* project, "db")
+      const url = yield* Layer.build(
+        Layer.effectDiscard(Effect.flatMap(Config.string("DATABASE_URL"), (url) => Effect.sync(() => expect(url).toBe("postgres://elsewhere/app")))).pipe(
+          Layer.provide(DevDatabase.layerDatabaseUrl({ directory }))
+        )
+      ).pipe(
+        Effect.scoped,
+        Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["DATABASE_URL", "postgres://elsewhere/app"]])))
+      )
+      expect(url).toBeDefined()
+      expect(existsSync(directory)).toBe(false)
+    }))
+})
+
+const fixture = fileURLToPath(new URL("./fixtures/hold-dev-database.ts", import.meta.url))
+
+const firstLine = (child: ReturnType<typeof spawn>) =>
+  new Promise<{ readonly pid: number; readonly port: number }>((resolve, reject) => {
+    let stdout = ""
+    let stderr = ""
+    child.stderr!.on("data", (chunk) => (stderr += chunk))
+    child.stdout!.on("data", (chunk) => {
+      stdout += chunk
+      if (stdout.includes("\n")) resolve(JSON.parse(stdout.split("\n")[0]!))
+    })
+    child.once("exit", (code) => reject(new Error(`holder exited (${code}) before reporting: ${stderr}`)))
+  })

@@ -1,0 +1,90 @@
+/**
+ * The inbox as operators use it: dead entries of the stored mode (list, redrive, discard),
+ * per-consumer counts, and the purge of processed receipts. Keep receipts longer than the
+ * broker can redeliver: a receipt purged before the last redelivery lets it run again.
+ *
+ * @since 0.1.0
+ */
+import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import * as Input from "@effect-durable/core/Input"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
+import { DurableSettings } from "./DurableConfig.js"
+import { inboxClaimQuery } from "./internal/migrations/0008_leases_pauses_lookup.js"
+import * as QueueAdmin from "./internal/queue/admin.js"
+import { specFor } from "./internal/queue/spec.js"
+import { traced } from "./internal/traced.js"
+import type { ClaimOptions } from "./InboxWorker.js"
+import type * as LeasedQueue from "./LeasedQueue.js"
+
+const decodeConsumer = Input.argument("consumer", Input.Text(128))
+
+export interface ConsumerStats {
+  readonly consumer: string
+  /** Stored entries processable now. */
+  readonly ready: number
+  readonly delayed: number
+  readonly claimed: number
+  readonly dead: number
+  /** Receipts of processed deliveries (both modes), not yet purged. */
+  readonly processed: number
+  readonly oldestReadySeconds: number | null
+}
+
+/** Retention floor of `purge`: receipts younger than this are never deleted. */
+export const PURGE_FLOOR = "1 hour"
+
+export class InboxAdmin extends Context.Tag("@effect-durable/pg/InboxAdmin")<InboxAdmin, {
+  readonly deadLetters: (options: {
+    readonly consumer?: string
+    readonly limit: number
+    readonly before?: string
+  }) => Effect.Effect<
+    LeasedQueue.DeadLetterPage<{ readonly consumer: string; readonly messageId: string }>,
+    InvalidInput | DatabaseError
+  >
+  readonly redrive: LeasedQueue.ByIds
+  readonly discard: LeasedQueue.ByIds
+  /** Counts per consumer. */
+  readonly stats: Effect.Effect<ReadonlyArray<ConsumerStats>, DatabaseError>
+  /** Deletes receipts processed longer ago than `olderThan` (at least `PURGE_FLOOR`), in batches. */
+  readonly purge: LeasedQueue.Purge
+  /** The query plan of a stored-mode claim (`EXPLAIN (FORMAT JSON)`); claims nothing. */
+  readonly explainClaim: (options: ClaimOptions) => Effect.Effect<unknown, InvalidInput | DatabaseError>
+}>() {}
+
+export const make: Effect.Effect<InboxAdmin["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
+  function*() {
+    const sql = yield* SqlClient.SqlClient
+    const settings = yield* DurableSettings
+    const queue = QueueAdmin.make(sql, settings, specFor(settings, "inbox"), {
+      operationPrefix: "InboxAdmin",
+      claimQuery: inboxClaimQuery,
+      purgeFloor: PURGE_FLOOR
+    })
+    return InboxAdmin.of(traced("InboxAdmin", {
+      deadLetters: (options: { readonly consumer?: string; readonly limit: number; readonly before?: string }) =>
+        Effect.flatMap(options.consumer === undefined ? Effect.succeed(undefined) : decodeConsumer(options.consumer), (consumer) =>
+          queue.deadLetters(
+            options,
+            consumer === undefined ? sql`true` : sql`consumer = ${consumer}`,
+            sql`consumer, message_id AS "messageId"`,
+            { consumer: Schema.String, messageId: Schema.String }
+          )),
+      redrive: queue.redrive,
+      discard: queue.discard,
+      stats: Effect.map(
+        queue.counts("consumer"),
+        (rows) => rows.map(({ done, group, ...counts }): ConsumerStats => ({ consumer: group, ...counts, processed: done }))
+      ),
+      purge: queue.purge,
+      explainClaim: (options: ClaimOptions) =>
+        Effect.flatMap(decodeConsumer(options.consumer), (consumer) => queue.explainClaim(options, consumer))
+    }))
+  }
+)
+
+export const layer: Layer.Layer<InboxAdmin, never, SqlClient.SqlClient | DurableSettings> = Layer.effect(InboxAdmin, make)

@@ -1,0 +1,114 @@
+/**
+ * What the outbox and the stored inbox share as leased queues: a claim token that fences
+ * every write to a claimed row, how a row is given back, how done rows are purged, and the
+ * shapes of dead letters and batch results. Both queues run on one implementation.
+ *
+ * @since 0.1.0
+ */
+import type { ClaimMismatch, DatabaseError, InvalidInput, MessageMissing } from "@effect-durable/core/Errors"
+import type * as Duration from "effect/Duration"
+import type * as Effect from "effect/Effect"
+
+/** Defaults shared by both queues. */
+export const Defaults = {
+  /**
+   * Leases a row may lose (its worker died or stalled past the lease) before it is dead: a
+   * bound for poison messages that kill workers, apart from `maxAttempts`, which counts
+   * deliveries that failed.
+   */
+  maxLeaseExpiries: 10
+} as const
+
+/** Proof of a claim: only the worker holding the current generation may settle the row. */
+export interface Claim {
+  readonly messageId: string
+  readonly worker: string
+  readonly generation: number
+}
+
+/** How a claimed row is given back. */
+export interface ReleaseOptions {
+  /** Recorded as `last_error` (at most 4 KiB are kept). Counts as a failed delivery. */
+  readonly error: string
+  /** Not claimable again before now + retryDelay (database clock); zero to 365 days. */
+  readonly retryDelay: Duration.DurationInput
+  /** Straight to the dead letters, whatever the attempts left. */
+  readonly permanent?: boolean
+}
+
+/** Which done rows a purge deletes, and how many per statement. */
+export interface PurgeOptions {
+  /** Rows done for longer than this are deleted; each queue documents its floor. */
+  readonly olderThan: Duration.DurationInput
+  /** Rows per DELETE; default 1000. */
+  readonly batchSize?: number
+}
+
+/** What a settle operation that can fail for one claim reports. */
+export type SettleFailure = ClaimMismatch | MessageMissing
+
+/** What `renewLeases` and `giveBack` report: the claims they applied to, and those stale or missing. */
+export interface ManyResult {
+  readonly applied: ReadonlyArray<string>
+  readonly rejected: ReadonlyArray<SettleFailure>
+}
+
+export interface CompleteManyResult {
+  /** Ids now done (including those this very claim had already completed). */
+  readonly completed: ReadonlyArray<string>
+  /** Claims that could not be completed: stale, foreign or missing. */
+  readonly rejected: ReadonlyArray<SettleFailure>
+}
+
+export interface DeadLetter {
+  readonly id: string
+  readonly attempts: number
+  readonly lastError: string | null
+  /** When the row died, ISO-8601 UTC with microseconds. */
+  readonly deadAt: string
+}
+
+/** A page of dead letters, newest first; `next` is the `before` of the following page. */
+export interface DeadLetterPage<Row> {
+  readonly items: ReadonlyArray<DeadLetter & Row>
+  readonly next: string | undefined
+}
+
+/** Marks a claimed row done; idempotent for the claim that already did. */
+export type Complete = (claim: Claim) => Effect.Effect<void, SettleFailure | DatabaseError>
+
+/** Marks many claimed rows done in one statement; the ones that cannot be are reported, not failed. */
+export type CompleteMany = (claims: ReadonlyArray<Claim>) => Effect.Effect<CompleteManyResult, DatabaseError>
+
+/**
+ * Gives a claimed row back: claimable again after `retryDelay`, or dead at once when
+ * `permanent` or out of attempts. Returns whether it is dead.
+ */
+export type Release = (
+  claim: Claim,
+  options: ReleaseOptions
+) => Effect.Effect<{ readonly dead: boolean }, SettleFailure | InvalidInput | DatabaseError>
+
+/** Extends the lease of a row still held by this claim. */
+export type RenewLease = (
+  claim: Claim,
+  lease: Duration.DurationInput
+) => Effect.Effect<void, SettleFailure | InvalidInput | DatabaseError>
+
+/** Extends the leases of many claims in one statement; stale or missing ones are reported. */
+export type RenewLeases = (
+  claims: ReadonlyArray<Claim>,
+  lease: Duration.DurationInput
+) => Effect.Effect<ManyResult, InvalidInput | DatabaseError>
+
+/**
+ * Gives claimed rows back untouched, in one statement: claimable again at once, no failure
+ * counted, no lease lost (work never started, or a worker shutting down).
+ */
+export type GiveBack = (claims: ReadonlyArray<Claim>) => Effect.Effect<ManyResult, DatabaseError>
+
+/** An operator action on rows named by id (at most 10,000); returns the ids it applied to. */
+export type ByIds = (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, InvalidInput | DatabaseError>
+
+/** Deletes done rows older than the retention, in batches; returns how many. */
+export type Purge = (options: PurgeOptions) => Effect.Effect<number, InvalidInput | DatabaseError>

@@ -1,0 +1,184 @@
+/**
+ * The outbox as operators (the CLI, the admin page) use it: dead letters (list, redrive,
+ * discard), replay of projected messages, per-topic counts, purge of projected messages and
+ * the plan of the claim. A message that cannot be delivered never blocks those behind it; it
+ * waits here for a decision.
+ *
+ * @since 0.1.0
+ */
+import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import * as Input from "@effect-durable/core/Input"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
+import { DurableSettings } from "./DurableConfig.js"
+import { classifySqlErrors } from "./ErrorClassification.js"
+import { outboxClaimQuery } from "./internal/migrations/0008_leases_pauses_lookup.js"
+import * as QueueAdmin from "./internal/queue/admin.js"
+import { specFor } from "./internal/queue/spec.js"
+import { decodeRows } from "./internal/rows.js"
+import { isoUtc } from "./internal/timestamps.js"
+import { traced } from "./internal/traced.js"
+import type * as LeasedQueue from "./LeasedQueue.js"
+import { channelFor } from "./Outbox.js"
+import { type ClaimOptions, decodeTopics } from "./OutboxWorker.js"
+
+const PausedTopicRow = Schema.Struct({ topic: Schema.String, pausedAt: Schema.String, pausedBy: Schema.NullOr(Schema.String) })
+const decodeTopic = Input.argument("topic", Input.Text(128))
+const decodeBy = Input.argument("by", Input.Text(128))
+
+export interface TopicStats {
+  readonly topic: string
+  /** Deliverable now. */
+  readonly ready: number
+  /** Waiting for their delay (or retry backoff). */
+  readonly delayed: number
+  /** Held by a live lease. */
+  readonly claimed: number
+  readonly dead: number
+  /** Projected and not yet purged. */
+  readonly projected: number
+  /** How long the oldest ready message has been deliverable, in seconds (`null`: none). */
+  readonly oldestReadySeconds: number | null
+  /** Paused: no claim hands out its messages until it is resumed. */
+  readonly paused: boolean
+}
+
+export interface PausedTopic {
+  readonly topic: string
+  /** ISO-8601 UTC. */
+  readonly pausedAt: string
+  /** Who paused it (an operator's name, as given). */
+  readonly pausedBy: string | null
+}
+
+/** Retention floor of `purge`: projected messages younger than this are never deleted. */
+export const PURGE_FLOOR = "1 minute"
+
+export class OutboxAdmin extends Context.Tag("@effect-durable/pg/OutboxAdmin")<OutboxAdmin, {
+  /** Dead messages, newest first (of one topic, or all), `limit` (1-1000) per page. */
+  readonly deadLetters: (options: {
+    readonly topic?: string
+    readonly limit: number
+    /** The `next` of the previous page. */
+    readonly before?: string
+  }) => Effect.Effect<LeasedQueue.DeadLetterPage<{ readonly topic: string }>, InvalidInput | DatabaseError>
+  /** Makes dead messages deliverable again with fresh attempts; returns the ids redriven. */
+  readonly redrive: LeasedQueue.ByIds
+  /** Makes projected messages deliverable again (deliver once more); returns the ids replayed. */
+  readonly replay: LeasedQueue.ByIds
+  /** Deletes dead messages; returns the ids deleted. */
+  readonly discard: LeasedQueue.ByIds
+  /** Counts per topic (paused topics included, even when empty). */
+  readonly stats: Effect.Effect<ReadonlyArray<TopicStats>, DatabaseError>
+  /**
+   * Pauses a topic: claims skip its messages (other topics flow on) until `resume`. The flag
+   * is durable and every projector honours it at its next claim. Returns whether it was
+   * running before.
+   */
+  readonly pause: (topic: string, options?: { readonly by?: string }) => Effect.Effect<boolean, InvalidInput | DatabaseError>
+  /** Resumes a paused topic and wakes the projectors at commit. Returns whether it was paused. */
+  readonly resume: (topic: string) => Effect.Effect<boolean, InvalidInput | DatabaseError>
+  /** The paused topics. */
+  readonly paused: Effect.Effect<ReadonlyArray<PausedTopic>, DatabaseError>
+  /** Messages not yet projected nor dead (of one topic, or all). */
+  readonly unprojectedCount: (topic?: string) => Effect.Effect<number, InvalidInput | DatabaseError>
+  /**
+   * Deletes messages projected longer ago than `olderThan` (at least `PURGE_FLOOR`), in
+   * batches; never one replayed meanwhile. Returns how many.
+   */
+  readonly purge: LeasedQueue.Purge
+  /** The query plan of a claim with these options (`EXPLAIN (FORMAT JSON)`); claims nothing. */
+  readonly explainClaim: (options: ClaimOptions) => Effect.Effect<unknown, InvalidInput | DatabaseError>
+}>() {}
+
+export const make: Effect.Effect<OutboxAdmin["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
+  function*() {
+    const sql = yield* SqlClient.SqlClient
+    const settings = yield* DurableSettings
+    const table = sql.literal(settings.table("outbox"))
+    const pausedTopics = sql.literal(settings.table("paused_topics"))
+    const channel = channelFor(settings.schema)
+
+    const paused = sql`
+      SELECT topic, ${sql.literal(isoUtc("paused_at"))} AS "pausedAt", paused_by AS "pausedBy" FROM ${pausedTopics} ORDER BY topic`.pipe(
+      decodeRows(PausedTopicRow),
+      classifySqlErrors("OutboxAdmin.paused")
+    )
+    const queue = QueueAdmin.make(sql, settings, specFor(settings, "outbox"), {
+      operationPrefix: "OutboxAdmin",
+      claimQuery: outboxClaimQuery,
+      purgeFloor: PURGE_FLOOR
+    })
+
+    return OutboxAdmin.of(traced("OutboxAdmin", {
+      deadLetters: (options: { readonly topic?: string; readonly limit: number; readonly before?: string }) =>
+        Effect.flatMap(options.topic === undefined ? Effect.succeed(undefined) : decodeTopic(options.topic), (topic) =>
+          queue.deadLetters(
+            options,
+            topic === undefined ? sql`true` : sql`topic = ${topic}`,
+            sql`topic`,
+            { topic: Schema.String }
+          )),
+      redrive: queue.redrive,
+      replay: queue.replay,
+      discard: queue.discard,
+      stats: Effect.map(Effect.all([queue.counts("topic"), paused]), ([rows, pausedList]) => {
+        const pausedSet = new Set(pausedList.map((p) => p.topic))
+        const stats = rows.map(({ done, group, ...counts }): TopicStats => ({
+          topic: group,
+          ...counts,
+          projected: done,
+          paused: pausedSet.has(group)
+        }))
+        const empty = pausedList.filter((p) => !stats.some((s) => s.topic === p.topic)).map((p): TopicStats => ({
+          topic: p.topic,
+          ready: 0,
+          delayed: 0,
+          claimed: 0,
+          dead: 0,
+          projected: 0,
+          oldestReadySeconds: null,
+          paused: true
+        }))
+        return [...stats, ...empty].sort((a, b) => (a.topic < b.topic ? -1 : a.topic > b.topic ? 1 : 0))
+      }),
+      pause: (topic: string, options: { readonly by?: string } = {}) =>
+        Effect.gen(function*() {
+          const decoded = yield* decodeTopic(topic)
+          const by = options.by === undefined ? null : yield* decodeBy(options.by)
+          const rows = yield* sql`INSERT INTO ${pausedTopics} (topic, paused_by) VALUES (${decoded}, ${by})
+                                  ON CONFLICT (topic) DO NOTHING RETURNING topic`.pipe(classifySqlErrors("OutboxAdmin.pause"))
+          return rows.length > 0
+        }),
+      resume: (topic: string) =>
+        Effect.gen(function*() {
+          const decoded = yield* decodeTopic(topic)
+          // The wake-up is sent at commit, so projectors claim right after the flag is gone.
+          const rows = yield* sql`
+            WITH gone AS (DELETE FROM ${pausedTopics} WHERE topic = ${decoded} RETURNING topic)
+            SELECT pg_notify(${channel}, topic) IS NULL AS notified FROM gone`.pipe(classifySqlErrors("OutboxAdmin.resume"))
+          return rows.length > 0
+        }),
+      paused,
+      unprojectedCount: (topic?: string) =>
+        Effect.flatMap(topic === undefined ? Effect.succeed(undefined) : decodeTopic(topic), (decoded) =>
+          sql<{ n: number }>`SELECT count(*)::int AS n FROM ${table}
+                              WHERE projected_at IS NULL AND dead_at IS NULL
+                              ${decoded === undefined ? sql`` : sql`AND topic = ${decoded}`}`.pipe(
+            Effect.map((rows) => rows[0]!.n),
+            classifySqlErrors("OutboxAdmin.unprojectedCount")
+          )),
+      purge: queue.purge,
+      explainClaim: (options: ClaimOptions) =>
+        Effect.flatMap(decodeTopics(options.topics ?? null), (topics) => queue.explainClaim(options, topics))
+    }))
+  }
+)
+
+export const layer: Layer.Layer<OutboxAdmin, never, SqlClient.SqlClient | DurableSettings> = Layer.effect(
+  OutboxAdmin,
+  make
+)

@@ -1,0 +1,25 @@
+/**
+ * Every released version of the substrate's schema, as a record keyed `<version>_<name>`
+ * (the shape `@effect/sql`'s `Migrator.fromRecord` takes). One module per version; a
+ * released module is never edited (a test holds each one's text): a change is a new version.
+ */
+import type { Migration } from "../../Migrations.js"
+import { migration as v1 } from "./0001_mutation_ledger.js"
+import { migration as v2 } from "./0002_ledger_retention_index.js"
+import { migration as v3 } from "./0003_outbox.js"
+import { migration as v4 } from "./0004_inbox.js"
+import { migration as v5 } from "./0005_outbox_key_order.js"
+import { migration as v6 } from "./0006_fillfactor.js"
+import { migration as v7 } from "./0007_claim_functions.js"
+import { migration as v8 } from "./0008_leases_pauses_lookup.js"
+
+export const released: Readonly<Record<string, Migration>> = {
+  "0001_mutation_ledger": v1,
+  "0002_ledger_retention_index": v2,
+  "0003_outbox": v3,
+  "0004_inbox": v4,
+  "0005_outbox_key_order": v5,
+  "0006_fillfactor": v6,
+  "0007_claim_functions": v7,
+  "0008_leases_pauses_lookup": v8
+}

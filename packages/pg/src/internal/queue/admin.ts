@@ -1,0 +1,186 @@
+/**
+ * The operator half of a leased queue, shared by the outbox and the stored inbox: dead
+ * letters (list, redrive, discard), replay of done rows, purge of done rows in batches,
+ * per-group counts, and the plan the claim runs. Nothing here runs on a worker's hot path.
+ */
+import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import * as Input from "@effect-durable/core/Input"
+import type * as SqlClient from "@effect/sql/SqlClient"
+import type * as Statement from "@effect/sql/Statement"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
+import { randomBytes } from "node:crypto"
+import type { Settings } from "../../DurableConfig.js"
+import { classifySqlErrors } from "../../ErrorClassification.js"
+import type { DeadLetter, DeadLetterPage, PurgeOptions } from "../../LeasedQueue.js"
+import { decodeRows } from "../rows.js"
+import { inline, quote } from "../sqlText.js"
+import { isoUtc } from "../timestamps.js"
+import { type ClaimOptions, decodeClaim } from "./worker.js"
+import { decodeBatchSize, decodeIds, MessageId, type QueueSpec } from "./spec.js"
+
+/** Counts of one group of a queue (a topic, a consumer). */
+const GroupCounts = Schema.Struct({
+  group: Schema.String,
+  ready: Schema.Number,
+  delayed: Schema.Number,
+  claimed: Schema.Number,
+  dead: Schema.Number,
+  done: Schema.Number,
+  oldestReadySeconds: Schema.NullOr(Schema.Number)
+})
+
+const DeadLetterRow = Schema.Struct({
+  id: Schema.String,
+  attempts: Schema.Number,
+  lastError: Schema.NullOr(Schema.String),
+  deadAt: Schema.String
+})
+
+const decodeDeadLetterPage = Input.argument(
+  "options",
+  Schema.Struct({ limit: Input.Count(1000), before: Schema.optional(MessageId) })
+)
+
+export const make = (
+  sql: SqlClient.SqlClient,
+  settings: Settings,
+  spec: QueueSpec,
+  options: {
+    readonly operationPrefix: string
+    /** The claim function's query (of the latest migration that defines it), with its `$n` arguments. */
+    readonly claimQuery: (t: (table: string) => string) => string
+    /** Purges refuse a retention shorter than this. */
+    readonly purgeFloor: string
+  }
+) => {
+  const table = sql.literal(spec.table)
+  const done = sql.literal(spec.done)
+  const op = (name: string) => `${options.operationPrefix}.${name}`
+  const decodeOlderThan = Input.argument("olderThan", Input.DurationIn({ min: options.purgeFloor, max: "520 weeks" }))
+
+  /**
+   * The plan the claim function runs for these arguments: `EXPLAIN (FORMAT JSON)` of its
+   * query, prepared with the function's generic plan (nothing is claimed). It needs one
+   * session for the prepared statement: behind a transaction pooler, run it direct.
+   */
+  const explainClaim = (claimOptions: ClaimOptions, filter: unknown) =>
+    Effect.flatMap(decodeClaim(claimOptions), ({ leaseSeconds, limit, maxLeaseExpiries, worker }) =>
+      Effect.scoped(Effect.gen(function*() {
+        const connection = yield* sql.reserve
+        const name = `effect_durable_explain_${randomBytes(4).toString("hex")}`
+        const run = (text: string) => connection.executeUnprepared(text, [], undefined)
+        yield* run(
+          `PREPARE ${name}(text, integer, double precision, ${spec.filterType}, integer) AS ${options.claimQuery(settings.table)}`
+        )
+        // The prepared statement and the session setting are undone whatever happens.
+        yield* Effect.addFinalizer(() => Effect.ignore(run(`DEALLOCATE ${name}; RESET plan_cache_mode`)))
+        yield* run("SET plan_cache_mode = force_generic_plan")
+        const rows = yield* run(inline(
+          sql`EXPLAIN (FORMAT JSON) EXECUTE ${sql.literal(name)}(${worker}::text, ${limit}::integer, ${leaseSeconds}::float8, ${filter}::${
+            sql.literal(spec.filterType)
+          }, ${maxLeaseExpiries}::integer)`
+        ))
+        return (rows[0] as { "QUERY PLAN": unknown })["QUERY PLAN"]
+      })).pipe(classifySqlErrors(op("explainClaim"))))
+
+  /** Dead rows matching `where`, newest id first, `limit` at a time after `before`. */
+  const deadLetters = <Fields extends Schema.Struct.Fields>(
+    page: { readonly limit: number; readonly before?: string },
+    where: Statement.Fragment,
+    returning: Statement.Fragment,
+    extra: Fields
+  ): Effect.Effect<DeadLetterPage<Schema.Struct.Type<Fields>>, InvalidInput | DatabaseError> =>
+    Effect.gen(function*() {
+      const { before, limit } = yield* decodeDeadLetterPage(page)
+      const rows: ReadonlyArray<DeadLetter & Schema.Struct.Type<Fields>> = yield* sql`
+        SELECT id::text AS id, attempt_count AS attempts, last_error AS "lastError",
+               ${sql.literal(isoUtc("dead_at"))} AS "deadAt", ${returning}
+          FROM ${table}
+         WHERE dead_at IS NOT NULL AND ${where}
+           ${before === undefined ? sql`` : sql`AND id < ${before}`}
+         ORDER BY id DESC
+         LIMIT ${limit + 1}`.pipe(
+        decodeRows(Schema.Struct({ ...DeadLetterRow.fields, ...extra }) as unknown as Schema.Schema<DeadLetter & Schema.Struct.Type<Fields>>),
+        classifySqlErrors(op("deadLetters"))
+      )
+      const items = rows.slice(0, limit)
+      return { items, next: rows.length > limit ? items[items.length - 1]!.id : undefined }
+    })
+
+  const byIds = (name: string, statement: (ids: ReadonlyArray<string>) => Statement.Statement<{ id: string }>) =>
+  (ids: ReadonlyArray<string>) =>
+    Effect.flatMap(decodeIds(ids), (decoded) =>
+      decoded.length === 0
+        ? Effect.succeed([])
+        : statement(decoded).pipe(
+          Effect.map((rows) => rows.map((row) => row.id)),
+          classifySqlErrors(op(name))
+        ))
+
+  /** Makes dead rows ready again with fresh attempts; returns the ids redriven. */
+  const redrive = byIds("redrive", (ids) =>
+    sql<{ id: string }>`
+      UPDATE ${table} SET dead_at = NULL, attempt_count = 0, failure_count = 0, lease_expiries = 0,
+             available_at = now(), claimed_until = NULL
+       WHERE id = ANY(${ids}::bigint[]) AND dead_at IS NOT NULL
+      RETURNING id::text AS id`)
+
+  /** Makes done rows ready again (deliver once more); returns the ids replayed. */
+  const replay = byIds("replay", (ids) =>
+    sql<{ id: string }>`
+      UPDATE ${table} SET ${done} = NULL, attempt_count = 0, failure_count = 0, lease_expiries = 0,
+             available_at = now(), claimed_until = NULL
+       WHERE id = ANY(${ids}::bigint[]) AND ${done} IS NOT NULL
+      RETURNING id::text AS id`)
+
+  /** Deletes dead rows; returns the ids deleted. */
+  const discard = byIds("discard", (ids) =>
+    sql<{ id: string }>`DELETE FROM ${table} WHERE id = ANY(${ids}::bigint[]) AND dead_at IS NOT NULL
+                        RETURNING id::text AS id`)
+
+  /**
+   * Deletes rows done for longer than `olderThan`, `batchSize` at a time. Each batch locks
+   * its rows (`FOR UPDATE SKIP LOCKED`) and re-checks them, so a row replayed or redriven
+   * concurrently is never deleted.
+   */
+  const purge = (purgeOptions: PurgeOptions) =>
+    Effect.gen(function*() {
+      const olderThan = yield* decodeOlderThan(purgeOptions.olderThan)
+      const batchSize = yield* decodeBatchSize(purgeOptions.batchSize ?? 1000)
+      const seconds = Duration.toMillis(olderThan) / 1000
+      let total = 0
+      while (true) {
+        const deleted = yield* sql<{ id: string }>`
+          DELETE FROM ${table} WHERE id IN (
+            SELECT id FROM ${table}
+             WHERE ${done} < now() - make_interval(secs => ${seconds})
+             ORDER BY ${done} LIMIT ${batchSize} FOR UPDATE SKIP LOCKED)
+          RETURNING id::text AS id`.pipe(classifySqlErrors(op("purge")))
+        total += deleted.length
+        if (deleted.length > 0) yield* Effect.logDebug(`effect-durable: ${spec.queue} purge deleted ${total} rows so far`)
+        if (deleted.length < batchSize) return total
+      }
+    })
+
+  /** Counts per value of `group` (a column of ours: topic, consumer). */
+  const counts = (group: "topic" | "consumer") =>
+    sql`
+      SELECT ${sql.literal(quote(group))} AS "group",
+             count(*) FILTER (WHERE open AND live_lease IS NOT TRUE AND available_at <= now())::int AS ready,
+             count(*) FILTER (WHERE open AND live_lease IS NOT TRUE AND available_at > now())::int AS delayed,
+             count(*) FILTER (WHERE open AND live_lease)::int AS claimed,
+             count(*) FILTER (WHERE dead_at IS NOT NULL)::int AS dead,
+             count(*) FILTER (WHERE ${done} IS NOT NULL)::int AS done,
+             extract(epoch FROM now() - min(available_at) FILTER (
+               WHERE open AND live_lease IS NOT TRUE AND available_at <= now()))::float8 AS "oldestReadySeconds"
+        FROM (SELECT ${sql.literal(quote(group))}, available_at, dead_at, ${done},
+                     ${done} IS NULL AND dead_at IS NULL AS open,
+                     claimed_until > now() AS live_lease
+                FROM ${table}) o
+       GROUP BY 1
+       ORDER BY 1`.pipe(decodeRows(GroupCounts), classifySqlErrors(op("stats")))
+
+  return { explainClaim, deadLetters, redrive, replay, discard, purge, counts }
+}

@@ -1,0 +1,68 @@
+/**
+ * The two leased queues, described once: their tables, claim functions, the column that marks
+ * a row done, and the inputs every queue operation decodes. The worker and admin halves of
+ * the implementation both read this.
+ */
+import { ClaimMismatch, MessageMissing, type QueueName } from "@effect-durable/core/Errors"
+import * as Input from "@effect-durable/core/Input"
+import * as Schema from "effect/Schema"
+import type { Settings } from "../../DurableConfig.js"
+import type { Claim } from "../../LeasedQueue.js"
+
+export interface QueueSpec {
+  readonly queue: QueueName
+  /** Qualified, quoted table name. */
+  readonly table: string
+  /** Qualified, quoted name of the queue's claim function (migration 8), and the type of its filter argument. */
+  readonly claimFunction: string
+  readonly filterType: "text" | "text[]"
+  /** The column that marks a row done; our constant. */
+  readonly done: "projected_at" | "processed_at"
+  readonly mismatch: (claim: Claim) => ClaimMismatch
+  readonly missing: (messageId: string) => MessageMissing
+}
+
+/** Any value as text for an error message, without ever throwing (symbols, hostile toString). */
+const shown = (value: unknown): string => {
+  if (typeof value === "string") return value
+  try {
+    return typeof value === "symbol" ? value.toString() : String(value)
+  } catch {
+    return "(unprintable)"
+  }
+}
+
+export const specFor = (settings: Settings, queue: QueueName): QueueSpec => ({
+  queue,
+  table: settings.table(queue),
+  claimFunction: settings.table(`${queue}_claim`),
+  filterType: queue === "outbox" ? "text[]" : "text",
+  done: queue === "outbox" ? "projected_at" : "processed_at",
+  // A malformed claim token is a mismatch too; its parts are shown as safely as they can be.
+  mismatch: (claim) =>
+    new ClaimMismatch({
+      queue,
+      messageId: shown(claim?.messageId),
+      worker: shown(claim?.worker),
+      generation: typeof claim?.generation === "number" ? claim.generation : Number.NaN
+    }),
+  missing: (messageId) => new MessageMissing({ queue, messageId })
+})
+
+/** Most rows one call may name (ids, claims). */
+export const MAX_BATCH = 10_000
+
+/** A row id: a positive bigint in decimal, no leading zeros. */
+export const MessageId = Schema.String.pipe(Schema.filter((id) => /^[1-9][0-9]{0,18}$/.test(id), {
+  message: () => "a message id (a positive integer, as a string)"
+}))
+export const isMessageId = Schema.is(MessageId)
+
+export const decodeWorker = Input.argument("worker", Input.Text(128))
+export const decodeLimit = Input.argument("limit", Input.Count(1000))
+export const decodeLease = Input.argument("lease", Input.DurationIn({ max: "1 day" }))
+export const decodeRetryDelay = Input.argument("retryDelay", Input.DurationIn({ min: 0, max: "365 days" }))
+export const decodeError = Input.argument("error", Input.OptionalText(64 * 1024))
+export const decodeIds = Input.argument("ids", Schema.Array(MessageId).pipe(Schema.maxItems(MAX_BATCH)))
+export const decodeBatchSize = Input.argument("batchSize", Input.Count(MAX_BATCH))
+export const decodeMaxLeaseExpiries = Input.argument("maxLeaseExpiries", Input.Count(1000))

@@ -1,0 +1,36 @@
+/**
+ * SQL text the substrate writes itself: quoted identifiers (validated first, quoted always)
+ * and statements with their parameters inlined as literals, for the simple-protocol queries
+ * that carry several statements in one round trip. Quoting is `pg`'s own.
+ */
+import type * as Statement from "@effect/sql/Statement"
+import pg from "pg"
+
+/** A double-quoted identifier. Names reach here validated; quoting is defence in depth. */
+export const quote = (name: string): string => pg.escapeIdentifier(name)
+
+const arrayElement = (value: unknown): string =>
+  value === null || value === undefined ? "NULL" : `"${String(value).replace(/\\/g, "\\\\").replace(/"/g, '\\"')}"`
+
+/** A parameter value as an SQL literal; values that cannot be one are a defect (callers validate first). */
+export const literal = (value: unknown): string => {
+  if (value === null || value === undefined) return "NULL"
+  if (typeof value === "number") {
+    if (!Number.isFinite(value)) throw new Error(`cannot inline ${value}`)
+    return String(value)
+  }
+  if (typeof value === "bigint") return value.toString()
+  if (typeof value === "boolean") return value ? "true" : "false"
+  if (Array.isArray(value)) return literal(`{${value.map(arrayElement).join(",")}}`)
+  if (typeof value === "string") {
+    if (value.includes("\u0000")) throw new Error("cannot inline a NUL character")
+    return pg.escapeLiteral(value).trim()
+  }
+  throw new Error(`cannot inline a ${typeof value}`)
+}
+
+/** The statement's text with its `$n` placeholders replaced by literals. */
+export const inline = (statement: Statement.Statement<unknown>): string => {
+  const [text, params] = statement.compile()
+  return text.replace(/\$(\d+)/g, (_, n: string) => literal(params[Number(n) - 1]))
+}

@@ -1,0 +1,160 @@
+/**
+ * One batch, from claim to settlement: claim up to `batchSize` messages, publish them on the
+ * lanes under the keeper's watch, then settle every outcome — failures released one by one
+ * (retry with backoff, or dead), successes marked in one statement, stale claims never
+ * written. Claims not settled when the projector stops are released for another worker.
+ */
+import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Exit from "effect/Exit"
+import * as FiberRef from "effect/FiberRef"
+import * as Metric from "effect/Metric"
+import * as Random from "effect/Random"
+import * as Ref from "effect/Ref"
+import type { Counts } from "../Projector.js"
+import { type Publish, Publisher, type PublishError } from "../Publisher.js"
+import { makeKeeper } from "./keeper.js"
+import { makeDelivery, makeLanes } from "./lanes.js"
+import type { Settings } from "./options.js"
+import { forTopic, metrics, tracing } from "./telemetry.js"
+
+type Outcome = "delivered" | "retried" | "dead" | "stale"
+
+export const noCounts: Counts = { claimed: 0, delivered: 0, retried: 0, dead: 0, stale: 0 }
+
+export const addCounts = (a: Counts, b: Counts): Counts => ({
+  claimed: a.claimed + b.claimed,
+  delivered: a.delivered + b.delivered,
+  retried: a.retried + b.retried,
+  dead: a.dead + b.dead,
+  stale: a.stale + b.stale
+})
+
+// A release's error text must be storable: PostgreSQL text holds no NUL.
+const storable = (reason: string) => reason.replace(/\u0000/g, "\uFFFD")
+
+/**
+ * One projector's machinery over the `OutboxWorker` and `Publisher` in context:
+ * `deliverBatch` claims once and settles what it claimed; `keeper` must run beside it.
+ * `keeperOutbox` is the keeper's own (one connection of its own), when the projector has one.
+ */
+export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.OutboxWorker["Type"]) =>
+  Effect.gen(function*() {
+    const outbox = yield* OutboxWorker.OutboxWorker
+    const publisher = yield* Publisher
+    const keeper = makeKeeper(settings, keeperOutbox ?? outbox)
+    const session = publisher.session ?? (<A, E>(use: (publish: Publish) => Effect.Effect<A, E>) => use(publisher.publish))
+    const lanes = yield* makeLanes(settings, session)
+    // Claims not yet settled: whatever is here when the projector stops is released.
+    const inFlight = yield* Ref.make(new Map<string, OutboxWorker.OutboxMessage["claim"]>())
+    const forget = (ids: Iterable<string>) =>
+      Ref.update(inFlight, (map) => {
+        for (const id of ids) map.delete(id)
+        return map
+      })
+
+    // Exponential in the attempt with full jitter, within [min, max]; `Retry-After` wins when longer.
+    const backoff = (attempt: number, error: PublishError) =>
+      Effect.map(Random.next, (random) => {
+        const min = Duration.toMillis(settings.backoffMin)
+        const ceiling = Math.min(Duration.toMillis(settings.backoffMax), min * 2 ** Math.min(attempt - 1, 30))
+        return Math.max(random * ceiling, min / 2, error.retryAfterMillis ?? 0)
+      })
+
+    const settleFailure = (message: OutboxWorker.OutboxMessage, error: PublishError) =>
+      Effect.gen(function*() {
+        const retryDelay = error.retryable ? yield* backoff(message.attempt, error) : 0
+        const released = yield* outbox.release(message.claim, {
+          error: storable(error.reason),
+          retryDelay: Duration.millis(Math.min(retryDelay, Duration.toMillis(Duration.days(365)))),
+          permanent: !error.retryable
+        }).pipe(Effect.either)
+        if (Either.isLeft(released)) {
+          if (released.left._tag !== "DatabaseError") return "stale" as const
+          // The release itself failed: the message keeps its lease and is retried once it
+          // expires. The rest of the batch is not held back by it.
+          yield* Effect.logWarning(`effect-durable projector: release of ${message.id} failed: ${released.left.message}`)
+          return "retried" as const
+        }
+        return released.right.dead ? "dead" as const : "retried" as const
+      })
+
+    /** Claims one batch and settles every message in it; returns what happened. */
+    const deliverBatch: Effect.Effect<Counts, DatabaseError | InvalidInput> = Effect.gen(function*() {
+      const claimed = yield* outbox.claim({
+        worker: settings.workerId,
+        ...(settings.topics === undefined ? {} : { topics: settings.topics }),
+        limit: settings.batchSize,
+        lease: settings.lease,
+        maxLeaseExpiries: settings.maxLeaseExpiries
+      }).pipe(Effect.withSpan("projector.claim", { attributes: { "effect_durable.worker": settings.workerId } }))
+      if (claimed.length === 0) return noCounts
+      yield* Ref.update(inFlight, (map) => {
+        for (const message of claimed) map.set(message.id, message.claim)
+        return map
+      })
+      yield* Metric.incrementBy(metrics.claimed, claimed.length)
+      yield* Metric.update(metrics.batchSize, claimed.length)
+      // Per-message metrics are updated directly (what `Metric.update` does, with the fiber's
+      // metric labels), not as one effect per message.
+      const labels = yield* FiberRef.get(FiberRef.currentMetricLabels)
+      const now = Date.now()
+      for (const message of claimed) {
+        forTopic(metrics.lag, message.topic).unsafeUpdate(Math.max(0, (now - Date.parse(message.createdAt)) / 1000), labels)
+      }
+      const spans = yield* tracing
+      const settled = Effect.gen(function*() {
+        const delivery = makeDelivery(claimed, settings)
+        const published = yield* keeper.watching(delivery, lanes.publishAll(claimed, delivery, spans))
+        // A claim found stale is never written; one never started with its lease in doubt is
+        // given back; failures are settled one by one (a release each).
+        const results: Array<Outcome | "published"> = claimed.map((message, i) =>
+          delivery.stale.has(message.id) || delivery.skipped.has(message.id)
+            ? "stale"
+            : Either.isRight(published[i]!)
+            ? "published"
+            : "retried"
+        )
+        const unstarted = claimed.filter((m) => delivery.skipped.has(m.id) && !delivery.stale.has(m.id))
+        if (unstarted.length > 0) yield* Effect.ignore(outbox.giveBack(unstarted.map((m) => m.claim)))
+        const failures = claimed.flatMap((_, i) => {
+          const result = published[i]!
+          return results[i] === "retried" && Either.isLeft(result) ? [[i, result.left] as const] : []
+        })
+        yield* Effect.forEach(
+          failures,
+          ([i, error]) => Effect.map(settleFailure(claimed[i]!, error), (outcome) => void (results[i] = outcome)),
+          { concurrency: settings.concurrency, discard: true }
+        )
+        // One statement marks the whole batch: the round trip is paid once, not per message.
+        const toMark = claimed.filter((_, i) => results[i] === "published").map((message) => message.claim)
+        const marked = yield* outbox.markProjectedMany(toMark)
+        const markedIds = new Set(marked.completed)
+        const tally = { ...noCounts, claimed: claimed.length }
+        for (const [i, message] of claimed.entries()) {
+          const result = results[i]!
+          const outcome: Outcome = result === "published" ? (markedIds.has(message.id) ? "delivered" : "stale") : result
+          tally[outcome]++
+          forTopic(metrics[outcome], message.topic).unsafeUpdate(1, labels)
+        }
+        return tally
+      })
+      // Interrupted (shutdown): the claims stay listed for `releaseInFlight`. Otherwise they are settled.
+      return yield* settled.pipe(
+        Effect.onExit((exit) => Exit.isInterrupted(exit) ? Effect.void : forget(claimed.map((message) => message.id)))
+      )
+    })
+
+    /** Gives back every claim still held (shutdown), in one statement: another worker may take them at once. */
+    const releaseInFlight = Effect.gen(function*() {
+      const left = yield* Ref.getAndSet(inFlight, new Map())
+      if (left.size === 0) return
+      yield* Effect.ignore(outbox.giveBack([...left.values()]))
+      yield* Effect.logInfo(`effect-durable projector gave back ${left.size} in-flight messages on shutdown`)
+    })
+
+    return { deliverBatch, releaseInFlight, keeper: keeper.run }
+  })

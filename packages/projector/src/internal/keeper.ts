@@ -1,0 +1,84 @@
+/**
+ * The keeper: one fiber per projector, not two per batch. A few times per delivery timeout
+ * it cuts the publishes past their deadline (check and interruption in one synchronous step,
+ * so a lane cannot move on between them). Every third of the lease it renews the leases of
+ * each batch's unsettled messages — one fenced statement per batch, on a connection of the
+ * keeper's own when it has one, so busy handlers cannot starve it — in a fiber of its own so
+ * that a stalled database cannot hold up the deadlines. A claim a renewal finds stale is
+ * never published (if not started) and its outcome never written; a renewal that fails puts
+ * the whole batch's leases in doubt, and its messages not yet started are not published.
+ * Both are logged and counted. A batch leaves the set when it ends, however it ends: nothing
+ * keeps its leases alive after that.
+ */
+import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import type * as Fiber from "effect/Fiber"
+import * as Metric from "effect/Metric"
+import * as Schedule from "effect/Schedule"
+import type { Delivery } from "./lanes.js"
+import type { Settings } from "./options.js"
+import { metrics } from "./telemetry.js"
+
+export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker["Type"]) => {
+  const deliveries = new Set<Delivery>()
+  const renewEvery = Duration.toMillis(settings.lease) / 3
+
+  const renew = (delivery: Delivery) => {
+    const claims = [...delivery.pending.values()]
+    if (claims.length === 0) return Effect.void
+    return outbox.renewLeases(claims, settings.lease).pipe(
+      Effect.flatMap(({ rejected }) => {
+        if (rejected.length === 0) return Effect.void
+        for (const failure of rejected) delivery.stale.add(failure.messageId)
+        return Effect.zipRight(
+          Metric.incrementBy(metrics.leasesLost, rejected.length),
+          Effect.logWarning(`effect-durable projector: ${rejected.length} leases were lost before their renewal (a stall longer than the lease?); those messages are left to their new holders`)
+        )
+      }),
+      Effect.catchAll((error) =>
+        Effect.zipRight(
+          Effect.sync(() => void (delivery.abandoned = true)),
+          Effect.zipRight(
+            Metric.increment(metrics.renewalFailures),
+            Effect.logWarning(`effect-durable projector: lease renewal failed (${error.message}); the batch's messages not yet started are given back`)
+          )
+        )
+      )
+    )
+  }
+
+  const run = Effect.withFiberRuntime<void>((self) => {
+    let renewing: Fiber.RuntimeFiber<void> | undefined
+    const tick = Effect.suspend(() => {
+      const now = Date.now()
+      const due: Array<Delivery> = []
+      for (const delivery of deliveries) {
+        for (const [id, { at, fiber }] of delivery.deadlines) {
+          if (at <= now && fiber.unsafePoll() === null && !delivery.expired.has(id)) {
+            delivery.expired.add(id)
+            fiber.unsafeInterruptAsFork(self.id())
+          }
+        }
+        if (delivery.renewAt <= now) due.push(delivery)
+      }
+      if (due.length === 0 || (renewing !== undefined && renewing.unsafePoll() === null)) return Effect.void
+      for (const delivery of due) delivery.renewAt = now + renewEvery
+      return Effect.map(Effect.fork(Effect.forEach(due, renew, { discard: true })), (fiber) => void (renewing = fiber))
+    })
+    // Often enough for both: a deadline is cut within a quarter of the timeout, a lease
+    // renewed within half of its third.
+    const every = Math.max(10, Math.min(1000, Duration.toMillis(settings.deliveryTimeout) / 4, renewEvery / 2))
+    return Effect.asVoid(Effect.repeat(tick, Schedule.spaced(Duration.millis(every))))
+  })
+
+  /** Runs `use` with the batch watched by the keeper, and forgets the batch when it ends. */
+  const watching = <A, E, R>(delivery: Delivery, use: Effect.Effect<A, E, R>) =>
+    Effect.acquireUseRelease(
+      Effect.sync(() => deliveries.add(delivery)),
+      () => use,
+      () => Effect.sync(() => deliveries.delete(delivery))
+    )
+
+  return { run, watching }
+}

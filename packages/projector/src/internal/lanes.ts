@@ -1,0 +1,154 @@
+/**
+ * Publishing a claimed batch on lanes: at most `concurrency` fibers across all batches in
+ * flight, each taking the next message in turn, so a batch costs `concurrency` fibers, not
+ * one per message. The keeper cuts a publish past its deadline by interrupting its lane (no
+ * timeout race per message); a fresh lane carries on with the rest.
+ */
+import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import * as Cause from "effect/Cause"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Exit from "effect/Exit"
+import type * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import * as Schema from "effect/Schema"
+import { permanent, type Publish, type PublishError, retryable } from "../Publisher.js"
+import type { Settings } from "./options.js"
+import { deliverySpan } from "./telemetry.js"
+
+/** A batch in delivery: what its lanes and the keeper share. */
+export interface Delivery {
+  /** Claims not settled yet: the keeper renews their leases. */
+  readonly pending: Map<string, OutboxWorker.OutboxMessage["claim"]>
+  /** Ids whose claim a renewal found stale: never published if not started, their outcome never written. */
+  readonly stale: Set<string>
+  /**
+   * A renewal failed: the leases are in doubt, so messages not started yet are not published
+   * (they are given back for others); those under way finish and are settled if still fenced.
+   */
+  abandoned: boolean
+  /** Ids never published because of the two above. */
+  readonly skipped: Set<string>
+  /** Publishes running, by message id, with their lane and deadline. */
+  readonly deadlines: Map<string, { readonly fiber: Fiber.RuntimeFiber<unknown, unknown>; readonly at: number }>
+  /** Ids of the messages whose publish the keeper interrupted. */
+  readonly expired: Set<string>
+  renewAt: number
+}
+
+export const makeDelivery = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, settings: Settings): Delivery => ({
+  pending: new Map(claimed.map((message) => [message.id, message.claim] as const)),
+  stale: new Set(),
+  abandoned: false,
+  skipped: new Set(),
+  deadlines: new Map(),
+  expired: new Set(),
+  renewAt: Date.now() + Duration.toMillis(settings.lease) / 3
+})
+
+/** What a publish fiber's exit means for its message. */
+const publishOutcome = (exit: Exit.Exit<void, PublishError>): Either.Either<void, PublishError> =>
+  Exit.isSuccess(exit)
+    ? Either.void
+    : Either.left(Option.getOrElse(
+      Cause.failureOption(exit.cause),
+      () => retryable(`the publisher died: ${Cause.pretty(exit.cause).slice(0, 500)}`)
+    ))
+
+/** The lanes of one projector: they share `concurrency` permits across all its batches. */
+export const makeLanes = (
+  settings: Settings,
+  session: <A, E>(use: (publish: Publish) => Effect.Effect<A, E>) => Effect.Effect<A, E>
+) =>
+  Effect.map(Effect.makeSemaphore(settings.concurrency), (permits) => {
+    const deliveryTimeoutMillis = Duration.toMillis(settings.deliveryTimeout)
+
+    // A payload that does not decode with its topic's schema is dead at once, never published.
+    const checkPayload = (message: OutboxWorker.OutboxMessage): Either.Either<void, string> => {
+      const schema = settings.schemas[message.topic]
+      if (schema === undefined) return Either.void
+      return Either.mapBoth(Schema.decodeUnknownEither(schema)(message.payload), {
+        onLeft: (error) => `payload does not decode: ${error.message.slice(0, 500)}`,
+        onRight: () => undefined
+      })
+    }
+
+    /**
+     * Publishes every message of a batch and returns each one's result, in order. A lane cut
+     * just as its publish finished may take the next message down with it: that one is
+     * released for a retry (at least once, never lost).
+     */
+    const publishAll = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, delivery: Delivery, spans: boolean) =>
+      Effect.gen(function*() {
+        const results: Array<Either.Either<void, PublishError> | undefined> = new Array(claimed.length)
+        /** The message each lane is publishing (-1: none). */
+        const current: Array<number> = []
+        let next = 0
+        const settle = (i: number, result: Either.Either<void, PublishError>) => {
+          results[i] = result
+          delivery.pending.delete(claimed[i]!.id)
+          delivery.deadlines.delete(claimed[i]!.id)
+        }
+        const lane = (id: number) =>
+          session((publish) =>
+            Effect.withFiberRuntime<void>((fiber) => {
+              const step = (): Effect.Effect<void> => {
+                current[id] = -1
+                if (next >= claimed.length) return Effect.void
+                const i = next++
+                const message = claimed[i]!
+                if (delivery.abandoned || delivery.stale.has(message.id)) {
+                  delivery.skipped.add(message.id)
+                  settle(i, Either.left(retryable("not started: the lease was lost or in doubt")))
+                  return Effect.suspend(step)
+                }
+                const decoded = checkPayload(message)
+                if (Either.isLeft(decoded)) {
+                  settle(i, Either.left(permanent(decoded.left)))
+                  return Effect.suspend(step)
+                }
+                current[id] = i
+                delivery.deadlines.set(message.id, { fiber, at: Date.now() + deliveryTimeoutMillis })
+                const publishing = spans ? deliverySpan(message, publish(message)) : publish(message)
+                return Effect.flatMap(Effect.exit(publishing), (exit) => {
+                  settle(i, publishOutcome(exit))
+                  return step()
+                })
+              }
+              return step()
+            })
+          )
+        const ended = yield* Queue.unbounded<number>()
+        let lanes = 0
+        let running = 0
+        const startLane = Effect.suspend(() => {
+          const id = lanes++
+          running++
+          // A lane holds a permit while it runs: lanes across all batches are at most `concurrency`.
+          return Effect.fork(Effect.onExit(permits.withPermits(1)(lane(id)), () => Queue.offer(ended, id)))
+        })
+        for (let k = 0; k < Math.min(settings.concurrency, claimed.length); k++) yield* startLane
+        while (running > 0) {
+          const id = yield* Queue.take(ended)
+          running--
+          const i = current[id] ?? -1
+          if (i >= 0 && results[i] === undefined) {
+            // The lane was cut mid-publish.
+            settle(
+              i,
+              Either.left(retryable(
+                delivery.expired.has(claimed[i]!.id)
+                  ? `delivery timed out after ${Duration.format(settings.deliveryTimeout)}`
+                  : "delivery interrupted with a timed-out one on its lane"
+              ))
+            )
+          }
+          if (next < claimed.length) yield* startLane
+        }
+        return results as Array<Either.Either<void, PublishError>>
+      })
+
+    return { publishAll }
+  })

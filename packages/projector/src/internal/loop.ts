@@ -1,0 +1,105 @@
+/**
+ * The projector's running shape: `batchesInFlight` batch loops and the keeper, forked into
+ * the layer's scope. A NOTIFY wakes one idle loop; a loop that claimed a full batch wakes the
+ * next (more is likely waiting) — waking all at once would have them race for one message.
+ * A store failure (the database restarting, a missing table) backs off on a capped schedule
+ * and carries on; closing the scope stops claiming, waits for in-flight batches up to the
+ * shutdown deadline and releases what is left.
+ */
+import { DatabaseError, type InvalidInput } from "@effect-durable/core/Errors"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Fiber from "effect/Fiber"
+import * as Metric from "effect/Metric"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import * as Ref from "effect/Ref"
+import * as Schedule from "effect/Schedule"
+import type * as Scope from "effect/Scope"
+import type { Counts } from "../Projector.js"
+import { addCounts, noCounts } from "./batches.js"
+import type { Settings } from "./options.js"
+import { metrics } from "./telemetry.js"
+
+/** Store failures: 100 ms doubling, jittered, capped at 30 s; reset by the next success. */
+const storeBackoff = Schedule.exponential(Duration.millis(100)).pipe(
+  Schedule.union(Schedule.spaced(Duration.seconds(30))),
+  Schedule.jittered
+)
+
+/** What an operator must do about a failure that waiting alone will not cure. */
+const remedy = (error: DatabaseError | InvalidInput): string | undefined => {
+  if (!(error instanceof DatabaseError) || error.retryable) return undefined
+  switch (error.code) {
+    case "3F000":
+    case "42P01":
+    case "42883":
+      return "the substrate's schema is missing or behind: run the migrations (Durable.layer({ migrate: true }) or `effect-durable migrate`)"
+    case "42501":
+      return "the role lacks privileges: grant them as the owner (Migrations.grantRuntimeAccess or `effect-durable grant <role>`)"
+    default:
+      return "a permanent database error; the projector keeps retrying slowly"
+  }
+}
+
+export const runLoops = (
+  settings: Settings,
+  batches: {
+    readonly deliverBatch: Effect.Effect<Counts, DatabaseError | InvalidInput>
+    readonly releaseInFlight: Effect.Effect<void>
+    readonly keeper: Effect.Effect<void>
+  }
+): Effect.Effect<{ readonly wake: () => void; readonly counts: Effect.Effect<Counts> }, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const totals = yield* Ref.make(noCounts)
+    const wake = yield* Queue.sliding<void>(1)
+    const stop = yield* Deferred.make<void>()
+    const stopped = Deferred.await(stop)
+    const idle = Effect.raceFirst(Effect.raceFirst(Queue.take(wake), Effect.sleep(settings.pollInterval)), stopped)
+
+    const loop = Effect.gen(function*() {
+      const backoff = yield* Schedule.driver(storeBackoff)
+      while (!(yield* Deferred.isDone(stop))) {
+        const result = yield* Effect.either(batches.deliverBatch)
+        if (Either.isLeft(result)) {
+          const error = result.left
+          const fix = remedy(error)
+          yield* Metric.increment(metrics.storeErrors)
+          yield* (fix === undefined
+            ? Effect.logWarning(`effect-durable projector: ${error.message}; retrying`)
+            : Effect.logError(`effect-durable projector: ${error.message}; ${fix}`))
+          // Sleeps the schedule's next delay, unless the projector stops first.
+          yield* Effect.raceFirst(Effect.ignore(backoff.next(error)), stopped)
+          continue
+        }
+        yield* backoff.reset
+        yield* Ref.update(totals, (t) => addCounts(t, result.right))
+        if (result.right.claimed === settings.batchSize) yield* Queue.offer(wake, undefined)
+        // Only an empty claim means there is nothing to do: a short batch can be short because
+        // of per-key order (one message per key at a time), with the next heads ready now.
+        if (result.right.claimed === 0) yield* idle
+      }
+    })
+
+    // The keeper (deadlines, lease renewals) runs until every loop is done.
+    const keeper = yield* Effect.forkDaemon(batches.keeper)
+    const fiber = yield* Effect.forkDaemon(
+      Effect.all(Array.from({ length: settings.batchesInFlight }, () => loop), { concurrency: "unbounded", discard: true })
+    )
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function*() {
+        yield* Deferred.succeed(stop, undefined)
+        // Finalizers run uninterruptibly; the wait must be interruptible for the deadline to cut it.
+        const finished = yield* Effect.interruptible(Fiber.await(fiber)).pipe(
+          Effect.timeout(settings.shutdownDeadline),
+          Effect.option
+        )
+        if (Option.isNone(finished)) yield* Fiber.interrupt(fiber)
+        yield* Fiber.interrupt(keeper)
+        yield* batches.releaseInFlight
+      })
+    )
+    return { wake: () => Queue.unsafeOffer(wake, undefined), counts: Ref.get(totals) }
+  })

@@ -1,0 +1,164 @@
+/**
+ * The projector's options: their defaults (one source), their decoding (one `Schema`, so a
+ * bad option from code or from configuration is the same `DurableConfigError` naming it),
+ * and the `PROJECTOR_*` variables that `layerConfig` reads.
+ */
+import type { DurableConfigError } from "@effect-durable/core/Errors"
+import * as Input from "@effect-durable/core/Input"
+import * as LeasedQueue from "@effect-durable/pg/LeasedQueue"
+import * as Config from "effect/Config"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
+import { randomBytes } from "node:crypto"
+import { hostname } from "node:os"
+import type { ProjectorOptions } from "../Projector.js"
+
+/** Every default of the projector, read by the schema below and documented in the README. */
+export const Defaults = {
+  /** A claim and a mark cost about the same for 100 rows as for 500 (`npm run bench`). */
+  batchSize: 500,
+  concurrency: 16,
+  batchesInFlight: 3,
+  lease: "30 seconds",
+  pollInterval: "1 second",
+  backoffMin: "1 second",
+  backoffMax: "5 minutes",
+  deliveryTimeout: "10 seconds",
+  shutdownDeadline: "10 seconds",
+  maxLeaseExpiries: LeasedQueue.Defaults.maxLeaseExpiries
+} as const
+
+/** The options as the projector uses them: decoded, defaults applied. */
+export interface Settings {
+  readonly topics: ReadonlyArray<string> | undefined
+  readonly workerId: string
+  readonly batchSize: number
+  readonly concurrency: number
+  readonly batchesInFlight: number
+  readonly lease: Duration.Duration
+  readonly pollInterval: Duration.Duration
+  readonly backoffMin: Duration.Duration
+  readonly backoffMax: Duration.Duration
+  readonly deliveryTimeout: Duration.Duration
+  readonly shutdownDeadline: Duration.Duration
+  readonly maxLeaseExpiries: number
+  readonly listenUrl: Redacted.Redacted<string> | undefined
+  readonly schemas: Readonly<Record<string, Schema.Schema<any, any, never>>>
+}
+
+const Span = (max: string, fallback: string) =>
+  Schema.optionalWith(Input.DurationIn({ max }), { default: () => Duration.decode(fallback as Duration.DurationInput) })
+
+const OptionsSchema = Schema.Struct({
+  // The same rule as `Outbox.enqueue`'s topics: a topic the outbox refuses is refused here.
+  topics: Schema.optional(Schema.Array(Input.Text(128)).pipe(Schema.minItems(1), Schema.maxItems(1000))),
+  workerId: Schema.optional(Schema.String.pipe(Schema.filter((id) => /^[\x21-\x7e]{1,128}$/.test(id), {
+    message: () => "1-128 printable ASCII characters without spaces"
+  }))),
+  batchSize: Schema.optionalWith(Input.Count(1000), { default: () => Defaults.batchSize }),
+  concurrency: Schema.optionalWith(Input.Count(1000), { default: () => Defaults.concurrency }),
+  batchesInFlight: Schema.optionalWith(Input.Count(64), { default: () => Defaults.batchesInFlight }),
+  lease: Span("1 day", Defaults.lease),
+  pollInterval: Span("1 hour", Defaults.pollInterval),
+  backoff: Schema.optionalWith(
+    Schema.Struct({ min: Span("1 day", Defaults.backoffMin), max: Span("30 days", Defaults.backoffMax) }).pipe(
+      Schema.filter((backoff) => Duration.lessThanOrEqualTo(backoff.min, backoff.max), {
+        message: () => "min must not exceed max"
+      })
+    ),
+    { default: () => ({ min: Duration.decode(Defaults.backoffMin), max: Duration.decode(Defaults.backoffMax) }) }
+  ),
+  deliveryTimeout: Span("1 day", Defaults.deliveryTimeout),
+  shutdownDeadline: Span("1 hour", Defaults.shutdownDeadline),
+  maxLeaseExpiries: Schema.optionalWith(Input.Count(1000), { default: () => Defaults.maxLeaseExpiries }),
+  listenUrl: Schema.optional(Schema.RedactedFromSelf(Schema.String).pipe(
+    Schema.filter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url)), {
+      message: () => "a PostgreSQL URL (postgres://user:password@host:port/database), straight to the server"
+    })
+  )),
+  schemas: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Any }), { default: () => ({}) })
+})
+
+const decode = Input.options(OptionsSchema)
+
+/** Decodes the options; a bad one is a `DurableConfigError` naming it. */
+export const decodeOptions = (options: ProjectorOptions): Effect.Effect<Settings, DurableConfigError> =>
+  Effect.map(decode(options), ({ backoff, listenUrl, topics, workerId, ...rest }) => ({
+    ...rest,
+    topics,
+    listenUrl,
+    workerId: workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString("hex")}`,
+    backoffMin: backoff.min,
+    backoffMax: backoff.max
+  }))
+
+const variable = <A>(config: Config.Config<A>, description: string) =>
+  Config.option(config).pipe(Config.withDescription(description))
+
+/** Every `PROJECTOR_*` variable: what it is for and a value that works (said when one is wrong). */
+export const Variables: Readonly<Record<string, Input.VariableHint>> = {
+  PROJECTOR_TOPICS: { purpose: "comma-separated topics to deliver (default: all)", example: "order-placed,order-paid" },
+  PROJECTOR_WORKER_ID: { purpose: "the worker id stored with each claim", example: "projector-1" },
+  PROJECTOR_BATCH_SIZE: { purpose: "messages per claim (1-1000)", example: "500" },
+  PROJECTOR_CONCURRENCY: { purpose: "deliveries in flight at once (1-1000)", example: "16" },
+  PROJECTOR_BATCHES_IN_FLIGHT: { purpose: "batches claimed and delivered at once (1-64)", example: "3" },
+  PROJECTOR_LEASE: { purpose: "the claim lease", example: "30 seconds" },
+  PROJECTOR_POLL_INTERVAL: { purpose: "the longest sleep when no NOTIFY arrives", example: "1 second" },
+  PROJECTOR_BACKOFF_MIN: { purpose: "the shortest retry delay", example: "1 second" },
+  PROJECTOR_BACKOFF_MAX: { purpose: "the longest retry delay", example: "5 minutes" },
+  PROJECTOR_DELIVERY_TIMEOUT: { purpose: "how long a delivery may take", example: "10 seconds" },
+  PROJECTOR_SHUTDOWN_DEADLINE: { purpose: "how long shutting down waits for deliveries", example: "10 seconds" },
+  PROJECTOR_MAX_LEASE_EXPIRIES: { purpose: "leases a message may lose before it is dead", example: "10" },
+  PROJECTOR_LISTEN_URL: {
+    purpose: "a URL straight to PostgreSQL for LISTEN, when the pool goes through a transaction pooler",
+    example: "postgres://app:secret@db-primary:5432/app"
+  }
+}
+
+/** Which variable each option comes from, to name it in errors. */
+export const FieldVariables: Readonly<Record<string, string>> = {
+  ...Object.fromEntries(
+    Object.keys(Variables).map((variable) => [
+      variable.slice("PROJECTOR_".length).toLowerCase().replace(/_([a-z])/g, (_, c: string) => c.toUpperCase()),
+      variable
+    ])
+  ),
+  "backoff.min": "PROJECTOR_BACKOFF_MIN",
+  "backoff.max": "PROJECTOR_BACKOFF_MAX",
+  backoff: "PROJECTOR_BACKOFF_MIN"
+}
+
+/** The `PROJECTOR_*` variables; unset ones take the defaults above. */
+export const config: Config.Config<ProjectorOptions> = Config.all({
+  topics: variable(Config.array(Config.string(), "PROJECTOR_TOPICS"), "comma-separated topics to deliver (default: all)"),
+  workerId: variable(Config.string("PROJECTOR_WORKER_ID"), "worker id stored with each claim (default host:pid:random)"),
+  batchSize: variable(Config.integer("PROJECTOR_BATCH_SIZE"), "messages per claim"),
+  concurrency: variable(Config.integer("PROJECTOR_CONCURRENCY"), "deliveries in flight at once"),
+  batchesInFlight: variable(Config.integer("PROJECTOR_BATCHES_IN_FLIGHT"), "batches claimed and delivered at once"),
+  lease: variable(Config.string("PROJECTOR_LEASE"), "claim lease"),
+  pollInterval: variable(Config.string("PROJECTOR_POLL_INTERVAL"), "longest sleep when no NOTIFY arrives"),
+  backoffMin: variable(Config.string("PROJECTOR_BACKOFF_MIN"), "shortest retry delay"),
+  backoffMax: variable(Config.string("PROJECTOR_BACKOFF_MAX"), "longest retry delay"),
+  deliveryTimeout: variable(Config.string("PROJECTOR_DELIVERY_TIMEOUT"), "a slower delivery fails retryable"),
+  shutdownDeadline: variable(Config.string("PROJECTOR_SHUTDOWN_DEADLINE"), "how long closing waits for deliveries"),
+  maxLeaseExpiries: variable(Config.integer("PROJECTOR_MAX_LEASE_EXPIRIES"), "leases a message may lose before it is dead"),
+  listenUrl: variable(
+    Config.redacted("PROJECTOR_LISTEN_URL"),
+    "a URL straight to PostgreSQL for LISTEN when the pool goes through a transaction pooler"
+  )
+}).pipe(Config.map(({ backoffMax, backoffMin, ...rest }): ProjectorOptions => {
+  const options: Record<string, unknown> = {}
+  for (const [key, value] of Object.entries(rest) as Array<[string, Option.Option<unknown>]>) {
+    if (Option.isSome(value)) options[key] = value.value
+  }
+  if (Option.isSome(backoffMin) || Option.isSome(backoffMax)) {
+    options.backoff = {
+      ...(Option.isSome(backoffMin) ? { min: backoffMin.value } : {}),
+      ...(Option.isSome(backoffMax) ? { max: backoffMax.value } : {})
+    }
+  }
+  return options as ProjectorOptions
+}))

@@ -1,0 +1,78 @@
+/**
+ * What the projector reports: Effect metrics tagged by topic, and a span per delivery that
+ * continues the producer's trace (from the W3C `traceparent` stored with the message) — made
+ * only when a real tracer is installed. Payloads never go into spans, metrics or logs.
+ */
+import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import * as Effect from "effect/Effect"
+import * as Metric from "effect/Metric"
+import * as MetricBoundaries from "effect/MetricBoundaries"
+import * as Option from "effect/Option"
+import * as Tracer from "effect/Tracer"
+
+/** Effect metrics of the projector, tagged by topic where a message is concerned. */
+export const metrics = {
+  claimed: Metric.counter("effect_durable_projector_claimed_total", { description: "messages claimed" }),
+  delivered: Metric.counter("effect_durable_projector_delivered_total", { description: "messages delivered and marked" }),
+  retried: Metric.counter("effect_durable_projector_retried_total", { description: "deliveries released for a retry" }),
+  dead: Metric.counter("effect_durable_projector_dead_total", { description: "messages sent to the dead letters" }),
+  stale: Metric.counter("effect_durable_projector_stale_total", { description: "deliveries whose claim went stale" }),
+  leasesLost: Metric.counter("effect_durable_projector_leases_lost_total", {
+    description: "claims a lease renewal found taken over (the lease ran out first)"
+  }),
+  renewalFailures: Metric.counter("effect_durable_projector_renewal_failures_total", {
+    description: "lease renewals that failed: their batch's messages not yet started were given back"
+  }),
+  storeErrors: Metric.counter("effect_durable_projector_store_errors_total", {
+    description: "claims or settlements that failed in the database (each is retried)"
+  }),
+  batchSize: Metric.histogram(
+    "effect_durable_projector_batch_size",
+    MetricBoundaries.fromIterable([1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]),
+    "messages per claim"
+  ),
+  lag: Metric.histogram(
+    "effect_durable_projector_lag_seconds",
+    MetricBoundaries.exponential({ start: 0.001, factor: 2, count: 20 }),
+    "enqueue to delivery, seconds"
+  )
+}
+
+// Tagging a metric builds a new key; the projector tags per topic, so it keeps them.
+const tagged = new WeakMap<object, Map<string, any>>()
+
+/** The metric tagged with a topic, built once per metric and topic. */
+export const forTopic = <M extends Metric.Metric<any, any, any>>(metric: M, topic: string): M => {
+  let byTopic = tagged.get(metric)
+  if (byTopic === undefined) tagged.set(metric, byTopic = new Map())
+  let found = byTopic.get(topic)
+  if (found === undefined) byTopic.set(topic, found = Metric.tagged(metric, "topic", topic))
+  return found
+}
+
+/** Effect's built-in tracer, which records nothing: spans are skipped while it is the one in use. */
+const nativeTracer = Effect.runSync(Effect.tracer)
+
+/** Whether spans would be recorded by anyone (a tracer other than the built-in no-op one). */
+export const tracing: Effect.Effect<boolean> = Effect.map(Effect.tracer, (tracer) => tracer !== nativeTracer)
+
+/** The span a producer was in when it enqueued, from the stored W3C `traceparent`. */
+const producerSpan = (headers: Readonly<Record<string, string>>): Option.Option<Tracer.ExternalSpan> => {
+  const match = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/.exec(headers.traceparent ?? "")
+  return match === null
+    ? Option.none()
+    : Option.some(Tracer.externalSpan({ traceId: match[1]!, spanId: match[2]!, sampled: (parseInt(match[3]!, 16) & 1) === 1 }))
+}
+
+/** A delivery in a `projector.deliver` span, a child of the producer's span. */
+export const deliverySpan = <A, E, R>(message: OutboxWorker.OutboxMessage, publish: Effect.Effect<A, E, R>) =>
+  Effect.withSpan(publish, "projector.deliver", {
+    captureStackTrace: false,
+    kind: "producer",
+    attributes: {
+      "messaging.message.id": message.id,
+      "messaging.destination.name": message.topic,
+      "effect_durable.attempt": message.attempt
+    },
+    ...Option.match(producerSpan(message.headers), { onNone: () => ({}), onSome: (parent) => ({ parent }) })
+  })

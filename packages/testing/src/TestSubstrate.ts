@@ -1,0 +1,61 @@
+/**
+ * The layer most suites that touch the substrate start from: a fresh database on the run's
+ * PostgreSQL with the substrate migrated into it (`Durable.layerOver` with `migrate: true`),
+ * plus small helpers to keep tests apart on a shared database (a fresh name per test) and to
+ * read a message's row as the database holds it.
+ *
+ * @since 0.1.0
+ */
+import * as Durable from "@effect-durable/pg/Durable"
+import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as TestDatabase from "./TestDatabase.js"
+
+export interface Options extends Omit<Durable.Options, "connection" | "migrate"> {
+  /** The fresh database's options (its pool size, application name). */
+  readonly database?: TestDatabase.Options
+}
+
+/** A migrated substrate in a fresh database, with the database's `SqlClient` and `PgClient`. */
+export const layer = (options: Options = {}) => {
+  const { database, ...substrate } = options
+  return Durable.layerOver({ ...substrate, migrate: true }).pipe(
+    Layer.provideMerge(TestDatabase.layerFresh({ maxConnections: 12, ...database }))
+  )
+}
+
+let names = 0
+
+/** A name no other test of this process has used (a topic, a consumer): tests stay apart. */
+export const freshName = (prefix = "t"): string => `${prefix}-${++names}`
+
+/** An outbox row as the tests inspect it. */
+export interface OutboxRow {
+  readonly id: string
+  readonly topic: string
+  readonly claimed_by: string | null
+  readonly claim_generation: string
+  readonly attempt_count: number
+  readonly projected: boolean
+  readonly dead: boolean
+  readonly last_error: string | null
+  /** No live lease: `claimed_until` is NULL. */
+  readonly released: boolean
+}
+
+/** The outbox rows with these ids, in id order. */
+export const outboxRows = (ids: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const table = sql.literal((yield* DurableSettings).table("outbox"))
+    return yield* sql<OutboxRow>`
+      SELECT id::text, topic, claimed_by, claim_generation::text, attempt_count, projected_at IS NOT NULL AS projected,
+             dead_at IS NOT NULL AS dead, last_error, claimed_until IS NULL AS released
+        FROM ${table} o WHERE o.id = ANY(${ids}::bigint[]) ORDER BY o.id`
+  })
+
+/** How many of these messages are projected. */
+export const projectedCount = (ids: ReadonlyArray<string>) =>
+  Effect.map(outboxRows(ids), (rows) => rows.filter((row) => row.projected).length)
