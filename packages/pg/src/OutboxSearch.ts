@@ -26,6 +26,7 @@ import { decodeRows } from "./internal/rows.js"
 import { decodeFilter, ERROR_GROUP, MessageState, predicate, STATE_OF_ROW } from "./internal/search/filter.js"
 import { isoUtc } from "./internal/timestamps.js"
 import { traced } from "./internal/traced.js"
+import { bounded } from "./internal/transaction.js"
 
 export { MessageState } from "./internal/search/filter.js"
 
@@ -131,6 +132,8 @@ export interface BulkOptions {
   readonly batchSize?: number
   /** Leave rows newer than this id alone (the `maxId` of the count the operator confirmed). */
   readonly upTo?: string
+  /** Longest run of one batch's statement (each batch is then its own bounded transaction). */
+  readonly statementTimeout?: Duration.DurationInput
 }
 
 /** What a bulk action has done so far, after each committed batch. */
@@ -226,7 +229,11 @@ const decodeHistory = Input.argument(
 )
 const decodeBulk = Input.argument(
   "options",
-  Schema.Struct({ batchSize: Schema.optional(Input.Count(MAX_BATCH)), upTo: Schema.optional(MessageId) })
+  Schema.Struct({
+    batchSize: Schema.optional(Input.Count(MAX_BATCH)),
+    upTo: Schema.optional(MessageId),
+    statementTimeout: Schema.optional(Input.DurationIn({ max: "1 day" }))
+  })
 )
 
 export const make: Effect.Effect<OutboxSearch["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
@@ -325,14 +332,19 @@ export const make: Effect.Effect<OutboxSearch["Type"], never, SqlClient.SqlClien
     (filter: MessageFilter, options: BulkOptions = {}): Stream.Stream<BulkProgress, InvalidInput | DatabaseError> =>
       Stream.unwrap(Effect.gen(function*() {
         const matches = yield* where(filter)
-        const { batchSize = 500, upTo } = yield* decodeBulk(options)
+        const { batchSize = 500, statementTimeout, upTo } = yield* decodeBulk(options)
+        const operation = `OutboxSearch.${name}`
+        const run = (batch: Statement.Statement<{ id: string }>) =>
+          statementTimeout === undefined
+            ? classifySqlErrors(operation)(batch)
+            : bounded(sql, { lockTimeout: settings.lockTimeout, statementTimeout: Option.some(statementTimeout) }, operation, batch)
         const step = (state: { readonly after: string; readonly total: number }) =>
           Effect.map(
-            statement(sql`
+            run(statement(sql`
               SELECT id FROM ${table}
                WHERE dead_at IS NOT NULL AND id > ${state.after}::bigint ${upTo === undefined ? sql`` : sql`AND id <= ${upTo}::bigint`}
                  AND ${matches}
-               ORDER BY id LIMIT ${batchSize} FOR UPDATE SKIP LOCKED`).pipe(classifySqlErrors(`OutboxSearch.${name}`)),
+               ORDER BY id LIMIT ${batchSize} FOR UPDATE SKIP LOCKED`)),
             (rows): readonly [BulkProgress, Option.Option<{ readonly after: string; readonly total: number }>] => {
               const ids = rows.map((row) => row.id)
               const total = state.total + ids.length

@@ -136,7 +136,7 @@ describe("OutboxSearch", () => {
         })
         yield* kill(topic, () => "bad")
         const progress = Chunk.toReadonlyArray(
-          yield* Stream.runCollect(search.redriveMatching({ topic }, { batchSize: 3, ...(maxId === null ? {} : { upTo: maxId }) }))
+          yield* Stream.runCollect(search.redriveMatching({ topic }, { batchSize: 3, statementTimeout: "5 seconds", ...(maxId === null ? {} : { upTo: maxId }) }))
         )
         expect(progress.map((p) => [p.ids.length, p.total])).toEqual([[3, 3], [3, 6], [1, 7]])
         expect((yield* stateOf(ids)).every((row) => !row.dead && row.attempts === 0)).toBe(true)

@@ -1,0 +1,104 @@
+/**
+ * Where the command connects and with what settings: `--database-url`, then `DATABASE_URL`;
+ * `--schema`, then `DURABLE_SCHEMA`; every other setting from the library's own variables
+ * (`DURABLE_CONNECT_TIMEOUT`, `DURABLE_STATEMENT_TIMEOUT`, ...), read and checked by
+ * `Durable.layerConfig` itself. The flags are laid over the environment as a
+ * `ConfigProvider`, so there is one reading of the configuration, the library's.
+ */
+import { Command, Options } from "@effect/cli"
+import { SchemaVersionMismatch } from "@effect-durable/core/Errors"
+import * as Durable from "@effect-durable/pg/Durable"
+import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as Migrations from "@effect-durable/pg/Migrations"
+import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import * as Config from "effect/Config"
+import * as ConfigProvider from "effect/ConfigProvider"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import { type CliError, fromLibrary, usage } from "./errors.js"
+import { registerUrlSecrets } from "./output.js"
+
+const databaseUrl = Options.redacted("database-url").pipe(
+  Options.withPseudoName("URL"),
+  Options.optional,
+  Options.withDescription("PostgreSQL URL (default: $DATABASE_URL); its password is never printed")
+)
+const schema = Options.text("schema").pipe(
+  Options.withPseudoName("NAME"),
+  Options.optional,
+  Options.withDescription("Schema of the substrate's tables (default: $DURABLE_SCHEMA, then durable)")
+)
+const verbose = Options.boolean("verbose").pipe(
+  Options.withDescription("Debug logs on stderr, and the cause of an error")
+)
+
+/** The root command: its options are global, read by every command with `yield* root`. */
+export const root = Command.make("effect-durable", { databaseUrl, schema, verbose })
+
+export type Database = Durable.Services | OutboxSearch.OutboxSearch
+
+/** Defaults of the command that differ from an application's. */
+const CLI_DEFAULTS = new Map([
+  ["DURABLE_APPLICATION_NAME", "effect-durable-cli"],
+  ["DURABLE_POOL_SIZE", "4"]
+])
+
+/** The configuration: flags, then the environment, then the command's defaults. */
+export const configProvider = Effect.gen(function*() {
+  const flags = yield* root
+  const given = new Map<string, string>()
+  if (Option.isSome(flags.databaseUrl)) given.set("DATABASE_URL", Redacted.value(flags.databaseUrl.value))
+  if (Option.isSome(flags.schema)) given.set("DURABLE_SCHEMA", flags.schema.value)
+  const provider = ConfigProvider.fromMap(given).pipe(
+    ConfigProvider.orElse(() => ConfigProvider.fromEnv()),
+    ConfigProvider.orElse(() => ConfigProvider.fromMap(CLI_DEFAULTS))
+  )
+  const url = yield* Effect.withConfigProvider(Effect.orDie(Config.option(Config.string("DATABASE_URL"))), provider)
+  if (Option.isNone(url) || url.value.trim() === "") {
+    return yield* usage("no database: pass --database-url <url> or set DATABASE_URL")
+  }
+  registerUrlSecrets(url.value.trim())
+  return provider
+})
+
+/** The substrate (and `OutboxSearch`) on the configured database; connects when built. */
+export const databaseLayer = (options: { readonly poolSize?: number } = {}) =>
+  Layer.unwrapEffect(Effect.map(configProvider, (provider) => {
+    const sized = options.poolSize === undefined
+      ? provider
+      : ConfigProvider.fromMap(new Map([["DURABLE_POOL_SIZE", String(options.poolSize)]])).pipe(
+        ConfigProvider.orElse(() => provider)
+      )
+    // The version is checked per command: migrate, verify and doctor run on any version.
+    return OutboxSearch.layer.pipe(
+      Layer.provideMerge(Durable.layerConfig({ checkSchemaVersion: false })),
+      Layer.provide(Layer.setConfigProvider(sized))
+    )
+  })).pipe(Layer.mapError((error) => fromLibrary(error) as CliError))
+
+/** Fails with `SchemaVersionMismatch` (exit 4) unless the schema is at this release's version. */
+export const requireCurrentSchema = Effect.gen(function*() {
+  const settings = yield* DurableSettings
+  const versions = yield* Migrations.appliedVersions
+  const found = versions.length === 0 ? 0 : Math.max(...versions)
+  if (found !== Migrations.latestVersion) {
+    return yield* new SchemaVersionMismatch({ schema: settings.schema, found, needed: Migrations.latestVersion })
+  }
+})
+
+/**
+ * Runs a command's work on the database: builds the substrate (a connection failure is exit
+ * 3), checks the schema version unless `anyVersion`, and maps the library's typed errors.
+ */
+export const withDatabase = (options: { readonly anyVersion?: boolean; readonly poolSize?: number } = {}) =>
+<A, E, R>(work: Effect.Effect<A, E, R>) =>
+  Effect.gen(function*() {
+    if (options.anyVersion !== true) yield* requireCurrentSchema
+    return yield* work
+  }).pipe(
+    // Every failure here is the library's (typed) or already a CliError.
+    Effect.mapError((error: unknown) => fromLibrary(error) as CliError),
+    Effect.provide(databaseLayer(options))
+  )
