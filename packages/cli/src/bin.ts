@@ -46,6 +46,26 @@ const exitCodeOf = (exit: Exit.Exit<unknown, unknown>): number => {
 
 const write = (text: string) => process.stderr.write(`${scrub(text)}\n`)
 
+/** The chain of causes, one line each: name, message and the driver's codes; no stack. */
+const describeCause = (cause: unknown): string => {
+  const lines: Array<string> = []
+  let current: unknown = cause
+  for (let depth = 0; depth < 4 && current !== undefined && current !== null; depth++) {
+    if (current instanceof Error || typeof current === "object") {
+      const { cause: next, message, name, stack: _stack, ...fields } = current as Error & Record<string, unknown>
+      const details = Object.entries(fields)
+        .filter(([key, value]) => !key.startsWith("_") && value !== undefined && (typeof value !== "object" || value === null))
+        .map(([key, value]) => `${key}=${inspect(value)}`)
+      lines.push(`cause: ${name ?? "Error"}: ${message ?? ""}${details.length === 0 ? "" : ` (${details.join(", ")})`}`)
+      current = next
+    } else {
+      lines.push(`cause: ${String(current)}`)
+      current = undefined
+    }
+  }
+  return lines.join("\n")
+}
+
 const report = (cause: Cause.Cause<unknown>) =>
   Effect.sync(() => {
     if (Cause.isInterruptedOnly(cause)) return
@@ -61,7 +81,7 @@ const report = (cause: Cause.Cause<unknown>) =>
       }
       if (isCliError(error)) {
         write(`effect-durable: ${error.message}`)
-        if (verbose && error.cause !== undefined) write(`cause: ${inspect((error.cause as { cause?: unknown }).cause ?? error.cause, { depth: 4 })}`)
+        if (verbose && error.cause !== undefined) write(describeCause(error.cause))
         return
       }
       if (Terminal.isQuitException(error)) return write("effect-durable: aborted")

@@ -17,7 +17,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
-import { type CliError, fromLibrary, usage } from "./errors.js"
+import { CliError, fromLibrary, usage } from "./errors.js"
 import { registerUrlSecrets } from "./output.js"
 
 const databaseUrl = Options.redacted("database-url").pipe(
@@ -45,16 +45,17 @@ const CLI_DEFAULTS = new Map([
   ["DURABLE_POOL_SIZE", "4"]
 ])
 
-/** The configuration: flags, then the environment, then the command's defaults. */
+/**
+ * The configuration: the flags, over the environment, over the command's defaults, as one
+ * map (so an invalid value is reported by its variable's name, never skipped for another).
+ */
 export const configProvider = Effect.gen(function*() {
   const flags = yield* root
-  const given = new Map<string, string>()
-  if (Option.isSome(flags.databaseUrl)) given.set("DATABASE_URL", Redacted.value(flags.databaseUrl.value))
-  if (Option.isSome(flags.schema)) given.set("DURABLE_SCHEMA", flags.schema.value)
-  const provider = ConfigProvider.fromMap(given).pipe(
-    ConfigProvider.orElse(() => ConfigProvider.fromEnv()),
-    ConfigProvider.orElse(() => ConfigProvider.fromMap(CLI_DEFAULTS))
-  )
+  const values = new Map<string, string>(CLI_DEFAULTS)
+  for (const [key, value] of Object.entries(process.env)) if (value !== undefined) values.set(key, value)
+  if (Option.isSome(flags.databaseUrl)) values.set("DATABASE_URL", Redacted.value(flags.databaseUrl.value))
+  if (Option.isSome(flags.schema)) values.set("DURABLE_SCHEMA", flags.schema.value)
+  const provider = ConfigProvider.fromMap(values)
   const url = yield* Effect.withConfigProvider(Effect.orDie(Config.option(Config.string("DATABASE_URL"))), provider)
   if (Option.isNone(url) || url.value.trim() === "") {
     return yield* usage("no database: pass --database-url <url> or set DATABASE_URL")
@@ -65,7 +66,12 @@ export const configProvider = Effect.gen(function*() {
 
 /** The substrate (and `OutboxSearch`) on the configured database; connects when built. */
 export const databaseLayer = (options: { readonly poolSize?: number } = {}) =>
-  Layer.unwrapEffect(Effect.map(configProvider, (provider) => {
+  Layer.unwrapEffect(Effect.map(Effect.zip(configProvider, root), ([provider, flags]) => {
+    const given = new Set([
+      ...(Option.isSome(flags.databaseUrl) ? ["DATABASE_URL"] : []),
+      ...(Option.isSome(flags.schema) ? ["DURABLE_SCHEMA"] : [])
+    ])
+    // A command that needs few connections opens few, whatever the application's pool size.
     const sized = options.poolSize === undefined
       ? provider
       : ConfigProvider.fromMap(new Map([["DURABLE_POOL_SIZE", String(options.poolSize)]])).pipe(
@@ -74,9 +80,18 @@ export const databaseLayer = (options: { readonly poolSize?: number } = {}) =>
     // The version is checked per command: migrate, verify and doctor run on any version.
     return OutboxSearch.layer.pipe(
       Layer.provideMerge(Durable.layerConfig({ checkSchemaVersion: false })),
-      Layer.provide(Layer.setConfigProvider(sized))
+      Layer.provide(Layer.setConfigProvider(sized)),
+      Layer.mapError((error) => named(fromLibrary(error) as CliError, given))
     )
   })).pipe(Layer.mapError((error) => fromLibrary(error) as CliError))
+
+/** A configuration error of a variable the user gave as a flag names the flag. */
+const named = (error: CliError, flags: ReadonlySet<string>): CliError => {
+  const invalid = /^invalid (DATABASE_URL|DURABLE_SCHEMA): (.*?)( — .*)?$/s.exec(error.message)
+  if (invalid === null || !flags.has(invalid[1]!)) return error
+  return new CliError({ exitCode: error.exitCode, message: `invalid ${FLAG_OF[invalid[1]!]}: ${invalid[2]}`, cause: error.cause })
+}
+const FLAG_OF: Readonly<Record<string, string>> = { DATABASE_URL: "--database-url", DURABLE_SCHEMA: "--schema" }
 
 /** Fails with `SchemaVersionMismatch` (exit 4) unless the schema is at this release's version. */
 export const requireCurrentSchema = Effect.gen(function*() {
