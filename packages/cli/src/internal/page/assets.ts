@@ -47,7 +47,7 @@ input.wide { width: 16rem; }
 .legend i { display: inline-block; width: .8rem; height: .25rem; margin: 0 .25rem .15rem .6rem; vertical-align: middle; }
 .legend i.ready { background: var(--accent); } .legend i.dead { background: var(--danger); }
 .legend i.delivered { background: #9bb7e4; height: .6rem; } .legend i.lag { background: #d97706; }
-svg.chart { display: block; max-width: 100%; height: auto; }
+svg.chart { display: block; width: 100%; height: auto; }
 svg.chart .delivered { fill: #c3d5f2; } svg.chart .died { fill: var(--danger); }
 svg.chart .ready { fill: none; stroke: var(--accent); stroke-width: 1.6; } svg.chart circle.ready { fill: var(--accent); }
 svg.chart .dead { fill: none; stroke: var(--danger); stroke-width: 1.6; } svg.chart circle.dead { fill: var(--danger); }

@@ -11,7 +11,7 @@ import type * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import type { TopicStats } from "@effect-durable/pg/OutboxAdmin"
 import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
 import type { Check } from "../diagnostics.js"
-import { age, count } from "../output.js"
+import { age, count, plural } from "../output.js"
 import { type Sample, topicChart } from "./chart.js"
 import { toQuery } from "./filters.js"
 import { Html, html, raw } from "./html.js"
@@ -118,11 +118,11 @@ ${raw(topicChart(t.topic, data.histories.get(t.topic)!, samples.get(t.topic) ?? 
         }<td>${time(g.lastDeadAt)}</td></tr>`
       )
     }</tbody></table>`
-  return html`<p class="note" id="totals">${count(data.topics.length)} topics · ${count(total((t) => t.ready))} ready · ${
+  return html`<p class="note" id="totals">${plural(data.topics.length, "topic")} · ${count(total((t) => t.ready))} ready · ${
     count(total((t) => t.claimed))
-  } claimed · ${count(total((t) => t.dead))} dead · ${count(data.consumers.length)} inbox consumers</p>
+  } claimed · ${count(total((t) => t.dead))} dead · ${plural(data.consumers.length, "inbox consumer")}</p>
 ${topics}
-<h2>Last ${15} minutes</h2>
+<h2>Last 15 minutes</h2>
 <p class="legend"><i class="delivered"></i>delivered per 30 s<i class="ready"></i>ready<i class="dead"></i>dead (as sampled by this page)<i class="lag"></i>longest lag</p>
 <div class="cards">${charts}</div>
 <h2>Dead letters by error</h2>
