@@ -261,7 +261,9 @@ export const make = (options: PageOptions, context: Context.Context<Requirements
               count: result._tag === "Right" ? result.right[1] : undefined,
               error: result._tag === "Left" ? result.left.message : undefined
             }
-            return htmlResponse(Views.messagesPage(r.view, data), result._tag === "Left" && result.left._tag === "InvalidInput" ? 400 : 200)
+            // A bad filter or a failed query is shown in place of the list, with the form to fix it.
+            const status = result._tag === "Right" ? 200 : result.left._tag === "InvalidInput" ? 400 : 503
+            return htmlResponse(Views.messagesPage(r.view, data), status)
           }))
       ),
       HttpRouter.get(
