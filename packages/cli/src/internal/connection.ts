@@ -11,7 +11,6 @@ import * as Durable from "@effect-durable/pg/Durable"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Migrations from "@effect-durable/pg/Migrations"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
-import * as Config from "effect/Config"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -47,40 +46,38 @@ const CLI_DEFAULTS = new Map([
 
 /**
  * The configuration: the flags, over the environment, over the command's defaults, as one
- * map (so an invalid value is reported by its variable's name, never skipped for another).
+ * map (so an invalid value is reported by its variable's name, never skipped for another:
+ * a provider chained with `orElse` would fall back past it).
  */
-export const configProvider = Effect.gen(function*() {
+const configValues = Effect.gen(function*() {
   const flags = yield* root
   const values = new Map<string, string>(CLI_DEFAULTS)
   for (const [key, value] of Object.entries(process.env)) if (value !== undefined) values.set(key, value)
   if (Option.isSome(flags.databaseUrl)) values.set("DATABASE_URL", Redacted.value(flags.databaseUrl.value))
   if (Option.isSome(flags.schema)) values.set("DURABLE_SCHEMA", flags.schema.value)
-  const provider = ConfigProvider.fromMap(values)
-  const url = yield* Effect.withConfigProvider(Effect.orDie(Config.option(Config.string("DATABASE_URL"))), provider)
-  if (Option.isNone(url) || url.value.trim() === "") {
-    return yield* usage("no database: pass --database-url <url> or set DATABASE_URL")
-  }
-  registerUrlSecrets(url.value.trim())
-  return provider
+  const url = values.get("DATABASE_URL")?.trim() ?? ""
+  if (url === "") return yield* usage("no database: pass --database-url <url> or set DATABASE_URL")
+  registerUrlSecrets(url)
+  return values
 })
+
+/** `configValues` as the `ConfigProvider` the library's `Config`s read. */
+export const configProvider = Effect.map(configValues, (values) => ConfigProvider.fromMap(values))
 
 /** The substrate (and `OutboxSearch`) on the configured database; connects when built. */
 export const databaseLayer = (options: { readonly poolSize?: number } = {}) =>
-  Layer.unwrapEffect(Effect.map(Effect.zip(configProvider, root), ([provider, flags]) => {
+  Layer.unwrapEffect(Effect.map(Effect.zip(configValues, root), ([values, flags]) => {
     const given = new Set([
       ...(Option.isSome(flags.databaseUrl) ? ["DATABASE_URL"] : []),
       ...(Option.isSome(flags.schema) ? ["DURABLE_SCHEMA"] : [])
     ])
     // A command that needs few connections opens few, whatever the application's pool size.
-    const sized = options.poolSize === undefined
-      ? provider
-      : ConfigProvider.fromMap(new Map([["DURABLE_POOL_SIZE", String(options.poolSize)]])).pipe(
-        ConfigProvider.orElse(() => provider)
-      )
+    const sized = new Map(values)
+    if (options.poolSize !== undefined) sized.set("DURABLE_POOL_SIZE", String(options.poolSize))
     // The version is checked per command: migrate, verify and doctor run on any version.
     return OutboxSearch.layer.pipe(
       Layer.provideMerge(Durable.layerConfig({ checkSchemaVersion: false })),
-      Layer.provide(Layer.setConfigProvider(sized)),
+      Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(sized))),
       Layer.mapError((error) => named(fromLibrary(error) as CliError, given))
     )
   })).pipe(Layer.mapError((error) => fromLibrary(error) as CliError))
