@@ -91,6 +91,29 @@ export const DurationIn = (range: { readonly min?: string | 0; readonly max: str
   }).annotations({ message: () => rule })
 }
 
+/**
+ * Arguments are shallow records and lists. A value nested deeper than this (or cyclic) is
+ * refused before any `Schema` sees it: formatting it into an error message would recurse
+ * through every level and overflow the stack.
+ */
+const MAX_ARGUMENT_DEPTH = 32
+
+const tooDeep = (value: unknown): boolean => {
+  const stack: Array<readonly [unknown, number]> = [[value, 0]]
+  const seen = new Set<object>()
+  while (stack.length > 0) {
+    const [current, depth] = stack.pop()!
+    if (typeof current !== "object" || current === null) continue
+    if (depth >= MAX_ARGUMENT_DEPTH || seen.has(current)) return true
+    seen.add(current)
+    // Only plain records and lists are walked: a class instance (a Schema, a Date) is a leaf.
+    const prototype = Object.getPrototypeOf(current)
+    if (!Array.isArray(current) && prototype !== Object.prototype && prototype !== null) continue
+    for (const key of Object.keys(current)) stack.push([(current as Record<string, unknown>)[key], depth + 1])
+  }
+  return false
+}
+
 const firstIssue = (error: ParseResult.ParseError) => {
   const issue = ParseResult.ArrayFormatter.formatErrorSync(error)[0]
   const path = (issue?.path ?? []).map((key) => typeof key === "number" ? `[${key}]` : `.${String(key)}`).join("")
@@ -104,7 +127,9 @@ const firstIssue = (error: ParseResult.ParseError) => {
 export const argument = <A, I>(name: string, schema: Schema.Schema<A, I, never>) => {
   const decode = Schema.decodeUnknownEither(schema, { errors: "first" })
   return (value: unknown): Either.Either<A, InvalidInput> =>
-    Either.mapLeft(decode(value), (error) => {
+    tooDeep(value)
+      ? Either.left(new InvalidInput({ argument: name, rule: `a value nested at most ${MAX_ARGUMENT_DEPTH} levels, without cycles` }))
+      : Either.mapLeft(decode(value), (error) => {
       const { path, rule } = firstIssue(error)
       return new InvalidInput({ argument: `${name}${path}`, rule })
     })
@@ -114,7 +139,11 @@ export const argument = <A, I>(name: string, schema: Schema.Schema<A, I, never>)
 export const options = <A, I>(schema: Schema.Schema<A, I, never>, prefix?: string) => {
   const decode = Schema.decodeUnknownEither(schema, { errors: "first", onExcessProperty: "error" })
   return (value: unknown): Either.Either<A, DurableConfigError> =>
-    Either.mapLeft(decode(value), (error) => {
+    tooDeep(value)
+      ? Either.left(
+        new DurableConfigError({ field: prefix ?? "options", rule: `nested at most ${MAX_ARGUMENT_DEPTH} levels, without cycles` })
+      )
+      : Either.mapLeft(decode(value), (error) => {
       const { path, rule } = firstIssue(error)
       const field = `${prefix ?? ""}${path}`.replace(/^\./, "")
       return new DurableConfigError({ field: field.length === 0 ? "options" : field, rule })

@@ -13,6 +13,7 @@ import { RetentionPolicy, StorageType } from "@nats-io/jetstream"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as TestServices from "effect/TestServices"
+import * as JetStreamExample from "../examples/jetstream.js"
 import * as JetStreamInbox from "../src/JetStreamInbox.js"
 import * as JetStreamPublisher from "../src/JetStreamPublisher.js"
 import * as Nats from "../src/Nats.js"
@@ -138,6 +139,21 @@ describe.skipIf(!nats.available)("NATS JetStream (real nats-server)", () => {
         const inbox = yield* Inbox.Inbox
         expect(yield* inbox.handle("consumed", "7", Effect.die("must not run"))).toEqual({ _tag: "Duplicate" })
         expect(failedOnce).toBe(true)
+      }))
+
+    it.scoped("the README example: a committed order reaches the invoicing consumer once through JetStream", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const outbox = yield* Outbox.Outbox
+        const server = yield* NatsServer.NatsServer
+        yield* sql`CREATE TABLE invoices (order_id int)`
+        yield* addStream("ORDERS", ["orders.>"])
+        yield* outbox.enqueue("order-placed", { orderId: 41 })
+        const delivered = yield* Projector.drain({ topics: ["order-placed"] }).pipe(Effect.provide(JetStreamExample.Deliver(server.url)))
+        expect(delivered).toMatchObject({ delivered: 1 })
+        yield* JetStreamExample.invoicing.pipe(live)
+        const rows = yield* eventually(sql<{ order_id: number }>`SELECT order_id FROM invoices`, (rows) => rows.length === 1)
+        expect(rows).toEqual([{ order_id: 41 }])
       }))
 
     it.scoped("end to end: 10,000 messages from business transactions (some rolled back) reach the inbox exactly once", () =>

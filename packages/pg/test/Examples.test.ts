@@ -3,30 +3,26 @@ import * as Cursor from "@effect-durable/core/Cursor"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
-import { readFileSync } from "node:fs"
-import { fileURLToPath } from "node:url"
+import { layerSettings } from "../src/DurableConfig.js"
+import * as TestDatabase from "@effect-durable/testing/TestDatabase"
+import * as ConfigProvider from "effect/ConfigProvider"
 import * as CasExample from "../examples/cas.js"
+import * as DatabaseExample from "../examples/database.js"
+import * as MigrationsExample from "../examples/migrations.js"
+import * as TransactionsExample from "../examples/transactions.js"
 import * as InboxExample from "../examples/inbox.js"
 import * as OutboxExample from "../examples/outbox.js"
 import * as LedgerExample from "../examples/ledger.js"
 import * as PaginationExample from "../examples/pagination.js"
 import * as Cas from "../src/Cas.js"
 import * as Keyset from "../src/Keyset.js"
-import { substrate } from "./support.js"
+import * as Migrations from "../src/Migrations.js"
+import { database, substrate } from "./support.js"
 
 const Live = Layer.mergeAll(
   Cas.layer,
   Keyset.layer.pipe(Layer.provide(Cursor.layer([{ id: "k1", secret: Redacted.make("readme-example-secret!") }])))
 ).pipe(Layer.provideMerge(substrate()))
-
-describe("the README shows the examples as they run", () => {
-  it("pagination: README's snippet is examples/pagination.ts up to its program", () => {
-    const example = readFileSync(fileURLToPath(new URL("../examples/pagination.ts", import.meta.url)), "utf8")
-    const readme = readFileSync(fileURLToPath(new URL("../../../README.md", import.meta.url)), "utf8")
-    const shown = example.slice(example.indexOf("import * as Keyset"), example.indexOf("export const program")).trimEnd()
-    expect(readme.includes("```ts\n" + shown + "\n```"), "README's Pagination snippet differs from the example").toBe(true)
-  })
-})
 
 describe("the README examples do what the README says", () => {
   it.layer(Live)((it) => {
@@ -60,6 +56,34 @@ describe("the README examples do what the README says", () => {
       Effect.gen(function*() {
         // One statement inserts all rows with one booked_at, so id breaks the tie.
         expect(yield* PaginationExample.program).toEqual([[10, 20], [50, 60]])
+      }))
+  })
+})
+
+describe("the README's application database and migrations", () => {
+  it.layer(database())((it) => {
+    it.effect("database: with DATABASE_URL set, the layer migrates that database and serves the substrate", () =>
+      Effect.gen(function*() {
+        const db = yield* TestDatabase.TestDatabase
+        const provider = ConfigProvider.fromMap(new Map([["DATABASE_URL", Redacted.value(db.url)]]))
+        const answer = yield* DatabaseExample.program.pipe(
+          Effect.provide(DatabaseExample.Database),
+          Effect.withConfigProvider(provider)
+        )
+        expect(answer).toBe("function")
+      }))
+
+    it.effect("migrations: migrate reaches the latest version, the schema verifies clean, the runtime role is granted", () =>
+      Effect.gen(function*() {
+        const { drift, report } = yield* MigrationsExample.program.pipe(Effect.provide(layerSettings({ schema: "readme_migrations" })))
+        expect(report.version).toBe(Migrations.latestVersion)
+        expect(drift).toEqual([])
+      }))
+  })
+  it.layer(substrate())((it) => {
+    it.effect("transactions: the invoice run takes its customer's lock and invoices", () =>
+      Effect.gen(function*() {
+        expect(yield* TransactionsExample.program).toBe("invoiced")
       }))
   })
 })

@@ -478,7 +478,7 @@ describe("Projector.layerConfig", () => {
           Layer.succeed(Publisher.Publisher, { publish: () => Effect.void })
         )))))).pipe(withEnv(env))
       expect(yield* build({ PROJECTOR_BATCH_SIZE: "lots" })).toMatchObject({ _tag: "DurableConfigError", field: "PROJECTOR_BATCH_SIZE" })
-      expect(yield* build({ PROJECTOR_BATCH_SIZE: "0" })).toMatchObject({ _tag: "DurableConfigError", field: "batchSize" })
+      expect(yield* build({ PROJECTOR_BATCH_SIZE: "0" })).toMatchObject({ _tag: "DurableConfigError", field: "PROJECTOR_BATCH_SIZE" })
     }))
 })
 

@@ -22,14 +22,30 @@ export interface QueueSpec {
   readonly missing: (messageId: string) => MessageMissing
 }
 
+/** Any value as text for an error message, without ever throwing (symbols, hostile toString). */
+const shown = (value: unknown): string => {
+  if (typeof value === "string") return value
+  try {
+    return typeof value === "symbol" ? value.toString() : String(value)
+  } catch {
+    return "(unprintable)"
+  }
+}
+
 export const specFor = (settings: Settings, queue: QueueName): QueueSpec => ({
   queue,
   table: settings.table(queue),
   claimFunction: settings.table(`${queue}_claim`),
   filterType: queue === "outbox" ? "text[]" : "text",
   done: queue === "outbox" ? "projected_at" : "processed_at",
+  // A malformed claim token is a mismatch too; its parts are shown as safely as they can be.
   mismatch: (claim) =>
-    new ClaimMismatch({ queue, messageId: String(claim.messageId), worker: String(claim.worker), generation: Number(claim.generation) }),
+    new ClaimMismatch({
+      queue,
+      messageId: shown(claim?.messageId),
+      worker: shown(claim?.worker),
+      generation: typeof claim?.generation === "number" ? claim.generation : Number.NaN
+    }),
   missing: (messageId) => new MessageMissing({ queue, messageId })
 })
 

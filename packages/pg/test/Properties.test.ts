@@ -1,0 +1,234 @@
+// A net under every public operation of the substrate: any argument — hostile strings, numbers
+// that are not numbers, durations that are not durations, JSON too deep, too wide or cyclic —
+// gives a success or a typed failure, never a defect; inside a caller's transaction a failure
+// writes nothing and leaves the transaction usable. Runs a few seconds in `npm test`;
+// EFFECT_DURABLE_PROPERTY_RUNS raises the count (CI runs more).
+import { describe, expect, it } from "@effect/vitest"
+import * as Fingerprint from "@effect-durable/core/Fingerprint"
+import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Cause from "effect/Cause"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as FastCheck from "effect/FastCheck"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
+import * as Cursor from "@effect-durable/core/Cursor"
+import * as Cas from "../src/Cas.js"
+import * as Inbox from "../src/Inbox.js"
+import * as InboxAdmin from "../src/InboxAdmin.js"
+import * as InboxWorker from "../src/InboxWorker.js"
+import * as Keyset from "../src/Keyset.js"
+import * as MutationLedger from "../src/MutationLedger.js"
+import * as Outbox from "../src/Outbox.js"
+import * as OutboxAdmin from "../src/OutboxAdmin.js"
+import * as OutboxWorker from "../src/OutboxWorker.js"
+import * as Transactions from "../src/Transactions.js"
+
+const RUNS = Number(process.env.EFFECT_DURABLE_PROPERTY_RUNS ?? "60")
+
+const cyclic: Record<string, unknown> = { a: 1 }
+cyclic.self = cyclic
+let deep: unknown = 1
+for (let i = 0; i < 5_000; i++) deep = { d: deep }
+const wide = Object.fromEntries(Array.from({ length: 20_000 }, (_, i) => [`k${i}`, i]))
+
+const text = FastCheck.oneof(
+  FastCheck.string(),
+  FastCheck.string({ unit: "binary", maxLength: 20 }),
+  FastCheck.string({ unit: "grapheme", maxLength: 20 }),
+  FastCheck.constantFrom("", "\u0000", "a\u0000b", "\ud800", "\udc00x", "é".repeat(200), "x".repeat(300), "x".repeat(1_000_000), "t")
+)
+const number = FastCheck.oneof(
+  FastCheck.double(),
+  FastCheck.integer({ min: -5, max: 2000 }),
+  FastCheck.constantFrom(Number.NaN, Infinity, -Infinity, -0, 1e300, 0.5, -1, 2 ** 53 + 2)
+)
+const duration = FastCheck.oneof(
+  number,
+  text,
+  FastCheck.constantFrom("1 second", "-5 seconds", "0 seconds", "garbage", "1e300 seconds", "10 days", "200 millis", [1, 2], [-1, 0], 5n, -5n)
+)
+const json = FastCheck.oneof(
+  FastCheck.jsonValue({ maxDepth: 3 }),
+  FastCheck.constantFrom<unknown>(cyclic, deep, wide, undefined, () => 1, new Date(), 10n, Symbol("s"), { a: "\u0000" }, [1, , 3])
+)
+const anything = FastCheck.oneof(text, number, json, FastCheck.constantFrom<unknown>(null, {}, [], true))
+const claim = FastCheck.record({ messageId: anything, worker: anything, generation: anything }) as FastCheck.Arbitrary<never>
+const optionalBag = <T>(arbitrary: FastCheck.Arbitrary<T>) => FastCheck.option(arbitrary, { nil: undefined })
+
+type Services =
+  | SqlClient.SqlClient
+  | Outbox.Outbox
+  | OutboxWorker.OutboxWorker
+  | OutboxAdmin.OutboxAdmin
+  | Inbox.Inbox
+  | InboxWorker.InboxWorker
+  | InboxAdmin.InboxAdmin
+  | MutationLedger.MutationLedger
+  | Cas.Cas
+  | Keyset.Keyset
+
+interface Operation {
+  readonly name: string
+  readonly run: Effect.Effect<unknown, unknown, Services>
+  /** Operations that reach a caller-named table may fail in the database (an unknown table). */
+  readonly mayReachDatabase?: boolean
+}
+
+const operations = FastCheck.oneof<Array<FastCheck.Arbitrary<Operation>>>(
+  FastCheck.tuple(text, json, optionalBag(duration), optionalBag(text), optionalBag(FastCheck.dictionary(text, anything, { maxKeys: 3 })))
+    .map(([topic, payload, delay, orderingKey, headers]) => ({
+      name: "enqueue",
+      run: Effect.flatMap(Outbox.Outbox, (o) =>
+        o.enqueue(topic, payload, { delay, orderingKey, headers } as Outbox.EnqueueOptions))
+    })),
+  FastCheck.array(FastCheck.tuple(text, json), { maxLength: 3 }).map((messages) => ({
+    name: "enqueueMany",
+    run: Effect.flatMap(Outbox.Outbox, (o) => o.enqueueMany(messages.map(([topic, payload]) => ({ topic, payload }))))
+  })),
+  FastCheck.tuple(text, anything, number, duration, anything).map(([worker, topics, limit, lease, maxLeaseExpiries]) => ({
+    name: "claim",
+    run: Effect.flatMap(OutboxWorker.OutboxWorker, (o) =>
+      o.claim({ worker, topics, limit, lease, maxLeaseExpiries } as unknown as OutboxWorker.ClaimOptions))
+  })),
+  claim.map((c) => ({ name: "markProjected", run: Effect.flatMap(OutboxWorker.OutboxWorker, (o) => o.markProjected(c)) })),
+  FastCheck.array(claim, { maxLength: 3 }).map((cs) => ({
+    name: "markProjectedMany",
+    run: Effect.flatMap(OutboxWorker.OutboxWorker, (o) => o.markProjectedMany(cs))
+  })),
+  FastCheck.tuple(claim, anything, duration, anything).map(([c, error, retryDelay, permanent]) => ({
+    name: "release",
+    run: Effect.flatMap(OutboxWorker.OutboxWorker, (o) =>
+      o.release(c, { error, retryDelay, permanent } as never))
+  })),
+  FastCheck.tuple(FastCheck.array(claim, { maxLength: 3 }), duration).map(([cs, lease]) => ({
+    name: "renewLeases",
+    run: Effect.flatMap(OutboxWorker.OutboxWorker, (o) => o.renewLeases(cs, lease as never))
+  })),
+  FastCheck.array(claim, { maxLength: 3 }).map((cs) => ({
+    name: "giveBack",
+    run: Effect.flatMap(OutboxWorker.OutboxWorker, (o) => o.giveBack(cs))
+  })),
+  FastCheck.tuple(optionalBag(text), number, optionalBag(text)).map(([topic, limit, before]) => ({
+    name: "deadLetters",
+    run: Effect.flatMap(OutboxAdmin.OutboxAdmin, (o) => o.deadLetters({ topic, limit, before } as never))
+  })),
+  FastCheck.tuple(FastCheck.constantFrom("redrive" as const, "discard" as const, "replay" as const), FastCheck.array(anything, { maxLength: 3 })).map((
+    [action, ids]
+  ) => ({
+    name: action,
+    run: Effect.flatMap(OutboxAdmin.OutboxAdmin, (o) => o[action](ids as Array<string>))
+  })),
+  FastCheck.tuple(duration, anything).map(([olderThan, batchSize]) => ({
+    name: "purge",
+    run: Effect.flatMap(OutboxAdmin.OutboxAdmin, (o) => o.purge({ olderThan, batchSize } as never))
+  })),
+  FastCheck.tuple(text, optionalBag(text)).map(([topic, by]) => ({
+    name: "pause",
+    run: Effect.flatMap(OutboxAdmin.OutboxAdmin, (o) => Effect.zipRight(o.pause(topic, { by } as never), o.resume(topic)))
+  })),
+  FastCheck.tuple(text, text, text, text, json, FastCheck.boolean()).map(([subject, operation, key, kind, response, wait]) => ({
+    name: "ledger.execute",
+    run: Effect.flatMap(MutationLedger.MutationLedger, (l) =>
+      Effect.flatMap(Fingerprint.fingerprint({ n: 1 }), (fingerprint) =>
+        l.execute({ subject, operation, key }, { kind, eligibility: new Uint8Array(), fingerprint }, Effect.succeed(MutationLedger.accept(response)), {
+          wait
+        })))
+  })),
+  FastCheck.tuple(duration, anything).map(([olderThan, batchSize]) => ({
+    name: "ledger.purge",
+    run: Effect.flatMap(MutationLedger.MutationLedger, (l) => l.purge({ olderThan, batchSize } as never))
+  })),
+  FastCheck.tuple(text, text).map(([consumer, messageId]) => ({
+    name: "inbox.handle",
+    run: Effect.flatMap(Inbox.Inbox, (i) => i.handle(consumer, messageId, Effect.void))
+  })),
+  FastCheck.tuple(text, text, json, anything).map(([consumer, messageId, payload, headers]) => ({
+    name: "inbox.receive",
+    run: Effect.flatMap(Inbox.Inbox, (i) => i.receive(consumer, messageId, payload, headers as never))
+  })),
+  FastCheck.tuple(text, anything, anything, FastCheck.dictionary(text, anything, { maxKeys: 2 })).map((
+    [table, id, expectedRevision, set]
+  ) => ({
+    name: "cas.update",
+    mayReachDatabase: true,
+    run: Effect.flatMap(Cas.Cas, (c) => c.update({ table, id, expectedRevision, set } as never))
+  })),
+  FastCheck.tuple(text, text, number, optionalBag(text), anything).map(([table, subject, limit, cursor, where]) => ({
+    name: "keyset.page",
+    mayReachDatabase: true,
+    run: Effect.flatMap(Keyset.Keyset, (k) => k.page({ table, subject, limit, cursor, where } as never))
+  })),
+  FastCheck.tuple(text, text, anything).map(([namespace, key, wait]) => ({
+    name: "advisoryLock",
+    run: Transactions.advisoryLock(namespace, key, { wait } as never)
+  }))
+)
+
+/** What a typed failure looks like: one of the substrate's tagged errors. */
+const TYPED = new Set([
+  "InvalidInput",
+  "UnsupportedJsonValue",
+  "PayloadTooLarge",
+  "ClaimMismatch",
+  "MessageMissing",
+  "MutationConflict",
+  "MutationInProgress",
+  "CasConflict",
+  "InvalidCursor",
+  "CursorBindingMismatch",
+  "DurableConfigError"
+])
+
+const rowCounts = Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql<{ outbox: number; inbox: number; ledger: number }>`
+    SELECT (SELECT count(*)::int FROM durable.outbox) AS outbox, (SELECT count(*)::int FROM durable.inbox) AS inbox,
+           (SELECT count(*)::int FROM durable.mutation_records) AS ledger`)
+
+const Live = Layer.provideMerge(
+  Keyset.layer.pipe(Layer.provide(Cursor.layer([{ id: "k1", secret: Redacted.make("property-test-secret-16+") }]))),
+  TestSubstrate.layer()
+)
+
+describe("every public operation, any argument", () => {
+  it.layer(Live, { timeout: "5 minutes" })((it) => {
+    it.effect("succeeds or fails typed, never a defect; inside a caller's transaction a failure writes nothing and the transaction stays usable", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const context = yield* Effect.context<Services>()
+        const check = (ops: ReadonlyArray<Operation>, inTransaction: boolean) =>
+          Effect.runPromise(Effect.provide(
+            Effect.gen(function*() {
+              const body = Effect.gen(function*() {
+                for (const op of ops) {
+                  const before = yield* rowCounts
+                  const exit = yield* Effect.exit(op.run)
+                  if (Exit.isFailure(exit)) {
+                    expect(Cause.isDie(exit.cause), `${op.name} died: ${Cause.pretty(exit.cause)}`).toBe(false)
+                    const failure = Cause.failureOption(exit.cause)
+                    const tag = failure._tag === "Some" ? (failure.value as { _tag?: string })._tag : undefined
+                    const allowed = TYPED.has(tag ?? "") || (tag === "DatabaseError" && op.mayReachDatabase === true)
+                    expect(allowed, `${op.name} failed with ${tag}: ${Cause.pretty(exit.cause)}`).toBe(true)
+                    // Nothing half-written, and the transaction still answers.
+                    expect(yield* rowCounts, op.name).toEqual(before)
+                    expect(yield* sql`SELECT 1 AS one`).toEqual([{ one: 1 }])
+                  }
+                }
+              })
+              // The caller's transaction is rolled back at the end: the property runs leave no rows.
+              yield* inTransaction
+                ? Effect.flip(sql.withTransaction(Effect.zipRight(body, Effect.fail("rollback" as const))))
+                : body
+            }),
+            context
+          ))
+        yield* Effect.promise(() =>
+          FastCheck.assert(
+            FastCheck.asyncProperty(FastCheck.array(operations, { minLength: 1, maxLength: 4 }), FastCheck.boolean(), check),
+            { numRuns: RUNS }
+          )
+        )
+      }))
+  })
+})
