@@ -290,7 +290,7 @@ const Identify = Subject.identify((request) => Effect.succeed(verify(request.hea
 
 /** A plain route (any method) through `Idempotency.wrapper`: echoes the body, counts its runs. */
 const plainRoutes = (options: Idempotency.Options) =>
-  Layer.unwrapEffect(Effect.gen(function*() {
+  HttpLayerRouter.addAll(Effect.gen(function*() {
     const idempotent = yield* Idempotency.wrapper(options)
     const sql = yield* SqlClient.SqlClient
     const handler = Effect.gen(function*() {
@@ -303,7 +303,7 @@ const plainRoutes = (options: Idempotency.Options) =>
       if (body === "fail") return yield* Effect.fail(new Error("a plain failure"))
       return HttpServerResponse.text(`${request.method} ${body}`, { status: body === "reject" ? 409 : 200 })
     })
-    return HttpLayerRouter.addAll([HttpLayerRouter.route("*", "/plain/:account", idempotent.required(handler))])
+    return [HttpLayerRouter.route("*", "/plain/:account", idempotent.required(handler))]
   })).pipe(Layer.provide(Identify.layer))
 
 const Tables = Layer.effectDiscard(Effect.gen(function*() {

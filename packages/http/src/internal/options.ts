@@ -86,7 +86,7 @@ export interface Settings {
   readonly problemTypeBase: string
 }
 
-const decodeSchema = Input.options(OptionsSchema, "idempotency.")
+const decodeSchema = Input.options(OptionsSchema, "idempotency")
 
 export const decode = (options: Options): Either.Either<Settings, DurableConfigError> =>
   Either.flatMap(decodeSchema(options), (decoded) => {
