@@ -75,8 +75,11 @@ export const make = (name: ProblemName, detail: string, typeBase: string = DEFAU
 }
 
 /** A problem document for OpenAPI (`endpoint.addError(Problem.schema("keyInFlight"))`); never produced by a handler. */
-export const schema = (name: ProblemName) => {
-  const { code, status, title } = Problems[name]
+export const schema = <Name extends ProblemName>(name: Name) => {
+  type Entry = (typeof Problems)[Name]
+  const status: Entry["status"] = Problems[name].status
+  const code: Entry["code"] = Problems[name].code
+  const title = Problems[name].title
   const identifier = code.replace(/(^|-)([a-z])/g, (_, __, letter: string) => letter.toUpperCase())
   return Schema.Struct({
     type: Schema.String,
