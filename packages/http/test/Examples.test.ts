@@ -6,6 +6,7 @@ import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import { readFileSync } from "node:fs"
 import * as Http from "node:http"
 import { PaymentsRoutes } from "../examples/payments.js"
 import { json, send } from "./support.js"
@@ -21,6 +22,13 @@ const Served = HttpLayerRouter.serve(PaymentsRoutes, { disableLogger: true, disa
 )
 
 describe("the README example", () => {
+  it("is in the README as it is in examples/payments.ts", () => {
+    const file = readFileSync(new URL("../examples/payments.ts", import.meta.url), "utf8")
+    const readme = readFileSync(new URL("../../../README.md", import.meta.url), "utf8")
+    const body = file.split("\n").slice(1).join("\n").trim()
+    expect(readme).toContain(body)
+  })
+
   it.layer(Served, { timeout: "2 minutes" })((it) => {
     it.effect("payments: a retry replays the first response, a changed retry is 422, one row and one message", () =>
       Effect.gen(function*() {
