@@ -17,6 +17,7 @@
 import type { DurableConfigError } from "@effect-durable/core/Errors"
 import type * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import type * as HttpApi from "@effect/platform/HttpApi"
+import * as Headers from "@effect/platform/Headers"
 import * as HttpApiEndpoint from "@effect/platform/HttpApiEndpoint"
 import type * as HttpApiGroup from "@effect/platform/HttpApiGroup"
 import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
@@ -27,6 +28,7 @@ import * as OpenApi from "@effect/platform/OpenApi"
 import type * as SqlClient from "@effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as FiberRef from "effect/FiberRef"
 import * as Endpoints from "./internal/endpoints.js"
 import * as Execution from "./internal/execution.js"
 import * as IdempotentRequest from "./internal/idempotentRequest.js"
@@ -120,6 +122,14 @@ export const executing = <Args extends ReadonlyArray<unknown>, A, E, R>(
 (...args: Args): Effect.Effect<A, E, R> => Effect.zipRight(Execution.begin, Effect.suspend(() => handler(...args)))
 
 /**
+ * Keys are request data: the platform's server span records every request header not named
+ * in `Headers.currentRedactedNames`, so the key's header is added to it for the server the
+ * middleware is built into (the server's runtime is built after its routes).
+ */
+const redactKeyHeader = (header: string) =>
+  FiberRef.update(Headers.currentRedactedNames, (names) => names.includes(header) ? names : [...names, header])
+
+/**
  * The route middleware for an `HttpApi` served with `HttpLayerRouter.addHttpApi`. It needs
  * the request's `Subject`: combine it with the middleware that provides one, which then runs
  * first — `Idempotency.middleware(Api).combine(Subject.identify(verify)).layer`.
@@ -137,6 +147,7 @@ export const middleware = <Id extends string, Groups extends HttpApiGroup.HttpAp
 }> =>
   HttpLayerRouter.middleware(Effect.gen(function*() {
     const settings = yield* Options_.decode(options)
+    yield* redactKeyHeader(settings.header)
     const endpoints = yield* Endpoints.fromApi(api, Idempotent, settings)
     const run = yield* IdempotentRequest.make(settings)
     return (httpEffect) =>
@@ -170,6 +181,7 @@ export const wrapper = (
 ): Effect.Effect<Wrapper, DurableConfigError, SqlClient.SqlClient | MutationLedger.MutationLedger> =>
   Effect.gen(function*() {
     const settings = yield* Options_.decode(options)
+    yield* redactKeyHeader(settings.header)
     const run = yield* IdempotentRequest.make(settings)
     const wrap = (required: boolean) =>
     <E, R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
