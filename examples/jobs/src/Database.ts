@@ -43,9 +43,8 @@ const Tables = Layer.effectDiscard(Effect.gen(function*() {
 /** The substrate (SqlClient, ledger, outbox, inbox, CAS, keyset pages) and the bank's tables. */
 export const DatabaseLive = Tables.pipe(
   Layer.provideMerge(Durable.layerConfig({ migrate: true })),
-  Layer.provide(DevDatabase.layerDatabaseUrl()),
-  Layer.provide(DevelopmentDefaults)
+  Layer.provide(DevDatabase.layerDatabaseUrl())
 )
 
-/** The same defaults for the service's own settings. */
+/** The environment, with the development defaults under it; provided to the whole service. */
 export const ConfigLive = DevelopmentDefaults
