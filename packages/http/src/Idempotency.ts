@@ -29,6 +29,7 @@ import type * as SqlClient from "@effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as FiberRef from "effect/FiberRef"
+import * as Option from "effect/Option"
 import * as Endpoints from "./internal/endpoints.js"
 import * as Execution from "./internal/execution.js"
 import * as IdempotentRequest from "./internal/idempotentRequest.js"
@@ -157,24 +158,29 @@ export const middleware = <Id extends string, Groups extends HttpApiGroup.HttpAp
       })
   }))
 
-/** Wraps plain route handlers; `required` and `optional` say whether the key must be sent. */
+/** Wraps plain handlers; `required` and `optional` say whether the key must be sent. */
 export interface Wrapper {
   readonly required: <E, R>(
-    handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>
-  ) => Effect.Effect<
-    HttpServerResponse.HttpServerResponse,
-    E,
-    R | Subject | HttpServerRequest.HttpServerRequest | HttpLayerRouter.RouteContext
-  >
+    handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>,
+    options?: WrapOptions
+  ) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, R | Subject | HttpServerRequest.HttpServerRequest>
   readonly optional: Wrapper["required"]
 }
 
+export interface WrapOptions {
+  /**
+   * The route pattern that names the operation (with the method), e.g. `/transfers/:id`.
+   * Default: the pattern of the router route the handler runs in (`RouteContext`); a handler
+   * outside a router (a whole `HttpApp`) must give it.
+   */
+  readonly route?: string
+}
+
 /**
- * For plain route handlers (`HttpRouter.post(path, wrapper.required(handler))`, or
- * `HttpLayerRouter.route`). Execution begins when the handler is called: every response it
- * gives below 500 is stored; validate by failing (`HttpServerRequest.schemaBodyJson`), not by
- * answering 400, to keep a refusal from being stored. The request needs a `Subject` and runs
- * inside a router (the route pattern names the operation).
+ * For plain handlers: `HttpRouter.post(path, wrapper.required(handler))`, `HttpLayerRouter.route`,
+ * or a whole `HttpApp` with `{ route }`. Execution begins when the handler is called: every
+ * response it gives below 500 is stored; validate by failing (`HttpServerRequest.schemaBodyJson`),
+ * not by answering 400, to keep a refusal from being stored. The request needs a `Subject`.
  */
 export const wrapper = (
   options: Options = {}
@@ -183,8 +189,16 @@ export const wrapper = (
     const settings = yield* Options_.decode(options)
     yield* redactKeyHeader(settings.header)
     const run = yield* IdempotentRequest.make(settings)
+    const routeOf = (wrap: WrapOptions) =>
+      wrap.route !== undefined ? Effect.succeed(wrap.route) : Effect.flatMap(
+        Effect.serviceOption(HttpLayerRouter.RouteContext),
+        Option.match({
+          onSome: ({ route }) => Effect.succeed(route.path),
+          onNone: () => Effect.dieMessage("Idempotency.wrapper: a handler outside a router route needs { route }")
+        })
+      )
     const wrap = (required: boolean) =>
-    <E, R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
-      Effect.flatMap(HttpLayerRouter.RouteContext, ({ route }) => run({ required }, route.path, "entry", handler))
+    <E, R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>, wrapOptions: WrapOptions = {}) =>
+      Effect.flatMap(routeOf(wrapOptions), (route) => run({ required }, route, "entry", handler))
     return { required: wrap(true), optional: wrap(false) }
   })
