@@ -28,6 +28,7 @@ export class PaymentsApi extends HttpApi.make("payments").add(
   )
 ) {}
 
+// Your table: payments (id serial PRIMARY KEY, amount int NOT NULL).
 const PaymentsLive = HttpApiBuilder.group(PaymentsApi, "payments", (handlers) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
