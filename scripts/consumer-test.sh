@@ -8,7 +8,7 @@
 # it made on exit.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-PACKAGES=(core embedded pg projector nats testing)
+PACKAGES=(core embedded pg projector nats http testing)
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/effect-durable-consumer-XXXXXX")
 cleanup() {

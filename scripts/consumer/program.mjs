@@ -18,7 +18,7 @@ import assert from "node:assert/strict"
 import { existsSync, readdirSync, readFileSync } from "node:fs"
 import { join } from "node:path"
 
-const PACKAGES = ["core", "embedded", "pg", "projector", "nats", "testing"]
+const PACKAGES = ["core", "embedded", "pg", "projector", "nats", "http", "testing"]
 
 // 1. Every module the exports map offers, and nothing under internal/.
 let modules = 0

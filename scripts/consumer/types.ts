@@ -2,14 +2,20 @@
 // packages' declarations, with skipLibCheck off so every .d.ts they ship is checked too.
 import * as Cursor from "@effect-durable/core/Cursor"
 import * as DevDatabase from "@effect-durable/embedded/DevDatabase"
+import * as Idempotency from "@effect-durable/http/Idempotency"
+import * as Subject from "@effect-durable/http/Subject"
 import * as JetStreamPublisher from "@effect-durable/nats/JetStreamPublisher"
 import * as Durable from "@effect-durable/pg/Durable"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as Projector from "@effect-durable/projector/Projector"
 import * as Publisher from "@effect-durable/projector/Publisher"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
+import * as HttpApi from "@effect/platform/HttpApi"
+import * as HttpApiEndpoint from "@effect/platform/HttpApiEndpoint"
+import * as HttpApiGroup from "@effect/platform/HttpApiGroup"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 
 export const database: Layer.Layer<Durable.Services, unknown> = Durable.layerConfig({ migrate: true }).pipe(
   Layer.provide(DevDatabase.layerDatabaseUrl())
@@ -21,3 +27,7 @@ export const nats = JetStreamPublisher.layer
 export const accepted = MutationLedger.accept({ ok: true })
 export const codec = Cursor.layerConfig
 export const tests = TestDatabase.layerFresh
+class Api extends HttpApi.make("api").add(
+  HttpApiGroup.make("orders").add(HttpApiEndpoint.post("place")`/orders`.pipe(Idempotency.endpoint({ required: true })))
+) {}
+export const idempotency = Idempotency.middleware(Api).combine(Subject.identify(() => Effect.succeed(Option.some("tenant")))).layer

@@ -25,7 +25,8 @@ export const Defaults = {
   poolSize: 10,
   connectTimeout: "10 seconds",
   idleTimeout: "30 seconds",
-  applicationName: "effect-durable"
+  applicationName: "effect-durable",
+  synchronousWorkerCommits: true
 } as const
 
 /** What the substrate's services need to know, as the user writes it. */
@@ -36,6 +37,13 @@ export interface SettingsInput {
   readonly lockTimeout?: Duration.DurationInput
   /** Longest run of one statement inside a substrate transaction. Default: the server's. */
   readonly statementTimeout?: Duration.DurationInput
+  /**
+   * Whether a worker's claims, marks, renewals and give-backs (outside any transaction of
+   * yours) wait for their WAL flush. `false` trades a few duplicate deliveries after a
+   * database crash for less commit latency and I/O; fencing keeps every guarantee (see the
+   * README's Reliability section). Default true.
+   */
+  readonly synchronousWorkerCommits?: boolean
 }
 
 /** Validated settings, as the services use them. */
@@ -45,6 +53,7 @@ export interface Settings {
   readonly quotedSchema: string
   readonly lockTimeout: Duration.Duration
   readonly statementTimeout: Option.Option<Duration.Duration>
+  readonly synchronousWorkerCommits: boolean
   /** `"schema"."table"` for SQL text; the table names are our own constants. */
   readonly table: (name: string) => string
 }
@@ -56,15 +65,23 @@ const Timeout = Input.DurationIn({ max: "1 day" })
 const SettingsSchema = Schema.Struct({
   schema: Schema.optionalWith(Input.MixedCaseIdentifier, { default: () => Defaults.schema }),
   lockTimeout: Schema.optionalWith(Timeout, { default: () => Duration.decode(Defaults.lockTimeout) }),
-  statementTimeout: Schema.optionalWith(Timeout, { as: "Option" })
+  statementTimeout: Schema.optionalWith(Timeout, { as: "Option" }),
+  synchronousWorkerCommits: Schema.optionalWith(Schema.Boolean, { default: () => Defaults.synchronousWorkerCommits })
 })
 const decodeSettings = Input.options(SettingsSchema)
 
 /** Validates settings; the first rule broken is reported with the field it concerns. */
 export const makeSettings = (input: SettingsInput = {}): Effect.Effect<Settings, DurableConfigError> =>
-  Effect.map(decodeSettings(input), ({ lockTimeout, schema, statementTimeout }) => {
+  Effect.map(decodeSettings(input), ({ lockTimeout, schema, statementTimeout, synchronousWorkerCommits }) => {
     const quotedSchema = quote(schema)
-    return { schema, quotedSchema, lockTimeout, statementTimeout, table: (name) => `${quotedSchema}.${quote(name)}` }
+    return {
+      schema,
+      quotedSchema,
+      lockTimeout,
+      statementTimeout,
+      synchronousWorkerCommits,
+      table: (name) => `${quotedSchema}.${quote(name)}`
+    }
   })
 
 export const layerSettings = (input: SettingsInput = {}): Layer.Layer<DurableSettings, DurableConfigError> =>
@@ -125,6 +142,10 @@ export const Variables: Readonly<Record<string, Input.VariableHint>> = {
   DURABLE_SCHEMA: { purpose: "the schema of the substrate's tables", example: "durable" },
   DURABLE_LOCK_TIMEOUT: { purpose: "the longest lock wait inside a substrate transaction", example: "5 seconds" },
   DURABLE_STATEMENT_TIMEOUT: { purpose: "the longest statement inside a substrate transaction", example: "30 seconds" },
+  DURABLE_SYNCHRONOUS_WORKER_COMMITS: {
+    purpose: "whether a worker's claims, marks and renewals wait for their WAL flush (true or false)",
+    example: "true"
+  },
   DURABLE_OUTBOX_MAX_PAYLOAD_BYTES: { purpose: "the largest outbox payload, as canonical JSON bytes", example: "262144" },
   DURABLE_OUTBOX_MAX_ATTEMPTS: { purpose: "failed deliveries before an outbox message is dead", example: "25" },
   CURSOR_KEYS: {
@@ -143,6 +164,7 @@ export const FieldVariables: Readonly<Record<string, string>> = {
   schema: "DURABLE_SCHEMA",
   lockTimeout: "DURABLE_LOCK_TIMEOUT",
   statementTimeout: "DURABLE_STATEMENT_TIMEOUT",
+  synchronousWorkerCommits: "DURABLE_SYNCHRONOUS_WORKER_COMMITS",
   maxPayloadBytes: "DURABLE_OUTBOX_MAX_PAYLOAD_BYTES",
   maxAttempts: "DURABLE_OUTBOX_MAX_ATTEMPTS"
 }
@@ -180,6 +202,10 @@ export const config: Config.Config<{
     statementTimeout: variable(
       Config.string("DURABLE_STATEMENT_TIMEOUT"),
       "longest statement inside a substrate transaction (default: the server's)"
+    ),
+    synchronousWorkerCommits: variable(
+      Config.boolean("DURABLE_SYNCHRONOUS_WORKER_COMMITS"),
+      "whether claims, marks and renewals wait for their WAL flush"
     )
   }).pipe(Config.map(present))
 }) as Config.Config<any>

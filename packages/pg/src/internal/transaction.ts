@@ -40,6 +40,19 @@ export const timeoutSettings = (sql: SqlClient.SqlClient, settings: Timeouts) =>
     : sql`SELECT set_config('lock_timeout', ${lockTimeout}, true), set_config('statement_timeout', ${statementTimeout}, true)`
 }
 
+/**
+ * The settings a worker's one-round-trip statement runs under (claim, mark, renew, give
+ * back): the timeouts, and `synchronous_commit = off` when the settings allow it. Only for
+ * statements outside any caller transaction: a caller's commit is never made asynchronous.
+ */
+export const workerSettings = (sql: SqlClient.SqlClient, settings: Timeouts & Pick<Settings, "synchronousWorkerCommits">) => {
+  const { lockTimeout, statementTimeout } = timeoutValues(settings)
+  const commit = settings.synchronousWorkerCommits ? sql`` : sql`, set_config('synchronous_commit', 'off', true)`
+  return statementTimeout === null
+    ? sql`SELECT set_config('lock_timeout', ${lockTimeout}, true)${commit}`
+    : sql`SELECT set_config('lock_timeout', ${lockTimeout}, true), set_config('statement_timeout', ${statementTimeout}, true)${commit}`
+}
+
 /** The caller's timeouts, to be given back. */
 export interface PreviousTimeouts {
   readonly lock_timeout: string

@@ -22,7 +22,7 @@ import {
   type SettleFailure
 } from "../../LeasedQueue.js"
 import { boundedStatement, TextCache } from "../oneRoundTrip.js"
-import { bounded, timeoutSettings } from "../transaction.js"
+import { bounded, workerSettings } from "../transaction.js"
 import {
   decodeError,
   decodeLease,
@@ -93,7 +93,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
   const boundedOne = <Row>(name: string, statement: Statement.Statement<Row>, cacheKey?: string) =>
     boundedStatement(
       sql,
-      timeoutSettings(sql, settings),
+      workerSettings(sql, settings),
       statement,
       bounded(sql, settings, op(name), statement),
       cacheKey === undefined ? undefined : { cache: claimTexts, key: cacheKey }

@@ -1,0 +1,27 @@
+/**
+ * The projector, a fiber of this process: it claims `transfer-completed` messages from the
+ * outbox after their transaction committed and POSTs each to the notification service's
+ * webhook (signed; `Idempotency-Key` = the message id), retrying with backoff until it
+ * answers 2xx. It starts after the server listens (the receiver is in this process) and stops
+ * before it.
+ */
+import * as Projector from "@effect-durable/projector/Projector"
+import * as Webhook from "@effect-durable/projector/Webhook"
+import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
+import * as HttpServer from "@effect/platform/HttpServer"
+import * as Config from "effect/Config"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import { WEBHOOK_PATH } from "./Notifications.js"
+import { TRANSFER_COMPLETED } from "./Transfers.js"
+
+export const DeliveryLive = Layer.unwrapEffect(
+  Effect.gen(function*() {
+    const address = (yield* HttpServer.HttpServer).address as HttpServer.TcpAddress
+    const secret = yield* Config.redacted("WEBHOOK_SECRET")
+    return Projector.layer({ topics: [TRANSFER_COMPLETED], pollInterval: "1 second" }).pipe(
+      Layer.provide(Webhook.layer({ url: `http://127.0.0.1:${address.port}${WEBHOOK_PATH}`, secret })),
+      Layer.provide(FetchHttpClient.layer)
+    )
+  })
+)

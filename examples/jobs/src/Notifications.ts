@@ -1,0 +1,62 @@
+/**
+ * The notification service, a webhook receiver (in this process for the demo; in real life
+ * another service). The projector POSTs every `transfer-completed` message here through the
+ * webhook publisher: signed, at least once. The receiver checks the signature against the
+ * raw body, then applies the delivery once through the inbox: a redelivery (a projector that
+ * retried after a lost answer, or an operator's replay) finds its receipt and changes nothing.
+ */
+import * as Inbox from "@effect-durable/pg/Inbox"
+import * as Webhook from "@effect-durable/projector/Webhook"
+import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Config from "effect/Config"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
+import { format } from "./Money.js"
+
+export const WEBHOOK_PATH = "/webhooks/transfers"
+
+/** The inbox consumer: receipts are kept per consumer. */
+const CONSUMER = "notifications"
+
+/** What the webhook publisher POSTs. */
+const Delivery = Schema.parseJson(Schema.Struct({
+  id: Schema.String,
+  topic: Schema.Literal("transfer-completed"),
+  payload: Schema.Struct({ transfer: Schema.Number, from: Schema.Number, to: Schema.Number, amount: Schema.Number })
+}))
+
+export const ReceiverLive = HttpLayerRouter.use((router) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const inbox = yield* Inbox.Inbox
+    const secret = yield* Config.redacted("WEBHOOK_SECRET")
+
+    const receive = Effect.gen(function*() {
+      const request = yield* HttpServerRequest.HttpServerRequest
+      const body = yield* request.text
+      if (!Webhook.verify(secret, request.headers[Webhook.SIGNATURE_HEADER] ?? "", body)) {
+        return HttpServerResponse.text("signature does not verify", { status: 401 })
+      }
+      const delivery = yield* Schema.decodeUnknown(Delivery)(body)
+      const { amount, from, to, transfer } = delivery.payload
+      // The receipt and the notifications commit together: a second delivery is a Duplicate.
+      const outcome = yield* inbox.handle(
+        CONSUMER,
+        delivery.id,
+        sql`INSERT INTO notifications (account_id, message_id, text) VALUES
+              (${from}, ${delivery.id}, ${`sent ${format(amount)} to account ${to} (transfer ${transfer})`}),
+              (${to}, ${delivery.id}, ${`received ${format(amount)} from account ${from} (transfer ${transfer})`})`
+      )
+      return HttpServerResponse.unsafeJson({ applied: outcome._tag === "Processed" })
+    }).pipe(
+      Effect.catchTag("ParseError", () => Effect.succeed(HttpServerResponse.text("not a transfer delivery", { status: 400 }))),
+      // Anything else is a 500: the projector retries it later.
+      Effect.orDie
+    )
+
+    yield* router.add("POST", WEBHOOK_PATH, receive)
+  })
+)

@@ -1,0 +1,131 @@
+/**
+ * The admin page of effect-durable as an `HttpRouter` an application mounts under a prefix
+ * of its own server (the same page `effect-durable dashboard` serves): per-topic counts with a
+ * chart of the last minutes, messages filtered by id, topic, ordering key, state, attempts and
+ * values inside payload or headers (the filter lives in the URL), a message in full, dead
+ * letters grouped by topic and error, redrive and discard of one message, a selection or
+ * everything matching (server-side, in committed batches, with progress), pause and resume of
+ * a topic, inbox consumers and their receipts, a ledger lookup, the schema's version and
+ * drift, and health endpoints.
+ *
+ * Security: without `auth` the page trusts whoever reaches it (mount it behind your app's
+ * authentication, and say who the operator is with `operator`); with `auth` it asks for basic
+ * credentials or a bearer token. `readOnly` refuses every write (403). Writes are same-origin
+ * JSON POSTs only (CSRF). Payloads and stored responses are hidden unless `showPayloads`.
+ * Every page query runs under `statementTimeout`. The page loads nothing from elsewhere.
+ *
+ * @since 0.1.0
+ */
+import type { DurableConfigError } from "@effect-durable/core/Errors"
+import * as Input from "@effect-durable/core/Input"
+import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import type * as HttpRouter from "@effect/platform/HttpRouter"
+import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as Config from "effect/Config"
+import * as ConfigError from "effect/ConfigError"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Option from "effect/Option"
+import type * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
+import * as Routes from "./internal/page/routes.js"
+import type { Auth } from "./internal/page/security.js"
+
+export { LOOPBACK_HOSTS } from "./internal/page/security.js"
+export type { Auth } from "./internal/page/security.js"
+
+/** Every default of the page. */
+export const Defaults = {
+  statementTimeout: "5 seconds",
+  batchSize: 500
+} as const
+
+export interface Options {
+  /** Credentials the page asks for (basic and/or bearer). Default: none, for a page behind your app's own auth. */
+  readonly auth?: Auth
+  /** Refuse every write (403): a page for people who may look but not act. Default false. */
+  readonly readOnly?: boolean
+  /** Show message payloads and stored ledger responses. Default false. */
+  readonly showPayloads?: boolean
+  /** Longest run of any query of the page (and of each batch of a bulk action). Default 5 s. */
+  readonly statementTimeout?: Duration.DurationInput
+  /** Rows per batch of a bulk action (1-10,000). Default 500. */
+  readonly batchSize?: number
+  /** Host names the page answers to (any port); default any. Set it for a page without credentials (DNS rebinding). */
+  readonly allowedHosts?: ReadonlyArray<string>
+  /** Who the operator is, from your app's authentication; logged with every action. */
+  readonly operator?: (request: HttpServerRequest.HttpServerRequest) => Effect.Effect<string | undefined>
+  /** The page's path prefix as the browser sees it, when a proxy strips it; default: found from the mount. */
+  readonly basePath?: string
+}
+
+/** The services the page runs on: what `Durable.layer` (or `layerOver`) provides. */
+export type Requirements = Exclude<Routes.Requirements, OutboxSearch.OutboxSearch>
+
+const OptionsSchema = Schema.Struct({
+  statementTimeout: Schema.optionalWith(Input.DurationIn({ max: "10 minutes" }), { default: () => Duration.decode(Defaults.statementTimeout) }),
+  batchSize: Schema.optionalWith(Input.Count(10_000), { default: () => Defaults.batchSize }),
+  basePath: Schema.optional(Schema.String.pipe(Schema.filter((p) => p === "" || /^\/[^?#]*[^/]$/.test(p), {
+    message: () => "a path prefix such as /admin/durable (no trailing slash), or empty"
+  })))
+})
+const decodeOptions = Input.options(OptionsSchema)
+
+/**
+ * The page's router. Mount it: `HttpRouter.mount("/admin/durable", router)`. Bulk actions run
+ * in the scope given here (closing it interrupts them between or during a batch: whole
+ * batches are done, the rest untouched).
+ */
+export const make = (
+  options: Options = {}
+): Effect.Effect<HttpRouter.HttpRouter, DurableConfigError, Requirements | Scope.Scope> =>
+  Effect.gen(function*() {
+    const decoded = yield* decodeOptions({
+      ...(options.statementTimeout === undefined ? {} : { statementTimeout: options.statementTimeout }),
+      ...(options.batchSize === undefined ? {} : { batchSize: options.batchSize }),
+      ...(options.basePath === undefined ? {} : { basePath: options.basePath })
+    })
+    const search = yield* OutboxSearch.make
+    const context = Context.add(yield* Effect.context<Requirements>(), OutboxSearch.OutboxSearch, search)
+    return yield* Routes.make({
+      policy: {
+        auth: options.auth,
+        readOnly: options.readOnly === true,
+        allowedHosts: options.allowedHosts,
+        operator: options.operator
+      },
+      showPayloads: options.showPayloads === true,
+      statementTimeout: decoded.statementTimeout,
+      basePath: decoded.basePath,
+      batchSize: decoded.batchSize
+    }, context)
+  })
+
+/**
+ * The page's security settings from the environment, as `effect-durable dashboard` reads
+ * them: `DURABLE_DASHBOARD_USER` and `DURABLE_DASHBOARD_PASSWORD` (basic),
+ * `DURABLE_DASHBOARD_TOKEN` (bearer), `DURABLE_DASHBOARD_READ_ONLY`.
+ */
+export const config: Config.Config<{ readonly auth: Auth | undefined; readonly readOnly: boolean }> = Config.all({
+  user: Config.option(Config.string("DURABLE_DASHBOARD_USER")),
+  password: Config.option(Config.redacted("DURABLE_DASHBOARD_PASSWORD")),
+  token: Config.option(Config.redacted("DURABLE_DASHBOARD_TOKEN")),
+  readOnly: Config.boolean("DURABLE_DASHBOARD_READ_ONLY").pipe(Config.withDefault(false))
+}).pipe(
+  Config.mapOrFail(({ password, readOnly, token, user }) => {
+    if (Option.isSome(user) !== Option.isSome(password)) {
+      return Either.left(
+        ConfigError.InvalidData(["DURABLE_DASHBOARD_PASSWORD"], "set both DURABLE_DASHBOARD_USER and DURABLE_DASHBOARD_PASSWORD, or neither")
+      )
+    }
+    const basic = Option.isSome(user) && Option.isSome(password) ? { user: user.value, password: password.value } : undefined
+    const bearer: Redacted.Redacted<string> | undefined = Option.getOrUndefined(token)
+    const auth: Auth | undefined = basic === undefined && bearer === undefined
+      ? undefined
+      : { ...(basic === undefined ? {} : { basic }), ...(bearer === undefined ? {} : { bearer }) }
+    return Either.right({ auth, readOnly })
+  })
+)

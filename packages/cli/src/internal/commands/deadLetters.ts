@@ -1,0 +1,212 @@
+/**
+ * `effect-durable dead-letters list|show|redrive|discard`: the messages that could not be
+ * delivered. Filters: `--topic`, `--id` (repeatable), `--older-than` (dead for longer than),
+ * `--error` (an error group); `--consumer` works on the stored inbox's dead entries instead.
+ * Redrive and discard count what matches, ask before acting (unless `--yes`) and act in
+ * bounded batches that each commit, with progress on stderr: Ctrl-C leaves whole batches
+ * done and the rest untouched.
+ */
+import { Args, Command, Options } from "@effect/cli"
+import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
+import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import type * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
+import { confirm, duration, ids, json, positive, yes } from "../arguments.js"
+import { withDatabase } from "../connection.js"
+import { checkFailed, usage } from "../errors.js"
+import * as Output from "../output.js"
+
+const topic = Options.text("topic").pipe(Options.optional, Options.withDescription("Only this outbox topic"))
+const olderThan = duration("older-than").pipe(Options.optional, Options.withDescription("Dead for longer than this (30m, 12h, 7d)"))
+const error = Options.text("error").pipe(
+  Options.optional,
+  Options.withDescription("Only this error group (the last error with digits as #, as the admin page groups them)")
+)
+const consumer = Options.text("consumer").pipe(
+  Options.optional,
+  Options.withDescription("The stored inbox's dead entries of this consumer, instead of the outbox")
+)
+const filters = { topic, ids, olderThan, error, consumer }
+
+interface Filters {
+  readonly topic: Option.Option<string>
+  readonly ids: ReadonlyArray<string>
+  readonly olderThan: Option.Option<Duration.DurationInput>
+  readonly error: Option.Option<string>
+  readonly consumer: Option.Option<string>
+}
+
+/** The outbox filter the flags describe; dead letters only. */
+const outboxFilter = (f: Filters): OutboxSearch.MessageFilter => ({
+  state: "dead",
+  ...(f.ids.length > 0 ? { ids: f.ids } : {}),
+  ...Option.match(f.topic, { onNone: () => ({}), onSome: (topic) => ({ topic }) }),
+  ...Option.match(f.olderThan, { onNone: () => ({}), onSome: (deadFor) => ({ deadFor }) }),
+  ...Option.match(f.error, { onNone: () => ({}), onSome: (error) => ({ error }) })
+})
+
+/** `--consumer` works on the inbox, whose dead entries are listed and acted on by consumer and id only. */
+const inboxOnly = (f: Filters) =>
+  Option.isSome(f.topic) || Option.isSome(f.olderThan) || Option.isSome(f.error)
+    ? usage("--consumer selects the inbox's dead entries, by consumer and --id only (--topic, --older-than and --error are the outbox's)")
+    : Effect.void
+
+const describe = (f: Filters) => {
+  const parts = [
+    ...Option.toArray(Option.map(f.topic, (t) => `topic ${t}`)),
+    ...(f.ids.length > 0 ? [`ids ${f.ids.join(", ")}`] : []),
+    ...Option.toArray(Option.map(f.olderThan, (d) => `dead for more than ${d}`)),
+    ...Option.toArray(Option.map(f.error, (e) => `error "${Output.clip(e, 40)}"`))
+  ]
+  return parts.length === 0 ? "" : ` (${parts.join("; ")})`
+}
+
+const list = Command.make(
+  "list",
+  { ...filters, limit: positive("limit", 50, 1000), before: Options.text("before").pipe(Options.optional), json },
+  (args) =>
+    withDatabase()(Effect.gen(function*() {
+      const page = { limit: args.limit, ...Option.match(args.before, { onNone: () => ({}), onSome: (before) => ({ before }) }) }
+      if (Option.isSome(args.consumer)) {
+        yield* inboxOnly(args)
+        if (args.ids.length > 0) return yield* usage("list --consumer pages by --before; --id is for redrive and discard")
+        const inbox = yield* InboxAdmin.InboxAdmin
+        const result = yield* inbox.deadLetters({ consumer: args.consumer.value, ...page })
+        if (args.json) return yield* Output.json(result)
+        yield* Output.line(result.items.length === 0 ? "no dead inbox entries" : Output.table<(typeof result.items)[number]>([
+          { header: "ID", value: (d) => d.id },
+          { header: "MESSAGE", value: (d) => Output.clip(d.messageId, 40) },
+          { header: "ATTEMPTS", value: (d) => d.attempts },
+          { header: "DEAD AT", value: (d) => d.deadAt.slice(0, 19).replace("T", " ") },
+          { header: "LAST ERROR", value: (d) => Output.clip(d.lastError) }
+        ], result.items))
+        if (result.next !== undefined) yield* Output.note(`more: --before ${result.next}`)
+        return
+      }
+      const search = yield* OutboxSearch.OutboxSearch
+      const result = yield* search.messages(outboxFilter(args), page)
+      if (args.json) return yield* Output.json(result)
+      yield* Output.line(result.items.length === 0 ? `no dead letters${describe(args)}` : Output.table<(typeof result.items)[number]>([
+        { header: "ID", value: (m) => m.id },
+        { header: "TOPIC", value: (m) => m.topic },
+        { header: "ATTEMPTS", value: (m) => m.attempts },
+        { header: "DEAD AT", value: (m) => (m.deadAt ?? "").slice(0, 19).replace("T", " ") },
+        { header: "LAST ERROR", value: (m) => Output.clip(m.lastError) }
+      ], result.items))
+      if (result.next !== undefined) yield* Output.note(`more: --before ${result.next}`)
+    }))
+).pipe(Command.withDescription("List dead letters, newest first"))
+
+const show = Command.make(
+  "show",
+  { id: Args.text({ name: "id" }).pipe(Args.withDescription("The outbox message's id")), json },
+  (args) =>
+    withDatabase()(Effect.gen(function*() {
+      const search = yield* OutboxSearch.OutboxSearch
+      const found = yield* search.message(args.id)
+      if (Option.isNone(found)) return yield* checkFailed(`no outbox message ${args.id}`)
+      const m = found.value
+      if (args.json) return yield* Output.json(m)
+      const field = (name: string, value: string | number | null) => `${`${name}:`.padEnd(16)}${value ?? "-"}`
+      yield* Output.line([
+        field("id", m.id),
+        field("topic", m.topic),
+        field("state", m.state),
+        field("ordering key", m.orderingKey),
+        field("attempts", `${m.attempts} of ${m.maxAttempts} (${m.failures} failed, ${m.leaseExpiries} leases ran out)`),
+        field("created", m.createdAt),
+        field("available", m.availableAt),
+        field("projected", m.projectedAt),
+        field("dead", m.deadAt),
+        field("lease holder", m.claimedBy === null ? null : `${m.claimedBy} (generation ${m.claimGeneration}${m.claimedUntil === null ? "" : `, until ${m.claimedUntil}`})`),
+        field("last error", m.lastError),
+        "headers:",
+        JSON.stringify(m.headers, null, 2),
+        "payload:",
+        JSON.stringify(m.payload, null, 2)
+      ].join("\n"))
+    }))
+).pipe(Command.withDescription("One message in full: payload, headers, attempts, lease holder, last error"))
+
+type Verb = "redrive" | "discard"
+const PAST: Readonly<Record<Verb, string>> = { redrive: "redriven", discard: "discarded" }
+
+const act = (verb: Verb) =>
+  Command.make(
+    verb,
+    {
+      ...filters,
+      all: Options.boolean("all").pipe(Options.withDescription("Every dead letter matching the filters")),
+      batchSize: positive("batch-size", 500, 10_000),
+      yes,
+      json
+    },
+    (args) =>
+      withDatabase()(Effect.gen(function*() {
+        if (args.ids.length === 0 && !args.all) {
+          return yield* usage(`${verb}: name the messages with --id, or pass --all for every dead letter matching the filters`)
+        }
+        let done = 0
+        let total = 0
+        const report = (n: number) =>
+          args.json
+            ? Output.json({ [PAST[verb]]: n })
+            : Output.line(n === 0 ? `nothing to ${verb}` : `${PAST[verb]} ${Output.plural(n, "dead letter")}`)
+        const interrupted = Effect.onInterrupt(() =>
+          Output.note(`${verb}: interrupted after ${Output.count(done)} of ${Output.count(total)}: whole batches are ${PAST[verb]}, the rest untouched; run it again to continue`)
+        )
+
+        if (Option.isSome(args.consumer)) {
+          yield* inboxOnly(args)
+          const inbox = yield* InboxAdmin.InboxAdmin
+          const consumer = args.consumer.value
+          const run = inbox[verb]
+          if (args.ids.length > 0) {
+            total = args.ids.length
+            yield* confirm(args.yes, `${verb} ${Output.plural(total, "inbox entry", "inbox entries")} of ${consumer}?`)
+            return yield* report((yield* run(args.ids)).length)
+          }
+          total = (yield* inbox.stats).find((s) => s.consumer === consumer)?.dead ?? 0
+          if (total === 0) return yield* report(0)
+          yield* confirm(args.yes, `${verb} all ${Output.plural(total, "dead inbox entry", "dead inbox entries")} of ${consumer}?`)
+          // A page of the newest dead entries at a time; bounded by the count confirmed.
+          yield* Effect.gen(function*() {
+            while (done < total) {
+              const page = yield* inbox.deadLetters({ consumer, limit: Math.min(args.batchSize, total - done, 1000) })
+              if (page.items.length === 0) break
+              done += (yield* run(page.items.map((d) => d.id))).length
+              yield* Output.note(`${verb}: ${Output.count(done)}/${Output.count(total)}`)
+            }
+          }).pipe(interrupted)
+          return yield* report(done)
+        }
+
+        const search = yield* OutboxSearch.OutboxSearch
+        const filter = outboxFilter(args)
+        const matching = yield* search.count(filter)
+        total = matching.count
+        if (total === 0) return yield* report(0)
+        yield* confirm(args.yes, `${verb} ${Output.plural(total, "dead letter")}${describe(args)}?`)
+        const stream = verb === "redrive" ? search.redriveMatching : search.discardMatching
+        yield* Stream.runForEach(
+          stream(filter, { batchSize: args.batchSize, ...(matching.maxId === null ? {} : { upTo: matching.maxId }) }),
+          (progress) => {
+            done = progress.total
+            return progress.ids.length === 0 ? Effect.void : Output.note(`${verb}: ${Output.count(done)}/${Output.count(total)}`)
+          }
+        ).pipe(interrupted)
+        yield* report(done)
+      }))
+  ).pipe(Command.withDescription(
+    verb === "redrive"
+      ? "Make dead letters deliverable again with fresh attempts (asks first unless --yes)"
+      : "Delete dead letters (asks first unless --yes)"
+  ))
+
+export const deadLetters = Command.make("dead-letters", {}, () =>
+  usage("dead-letters: name a subcommand: list, show, redrive or discard")).pipe(
+    Command.withDescription("List, show, redrive or discard the messages that could not be delivered"),
+    Command.withSubcommands([list, show, act("redrive"), act("discard")])
+  )

@@ -1,0 +1,64 @@
+/**
+ * `effect-durable explain [--topic T]... [--consumer C] [--limit N] [--json]`: the query plan
+ * of a claim with these options, as the claim function runs it (generic plan), without
+ * claiming anything. Needs a session of its own: behind a transaction pooler, connect direct.
+ */
+import { Command, Options } from "@effect/cli"
+import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
+import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import { json, positive } from "../arguments.js"
+import { withDatabase } from "../connection.js"
+import { usage } from "../errors.js"
+import * as Output from "../output.js"
+
+interface PlanNode {
+  readonly "Node Type"?: string
+  readonly "Relation Name"?: string
+  readonly "Index Name"?: string
+  readonly "Parent Relationship"?: string
+  readonly "Subplan Name"?: string
+  readonly Plans?: ReadonlyArray<PlanNode>
+}
+
+/** The plan as an indented tree: `Limit`, `-> LockRows`, `-> Index Scan using outbox_open_idx on outbox`. */
+export const renderPlan = (plan: unknown): string => {
+  const root = (Array.isArray(plan) ? plan[0] : plan) as { readonly Plan?: PlanNode } | undefined
+  const lines: Array<string> = []
+  const walk = (node: PlanNode, depth: number) => {
+    const using = node["Index Name"] === undefined ? "" : ` using ${node["Index Name"]}`
+    const on = node["Relation Name"] === undefined ? "" : ` on ${node["Relation Name"]}`
+    const sub = node["Subplan Name"] === undefined ? "" : ` (${node["Subplan Name"]})`
+    lines.push(`${"    ".repeat(depth)}${depth === 0 ? "" : "-> "}${node["Node Type"] ?? "?"}${using}${on}${sub}`)
+    for (const child of node.Plans ?? []) walk(child, depth + 1)
+  }
+  if (root?.Plan !== undefined) walk(root.Plan, 0)
+  return lines.join("\n")
+}
+
+export const explain = Command.make(
+  "explain",
+  {
+    topic: Options.text("topic").pipe(Options.repeated, Options.withDescription("A topic the claim takes (repeatable; default all)")),
+    consumer: Options.text("consumer").pipe(Options.optional, Options.withDescription("Explain the stored inbox's claim for this consumer")),
+    limit: positive("limit", 500, 1000),
+    json
+  },
+  (args) =>
+    withDatabase({ poolSize: 1 })(Effect.gen(function*() {
+      const claim = { worker: "effect-durable-explain", limit: args.limit, lease: "30 seconds" as const }
+      let plan: unknown
+      const consumer = args.consumer
+      if (Option.isSome(consumer)) {
+        if (args.topic.length > 0) return yield* usage("explain: --topic is the outbox's, --consumer the inbox's; pass one")
+        plan = yield* Effect.flatMap(InboxAdmin.InboxAdmin, (admin) => admin.explainClaim({ ...claim, consumer: consumer.value }))
+      } else {
+        plan = yield* Effect.flatMap(
+          OutboxAdmin.OutboxAdmin,
+          (admin) => admin.explainClaim({ ...claim, ...(args.topic.length > 0 ? { topics: args.topic } : {}) })
+        )
+      }
+      yield* args.json ? Output.json(plan) : Output.line(renderPlan(plan))
+    }))
+).pipe(Command.withDescription("Show the query plan of a claim (nothing is claimed)"))

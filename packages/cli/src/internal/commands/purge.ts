@@ -1,0 +1,62 @@
+/**
+ * `effect-durable purge outbox|inbox|ledger --older-than 7d [--dry-run]`: deletes projected
+ * messages, processed receipts or ledger records older than the retention (each with the
+ * library's floor), in batches that each commit; progress on stderr. `--dry-run` counts.
+ * Ctrl-C stops between batches (a batch is one statement: never half deleted).
+ */
+import { Args, Command, Options } from "@effect/cli"
+import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
+import * as MutationLedger from "@effect-durable/pg/MutationLedger"
+import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
+import * as Retention from "@effect-durable/pg/Retention"
+import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as Effect from "effect/Effect"
+import { duration, json, positive } from "../arguments.js"
+import { withDatabase } from "../connection.js"
+import * as Output from "../output.js"
+
+const WHAT: Readonly<Record<Retention.Target, { readonly rows: string; readonly one: string }>> = {
+  outbox: { rows: "projected outbox messages", one: "projected outbox message" },
+  inbox: { rows: "processed inbox receipts", one: "processed inbox receipt" },
+  ledger: { rows: "mutation ledger records", one: "mutation ledger record" }
+}
+
+export const purge = Command.make(
+  "purge",
+  {
+    target: Args.choice<Retention.Target>([["outbox", "outbox"], ["inbox", "inbox"], ["ledger", "ledger"]], { name: "target" }),
+    olderThan: duration("older-than").pipe(
+      Options.withDescription("Retention: delete what is older (outbox at least 1m, inbox and ledger at least 1h)")
+    ),
+    batchSize: positive("batch-size", 1000, 10_000),
+    dryRun: Options.boolean("dry-run").pipe(Options.withDescription("Count what would be deleted; delete nothing")),
+    json
+  },
+  (args) =>
+    withDatabase({ poolSize: 1 })(Effect.gen(function*() {
+      const settings = yield* DurableSettings
+      const what = WHAT[args.target]
+      const result = (n: number, key: "wouldDelete" | "deleted") =>
+        args.json
+          ? Output.json({ schema: settings.schema, target: args.target, olderThan: args.olderThan, [key]: n })
+          : Output.line(`${key === "deleted" ? "deleted" : "would delete"} ${Output.plural(n, what.one, what.rows)} older than ${args.olderThan}`)
+      if (args.dryRun) return yield* result(yield* Retention.purgeable(args.target, args.olderThan), "wouldDelete")
+      const options = { olderThan: args.olderThan, batchSize: args.batchSize }
+      const run: Effect.Effect<
+        number,
+        InvalidInput | DatabaseError,
+        OutboxAdmin.OutboxAdmin | InboxAdmin.InboxAdmin | MutationLedger.MutationLedger
+      > = args.target === "outbox"
+        ? Effect.flatMap(OutboxAdmin.OutboxAdmin, (admin) => admin.purge(options))
+        : args.target === "inbox"
+        ? Effect.flatMap(InboxAdmin.InboxAdmin, (admin) => admin.purge(options))
+        : Effect.flatMap(MutationLedger.MutationLedger, (ledger) => ledger.purge(options))
+      const deleted = yield* Output.withProgressLogs(`purge ${args.target}`, run).pipe(
+        Effect.onInterrupt(() =>
+          Output.note(`purge ${args.target}: interrupted; the batches already deleted stay deleted, nothing else changed`)
+        )
+      )
+      yield* result(deleted, "deleted")
+    }))
+).pipe(Command.withDescription("Delete projected outbox messages, processed inbox receipts or ledger records past a retention"))

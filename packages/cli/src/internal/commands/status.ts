@@ -1,0 +1,76 @@
+/**
+ * `effect-durable status [--json] [--watch [--interval 2s]]`: per outbox topic and per inbox
+ * consumer, what is ready, delayed, claimed, dead and done, and how long the oldest ready
+ * message has waited. `--watch` repeats until Ctrl-C (JSON: one line per refresh).
+ */
+import { Command, Options } from "@effect/cli"
+import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
+import * as Migrations from "@effect-durable/pg/Migrations"
+import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
+import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Schedule from "effect/Schedule"
+import { duration, json } from "../arguments.js"
+import { withDatabase } from "../connection.js"
+import * as Output from "../output.js"
+
+/** One reading of the counts, as `--json` prints it. */
+export const snapshot = Effect.gen(function*() {
+  const outbox = yield* OutboxAdmin.OutboxAdmin
+  const inbox = yield* InboxAdmin.InboxAdmin
+  const settings = yield* DurableSettings
+  const [topics, consumers] = yield* Effect.all([outbox.stats, inbox.stats], { concurrency: 2 })
+  return { schema: settings.schema, version: Migrations.latestVersion, at: new Date().toISOString(), topics, consumers }
+})
+
+type Snapshot = Effect.Effect.Success<typeof snapshot>
+
+const render = (s: Snapshot): string => {
+  const topics = s.topics.length === 0
+    ? "no outbox messages"
+    : Output.table<Snapshot["topics"][number]>([
+      { header: "TOPIC", value: (t) => t.topic },
+      { header: "READY", value: (t) => t.ready },
+      { header: "DELAYED", value: (t) => t.delayed },
+      { header: "CLAIMED", value: (t) => t.claimed },
+      { header: "DEAD", value: (t) => t.dead },
+      { header: "PROJECTED", value: (t) => t.projected },
+      { header: "OLDEST READY", value: (t) => Output.age(t.oldestReadySeconds), align: "right" },
+      { header: "", value: (t) => (t.paused ? "paused" : "") }
+    ], s.topics)
+  const consumers = s.consumers.length === 0
+    ? "no inbox receipts"
+    : Output.table<Snapshot["consumers"][number]>([
+      { header: "CONSUMER", value: (c) => c.consumer },
+      { header: "READY", value: (c) => c.ready },
+      { header: "DELAYED", value: (c) => c.delayed },
+      { header: "CLAIMED", value: (c) => c.claimed },
+      { header: "DEAD", value: (c) => c.dead },
+      { header: "PROCESSED", value: (c) => c.processed },
+      { header: "OLDEST READY", value: (c) => Output.age(c.oldestReadySeconds), align: "right" }
+    ], s.consumers)
+  return `schema ${s.schema} (version ${s.version})\n\nOUTBOX\n${topics}\n\nINBOX\n${consumers}`
+}
+
+export const status = Command.make(
+  "status",
+  {
+    json,
+    watch: Options.boolean("watch").pipe(Options.withDescription("Refresh until Ctrl-C")),
+    interval: duration("interval").pipe(Options.withDefault("2 seconds"), Options.withDescription("Time between refreshes with --watch"))
+  },
+  (args) => {
+    const once = Effect.flatMap(snapshot, (s) => {
+      if (args.json) return Output.json(s, { compact: args.watch })
+      if (!args.watch) return Output.line(render(s))
+      // A terminal is redrawn in place; a pipe gets one block per refresh.
+      const clear = process.stdout.isTTY ? "\x1b[2J\x1b[H" : `--- ${s.at}\n`
+      return Output.line(`${clear}${render(s)}`)
+    })
+    const run = args.watch
+      ? Effect.repeat(once, Schedule.spaced(Duration.decode(args.interval as Duration.DurationInput))).pipe(Effect.asVoid)
+      : once
+    return withDatabase()(run)
+  }
+).pipe(Command.withDescription("Counts per outbox topic and inbox consumer; --watch refreshes them"))

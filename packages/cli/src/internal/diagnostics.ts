@@ -1,0 +1,176 @@
+/**
+ * The checks of `effect-durable doctor`, each an Effect that never fails (a check that cannot
+ * run says why, as a warning): the schema's version and drift, whether NOTIFY reaches a
+ * listener, whether a transaction pooler sits between us and PostgreSQL, dead tuples of the
+ * substrate's tables, and the oldest snapshot holding back vacuum.
+ */
+import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as Migrations from "@effect-durable/pg/Migrations"
+import * as PgClient from "@effect/sql-pg/PgClient"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
+import { randomBytes } from "node:crypto"
+import { age, count, plural } from "./output.js"
+
+export interface Check {
+  readonly name: string
+  readonly status: "ok" | "warn" | "fail"
+  readonly detail: string
+}
+
+const ok = (name: string, detail: string): Check => ({ name, status: "ok", detail })
+const warn = (name: string, detail: string): Check => ({ name, status: "warn", detail })
+const fail = (name: string, detail: string): Check => ({ name, status: "fail", detail })
+
+/** A check whose own failure (permissions, a timeout) is reported as a warning. */
+const guarded = <R>(name: string, check: Effect.Effect<Check, unknown, R>): Effect.Effect<Check, never, R> =>
+  Effect.catchAll(check, (error) =>
+    Effect.succeed(warn(name, `could not check: ${(error as { message?: string })?.message ?? String(error)}`)))
+
+const version = guarded(
+  "schema version",
+  Effect.gen(function*() {
+    const settings = yield* DurableSettings
+    const versions = yield* Migrations.appliedVersions
+    const found = versions.length === 0 ? 0 : Math.max(...versions)
+    if (found === Migrations.latestVersion) return ok("schema version", `${settings.schema} is at version ${found}, this release's`)
+    return found < Migrations.latestVersion
+      ? fail("schema version", `${settings.schema} is at version ${found}, this release needs ${Migrations.latestVersion}: run effect-durable migrate`)
+      : fail("schema version", `${settings.schema} is at version ${found}, newer than this release knows (${Migrations.latestVersion})`)
+  })
+)
+
+const drift = guarded(
+  "schema drift",
+  Effect.gen(function*() {
+    const differences = yield* Migrations.verifySchema
+    return differences.length === 0
+      ? ok("schema drift", "none: the tables, indexes, constraints and functions are what the migrations build")
+      : fail(
+        "schema drift",
+        `${plural(differences.length, "difference")}: ${differences.slice(0, 5).map((d) => `${d.kind} ${d.object}`).join(", ")}${
+          differences.length > 5 ? ", ..." : ""
+        } (effect-durable verify lists them)`
+      )
+  })
+)
+
+const listen = guarded(
+  "LISTEN/NOTIFY",
+  Effect.gen(function*() {
+    const client = yield* Effect.serviceOption(PgClient.PgClient)
+    if (Option.isNone(client)) return warn("LISTEN/NOTIFY", "not checked: the SqlClient is not @effect/sql-pg's PgClient")
+    const pg = client.value
+    const sql = yield* SqlClient.SqlClient
+    const channel = `effect_durable_doctor_${randomBytes(6).toString("hex")}`
+    const heard = yield* pg.listen(channel).pipe(Stream.take(1), Stream.runHead, Effect.fork)
+    // The listener registers when the stream starts; notify until it hears one, for 3 seconds.
+    const notify = sql`SELECT pg_notify(${channel}, 'ping')`.pipe(Effect.zipRight(Effect.sleep("200 millis")))
+    const result = yield* Fiber.join(heard).pipe(
+      Effect.raceFirst(Effect.forever(notify).pipe(Effect.as(Option.none()))),
+      Effect.timeout("3 seconds"),
+      Effect.option
+    )
+    yield* Fiber.interrupt(heard)
+    return Option.isSome(result) && Option.isSome(result.value)
+      ? ok("LISTEN/NOTIFY", "a notification arrived: projectors wake at commit")
+      : warn(
+        "LISTEN/NOTIFY",
+        "no notification within 3 s (a transaction pooler in between?): projectors fall back to their poll interval; give them a direct listenUrl"
+      )
+  })
+)
+
+const pooler = guarded(
+  "pooler",
+  Effect.scoped(Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const connection = yield* sql.reserve
+    const pids = new Set<number>()
+    for (let i = 0; i < 6; i++) {
+      const rows = yield* connection.executeUnprepared("SELECT pg_backend_pid() AS pid", [], undefined)
+      pids.add((rows[0] as { pid: number }).pid)
+    }
+    return pids.size === 1
+      ? ok("pooler", "one server session per connection: direct, or a session pooler")
+      : warn(
+        "pooler",
+        `6 statements on one connection ran on ${pids.size} server sessions: a transaction pooler (PgBouncer transaction mode). ` +
+          "The substrate works behind it; LISTEN and explain need a direct URL"
+      )
+  }))
+)
+
+interface TableRow {
+  readonly table: string
+  readonly live: number
+  readonly dead: number
+  readonly bytes: number
+  readonly vacuumed: string | null
+}
+
+const megabytes = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(1)} MB`
+
+const bloat = guarded(
+  "table bloat",
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const settings = yield* DurableSettings
+    const rows = yield* sql<TableRow>`
+      SELECT relname AS table, n_live_tup::float8 AS live, n_dead_tup::float8 AS dead,
+             pg_total_relation_size(relid)::float8 AS bytes,
+             to_char(greatest(last_autovacuum, last_vacuum) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') AS vacuumed
+        FROM pg_stat_user_tables
+       WHERE schemaname = ${settings.schema} AND relname IN ('outbox', 'inbox', 'mutation_records')
+       ORDER BY relname`
+    if (rows.length === 0) return warn("table bloat", `no substrate tables in schema ${settings.schema}`)
+    const ratio = (r: TableRow) => (r.live + r.dead === 0 ? 0 : r.dead / (r.live + r.dead))
+    const bloated = rows.filter((r) => r.dead > 10_000 && ratio(r) > 0.2)
+    const summary = rows.map((r) =>
+      `${r.table} ${megabytes(r.bytes)}, ${count(r.live)} live, ${Math.round(ratio(r) * 100)}% dead tuples (vacuumed ${r.vacuumed ?? "never"})`
+    ).join("; ")
+    return bloated.length === 0
+      ? ok("table bloat", summary)
+      : warn("table bloat", `${bloated.map((r) => r.table).join(", ")}: many dead tuples; is vacuum held back (see below) or autovacuum off? ${summary}`)
+  })
+)
+
+const horizon = guarded(
+  "oldest transaction",
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const [oldest] = yield* sql<{ pid: number; app: string; state: string | null; seconds: number | null }>`
+      SELECT pid, coalesce(application_name, '') AS app, state, extract(epoch FROM now() - xact_start)::float8 AS seconds
+        FROM pg_stat_activity
+       WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+       ORDER BY age(backend_xmin) DESC LIMIT 1`
+    const slots = yield* sql<{ slot: string }>`
+      SELECT slot_name AS slot FROM pg_replication_slots WHERE xmin IS NOT NULL OR catalog_xmin IS NOT NULL`
+    const prepared = yield* sql<{ gid: string; seconds: number }>`
+      SELECT gid, extract(epoch FROM now() - prepared)::float8 AS seconds FROM pg_prepared_xacts ORDER BY prepared LIMIT 1`
+    const notes = [
+      ...slots.map((s) => `replication slot ${s.slot} holds an xmin`),
+      ...prepared.map((p) => `prepared transaction ${p.gid} open for ${age(p.seconds)}`)
+    ]
+    if (oldest === undefined) return notes.length === 0 ? ok("oldest transaction", "no open snapshot holds back vacuum") : warn("oldest transaction", notes.join("; "))
+    const who = `pid ${oldest.pid}${oldest.app === "" ? "" : ` (${oldest.app})`}${oldest.state === null ? "" : `, ${oldest.state}`}`
+    const text = `${who}, open for ${age(oldest.seconds)}`
+    return (oldest.seconds ?? 0) > 300 || notes.length > 0
+      ? warn(
+        "oldest transaction",
+        `${[text, ...notes].join("; ")}: vacuum cannot remove rows deleted since it began (end it: SELECT pg_terminate_backend(${oldest.pid}))`
+      )
+      : ok("oldest transaction", `${text}: vacuum is not held back`)
+  })
+)
+
+/** Every check, in order; drift only when the version is right (it compares against this release). */
+export const runChecks = Effect.gen(function*() {
+  const first = yield* version
+  const driftCheck = first.status === "ok" ? drift : Effect.succeed(warn("schema drift", "not checked: the version is not this release's"))
+  const rest = yield* Effect.all([driftCheck, listen, pooler, bloat, horizon], { concurrency: 2 })
+  return [first, ...rest]
+}).pipe(Effect.timeout("60 seconds"), Effect.orElseSucceed(() => [fail("doctor", "the checks did not finish within 60 s")]))

@@ -1,0 +1,116 @@
+/**
+ * What the command reports when it fails: every expected failure becomes one `CliError`
+ * with an exit code and one readable line, the library's typed errors included (named
+ * after the flag the user typed, not the library's argument). The cause stays attached for
+ * `--verbose`.
+ */
+import { ValidationError } from "@effect/cli"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+
+/** The documented exit codes. */
+export const ExitCode = {
+  ok: 0,
+  /** A check found a problem (verify: drift; doctor: a failing check; show: nothing found). */
+  checkFailed: 1,
+  /** Bad arguments or configuration, or a confirmation refused. */
+  usage: 2,
+  /** No session with the database: refused, unreachable, authentication failed, no such database. */
+  unreachable: 3,
+  /** The schema is not at the version this release needs: run `effect-durable migrate`. */
+  schemaVersion: 4,
+  /** A statement failed (permission denied, a timeout, ...). */
+  databaseError: 5,
+  /** A bug: the stack is printed. */
+  internal: 70,
+  /** Interrupted (Ctrl-C, SIGTERM, or Ctrl-C at a prompt). */
+  interrupted: 130
+} as const
+
+export class CliError extends Data.TaggedError("CliError")<{
+  readonly exitCode: number
+  readonly message: string
+  readonly cause?: unknown
+}> {}
+
+export const usage = (message: string, cause?: unknown) => new CliError({ exitCode: ExitCode.usage, message, cause })
+export const checkFailed = (message: string) => new CliError({ exitCode: ExitCode.checkFailed, message })
+
+export const isCliError = (u: unknown): u is CliError => u instanceof CliError
+
+/** The flag a library argument came from, to name what the user typed. */
+const FLAGS: Readonly<Record<string, string>> = {
+  olderThan: "--older-than",
+  batchSize: "--batch-size",
+  topic: "--topic",
+  topics: "--topic",
+  consumer: "--consumer",
+  role: "<role>",
+  identity: "<subject> <operation> <key>",
+  id: "<id>",
+  ids: "--id",
+  limit: "--limit",
+  by: "--by",
+  schema: "--schema",
+  "filter.ids": "--id",
+  "filter.topic": "--topic",
+  "filter.deadFor": "--older-than",
+  "filter.error": "--error",
+  "options.before": "--before",
+  "options.limit": "--limit",
+  "options.batchSize": "--batch-size"
+}
+
+const flagOf = (argument: string): string => {
+  for (const [name, flag] of Object.entries(FLAGS).sort((a, b) => b[0].length - a[0].length)) {
+    if (argument === name || argument.startsWith(`${name}[`) || argument.startsWith(`${name}.`)) return flag
+  }
+  return argument
+}
+
+const SESSION_CODES = /^(08|28|3D)/
+
+/** The library's typed failures as `CliError`s; anything else passes through unchanged. */
+export const fromLibrary = (error: unknown): unknown => {
+  if (isCliError(error) || ValidationError.isValidationError(error)) return error
+  const tag = (error as { _tag?: unknown } | null)?._tag
+  switch (tag) {
+    case "InvalidInput": {
+      const e = error as { argument: string; rule: string }
+      return usage(`invalid ${flagOf(e.argument)}: ${e.rule}`, error)
+    }
+    case "DurableConfigError": {
+      const e = error as { field: string; rule: string }
+      return usage(`invalid ${e.field}: ${e.rule}`, error)
+    }
+    case "SchemaVersionMismatch": {
+      const e = error as { schema: string; found: number; needed: number }
+      return new CliError({
+        exitCode: ExitCode.schemaVersion,
+        message: e.found < e.needed
+          ? `schema ${e.schema} is at version ${e.found}; this release needs ${e.needed}: run effect-durable migrate`
+          : `schema ${e.schema} is at version ${e.found}, newer than this release knows (${e.needed}): use a newer effect-durable`,
+        cause: error
+      })
+    }
+    case "DatabaseError": {
+      const e = error as { code: string | null; detail: string; operation: string; retryable: boolean }
+      const lost = (e.code !== null && SESSION_CODES.test(e.code)) ||
+        /ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ECONNRESET|timeout exceeded when trying to connect|Connection terminated/i
+          .test(e.detail)
+      return lost
+        ? new CliError({ exitCode: ExitCode.unreachable, message: `cannot reach the database: ${e.detail}`, cause: error })
+        : new CliError({
+          exitCode: ExitCode.databaseError,
+          message: `${e.operation} failed${e.code === null ? "" : ` [${e.code}]`}: ${e.detail}`,
+          cause: error
+        })
+    }
+    default:
+      return error
+  }
+}
+
+/** Maps the library's typed failures of `effect` to `CliError`s. */
+export const mapLibraryErrors = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, CliError | E, R> =>
+  Effect.mapError(effect, (error) => fromLibrary(error) as CliError | E)

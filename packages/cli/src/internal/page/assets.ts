@@ -1,0 +1,205 @@
+/**
+ * The page's only assets, served by the page itself: one stylesheet and one script (no
+ * framework, no external font or CDN: it works with no network). The script refreshes the
+ * overview, asks before every action, posts it as JSON and shows a bulk action's progress.
+ */
+
+export const css = `
+:root { color-scheme: light; --fg: #1f2933; --muted: #616e7c; --line: #d9e2ec; --bg: #f5f7fa; --accent: #2563eb;
+  --danger: #b91c1c; --ok: #047857; --warn: #b45309; }
+* { box-sizing: border-box; }
+body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: var(--fg); background: var(--bg); }
+header { display: flex; align-items: center; gap: 1.5rem; padding: .6rem 1.2rem; background: #102a43; color: #f0f4f8; flex-wrap: wrap; }
+header strong { font-size: 1.05rem; letter-spacing: .02em; }
+header nav a { color: #bcccdc; text-decoration: none; margin-right: 1rem; }
+header nav a.current, header nav a:hover { color: #fff; }
+header .meta { margin-left: auto; color: #9fb3c8; font-size: .85rem; }
+main { padding: 1rem 1.2rem 3rem; max-width: 1280px; }
+h1 { font-size: 1.25rem; margin: .4rem 0 1rem; }
+h2 { font-size: 1.05rem; margin: 1.6rem 0 .6rem; }
+table { border-collapse: collapse; width: 100%; background: #fff; border: 1px solid var(--line); }
+th, td { text-align: left; padding: .35rem .6rem; border-bottom: 1px solid var(--line); vertical-align: top; }
+th { background: #f0f4f8; font-weight: 600; font-size: .8rem; text-transform: uppercase; letter-spacing: .03em; color: var(--muted); }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.acted td { opacity: .55; }
+code, pre { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: .85rem; }
+pre { background: #fff; border: 1px solid var(--line); padding: .6rem; overflow: auto; max-height: 24rem; }
+a { color: var(--accent); }
+.badge { display: inline-block; padding: 0 .45rem; border-radius: .6rem; font-size: .75rem; font-weight: 600; background: #e4e7eb; }
+.badge.dead, .badge.paused { background: #fde2e2; color: var(--danger); }
+.badge.ready { background: #dcfce7; color: var(--ok); }
+.badge.claimed, .badge.delayed { background: #fef3c7; color: var(--warn); }
+.badge.projected { background: #e0e7ff; color: #3730a3; }
+button, .button { font: inherit; padding: .25rem .7rem; border: 1px solid #9fb3c8; border-radius: .3rem; background: #fff; cursor: pointer; color: var(--fg); text-decoration: none; }
+button:hover { background: #f0f4f8; }
+button.danger { border-color: #f5a3a3; color: var(--danger); }
+button.primary { background: var(--accent); border-color: var(--accent); color: #fff; }
+.actions { display: flex; gap: .5rem; flex-wrap: wrap; margin: .6rem 0; align-items: center; }
+form.filter { display: flex; flex-wrap: wrap; gap: .5rem .8rem; align-items: end; background: #fff; border: 1px solid var(--line); padding: .7rem; margin-bottom: .8rem; }
+form.filter label { display: flex; flex-direction: column; font-size: .75rem; color: var(--muted); gap: .15rem; }
+input, select { font: inherit; padding: .25rem .4rem; border: 1px solid #bcccdc; border-radius: .25rem; background: #fff; }
+input.wide { width: 16rem; }
+.cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(340px, 1fr)); gap: .8rem; }
+.card { background: #fff; border: 1px solid var(--line); padding: .6rem .7rem; }
+.card h3 { margin: 0 0 .3rem; font-size: .95rem; display: flex; justify-content: space-between; align-items: center; gap: .5rem; }
+.card .figures { color: var(--muted); font-size: .8rem; margin-bottom: .2rem; }
+.legend { color: var(--muted); font-size: .75rem; }
+.legend i { display: inline-block; width: .8rem; height: .25rem; margin: 0 .25rem .15rem .6rem; vertical-align: middle; }
+.legend i.ready { background: var(--accent); } .legend i.dead { background: var(--danger); }
+.legend i.delivered { background: #9bb7e4; height: .6rem; } .legend i.lag { background: #d97706; }
+svg.chart { display: block; width: 100%; height: auto; }
+svg.chart .delivered { fill: #c3d5f2; } svg.chart .died { fill: var(--danger); }
+svg.chart .ready { fill: none; stroke: var(--accent); stroke-width: 1.6; } svg.chart circle.ready { fill: var(--accent); }
+svg.chart .dead { fill: none; stroke: var(--danger); stroke-width: 1.6; } svg.chart circle.dead { fill: var(--danger); }
+svg.chart .lag { fill: none; stroke: #d97706; stroke-width: 1.4; } svg.chart circle.lag { fill: #d97706; }
+svg.chart .base { stroke: var(--line); }
+svg.chart text.axis { font-size: 9px; fill: var(--muted); }
+.note { color: var(--muted); }
+.banner { background: #fff4e5; border: 1px solid #f5c26b; padding: .5rem .8rem; margin-bottom: 1rem; }
+.error { background: #fde2e2; border: 1px solid #f5a3a3; padding: .6rem .8rem; }
+dl.fields { display: grid; grid-template-columns: 10rem 1fr; gap: .25rem 1rem; background: #fff; border: 1px solid var(--line); padding: .7rem; margin: 0; }
+dl.fields dt { color: var(--muted); } dl.fields dd { margin: 0; word-break: break-word; }
+#status { position: fixed; bottom: 1rem; right: 1rem; max-width: 28rem; padding: .5rem .8rem; background: #102a43; color: #fff; border-radius: .3rem; display: none; }
+#status.shown { display: block; } #status.failed { background: var(--danger); }
+#status progress { width: 100%; }
+.check-ok { color: var(--ok); font-weight: 600; } .check-warn { color: var(--warn); font-weight: 600; } .check-fail { color: var(--danger); font-weight: 600; }
+`
+
+export const js = `"use strict";
+(function () {
+  var body = document.body;
+  var base = body.getAttribute("data-base") || "";
+  var status = document.getElementById("status");
+
+  function say(text, failed, progress) {
+    status.textContent = text;
+    if (progress) {
+      var bar = document.createElement("progress");
+      bar.max = progress.total || 1;
+      bar.value = progress.done;
+      status.appendChild(bar);
+    }
+    status.className = "shown" + (failed ? " failed" : "");
+  }
+
+  function request(method, path, payload) {
+    var init = { method: method, credentials: "same-origin", headers: { accept: "application/json" } };
+    if (payload !== undefined) {
+      init.headers["content-type"] = "application/json";
+      init.body = JSON.stringify(payload);
+    }
+    return fetch(base + path, init).then(function (response) {
+      return response.json().catch(function () { return {}; }).then(function (data) {
+        if (!response.ok) throw new Error(data.error || response.status + " " + response.statusText);
+        return data;
+      });
+    });
+  }
+
+  function number(n) { return Number(n).toLocaleString("en-US"); }
+
+  // The overview refreshes itself until paused (or while the tab is hidden).
+  var live = document.querySelector("[data-refresh]");
+  var paused = false;
+  function refresh() {
+    if (!live) return Promise.resolve();
+    return fetch(live.getAttribute("data-refresh"), { credentials: "same-origin" }).then(function (response) {
+      if (response.ok) return response.text().then(function (text) { live.innerHTML = text; });
+    }).catch(function () {});
+  }
+  if (live) {
+    setInterval(function () { if (!paused && !document.hidden) refresh(); }, Number(live.getAttribute("data-interval") || 5000));
+  }
+
+  function selectedIds() {
+    return Array.prototype.map.call(document.querySelectorAll("input[name=select]:checked"), function (box) { return box.value; });
+  }
+
+  function markRows(ids, state) {
+    ids.forEach(function (id) {
+      var row = document.querySelector("tr[data-row-id='" + id + "']");
+      if (!row) return;
+      row.classList.add("acted");
+      var cell = row.querySelector(".state");
+      if (cell) cell.textContent = state;
+      var box = row.querySelector("input[name=select]");
+      if (box) { box.checked = false; box.disabled = true; }
+    });
+  }
+
+  var PAST = { redrive: "redriven", discard: "discarded" };
+  var AFTER = { redrive: "ready", discard: "discarded" };
+
+  function pollJob(verb, id) {
+    return request("GET", "/api/jobs/" + encodeURIComponent(id)).then(function (job) {
+      if (job.state === "running") {
+        say(verb + ": " + number(job.done) + " / " + number(job.total), false, job);
+        return new Promise(function (resolve) { setTimeout(resolve, 250); }).then(function () { return pollJob(verb, id); });
+      }
+      if (job.state === "failed") throw new Error(verb + " stopped after " + number(job.done) + ": " + job.error);
+      say(PAST[verb] + " " + number(job.done) + " of " + number(job.total) + " (" + job.state + ")", false, job);
+      return job;
+    });
+  }
+
+  function act(button) {
+    var action = button.getAttribute("data-action");
+    var scope = button.getAttribute("data-scope");
+    if (action === "pause" || action === "resume") {
+      var topic = button.getAttribute("data-topic");
+      if (!window.confirm(action[0].toUpperCase() + action.slice(1) + " topic " + topic + "?")) return;
+      return request("POST", "/actions/" + action, { topic: topic }).then(function (result) {
+        say((action === "pause" ? "paused " : "resumed ") + topic + (result.changed ? "" : " (no change)"));
+        return refresh();
+      });
+    }
+    var verb = action.replace("inbox-", "");
+    var path = action.indexOf("inbox-") === 0 ? "/inbox/actions/" + verb : "/actions/" + verb;
+    var consumer = button.getAttribute("data-consumer");
+    if (scope === "matching") {
+      var query = button.getAttribute("data-filter") || "";
+      return request("GET", "/api/count?" + query).then(function (count) {
+        if (count.count === 0) { say("no dead message matches this filter"); return; }
+        if (!window.confirm(verb[0].toUpperCase() + verb.slice(1) + " all " + number(count.count) + " dead messages matching this filter?")) return;
+        return request("POST", path, { filter: query, upTo: count.maxId, expected: count.count }).then(function (started) {
+          say(verb + ": 0 / " + number(count.count), false, { done: 0, total: count.count });
+          return pollJob(verb, started.job);
+        });
+      });
+    }
+    var ids = scope === "one" ? [button.getAttribute("data-id")] : selectedIds();
+    if (ids.length === 0) { say("select messages first"); return; }
+    var what = ids.length === 1 ? "message " + ids[0] : ids.length + " selected messages";
+    if (!window.confirm(verb[0].toUpperCase() + verb.slice(1) + " " + what + "?")) return;
+    var payload = consumer ? { consumer: consumer, ids: ids } : { ids: ids };
+    return request("POST", path, payload).then(function (result) {
+      say(PAST[verb] + " " + number(result.ids.length) + (result.ids.length < ids.length ? " (the others were not dead)" : ""));
+      markRows(result.ids, AFTER[verb]);
+    });
+  }
+
+  document.addEventListener("click", function (event) {
+    var target = event.target;
+    if (target && target.id === "refresh-toggle") {
+      paused = !paused;
+      target.textContent = paused ? "Resume refresh" : "Pause refresh";
+      return;
+    }
+    var button = target && target.closest ? target.closest("button[data-action]") : null;
+    if (!button) return;
+    event.preventDefault();
+    button.disabled = true;
+    Promise.resolve().then(function () { return act(button); }).catch(function (error) {
+      say(error.message, true);
+    }).then(function () { button.disabled = false; });
+  });
+
+  document.addEventListener("change", function (event) {
+    if (event.target && event.target.id === "select-all") {
+      Array.prototype.forEach.call(document.querySelectorAll("input[name=select]:not(:disabled)"), function (box) {
+        box.checked = event.target.checked;
+      });
+    }
+  });
+})();
+`

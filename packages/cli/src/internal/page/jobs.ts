@@ -1,0 +1,81 @@
+/**
+ * Bulk actions of the admin page ("redrive all 40,000 matching"), run on the server: each is
+ * a fiber in the page's scope that applies committed batches and records its progress here,
+ * so the browser only polls. Closing the scope (the server stopping) interrupts them between
+ * or during a batch: what is done is whole batches, the rest untouched.
+ */
+import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import * as Cause from "effect/Cause"
+import * as Effect from "effect/Effect"
+import * as FiberSet from "effect/FiberSet"
+import * as Ref from "effect/Ref"
+import * as Stream from "effect/Stream"
+import { randomBytes } from "node:crypto"
+
+export interface Job {
+  readonly id: string
+  readonly action: string
+  readonly who: string
+  readonly total: number
+  readonly done: number
+  readonly state: "running" | "done" | "failed" | "interrupted"
+  readonly error?: string
+  readonly startedAt: string
+}
+
+const messageOf = (error: unknown) => (error instanceof Error ? error.message : String(error))
+
+/** Jobs kept for polling after they end. */
+const KEEP = 50
+
+export const make = Effect.gen(function*() {
+  const jobs = yield* Ref.make(new Map<string, Job>())
+  const fibers = yield* FiberSet.make()
+  const update = (id: string, change: (job: Job) => Job) =>
+    Ref.update(jobs, (map) => {
+      const job = map.get(id)
+      if (job === undefined) return map
+      const next = new Map(map)
+      next.set(id, change(job))
+      return next
+    })
+
+  const start = <E>(
+    action: string,
+    who: string,
+    total: number,
+    stream: Stream.Stream<OutboxSearch.BulkProgress, E>
+  ) =>
+    Effect.gen(function*() {
+      const id = randomBytes(8).toString("hex")
+      const job: Job = { id, action, who, total, done: 0, state: "running", startedAt: new Date().toISOString() }
+      yield* Ref.update(jobs, (map) => {
+        const next = new Map([...map].slice(-(KEEP - 1)))
+        next.set(id, job)
+        return next
+      })
+      const run = Stream.runForEach(stream, (progress) => update(id, (j) => ({ ...j, done: progress.total }))).pipe(
+        Effect.zipRight(update(id, (j) => ({ ...j, state: "done" }))),
+        Effect.tap(() =>
+          Effect.flatMap(Ref.get(jobs), (map) =>
+            Effect.logInfo(`effect-durable admin: ${action} finished: ${map.get(id)?.done ?? 0} of ${total}`).pipe(
+              Effect.annotateLogs({ who, job: id })
+            ))
+        ),
+        Effect.catchAllCause((cause) =>
+          Effect.zipRight(
+            update(id, (j) => ({ ...j, state: "failed", error: messageOf(Cause.squash(cause)) })),
+            Effect.logWarning(`effect-durable admin: ${action} failed`, cause).pipe(Effect.annotateLogs({ who, job: id }))
+          )
+        ),
+        Effect.onInterrupt(() => update(id, (j) => ({ ...j, state: "interrupted" })))
+      )
+      yield* FiberSet.run(fibers, run)
+      return id
+    })
+
+  const get = (id: string) => Effect.map(Ref.get(jobs), (map) => map.get(id))
+  return { start, get }
+})
+
+export type Jobs = Effect.Effect.Success<typeof make>

@@ -1,0 +1,135 @@
+/**
+ * Who may use the admin page, and how: credentials (HTTP basic or a bearer token, held as
+ * `Redacted`, compared in constant time), an optional Host allow-list (a page without
+ * credentials on loopback refuses other Host names: no DNS rebinding), a read-only switch
+ * (403 on every write), and writes only as same-origin JSON POSTs (`Sec-Fetch-Site`, then
+ * `Origin`, checked: no CSRF). Every response carries a strict Content-Security-Policy.
+ */
+import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import { createHash, timingSafeEqual } from "node:crypto"
+
+export interface Auth {
+  /** HTTP basic: what a browser asks for. */
+  readonly basic?: { readonly user: string; readonly password: Redacted.Redacted<string> }
+  /** `Authorization: Bearer <token>`: for scripts, or a proxy that adds it. */
+  readonly bearer?: Redacted.Redacted<string>
+}
+
+export interface Policy {
+  readonly auth: Auth | undefined
+  readonly readOnly: boolean
+  /** Host names the page answers to (any port); `undefined`: any. */
+  readonly allowedHosts: ReadonlyArray<string> | undefined
+  /** Who is acting, from the host application's own authentication. */
+  readonly operator: ((request: HttpServerRequest.HttpServerRequest) => Effect.Effect<string | undefined>) | undefined
+}
+
+export type Verdict =
+  | { readonly _tag: "Allowed"; readonly who: string }
+  | { readonly _tag: "Denied"; readonly status: number; readonly message: string; readonly challenge?: string }
+
+const denied = (status: number, message: string, challenge?: string): Verdict =>
+  challenge === undefined ? { _tag: "Denied", status, message } : { _tag: "Denied", status, message, challenge }
+
+const digest = (text: string) => createHash("sha256").update(text, "utf8").digest()
+/** Equal in constant time (over digests: the lengths never leak). */
+export const sameSecret = (given: string, expected: string): boolean => timingSafeEqual(digest(given), digest(expected))
+
+const hostName = (host: string): string => {
+  const bracket = /^\[([^\]]+)\](?::\d+)?$/.exec(host)
+  if (bracket !== null) return `[${bracket[1]!.toLowerCase()}]`
+  return host.replace(/:\d+$/, "").toLowerCase()
+}
+
+/** The names a loopback-only page answers to. */
+export const LOOPBACK_HOSTS: ReadonlyArray<string> = ["localhost", "127.0.0.1", "[::1]"]
+
+const authenticate = (auth: Auth, header: string | undefined): string | undefined => {
+  if (header === undefined) return undefined
+  const [scheme, value = ""] = header.split(/\s+/, 2) as [string, string?]
+  if (auth.basic !== undefined && scheme.toLowerCase() === "basic") {
+    const decoded = Buffer.from(value, "base64").toString("utf8")
+    const colon = decoded.indexOf(":")
+    if (colon === -1) return undefined
+    const user = decoded.slice(0, colon)
+    const password = decoded.slice(colon + 1)
+    // Both compared, always: the time does not tell which one was wrong.
+    const userOk = sameSecret(user, auth.basic.user)
+    const passwordOk = sameSecret(password, Redacted.value(auth.basic.password))
+    return userOk && passwordOk ? user : undefined
+  }
+  if (auth.bearer !== undefined && scheme.toLowerCase() === "bearer") {
+    return sameSecret(value, Redacted.value(auth.bearer)) ? "bearer token" : undefined
+  }
+  return undefined
+}
+
+/** Decides whether a request may go on, and who makes it. */
+export const check = (
+  policy: Policy,
+  request: HttpServerRequest.HttpServerRequest,
+  kind: "health" | "read" | "write"
+): Effect.Effect<Verdict> =>
+  Effect.gen(function*() {
+    const headers = request.headers
+    if (policy.allowedHosts !== undefined && kind !== "health") {
+      const host = hostName(headers["host"] ?? "")
+      if (!policy.allowedHosts.includes(host)) {
+        return denied(403, `this page answers to ${policy.allowedHosts.join(", ")} only (Host ${host === "" ? "missing" : host})`)
+      }
+    }
+    if (kind === "health") return { _tag: "Allowed", who: "health check" } as const
+    let who = "anonymous"
+    if (policy.auth !== undefined) {
+      const user = authenticate(policy.auth, headers["authorization"])
+      if (user === undefined) {
+        return denied(
+          401,
+          "authentication required",
+          policy.auth.basic !== undefined ? "Basic realm=\"effect-durable\", charset=\"UTF-8\"" : "Bearer realm=\"effect-durable\""
+        )
+      }
+      who = user
+    }
+    if (policy.operator !== undefined) who = (yield* policy.operator(request)) ?? who
+    if (kind === "write") {
+      if (policy.readOnly) return denied(403, "the admin page is read-only")
+      const site = headers["sec-fetch-site"]
+      if (site !== undefined && site !== "same-origin") return denied(403, `cross-site request refused (Sec-Fetch-Site: ${site})`)
+      const origin = headers["origin"]
+      if (site === undefined && origin !== undefined) {
+        let originHost = ""
+        try {
+          originHost = new URL(origin).host.toLowerCase()
+        } catch {
+          // An opaque origin ("null") is not ours.
+        }
+        if (originHost !== (headers["host"] ?? "").toLowerCase()) return denied(403, "cross-origin request refused (Origin)")
+      }
+      if (!(headers["content-type"] ?? "").toLowerCase().startsWith("application/json")) {
+        return denied(415, "actions are JSON: Content-Type: application/json")
+      }
+    }
+    return { _tag: "Allowed", who } as const
+  })
+
+/** Where a request came from, for the log of operator actions. */
+export const addressOf = (request: HttpServerRequest.HttpServerRequest): string =>
+  Option.getOrElse(request.remoteAddress, () => "unknown")
+
+/** The headers every response of the page carries. */
+export const SECURITY_HEADERS: Readonly<Record<string, string>> = {
+  "content-security-policy":
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+  "x-content-type-options": "nosniff",
+  "x-frame-options": "DENY",
+  // Filter values live in URLs: never send them to another site.
+  "referrer-policy": "no-referrer",
+  "cache-control": "no-store"
+}
+
+export const secured = (response: HttpServerResponse.HttpServerResponse) => HttpServerResponse.setHeaders(response, SECURITY_HEADERS)

@@ -1,0 +1,415 @@
+/**
+ * The admin page's HTML, one function per view, from data the queries read. Every value is
+ * escaped (`html`), payloads and stored responses appear only when the page was configured to
+ * show them, and action buttons appear only on a writable page (the server refuses writes on
+ * a read-only one anyway).
+ */
+import type { ConsumerStats } from "@effect-durable/pg/InboxAdmin"
+import type * as LeasedQueue from "@effect-durable/pg/LeasedQueue"
+import type { SchemaDrift } from "@effect-durable/pg/Migrations"
+import type * as MutationLedger from "@effect-durable/pg/MutationLedger"
+import type { TopicStats } from "@effect-durable/pg/OutboxAdmin"
+import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import type { Check } from "../diagnostics.js"
+import { age, count, plural } from "../output.js"
+import { type Sample, topicChart } from "./chart.js"
+import { toQuery } from "./filters.js"
+import { Html, html, raw } from "./html.js"
+import type { Receipt } from "./queries.js"
+
+export type Section = "overview" | "messages" | "dead" | "inbox" | "ledger" | "schema"
+
+export interface ViewContext {
+  readonly base: string
+  readonly readOnly: boolean
+  readonly showPayloads: boolean
+  readonly who: string
+  readonly version: { readonly schema: string; readonly version: number; readonly latest: number } | undefined
+}
+
+const NAV: ReadonlyArray<readonly [Section, string, string]> = [
+  ["overview", "/", "Overview"],
+  ["messages", "/messages", "Messages"],
+  ["dead", "/dead-letters", "Dead letters"],
+  ["inbox", "/inbox", "Inbox"],
+  ["ledger", "/ledger", "Ledger"],
+  ["schema", "/schema", "Schema"]
+]
+
+const time = (iso: string | null) => (iso === null ? "-" : iso.slice(0, 19).replace("T", " "))
+const num = (n: number) => html`<td class="num">${count(n)}</td>`
+const badge = (state: string) => html`<span class="badge ${state}">${state}</span>`
+const link = (ctx: ViewContext, path: string, query: string, text: Html | string) =>
+  html`<a href="${ctx.base}${path}${query === "" ? "" : `?${query}`}">${text}</a>`
+
+export const layout = (ctx: ViewContext, current: Section, title: string, content: Html): Html => {
+  const v = ctx.version
+  const banner = v !== undefined && v.version !== v.latest
+    ? html`<p class="banner">Schema <code>${v.schema}</code> is at version ${v.version}; this release needs ${v.latest}. ${
+      v.version < v.latest ? "Run effect-durable migrate: until then some views fail." : "A newer release migrated it."
+    }</p>`
+    : ""
+  return html`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="referrer" content="no-referrer">
+<title>${title} · effect-durable</title>
+<link rel="stylesheet" href="${ctx.base}/assets/app.css">
+<script src="${ctx.base}/assets/app.js" defer></script>
+</head>
+<body data-base="${ctx.base}">
+<header>
+<strong>effect-durable</strong>
+<nav>${NAV.map(([section, path, label]) => html`<a href="${ctx.base}${path}"${raw(section === current ? " class=\"current\" aria-current=\"page\"" : "")}>${label}</a>`)}</nav>
+<span class="meta">${v === undefined ? "" : `schema ${v.schema} · version ${v.version}`}${ctx.readOnly ? " · read-only" : ""} · ${ctx.who}</span>
+</header>
+<main>
+${banner}
+${content}
+</main>
+<div id="status" role="status" aria-live="polite"></div>
+</body>
+</html>`
+}
+
+// ---------------------------------------------------------------- overview
+
+export interface OverviewData {
+  readonly topics: ReadonlyArray<TopicStats>
+  readonly consumers: ReadonlyArray<ConsumerStats>
+  readonly histories: ReadonlyMap<string, ReadonlyArray<OutboxSearch.HistoryBucket>>
+  readonly groups: ReadonlyArray<OutboxSearch.DeadLetterGroup>
+}
+
+const topicActions = (ctx: ViewContext, t: TopicStats) =>
+  ctx.readOnly
+    ? ""
+    : t.paused
+    ? html`<button data-action="resume" data-topic="${t.topic}">Resume</button>`
+    : html`<button data-action="pause" data-topic="${t.topic}">Pause</button>`
+
+export const overviewFragment = (ctx: ViewContext, data: OverviewData, samples: ReadonlyMap<string, ReadonlyArray<Sample>>): Html => {
+  const total = (pick: (t: TopicStats) => number) => data.topics.reduce((sum, t) => sum + pick(t), 0)
+  const topics = data.topics.length === 0
+    ? html`<p class="note">No outbox messages yet.</p>`
+    : html`<table id="topics">
+<thead><tr><th>Topic</th><th class="num">Ready</th><th class="num">Delayed</th><th class="num">Claimed</th><th class="num">Dead</th><th class="num">Projected</th><th class="num">Oldest ready</th><th>State</th><th></th></tr></thead>
+<tbody>${
+      data.topics.map((t) =>
+        html`<tr data-topic="${t.topic}">
+<td>${link(ctx, "/messages", toQuery({ topic: t.topic }), t.topic)}</td>${num(t.ready)}${num(t.delayed)}${num(t.claimed)}
+<td class="num">${t.dead === 0 ? "0" : link(ctx, "/dead-letters", toQuery({ topic: t.topic }), count(t.dead))}</td>${num(t.projected)}
+<td class="num">${age(t.oldestReadySeconds)}</td><td class="topic-state">${badge(t.paused ? "paused" : "running")}</td><td>${topicActions(ctx, t)}</td></tr>`
+      )
+    }</tbody></table>`
+  const charts = data.topics.filter((t) => data.histories.has(t.topic)).map((t) =>
+    html`<div class="card"><h3><span>${t.topic}</span>${t.paused ? badge("paused") : ""}</h3>
+<div class="figures">ready ${count(t.ready)} · dead ${count(t.dead)} · oldest ready ${age(t.oldestReadySeconds)}</div>
+${raw(topicChart(t.topic, data.histories.get(t.topic)!, samples.get(t.topic) ?? []))}</div>`
+  )
+  const groups = data.groups.length === 0
+    ? html`<p class="note">No dead letters.</p>`
+    : html`<table><thead><tr><th>Topic</th><th>Error</th><th class="num">Messages</th><th>Last died</th></tr></thead><tbody>${
+      data.groups.map((g) =>
+        html`<tr><td>${g.topic}</td><td>${link(ctx, "/messages", toQuery({ topic: g.topic, state: "dead", error: g.error }), g.example ?? g.error)}</td>${
+          num(g.count)
+        }<td>${time(g.lastDeadAt)}</td></tr>`
+      )
+    }</tbody></table>`
+  return html`<p class="note" id="totals">${plural(data.topics.length, "topic")} · ${count(total((t) => t.ready))} ready · ${
+    count(total((t) => t.claimed))
+  } claimed · ${count(total((t) => t.dead))} dead · ${plural(data.consumers.length, "inbox consumer")}</p>
+${topics}
+<h2>Last 15 minutes</h2>
+<p class="legend"><i class="delivered"></i>delivered per 30 s<i class="ready"></i>ready<i class="dead"></i>dead (as sampled by this page)<i class="lag"></i>longest lag</p>
+<div class="cards">${charts}</div>
+<h2>Dead letters by error</h2>
+${groups}
+<h2>Inbox consumers</h2>
+${consumersTable(ctx, data.consumers)}`
+}
+
+export const overviewPage = (ctx: ViewContext, fragment: Html): Html =>
+  layout(
+    ctx,
+    "overview",
+    "Overview",
+    html`<div class="actions"><h1>Overview</h1><button id="refresh-toggle" type="button">Pause refresh</button></div>
+<section id="live" data-refresh="${ctx.base}/fragments/overview" data-interval="5000">${fragment}</section>`
+  )
+
+const consumersTable = (ctx: ViewContext, consumers: ReadonlyArray<ConsumerStats>) =>
+  consumers.length === 0
+    ? html`<p class="note">No inbox receipts yet.</p>`
+    : html`<table id="consumers"><thead><tr><th>Consumer</th><th class="num">Processed</th><th class="num">Ready</th><th class="num">Delayed</th><th class="num">Claimed</th><th class="num">Dead</th><th class="num">Oldest ready</th></tr></thead><tbody>${
+      consumers.map((c) =>
+        html`<tr><td>${link(ctx, "/inbox", new URLSearchParams({ consumer: c.consumer }).toString(), c.consumer)}</td>${num(c.processed)}${num(c.ready)}${
+          num(c.delayed)
+        }${num(c.claimed)}${num(c.dead)}<td class="num">${age(c.oldestReadySeconds)}</td></tr>`
+      )
+    }</tbody></table>`
+
+// ---------------------------------------------------------------- messages
+
+export interface MessagesData {
+  readonly params: URLSearchParams
+  /** The filter's own query string (no paging): what "all matching" acts on. */
+  readonly filterQuery: string
+  readonly page: OutboxSearch.MessagePage | undefined
+  readonly count: OutboxSearch.MatchCount | undefined
+  readonly error: string | undefined
+}
+
+const STATES = ["", "ready", "delayed", "claimed", "dead", "projected"] as const
+
+const filterForm = (ctx: ViewContext, params: URLSearchParams) => {
+  const value = (key: string) => params.get(key) ?? ""
+  const field = (key: string, label: string, placeholder: string, wide = false) =>
+    html`<label>${label}<input name="${key}" value="${value(key)}" placeholder="${placeholder}"${raw(wide ? " class=\"wide\"" : "")}></label>`
+  return html`<form class="filter" method="get" action="${ctx.base}/messages">
+${field("id", "Ids", "12, 13")}${field("topic", "Topic", "orders")}${field("key", "Ordering key", "")}
+<label>State<select name="state">${
+    STATES.map((s) => html`<option value="${s}"${raw(value("state") === s ? " selected" : "")}>${s === "" ? "any" : s}</option>`)
+  }</select></label>
+${field("attempts", "Attempts ≥", "3")}${field("older", "Older than", "7d")}
+${field("payload", "Payload key=value", "customer.id=42", true)}${field("header", "Header key=value", "tenant=acme")}
+${params.get("error") === null ? "" : html`<input type="hidden" name="error" value="${value("error")}">`}
+<button class="primary" type="submit">Filter</button> <a class="button" href="${ctx.base}/messages">Clear</a>
+</form>`
+}
+
+export const messagesPage = (ctx: ViewContext, data: MessagesData): Html => {
+  const items = data.page?.items ?? []
+  const error = data.params.get("error")
+  const dead = data.count?.count ?? 0
+  const bulk = ctx.readOnly || data.page === undefined
+    ? ""
+    : html`<div class="actions">
+<button data-action="redrive" data-scope="selected">Redrive selected</button>
+<button class="danger" data-action="discard" data-scope="selected">Discard selected</button>
+<span class="note">Everything matching the filter (dead ones only):</span>
+<button data-action="redrive" data-scope="matching" data-filter="${data.filterQuery}">Redrive all matching</button>
+<button class="danger" data-action="discard" data-scope="matching" data-filter="${data.filterQuery}">Discard all matching</button>
+</div>`
+  const next = data.page?.next
+  const pager = next === undefined ? "" : (() => {
+    const params = new URLSearchParams(data.params)
+    params.set("before", next)
+    return html`<p>${link(ctx, "/messages", params.toString(), "Older messages →")}</p>`
+  })()
+  const table = items.length === 0
+    ? html`<p class="note">No message matches.</p>`
+    : html`<table id="messages"><thead><tr>${ctx.readOnly ? "" : html`<th><input type="checkbox" id="select-all" aria-label="select all"></th>`}<th>Id</th><th>Topic</th><th>Ordering key</th><th>State</th><th class="num">Attempts</th><th>Created</th><th>Last error</th></tr></thead><tbody>${
+      items.map((m) =>
+        html`<tr data-row-id="${m.id}">${ctx.readOnly ? "" : html`<td><input type="checkbox" name="select" value="${m.id}" aria-label="select ${m.id}"></td>`}
+<td>${link(ctx, `/messages/${m.id}`, "", m.id)}</td><td>${m.topic}</td><td>${m.orderingKey ?? ""}</td><td class="state">${badge(m.state)}</td>${
+          num(m.attempts)
+        }<td>${time(m.createdAt)}</td><td>${m.lastError ?? ""}</td></tr>`
+      )
+    }</tbody></table>`
+  return layout(
+    ctx,
+    "messages",
+    "Messages",
+    html`<h1>Messages</h1>
+${filterForm(ctx, data.params)}
+${error === null ? "" : html`<p class="note">Error group: <code>${error}</code></p>`}
+${data.error === undefined ? "" : html`<p class="error">${data.error}</p>`}
+${data.count === undefined ? "" : html`<p class="note" id="match-count">${count(data.count.count)} matching</p>`}
+${dead > 0 || items.length > 0 ? bulk : ""}
+${table}
+${pager}`
+  )
+}
+
+export const messagePage = (ctx: ViewContext, m: OutboxSearch.MessageDetail): Html => {
+  const field = (name: string, value: Html | string | number | null) => html`<dt>${name}</dt><dd>${value ?? "-"}</dd>`
+  const actions = ctx.readOnly || m.state !== "dead"
+    ? ""
+    : html`<div class="actions"><button data-action="redrive" data-scope="one" data-id="${m.id}">Redrive</button>
+<button class="danger" data-action="discard" data-scope="one" data-id="${m.id}">Discard</button></div>`
+  return layout(
+    ctx,
+    "messages",
+    `Message ${m.id}`,
+    html`<h1>Message ${m.id} ${badge(m.state)}</h1>
+${actions}
+<dl class="fields">
+${field("Topic", link(ctx, "/messages", toQuery({ topic: m.topic }), m.topic))}
+${field("Ordering key", m.orderingKey)}
+${field("Attempts", `${m.attempts} of ${m.maxAttempts}: ${m.failures} failed, ${m.leaseExpiries} leases ran out`)}
+${field("Lease holder", m.claimedBy === null ? null : `${m.claimedBy}, generation ${m.claimGeneration}${m.claimedUntil === null ? "" : `, until ${time(m.claimedUntil)}`}`)}
+${field("Created", time(m.createdAt))}
+${field("Available", time(m.availableAt))}
+${field("Projected", time(m.projectedAt))}
+${field("Dead", time(m.deadAt))}
+${field("Last error", m.lastError === null ? null : html`<pre>${m.lastError}</pre>`)}
+</dl>
+<p class="note">The outbox keeps the last error of each message (a lease that ran out adds its reason to the delivery error before it).</p>
+<h2>Headers</h2>
+<pre>${JSON.stringify(m.headers, null, 2)}</pre>
+<h2>Payload</h2>
+${
+      ctx.showPayloads
+        ? html`<pre id="payload">${JSON.stringify(m.payload, null, 2)}</pre>`
+        : html`<p class="note" id="payload">Hidden: payloads are shown only when the page is configured to (showPayloads, or --show-payloads).</p>`
+    }`
+  )
+}
+
+// ---------------------------------------------------------------- dead letters
+
+export const deadLettersPage = (ctx: ViewContext, groups: ReadonlyArray<OutboxSearch.DeadLetterGroup>, topic: string | undefined): Html =>
+  layout(
+    ctx,
+    "dead",
+    "Dead letters",
+    html`<h1>Dead letters${topic === undefined ? "" : html` of ${topic}`}</h1>
+<p class="note">Grouped by topic and error (digits folded), so one bad deploy is one row.</p>
+${
+      groups.length === 0 ? html`<p class="note">No dead letters.</p>` : html`<table id="groups"><thead><tr><th>Topic</th><th>Error</th><th class="num">Messages</th><th>First died</th><th>Last died</th><th></th></tr></thead><tbody>${
+        groups.map((g) => {
+          const query = toQuery({ topic: g.topic, state: "dead", error: g.error })
+          return html`<tr><td>${g.topic}</td><td><code>${g.example ?? g.error}</code></td>${num(g.count)}<td>${time(g.firstDeadAt)}</td><td>${
+            time(g.lastDeadAt)
+          }</td>
+<td class="actions">${link(ctx, "/messages", query, "View")}${
+            ctx.readOnly ? "" : html` <button data-action="redrive" data-scope="matching" data-filter="${query}">Redrive</button>
+<button class="danger" data-action="discard" data-scope="matching" data-filter="${query}">Discard</button>`
+          }</td></tr>`
+        })
+      }</tbody></table>`
+    }`
+  )
+
+// ---------------------------------------------------------------- inbox
+
+export interface InboxData {
+  readonly consumers: ReadonlyArray<ConsumerStats>
+  readonly consumer: string | undefined
+  readonly dead: LeasedQueue.DeadLetterPage<{ readonly consumer: string; readonly messageId: string }> | undefined
+  readonly receipts: ReadonlyArray<Receipt> | undefined
+}
+
+export const inboxPage = (ctx: ViewContext, data: InboxData): Html => {
+  const consumer = data.consumer
+  const dead = data.dead === undefined || consumer === undefined ? "" : html`<h2>Dead entries of ${consumer}</h2>${
+    data.dead.items.length === 0 ? html`<p class="note">None.</p>` : html`${
+      ctx.readOnly ? "" : html`<div class="actions"><button data-action="inbox-redrive" data-scope="selected" data-consumer="${consumer}">Redrive selected</button>
+<button class="danger" data-action="inbox-discard" data-scope="selected" data-consumer="${consumer}">Discard selected</button></div>`
+    }<table><thead><tr>${ctx.readOnly ? "" : html`<th><input type="checkbox" id="select-all" aria-label="select all"></th>`}<th>Id</th><th>Message id</th><th class="num">Attempts</th><th>Died</th><th>Last error</th></tr></thead><tbody>${
+      data.dead.items.map((d) =>
+        html`<tr data-row-id="${d.id}">${ctx.readOnly ? "" : html`<td><input type="checkbox" name="select" value="${d.id}"></td>`}<td>${d.id}</td><td><code>${d.messageId}</code></td>${
+          num(d.attempts)
+        }<td class="state">${time(d.deadAt)}</td><td>${d.lastError ?? ""}</td></tr>`
+      )
+    }</tbody></table>`
+  }`
+  const receipts = data.receipts === undefined || consumer === undefined ? "" : html`<h2>Latest receipts of ${consumer}</h2>${
+    data.receipts.length === 0 ? html`<p class="note">None.</p>` : html`<table id="receipts"><thead><tr><th>Id</th><th>Message id</th><th>State</th><th class="num">Attempts</th><th>Received</th><th>Processed</th><th>Last error</th></tr></thead><tbody>${
+      data.receipts.map((r) =>
+        html`<tr><td>${r.id}</td><td><code>${r.messageId}</code></td><td>${badge(r.state)}</td>${num(r.attempts)}<td>${time(r.receivedAt)}</td><td>${
+          time(r.processedAt)
+        }</td><td>${r.lastError ?? ""}</td></tr>`
+      )
+    }</tbody></table>`
+  }`
+  return layout(
+    ctx,
+    "inbox",
+    "Inbox",
+    html`<h1>Inbox</h1>
+<p class="note">A receipt per consumer and message id: a redelivery finds it and runs nothing. Keep receipts longer than the broker can redeliver.</p>
+${consumersTable(ctx, data.consumers)}
+${dead}
+${receipts}`
+  )
+}
+
+// ---------------------------------------------------------------- ledger
+
+export interface LedgerData {
+  readonly identity: MutationLedger.MutationIdentity | undefined
+  readonly record: MutationLedger.StoredMutation | undefined
+  readonly error: string | undefined
+}
+
+const hex = (bytes: Uint8Array) => Buffer.from(bytes).toString("hex")
+
+export const ledgerPage = (ctx: ViewContext, data: LedgerData): Html => {
+  const id = data.identity
+  const input = (key: "subject" | "operation" | "key", label: string) =>
+    html`<label>${label}<input name="${key}" value="${id?.[key] ?? ""}" required></label>`
+  const r = data.record
+  const result = id === undefined || data.error !== undefined
+    ? ""
+    : r === undefined
+    ? html`<p class="note" id="ledger-result">No record for ${id.subject} / ${id.operation} / ${id.key}: a request with this key would run as a first request.</p>`
+    : html`<dl class="fields" id="ledger-result">
+<dt>Status</dt><dd>${badge(r.status === "accepted" ? "ready" : "dead")} ${r.status} (the effect was ${r.status === "accepted" ? "applied" : "not applied"})</dd>
+<dt>Kind</dt><dd>${r.kind}</dd>
+<dt>Recorded</dt><dd>${time(r.recordedAt)}</dd>
+<dt>Fingerprint</dt><dd><code>${hex(r.fingerprint)}</code></dd>
+<dt>Eligibility</dt><dd><code>${r.eligibility.length === 0 ? "(empty)" : hex(r.eligibility)}</code></dd>
+<dt>Response</dt><dd>${
+      ctx.showPayloads
+        ? html`<pre>${r.response === null && r.body.length > 0 ? `${r.body.length} bytes; meta ${JSON.stringify(r.meta)}` : JSON.stringify(r.response, null, 2)}</pre>`
+        : "hidden (stored responses are shown only when payloads are)"
+    }</dd>
+<dt>Conflicts</dt><dd>A retry conflicts (and changes nothing) when its kind, eligibility or fingerprint differ from these; an exact retry replays the response.</dd>
+</dl>`
+  return layout(
+    ctx,
+    "ledger",
+    "Ledger",
+    html`<h1>Mutation ledger</h1>
+<form class="filter" method="get" action="${ctx.base}/ledger">${input("subject", "Subject")}${input("operation", "Operation")}${input("key", "Idempotency key")}
+<button class="primary" type="submit">Look up</button></form>
+${data.error === undefined ? "" : html`<p class="error">${data.error}</p>`}
+${result}`
+  )
+}
+
+// ---------------------------------------------------------------- schema
+
+export interface SchemaData {
+  readonly schema: string
+  readonly version: number
+  readonly latest: number
+  readonly pending: ReadonlyArray<{ readonly version: number; readonly name: string }>
+  readonly drift: ReadonlyArray<SchemaDrift> | undefined
+  readonly checks: ReadonlyArray<Check> | undefined
+}
+
+export const schemaPage = (ctx: ViewContext, data: SchemaData): Html =>
+  layout(
+    ctx,
+    "schema",
+    "Schema",
+    html`<h1>Schema <code>${data.schema}</code></h1>
+<dl class="fields"><dt>Version</dt><dd id="schema-version">${data.version} (this release: ${data.latest})</dd>
+<dt>Pending</dt><dd>${data.pending.length === 0 ? "none" : data.pending.map((p) => `${p.version} ${p.name}`).join("; ")}</dd></dl>
+<h2>Drift</h2>
+${
+      data.drift === undefined
+        ? html`<p>${link(ctx, "/schema", "drift=1", "Compare with the migrations")} <span class="note">(applies them to a scratch schema in a transaction that is rolled back; needs the owner role)</span></p>`
+        : data.drift.length === 0
+        ? html`<p class="check-ok" id="drift">No drift: the schema is what the migrations build.</p>`
+        : html`<table id="drift"><thead><tr><th>Kind</th><th>Object</th><th>Expected</th><th>Actual</th></tr></thead><tbody>${
+          data.drift.map((d) => html`<tr><td>${d.kind}</td><td>${d.object}</td><td><code>${d.expected ?? "-"}</code></td><td><code>${d.actual ?? "-"}</code></td></tr>`)
+        }</tbody></table>`
+    }
+<h2>Checks</h2>
+${
+      data.checks === undefined
+        ? html`<p>${link(ctx, "/schema", "checks=1", "Run the doctor's checks")} <span class="note">(LISTEN/NOTIFY, pooler, table bloat, vacuum's horizon)</span></p>`
+        : html`<table id="checks"><tbody>${
+          data.checks.map((c) => html`<tr><td class="check-${c.status}">${c.status}</td><td>${c.name}</td><td>${c.detail}</td></tr>`)
+        }</tbody></table>`
+    }`
+  )
+
+export const errorPage = (ctx: ViewContext, title: string, message: string): Html =>
+  layout(ctx, "overview", title, html`<h1>${title}</h1><p class="error">${message}</p>`)

@@ -1,0 +1,332 @@
+// The admin page in a real headless Chromium (Debian's `chromium`, driven by playwright-core;
+// nothing downloaded), mounted under prefixes of an application's own server with basic
+// auth: a writable page at /ops/durable and a read-only one at /ro/durable. Every action is
+// checked in the database; pause and resume against a running projector.
+import { describe, expect, it } from "@effect/vitest"
+import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
+import * as Inbox from "@effect-durable/pg/Inbox"
+import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as Projector from "@effect-durable/projector/Projector"
+import * as Publisher from "@effect-durable/projector/Publisher"
+import { eventually } from "@effect-durable/testing/Eventually"
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as HttpRouter from "@effect/platform/HttpRouter"
+import * as HttpServer from "@effect/platform/HttpServer"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
+import * as Ref from "effect/Ref"
+import * as TestServices from "effect/TestServices"
+import { copyFileSync, existsSync, mkdirSync } from "node:fs"
+import { createServer, request as httpRequest } from "node:http"
+import { join } from "node:path"
+import { type Browser as PlaywrightBrowser, chromium, type Page } from "playwright-core"
+import * as AdminPage from "../src/AdminPage.js"
+import { findBrowser } from "./setup/browser.js"
+import { deadLetters, enqueue, freshTopic, PACKAGE, rowsOf, Substrate } from "./support.js"
+
+const browser = findBrowser()
+if (browser.path === undefined) {
+  if (browser.required) throw new Error(`EFFECT_DURABLE_REQUIRE_BROWSER is set but ${browser.reason}`)
+  console.warn(`Browser suite not run: ${browser.reason}`)
+}
+
+const USER = "ops"
+const PASSWORD = "a-password-for-the-tests"
+const auth = { basic: { user: USER, password: Redacted.make(PASSWORD) } }
+const OUTPUT = join(PACKAGE, "build", "test-output")
+const DOCS = join(PACKAGE, "..", "..", "docs")
+
+/** The application's server: the page mounted twice (writable, read-only), on a free port. */
+const Server = Layer.scopedDiscard(Effect.gen(function*() {
+  const writable = yield* AdminPage.make({ auth, showPayloads: true, batchSize: 2 })
+  const readOnly = yield* AdminPage.make({ auth, readOnly: true })
+  yield* HttpServer.serveEffect(
+    HttpRouter.empty.pipe(HttpRouter.mount("/ops/durable", writable), HttpRouter.mount("/ro/durable", readOnly))
+  )
+})).pipe(Layer.provideMerge(NodeHttpServer.layer(() => createServer(), { port: 0, host: "127.0.0.1" })))
+
+class Browser extends Context.Tag("test/Browser")<Browser, PlaywrightBrowser>() {}
+
+const BrowserLive = Layer.scoped(
+  Browser,
+  Effect.acquireRelease(
+    Effect.promise(() =>
+      chromium.launch({
+        executablePath: browser.path!,
+        headless: true,
+        args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+        timeout: 30_000
+      })
+    ),
+    (b) => Effect.promise(() => b.close())
+  )
+)
+
+const Live = Layer.mergeAll(Server, BrowserLive).pipe(Layer.provideMerge(Substrate))
+
+const origin = Effect.map(HttpServer.HttpServer, (server) =>
+  `http://127.0.0.1:${(server.address as HttpServer.TcpAddress).port}`)
+
+/** A page signed in (or not), accepting every confirmation, closed after `use`. */
+const withPage = <A>(use: (page: Page, base: string) => Promise<A>, options: { readonly signedIn?: boolean } = {}) =>
+  Effect.gen(function*() {
+    const b = yield* Browser
+    const base = yield* origin
+    return yield* Effect.promise(async () => {
+      const context = await b.newContext({
+        viewport: { width: 1280, height: 900 },
+        ...(options.signedIn === false ? {} : { httpCredentials: { username: USER, password: PASSWORD } })
+      })
+      try {
+        const page = await context.newPage()
+        page.on("dialog", (dialog) => void dialog.accept())
+        return await use(page, base)
+      } finally {
+        await context.close()
+      }
+    })
+  })
+
+const status = (page: Page, text: string | RegExp) => page.locator("#status").filter({ hasText: text }).waitFor({ timeout: 10_000 })
+
+/** A plain HTTP request (any header, even Host or Sec-Fetch-Site); status and body. */
+const raw = (url: string, init: { method?: string; headers?: Record<string, string>; body?: string }) =>
+  Effect.promise(() =>
+    new Promise<{ status: number; body: string; headers: Record<string, string | string[] | undefined> }>((resolve, reject) => {
+      const req = httpRequest(url, { method: init.method ?? "GET", headers: init.headers ?? {} }, (res) => {
+        let body = ""
+        res.setEncoding("utf8").on("data", (chunk) => (body += chunk)).on("end", () => resolve({ status: res.statusCode ?? 0, body, headers: res.headers }))
+      })
+      req.on("error", reject)
+      req.end(init.body)
+    })
+  )
+const basic = `Basic ${Buffer.from(`${USER}:${PASSWORD}`).toString("base64")}`
+
+/** Seeds what the overview shows: ready, dead and delivered messages, spread over the last minutes. */
+const seedOverview = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const table = sql.literal((yield* DurableSettings).table("outbox"))
+  const worker = yield* OutboxWorker.OutboxWorker
+  for (const [topic, delivered] of [["orders", 240], ["invoices", 90], ["shipments", 40]] as const) {
+    yield* enqueue(topic, delivered, (i) => ({ orderId: 1000 + i, customer: { id: i % 7 } }))
+    const claimed = yield* worker.claim({ worker: "seed", topics: [topic], limit: 1000, lease: "1 minute" })
+    yield* worker.markProjectedMany(claimed.map((m) => m.claim))
+    // Deliveries over the last 14 minutes, with a lag that grows and falls.
+    yield* sql`UPDATE ${table} SET projected_at = now() - make_interval(secs => (id % 28) * 30 + 5),
+                                   available_at = now() - make_interval(secs => (id % 28) * 30 + 5 + (id % 28) % 9 * 0.4)
+                WHERE topic = ${topic}`
+  }
+  yield* deadLetters("orders", 6, (id) => `payment provider timeout after ${id}ms`)
+  yield* deadLetters("shipments", 2, () => "address rejected: postcode missing")
+  yield* enqueue("orders", 37)
+  yield* enqueue("invoices", 12)
+  yield* sql`UPDATE ${table} SET dead_at = now() - make_interval(secs => (id % 20) * 30) WHERE dead_at IS NOT NULL`
+  const inbox = yield* Inbox.Inbox
+  for (const id of ["m-1", "m-2", "m-3"]) yield* inbox.handle("billing", id, Effect.void)
+})
+
+describe.skipIf(browser.path === undefined)("admin page in headless Chromium", () => {
+  it.layer(Live, { timeout: "180 seconds" })((it) => {
+    it.effect("the page loads behind basic auth and shows the seeded stats, a chart per topic, nothing from elsewhere", () =>
+      Effect.gen(function*() {
+        yield* seedOverview
+        const seen = yield* withPage(async (page, base) => {
+          const requests: Array<string> = []
+          page.on("request", (request) => void requests.push(request.url()))
+          const response = await page.goto(`${base}/ops/durable/`)
+          const orders = page.locator("#topics tr[data-topic=orders]")
+          await orders.waitFor()
+          mkdirSync(OUTPUT, { recursive: true })
+          const shot = join(OUTPUT, "admin-page.png")
+          await page.screenshot({ path: shot, fullPage: true })
+          return {
+            status: response?.status(),
+            title: await page.title(),
+            orders: (await orders.locator("td").allInnerTexts()).slice(0, 5),
+            charts: await page.locator("svg.chart").count(),
+            bars: await page.locator("svg.chart rect.delivered").count(),
+            groups: await page.locator("text=payment provider timeout").count(),
+            offsite: requests.filter((url) => !url.startsWith(`${base}/ops/durable/`)),
+            shot
+          }
+        })
+        expect(seen.status).toBe(200)
+        expect(seen.title).toBe("Overview · effect-durable")
+        expect(seen.orders).toEqual(["orders", "37", "0", "0", "6"])
+        expect(seen.charts).toBe(3)
+        expect(seen.bars).toBeGreaterThan(20)
+        expect(seen.groups).toBeGreaterThan(0)
+        expect(seen.offsite).toEqual([])
+        expect(existsSync(seen.shot)).toBe(true)
+        // The README shows it: refreshed when asked, or when docs/ has none yet.
+        if (process.env.EFFECT_DURABLE_UPDATE_DOCS === "1" || !existsSync(join(DOCS, "admin-page.png"))) {
+          mkdirSync(DOCS, { recursive: true })
+          copyFileSync(seen.shot, join(DOCS, "admin-page.png"))
+        }
+      }))
+
+    it.effect("the message filter lives in the URL: a value inside the payload narrows the list", () =>
+      Effect.gen(function*() {
+        const topic = freshTopic("filter")
+        yield* enqueue(topic, 6, (i) => ({ customer: { id: i % 3 } }))
+        const seen = yield* withPage(async (page, base) => {
+          await page.goto(`${base}/ops/durable/messages?topic=${topic}`)
+          await page.locator("input[name=payload]").fill("customer.id=2")
+          await page.getByRole("button", { name: "Filter" }).click()
+          await page.waitForURL(/payload=customer\.id%3D2/)
+          return { url: page.url(), rows: await page.locator("#messages tbody tr").count() }
+        })
+        expect(seen.url).toContain(`topic=${topic}`)
+        expect(seen.rows).toBe(2)
+      }))
+
+    it.effect("redrive of a selected dead letter moves it back to ready (checked in the database)", () =>
+      Effect.gen(function*() {
+        const topic = freshTopic("redrive")
+        const ids = yield* deadLetters(topic, 2)
+        yield* withPage(async (page, base) => {
+          await page.goto(`${base}/ops/durable/messages?topic=${topic}&state=dead`)
+          await page.locator(`tr[data-row-id="${ids[0]}"] input[name=select]`).check()
+          await page.getByRole("button", { name: "Redrive selected" }).click()
+          await status(page, "redriven 1")
+          await page.locator(`tr[data-row-id="${ids[0]}"] .state`).filter({ hasText: "ready" }).waitFor()
+        })
+        expect((yield* rowsOf(topic)).map((r) => [r.id, r.dead, r.attempts])).toEqual([[ids[0], false, 0], [ids[1], true, 1]])
+      }))
+
+    it.effect("discard from a message's page deletes it (checked in the database)", () =>
+      Effect.gen(function*() {
+        const topic = freshTopic("discard")
+        const ids = yield* deadLetters(topic, 2)
+        const payload = yield* withPage(async (page, base) => {
+          await page.goto(`${base}/ops/durable/messages/${ids[1]}`)
+          const shown = await page.locator("#payload").innerText()
+          await page.getByRole("button", { name: "Discard" }).click()
+          await status(page, "discarded 1")
+          return shown
+        })
+        expect(JSON.parse(payload)).toEqual({ n: 1 })
+        expect((yield* rowsOf(topic)).map((r) => r.id)).toEqual([ids[0]])
+      }))
+
+    it.effect("redrive of a whole error group: the count is confirmed, batches run on the server, progress is shown", () =>
+      Effect.gen(function*() {
+        const topic = freshTopic("group")
+        yield* deadLetters(topic, 5, () => "schema mismatch in v2")
+        yield* deadLetters(topic, 1, () => "something else")
+        const confirmed = yield* withPage(async (page, base) => {
+          const questions: Array<string> = []
+          page.on("dialog", (dialog) => void questions.push(dialog.message()))
+          await page.goto(`${base}/ops/durable/dead-letters?topic=${topic}`)
+          await page.locator("#groups tr", { hasText: "schema mismatch in v2" }).getByRole("button", { name: "Redrive" }).click()
+          await status(page, /redriven 5 of 5 \(done\)/)
+          return questions
+        })
+        expect(confirmed).toEqual(["Redrive all 5 dead messages matching this filter?"])
+        const rows = yield* rowsOf(topic)
+        expect(rows.filter((r) => !r.dead)).toHaveLength(5)
+        expect(rows.filter((r) => r.dead)).toHaveLength(1)
+      }))
+
+    it.effect("pause stops a topic's deliveries by a running projector, other topics flow on; resume restarts them", () =>
+      Effect.gen(function*() {
+        const paused = freshTopic("paused")
+        const other = freshTopic("other")
+        const delivered = yield* Ref.make<ReadonlyArray<string>>([])
+        const projector = Projector.layer({ topics: [paused, other], pollInterval: "100 millis" }).pipe(
+          Layer.provide(Publisher.layerHandler((message) => Ref.update(delivered, (ids) => [...ids, message.topic])))
+        )
+        yield* Effect.gen(function*() {
+          const [first] = yield* enqueue(paused, 1)
+          yield* eventually(Ref.get(delivered), (topics) => topics.includes(paused))
+          yield* withPage(async (page, base) => {
+            await page.goto(`${base}/ops/durable/`)
+            await page.locator(`tr[data-topic="${paused}"] button[data-action=pause]`).click()
+            await status(page, `paused ${paused}`)
+            await page.locator(`tr[data-topic="${paused}"] .topic-state`).filter({ hasText: "paused" }).waitFor()
+          })
+          const [held] = yield* enqueue(paused, 1)
+          yield* enqueue(other, 1)
+          yield* eventually(Ref.get(delivered), (topics) => topics.includes(other))
+          yield* TestServices.provideLive(Effect.sleep("700 millis"))
+          expect((yield* Ref.get(delivered)).filter((t) => t === paused)).toHaveLength(1)
+          expect((yield* rowsOf(paused)).map((r) => [r.id, r.projected])).toEqual([[first, true], [held, false]])
+          yield* withPage(async (page, base) => {
+            await page.goto(`${base}/ops/durable/`)
+            await page.locator(`tr[data-topic="${paused}"] button[data-action=resume]`).click()
+            await status(page, `resumed ${paused}`)
+          })
+          yield* eventually(Ref.get(delivered), (topics) => topics.filter((t) => t === paused).length === 2, 10)
+          expect((yield* rowsOf(paused)).every((r) => r.projected)).toBe(true)
+        }).pipe(Effect.provide(projector), Effect.scoped)
+      }))
+
+    it.effect("without credentials the page answers 401 and asks for them", () =>
+      Effect.gen(function*() {
+        // Chromium ends the navigation (no credentials to offer); the response it got says why.
+        const code = yield* withPage(async (page, base) => {
+          const answered = page.waitForResponse(`${base}/ops/durable/`)
+          await page.goto(`${base}/ops/durable/`).catch(() => undefined)
+          return (await answered).status()
+        }, { signedIn: false })
+        expect(code).toBe(401)
+        const base = yield* origin
+        const response = yield* raw(`${base}/ops/durable/actions/pause`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ topic: "orders" })
+        })
+        expect(response.status).toBe(401)
+        expect(response.headers["www-authenticate"]).toBe("Basic realm=\"effect-durable\", charset=\"UTF-8\"")
+      }))
+
+    it.effect("a read-only page shows no action and answers a write with 403, from the browser too", () =>
+      Effect.gen(function*() {
+        const topic = freshTopic("readonly")
+        yield* deadLetters(topic, 1)
+        const seen = yield* withPage(async (page, base) => {
+          await page.goto(`${base}/ro/durable/messages?topic=${topic}`)
+          const buttons = await page.locator("button[data-action]").count()
+          const write = await page.evaluate(async (url) => {
+            const response = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ ids: ["1"] }) })
+            return { status: response.status, body: await response.json() }
+          }, `${base}/ro/durable/actions/discard`)
+          return { buttons, write }
+        })
+        expect(seen.buttons).toBe(0)
+        expect(seen.write).toEqual({ status: 403, body: { error: "the admin page is read-only" } })
+        const base = yield* origin
+        const put = yield* raw(`${base}/ro/durable/messages`, { method: "DELETE", headers: { authorization: basic } })
+        expect(put.status).toBe(403)
+        expect((yield* rowsOf(topic))[0]!.dead).toBe(true)
+      }))
+
+    it.effect("a cross-site write is refused (Sec-Fetch-Site, Origin) even with credentials, and nothing changes", () =>
+      Effect.gen(function*() {
+        const topic = freshTopic("csrf")
+        const [id] = yield* deadLetters(topic, 1)
+        const base = yield* origin
+        const post = (headers: Record<string, string>) =>
+          raw(`${base}/ops/durable/actions/discard`, {
+            method: "POST",
+            headers: { authorization: basic, "content-type": "application/json", ...headers },
+            body: JSON.stringify({ ids: [id] })
+          })
+        expect((yield* post({ "sec-fetch-site": "cross-site" })).status).toBe(403)
+        expect((yield* post({ origin: "http://attacker.example" })).status).toBe(403)
+        expect((yield* raw(`${base}/ops/durable/actions/discard`, {
+          method: "POST",
+          headers: { authorization: basic, "content-type": "text/plain" },
+          body: JSON.stringify({ ids: [id] })
+        })).status).toBe(415)
+        expect((yield* rowsOf(topic))).toHaveLength(1)
+        const consumers = yield* Effect.flatMap(InboxAdmin.InboxAdmin, (admin) => admin.stats)
+        expect(consumers.find((c) => c.consumer === "billing")).toMatchObject({ processed: 3 })
+      }))
+  })
+})

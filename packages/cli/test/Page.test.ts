@@ -1,0 +1,129 @@
+// The admin page's server side, over HTTP without a browser (so it is proven where no
+// Chromium is installed too): the statement timeout bounds every query, a mounted page logs
+// the operator the application names, links follow the mount, readiness follows the schema.
+import { describe, expect, it } from "@effect/vitest"
+import * as Durable from "@effect-durable/pg/Durable"
+import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as HttpRouter from "@effect/platform/HttpRouter"
+import * as HttpServer from "@effect/platform/HttpServer"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import { createServer } from "node:http"
+import * as AdminPage from "../src/AdminPage.js"
+import { deadLetters, freshTopic, Substrate } from "./support.js"
+
+const logged: Array<string> = []
+
+const Server = Layer.scopedDiscard(Effect.gen(function*() {
+  const mounted = yield* AdminPage.make({
+    operator: (request) => Effect.succeed(request.headers["x-test-user"]),
+    statementTimeout: "300 millis"
+  })
+  const proxied = yield* AdminPage.make({ basePath: "/proxy/durable" })
+  // A page over a schema nobody migrated: not ready.
+  const empty = yield* AdminPage.make().pipe(
+    Effect.provide(Durable.layerOver({ settings: { schema: "never_migrated" }, checkSchemaVersion: false }))
+  )
+  yield* HttpServer.serveEffect(HttpRouter.empty.pipe(
+    HttpRouter.mount("/ops/durable", mounted),
+    HttpRouter.mount("/inner", proxied),
+    HttpRouter.mount("/empty", empty)
+  ))
+})).pipe(
+  Layer.provideMerge(NodeHttpServer.layer(() => createServer(), { port: 0, host: "127.0.0.1" })),
+  Layer.provide(Logger.replace(Logger.defaultLogger, Logger.make(({ message }) => void logged.push(String(message)))))
+)
+
+const Live = Server.pipe(Layer.provideMerge(Substrate))
+
+const get = (path: string, init: RequestInit = {}) =>
+  Effect.flatMap(HttpServer.HttpServer, (server) =>
+    Effect.promise(async () => {
+      const response = await fetch(`http://127.0.0.1:${(server.address as HttpServer.TcpAddress).port}${path}`, init)
+      return { status: response.status, body: await response.text() }
+    }))
+
+describe("admin page over HTTP", () => {
+  it.layer(Live, { timeout: "120 seconds" })((it) => {
+    it.effect("every page query runs under the statement timeout: a locked outbox is a 503 with the cause, not a hang", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const table = (yield* DurableSettings).table("outbox")
+        const locked = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
+        const holder = yield* sql.withTransaction(Effect.gen(function*() {
+          yield* sql.unsafe(`LOCK TABLE ${table} IN ACCESS EXCLUSIVE MODE`)
+          yield* Deferred.succeed(locked, undefined)
+          yield* Deferred.await(release)
+        })).pipe(Effect.fork)
+        yield* Deferred.await(locked)
+        const started = Date.now()
+        const page = yield* get("/ops/durable/messages")
+        const api = yield* get("/ops/durable/api/stats")
+        yield* Deferred.succeed(release, undefined)
+        yield* Fiber.join(holder)
+        expect(page.status).toBe(503) // the list shows the failure in place of the table
+        expect(page.body).toContain("canceling statement due to statement timeout")
+        expect(api.status).toBe(503)
+        expect(JSON.parse(api.body).error).toContain("[57014]")
+        expect(Date.now() - started).toBeLessThan(5_000)
+      }))
+
+    it.effect("mounted without credentials, the page logs the operator the application names with each action", () =>
+      Effect.gen(function*() {
+        const topic = freshTopic("operator")
+        const response = yield* get("/ops/durable/actions/pause", {
+          method: "POST",
+          headers: { "content-type": "application/json", "x-test-user": "alice@example.com" },
+          body: JSON.stringify({ topic })
+        })
+        expect(response.status).toBe(200)
+        expect(logged).toContainEqual(expect.stringMatching(new RegExp(`^effect-durable admin: pause topic ${topic} by alice@example.com from `)))
+        const paused = yield* Effect.flatMap(OutboxAdmin.OutboxAdmin, (admin) => admin.paused)
+        expect(paused.find((p) => p.topic === topic)).toMatchObject({ pausedBy: "alice@example.com" })
+        const [id] = yield* deadLetters(freshTopic("operator-dl"), 1)
+        const redriven = yield* get("/ops/durable/actions/redrive", {
+          method: "POST",
+          headers: { "content-type": "application/json", "x-test-user": "bob" },
+          body: JSON.stringify({ ids: [id] })
+        })
+        expect(JSON.parse(redriven.body)).toEqual({ ids: [id] })
+        expect(logged).toContainEqual(`effect-durable admin: redrive of 1 outbox message(s) ${id} by bob from 127.0.0.1`)
+        expect(logged.join("\n")).not.toContain("\"n\"") // ids and counts, never payloads
+      }))
+
+    it.effect("links follow the mount, or the base path a proxy needs", () =>
+      Effect.gen(function*() {
+        const mounted = yield* get("/ops/durable")
+        expect(mounted.body).toContain(`<link rel="stylesheet" href="/ops/durable/assets/app.css">`)
+        expect(mounted.body).toContain(`<a href="/ops/durable/messages">Messages</a>`)
+        const proxied = yield* get("/inner/")
+        expect(proxied.body).toContain(`<a href="/proxy/durable/messages">Messages</a>`)
+        const bad = yield* get("/ops/durable/messages?state=bogus&topic=orders")
+        expect(bad.status).toBe(400)
+        expect(bad.body).toContain("invalid filter.state")
+        expect(bad.body).toContain(`value="orders"`) // the form keeps the filter, to fix it
+        const missing = yield* get("/ops/durable/nowhere")
+        expect(missing.status).toBe(404)
+        const put = yield* get("/ops/durable/messages", { method: "PUT" })
+        expect(put.status).toBe(405)
+      }))
+
+    it.effect("health: live always, ready only when the database answers and the schema is this release's", () =>
+      Effect.gen(function*() {
+        expect(yield* get("/ops/durable/health/live")).toEqual({ status: 200, body: "{\"status\":\"live\"}" })
+        expect(JSON.parse((yield* get("/ops/durable/health/ready")).body)).toMatchObject({ status: "ready" })
+        const behind = yield* get("/empty/health/ready")
+        expect(behind.status).toBe(503)
+        expect(JSON.parse(behind.body)).toEqual({ status: "unavailable", reason: expect.stringMatching(/^schema at version 0, this release needs \d+$/) })
+        const banner = yield* get("/empty/")
+        expect(banner.body).toContain("Run effect-durable migrate")
+      }))
+  })
+})

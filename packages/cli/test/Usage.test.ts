@@ -1,0 +1,95 @@
+// The command line itself, no database needed: usage errors exit 2 with the usage, a
+// database that cannot be reached exits 3 in one line, and neither ever prints a secret.
+import { describe, expect, it } from "@effect/vitest"
+import { runCli } from "./support.js"
+
+const USAGE = "Usage: effect-durable"
+
+describe("effect-durable usage", () => {
+  it("--help and --version print on stdout and exit 0", async () => {
+    const help = await runCli(["--help"])
+    expect(help.code).toBe(0)
+    for (const command of ["migrate", "verify", "status", "dead-letters", "purge", "explain", "grant", "ledger", "pause", "resume", "doctor", "dashboard"]) {
+      expect(help.stdout).toContain(command)
+    }
+    expect(help.stdout).not.toMatch(/\x1b\[/) // no colour in a pipe
+    const version = await runCli(["--version"])
+    expect(version).toMatchObject({ code: 0, stderr: "" })
+    expect(version.stdout.trim()).toMatch(/^\d+\.\d+\.\d+$/)
+    const sub = await runCli(["dead-letters", "redrive", "--help"])
+    expect(sub.code).toBe(0)
+    expect(sub.stdout).toContain("--yes")
+  })
+
+  it("a bad command, flag, value or a missing argument exits 2 with what is wrong and the usage", async () => {
+    const cases: ReadonlyArray<readonly [ReadonlyArray<string>, string]> = [
+      [["statu"], "Invalid subcommand"],
+      [["migrate", "--dry-rn"], "--dry-rn"],
+      [["ledger", "show", "a", "b"], "Missing argument <key>"],
+      [["dead-letters", "redrive", "--id", "x"], "--id expects a message id"],
+      [["purge", "outbox"], "--older-than"],
+      [["purge", "queue", "--older-than", "7d"], "outbox"],
+      [["dead-letters", "list", "--older-than", "soon"], "--older-than expects a duration"],
+      [["status", "--interval", "fast"], "--interval expects a duration"]
+    ]
+    const results = await Promise.all(cases.map(([args]) => runCli(args)))
+    for (const [[args, message], result] of cases.map((c, i) => [c, results[i]!] as const)) {
+      expect(result.code, args.join(" ")).toBe(2)
+      expect(result.stdout, args.join(" ")).toBe("")
+      expect(result.stderr, args.join(" ")).toContain(message)
+      expect(result.stderr, args.join(" ")).toContain(USAGE)
+    }
+  })
+
+  it("a command group or the root without a subcommand exits 2 naming the choices", async () => {
+    const root = await runCli([])
+    expect(root.code).toBe(2)
+    expect(root.stderr).toContain("name a command")
+    const group = await runCli(["dead-letters"])
+    expect(group.code).toBe(2)
+    expect(group.stderr).toContain("list, show, redrive or discard")
+  })
+
+  it("without a database URL a command exits 2 saying how to give one", async () => {
+    const result = await runCli(["status"])
+    expect(result).toMatchObject({ code: 2, stdout: "" })
+    expect(result.stderr.trim()).toBe("effect-durable: no database: pass --database-url <url> or set DATABASE_URL")
+    const empty = await runCli(["status"], { env: { DATABASE_URL: "" } })
+    expect(empty.code).toBe(2)
+    const bad = await runCli(["status"], { env: { DATABASE_URL: "mysql://nope" } })
+    expect(bad.code).toBe(2)
+    expect(bad.stderr).toContain("invalid DATABASE_URL")
+  })
+
+  it("an unreachable database exits 3 in one line and never prints the password, even with --verbose", async () => {
+    const url = "postgres://operator:s3cret-Pa55word@127.0.0.1:1/app"
+    const [result, fromEnv, verbose] = await Promise.all([
+      runCli(["--database-url", url, "status"]),
+      runCli(["status", "--json"], { env: { DATABASE_URL: url } }),
+      runCli(["--verbose", "--database-url", url, "doctor"])
+    ])
+    expect(result).toMatchObject({ code: 3, stdout: "" })
+    const lines = result.stderr.trim().split("\n")
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toMatch(/^effect-durable: cannot reach the database: .*ECONNREFUSED/)
+    expect(fromEnv.code).toBe(3)
+    expect(verbose.code).toBe(3)
+    expect(verbose.stderr).toContain("cause:")
+    for (const output of [result, fromEnv, verbose]) {
+      expect(output.stdout + output.stderr).not.toContain("s3cret-Pa55word")
+      expect(output.stderr).not.toMatch(/\n\s+at /) // no stack trace
+    }
+  })
+
+  it("a bad library variable is named, with what it is for", async () => {
+    const result = await runCli(["status"], { env: { DATABASE_URL: "postgres://u:p@127.0.0.1:1/db", DURABLE_POOL_SIZE: "lots" } })
+    expect(result.code).toBe(2)
+    expect(result.stderr).toContain("DURABLE_POOL_SIZE")
+  })
+
+  it("--wizard without a terminal is refused instead of waiting forever", async () => {
+    const result = await runCli(["--wizard"])
+    expect(result.code).toBe(2)
+    expect(result.stderr).toContain("--wizard needs a terminal")
+  })
+})

@@ -1,0 +1,113 @@
+/**
+ * The middleware's options, decoded once when it is built: a bad one is a
+ * `DurableConfigError` naming it. Header names are matched in lower case, as Node gives them.
+ */
+import { DurableConfigError } from "@effect-durable/core/Errors"
+import * as Input from "@effect-durable/core/Input"
+import * as Either from "effect/Either"
+import * as Schema from "effect/Schema"
+import type { Options } from "../Idempotency.js"
+import type { Bounds } from "../IdempotencyKey.js"
+import { DEFAULT_TYPE_BASE } from "../Problem.js"
+
+/** Every default of the middleware, read by the options schema and the README. */
+export const Defaults = {
+  header: "Idempotency-Key",
+  minKeyLength: 1,
+  maxKeyLength: 255,
+  methods: ["POST", "PATCH"],
+  maxRequestBytes: 1024 * 1024,
+  maxResponseBytes: 1024 * 1024,
+  storedHeaders: ["content-type", "content-language", "location", "etag", "last-modified"],
+  replayHeader: "Idempotent-Replayed",
+  inFlight: "conflict",
+  retryAfterSeconds: 1,
+  problemTypeBase: DEFAULT_TYPE_BASE
+} as const
+
+/** The ledger stores at most 4 MiB per record. */
+const MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+
+/** Headers that belong to one response, or to the connection, and are never stored or replayed. */
+export const NEVER_STORED: ReadonlySet<string> = new Set([
+  "set-cookie",
+  "set-cookie2",
+  "date",
+  "connection",
+  "keep-alive",
+  "transfer-encoding",
+  "content-length",
+  "trailer",
+  "upgrade"
+])
+
+const HeaderName = Schema.String.pipe(
+  Schema.filter((name) => /^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}$/.test(name), {
+    message: () => "an HTTP header name (token characters, at most 64)"
+  })
+)
+const StoredHeader = HeaderName.pipe(
+  Schema.filter((name) => !NEVER_STORED.has(name.toLowerCase()), {
+    message: () => "not Set-Cookie, Date, Content-Length or a connection header: those are never replayed"
+  })
+)
+
+const OptionsSchema = Schema.Struct({
+  header: Schema.optionalWith(HeaderName, { default: () => Defaults.header }),
+  minKeyLength: Schema.optionalWith(Input.Count(255), { default: () => Defaults.minKeyLength }),
+  maxKeyLength: Schema.optionalWith(Input.Count(255), { default: () => Defaults.maxKeyLength }),
+  methods: Schema.optionalWith(Schema.Array(Schema.Literal("POST", "PATCH", "PUT", "DELETE")).pipe(Schema.minItems(1)), {
+    default: () => Defaults.methods
+  }),
+  maxRequestBytes: Schema.optionalWith(Input.Count(64 * 1024 * 1024, 0), { default: () => Defaults.maxRequestBytes }),
+  maxResponseBytes: Schema.optionalWith(Input.Count(MAX_RESPONSE_BYTES, 0), { default: () => Defaults.maxResponseBytes }),
+  storedHeaders: Schema.optionalWith(Schema.Array(StoredHeader), { default: () => Defaults.storedHeaders }),
+  replayHeader: Schema.optionalWith(HeaderName, { default: () => Defaults.replayHeader }),
+  inFlight: Schema.optionalWith(Schema.Literal("conflict", "wait"), { default: () => Defaults.inFlight }),
+  retryAfterSeconds: Schema.optionalWith(Input.Count(3600, 0), { default: () => Defaults.retryAfterSeconds }),
+  problemTypeBase: Schema.optionalWith(Input.Text(512), { default: () => Defaults.problemTypeBase })
+})
+
+export interface Settings {
+  /** The key's header, lower case (as Node gives it). */
+  readonly header: string
+  /** The key's header as configured, for messages and documentation. */
+  readonly headerName: string
+  readonly bounds: Bounds
+  readonly methods: ReadonlySet<string>
+  readonly maxRequestBytes: number
+  readonly maxResponseBytes: number
+  /** Lower case, without the never-stored ones. */
+  readonly storedHeaders: ReadonlyArray<string>
+  /** Lower case. */
+  readonly replayHeader: string
+  readonly inFlight: "conflict" | "wait"
+  readonly retryAfterSeconds: number
+  readonly problemTypeBase: string
+}
+
+const decodeSchema = Input.options(OptionsSchema, "idempotency")
+
+export const decode = (options: Options): Either.Either<Settings, DurableConfigError> =>
+  Either.flatMap(decodeSchema(options), (decoded) => {
+    if (decoded.minKeyLength > decoded.maxKeyLength) {
+      return Either.left(
+        new DurableConfigError({ field: "idempotency.minKeyLength", rule: "at most maxKeyLength" })
+      )
+    }
+    return Either.right({
+      header: decoded.header.toLowerCase(),
+      headerName: decoded.header,
+      bounds: { minLength: decoded.minKeyLength, maxLength: decoded.maxKeyLength },
+      methods: new Set(decoded.methods),
+      maxRequestBytes: decoded.maxRequestBytes,
+      maxResponseBytes: decoded.maxResponseBytes,
+      storedHeaders: [...new Set(decoded.storedHeaders.map((name) => name.toLowerCase()))].filter((name) =>
+        name !== decoded.replayHeader.toLowerCase()
+      ),
+      replayHeader: decoded.replayHeader.toLowerCase(),
+      inFlight: decoded.inFlight,
+      retryAfterSeconds: decoded.retryAfterSeconds,
+      problemTypeBase: decoded.problemTypeBase
+    })
+  })

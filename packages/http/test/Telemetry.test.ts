@@ -1,0 +1,39 @@
+// Keys and bodies are request data: they never reach span attributes, span events or log
+// lines — neither the middleware's nor the platform's own server span, which records request
+// headers unless their names are redacted (the middleware redacts its key header).
+import { describe, expect, it } from "@effect/vitest"
+import * as Telemetry from "@effect-durable/testing/Telemetry"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import { freshAccount, send, server } from "./support.js"
+
+describe("telemetry", () => {
+  it.effect("no key, body or subject reaches a span or a log line, whatever the outcome", () =>
+    Effect.gen(function*() {
+      const telemetry = Telemetry.make()
+      const KEY = "canary-key-5d1e"
+      const NOTE = "canary-body-8f2a"
+      const USER = "canary-user-c3b9"
+      yield* telemetry.observed(Effect.scoped(Effect.gen(function*() {
+        const context = yield* Layer.build(server())
+        const account = freshAccount()
+        const call = (body: string, key: string) =>
+          Effect.provide(send(`/v1/accounts/${account}/notes`, { body, key, user: USER, headers: { "content-type": "text/plain" } }), context)
+        expect((yield* call(NOTE, KEY)).status).toBe(200)
+        expect((yield* call(NOTE, KEY)).headers["idempotent-replayed"]).toBe("true")
+        expect((yield* call(`${NOTE}-changed`, KEY)).status).toBe(422)
+        expect((yield* call(NOTE, `"${KEY}";p=1`)).status).toBe(400)
+        const unmarked = yield* Effect.provide(send(`/v1/accounts/${account}/unmarked`, { key: KEY, user: USER }), context)
+        expect(unmarked.status).toBe(201)
+        const plain = yield* Effect.provide(send(`/plain/${account}`, { body: NOTE, key: KEY, user: USER }), context)
+        expect(plain.status).toBe(200)
+      })))
+      const names = telemetry.spans.map((span) => span.name)
+      expect(names).toContain("idempotency.request")
+      expect(names).toContain("MutationLedger.begin")
+      expect(names.some((name) => name.startsWith("http.server"))).toBe(true)
+      expect(telemetry.logs.some((line) => line.includes("without Idempotency.executing"))).toBe(true)
+      const everything = telemetry.everything()
+      for (const canary of [KEY, NOTE, USER]) expect(everything).not.toContain(canary)
+    }), 120_000)
+})

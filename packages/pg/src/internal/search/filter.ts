@@ -1,0 +1,85 @@
+/**
+ * The outbox's operator filter, decoded once and turned into one parameterized SQL predicate:
+ * every value is a parameter, every column our own constant. The same predicate serves the
+ * message list, the count shown before a bulk action and the bulk action itself, so what an
+ * operator confirms is what the action touches.
+ */
+import * as Input from "@effect-durable/core/Input"
+import type * as SqlClient from "@effect/sql/SqlClient"
+import type * as Statement from "@effect/sql/Statement"
+import * as Duration from "effect/Duration"
+import * as Schema from "effect/Schema"
+import { MAX_BATCH, MessageId } from "../queue/spec.js"
+
+/** A message's state, as the counts of `OutboxAdmin.stats` define them. */
+export const MessageState = Schema.Literal("ready", "delayed", "claimed", "dead", "projected")
+export type MessageState = typeof MessageState.Type
+
+const JsonMatch = Schema.Struct({
+  path: Schema.Array(Input.Text(128)).pipe(Schema.minItems(1), Schema.maxItems(16)),
+  value: Input.OptionalText(1024)
+})
+
+const Age = Input.DurationIn({ min: 0, max: "520 weeks" })
+
+export const FilterSchema = Schema.Struct({
+  ids: Schema.optional(Schema.Array(MessageId).pipe(Schema.maxItems(MAX_BATCH))),
+  topic: Schema.optional(Input.Text(128)),
+  orderingKey: Schema.optional(Input.Text(256)),
+  state: Schema.optional(MessageState),
+  minAttempts: Schema.optional(Input.Count(1_000_000, 0)),
+  olderThan: Schema.optional(Age),
+  deadFor: Schema.optional(Age),
+  error: Schema.optional(Input.Text(1024)),
+  payload: Schema.optional(Schema.Array(JsonMatch).pipe(Schema.maxItems(8))),
+  headers: Schema.optional(Schema.Array(JsonMatch).pipe(Schema.maxItems(8)))
+})
+export type DecodedFilter = typeof FilterSchema.Type
+
+export const decodeFilter = Input.argument("filter", FilterSchema)
+
+const OPEN = "projected_at IS NULL AND dead_at IS NULL"
+const UNLEASED = "(claimed_until IS NULL OR claimed_until <= now())"
+
+/** SQL for each state; `ready` and `delayed` exclude live leases, as the stats do. */
+export const STATE_SQL: Readonly<Record<MessageState, string>> = {
+  ready: `${OPEN} AND ${UNLEASED} AND available_at <= now()`,
+  delayed: `${OPEN} AND ${UNLEASED} AND available_at > now()`,
+  claimed: `${OPEN} AND claimed_until > now()`,
+  dead: "dead_at IS NOT NULL",
+  projected: "projected_at IS NOT NULL"
+}
+
+/** The state of the row, as one of `MessageState`. */
+export const STATE_OF_ROW = `CASE WHEN dead_at IS NOT NULL THEN 'dead' WHEN projected_at IS NOT NULL THEN 'projected'
+  WHEN claimed_until > now() THEN 'claimed' WHEN available_at > now() THEN 'delayed' ELSE 'ready' END`
+
+/**
+ * The error group of a row: its last error with every run of digits as `#` (ids, counts and
+ * ports vary from message to message; the failure does not), first 500 characters. One bad
+ * deploy is one group.
+ */
+export const ERROR_GROUP = "regexp_replace(left(coalesce(last_error, ''), 500), '[0-9]+', '#', 'g')"
+
+const seconds = (duration: Duration.Duration) => Duration.toMillis(duration) / 1000
+
+/** The predicate of a decoded filter (`1=1` for an empty one). */
+export const predicate = (sql: SqlClient.SqlClient, filter: DecodedFilter): Statement.Fragment => {
+  const clauses: Array<Statement.Fragment> = []
+  if (filter.ids !== undefined) clauses.push(sql`id = ANY(${filter.ids}::bigint[])`)
+  if (filter.topic !== undefined) clauses.push(sql`topic = ${filter.topic}`)
+  if (filter.orderingKey !== undefined) clauses.push(sql`ordering_key = ${filter.orderingKey}`)
+  if (filter.state !== undefined) clauses.push(sql.literal(`(${STATE_SQL[filter.state]})`))
+  if (filter.minAttempts !== undefined) clauses.push(sql`attempt_count >= ${filter.minAttempts}`)
+  if (filter.olderThan !== undefined) {
+    clauses.push(sql`created_at < now() - make_interval(secs => ${seconds(filter.olderThan)})`)
+  }
+  if (filter.deadFor !== undefined) {
+    clauses.push(sql`dead_at < now() - make_interval(secs => ${seconds(filter.deadFor)})`)
+  }
+  if (filter.error !== undefined) clauses.push(sql`${sql.literal(ERROR_GROUP)} = ${filter.error}`)
+  // `#>>` reads the value at the path as text: 42, "42" and the string 42 all match "42".
+  for (const match of filter.payload ?? []) clauses.push(sql`payload #>> ${match.path}::text[] = ${match.value}`)
+  for (const match of filter.headers ?? []) clauses.push(sql`headers #>> ${match.path}::text[] = ${match.value}`)
+  return sql.and(clauses)
+}
