@@ -1,4 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
+import * as Reactivity from "@effect/experimental/Reactivity"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Chunk from "effect/Chunk"
@@ -9,8 +10,10 @@ import * as Either from "effect/Either"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
 import * as Stream from "effect/Stream"
 import * as TestServices from "effect/TestServices"
+import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import { DurableSettings, layerSettings } from "../src/DurableConfig.js"
 import * as Outbox from "../src/Outbox.js"
@@ -89,10 +92,14 @@ const suite = (schema: string) => {
         expect(row.delay_seconds).toBe(0)
       }))
 
-    it.effect("the wake-up notification is delivered at commit and never for a rolled-back enqueue", () =>
+    it.scoped("the wake-up notification is delivered at commit and never for a rolled-back enqueue", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
-        const pg = yield* PgClient.PgClient
+        const database = yield* TestDatabase.TestDatabase
+        // A transaction pooler cannot carry a LISTEN: behind one, listen on a direct client.
+        const pg = Redacted.value(database.poolUrl) === Redacted.value(database.url)
+          ? yield* PgClient.PgClient
+          : yield* PgClient.make({ url: database.url, maxConnections: 1 }).pipe(Effect.provide(Reactivity.layer))
         const outbox = yield* outboxServices
         const topic = freshTopic("notify")
         const listening = yield* Deferred.make<void>()

@@ -18,7 +18,7 @@ import * as TestServices from "effect/TestServices"
 import { APPLICATION_NAME } from "../src/internal/listener.js"
 import * as Projector from "../src/Projector.js"
 import * as Publisher from "../src/Publisher.js"
-import { Deliveries, eventually, freshName, outboxRows, projectedCount, recording, substrate } from "./support.js"
+import { Deliveries, eventually, freshName, listenDirect, outboxRows, projectedCount, recording, substrate } from "./support.js"
 
 /**
  * Runs `body` while a projector with `options` and `publisher` runs; stops it after. The
@@ -75,7 +75,7 @@ describe("Projector", () => {
         const delivered = yield* Deferred.make<number>()
         const publisher = Publisher.layerHandler(() => Effect.asVoid(Deferred.succeed(delivered, Date.now())))
         const latency = yield* withProjector(
-          { topics: [topic], pollInterval: "1 hour" },
+          { topics: [topic], pollInterval: "1 hour", ...(yield* listenDirect) },
           publisher,
           Effect.gen(function*() {
             // Commit once the listener's LISTEN has completed (its session is idle after it).
@@ -100,7 +100,7 @@ describe("Projector", () => {
         const topic = freshTopic()
         const deliveries = new Deliveries()
         yield* withProjector(
-          { topics: [topic], pollInterval: "1 hour" },
+          { topics: [topic], pollInterval: "1 hour", ...(yield* listenDirect) },
           recording(deliveries),
           Effect.gen(function*() {
             const listening = sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity

@@ -62,8 +62,11 @@ export const make = (
 
   /**
    * The plan the claim function runs for these arguments: `EXPLAIN (FORMAT JSON)` of its
-   * query, prepared with the function's generic plan (nothing is claimed). It needs one
-   * session for the prepared statement: behind a transaction pooler, run it direct.
+   * query, prepared with the function's generic plan (nothing is claimed). Every statement
+   * runs inside one transaction on one reserved connection, so a transaction pooler keeps
+   * them on one server connection; the setting is `SET LOCAL` and the prepared statement is
+   * deallocated before the transaction ends (a `PREPARE` outlives a rollback), so nothing is
+   * left behind on a connection another client gets next.
    */
   const explainClaim = (claimOptions: ClaimOptions, filter: unknown) =>
     Effect.flatMap(decodeClaim(claimOptions), ({ leaseSeconds, limit, maxLeaseExpiries, worker }) =>
@@ -71,17 +74,22 @@ export const make = (
         const connection = yield* sql.reserve
         const name = `effect_durable_explain_${randomBytes(4).toString("hex")}`
         const run = (text: string) => connection.executeUnprepared(text, [], undefined)
+        yield* Effect.acquireRelease(run("BEGIN"), () => Effect.ignore(run("ROLLBACK")))
+        yield* run("SET LOCAL plan_cache_mode = force_generic_plan")
         yield* run(
           `PREPARE ${name}(text, integer, double precision, ${spec.filterType}, integer) AS ${options.claimQuery(settings.table)}`
         )
-        // The prepared statement and the session setting are undone whatever happens.
-        yield* Effect.addFinalizer(() => Effect.ignore(run(`DEALLOCATE ${name}; RESET plan_cache_mode`)))
-        yield* run("SET plan_cache_mode = force_generic_plan")
-        const rows = yield* run(inline(
+        // A failed EXPLAIN aborts the transaction: back to the savepoint, so DEALLOCATE runs.
+        yield* run("SAVEPOINT explain")
+        const explain = run(inline(
           sql`EXPLAIN (FORMAT JSON) EXECUTE ${sql.literal(name)}(${worker}::text, ${limit}::integer, ${leaseSeconds}::float8, ${filter}::${
             sql.literal(spec.filterType)
           }, ${maxLeaseExpiries}::integer)`
         ))
+        const rows = yield* Effect.ensuring(
+          explain,
+          Effect.ignore(Effect.zipRight(run("ROLLBACK TO SAVEPOINT explain"), run(`DEALLOCATE ${name}`)))
+        )
         return (rows[0] as { "QUERY PLAN": unknown })["QUERY PLAN"]
       })).pipe(classifySqlErrors(op("explainClaim"))))
 
