@@ -3,6 +3,7 @@ import { DatabaseError } from "@effect-durable/core/Errors"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as SqlClient from "@effect/sql/SqlClient"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as TestServices from "effect/TestServices"
@@ -84,5 +85,63 @@ describe("Projector under store faults", () => {
         expect(marks.map((m) => m.id).sort()).toEqual([...ids].sort())
         expect(marks.every((m) => m.n === 1)).toBe(true)
       }), 120_000)
+
+    it.effect("a mark that fails on a lost connection is sent again while the lease holds: nothing is delivered twice", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const ids = yield* outbox.enqueueMany(Array.from({ length: 20 }, (_, i) => ({ topic: "lost-mark", payload: { i } })))
+        const { calls, outbox: broken } = faulty(yield* OutboxWorker.OutboxWorker, {
+          markProjectedMany: { 1: "fail", 2: "fail" }
+        })
+        const deliveries = new Map<string, number>()
+        const publisher = Publisher.layerHandler((message) =>
+          Effect.sync(() => void deliveries.set(message.id, (deliveries.get(message.id) ?? 0) + 1))
+        )
+        // A 30 s lease: were the batch left to it, the messages would be delivered again only
+        // after 30 s, past this test's wait.
+        const projector = Projector.layer({ topics: ["lost-mark"], batchSize: 20, lease: "30 seconds", pollInterval: "50 millis" })
+          .pipe(Layer.provide(Layer.merge(publisher, Layer.succeed(OutboxWorker.OutboxWorker, broken))))
+        yield* Effect.scoped(Effect.zipRight(
+          Layer.build(projector),
+          eventually(projectedCount(ids), (n) => n === ids.length, 10)
+        )).pipe(TestServices.provideLive)
+        expect(calls.markProjectedMany).toBeGreaterThanOrEqual(3)
+        expect([...deliveries.keys()].sort()).toEqual([...ids].sort())
+        expect([...deliveries.values()].every((n) => n === 1)).toBe(true)
+      }))
+
+    it.effect("the successes of a batch are marked while its slowest delivery still runs, and none is delivered again meanwhile", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const ids = yield* outbox.enqueueMany(Array.from({ length: 6 }, (_, i) => ({ topic: "slow-tail", payload: { i } })))
+        const held = yield* Deferred.make<void>()
+        const deliveries = new Map<string, number>()
+        const publisher = Publisher.layerHandler((message) =>
+          Effect.zipRight(
+            Effect.sync(() => void deliveries.set(message.id, (deliveries.get(message.id) ?? 0) + 1)),
+            (message.payload as { i: number }).i === 5 ? Deferred.await(held) : Effect.void
+          )
+        )
+        const projector = Projector.layer({
+          topics: ["slow-tail"],
+          batchSize: 6,
+          concurrency: 2,
+          lease: "3 seconds",
+          deliveryTimeout: "1 minute",
+          pollInterval: "50 millis"
+        }).pipe(Layer.provide(publisher))
+        yield* Effect.scoped(Effect.gen(function*() {
+          yield* Layer.build(projector)
+          // Marked within about a second (a third of the lease, at most a second), the sixth still held.
+          yield* eventually(projectedCount(ids.slice(0, 5)), (n) => n === 5, 10)
+          expect(yield* projectedCount(ids.slice(5))).toBe(0)
+          // Held past two leases: the sixth's lease is renewed, the five are not claimed again.
+          yield* Effect.sleep("7 seconds")
+          yield* Deferred.succeed(held, undefined)
+          yield* eventually(projectedCount(ids), (n) => n === ids.length, 10)
+        })).pipe(TestServices.provideLive)
+        expect([...deliveries.keys()].sort()).toEqual([...ids].sort())
+        expect([...deliveries.values()].every((n) => n === 1)).toBe(true)
+      }))
   })
 })

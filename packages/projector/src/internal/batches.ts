@@ -1,7 +1,8 @@
 /**
  * One batch, from claim to settlement: claim up to `batchSize` messages, publish them on the
  * lanes under the keeper's watch, then settle every outcome — failures released one by one
- * (retry with backoff, or dead), successes marked in one statement, stale claims never
+ * (retry with backoff, or dead), successes marked in one statement per second of delivery
+ * (a mark lost to a dropped connection retried while the lease holds), stale claims never
  * written. Claims not settled when the projector stops are released for another worker.
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
@@ -12,12 +13,14 @@ import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as FiberRef from "effect/FiberRef"
 import * as Metric from "effect/Metric"
+import * as Option from "effect/Option"
 import * as Random from "effect/Random"
 import * as Ref from "effect/Ref"
+import * as Schedule from "effect/Schedule"
 import type { Counts } from "../Projector.js"
 import { type Publish, Publisher, type PublishError } from "../Publisher.js"
 import { makeKeeper } from "./keeper.js"
-import { makeDelivery, makeLanes } from "./lanes.js"
+import { type Delivery, makeDelivery, makeLanes } from "./lanes.js"
 import type { Settings } from "./options.js"
 import { forTopic, metrics, tracing } from "./telemetry.js"
 
@@ -56,6 +59,14 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         return map
       })
 
+    // A worker killed or frozen mid-batch leaves at most this much of its deliveries unmarked
+    // (each delivered again after its lease); a batch shorter than this costs no extra statement.
+    const markEvery = Duration.min(Duration.seconds(1), Duration.divide(settings.lease, 3).pipe(Option.getOrElse(() => Duration.seconds(1))))
+    const markRetry = Schedule.exponential(Duration.millis(100)).pipe(
+      Schedule.union(Schedule.spaced(Duration.seconds(1))),
+      Schedule.upTo(settings.lease)
+    )
+
     // Exponential in the attempt with full jitter, within [min, max]; `Retry-After` wins when longer.
     const backoff = (attempt: number, error: PublishError) =>
       Effect.map(Random.next, (random) => {
@@ -81,6 +92,45 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         }
         return released.right.dead ? "dead" as const : "retried" as const
       })
+
+    /**
+     * A mark is fenced (worker and claim generation), so it is safe to send again: one that
+     * failed on a lost connection (a terminated backend, a restart) is retried while the lease
+     * may still hold, instead of leaving delivered messages to be delivered again after it.
+     * Each attempt runs whole; the waits between attempts can be interrupted.
+     */
+    const markProjected = (claims: ReadonlyArray<OutboxWorker.OutboxMessage["claim"]>) =>
+      Effect.uninterruptible(outbox.markProjectedMany(claims)).pipe(
+        Effect.retry({ schedule: markRetry, while: (error) => error.retryable })
+      )
+
+    /**
+     * The marks of one batch: `flush` marks, in one statement, the messages published since
+     * the last flush (never one whose claim a renewal found stale). Flushes run one at a time,
+     * so a message is taken once; a flush that fails puts its messages back for the next.
+     */
+    const makeMarks = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, delivery: Delivery) => {
+      const marked = new Set<string>()
+      const oneAtATime = Effect.unsafeMakeSemaphore(1)
+      const flush = oneAtATime.withPermits(1)(Effect.suspend(() => {
+        const taken = delivery.published.splice(0).filter((i) => !delivery.stale.has(claimed[i]!.id))
+        if (taken.length === 0) return Effect.void
+        // Taken out of the renewals while marked (a renewal would find a marked row gone).
+        for (const i of taken) delivery.pending.delete(claimed[i]!.id)
+        return markProjected(taken.map((i) => claimed[i]!.claim)).pipe(
+          Effect.map(({ completed }) => {
+            for (const id of completed) marked.add(id)
+          }),
+          Effect.onExit((exit) =>
+            Exit.isSuccess(exit) ? Effect.void : Effect.sync(() => {
+              delivery.published.push(...taken)
+              for (const i of taken) delivery.pending.set(claimed[i]!.id, claimed[i]!.claim)
+            })
+          )
+        )
+      }))
+      return { flush, marked }
+    }
 
     /** Claims one batch and settles every message in it; returns what happened. */
     const deliverBatch: Effect.Effect<Counts, DatabaseError | InvalidInput> = Effect.gen(function*() {
@@ -108,11 +158,21 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
       const spans = yield* tracing
       const settled = Effect.gen(function*() {
         const delivery = makeDelivery(claimed, settings)
-        const published = yield* keeper.watching(delivery, lanes.publishAll(claimed, delivery, spans))
+        const marks = makeMarks(claimed, delivery)
+        // Successes are marked as they accumulate while the batch runs, not only at its end.
+        const published = yield* keeper.watching(
+          delivery,
+          Effect.scoped(Effect.zipRight(
+            Effect.forkScoped(Effect.repeat(Effect.ignore(marks.flush), Schedule.spaced(markEvery))),
+            lanes.publishAll(claimed, delivery, spans)
+          ))
+        )
         // A claim found stale is never written; one never started with its lease in doubt is
         // given back; failures are settled one by one (a release each).
         const results: Array<Outcome | "published"> = claimed.map((message, i) =>
-          delivery.stale.has(message.id) || delivery.skipped.has(message.id)
+          marks.marked.has(message.id)
+            ? "published"
+            : delivery.stale.has(message.id) || delivery.skipped.has(message.id)
             ? "stale"
             : Either.isRight(published[i]!)
             ? "published"
@@ -129,14 +189,12 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
           ([i, error]) => Effect.map(settleFailure(claimed[i]!, error), (outcome) => void (results[i] = outcome)),
           { concurrency: settings.concurrency, discard: true }
         )
-        // One statement marks the whole batch: the round trip is paid once, not per message.
-        const toMark = claimed.filter((_, i) => results[i] === "published").map((message) => message.claim)
-        const marked = yield* outbox.markProjectedMany(toMark)
-        const markedIds = new Set(marked.completed)
+        // The successes not marked yet, in one statement: the round trip is paid once, not per message.
+        yield* marks.flush
         const tally = { ...noCounts, claimed: claimed.length }
         for (const [i, message] of claimed.entries()) {
           const result = results[i]!
-          const outcome: Outcome = result === "published" ? (markedIds.has(message.id) ? "delivered" : "stale") : result
+          const outcome: Outcome = result === "published" ? (marks.marked.has(message.id) ? "delivered" : "stale") : result
           tally[outcome]++
           forTopic(metrics[outcome], message.topic).unsafeUpdate(1, labels)
         }

@@ -30,7 +30,10 @@ export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker
     return outbox.renewLeases(claims, settings.lease).pipe(
       Effect.flatMap(({ rejected }) => {
         if (rejected.length === 0) return Effect.void
-        for (const failure of rejected) delivery.stale.add(failure.messageId)
+        for (const failure of rejected) {
+          delivery.stale.add(failure.messageId)
+          delivery.pending.delete(failure.messageId)
+        }
         return Effect.zipRight(
           Metric.incrementBy(metrics.leasesLost, rejected.length),
           Effect.logWarning(`effect-durable projector: ${rejected.length} leases were lost before their renewal (a stall longer than the lease?); those messages are left to their new holders`)

@@ -20,7 +20,12 @@ import { deliverySpan } from "./telemetry.js"
 
 /** A batch in delivery: what its lanes and the keeper share. */
 export interface Delivery {
-  /** Claims not settled yet: the keeper renews their leases. */
+  /**
+   * Claims whose lease still matters: every claim of the batch until it is taken to be
+   * marked, found stale, or the batch ends. The keeper renews their leases: a success waiting
+   * for its mark, or a failure waiting for its release, must not lapse and be claimed again
+   * behind a slow delivery of the same batch.
+   */
   readonly pending: Map<string, OutboxWorker.OutboxMessage["claim"]>
   /** Ids whose claim a renewal found stale: never published if not started, their outcome never written. */
   readonly stale: Set<string>
@@ -31,6 +36,8 @@ export interface Delivery {
   abandoned: boolean
   /** Ids never published because of the two above. */
   readonly skipped: Set<string>
+  /** Indexes (in the batch) of messages published and not yet taken to be marked. */
+  readonly published: Array<number>
   /** Publishes running, by message id, with their lane and deadline. */
   readonly deadlines: Map<string, { readonly fiber: Fiber.RuntimeFiber<unknown, unknown>; readonly at: number }>
   /** Ids of the messages whose publish the keeper interrupted. */
@@ -43,6 +50,7 @@ export const makeDelivery = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>,
   stale: new Set(),
   abandoned: false,
   skipped: new Set(),
+  published: [],
   deadlines: new Map(),
   expired: new Set(),
   renewAt: Date.now() + Duration.toMillis(settings.lease) / 3
@@ -88,7 +96,7 @@ export const makeLanes = (
         let next = 0
         const settle = (i: number, result: Either.Either<void, PublishError>) => {
           results[i] = result
-          delivery.pending.delete(claimed[i]!.id)
+          if (Either.isRight(result)) delivery.published.push(i)
           delivery.deadlines.delete(claimed[i]!.id)
         }
         const lane = (id: number) =>
