@@ -5,7 +5,7 @@
  * (a mark lost to a dropped connection retried while the lease holds), stale claims never
  * written. Claims not settled when the projector stops are released for another worker.
  */
-import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import { DatabaseError, type InvalidInput } from "@effect-durable/core/Errors"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -62,7 +62,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
     // A worker killed or frozen mid-batch leaves at most this much of its deliveries unmarked
     // (each delivered again after its lease); a batch shorter than this costs no extra statement.
     const markEvery = Duration.min(Duration.seconds(1), Duration.divide(settings.lease, 3).pipe(Option.getOrElse(() => Duration.seconds(1))))
-    const markRetry = Schedule.exponential(Duration.millis(100)).pipe(
+    const settleRetry = Schedule.exponential(Duration.millis(100)).pipe(
       Schedule.union(Schedule.spaced(Duration.seconds(1))),
       Schedule.upTo(settings.lease)
     )
@@ -78,11 +78,11 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
     const settleFailure = (message: OutboxWorker.OutboxMessage, error: PublishError) =>
       Effect.gen(function*() {
         const retryDelay = error.retryable ? yield* backoff(message.attempt, error) : 0
-        const released = yield* outbox.release(message.claim, {
+        const released = yield* settling(outbox.release(message.claim, {
           error: storable(error.reason),
           retryDelay: Duration.millis(Math.min(retryDelay, Duration.toMillis(Duration.days(365)))),
           permanent: !error.retryable
-        }).pipe(Effect.either)
+        })).pipe(Effect.either)
         if (Either.isLeft(released)) {
           if (released.left._tag !== "DatabaseError") return "stale" as const
           // The release itself failed: the message keeps its lease and is retried once it
@@ -94,15 +94,18 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
       })
 
     /**
-     * A mark is fenced (worker and claim generation), so it is safe to send again: one that
-     * failed on a lost connection (a terminated backend, a restart) is retried while the lease
-     * may still hold, instead of leaving delivered messages to be delivered again after it.
-     * Each attempt runs whole; the waits between attempts can be interrupted.
+     * Marks, releases and give-backs are fenced (worker and claim generation), so they are
+     * safe to send again: one that failed on a lost connection (a terminated backend, a
+     * restart) is retried while the lease may still hold, instead of leaving its messages to
+     * the lease (delivered again after it, or waiting for it). Each attempt runs whole; the
+     * waits between attempts can be interrupted.
      */
-    const markProjected = (claims: ReadonlyArray<OutboxWorker.OutboxMessage["claim"]>) =>
-      Effect.uninterruptible(outbox.markProjectedMany(claims)).pipe(
-        Effect.retry({ schedule: markRetry, while: (error) => error.retryable })
+    const settling = <A, E>(statement: Effect.Effect<A, E>) =>
+      Effect.uninterruptible(statement).pipe(
+        Effect.retry({ schedule: settleRetry, while: (error) => error instanceof DatabaseError && error.retryable })
       )
+    const markProjected = (claims: ReadonlyArray<OutboxWorker.OutboxMessage["claim"]>) =>
+      settling(outbox.markProjectedMany(claims))
 
     /**
      * The marks of one batch: `flush` marks, in one statement, the messages published since
@@ -179,7 +182,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
             : "retried"
         )
         const unstarted = claimed.filter((m) => delivery.skipped.has(m.id) && !delivery.stale.has(m.id))
-        if (unstarted.length > 0) yield* Effect.ignore(outbox.giveBack(unstarted.map((m) => m.claim)))
+        if (unstarted.length > 0) yield* Effect.ignore(settling(outbox.giveBack(unstarted.map((m) => m.claim))))
         const failures = claimed.flatMap((_, i) => {
           const result = published[i]!
           return results[i] === "retried" && Either.isLeft(result) ? [[i, result.left] as const] : []
