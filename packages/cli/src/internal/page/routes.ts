@@ -29,6 +29,7 @@ import type { Html } from "./html.js"
 import * as Jobs from "./jobs.js"
 import { HISTORY, makeQueries } from "./queries.js"
 import { addressOf, check, type Policy, secured } from "./security.js"
+import * as StoreViews from "./storeViews.js"
 import * as Views from "./views.js"
 
 export interface PageOptions {
@@ -288,7 +289,7 @@ export const make = (options: PageOptions, context: Context.Context<Requirements
         "/inbox",
         route("read", "html", (r) => {
           const consumer = r.url.searchParams.get("consumer") || undefined
-          return Effect.map(queries.inbox(consumer), (data) => htmlResponse(Views.inboxPage(r.view, { ...data, consumer })))
+          return Effect.map(queries.inbox(consumer), (data) => htmlResponse(StoreViews.inboxPage(r.view, { ...data, consumer })))
         })
       ),
       HttpRouter.get(
@@ -300,12 +301,12 @@ export const make = (options: PageOptions, context: Context.Context<Requirements
             const operation = p.get("operation")
             const key = p.get("key")
             if (subject === null || operation === null || key === null) {
-              return htmlResponse(Views.ledgerPage(r.view, { identity: undefined, record: undefined, error: undefined }))
+              return htmlResponse(StoreViews.ledgerPage(r.view, { identity: undefined, record: undefined, error: undefined }))
             }
             const identity = { subject, operation, key }
             const found = yield* Effect.either(queries.ledger(identity))
             return htmlResponse(
-              Views.ledgerPage(r.view, {
+              StoreViews.ledgerPage(r.view, {
                 identity,
                 record: found._tag === "Right" ? Option.getOrUndefined(found.right) : undefined,
                 error: found._tag === "Left" ? found.left.message : undefined
@@ -319,7 +320,7 @@ export const make = (options: PageOptions, context: Context.Context<Requirements
         route("read", "html", (r) =>
           Effect.map(
             queries.schema({ drift: r.url.searchParams.has("drift"), checks: r.url.searchParams.has("checks") }),
-            (data) => htmlResponse(Views.schemaPage(r.view, data))
+            (data) => htmlResponse(StoreViews.schemaPage(r.view, data))
           ))
       ),
     )
