@@ -199,18 +199,23 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
         expect((yield* rowsOf(topic)).map((r) => [r.id, r.dead, r.attempts])).toEqual([[ids[0], false, 0], [ids[1], true, 1]])
       }))
 
-    it.effect("discard from a message's page deletes it (checked in the database)", () =>
+    it.effect("a message's page shows each failed delivery's error; discard from it deletes the message (checked in the database)", () =>
       Effect.gen(function*() {
         const topic = freshTopic("discard")
         const ids = yield* deadLetters(topic, 2)
+        let failures = ""
         const payload = yield* withPage(async (page, base) => {
           await page.goto(`${base}/ops/durable/messages/${ids[1]}`)
           const shown = await page.locator("#payload").innerText()
+          failures = await page.locator("#failures").innerText()
           await page.getByRole("button", { name: "Discard" }).click()
           await status(page, "discarded 1")
           return shown
         })
         expect(JSON.parse(payload)).toEqual({ n: 1 })
+        // Each failed delivery's error is on the message's page.
+        expect(failures).toContain(`order ${ids[1]} not found`)
+        expect(failures).toContain("test")
         expect((yield* rowsOf(topic)).map((r) => r.id)).toEqual([ids[0]])
       }))
 

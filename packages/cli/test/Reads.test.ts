@@ -72,16 +72,25 @@ describe("effect-durable read commands", () => {
         expect(none.stdout.trim()).toBe(`no dead letters (topic ${topic}-none)`)
       }))
 
-    it.effect("dead-letters show prints one message in full; an unknown id exits 1", () =>
+    it.effect("dead-letters show prints one message in full, each failed delivery's error included; an unknown id exits 1", () =>
       Effect.gen(function*() {
         const topic = freshTopic("show")
         const [id] = yield* deadLetters(topic, 1)
         const shown = yield* cliOn(["dead-letters", "show", id!, "--json"])
         expect(shown.code).toBe(0)
-        expect(json(shown)).toMatchObject({ id, topic, state: "dead", payload: { n: 0 }, claimedBy: "test", attempts: 1 })
+        expect(json(shown)).toMatchObject({
+          id,
+          topic,
+          state: "dead",
+          payload: { n: 0 },
+          claimedBy: "test",
+          attempts: 1,
+          failureHistory: [{ attempt: 1, worker: "test", error: `order ${id} not found` }]
+        })
         const text = yield* cliOn(["dead-letters", "show", id!])
         expect(text.stdout).toMatch(/^state:\s+dead$/m)
         expect(text.stdout).toMatch(/^lease holder:\s+test \(generation 1\)$/m)
+        expect(text.stdout).toMatch(new RegExp(`^  attempt 1  \\d{4}-\\S+Z  test  order ${id} not found$`, "m"))
         const missing = yield* cliOn(["dead-letters", "show", "987654321"])
         expect(missing).toMatchObject({ code: 1, stdout: "" })
         expect(missing.stderr.trim()).toBe("effect-durable: no outbox message 987654321")

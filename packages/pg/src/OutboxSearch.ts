@@ -76,6 +76,17 @@ export interface MessageSummary {
   readonly deadAt: string | null
 }
 
+/** One failed delivery, as a message's history keeps it. */
+export interface FailedDelivery {
+  /** The delivery's attempt number. */
+  readonly attempt: number
+  readonly worker: string | null
+  /** ISO-8601 UTC. */
+  readonly at: string
+  /** Its first 500 characters. */
+  readonly error: string
+}
+
 /** A message in full. */
 export interface MessageDetail extends Omit<MessageSummary, "lastError"> {
   readonly payload: unknown
@@ -87,6 +98,8 @@ export interface MessageDetail extends Omit<MessageSummary, "lastError"> {
   readonly claimedBy: string | null
   readonly claimGeneration: string
   readonly claimedUntil: string | null
+  /** Its last 10 failed deliveries, oldest first (since version 9 of the schema). */
+  readonly failureHistory: ReadonlyArray<FailedDelivery>
 }
 
 export interface MessagePage {
@@ -202,7 +215,13 @@ const DetailRow = Schema.Struct({
   maxAttempts: Schema.Number,
   claimedBy: Schema.NullOr(Schema.String),
   claimGeneration: Schema.String,
-  claimedUntil: Schema.NullOr(Schema.String)
+  claimedUntil: Schema.NullOr(Schema.String),
+  failureHistory: Schema.Array(Schema.Struct({
+    attempt: Schema.Number,
+    worker: Schema.NullOr(Schema.String),
+    at: Schema.String,
+    error: Schema.String
+  }))
 })
 const GroupRow = Schema.Struct({
   topic: Schema.String,
@@ -278,7 +297,8 @@ export const make: Effect.Effect<OutboxSearch["Type"], never, SqlClient.SqlClien
         const decoded = yield* decodeId(id)
         const rows = yield* sql`
           SELECT ${columns("last_error")}, payload, headers, max_attempts AS "maxAttempts",
-                 claimed_by AS "claimedBy", claim_generation::text AS "claimGeneration", ${iso("claimed_until")} AS "claimedUntil"
+                 claimed_by AS "claimedBy", claim_generation::text AS "claimGeneration", ${iso("claimed_until")} AS "claimedUntil",
+                 coalesce(failures, '[]') AS "failureHistory"
             FROM ${table} WHERE id = ${decoded}`.pipe(decodeRows(DetailRow), classifySqlErrors("OutboxSearch.message"))
         return Option.fromNullable(rows[0])
       })

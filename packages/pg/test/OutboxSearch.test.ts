@@ -102,6 +102,33 @@ describe("OutboxSearch", () => {
         expect(yield* Effect.flip(search.message("1; DROP TABLE x"))).toMatchObject({ _tag: "InvalidInput", argument: "id" })
       }))
 
+    it.effect("each failed delivery's error is kept, the last 10, oldest first, with its attempt, worker and time", () =>
+      Effect.gen(function*() {
+        const search = yield* OutboxSearch.OutboxSearch
+        const worker = yield* OutboxWorker.OutboxWorker
+        const sql = yield* SqlClient.SqlClient
+        const { ids, topic } = yield* seed([{ payload: { n: 1 } }])
+        yield* sql`UPDATE ${sql.literal(yield* outboxTable)} SET max_attempts = 20 WHERE id = ${ids[0]!}`
+        const before = Option.getOrThrow(yield* search.message(ids[0]!))
+        expect(before.failureHistory).toEqual([])
+        for (let i = 1; i <= 12; i++) {
+          const [message] = yield* worker.claim({ worker: `w${i}`, topics: [topic], limit: 1, lease: "1 minute" })
+          const error = i === 12 ? "x".repeat(600) : `failure ${i}`
+          yield* worker.release(message!.claim, { error, retryDelay: 0 })
+        }
+        const detail = Option.getOrThrow(yield* search.message(ids[0]!))
+        expect(detail).toMatchObject({ attempts: 12, failures: 12, state: "ready" })
+        expect(detail.failureHistory.map((f) => [f.attempt, f.worker, f.error])).toEqual([
+          ...Array.from({ length: 9 }, (_, k) => [k + 3, `w${k + 3}`, `failure ${k + 3}`]),
+          [12, "w12", "x".repeat(500)]
+        ])
+        expect(detail.failureHistory.every((f) => /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/.test(f.at))).toBe(true)
+        // A delivery that succeeds adds nothing.
+        const [last] = yield* worker.claim({ worker: "w13", topics: [topic], limit: 1, lease: "1 minute" })
+        yield* worker.markProjected(last!.claim)
+        expect(Option.getOrThrow(yield* search.message(ids[0]!)).failureHistory).toHaveLength(10)
+      }))
+
     it.effect("dead letters are grouped by topic and error, digits folded: one bad deploy is one row", () =>
       Effect.gen(function*() {
         const search = yield* OutboxSearch.OutboxSearch

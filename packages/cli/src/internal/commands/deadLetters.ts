@@ -122,13 +122,17 @@ const show = Command.make(
         field("dead", m.deadAt),
         field("lease holder", m.claimedBy === null ? null : `${m.claimedBy} (generation ${m.claimGeneration}${m.claimedUntil === null ? "" : `, until ${m.claimedUntil}`})`),
         field("last error", m.lastError),
+        ...(m.failureHistory.length === 0 ? [] : [
+          "failed deliveries (the last 10, oldest first):",
+          ...m.failureHistory.map((f) => `  attempt ${f.attempt}  ${f.at}  ${f.worker ?? "-"}  ${f.error}`)
+        ]),
         "headers:",
         JSON.stringify(m.headers, null, 2),
         "payload:",
         JSON.stringify(m.payload, null, 2)
       ].join("\n"))
     }))
-).pipe(Command.withDescription("One message in full: payload, headers, attempts, lease holder, last error"))
+).pipe(Command.withDescription("One message in full: payload, headers, attempts, lease holder, last error, each failed delivery's error"))
 
 type Verb = "redrive" | "discard"
 const PAST: Readonly<Record<Verb, string>> = { redrive: "redriven", discard: "discarded" }

@@ -242,7 +242,15 @@ ${field("Projected", time(m.projectedAt))}
 ${field("Dead", time(m.deadAt))}
 ${field("Last error", m.lastError === null ? null : html`<pre>${m.lastError}</pre>`)}
 </dl>
-<p class="note">The outbox keeps the last error of each message (a lease that ran out adds its reason to the delivery error before it).</p>
+<p class="note">The last error in full (a lease that ran out adds its reason to the delivery error before it); below, each failed delivery's error (the last 10).</p>
+<h2>Failed deliveries</h2>
+${
+      m.failureHistory.length === 0
+        ? html`<p class="note" id="failures">None.</p>`
+        : html`<table id="failures"><thead><tr><th class="num">Attempt</th><th>When</th><th>Worker</th><th>Error</th></tr></thead><tbody>${
+          m.failureHistory.map((f) => html`<tr><td class="num">${f.attempt}</td><td>${time(f.at)}</td><td>${f.worker ?? "-"}</td><td>${f.error}</td></tr>`)
+        }</tbody></table>`
+    }
 <h2>Headers</h2>
 <pre>${JSON.stringify(m.headers, null, 2)}</pre>
 <h2>Payload</h2>

@@ -12,6 +12,7 @@ import { migration as v5 } from "./0005_outbox_key_order.js"
 import { migration as v6 } from "./0006_fillfactor.js"
 import { migration as v7 } from "./0007_claim_functions.js"
 import { migration as v8 } from "./0008_leases_pauses_lookup.js"
+import { migration as v9 } from "./0009_failure_history.js"
 
 export const released: Readonly<Record<string, Migration>> = {
   "0001_mutation_ledger": v1,
@@ -21,5 +22,6 @@ export const released: Readonly<Record<string, Migration>> = {
   "0005_outbox_key_order": v5,
   "0006_fillfactor": v6,
   "0007_claim_functions": v7,
-  "0008_leases_pauses_lookup": v8
+  "0008_leases_pauses_lookup": v8,
+  "0009_failure_history": v9
 }

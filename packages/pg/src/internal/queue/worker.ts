@@ -22,6 +22,7 @@ import {
   type SettleFailure
 } from "../../LeasedQueue.js"
 import { boundedStatement, TextCache } from "../oneRoundTrip.js"
+import { isoUtc } from "../timestamps.js"
 import { bounded, workerSettings } from "../transaction.js"
 import {
   decodeError,
@@ -34,6 +35,9 @@ import {
   MAX_BATCH,
   type QueueSpec
 } from "./spec.js"
+
+/** How many failed deliveries a row's `failures` history keeps (the newest). */
+export const FAILURE_HISTORY = 10
 
 /** Ascending order of decimal ids (no leading zeros): shorter is smaller, then by text. */
 const byId = (a: { readonly id: string }, b: { readonly id: string }) =>
@@ -208,7 +212,8 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
   /**
    * Gives the row back after a failed delivery: ready again after `retryDelay` (database
    * clock), or dead at once when `permanent` or when this was its last allowed failure.
-   * `last_error` says which ended it. Returns whether it is now dead.
+   * `last_error` says which ended it, and the failure joins the row's `failures` history
+   * (the last `FAILURE_HISTORY`). Returns whether it is now dead.
    */
   const release = (claim: Claim, options: ReleaseOptions) =>
     Effect.gen(function*() {
@@ -226,7 +231,12 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
                    WHEN ${permanent} THEN ${error} || ' (dead: a permanent failure)'
                    WHEN failure_count + 1 >= max_attempts
                      THEN ${error} || format(' (dead: %s failed deliveries)', failure_count + 1)
-                   ELSE ${error} END
+                   ELSE ${error} END,
+                 failures = CASE WHEN jsonb_array_length(coalesce(failures, '[]')) >= ${sql.literal(String(FAILURE_HISTORY))}
+                                 THEN failures - 0 ELSE coalesce(failures, '[]') END
+                            || jsonb_build_array(jsonb_build_object(
+                                 'attempt', attempt_count, 'worker', claimed_by,
+                                 'at', ${sql.literal(isoUtc("now()"))}, 'error', left(${error}, 500)))
            WHERE ${fence(claim)}
           RETURNING dead_at IS NOT NULL AS dead`,
         false
