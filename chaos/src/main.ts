@@ -110,7 +110,9 @@ const program = Effect.gen(function*() {
       productionMillis / 1000
     } s, ${schedule.length} faults, ${options.workers} workers, lease ${
       options.leaseMillis === undefined ? `${leaseMillis / 1000} s (projector default)` : `${leaseMillis / 1000} s`
-    }${options.pooler ? ", through PgBouncer (transaction mode)" : ""}`
+    }${options.pooler ? ", through PgBouncer (transaction mode)" : ""}${
+      options.asyncWorkerCommits ? ", worker commits asynchronous" : ""
+    }`
   )
   const server = yield* PgServer.PgServer
   const run = yield* Effect.acquireRelease(
@@ -152,7 +154,8 @@ const program = Effect.gen(function*() {
         workerId,
         url: poolUrl,
         ...(Option.isSome(pooler) ? { listenUrl: direct } : {}),
-        ...(options.leaseMillis === undefined ? {} : { leaseMillis: options.leaseMillis })
+        ...(options.leaseMillis === undefined ? {} : { leaseMillis: options.leaseMillis }),
+        ...(options.asyncWorkerCommits ? { asyncWorkerCommits: true } : {})
       }))
     ),
     (workers) => Effect.promise(workers.shutdown)

@@ -17,13 +17,15 @@ export interface Options {
   readonly seed: number
   /** Keep the run directory (journal, worker logs) instead of deleting it. */
   readonly keep: boolean
+  /** The workers' claims, marks and renewals commit without waiting for the WAL flush (`synchronousWorkerCommits: false`). */
+  readonly asyncWorkerCommits: boolean
 }
 
 /** The projector's default lease (`@effect-durable/projector` Projector.ts), used to size stalls. */
 export const PROJECTOR_DEFAULT_LEASE_MILLIS = 30_000
 
 export const USAGE =
-  "usage: npm run chaos -- [--quick] [--lease=5s] [--workers=4] [--messages=N] [--pooler] [--seed=N] [--keep]"
+  "usage: npm run chaos -- [--quick] [--lease=5s] [--workers=4] [--messages=N] [--pooler] [--async-worker-commits] [--seed=N] [--keep]"
 
 const parseDuration = (text: string): number => {
   const match = /^(\d+(?:\.\d+)?)\s*(ms|s|m)?$/.exec(text.trim())
@@ -51,6 +53,7 @@ export const parse = (args: ReadonlyArray<string>): Options => {
       pooler: { type: "boolean", default: false },
       seed: { type: "string" },
       keep: { type: "boolean", default: false },
+      "async-worker-commits": { type: "boolean", default: false },
       help: { type: "boolean", default: false }
     }
   })
@@ -66,6 +69,7 @@ export const parse = (args: ReadonlyArray<string>): Options => {
     messages: values.messages === undefined ? undefined : parseCount("messages", values.messages, 1_000_000),
     pooler: values.pooler,
     seed: values.seed === undefined ? Math.floor(Math.random() * 2 ** 31) : parseCount("seed", values.seed, 2 ** 31),
-    keep: values.keep
+    keep: values.keep,
+    asyncWorkerCommits: values["async-worker-commits"]
   }
 }

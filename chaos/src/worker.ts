@@ -30,6 +30,8 @@ export interface WorkerConfig {
   readonly listenUrl?: string
   /** The projector lease in ms; absent: the projector's default. */
   readonly leaseMillis?: number
+  /** `synchronousWorkerCommits: false`: claims, marks and renewals do not wait for the WAL flush. */
+  readonly asyncWorkerCommits?: boolean
 }
 
 const config: WorkerConfig = JSON.parse(process.argv[2]!)
@@ -64,7 +66,8 @@ const projector = Projector.layer({
 }).pipe(Layer.provide(handler))
 
 const substrate = Durable.layer({
-  connection: { url: Redacted.make(config.url), applicationName: APPLICATION.worker(config.index) }
+  connection: { url: Redacted.make(config.url), applicationName: APPLICATION.worker(config.index) },
+  ...(config.asyncWorkerCommits === true ? { settings: { synchronousWorkerCommits: false } } : {})
 })
 
 Effect.scoped(Effect.gen(function*() {

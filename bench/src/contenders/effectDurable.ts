@@ -1,6 +1,7 @@
 // effect-durable: the outbox (enqueueMany in bulk, enqueue per transaction) drained by the
 // projector with a no-op publisher.
 import * as Durable from "@effect-durable/pg/Durable"
+import type { SettingsInput } from "@effect-durable/pg/DurableConfig"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as Projector from "@effect-durable/projector/Projector"
 import * as Publisher from "@effect-durable/projector/Publisher"
@@ -13,9 +14,9 @@ import * as Redacted from "effect/Redacted"
 import * as Runtime from "effect/Runtime"
 import { latencies, produceSteadily, type QueueContender, BULK_TRANSACTION, sleep, until, untilNoneOpen } from "../common.js"
 
-export const run = <A, E>(url: string, body: Effect.Effect<A, E, Durable.Services>, poolSize = 10) =>
+export const run = <A, E>(url: string, body: Effect.Effect<A, E, Durable.Services>, poolSize = 10, settings: SettingsInput = {}) =>
   Effect.runPromise(body.pipe(
-    Effect.provide(Durable.layer({ connection: { url: Redacted.make(url), poolSize }, migrate: true })),
+    Effect.provide(Durable.layer({ connection: { url: Redacted.make(url), poolSize }, settings, migrate: true })),
     Effect.scoped,
     Logger.withMinimumLogLevel(LogLevel.Warning)
   ))
@@ -31,14 +32,15 @@ export const enqueueBulk = (url: string, messages: ReadonlyArray<unknown>) =>
     }
   }))
 
-export const make = (label: string, options: Projector.ProjectorOptions, poolSize = 10): QueueContender => ({
+export const make = (label: string, options: Projector.ProjectorOptions, poolSize = 10, settings: SettingsInput = {}): QueueContender => ({
   name: `effect-durable (${label})`,
   library: "effect-durable",
   settings: {
     batchSize: options.batchSize ?? 500,
     batchesInFlight: options.batchesInFlight ?? 3,
     concurrency: options.concurrency ?? 16,
-    poolSize
+    poolSize,
+    ...(settings.synchronousWorkerCommits === false ? { synchronousWorkerCommits: false } : {})
   },
   enqueueBulk,
   enqueueEach: (url, messages, producers) =>
@@ -56,7 +58,7 @@ export const make = (label: string, options: Projector.ProjectorOptions, poolSiz
     return run(url, Effect.promise(async () => {
       await until(() => delivered >= count)
       await untilNoneOpen(url, OPEN)
-    }).pipe(Effect.provide(Projector.layer(options).pipe(Layer.provide(handler)))), poolSize)
+    }).pipe(Effect.provide(Projector.layer(options).pipe(Layer.provide(handler)))), poolSize, settings)
   },
   latency: (url, count, rate) => {
     const received = new Map<number, number>()
@@ -76,9 +78,12 @@ export const make = (label: string, options: Projector.ProjectorOptions, poolSiz
       )
       yield* Effect.promise(() => until(() => received.size >= count, 10))
       return latencies(committed, received)
-    }).pipe(Effect.provide(Projector.layer(options).pipe(Layer.provide(handler)))), poolSize)
+    }).pipe(Effect.provide(Projector.layer(options).pipe(Layer.provide(handler)))), poolSize, settings)
   }
 })
 
 export const defaults = make("default", {})
 export const tuned = make("tuned", { batchSize: 1000, batchesInFlight: 3 })
+// The defaults, with the worker's claims, marks and renewals committing without waiting for
+// the WAL flush (a lever of issue 16, not the default).
+export const asyncCommits = make("async worker commits", {}, 10, { synchronousWorkerCommits: false })

@@ -9,6 +9,7 @@ import * as SqlPersistedQueue from "./sqlPersistedQueue.js"
 export const all: ReadonlyArray<QueueContender> = [
   EffectDurable.defaults,
   EffectDurable.tuned,
+  EffectDurable.asyncCommits,
   GraphileWorker.fastest,
   GraphileWorker.defaults,
   PgBoss.tuned,

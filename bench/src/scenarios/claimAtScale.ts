@@ -1,5 +1,6 @@
 // Scenario 5: latency of one claim of 100 with 10,000 ready rows, with 1,000,000 ready rows,
-// and with 10,000 ready rows behind 1,000,000 projected rows not yet purged. The table is
+// and with 10,000 ready rows behind 1,000,000 (and, in the full run, 10,000,000) projected
+// rows not yet purged. The table is
 // held steady: each claimed batch is marked projected and replaced by 100 new messages
 // (neither timed).
 import * as Outbox from "@effect-durable/pg/Outbox"
@@ -27,10 +28,12 @@ export interface ClaimResult extends ClaimCase {
   readonly rounds: ReadonlyArray<{ p50: number; p99: number }>
 }
 
-export const cases = (large: number): ReadonlyArray<ClaimCase> => [
+/** The cases; `huge` adds 10,000 ready behind that many projected rows (a table autovacuum and purge are behind on). */
+export const cases = (large: number, huge?: number): ReadonlyArray<ClaimCase> => [
   { name: "10,000 ready", ready: 10_000, projected: 0 },
   { name: `${large.toLocaleString("en")} ready`, ready: large, projected: 0 },
-  { name: `10,000 ready + ${large.toLocaleString("en")} projected`, ready: 10_000, projected: large }
+  { name: `10,000 ready + ${large.toLocaleString("en")} projected`, ready: 10_000, projected: large },
+  ...(huge === undefined ? [] : [{ name: `10,000 ready + ${huge.toLocaleString("en")} projected`, ready: 10_000, projected: huge }])
 ]
 
 const rows = (count: number, projected: boolean) => `
