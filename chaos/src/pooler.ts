@@ -3,9 +3,9 @@
  * for its configuration): transaction pooling, auth_query, a wildcard database, its files in
  * the run directory. Its pid goes to the guardian like every other process of the run.
  */
+import { freePort } from "@effect-durable/embedded/EmbeddedPostgres"
 import { execFile } from "node:child_process"
 import { readFileSync } from "node:fs"
-import { createServer } from "node:net"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 import type { RunDirectory } from "./children.js"
@@ -17,16 +17,6 @@ export interface Pooler {
   readonly url: string
   readonly stop: () => Promise<void>
 }
-
-const freePort = (): Promise<number> =>
-  new Promise((resolve, reject) => {
-    const server = createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address()
-      server.close(() => typeof address === "object" && address !== null ? resolve(address.port) : reject(new Error("no port")))
-    })
-  })
 
 const script = (args: ReadonlyArray<string>, env: NodeJS.ProcessEnv): Promise<string> =>
   new Promise((resolve, reject) =>

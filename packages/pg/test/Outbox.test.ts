@@ -10,7 +10,6 @@ import * as Either from "effect/Either"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as Redacted from "effect/Redacted"
 import * as Stream from "effect/Stream"
 import * as TestServices from "effect/TestServices"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
@@ -97,9 +96,9 @@ const suite = (schema: string) => {
         const sql = yield* SqlClient.SqlClient
         const database = yield* TestDatabase.TestDatabase
         // A transaction pooler cannot carry a LISTEN: behind one, listen on a direct client.
-        const pg = Redacted.value(database.poolUrl) === Redacted.value(database.url)
-          ? yield* PgClient.PgClient
-          : yield* PgClient.make({ url: database.url, maxConnections: 1 }).pipe(Effect.provide(Reactivity.layer))
+        const pg = TestDatabase.isPooled(database)
+          ? yield* PgClient.make({ url: database.url, maxConnections: 1 }).pipe(Effect.provide(Reactivity.layer))
+          : yield* PgClient.PgClient
         const outbox = yield* outboxServices
         const topic = freshTopic("notify")
         const listening = yield* Deferred.make<void>()

@@ -21,7 +21,7 @@ export const substrate = (options: TestDatabase.Options = {}) =>
 export const listenDirect = Effect.map(
   TestDatabase.TestDatabase,
   (database): { readonly listenUrl?: Redacted.Redacted<string> } =>
-    Redacted.value(database.poolUrl) === Redacted.value(database.url) ? {} : { listenUrl: database.url }
+    TestDatabase.isPooled(database) ? { listenUrl: database.url } : {}
 )
 
 /** Every delivery a publisher saw, in the order it saw them. */

@@ -30,6 +30,13 @@ export class TestDatabase extends Context.Tag("@effect-durable/testing/TestDatab
   readonly server: PgServer.PgServer["Type"]
 }>() {}
 
+/**
+ * Whether the suite's pools go through a pooler. A transaction pooler cannot carry a
+ * `LISTEN`: a test that listens then listens on `url`, direct.
+ */
+export const isPooled = (database: TestDatabase["Type"]): boolean =>
+  Redacted.value(database.poolUrl) !== Redacted.value(database.url)
+
 /** Name of the variable that routes the suites' pools through a pooler. */
 export const POOLER_VARIABLE = "EFFECT_DURABLE_TEST_POOLER_URL"
 
