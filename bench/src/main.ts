@@ -113,7 +113,7 @@ const program = Effect.gen(function*() {
   Effect.scoped,
   // DATABASE_URL, or an embedded server with durable settings (the test defaults turn fsync
   // off): the bench measures commits that reach the disk.
-  Effect.provide(Layer.unwrapEffect(Effect.map(PgServer.ProviderConfig, ({ databaseUrl }) =>
+  Effect.provide(Layer.unwrap(Effect.map(PgServer.ProviderConfig, ({ databaseUrl }) =>
     databaseUrl._tag === "Some"
       ? PgServer.layerUrl(databaseUrl.value)
       : PgServer.layerEmbedded({ settings: { fsync: "on", synchronous_commit: "on", full_page_writes: "on" } }))))

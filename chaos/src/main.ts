@@ -10,7 +10,7 @@ import * as Durable from "@effect-durable/pg/Durable"
 import * as PgServer from "@effect-durable/testing/PgServer"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
@@ -243,7 +243,7 @@ NodeRuntime.runMain(program, {
   disableErrorReporting: true,
   teardown: (exit, onExit) => {
     if (Exit.isSuccess(exit)) return onExit(0)
-    if (Cause.isInterruptedOnly(exit.cause)) {
+    if (Cause.hasInterruptsOnly(exit.cause)) {
       console.error("chaos: interrupted; everything it started is stopped and deleted")
       return onExit(130)
     }

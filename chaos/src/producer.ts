@@ -17,7 +17,7 @@ import * as Durable from "@effect-durable/pg/Durable"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Cause from "effect/Cause"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
@@ -92,7 +92,7 @@ const program = Effect.gen(function*() {
         if (Exit.isSuccess(exit)) {
           return journal({ key, uid, outcome: exit.value._tag, retries, errors, at: Date.now() })
         }
-        const failure = Cause.failureOption(exit.cause)
+        const failure = Cause.findErrorOption(exit.cause)
         if (failure._tag === "Some" && failure.value instanceof DeliberateRollback) break
         if (failure._tag === "Some" && failure.value._tag === "MutationConflict") {
           // The same key with the same request can never conflict: that is a bug to report.
@@ -121,6 +121,6 @@ program.pipe(
   Effect.provide(Durable.layer({
     connection: { url: Redacted.make(config.url), applicationName: APPLICATION.producer, poolSize: config.concurrency }
   })),
-  Effect.tapErrorCause((cause) => Effect.logError("chaos producer failed", cause)),
+  Effect.tapCause((cause) => Effect.logError("chaos producer failed", cause)),
   NodeRuntime.runMain
 )

@@ -13,7 +13,7 @@ import * as Inbox from "@effect-durable/pg/Inbox"
 import * as Projector from "@effect-durable/projector/Projector"
 import * as Publisher from "@effect-durable/projector/Publisher"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -36,7 +36,7 @@ export interface WorkerConfig {
 
 const config: WorkerConfig = JSON.parse(process.argv[2]!)
 
-const handler = Layer.unwrapEffect(Effect.gen(function*() {
+const handler = Layer.unwrap(Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const inbox = yield* Inbox.Inbox
   return Publisher.layerHandler((message) => {
@@ -76,6 +76,6 @@ Effect.scoped(Effect.gen(function*() {
   return yield* Effect.never
 })).pipe(
   Effect.provide(substrate),
-  Effect.tapErrorCause((cause) => Effect.logError(`chaos worker ${config.workerId} failed`, cause)),
+  Effect.tapCause((cause) => Effect.logError(`chaos worker ${config.workerId} failed`, cause)),
   NodeRuntime.runMain
 )

@@ -3,7 +3,7 @@
 // concurrent takers with a no-op handler.
 import * as PersistedQueue from "@effect/experimental/PersistedQueue"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as SqlPersistedQueue from "@effect/sql/SqlPersistedQueue"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -17,7 +17,7 @@ const Element = Schema.Struct({ orderId: Schema.Number, customer: Schema.String,
 
 interface Settings {
   readonly takers: number
-  readonly pollInterval: Duration.DurationInput
+  readonly pollInterval: Duration.Input
 }
 
 const run = <A>(url: string, settings: Settings, body: Effect.Effect<A, unknown, PersistedQueue.PersistedQueueFactory | SqlClient.SqlClient | Scope.Scope>, poolSize = 10) =>

@@ -4,7 +4,7 @@
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as Outbox from "@effect-durable/pg/Outbox"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import { formatRate, median } from "../common.js"

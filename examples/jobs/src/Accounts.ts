@@ -8,9 +8,9 @@
 import * as Idempotency from "@effect-durable/http/Idempotency"
 import * as Cas from "@effect-durable/pg/Cas"
 import * as Keyset from "@effect-durable/pg/Keyset"
-import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import {
@@ -42,7 +42,7 @@ const revisionIn = (ifMatch: string): Option.Option<number> => {
 
 /** The account as JSON, with its ETag. */
 const respond = (account: AccountRow, status = 200, location?: string) =>
-  HttpServerResponse.unsafeJson(account, {
+  HttpServerResponse.jsonUnsafe(account, {
     status,
     headers: { etag: etagOf(account), ...(location === undefined ? {} : { location }) }
   })
@@ -112,7 +112,7 @@ export const AccountsLive = HttpApiBuilder.group(BankApi, "accounts", (handlers)
             ...(urlParams.cursor === undefined ? {} : { cursor: urlParams.cursor })
           }).pipe(
             // A cursor that was tampered with, or issued for another user or account, is the client's 400.
-            Effect.catchAll((error) =>
+            Effect.catch((error) =>
               error._tag === "InvalidCursor" || error._tag === "CursorBindingMismatch"
                 ? Effect.fail(new InvalidCursor({ reason: error.message }))
                 : Effect.die(error)

@@ -8,21 +8,21 @@
  * - `GET /accounts/{id}/entries`: pages signed by the server, with a `next` link.
  */
 import * as Idempotency from "@effect-durable/http/Idempotency"
-import * as HttpApi from "@effect/platform/HttpApi"
-import * as HttpApiEndpoint from "@effect/platform/HttpApiEndpoint"
-import * as HttpApiError from "@effect/platform/HttpApiError"
-import * as HttpApiGroup from "@effect/platform/HttpApiGroup"
-import * as HttpApiMiddleware from "@effect/platform/HttpApiMiddleware"
-import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
-import * as HttpApiSecurity from "@effect/platform/HttpApiSecurity"
-import * as OpenApi from "@effect/platform/OpenApi"
+import * as HttpApi from "effect/http-api/HttpApi"
+import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
+import * as HttpApiError from "effect/http-api/HttpApiError"
+import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
+import * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
+import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
+import * as HttpApiSecurity from "effect/http-api/HttpApiSecurity"
+import * as OpenApi from "effect/http-api/OpenApi"
 import * as Context from "effect/Context"
 import * as Schema from "effect/Schema"
 
 // --- who is calling --------------------------------------------------------------------------
 
 /** The authenticated user, for the handlers. */
-export class CurrentUser extends Context.Tag("example/CurrentUser")<CurrentUser, string>() {}
+export class CurrentUser extends Context.Service<CurrentUser, string>()("example/CurrentUser") {}
 
 export class Authentication extends HttpApiMiddleware.Tag<Authentication>()("example/Authentication", {
   failure: HttpApiError.Unauthorized,
@@ -54,14 +54,14 @@ export const Transfer = Schema.Struct({
 
 export const Entry = Schema.Struct({
   id: Schema.Number,
-  transfer: Schema.NullOr(Schema.Number).annotations({ description: "null for the opening deposit" }),
-  amount: Schema.Number.annotations({ description: "cents; negative for money sent" }),
+  transfer: Schema.NullOr(Schema.Number).annotate({ description: "null for the opening deposit" }),
+  amount: Schema.Number.annotate({ description: "cents; negative for money sent" }),
   createdAt: Schema.Date
 })
 
 export const EntryPage = Schema.Struct({
   items: Schema.Array(Entry),
-  next: Schema.NullOr(Schema.String).annotations({ description: "the next page's URL; null on the last page" })
+  next: Schema.NullOr(Schema.String).annotate({ description: "the next page's URL; null on the last page" })
 })
 
 export const Notification = Schema.Struct({ id: Schema.Number, text: Schema.String, createdAt: Schema.Date })
@@ -71,46 +71,46 @@ export const Notification = Schema.Struct({ id: Schema.Number, text: Schema.Stri
 export class AccountNotFound extends Schema.TaggedError<AccountNotFound>()(
   "AccountNotFound",
   { account: Schema.Number },
-  HttpApiSchema.annotations({ status: 404 })
+  HttpApiSchema.annotate({ status: 404 })
 ) {}
 
 export class NotYourAccount extends Schema.TaggedError<NotYourAccount>()(
   "NotYourAccount",
   { account: Schema.Number },
-  HttpApiSchema.annotations({ status: 403 })
+  HttpApiSchema.annotate({ status: 403 })
 ) {}
 
 /** A domain rejection: stored by the idempotency middleware, so its retry replays it. */
 export class InsufficientFunds extends Schema.TaggedError<InsufficientFunds>()(
   "InsufficientFunds",
   { account: Schema.Number, balance: Schema.Number, amount: Schema.Number },
-  HttpApiSchema.annotations({ status: 402 })
+  HttpApiSchema.annotate({ status: 402 })
 ) {}
 
 export class SameAccount extends Schema.TaggedError<SameAccount>()(
   "SameAccount",
   { account: Schema.Number },
-  HttpApiSchema.annotations({ status: 400 })
+  HttpApiSchema.annotate({ status: 400 })
 ) {}
 
 /** If-Match names a revision that is not the current one (someone else saved first). */
 export class PreconditionFailed extends Schema.TaggedError<PreconditionFailed>()(
   "PreconditionFailed",
   { etag: Schema.NullOr(Schema.String) },
-  HttpApiSchema.annotations({ status: 412 })
+  HttpApiSchema.annotate({ status: 412 })
 ) {}
 
 /** PUT without If-Match: the server will not guess which version you edited. */
 export class PreconditionRequired extends Schema.TaggedError<PreconditionRequired>()(
   "PreconditionRequired",
   { header: Schema.Literal("If-Match") },
-  HttpApiSchema.annotations({ status: 428 })
+  HttpApiSchema.annotate({ status: 428 })
 ) {}
 
 export class InvalidCursor extends Schema.TaggedError<InvalidCursor>()(
   "InvalidCursor",
   { reason: Schema.String },
-  HttpApiSchema.annotations({ status: 400 })
+  HttpApiSchema.annotate({ status: 400 })
 ) {}
 
 // --- the endpoints -------------------------------------------------------------------------

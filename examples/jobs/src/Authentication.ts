@@ -6,7 +6,7 @@
  * and keys every stored response by the subject).
  */
 import * as Subject from "@effect-durable/http/Subject"
-import * as HttpApiError from "@effect/platform/HttpApiError"
+import * as HttpApiError from "effect/http-api/HttpApiError"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"

@@ -6,7 +6,7 @@
  */
 import * as DevDatabase from "@effect-durable/embedded/DevDatabase"
 import * as Durable from "@effect-durable/pg/Durable"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -18,8 +18,8 @@ export const developmentDefaults = new Map([
   ["DURABLE_POOL_SIZE", "20"]
 ])
 
-const DevelopmentDefaults = Layer.setConfigProvider(
-  ConfigProvider.fromEnv().pipe(ConfigProvider.orElse(() => ConfigProvider.fromMap(developmentDefaults)))
+const DevelopmentDefaults = ConfigProvider.layer(
+  ConfigProvider.fromEnv().pipe(ConfigProvider.orElse(() => ConfigProvider.fromEnvRecord(developmentDefaults)))
 )
 
 const Tables = Layer.effectDiscard(Effect.gen(function*() {

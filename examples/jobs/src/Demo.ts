@@ -6,7 +6,7 @@
  */
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Console from "effect/Console"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
@@ -137,7 +137,7 @@ export const run = (url: string) =>
       Effect.repeat(
         Schedule.spaced("100 millis").pipe(Schedule.untilInput((reply: Reply) => reply.body.length === 2), Schedule.passthrough)
       ),
-      Effect.timeoutFail({ duration: "30 seconds", onTimeout: () => new DemoFailed({ message: "both transfers notified" }) })
+      Effect.timeoutOrElse({ duration: "30 seconds", onTimeout: () => new DemoFailed({ message: "both transfers notified" }) })
     )
     for (const notification of delivered.body) yield* say(`   bob: ${notification.text}`)
     // What a lost answer to the webhook would cause: the same message delivered again.

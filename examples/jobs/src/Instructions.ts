@@ -1,5 +1,5 @@
 /** What `npm start` prints once it listens: where it is, and curl lines to try it with. */
-import * as HttpServer from "@effect/platform/HttpServer"
+import * as HttpServer from "effect/http/HttpServer"
 import * as Config from "effect/Config"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Console from "effect/Console"
@@ -18,7 +18,7 @@ export const InstructionsLive = Layer.effectDiscard(Effect.gen(function*() {
   const { alice, bob } = yield* seedAccounts
   // The environment's own DATABASE_URL (the development database supplies one to the substrate).
   const database = yield* Effect.orElseSucceed(
-    Effect.withConfigProvider(Config.option(Config.string("DATABASE_URL")), ConfigProvider.fromEnv()),
+    Effect.withConfigProvider(Config.option(Config.String("DATABASE_URL")), ConfigProvider.fromEnv()),
     () => Option.none()
   )
   const json = `-H 'Content-Type: application/json'`

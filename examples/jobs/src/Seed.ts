@@ -2,7 +2,7 @@
  * Two accounts for the copy-paste curl lines, opened once per database: alice's and bob's.
  * (The demo opens its own, through the API.)
  */
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 
 export interface SeedAccount {

@@ -7,9 +7,9 @@
  */
 import * as Idempotency from "@effect-durable/http/Idempotency"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import * as HttpApiSwagger from "@effect/platform/HttpApiSwagger"
-import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import * as HttpApiSwagger from "effect/http-api/HttpApiSwagger"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { createServer, type Server } from "node:http"
@@ -19,7 +19,7 @@ import { AuthenticationLive, Identify } from "./Authentication.js"
 import { ReceiverLive } from "./Notifications.js"
 import { TransfersLive } from "./Transfers.js"
 
-const ApiRoutes = HttpLayerRouter.addHttpApi(BankApi, { openapiPath: "/openapi.json" }).pipe(
+const ApiRoutes = HttpRouter.addHttpApi(BankApi, { openapiPath: "/openapi.json" }).pipe(
   Layer.provide([AccountsLive, TransfersLive]),
   Layer.provide(AuthenticationLive),
   // `combine`: Identify runs first and gives the idempotency middleware its subject.
@@ -29,13 +29,13 @@ const ApiRoutes = HttpLayerRouter.addHttpApi(BankApi, { openapiPath: "/openapi.j
 const Routes = Layer.mergeAll(
   ApiRoutes,
   HttpApiSwagger.layerHttpLayerRouter({ api: BankApi, path: "/docs" }),
-  HttpLayerRouter.add("GET", "/", HttpServerResponse.redirect("/docs")),
+  HttpRouter.add("GET", "/", HttpServerResponse.redirect("/docs")),
   ReceiverLive
 )
 
 /** Closes idle keep-alive connections while the server stops; cuts the rest after a grace period. */
 const drain = (server: Server) =>
-  Layer.scopedDiscard(Effect.addFinalizer(() =>
+  Layer.effectDiscard(Effect.addFinalizer(() =>
     Effect.sync(() => {
       server.closeIdleConnections()
       setInterval(() => server.closeIdleConnections(), 100).unref()
@@ -48,10 +48,10 @@ const drain = (server: Server) =>
  * (and so released before) the listening socket: the drain runs as the server closes.
  */
 export const ServerLive = (options: { readonly port: number; readonly fallback: boolean }) =>
-  Layer.unwrapEffect(Effect.sync(() => {
+  Layer.unwrap(Effect.sync(() => {
     const server = createServer()
     const listen = (port: number) => NodeHttpServer.layer(() => server, { port, host: "127.0.0.1" })
-    return HttpLayerRouter.serve(Routes, { disableLogger: true, disableListenLog: true }).pipe(
+    return HttpRouter.serve(Routes, { disableLogger: true, disableListenLog: true }).pipe(
       Layer.merge(drain(server)),
       Layer.provideMerge(options.fallback ? Layer.orElse(listen(options.port), () => listen(0)) : listen(options.port))
     )

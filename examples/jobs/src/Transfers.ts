@@ -6,10 +6,10 @@
  */
 import * as Idempotency from "@effect-durable/http/Idempotency"
 import * as Outbox from "@effect-durable/pg/Outbox"
-import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
-import * as HttpApiError from "@effect/platform/HttpApiError"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
+import * as HttpApiError from "effect/http-api/HttpApiError"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import { AccountNotFound, BankApi, CurrentUser, InsufficientFunds, NotYourAccount, SameAccount } from "./Api.js"
 
@@ -78,7 +78,7 @@ export const TransfersLive = HttpApiBuilder.group(BankApi, "transfers", (handler
                 { transfer: transfer!.id, from, to, amount } satisfies TransferCompleted,
                 { orderingKey: String(from) }
               )
-              return HttpServerResponse.unsafeJson(toTransfer(transfer!), {
+              return HttpServerResponse.jsonUnsafe(toTransfer(transfer!), {
                 status: 201,
                 headers: { location: `/transfers/${transfer!.id}` }
               })

@@ -31,8 +31,8 @@ import { ServerLive } from "./Server.js"
 const { values } = parseArgs({ options: { demo: { type: "boolean", default: false } } })
 
 /** PORT when it is set; otherwise 3000, or any free port when 3000 is taken (the demo: any free port). */
-const Server = Layer.unwrapEffect(
-  Effect.map(Config.option(Config.port("PORT")), (port) =>
+const Server = Layer.unwrap(
+  Effect.map(Config.option(Config.Port("PORT")), (port) =>
     values.demo
       ? ServerLive({ port: 0, fallback: false })
       : Option.match(port, {

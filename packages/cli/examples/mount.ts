@@ -4,10 +4,10 @@ import * as AdminPage from "@effect-durable/cli/AdminPage"
 import * as Durable from "@effect-durable/pg/Durable"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import type * as HttpApp from "@effect/platform/HttpApp"
-import * as HttpRouter from "@effect/platform/HttpRouter"
-import * as HttpServer from "@effect/platform/HttpServer"
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServer from "effect/http/HttpServer"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { createServer } from "node:http"
@@ -38,7 +38,7 @@ export const routes = (sessionUser: SessionLookup) =>
 
 /** The server, on the substrate of DATABASE_URL: `Layer.launch(server(yourSessionLookup))`. */
 export const server = (sessionUser: SessionLookup) =>
-  Layer.scopedDiscard(Effect.flatMap(routes(sessionUser), (router) => HttpServer.serveEffect(router))).pipe(
+  Layer.effectDiscard(Effect.flatMap(routes(sessionUser), (router) => HttpServer.serveEffect(router))).pipe(
     Layer.provide(NodeHttpServer.layer(createServer, { port: 3000 })),
     Layer.provide(Durable.layerConfig())
   )

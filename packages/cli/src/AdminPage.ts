@@ -19,14 +19,14 @@
 import type { DurableConfigError } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
-import type * as HttpRouter from "@effect/platform/HttpRouter"
-import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import type * as HttpRouter from "effect/http/HttpRouter"
+import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as Config from "effect/Config"
 import * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Option from "effect/Option"
 import type * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
@@ -51,7 +51,7 @@ export interface Options {
   /** Show message payloads and stored ledger responses. Default false. */
   readonly showPayloads?: boolean
   /** Longest run of any query of the page (and of each batch of a bulk action). Default 5 s. */
-  readonly statementTimeout?: Duration.DurationInput
+  readonly statementTimeout?: Duration.Input
   /** Rows per batch of a bulk action (1-10,000). Default 500. */
   readonly batchSize?: number
   /** Host names the page answers to (any port); default any. Set it for a page without credentials (DNS rebinding). */
@@ -66,7 +66,7 @@ export interface Options {
 export type Requirements = Exclude<Routes.Requirements, OutboxSearch.OutboxSearch>
 
 const OptionsSchema = Schema.Struct({
-  statementTimeout: Schema.optionalWith(Input.DurationIn({ max: "10 minutes" }), { default: () => Duration.decode(Defaults.statementTimeout) }),
+  statementTimeout: Schema.optionalWith(Input.DurationIn({ max: "10 minutes" }), { default: () => Duration.fromInputUnsafe(Defaults.statementTimeout) }),
   batchSize: Schema.optionalWith(Input.Count(10_000), { default: () => Defaults.batchSize }),
   basePath: Schema.optional(Schema.String.pipe(Schema.filter((p) => p === "" || /^\/[^?#]*[^/]$/.test(p), {
     message: () => "a path prefix such as /admin/durable (no trailing slash), or empty"
@@ -110,14 +110,14 @@ export const make = (
  * `DURABLE_DASHBOARD_TOKEN` (bearer), `DURABLE_DASHBOARD_READ_ONLY`.
  */
 export const config: Config.Config<{ readonly auth: Auth | undefined; readonly readOnly: boolean }> = Config.all({
-  user: Config.option(Config.string("DURABLE_DASHBOARD_USER")),
-  password: Config.option(Config.redacted("DURABLE_DASHBOARD_PASSWORD")),
-  token: Config.option(Config.redacted("DURABLE_DASHBOARD_TOKEN")),
-  readOnly: Config.boolean("DURABLE_DASHBOARD_READ_ONLY").pipe(Config.withDefault(false))
+  user: Config.option(Config.String("DURABLE_DASHBOARD_USER")),
+  password: Config.option(Config.Redacted("DURABLE_DASHBOARD_PASSWORD")),
+  token: Config.option(Config.Redacted("DURABLE_DASHBOARD_TOKEN")),
+  readOnly: Config.Boolean("DURABLE_DASHBOARD_READ_ONLY").pipe(Config.withDefault(false))
 }).pipe(
-  Config.mapOrFail(({ password, readOnly, token, user }) => {
+  Config.mapEffect(({ password, readOnly, token, user }) => {
     if (Option.isSome(user) !== Option.isSome(password)) {
-      return Either.left(
+      return Result.fail(
         ConfigError.InvalidData(["DURABLE_DASHBOARD_PASSWORD"], "set both DURABLE_DASHBOARD_USER and DURABLE_DASHBOARD_PASSWORD, or neither")
       )
     }
@@ -126,6 +126,6 @@ export const config: Config.Config<{ readonly auth: Auth | undefined; readonly r
     const auth: Auth | undefined = basic === undefined && bearer === undefined
       ? undefined
       : { ...(basic === undefined ? {} : { basic }), ...(bearer === undefined ? {} : { bearer }) }
-    return Either.right({ auth, readOnly })
+    return Result.succeed({ auth, readOnly })
   })
 )

@@ -10,7 +10,7 @@ import { CliConfig, ValidationError } from "@effect/cli"
 // Deep imports: the package barrel loads much more than the command needs (startup time).
 import * as NodeContext from "@effect/platform-node/NodeContext"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import * as Terminal from "@effect/platform/Terminal"
+import * as Terminal from "effect/Terminal"
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -30,11 +30,11 @@ for (const stream of [process.stdout, process.stderr]) {
 
 const verbose = process.argv.includes("--verbose")
 
-const failureOf = (cause: Cause.Cause<unknown>) => Option.map(Cause.failureOption(cause), fromLibrary)
+const failureOf = (cause: Cause.Cause<unknown>) => Option.map(Cause.findErrorOption(cause), fromLibrary)
 
 const exitCodeOf = (exit: Exit.Exit<unknown, unknown>): number => {
   if (Exit.isSuccess(exit)) return ExitCode.ok
-  if (Cause.isInterruptedOnly(exit.cause)) return ExitCode.interrupted
+  if (Cause.hasInterruptsOnly(exit.cause)) return ExitCode.interrupted
   const failure = failureOf(exit.cause)
   if (Option.isSome(failure)) {
     if (ValidationError.isValidationError(failure.value)) return ExitCode.usage
@@ -68,7 +68,7 @@ const describeCause = (cause: unknown): string => {
 
 const report = (cause: Cause.Cause<unknown>) =>
   Effect.sync(() => {
-    if (Cause.isInterruptedOnly(cause)) return
+    if (Cause.hasInterruptsOnly(cause)) return
     const failure = failureOf(cause)
     if (Option.isSome(failure)) {
       const error = failure.value
@@ -118,7 +118,7 @@ const program = (refuseWizard
     withPlainConsole,
     Effect.provide(CliConfig.layer({ showBuiltIns: false, showTypes: false })),
     Effect.provide(NodeContext.layer),
-    Effect.tapErrorCause(report)
+    Effect.tapCause(report)
   )
 
 NodeRuntime.runMain(program, {

@@ -11,15 +11,15 @@ import * as Projector from "@effect-durable/projector/Projector"
 import * as Publisher from "@effect-durable/projector/Publisher"
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import * as HttpRouter from "@effect/platform/HttpRouter"
-import * as HttpServer from "@effect/platform/HttpServer"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServer from "effect/http/HttpServer"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Ref from "effect/Ref"
-import * as TestServices from "effect/TestServices"
+import * as TestClock from "effect/testing/TestClock"
 import { copyFileSync, existsSync, mkdirSync } from "node:fs"
 import { createServer, request as httpRequest } from "node:http"
 import { join } from "node:path"
@@ -41,7 +41,7 @@ const OUTPUT = join(PACKAGE, "build", "test-output")
 const DOCS = join(PACKAGE, "..", "..", "docs")
 
 /** The application's server: the page mounted twice (writable, read-only), on a free port. */
-const Server = Layer.scopedDiscard(Effect.gen(function*() {
+const Server = Layer.effectDiscard(Effect.gen(function*() {
   const writable = yield* AdminPage.make({ auth, showPayloads: true, batchSize: 2 })
   const readOnly = yield* AdminPage.make({ auth, readOnly: true })
   yield* HttpServer.serveEffect(
@@ -49,9 +49,9 @@ const Server = Layer.scopedDiscard(Effect.gen(function*() {
   )
 })).pipe(Layer.provideMerge(NodeHttpServer.layer(() => createServer(), { port: 0, host: "127.0.0.1" })))
 
-class Browser extends Context.Tag("test/Browser")<Browser, PlaywrightBrowser>() {}
+class Browser extends Context.Service<Browser, PlaywrightBrowser>()("test/Browser") {}
 
-const BrowserLive = Layer.scoped(
+const BrowserLive = Layer.effect(
   Browser,
   Effect.acquireRelease(
     Effect.promise(() =>
@@ -258,7 +258,7 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
           const [held] = yield* enqueue(paused, 1)
           yield* enqueue(other, 1)
           yield* eventually(Ref.get(delivered), (topics) => topics.includes(other))
-          yield* TestServices.provideLive(Effect.sleep("700 millis"))
+          yield* TestClock.withLive(Effect.sleep("700 millis"))
           expect((yield* Ref.get(delivered)).filter((t) => t === paused)).toHaveLength(1)
           expect((yield* rowsOf(paused)).map((r) => [r.id, r.projected])).toEqual([[first, true], [held, false]])
           yield* withPage(async (page, base) => {

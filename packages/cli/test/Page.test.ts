@@ -6,9 +6,9 @@ import * as Durable from "@effect-durable/pg/Durable"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import * as HttpRouter from "@effect/platform/HttpRouter"
-import * as HttpServer from "@effect/platform/HttpServer"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServer from "effect/http/HttpServer"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
@@ -20,7 +20,7 @@ import { deadLetters, freshTopic, Substrate } from "./support.js"
 
 const logged: Array<string> = []
 
-const Server = Layer.scopedDiscard(Effect.gen(function*() {
+const Server = Layer.effectDiscard(Effect.gen(function*() {
   const mounted = yield* AdminPage.make({
     operator: (request) => Effect.succeed(request.headers["x-test-user"]),
     statementTimeout: "300 millis"
@@ -61,7 +61,7 @@ describe("admin page over HTTP", () => {
           yield* sql.unsafe(`LOCK TABLE ${table} IN ACCESS EXCLUSIVE MODE`)
           yield* Deferred.succeed(locked, undefined)
           yield* Deferred.await(release)
-        })).pipe(Effect.fork)
+        })).pipe(Effect.forkChild)
         yield* Deferred.await(locked)
         const started = Date.now()
         const page = yield* get("/ops/durable/messages")

@@ -11,7 +11,7 @@ import * as Config from "effect/Config"
 import * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
@@ -61,7 +61,7 @@ export interface CursorKey {
 /** Signing keys, newest first: the first signs, all verify (rotation without breaking pages). */
 export type Keyring = readonly [CursorKey, ...Array<CursorKey>]
 
-export class CursorCodec extends Context.Tag("@effect-durable/core/CursorCodec")<CursorCodec, {
+export class CursorCodec extends Context.Service<CursorCodec, {
   /**
    * Signs a cursor. A cursor `decode` would refuse (an empty or over-long subject, an over-long
    * position, a token over `MAX_TOKEN_LENGTH`) is refused here, as `InvalidInput`.
@@ -74,7 +74,7 @@ export class CursorCodec extends Context.Tag("@effect-durable/core/CursorCodec")
     subject: string,
     filter: RequestFingerprint
   ) => Effect.Effect<Cursor, InvalidCursor | CursorBindingMismatch>
-}>() {}
+}>()("@effect-durable/core/CursorCodec") {}
 
 /** Longest token accepted; checked before any decoding work. */
 export const MAX_TOKEN_LENGTH = 2048
@@ -116,27 +116,27 @@ const Payload = Schema.Struct({
   h: PositionTuple,
   a: Schema.optionalWith(PositionTuple, { exact: true })
 })
-const decodePayload = Schema.decodeUnknownEither(Payload)
+const decodePayload = Schema.decodeUnknownResult(Payload)
 const checkPayload = Input.argument("cursor", Payload)
 
-const validateKeyring = (keys: ReadonlyArray<CursorKey>): Either.Either<void, DurableConfigError> => {
-  if (keys.length === 0) return Either.left(new DurableConfigError({ field: "cursor.keys", rule: "at least one key" }))
+const validateKeyring = (keys: ReadonlyArray<CursorKey>): Result.Result<void, DurableConfigError> => {
+  if (keys.length === 0) return Result.fail(new DurableConfigError({ field: "cursor.keys", rule: "at least one key" }))
   const seen = new Set<string>()
   for (const [i, key] of keys.entries()) {
     if (!KEY_ID.test(key.id)) {
-      return Either.left(new DurableConfigError({ field: `cursor.keys[${i}].id`, rule: "1-32 characters of A-Z a-z 0-9 _ -" }))
+      return Result.fail(new DurableConfigError({ field: `cursor.keys[${i}].id`, rule: "1-32 characters of A-Z a-z 0-9 _ -" }))
     }
     if (seen.has(key.id)) {
-      return Either.left(new DurableConfigError({ field: `cursor.keys[${i}].id`, rule: `key id ${key.id} is listed twice` }))
+      return Result.fail(new DurableConfigError({ field: `cursor.keys[${i}].id`, rule: `key id ${key.id} is listed twice` }))
     }
     seen.add(key.id)
     if (Buffer.byteLength(Redacted.value(key.secret), "utf8") < MIN_SECRET_BYTES) {
-      return Either.left(
+      return Result.fail(
         new DurableConfigError({ field: `cursor.keys[${i}].secret`, rule: `at least ${MIN_SECRET_BYTES} bytes` })
       )
     }
   }
-  return Either.void
+  return Result.void
 }
 
 /** Builds a codec over a keyring; a malformed keyring is a `DurableConfigError`. */
@@ -152,19 +152,19 @@ export const make = (keys: Keyring): Effect.Effect<CursorCodec["Type"], DurableC
       return Buffer.concat([signed, mac(secrets.get(signer.id)!, signed)]).toString("base64url")
     }
 
-    const encodeEither = (cursor: Cursor): Either.Either<string, InvalidInput> =>
+    const encodeEither = (cursor: Cursor): Result.Result<string, InvalidInput> =>
       checkPayload({
         s: cursor.subject,
         f: cursor.filter,
         h: [cursor.highWater.value, cursor.highWater.tieBreaker],
         ...(cursor.after === undefined ? {} : { a: [cursor.after.value, cursor.after.tieBreaker] })
       }).pipe(
-        Either.flatMap((checked) =>
-          Either.mapLeft(canonicalizeEither(checked), (error) => new InvalidInput({ argument: "cursor", rule: error.message }))
+        Result.flatMap((checked) =>
+          Result.mapError(canonicalizeEither(checked), (error) => new InvalidInput({ argument: "cursor", rule: error.message }))
         ),
-        Either.map(sign),
+        Result.map(sign),
         // `decode` checks the length before anything else: a token it would refuse is never issued.
-        Either.filterOrLeft(
+        Result.filterOrFail(
           (token) => token.length <= MAX_TOKEN_LENGTH,
           (token) =>
             new InvalidInput({
@@ -176,9 +176,9 @@ export const make = (keys: Keyring): Effect.Effect<CursorCodec["Type"], DurableC
 
     const encode = (cursor: Cursor) => Effect.suspend(() => encodeEither(cursor))
 
-    const invalid = (reason: string) => Either.left(new InvalidCursor({ reason }))
+    const invalid = (reason: string) => Result.fail(new InvalidCursor({ reason }))
 
-    const decodeEither = (token: string): Either.Either<Cursor, InvalidCursor> => {
+    const decodeEither = (token: string): Result.Result<Cursor, InvalidCursor> => {
       if (typeof token !== "string" || token.length === 0) return invalid("empty")
       if (token.length > MAX_TOKEN_LENGTH) return invalid(`longer than ${MAX_TOKEN_LENGTH} characters`)
       if (!/^[A-Za-z0-9_-]+$/.test(token)) return invalid("not base64url without padding")
@@ -206,11 +206,11 @@ export const make = (keys: Keyring): Effect.Effect<CursorCodec["Type"], DurableC
         return invalid("payload is not JSON")
       }
       const canonical = canonicalizeEither(json)
-      if (Either.isLeft(canonical) || canonical.right !== text) return invalid("payload is not canonical JSON")
-      return Either.match(decodePayload(json), {
-        onLeft: () => invalid("payload has the wrong shape"),
-        onRight: (payload) =>
-          Either.right({
+      if (Result.isFailure(canonical) || canonical.right !== text) return invalid("payload is not canonical JSON")
+      return Result.match(decodePayload(json), {
+        onFailure: () => invalid("payload has the wrong shape"),
+        onSuccess: (payload) =>
+          Result.succeed({
             subject: payload.s,
             filter: payload.f,
             highWater: { value: payload.h[0], tieBreaker: payload.h[1] },
@@ -240,16 +240,16 @@ export const layer = (keys: Keyring): Layer.Layer<CursorCodec, DurableConfigErro
  * Keys from configuration: `CURSOR_KEYS` is a redacted list `id=secret,id=secret`, newest
  * first (prefix it through `Config.nested` for your own naming).
  */
-export const keyringConfig: Config.Config<Keyring> = Config.redacted("CURSOR_KEYS").pipe(
+export const keyringConfig: Config.Config<Keyring> = Config.Redacted("CURSOR_KEYS").pipe(
   Config.withDescription("cursor signing keys, newest first: id=secret[,id=secret...]"),
-  Config.mapOrFail((listed) => {
+  Config.mapEffect((listed) => {
     const keys = Redacted.value(listed).split(",").map((entry) => {
       const at = entry.indexOf("=")
       return { id: entry.slice(0, at < 0 ? 0 : at).trim(), secret: Redacted.make(at < 0 ? "" : entry.slice(at + 1)) }
     })
     return keys.length > 0 && keys.every((key) => key.id.length > 0)
-      ? Either.right(keys as unknown as Keyring)
-      : Either.left(ConfigError.InvalidData([], "expected id=secret[,id=secret...]"))
+      ? Result.succeed(keys as unknown as Keyring)
+      : Result.fail(ConfigError.InvalidData([], "expected id=secret[,id=secret...]"))
   })
 )
 

@@ -4,14 +4,14 @@
  * `DurableConfigError`; call arguments on every call into `InvalidInput`. Both name the
  * field (with the path inside it) and the rule it broke, so the message says what to fix.
  *
- * Durations are stricter than `Duration.decode`, which reads `NaN`, `-1` and `"-5 seconds"`
+ * Durations are stricter than `Duration.fromInputUnsafe`, which reads `NaN`, `-1` and `"-5 seconds"`
  * as zero: here they are refused, as are infinite ones and those outside the rule's range.
  *
  * @since 0.1.0
  */
 import type * as ConfigError from "effect/ConfigError"
 import * as Duration from "effect/Duration"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
@@ -51,19 +51,19 @@ export const MixedCaseIdentifier: Schema.Schema<string> = Schema.String.pipe(
   })
 )
 
-// Duration.decode's own grammar, without its minus sign.
+// Duration.fromInputUnsafe's own grammar, without its minus sign.
 const DURATION_TEXT = /^\d+(?:\.\d+)?\s+(?:nanos?|micros?|millis?|seconds?|minutes?|hours?|days?|weeks?)$/
 
-/** A `DurationInput` read without `Duration.decode`'s leniency: negative, NaN or malformed is none. */
+/** A `DurationInput` read without `Duration.fromInputUnsafe`'s leniency: negative, NaN or malformed is none. */
 export const parseDuration = (input: unknown): Option.Option<Duration.Duration> => {
   if (Duration.isDuration(input)) return Option.some(input)
   if (typeof input === "number") return Number.isNaN(input) || input < 0 ? Option.none() : Option.some(Duration.millis(input))
   if (typeof input === "bigint") return input < 0n ? Option.none() : Option.some(Duration.nanos(input))
-  if (typeof input === "string") return DURATION_TEXT.test(input) ? Duration.decodeUnknown(input) : Option.none()
+  if (typeof input === "string") return DURATION_TEXT.test(input) ? Duration.fromInput(input) : Option.none()
   if (
     Array.isArray(input) && input.length === 2 &&
     input.every((part) => typeof part === "number" && !Number.isNaN(part) && part >= 0)
-  ) return Duration.decodeUnknown(input as [number, number])
+  ) return Duration.fromInput(input as [number, number])
   return Option.none()
 }
 
@@ -72,15 +72,15 @@ export const parseDuration = (input: unknown): Option.Option<Duration.Duration> 
  * the rule). Without `min` it must be greater than zero; `min: 0` allows zero.
  */
 export const DurationIn = (range: { readonly min?: string | 0; readonly max: string }): Schema.Schema<Duration.Duration, unknown> => {
-  const max = Duration.decode(range.max as Duration.DurationInput)
-  const min = range.min === undefined || range.min === 0 ? Duration.zero : Duration.decode(range.min as Duration.DurationInput)
+  const max = Duration.fromInputUnsafe(range.max as Duration.Input)
+  const min = range.min === undefined || range.min === 0 ? Duration.zero : Duration.fromInputUnsafe(range.min as Duration.Input)
   const inRange = range.min === undefined
-    ? (d: Duration.Duration) => Duration.greaterThan(d, Duration.zero) && Duration.lessThanOrEqualTo(d, max)
+    ? (d: Duration.Duration) => Duration.isGreaterThan(d, Duration.zero) && Duration.isLessThanOrEqualTo(d, max)
     : (d: Duration.Duration) => Duration.between(d, { minimum: min, maximum: max })
   const rule = range.min === undefined
     ? `a duration greater than zero and at most ${range.max}`
     : `a duration from ${range.min === 0 ? "zero" : range.min} to ${range.max}`
-  return Schema.transformOrFail(Schema.Unknown, Schema.DurationFromSelf, {
+  return Schema.transformOrFail(Schema.Unknown, Schema.Duration, {
     strict: true,
     decode: (input, _, ast) =>
       Option.match(Option.filter(parseDuration(input), (d) => Duration.isFinite(d) && inRange(d)), {
@@ -88,7 +88,7 @@ export const DurationIn = (range: { readonly min?: string | 0; readonly max: str
         onSome: ParseResult.succeed
       }),
     encode: ParseResult.succeed
-  }).annotations({ message: () => rule })
+  }).annotate({ message: () => rule })
 }
 
 /**
@@ -125,11 +125,11 @@ const firstIssue = (error: ParseResult.ParseError) => {
  * path inside it). Build it once, outside the call: the schema is compiled here.
  */
 export const argument = <A, I>(name: string, schema: Schema.Schema<A, I, never>) => {
-  const decode = Schema.decodeUnknownEither(schema, { errors: "first" })
-  return (value: unknown): Either.Either<A, InvalidInput> =>
+  const decode = Schema.decodeUnknownResult(schema, { errors: "first" })
+  return (value: unknown): Result.Result<A, InvalidInput> =>
     tooDeep(value)
-      ? Either.left(new InvalidInput({ argument: name, rule: `a value nested at most ${MAX_ARGUMENT_DEPTH} levels, without cycles` }))
-      : Either.mapLeft(decode(value), (error) => {
+      ? Result.fail(new InvalidInput({ argument: name, rule: `a value nested at most ${MAX_ARGUMENT_DEPTH} levels, without cycles` }))
+      : Result.mapError(decode(value), (error) => {
       const { path, rule } = firstIssue(error)
       return new InvalidInput({ argument: `${name}${path}`, rule })
     })
@@ -137,13 +137,13 @@ export const argument = <A, I>(name: string, schema: Schema.Schema<A, I, never>)
 
 /** A decoder of an options object: the decoded options or `DurableConfigError` naming the field. */
 export const options = <A, I>(schema: Schema.Schema<A, I, never>, prefix?: string) => {
-  const decode = Schema.decodeUnknownEither(schema, { errors: "first", onExcessProperty: "error" })
-  return (value: unknown): Either.Either<A, DurableConfigError> =>
+  const decode = Schema.decodeUnknownResult(schema, { errors: "first", onExcessProperty: "error" })
+  return (value: unknown): Result.Result<A, DurableConfigError> =>
     tooDeep(value)
-      ? Either.left(
+      ? Result.fail(
         new DurableConfigError({ field: prefix ?? "options", rule: `nested at most ${MAX_ARGUMENT_DEPTH} levels, without cycles` })
       )
-      : Either.mapLeft(decode(value), (error) => {
+      : Result.mapError(decode(value), (error) => {
       const { path, rule } = firstIssue(error)
       const field = `${prefix ?? ""}${path}`.replace(/^\./, "")
       return new DurableConfigError({ field: field.length === 0 ? "options" : field, rule })

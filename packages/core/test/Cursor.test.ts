@@ -1,8 +1,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
-import * as FastCheck from "effect/FastCheck"
+import * as Result from "effect/Result"
+import * as FastCheck from "fast-check"
 import * as Redacted from "effect/Redacted"
 import { createHmac } from "node:crypto"
 import * as Cursor from "../src/Cursor.js"
@@ -25,18 +25,18 @@ const second = Cursor.nextPage(first, { value: "2026-11-29T15:20:01.000001Z", ti
 
 const current = codec(key("k2"), key("k1"))
 const encode = (cursor: Cursor.Cursor, with_ = current) => Effect.runSync(with_.encode(cursor))
-const decodeResult = (token: string, with_ = current) => Effect.runSync(Effect.either(with_.decode(token)))
+const decodeResult = (token: string, with_ = current) => Effect.runSync(Effect.result(with_.decode(token)))
 const invalidReason = (token: string, with_ = current): string => {
   const result = decodeResult(token, with_)
-  if (Either.isRight(result)) throw new Error(`expected ${token} to be refused`)
+  if (Result.isSuccess(result)) throw new Error(`expected ${token} to be refused`)
   expect(result.left._tag).toBe("InvalidCursor")
   return result.left.reason
 }
 
 describe("Cursor codec", () => {
   it("round-trips a first-page and a next-page cursor", () => {
-    expect(decodeResult(encode(first))).toEqual(Either.right(first))
-    expect(decodeResult(encode(second))).toEqual(Either.right(second))
+    expect(decodeResult(encode(first))).toEqual(Result.succeed(first))
+    expect(decodeResult(encode(second))).toEqual(Result.succeed(second))
     expect(encode(first)).toMatch(/^[A-Za-z0-9_-]+$/)
   })
 
@@ -49,7 +49,7 @@ describe("Cursor codec", () => {
         Cursor.firstPage(subject, filters, { value, tieBreaker: String(id) }),
         { value, tieBreaker: String(id - 1n) }
       )
-      expect(decodeResult(encode(cursor))).toEqual(Either.right(cursor))
+      expect(decodeResult(encode(cursor))).toEqual(Result.succeed(cursor))
     }
   )
 
@@ -57,7 +57,7 @@ describe("Cursor codec", () => {
     const before = codec(key("k1"))
     const oldToken = encode(first, before)
     // After rotation k2 signs; pages handed out under k1 keep working.
-    expect(decodeResult(oldToken, current)).toEqual(Either.right(first))
+    expect(decodeResult(oldToken, current)).toEqual(Result.succeed(first))
     const newToken = encode(first, current)
     expect(Buffer.from(newToken, "base64url").subarray(2, 4).toString()).toBe("k2")
     // Once k1 is retired, its tokens are refused.
@@ -128,7 +128,7 @@ describe("Cursor codec", () => {
         : Buffer.concat([token.subarray(0, i), token.subarray(i + 1)])
       FastCheck.pre(!mutated.equals(token))
       const result = decodeResult(mutated.toString("latin1"))
-      expect(Either.isLeft(result) && result.left._tag === "InvalidCursor").toBe(true)
+      expect(Result.isFailure(result) && result.left._tag === "InvalidCursor").toBe(true)
     },
     { fastCheck: { numRuns: 2000 } }
   )
@@ -172,12 +172,12 @@ describe("Cursor limits", () => {
         ...Cursor.firstPage(subject, filters, { value, tieBreaker }),
         ...(after === undefined ? {} : { after: { value: after[0], tieBreaker: after[1] } })
       }
-      const issued = Effect.runSync(Effect.either(current.encode(cursor)))
+      const issued = Effect.runSync(Effect.result(current.encode(cursor)))
       const accepted = decodeResult(signedByHand(cursor))
-      expect(Either.isRight(issued)).toBe(Either.isRight(accepted))
-      if (Either.isRight(issued)) {
+      expect(Result.isSuccess(issued)).toBe(Result.isSuccess(accepted))
+      if (Result.isSuccess(issued)) {
         expect(issued.right).toBe(signedByHand(cursor))
-        expect(accepted).toEqual(Either.right(cursor))
+        expect(accepted).toEqual(Result.succeed(cursor))
       } else {
         expect(issued.left).toMatchObject({ _tag: "InvalidInput" })
       }
@@ -196,7 +196,7 @@ describe("Cursor limits", () => {
     const signedByLongestKeyId = codec(key("k".repeat(32)))
     const token = encode(longest, signedByLongestKeyId)
     expect(token.length).toBeLessThanOrEqual(Cursor.MAX_TOKEN_LENGTH)
-    expect(decodeResult(token, signedByLongestKeyId)).toEqual(Either.right(longest))
+    expect(decodeResult(token, signedByLongestKeyId)).toEqual(Result.succeed(longest))
   })
 
   it("encode refuses an empty, over-long or NUL subject, an over-long position and an over-long token", () => {
@@ -256,18 +256,18 @@ describe("Cursor keyring", () => {
 describe("Cursor keyring from configuration", () => {
   const fromEnv = (value: string) =>
     Effect.runSync(
-      Effect.either(Cursor.keyringConfig).pipe(
-        Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["CURSOR_KEYS", value]])))
+      Effect.result(Cursor.keyringConfig).pipe(
+        Effect.withConfigProvider(ConfigProvider.fromEnvRecord(new Map([["CURSOR_KEYS", value]])))
       )
     )
 
   it("reads id=secret pairs, newest first", () => {
-    const keys = Either.getOrThrow(fromEnv("k2=second-secret-16b+,k1=first-secret-16b+!"))
+    const keys = Result.getOrThrow(fromEnv("k2=second-secret-16b+,k1=first-secret-16b+!"))
     expect(keys.map((k) => k.id)).toEqual(["k2", "k1"])
     expect(Redacted.value(keys[1]!.secret)).toBe("first-secret-16b+!")
   })
 
   it("refuses an entry without an id", () => {
-    expect(Either.isLeft(fromEnv("just-a-secret-without-id"))).toBe(true)
+    expect(Result.isFailure(fromEnv("just-a-secret-without-id"))).toBe(true)
   })
 })

@@ -1,12 +1,12 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
-import * as FastCheck from "effect/FastCheck"
+import * as Result from "effect/Result"
+import * as FastCheck from "fast-check"
 import * as Fingerprint from "../src/Fingerprint.js"
 import { canonicalizeEither, canonicalizeWithin, MAX_DEPTH } from "../src/Fingerprint.js"
 
-const canonical = (value: unknown): string => Either.getOrThrow(Fingerprint.canonicalizeEither(value))
-const refusal = (value: unknown) => Either.flip(Fingerprint.canonicalizeEither(value)).pipe(Either.getOrThrow)
+const canonical = (value: unknown): string => Result.getOrThrow(Fingerprint.canonicalizeEither(value))
+const refusal = (value: unknown) => Result.flip(Fingerprint.canonicalizeEither(value)).pipe(Result.getOrThrow)
 
 const fromBits = (hex: string): number => Buffer.from(hex, "hex").readDoubleBE(0)
 
@@ -131,15 +131,15 @@ describe("RFC 8785 canonical JSON", () => {
     expect(error.path).toBe("$" + "[0]".repeat(MAX_DEPTH))
     let ok: unknown = 1
     for (let i = 0; i < MAX_DEPTH; i++) ok = { a: ok }
-    expect(Either.isRight(canonicalizeEither(ok))).toBe(true)
+    expect(Result.isSuccess(canonicalizeEither(ok))).toBe(true)
   })
 
   it("stops as soon as a bounded text is known to be too long", () => {
     const huge = Array.from({ length: 3_000_000 }, (_, i) => i)
     const result = canonicalizeWithin(huge, 1024)
-    expect(Either.isLeft(result) && result.left).toMatchObject({ _tag: "PayloadTooLarge", limit: 1024 })
+    expect(Result.isFailure(result) && result.left).toMatchObject({ _tag: "PayloadTooLarge", limit: 1024 })
     // It stopped just past the limit, not at the end of 20 MB of text.
-    expect(Either.isLeft(result) && result.left._tag === "PayloadTooLarge" && result.left.bytes).toBeLessThan(1100)
+    expect(Result.isFailure(result) && result.left._tag === "PayloadTooLarge" && result.left.bytes).toBeLessThan(1100)
     expect(canonicalizeWithin({ a: "é".repeat(600) }, 1024)._tag).toBe("Left")
     expect(canonicalizeWithin({ a: "é".repeat(400) }, 1024)._tag).toBe("Right")
   })

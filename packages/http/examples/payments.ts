@@ -4,12 +4,12 @@ import * as Subject from "@effect-durable/http/Subject"
 import * as Durable from "@effect-durable/pg/Durable"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import * as HttpApi from "@effect/platform/HttpApi"
-import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
-import * as HttpApiEndpoint from "@effect/platform/HttpApiEndpoint"
-import * as HttpApiGroup from "@effect/platform/HttpApiGroup"
-import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as HttpApi from "effect/http-api/HttpApi"
+import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
+import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
+import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -49,15 +49,15 @@ const PaymentsLive = HttpApiBuilder.group(PaymentsApi, "payments", (handlers) =>
 
 // Who the request is for: a replay is only ever served to the subject that made the request.
 // Put your authentication here (the same check as your API's security middleware).
-const Identify = Subject.identify((request) => Effect.succeed(Option.fromNullable(request.headers["x-tenant"])))
+const Identify = Subject.identify((request) => Effect.succeed(Option.fromNullishOr(request.headers["x-tenant"])))
 
-export const PaymentsRoutes = HttpLayerRouter.addHttpApi(PaymentsApi, { openapiPath: "/openapi.json" }).pipe(
+export const PaymentsRoutes = HttpRouter.addHttpApi(PaymentsApi, { openapiPath: "/openapi.json" }).pipe(
   Layer.provide(PaymentsLive),
   Layer.provide(Idempotency.middleware(PaymentsApi).combine(Identify).layer)
 )
 
 // The server on DATABASE_URL: `Layer.launch(Main).pipe(NodeRuntime.runMain)`.
-export const Main = HttpLayerRouter.serve(PaymentsRoutes).pipe(
+export const Main = HttpRouter.serve(PaymentsRoutes).pipe(
   Layer.provide(NodeHttpServer.layer(createServer, { port: 3000 })),
   Layer.provide(Durable.layerConfig({ migrate: true }))
 )

@@ -16,16 +16,16 @@
  */
 import type { DurableConfigError } from "@effect-durable/core/Errors"
 import type * as MutationLedger from "@effect-durable/pg/MutationLedger"
-import type * as HttpApi from "@effect/platform/HttpApi"
-import * as Headers from "@effect/platform/Headers"
-import * as HttpApiEndpoint from "@effect/platform/HttpApiEndpoint"
-import type * as HttpApiGroup from "@effect/platform/HttpApiGroup"
-import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
-import type { HttpMethod } from "@effect/platform/HttpMethod"
-import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import type * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import * as OpenApi from "@effect/platform/OpenApi"
-import type * as SqlClient from "@effect/sql/SqlClient"
+import type * as HttpApi from "effect/http-api/HttpApi"
+import * as Headers from "effect/http/Headers"
+import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
+import type * as HttpApiGroup from "effect/http-api/HttpApiGroup"
+import * as HttpRouter from "effect/http/HttpRouter"
+import type { HttpMethod } from "effect/http/HttpMethod"
+import type * as HttpServerRequest from "effect/http/HttpServerRequest"
+import type * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as OpenApi from "effect/http-api/OpenApi"
+import type * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as FiberRef from "effect/FiberRef"
@@ -72,7 +72,7 @@ export interface IdempotentEndpoint {
 }
 
 /** The endpoint annotation `middleware` reads (`endpoint(...)` sets it, with the OpenAPI documentation). */
-export class Idempotent extends Context.Tag("@effect-durable/http/Idempotent")<Idempotent, IdempotentEndpoint>() {}
+export class Idempotent extends Context.Service<Idempotent, IdempotentEndpoint>()("@effect-durable/http/Idempotent") {}
 
 /**
  * Marks an `HttpApiEndpoint` idempotent and documents it: the key header parameter and the
@@ -120,7 +120,7 @@ export const endpoint = (options: IdempotentEndpoint & { readonly header?: strin
 export const executing = <Args extends ReadonlyArray<unknown>, A, E, R>(
   handler: (...args: Args) => Effect.Effect<A, E, R>
 ) =>
-(...args: Args): Effect.Effect<A, E, R> => Effect.zipRight(Execution.begin, Effect.suspend(() => handler(...args)))
+(...args: Args): Effect.Effect<A, E, R> => Effect.andThen(Execution.begin, Effect.suspend(() => handler(...args)))
 
 /**
  * Keys are request data: the platform's server span records every request header not named
@@ -131,14 +131,14 @@ const redactKeyHeader = (header: string) =>
   FiberRef.update(Headers.currentRedactedNames, (names) => names.includes(header) ? names : [...names, header])
 
 /**
- * The route middleware for an `HttpApi` served with `HttpLayerRouter.addHttpApi`. It needs
+ * The route middleware for an `HttpApi` served with `HttpRouter.addHttpApi`. It needs
  * the request's `Subject`: combine it with the middleware that provides one, which then runs
  * first — `Idempotency.middleware(Api).combine(Subject.identify(verify)).layer`.
  */
 export const middleware = <Id extends string, Groups extends HttpApiGroup.HttpApiGroup.Any, E, R>(
   api: HttpApi.HttpApi<Id, Groups, E, R>,
   options: Options = {}
-): HttpLayerRouter.Middleware<{
+): HttpRouter.Middleware<{
   provides: never
   handles: never
   error: never
@@ -146,13 +146,13 @@ export const middleware = <Id extends string, Groups extends HttpApiGroup.HttpAp
   layerError: DurableConfigError
   layerRequires: SqlClient.SqlClient | MutationLedger.MutationLedger
 }> =>
-  HttpLayerRouter.middleware(Effect.gen(function*() {
+  HttpRouter.middleware(Effect.gen(function*() {
     const settings = yield* Options_.decode(options)
     yield* redactKeyHeader(settings.header)
     const endpoints = yield* Endpoints.fromApi(api, Idempotent, settings)
     const run = yield* IdempotentRequest.make(settings)
     return (httpEffect) =>
-      Effect.flatMap(HttpLayerRouter.RouteContext, ({ route }) => {
+      Effect.flatMap(HttpRouter.RouteContext, ({ route }) => {
         const found = endpoints.get(`${route.method} ${route.path}`)
         return found === undefined ? httpEffect : run(found, route.path, "marked", httpEffect)
       })
@@ -177,7 +177,7 @@ export interface WrapOptions {
 }
 
 /**
- * For plain handlers: `HttpRouter.post(path, wrapper.required(handler))`, `HttpLayerRouter.route`,
+ * For plain handlers: `HttpRouter.post(path, wrapper.required(handler))`, `HttpRouter.route`,
  * or a whole `HttpApp` with `{ route }`. Execution begins when the handler is called: every
  * response it gives below 500 is stored; validate by failing (`HttpServerRequest.schemaBodyJson`),
  * not by answering 400, to keep a refusal from being stored. The request needs a `Subject`.
@@ -191,7 +191,7 @@ export const wrapper = (
     const run = yield* IdempotentRequest.make(settings)
     const routeOf = (wrap: WrapOptions) =>
       wrap.route !== undefined ? Effect.succeed(wrap.route) : Effect.flatMap(
-        Effect.serviceOption(HttpLayerRouter.RouteContext),
+        Effect.serviceOption(HttpRouter.RouteContext),
         Option.match({
           onSome: ({ route }) => Effect.succeed(route.path),
           onNone: () => Effect.dieMessage("Idempotency.wrapper: a handler outside a router route needs { route }")

@@ -6,8 +6,8 @@
  *
  * @since 0.1.0
  */
-import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Schema from "effect/Schema"
 
 /** Every problem the middleware answers with: its status, code and title. */
@@ -62,7 +62,7 @@ export const response = (
   problem: Problem,
   headers: Readonly<Record<string, string>> = {}
 ): HttpServerResponse.HttpServerResponse =>
-  HttpServerResponse.unsafeJson(problem, {
+  HttpServerResponse.jsonUnsafe(problem, {
     status: problem.status,
     contentType: "application/problem+json",
     headers: { "content-language": "en", ...headers }
@@ -89,6 +89,6 @@ export const schema = <Name extends ProblemName>(name: Name) => {
     code: Schema.Literal(code)
   }).pipe(
     HttpApiSchema.withEncoding({ kind: "Json", contentType: "application/problem+json" }),
-    Schema.annotations(HttpApiSchema.annotations({ status, identifier, description: title }))
+    Schema.annotations(HttpApiSchema.annotate({ status, identifier, description: title }))
   )
 }

@@ -4,7 +4,7 @@
 // so the counts are exact, not a matter of timing.
 import { describe, expect, layer } from "@effect/vitest"
 import { eventually } from "@effect-durable/testing/Eventually"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
@@ -19,7 +19,7 @@ const sendAll = (n: number, path: string, call: Call) =>
     const done = yield* Ref.make(0)
     const fibers = yield* Effect.forEach(
       Array.from({ length: n }),
-      () => Effect.fork(Effect.tap(send(path, call), () => Ref.update(done, (k) => k + 1))),
+      () => Effect.forkChild(Effect.tap(send(path, call), () => Ref.update(done, (k) => k + 1))),
       { concurrency: "unbounded" }
     )
     return { done, all: Fiber.joinAll(fibers) }
@@ -73,7 +73,7 @@ describe("concurrent requests with one key", () => {
         const account = freshAccount()
         const held = yield* gate(account)
         const path = `/v1/accounts/${account}/transfers`
-        const original = yield* Effect.fork(send(path, { body: `{"amount":5}`, key: "racing", user: "alice" }))
+        const original = yield* Effect.forkChild(send(path, { body: `{"amount":5}`, key: "racing", user: "alice" }))
         yield* eventually(Effect.sync(() => executions(account)), (n) => n === 1)
         const during = yield* send(path, { body: `{"amount":6}`, key: "racing", user: "alice" })
         expect(during.status).toBe(409)
@@ -114,7 +114,7 @@ describe("concurrent requests with one key", () => {
         const account = freshAccount()
         const held = yield* gate(account)
         const path = `/v1/accounts/${account}/transfers`
-        const original = yield* Effect.fork(send(path, { body: `{"amount":5}`, key: "slow", user: "alice" }))
+        const original = yield* Effect.forkChild(send(path, { body: `{"amount":5}`, key: "slow", user: "alice" }))
         yield* eventually(Effect.sync(() => executions(account)), (n) => n === 1)
         const impatient = yield* send(path, { body: `{"amount":5}`, key: "slow", user: "alice" })
         expect(impatient.status).toBe(409)

@@ -2,7 +2,7 @@
 // Each test uses accounts of its own; "runs" counts handler invocations (rolled back or not),
 // the transfers table the effects that stayed.
 import { describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Net from "node:net"
 import {

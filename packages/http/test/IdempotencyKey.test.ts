@@ -1,11 +1,11 @@
 import { describe, expect, it } from "@effect/vitest"
-import * as Either from "effect/Either"
-import * as FastCheck from "effect/FastCheck"
+import * as Result from "effect/Result"
+import * as FastCheck from "fast-check"
 import * as IdempotencyKey from "../src/IdempotencyKey.js"
 
-const key = (value: string, bounds?: IdempotencyKey.Bounds) => Either.getOrThrow(IdempotencyKey.parse(value, bounds))
+const key = (value: string, bounds?: IdempotencyKey.Bounds) => Result.getOrThrow(IdempotencyKey.parse(value, bounds))
 const reason = (value: string, bounds?: IdempotencyKey.Bounds) =>
-  Either.getOrThrow(Either.flip(IdempotencyKey.parse(value, bounds))).reason
+  Result.getOrThrow(Result.flip(IdempotencyKey.parse(value, bounds))).reason
 
 /** An sf-string of `text`: quoted, with `"` and `\` escaped. */
 const quote = (text: string) => `"${text.replace(/[\\"]/g, (char) => `\\${char}`)}"`
@@ -53,6 +53,6 @@ describe("the Idempotency-Key field value", () => {
   })
 
   it.prop("a value with a character outside printable ASCII is refused", [printable, FastCheck.integer({ min: 0x80, max: 0xff })], ([text, code]) => {
-    expect(Either.isLeft(IdempotencyKey.parse(quote(`${text}${String.fromCharCode(code)}`)))).toBe(true)
+    expect(Result.isFailure(IdempotencyKey.parse(quote(`${text}${String.fromCharCode(code)}`)))).toBe(true)
   })
 })

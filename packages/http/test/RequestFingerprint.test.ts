@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import * as Effect from "effect/Effect"
-import * as FastCheck from "effect/FastCheck"
+import * as FastCheck from "fast-check"
 import { lossless, of } from "../src/internal/requestFingerprint.js"
 
 const utf8 = (text: string) => new TextEncoder().encode(text)

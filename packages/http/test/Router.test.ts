@@ -3,11 +3,11 @@
 import { describe, expect, layer } from "@effect/vitest"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import * as HttpRouter from "@effect/platform/HttpRouter"
-import * as HttpServer from "@effect/platform/HttpServer"
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServer from "effect/http/HttpServer"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Http from "node:http"
@@ -39,7 +39,7 @@ const Echoes = Layer.effectDiscard(
 const served = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
   HttpServer.serve(app).pipe(Layer.provideMerge(NodeHttpServer.layer(Http.createServer, { port: 0, host: "127.0.0.1" })))
 
-const ClassicRouter = Layer.unwrapEffect(Effect.gen(function*() {
+const ClassicRouter = Layer.unwrap(Effect.gen(function*() {
   const idempotent = yield* Idempotency.wrapper()
   const router = HttpRouter.empty.pipe(
     HttpRouter.mount("/v2", HttpRouter.empty.pipe(HttpRouter.post("/accounts/:account/echo", identified(idempotent.required(echo)))))
@@ -47,7 +47,7 @@ const ClassicRouter = Layer.unwrapEffect(Effect.gen(function*() {
   return served(router)
 })).pipe(Layer.provide(Echoes), Layer.provideMerge(TestSubstrate.layer()))
 
-const WholeApp = Layer.unwrapEffect(Effect.gen(function*() {
+const WholeApp = Layer.unwrap(Effect.gen(function*() {
   const idempotent = yield* Idempotency.wrapper()
   return served(identified(idempotent.optional(echo, { route: "/anything" })))
 })).pipe(Layer.provide(Echoes), Layer.provideMerge(TestSubstrate.layer()))

@@ -6,19 +6,19 @@ import * as Subject from "../src/Subject.js"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import * as HttpApi from "@effect/platform/HttpApi"
-import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
-import * as HttpApiEndpoint from "@effect/platform/HttpApiEndpoint"
-import * as HttpApiError from "@effect/platform/HttpApiError"
-import * as HttpApiGroup from "@effect/platform/HttpApiGroup"
-import * as HttpApiMiddleware from "@effect/platform/HttpApiMiddleware"
-import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
-import * as HttpApiSecurity from "@effect/platform/HttpApiSecurity"
-import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
-import * as HttpServer from "@effect/platform/HttpServer"
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as HttpApi from "effect/http-api/HttpApi"
+import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
+import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
+import * as HttpApiError from "effect/http-api/HttpApiError"
+import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
+import * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
+import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
+import * as HttpApiSecurity from "effect/http-api/HttpApiSecurity"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServer from "effect/http/HttpServer"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
@@ -31,7 +31,7 @@ import * as Http from "node:http"
 
 // --- the test API ---------------------------------------------------------------------
 
-export class CurrentUser extends Context.Tag("test/CurrentUser")<CurrentUser, string>() {}
+export class CurrentUser extends Context.Service<CurrentUser, string>()("test/CurrentUser") {}
 
 /** `Bearer user-<name>` is `<name>`; anything else is anonymous. */
 export const verify = (authorization: string | undefined): Option.Option<string> =>
@@ -46,7 +46,7 @@ export class Authorization extends HttpApiMiddleware.Tag<Authorization>()("test/
 export class InsufficientFunds extends Schema.TaggedError<InsufficientFunds>()(
   "InsufficientFunds",
   { balance: Schema.Number },
-  HttpApiSchema.annotations({ status: 402 })
+  HttpApiSchema.annotate({ status: 402 })
 ) {}
 
 const AccountId = HttpApiSchema.param("account", Schema.NumberFromString)
@@ -246,7 +246,7 @@ const BankLive = HttpApiBuilder.group(TestApi, "bank", (handlers) =>
               status: 201,
               contentType: "application/json",
               headers: { location: `/v1/transfers/${id}`, etag: `"r${id}"`, "x-request-id": `req-${id}` }
-            }).pipe(HttpServerResponse.unsafeSetCookie("session", `s-${id}`))
+            }).pipe(HttpServerResponse.setCookieUnsafe("session", `s-${id}`))
           })
         )
       )
@@ -290,12 +290,12 @@ const Identify = Subject.identify((request) => Effect.succeed(verify(request.hea
 
 /** A plain route (any method) through `Idempotency.wrapper`: echoes the body, counts its runs. */
 const plainRoutes = (options: Idempotency.Options) =>
-  HttpLayerRouter.addAll(Effect.gen(function*() {
+  HttpRouter.addAll(Effect.gen(function*() {
     const idempotent = yield* Idempotency.wrapper(options)
     const sql = yield* SqlClient.SqlClient
     const handler = Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
-      const { params } = yield* HttpLayerRouter.RouteContext
+      const { params } = yield* HttpRouter.RouteContext
       const account = Number(params.account)
       yield* ran(account)
       yield* Effect.orDie(sql`INSERT INTO transfers (account, amount, by_user) VALUES (${account}, 1, 'plain')`)
@@ -303,7 +303,7 @@ const plainRoutes = (options: Idempotency.Options) =>
       if (body === "fail") return yield* Effect.fail(new Error("a plain failure"))
       return HttpServerResponse.text(`${request.method} ${body}`, { status: body === "reject" ? 409 : 200 })
     })
-    return [HttpLayerRouter.route("*", "/plain/:account", idempotent.required(handler))]
+    return [HttpRouter.route("*", "/plain/:account", idempotent.required(handler))]
   })).pipe(Layer.provide(Identify.layer))
 
 const Tables = Layer.effectDiscard(Effect.gen(function*() {
@@ -317,7 +317,7 @@ const Tables = Layer.effectDiscard(Effect.gen(function*() {
 /** Every route of the test server, over a substrate provided from outside. */
 export const routes = (options: Idempotency.Options = {}) =>
   Layer.mergeAll(
-    HttpLayerRouter.addHttpApi(TestApi, { openapiPath: "/openapi.json" }).pipe(
+    HttpRouter.addHttpApi(TestApi, { openapiPath: "/openapi.json" }).pipe(
       Layer.provide([BankLive, HealthLive]),
       Layer.provide(AuthorizationLive),
       Layer.provide(Idempotency.middleware(TestApi, options).combine(Identify).layer)
@@ -327,7 +327,7 @@ export const routes = (options: Idempotency.Options = {}) =>
 
 /** The test API and the plain route on 127.0.0.1, port 0, over a fresh substrate; the `HttpServer` stays in the output. */
 export const server = (options: Idempotency.Options = {}, substrate: TestSubstrate.Options = {}) =>
-  HttpLayerRouter.serve(routes(options), { disableLogger: true, disableListenLog: true }).pipe(
+  HttpRouter.serve(routes(options), { disableLogger: true, disableListenLog: true }).pipe(
     Layer.provideMerge(NodeHttpServer.layer(Http.createServer, { port: 0, host: "127.0.0.1" })),
     Layer.provideMerge(
       TestSubstrate.layer({ ...substrate, database: { maxConnections: 40, applicationName: "http-test", ...substrate.database } })

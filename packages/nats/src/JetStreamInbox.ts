@@ -32,7 +32,7 @@ export interface ConsumeOptions<E, R> {
   readonly filterSubject?: string
   readonly handle: (delivery: Delivery) => Effect.Effect<void, E, R>
   /** Redelivery delay after a failed handler. Default 1 s. */
-  readonly retryDelay?: Duration.DurationInput
+  readonly retryDelay?: Duration.Input
   /** Messages fetched per pull. Default 100. */
   readonly batch?: number
 }
@@ -66,7 +66,7 @@ export const consume = <E, R>(
   Effect.gen(function*() {
     const { jetstream, manager } = yield* Nats
     const inbox = yield* Inbox.Inbox
-    const retryDelay = Duration.toMillis(Duration.decode(options.retryDelay ?? "1 second"))
+    const retryDelay = Duration.toMillis(Duration.fromInputUnsafe(options.retryDelay ?? "1 second"))
     yield* Effect.tryPromise({
       try: () =>
         manager.consumers.add(options.stream, {
@@ -84,9 +84,9 @@ export const consume = <E, R>(
       const delivery = toDelivery(message)
       return inbox.handle(options.durable, delivery.id, options.handle(delivery)).pipe(
         // Ack only after the inbox transaction committed (Processed) or found the receipt (Duplicate).
-        Effect.zipRight(Effect.sync(() => message.ack())),
-        Effect.catchAll((error) =>
-          Effect.zipRight(
+        Effect.andThen(Effect.sync(() => message.ack())),
+        Effect.catch((error) =>
+          Effect.andThen(
             Effect.logWarning(`effect-durable inbox ${options.durable}: ${delivery.id} failed, redelivering: ${String(error)}`),
             Effect.sync(() => message.nak(retryDelay))
           )

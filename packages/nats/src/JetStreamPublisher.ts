@@ -12,7 +12,7 @@ import { permanent, Publisher, retryable } from "@effect-durable/projector/Publi
 import { headers as natsHeaders, NoRespondersError } from "@nats-io/transport-node"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
 import { Nats, reason } from "./Nats.js"
 
@@ -20,7 +20,7 @@ export interface JetStreamPublisherOptions {
   /** Subject of a topic; default: the topic itself. */
   readonly subject?: (topic: string) => string
   /** Longest wait for the stream's ack. Default 5 s. */
-  readonly ackTimeout?: Duration.DurationInput
+  readonly ackTimeout?: Duration.Input
 }
 
 // A publishable subject: dot-separated tokens, no wildcards or whitespace.
@@ -28,7 +28,7 @@ const SUBJECT = /^[^\s.*>]+(\.[^\s.*>]+)*$/
 
 export const make = (options: JetStreamPublisherOptions = {}) =>
   Effect.map(Nats, ({ jetstream }) => {
-    const timeout = Duration.toMillis(Duration.decode(options.ackTimeout ?? "5 seconds"))
+    const timeout = Duration.toMillis(Duration.fromInputUnsafe(options.ackTimeout ?? "5 seconds"))
     const publish = (message: OutboxMessage) =>
       Effect.gen(function*() {
         const subject = options.subject?.(message.topic) ?? message.topic
@@ -37,7 +37,7 @@ export const make = (options: JetStreamPublisherOptions = {}) =>
         for (const [key, value] of Object.entries(message.headers)) headers.set(key, value)
         headers.set("effect-durable-topic", message.topic)
         if (message.orderingKey !== null) headers.set("effect-durable-ordering-key", message.orderingKey)
-        const data = new TextEncoder().encode(Either.getOrThrow(canonicalizeEither(message.payload)))
+        const data = new TextEncoder().encode(Result.getOrThrow(canonicalizeEither(message.payload)))
         yield* Effect.tryPromise({
           try: () => jetstream.publish(subject, data, { msgID: message.id, timeout, headers }),
           // No stream listens on the subject: NATS answers "no responders", which nats.js

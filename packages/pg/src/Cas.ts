@@ -8,7 +8,7 @@
  */
 import { CasConflict, type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -35,10 +35,10 @@ export interface CasUpdate {
   readonly set: Readonly<Record<string, CasValue>>
 }
 
-export class Cas extends Context.Tag("@effect-durable/pg/Cas")<Cas, {
+export class Cas extends Context.Service<Cas, {
   /** Applies `set` if the row is at `expectedRevision`; returns the new revision. */
   readonly update: (update: CasUpdate) => Effect.Effect<bigint, CasConflict | InvalidInput | DatabaseError>
-}>() {}
+}>()("@effect-durable/pg/Cas") {}
 
 const identifier = (argument: string, name: unknown) => Input.argument(argument, Input.Identifier)(name)
 
@@ -46,17 +46,17 @@ const identifier = (argument: string, name: unknown) => Input.argument(argument,
 const Value = Schema.Union(
   Schema.Null,
   Schema.Boolean,
-  Schema.BigIntFromSelf,
-  Schema.Uint8ArrayFromSelf,
+  Schema.BigInt,
+  Schema.Uint8Array,
   Schema.Number.pipe(Schema.filter(Number.isFinite, { message: () => "a finite number" })),
   Schema.String.pipe(Schema.filter((text) => !text.includes("\u0000"), { message: () => "text without NUL" })),
-  Schema.DateFromSelf.pipe(Schema.filter((date) => !Number.isNaN(date.getTime()), { message: () => "a valid date" }))
-).annotations({ message: () => "text without NUL, a finite number, a bigint, a boolean, a valid Date, bytes or null" })
+  Schema.Date.pipe(Schema.filter((date) => !Number.isNaN(date.getTime()), { message: () => "a valid date" }))
+).annotate({ message: () => "text without NUL, a finite number, a bigint, a boolean, a valid Date, bytes or null" })
 const decodeValue = (column: string) => Input.argument(`set.${column}`, Value)
 const decodeId = Input.argument(
   "id",
-  Schema.Union(Input.Text(1024), Schema.BigIntFromSelf, Schema.Number.pipe(Schema.filter(Number.isSafeInteger, { message: () => "a safe integer" })))
-    .annotations({ message: () => "a non-empty string without NUL, a safe integer or a bigint" })
+  Schema.Union(Input.Text(1024), Schema.BigInt, Schema.Number.pipe(Schema.filter(Number.isSafeInteger, { message: () => "a safe integer" })))
+    .annotate({ message: () => "a non-empty string without NUL, a safe integer or a bigint" })
 )
 
 const validateUpdate = (update: CasUpdate) =>

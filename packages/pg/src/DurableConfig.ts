@@ -34,9 +34,9 @@ export interface SettingsInput {
   /** Schema of every substrate table; quoted, so mixed case is kept. Default `durable`. */
   readonly schema?: string
   /** Longest wait for a row or advisory lock inside a substrate transaction. Default 5 s. */
-  readonly lockTimeout?: Duration.DurationInput
+  readonly lockTimeout?: Duration.Input
   /** Longest run of one statement inside a substrate transaction. Default: the server's. */
-  readonly statementTimeout?: Duration.DurationInput
+  readonly statementTimeout?: Duration.Input
   /**
    * Whether a worker's claims, marks, renewals and give-backs (outside any transaction of
    * yours) wait for their WAL flush. `false` trades a few duplicate deliveries after a
@@ -58,13 +58,13 @@ export interface Settings {
   readonly table: (name: string) => string
 }
 
-export class DurableSettings extends Context.Tag("@effect-durable/pg/DurableSettings")<DurableSettings, Settings>() {}
+export class DurableSettings extends Context.Service<DurableSettings, Settings>()("@effect-durable/pg/DurableSettings") {}
 
 const Timeout = Input.DurationIn({ max: "1 day" })
 
 const SettingsSchema = Schema.Struct({
   schema: Schema.optionalWith(Input.MixedCaseIdentifier, { default: () => Defaults.schema }),
-  lockTimeout: Schema.optionalWith(Timeout, { default: () => Duration.decode(Defaults.lockTimeout) }),
+  lockTimeout: Schema.optionalWith(Timeout, { default: () => Duration.fromInputUnsafe(Defaults.lockTimeout) }),
   statementTimeout: Schema.optionalWith(Timeout, { as: "Option" }),
   synchronousWorkerCommits: Schema.optionalWith(Schema.Boolean, { default: () => Defaults.synchronousWorkerCommits })
 })
@@ -93,9 +93,9 @@ export interface ConnectionInput {
   /** Most connections the pool opens. Default 10. */
   readonly poolSize?: number
   /** Longest wait to open a connection. Default 10 s. */
-  readonly connectTimeout?: Duration.DurationInput
+  readonly connectTimeout?: Duration.Input
   /** How long an unused connection stays open. Default 30 s. */
-  readonly idleTimeout?: Duration.DurationInput
+  readonly idleTimeout?: Duration.Input
   /** Shown in `pg_stat_activity`. Default `effect-durable`. */
   readonly applicationName?: string
 }
@@ -108,7 +108,7 @@ export interface Connection {
   readonly applicationName: string
 }
 
-const Url = Schema.RedactedFromSelf(Schema.String).pipe(
+const Url = Schema.Redacted(Schema.String).pipe(
   Schema.filter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url).trim()), {
     message: () => "a PostgreSQL URL (postgres://user:password@host:port/database)"
   })
@@ -117,8 +117,8 @@ const Url = Schema.RedactedFromSelf(Schema.String).pipe(
 const ConnectionSchema = Schema.Struct({
   url: Url,
   poolSize: Schema.optionalWith(Input.Count(1000), { default: () => Defaults.poolSize }),
-  connectTimeout: Schema.optionalWith(Timeout, { default: () => Duration.decode(Defaults.connectTimeout) }),
-  idleTimeout: Schema.optionalWith(Timeout, { default: () => Duration.decode(Defaults.idleTimeout) }),
+  connectTimeout: Schema.optionalWith(Timeout, { default: () => Duration.fromInputUnsafe(Defaults.connectTimeout) }),
+  idleTimeout: Schema.optionalWith(Timeout, { default: () => Duration.fromInputUnsafe(Defaults.idleTimeout) }),
   // PostgreSQL truncates application_name at 63 bytes and replaces non-ASCII with '?'.
   applicationName: Schema.optionalWith(
     Schema.String.pipe(Schema.filter((name) => /^[\x20-\x7e]{1,63}$/.test(name), {
@@ -186,25 +186,25 @@ export const config: Config.Config<{
   readonly outbox: { readonly maxPayloadBytes?: number; readonly maxAttempts?: number }
 }> = Config.all({
   outbox: Config.all({
-    maxPayloadBytes: variable(Config.integer("DURABLE_OUTBOX_MAX_PAYLOAD_BYTES"), "largest outbox payload, as canonical JSON bytes"),
-    maxAttempts: variable(Config.integer("DURABLE_OUTBOX_MAX_ATTEMPTS"), "failed deliveries before an outbox message is dead")
+    maxPayloadBytes: variable(Config.Int("DURABLE_OUTBOX_MAX_PAYLOAD_BYTES"), "largest outbox payload, as canonical JSON bytes"),
+    maxAttempts: variable(Config.Int("DURABLE_OUTBOX_MAX_ATTEMPTS"), "failed deliveries before an outbox message is dead")
   }).pipe(Config.map(present)),
   connection: Config.all({
-    url: Config.redacted("DATABASE_URL").pipe(Config.withDescription("PostgreSQL URL")),
-    poolSize: variable(Config.integer("DURABLE_POOL_SIZE"), "most connections in the pool"),
-    connectTimeout: variable(Config.string("DURABLE_CONNECT_TIMEOUT"), "longest wait to open or acquire a connection"),
-    idleTimeout: variable(Config.string("DURABLE_IDLE_TIMEOUT"), "how long an unused connection stays open"),
-    applicationName: variable(Config.string("DURABLE_APPLICATION_NAME"), "application_name shown in pg_stat_activity")
+    url: Config.Redacted("DATABASE_URL").pipe(Config.withDescription("PostgreSQL URL")),
+    poolSize: variable(Config.Int("DURABLE_POOL_SIZE"), "most connections in the pool"),
+    connectTimeout: variable(Config.String("DURABLE_CONNECT_TIMEOUT"), "longest wait to open or acquire a connection"),
+    idleTimeout: variable(Config.String("DURABLE_IDLE_TIMEOUT"), "how long an unused connection stays open"),
+    applicationName: variable(Config.String("DURABLE_APPLICATION_NAME"), "application_name shown in pg_stat_activity")
   }).pipe(Config.map(present)),
   settings: Config.all({
-    schema: variable(Config.string("DURABLE_SCHEMA"), "schema of the substrate tables"),
-    lockTimeout: variable(Config.string("DURABLE_LOCK_TIMEOUT"), "longest lock wait inside a substrate transaction"),
+    schema: variable(Config.String("DURABLE_SCHEMA"), "schema of the substrate tables"),
+    lockTimeout: variable(Config.String("DURABLE_LOCK_TIMEOUT"), "longest lock wait inside a substrate transaction"),
     statementTimeout: variable(
-      Config.string("DURABLE_STATEMENT_TIMEOUT"),
+      Config.String("DURABLE_STATEMENT_TIMEOUT"),
       "longest statement inside a substrate transaction (default: the server's)"
     ),
     synchronousWorkerCommits: variable(
-      Config.boolean("DURABLE_SYNCHRONOUS_WORKER_COMMITS"),
+      Config.Boolean("DURABLE_SYNCHRONOUS_WORKER_COMMITS"),
       "whether claims, marks and renewals wait for their WAL flush"
     )
   }).pipe(Config.map(present))

@@ -5,7 +5,7 @@
  * @since 0.1.0
  */
 import { DatabaseError } from "@effect-durable/core/Errors"
-import { SqlError } from "@effect/sql/SqlError"
+import { SqlError } from "effect/sql/SqlError"
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
 
@@ -71,9 +71,9 @@ export const classifySqlErrors = (operation: string) =>
  */
 export const classifyCommitDefects = (operation: string) =>
 <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | DatabaseError, R> =>
-  Effect.catchAllCause(effect, (cause): Effect.Effect<never, E | DatabaseError> => {
-    const defect = Cause.dieOption(cause)
-    return defect._tag === "Some" && defect.value instanceof SqlError && !Cause.isInterrupted(cause)
+  Effect.catchCause(effect, (cause): Effect.Effect<never, E | DatabaseError> => {
+    const defect = Cause.findDefect(cause)
+    return defect._tag === "Some" && defect.value instanceof SqlError && !Cause.hasInterrupts(cause)
       ? Effect.fail(classify(operation)(defect.value))
       : Effect.failCause(cause)
   })

@@ -20,10 +20,10 @@ import {
 } from "@effect-durable/core/Errors"
 import { canonicalize, canonicalizeWithin } from "@effect-durable/core/Fingerprint"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
@@ -58,7 +58,7 @@ export type HandleOutcome<A> =
   | { readonly _tag: "Processed"; readonly value: A }
   | { readonly _tag: "Duplicate" }
 
-export class Inbox extends Context.Tag("@effect-durable/pg/Inbox")<Inbox, {
+export class Inbox extends Context.Service<Inbox, {
   /**
    * Records the receipt of `messageId` for `consumer` and runs `effect`, in one transaction
    * (a savepoint inside a caller's). A delivery already received is `Duplicate`; `effect`
@@ -76,13 +76,13 @@ export class Inbox extends Context.Tag("@effect-durable/pg/Inbox")<Inbox, {
     payload: unknown,
     headers?: Readonly<Record<string, string>>
   ) => Effect.Effect<"New" | "Duplicate", InvalidInput | DatabaseError | PayloadTooLarge | UnsupportedJsonValue>
-}>() {}
+}>()("@effect-durable/pg/Inbox") {}
 
 const decodeConsumer = Input.argument("consumer", Input.Text(128))
 const decodeMessageId = Input.argument("messageId", Input.Text(256))
 const decodeHeaders = Input.argument("headers", Schema.Record({ key: Input.Text(256), value: Input.OptionalText(16 * 1024) }))
 
-const identity = (consumer: string, messageId: string) => Effect.zipRight(decodeConsumer(consumer), decodeMessageId(messageId))
+const identity = (consumer: string, messageId: string) => Effect.andThen(decodeConsumer(consumer), decodeMessageId(messageId))
 
 export const make = (
   options: InboxOptions = {}
@@ -94,7 +94,7 @@ export const make = (
     const table = sql.literal(settings.table("inbox"))
 
     const handle = <A, E, R>(consumer: string, messageId: string, effect: Effect.Effect<A, E, R>) =>
-      Effect.zipRight(
+      Effect.andThen(
         identity(consumer, messageId),
         bounded(
           sql,
@@ -117,7 +117,7 @@ export const make = (
     const receive = (consumer: string, messageId: string, payload: unknown, headers: Readonly<Record<string, string>> = {}) =>
       Effect.gen(function*() {
         yield* identity(consumer, messageId)
-        const json = yield* Either.mapLeft(
+        const json = yield* Result.mapError(
           canonicalizeWithin(payload, maxPayloadBytes),
           (error) => error._tag === "PayloadTooLarge" ? new PayloadTooLarge({ ...error, topic: consumer }) : error
         )

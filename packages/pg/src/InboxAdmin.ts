@@ -7,7 +7,7 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -37,7 +37,7 @@ export interface ConsumerStats {
 /** Retention floor of `purge`: receipts younger than this are never deleted. */
 export const PURGE_FLOOR = "1 hour"
 
-export class InboxAdmin extends Context.Tag("@effect-durable/pg/InboxAdmin")<InboxAdmin, {
+export class InboxAdmin extends Context.Service<InboxAdmin, {
   readonly deadLetters: (options: {
     readonly consumer?: string
     readonly limit: number
@@ -54,7 +54,7 @@ export class InboxAdmin extends Context.Tag("@effect-durable/pg/InboxAdmin")<Inb
   readonly purge: LeasedQueue.Purge
   /** The query plan of a stored-mode claim (`EXPLAIN (FORMAT JSON)`); claims nothing. */
   readonly explainClaim: (options: ClaimOptions) => Effect.Effect<unknown, InvalidInput | DatabaseError>
-}>() {}
+}>()("@effect-durable/pg/InboxAdmin") {}
 
 export const make: Effect.Effect<InboxAdmin["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {

@@ -7,7 +7,7 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -34,12 +34,12 @@ export interface ClaimOptions {
   readonly consumer: string
   readonly worker: string
   readonly limit: number
-  readonly lease: Duration.DurationInput
+  readonly lease: Duration.Input
   /** Leases an entry may lose (its worker died or stalled) before it is dead. Default 10. */
   readonly maxLeaseExpiries?: number
 }
 
-export class InboxWorker extends Context.Tag("@effect-durable/pg/InboxWorker")<InboxWorker, {
+export class InboxWorker extends Context.Service<InboxWorker, {
   readonly claim: (options: ClaimOptions) => Effect.Effect<ReadonlyArray<InboxEntry>, InvalidInput | DatabaseError>
   /** Marks a claimed entry processed; idempotent for this claim. */
   readonly complete: LeasedQueue.Complete
@@ -50,7 +50,7 @@ export class InboxWorker extends Context.Tag("@effect-durable/pg/InboxWorker")<I
   readonly renewLeases: LeasedQueue.RenewLeases
   /** Unclaims rows whose delivery never started (or is abandoned on shutdown): nothing is counted. */
   readonly giveBack: LeasedQueue.GiveBack
-}>() {}
+}>()("@effect-durable/pg/InboxWorker") {}
 
 const decodeConsumer = Input.argument("consumer", Input.Text(128))
 

@@ -15,8 +15,8 @@ import {
   type InvalidCursor,
   type InvalidInput
 } from "@effect-durable/core/Errors"
-import * as SqlClient from "@effect/sql/SqlClient"
-import type * as Statement from "@effect/sql/Statement"
+import * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -74,9 +74,9 @@ export interface Page<Row> {
 
 export type PageError = InvalidCursor | CursorBindingMismatch | InvalidInput | DatabaseError | DurableConfigError
 
-export class Keyset extends Context.Tag("@effect-durable/pg/Keyset")<Keyset, {
+export class Keyset extends Context.Service<Keyset, {
   readonly page: <Row = Record<string, unknown>>(request: PageRequest) => Effect.Effect<Page<Row>, PageError>
-}>() {}
+}>()("@effect-durable/pg/Keyset") {}
 
 /** The order a request without `order` gets, and the largest page. */
 export const Defaults = {

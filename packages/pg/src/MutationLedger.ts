@@ -24,7 +24,7 @@ import {
 } from "@effect-durable/core/Errors"
 import type { RequestFingerprint } from "@effect-durable/core/Fingerprint"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -130,7 +130,7 @@ export type ExecuteError =
 export type BeginError = MutationConflict | MutationInProgress | InvalidInput | DatabaseError
 export type RecordError = UnsupportedJsonValue | PayloadTooLarge | DatabaseError
 
-export class MutationLedger extends Context.Tag("@effect-durable/pg/MutationLedger")<MutationLedger, {
+export class MutationLedger extends Context.Service<MutationLedger, {
   /**
    * Runs `decide` once per identity and stores its outcome, in one transaction (a savepoint
    * inside a caller's transaction). If `decide` fails, nothing it wrote and no record remain.
@@ -159,10 +159,10 @@ export class MutationLedger extends Context.Tag("@effect-durable/pg/MutationLedg
    * record is gone runs its effect again), `batchSize` at a time; returns how many.
    */
   readonly purge: (options: PurgeOptions) => Effect.Effect<number, DatabaseError | InvalidInput>
-}>() {}
+}>()("@effect-durable/pg/MutationLedger") {}
 
 export interface PurgeOptions {
-  readonly olderThan: Duration.DurationInput
+  readonly olderThan: Duration.Input
   /** Records per DELETE; default 1000. */
   readonly batchSize?: number
 }
@@ -171,7 +171,7 @@ export interface PurgeOptions {
 export const PURGE_FLOOR = "1 hour"
 
 const Bytes = (rule: string, valid: (bytes: Uint8Array) => boolean) =>
-  Schema.Uint8ArrayFromSelf.pipe(Schema.filter(valid, { message: () => rule }))
+  Schema.Uint8Array.pipe(Schema.filter(valid, { message: () => rule }))
 
 const decodeIdentity = Input.argument(
   "identity",
@@ -189,7 +189,7 @@ const decodeOlderThan = Input.argument("olderThan", Input.DurationIn({ min: PURG
 const decodeBatchSize = Input.argument("batchSize", Input.Count(100_000))
 
 const validate = (identity: MutationIdentity, request: MutationRequest) =>
-  Effect.zipRight(decodeIdentity(identity), decodeRequest(request))
+  Effect.andThen(decodeIdentity(identity), decodeRequest(request))
 
 export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
@@ -268,7 +268,7 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
             FROM ${records} WHERE subject = ${subject} AND operation = ${operation} AND key = ${key}`.pipe(
           classifySqlErrors("MutationLedger.lookup")
         )
-        return yield* Option.match(Option.fromNullable(rows[0]), {
+        return yield* Option.match(Option.fromNullishOr(rows[0]), {
           onNone: () => Effect.succeed(Option.none()),
           onSome: (row) => Effect.map(Effect.orDie(Ledger.decodeLookup(row)), (found) => Option.some(Ledger.storedOf(found)))
         })

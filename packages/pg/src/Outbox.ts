@@ -15,11 +15,11 @@ import {
 } from "@effect-durable/core/Errors"
 import { canonicalize, canonicalizeWithin } from "@effect-durable/core/Fingerprint"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
@@ -60,7 +60,7 @@ export const decodeOptions = Input.options(OptionsSchema)
 
 export interface EnqueueOptions {
   /** Not deliverable before now + delay, on the database clock (zero to 365 days). */
-  readonly delay?: Duration.DurationInput
+  readonly delay?: Duration.Input
   /** Messages with the same key are delivered one at a time, in id order. */
   readonly orderingKey?: string
   /** String headers; the current span's W3C `traceparent` is added. */
@@ -76,14 +76,14 @@ export interface NewMessage {
 
 export type EnqueueError = PayloadTooLarge | UnsupportedJsonValue | InvalidInput | DatabaseError
 
-export class Outbox extends Context.Tag("@effect-durable/pg/Outbox")<Outbox, {
+export class Outbox extends Context.Service<Outbox, {
   /** Adds a message in the current transaction; returns its id. */
   readonly enqueue: (topic: string, payload: unknown, options?: EnqueueOptions) => Effect.Effect<string, EnqueueError>
   /** Adds many messages in one statement (at most 100,000); ids in the order given. */
   readonly enqueueMany: (messages: ReadonlyArray<NewMessage>) => Effect.Effect<ReadonlyArray<string>, EnqueueError>
   /** The NOTIFY channel an enqueue wakes at commit. */
   readonly channel: string
-}>() {}
+}>()("@effect-durable/pg/Outbox") {}
 
 /** The NOTIFY channel of a schema's outbox (channel names are at most 63 bytes). */
 export const channelFor = (schema: string): string => {
@@ -118,7 +118,7 @@ export const make = (
         yield* decodeTopic(topic)
         const orderingKey = enqueueOptions.orderingKey === undefined ? null : yield* decodeOrderingKey(enqueueOptions.orderingKey)
         const delay = enqueueOptions.delay === undefined ? Duration.zero : yield* decodeDelay(enqueueOptions.delay)
-        const json = yield* Either.mapLeft(
+        const json = yield* Result.mapError(
           canonicalizeWithin(payload, maxPayloadBytes),
           (error) => error._tag === "PayloadTooLarge" ? new PayloadTooLarge({ ...error, topic }) : error
         )

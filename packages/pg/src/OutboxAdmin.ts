@@ -8,7 +8,7 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -57,7 +57,7 @@ export interface PausedTopic {
 /** Retention floor of `purge`: projected messages younger than this are never deleted. */
 export const PURGE_FLOOR = "1 minute"
 
-export class OutboxAdmin extends Context.Tag("@effect-durable/pg/OutboxAdmin")<OutboxAdmin, {
+export class OutboxAdmin extends Context.Service<OutboxAdmin, {
   /** Dead messages, newest first (of one topic, or all), `limit` (1-1000) per page. */
   readonly deadLetters: (options: {
     readonly topic?: string
@@ -92,7 +92,7 @@ export class OutboxAdmin extends Context.Tag("@effect-durable/pg/OutboxAdmin")<O
   readonly purge: LeasedQueue.Purge
   /** The query plan of a claim with these options (`EXPLAIN (FORMAT JSON)`); claims nothing. */
   readonly explainClaim: (options: ClaimOptions) => Effect.Effect<unknown, InvalidInput | DatabaseError>
-}>() {}
+}>()("@effect-durable/pg/OutboxAdmin") {}
 
 export const make: Effect.Effect<OutboxAdmin["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {

@@ -10,8 +10,8 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
-import type * as Statement from "@effect/sql/Statement"
+import * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -40,9 +40,9 @@ export interface MessageFilter {
   /** Deliveries attempted, at least. */
   readonly minAttempts?: number
   /** Created longer ago than this. */
-  readonly olderThan?: Duration.DurationInput
+  readonly olderThan?: Duration.Input
   /** Dead for longer than this (only dead messages match). */
-  readonly deadFor?: Duration.DurationInput
+  readonly deadFor?: Duration.Input
   /** An error group, as `deadLetterGroups` names it (the last error, digits as `#`). */
   readonly error?: string
   /** Values inside the payload: the value at `path`, as text (`42` matches the number and the string). */
@@ -146,7 +146,7 @@ export interface BulkOptions {
   /** Leave rows newer than this id alone (the `maxId` of the count the operator confirmed). */
   readonly upTo?: string
   /** Longest run of one batch's statement (each batch is then its own bounded transaction). */
-  readonly statementTimeout?: Duration.DurationInput
+  readonly statementTimeout?: Duration.Input
 }
 
 /** What a bulk action has done so far, after each committed batch. */
@@ -157,7 +157,7 @@ export interface BulkProgress {
   readonly total: number
 }
 
-export class OutboxSearch extends Context.Tag("@effect-durable/pg/OutboxSearch")<OutboxSearch, {
+export class OutboxSearch extends Context.Service<OutboxSearch, {
   /** Messages matching the filter, newest first, `limit` (1-1000) a page. */
   readonly messages: (
     filter: MessageFilter,
@@ -174,7 +174,7 @@ export class OutboxSearch extends Context.Tag("@effect-durable/pg/OutboxSearch")
   /** Deliveries, deaths and lag over the last `window`, in `buckets` intervals (of one topic, or all). */
   readonly history: (options: {
     readonly topic?: string
-    readonly window: Duration.DurationInput
+    readonly window: Duration.Input
     readonly buckets: number
   }) => Effect.Effect<ReadonlyArray<HistoryBucket>, InvalidInput | DatabaseError>
   /**
@@ -191,7 +191,7 @@ export class OutboxSearch extends Context.Tag("@effect-durable/pg/OutboxSearch")
     filter: MessageFilter,
     options?: BulkOptions
   ) => Stream.Stream<BulkProgress, InvalidInput | DatabaseError>
-}>() {}
+}>()("@effect-durable/pg/OutboxSearch") {}
 
 const SummaryFields = {
   id: Schema.String,
@@ -300,7 +300,7 @@ export const make: Effect.Effect<OutboxSearch["Type"], never, SqlClient.SqlClien
                  claimed_by AS "claimedBy", claim_generation::text AS "claimGeneration", ${iso("claimed_until")} AS "claimedUntil",
                  coalesce(failures, '[]') AS "failureHistory"
             FROM ${table} WHERE id = ${decoded}`.pipe(decodeRows(DetailRow), classifySqlErrors("OutboxSearch.message"))
-        return Option.fromNullable(rows[0])
+        return Option.fromNullishOr(rows[0])
       })
 
     const deadLetterGroups = (options: { readonly topic?: string; readonly limit: number }) =>
@@ -318,7 +318,7 @@ export const make: Effect.Effect<OutboxSearch["Type"], never, SqlClient.SqlClien
         )
       })
 
-    const history = (options: { readonly topic?: string; readonly window: Duration.DurationInput; readonly buckets: number }) =>
+    const history = (options: { readonly topic?: string; readonly window: Duration.Input; readonly buckets: number }) =>
       Effect.gen(function*() {
         const decoded = yield* decodeHistory(options)
         const step = Duration.toMillis(decoded.window) / 1000 / decoded.buckets

@@ -10,7 +10,7 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -42,12 +42,12 @@ export interface ClaimOptions {
   /** At most this many messages (1-1000). */
   readonly limit: number
   /** How long the claim holds before another worker may take the message (up to 1 day). */
-  readonly lease: Duration.DurationInput
+  readonly lease: Duration.Input
   /** Leases a message may lose (its worker died or stalled) before it is dead. Default 10. */
   readonly maxLeaseExpiries?: number
 }
 
-export class OutboxWorker extends Context.Tag("@effect-durable/pg/OutboxWorker")<OutboxWorker, {
+export class OutboxWorker extends Context.Service<OutboxWorker, {
   /** Claims up to `limit` ready messages in id order (optionally of some topics only). */
   readonly claim: (options: ClaimOptions) => Effect.Effect<ReadonlyArray<OutboxMessage>, InvalidInput | DatabaseError>
   /** Marks a claimed message delivered; idempotent for this claim. */
@@ -61,7 +61,7 @@ export class OutboxWorker extends Context.Tag("@effect-durable/pg/OutboxWorker")
   readonly renewLeases: LeasedQueue.RenewLeases
   /** Unclaims rows whose delivery never started (or is abandoned on shutdown): nothing is counted. */
   readonly giveBack: LeasedQueue.GiveBack
-}>() {}
+}>()("@effect-durable/pg/OutboxWorker") {}
 
 /** The claim function's fourth argument: the topics, decoded, or `null` for all. */
 export const decodeTopics = Input.argument(

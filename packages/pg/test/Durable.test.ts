@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -14,7 +14,7 @@ import { database } from "./support.js"
 
 const build = <E>(layer: Layer.Layer<Durable.Services, E>) => Effect.scoped(Layer.build(layer))
 const withEnv = (entries: Record<string, string>) =>
-  Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(entries))))
+  Effect.withConfigProvider(ConfigProvider.fromEnvRecord(new Map(Object.entries(entries))))
 
 describe("Durable.layer configuration", () => {
   it.effect("bad configuration fails at layer construction with DurableConfigError naming the field", () =>

@@ -65,7 +65,7 @@ describe("the README's application database and migrations", () => {
     it.effect("database: with DATABASE_URL set, the layer migrates that database and serves the substrate", () =>
       Effect.gen(function*() {
         const db = yield* TestDatabase.TestDatabase
-        const provider = ConfigProvider.fromMap(new Map([["DATABASE_URL", Redacted.value(db.url)]]))
+        const provider = ConfigProvider.fromEnvRecord(new Map([["DATABASE_URL", Redacted.value(db.url)]]))
         const answer = yield* DatabaseExample.program.pipe(
           Effect.provide(DatabaseExample.Database),
           Effect.withConfigProvider(provider)

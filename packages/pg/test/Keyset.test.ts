@@ -2,12 +2,12 @@ import { describe, expect, it } from "@effect/vitest"
 import * as Cursor from "@effect-durable/core/Cursor"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as SqlClient from "@effect/sql/SqlClient"
-import * as Statement from "@effect/sql/Statement"
+import * as SqlClient from "effect/sql/SqlClient"
+import * as Statement from "effect/sql/Statement"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
-import * as FastCheck from "effect/FastCheck"
+import * as Result from "effect/Result"
+import * as FastCheck from "fast-check"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Keyset from "../src/Keyset.js"
@@ -20,10 +20,10 @@ type KeysetService = Keyset.Keyset["Type"]
 
 // A second pool on the suite's database whose sessions live in São Paulo time (UTC-3, with
 // clock changes in its history) and print dates day first: nothing they show looks like UTC.
-class Elsewhere extends Context.Tag("test/Keyset/Elsewhere")<Elsewhere, {
+class Elsewhere extends Context.Service<Elsewhere, {
   readonly sql: SqlClient.SqlClient
   readonly keyset: KeysetService
-}>() {}
+}>()("test/Keyset/Elsewhere") {}
 
 const inSaoPaulo = (url: string) => {
   const parsed = new URL(url)
@@ -35,7 +35,7 @@ const ElsewhereLive = Layer.effect(
   Elsewhere,
   Effect.all({ sql: SqlClient.SqlClient, keyset: Keyset.make })
 ).pipe(
-  Layer.provide(Layer.unwrapEffect(Effect.map(TestDatabase.TestDatabase, (db) =>
+  Layer.provide(Layer.unwrap(Effect.map(TestDatabase.TestDatabase, (db) =>
     PgClient.layer({ url: inSaoPaulo(Redacted.value(db.url)), maxConnections: 2 })))),
   Layer.provide(codec)
 )
@@ -185,14 +185,14 @@ const countingStatements = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
         statements++
         return Effect.succeed(statement)
       }),
-      Effect.either
+      Effect.result
     )
     return { result, statements }
   })
 
 const refusal = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.map(countingStatements(effect), ({ result, statements }) => {
-    if (Either.isRight(result)) throw new Error("expected a refusal")
+    if (Result.isSuccess(result)) throw new Error("expected a refusal")
     return { error: result.left, statements }
   })
 
@@ -512,7 +512,7 @@ describe("Keyset inputs", () => {
         }
         const first = yield* countingStatements(keyset.page(request))
         expect(first.statements).toBe(2)
-        const cursor = Either.getOrThrow(first.result).nextCursor!
+        const cursor = Result.getOrThrow(first.result).nextCursor!
         expect((yield* countingStatements(keyset.page({ ...request, cursor }))).statements).toBe(1)
         expect((yield* countingStatements(keyset.page({ ...request, subject: "t" }))).statements).toBe(1)
       }))

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { createHash } from "node:crypto"
 import * as TestRole from "@effect-durable/testing/TestRole"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { DurableSettings, layerSettings } from "../src/DurableConfig.js"

@@ -1,17 +1,17 @@
 import { describe, expect, it } from "@effect/vitest"
-import * as Reactivity from "@effect/experimental/Reactivity"
+import * as Reactivity from "effect/reactivity/Reactivity"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Chunk from "effect/Chunk"
 import * as Deferred from "effect/Deferred"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
-import * as TestServices from "effect/TestServices"
+import * as TestClock from "effect/testing/TestClock"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import { DurableSettings, layerSettings } from "../src/DurableConfig.js"
@@ -60,10 +60,10 @@ const rowOf = (id: string) => Effect.map(rowsOf([id]), (rows) => rows[0])
 // Each test works on its own topics so that claims never see another test's messages.
 const freshTopic = TestSubstrate.freshName
 
-const claimAll = (worker: string, topic: string, lease: Duration.DurationInput = "30 seconds") =>
+const claimAll = (worker: string, topic: string, lease: Duration.Input = "30 seconds") =>
   Effect.flatMap(OutboxWorker.OutboxWorker, (outbox) => outbox.claim({ worker, topics: [topic], limit: 100, lease }))
 
-const liveSleep = (ms: number) => TestServices.provideLive(Effect.sleep(ms))
+const liveSleep = (ms: number) => TestClock.withLive(Effect.sleep(ms))
 
 const suite = (schema: string) => {
   const Live = substrate({ schema, lockTimeout: "5 seconds" }, {}, { maxAttemptsByTopic: { fragile: 2 } })
@@ -91,7 +91,7 @@ const suite = (schema: string) => {
         expect(row.delay_seconds).toBe(0)
       }))
 
-    it.scoped("the wake-up notification is delivered at commit and never for a rolled-back enqueue", () =>
+    it.effect("the wake-up notification is delivered at commit and never for a rolled-back enqueue", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const database = yield* TestDatabase.TestDatabase
@@ -106,7 +106,7 @@ const suite = (schema: string) => {
           Stream.filter((payload) => payload === topic),
           Stream.take(1),
           Stream.runCollect,
-          Effect.fork
+          Effect.forkChild
         )
         // LISTEN is issued when the stream starts; wait until the server has the listener.
         yield* eventually(
@@ -114,11 +114,11 @@ const suite = (schema: string) => {
           (rows) => rows[0]!.n > 0
         )
         yield* Deferred.succeed(listening, undefined)
-        yield* Effect.flip(sql.withTransaction(Effect.zipRight(outbox.enqueue(topic, {}), Effect.fail("rollback"))))
+        yield* Effect.flip(sql.withTransaction(Effect.andThen(outbox.enqueue(topic, {}), Effect.fail("rollback"))))
         yield* liveSleep(300)
         expect(Option.isNone(yield* Fiber.poll(heard))).toBe(true)
         yield* sql.withTransaction(outbox.enqueue(topic, {}))
-        const payloads = yield* Fiber.join(heard).pipe(Effect.timeout("10 seconds"), TestServices.provideLive)
+        const payloads = yield* Fiber.join(heard).pipe(Effect.timeout("10 seconds"), TestClock.withLive)
         expect(Chunk.toReadonlyArray(payloads)).toEqual([topic])
       }))
 
@@ -228,7 +228,7 @@ const suite = (schema: string) => {
         const [held, free] = yield* outbox.enqueueMany([{ topic, payload: 1 }, { topic, payload: 2 }])
         const locked = yield* Deferred.make<void>()
         const done = yield* Deferred.make<void>()
-        const holder = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
+        const holder = yield* Effect.forkChild(sql.withTransaction(Effect.gen(function*() {
           yield* sql`SELECT id FROM ${sql.literal(yield* table)} WHERE id = ${held!} FOR UPDATE`
           yield* Deferred.succeed(locked, undefined)
           yield* Deferred.await(done)
@@ -459,7 +459,7 @@ const suite = (schema: string) => {
         yield* claim("w1") // each worker "dies" holding it
         yield* eventually(claim("w2"), (claimed) => claimed.length === 1)
         const last = yield* eventually(
-          Effect.zipRight(claim("w3"), Effect.map(rowOf(id), (row) => row!)),
+          Effect.andThen(claim("w3"), Effect.map(rowOf(id), (row) => row!)),
           (row) => row.dead
         )
         expect(last).toMatchObject({ dead: true, attempt_count: 2, claim_generation: "2" })
@@ -508,8 +508,8 @@ const suite = (schema: string) => {
         // Purge and replay race from a barrier; each replayed row must survive, however they interleave.
         const gate = yield* barrier
         const [purged, replayedIds] = yield* Effect.all([
-          Effect.zipRight(gate.wait, outbox.purge({ olderThan: "1 day", batchSize: 7 })),
-          Effect.zipRight(gate.wait, outbox.replay(replayed))
+          Effect.andThen(gate.wait, outbox.purge({ olderThan: "1 day", batchSize: 7 })),
+          Effect.andThen(gate.wait, outbox.replay(replayed))
         ], { concurrency: "unbounded" }).pipe(Effect.zipLeft(gate.open, { concurrent: true }))
         const left = yield* rowsOf(ids)
         // Every replayed row either was replayed before purge could take it (and survives,
@@ -536,7 +536,7 @@ const suite = (schema: string) => {
         )
         const locked = yield* Deferred.make<void>()
         const done = yield* Deferred.make<void>()
-        const holder = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
+        const holder = yield* Effect.forkChild(sql.withTransaction(Effect.gen(function*() {
           yield* sql.unsafe(`LOCK TABLE ${settings.table("outbox")} IN ACCESS EXCLUSIVE MODE`)
           yield* Deferred.succeed(locked, undefined)
           yield* Deferred.await(done)
@@ -582,12 +582,12 @@ const suite = (schema: string) => {
           [{ worker: "w", limit: 0, lease: "1 minute" }, "limit"],
           [{ worker: "w", limit: 1001, lease: "1 minute" }, "limit"],
           [{ worker: "w", limit: 1, lease: 0 }, "lease"],
-          [{ worker: "w", limit: 1, lease: "soon" as Duration.DurationInput }, "lease"],
+          [{ worker: "w", limit: 1, lease: "soon" as Duration.Input }, "lease"],
           [{ worker: "w", limit: 1, lease: "1 minute", topics: [""] }, "topics[0]"]
         ] as const
         for (const [options, field] of cases) {
-          const result = yield* Effect.either(outbox.claim(options))
-          expect(Either.isLeft(result) && result.left).toMatchObject({ _tag: "InvalidInput", argument: field })
+          const result = yield* Effect.result(outbox.claim(options))
+          expect(Result.isFailure(result) && result.left).toMatchObject({ _tag: "InvalidInput", argument: field })
         }
       }))
   })

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
@@ -185,7 +185,7 @@ describe("OutboxSearch", () => {
         const fiber = yield* Stream.runForEach(
           search.discardMatching({ topic }, { batchSize: 1 }),
           () => Effect.never
-        ).pipe(Effect.fork)
+        ).pipe(Effect.forkChild)
         yield* eventually(stateOf(ids), (rows) => rows.length === 2)
         yield* Fiber.interrupt(fiber)
         expect((yield* stateOf(ids)).map((r) => r.id)).toEqual([ids[3], ids[5]])

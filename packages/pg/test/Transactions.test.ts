@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
@@ -38,7 +38,7 @@ describe("Transactions (the substrate's primitives, for applications)", () => {
         const sql = yield* SqlClient.SqlClient
         const held = yield* Deferred.make<void>()
         const release = yield* Deferred.make<void>()
-        const first = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
+        const first = yield* Effect.forkChild(sql.withTransaction(Effect.gen(function*() {
           expect(yield* Transactions.advisoryLock("billing", "invoice-7")).toBe(true)
           yield* Deferred.succeed(held, undefined)
           yield* Deferred.await(release)

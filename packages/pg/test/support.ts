@@ -3,11 +3,11 @@
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 export { eventually } from "@effect-durable/testing/Eventually"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
-import * as TestServices from "effect/TestServices"
+import * as TestClock from "effect/testing/TestClock"
 import type { SettingsInput } from "../src/DurableConfig.js"
 import type * as Outbox from "../src/Outbox.js"
 
@@ -28,8 +28,8 @@ export const waitersOnAdvisoryLocks = (n: number) =>
       .pipe(
         Effect.map((rows) => rows[0]!.waiting),
         Effect.repeat({ until: (waiting) => waiting >= n, schedule: Schedule.spaced("10 millis") }),
-        Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error(`fewer than ${n} lock waiters`) }),
-        TestServices.provideLive
+        Effect.timeoutOrElse({ duration: "20 seconds", onTimeout: () => new Error(`fewer than ${n} lock waiters`) }),
+        TestClock.withLive
       ))
 
 /** Releases `n` fibers at once; each awaits the returned gate before it starts. */

@@ -13,12 +13,12 @@
 import { DurableConfigError } from "@effect-durable/core/Errors"
 import { canonicalizeEither } from "@effect-durable/core/Fingerprint"
 import type { OutboxMessage } from "@effect-durable/pg/OutboxWorker"
-import * as HttpClient from "@effect/platform/HttpClient"
-import type * as HttpClientError from "@effect/platform/HttpClientError"
-import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
+import * as HttpClient from "effect/http/HttpClient"
+import type * as HttpClientError from "effect/http/HttpClientError"
+import * as HttpClientRequest from "effect/http/HttpClientRequest"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import { createHmac, timingSafeEqual } from "node:crypto"
@@ -30,7 +30,7 @@ export interface WebhookOptions {
   /** Signs every request; at least 16 bytes. */
   readonly secret: Redacted.Redacted<string>
   /** Longest wait for a response. Default 10 s. */
-  readonly timeout?: Duration.DurationInput
+  readonly timeout?: Duration.Input
   /** Extra request headers. */
   readonly headers?: Readonly<Record<string, string>>
 }
@@ -120,13 +120,13 @@ export const make = (options: WebhookOptions): Effect.Effect<Publisher["Type"], 
     if (typeof options.url === "string" && !/^https?:\/\//.test(options.url)) {
       return yield* new DurableConfigError({ field: "webhook.url", rule: "an http:// or https:// URL" })
     }
-    const timeout = Duration.decode(options.timeout ?? "10 seconds")
+    const timeout = Duration.fromInputUnsafe(options.timeout ?? "10 seconds")
     // The platform's own request span records the full URL: ours records it redacted.
     const client = HttpClient.withTracerDisabledWhen(yield* HttpClient.HttpClient, () => true)
 
     const publish = (message: OutboxMessage) =>
       Effect.gen(function*() {
-        const body = Either.getOrThrow(canonicalizeEither({
+        const body = Result.getOrThrow(canonicalizeEither({
           id: message.id,
           topic: message.topic,
           orderingKey: message.orderingKey,
@@ -159,7 +159,7 @@ export const make = (options: WebhookOptions): Effect.Effect<Publisher["Type"], 
           HttpClientRequest.bodyText(body, "application/json")
         )
         const response = yield* client.execute(request).pipe(
-          Effect.timeoutFail({
+          Effect.timeoutOrElse({
             duration: timeout,
             onTimeout: () => retryable(`webhook ${shown} did not answer in ${Duration.format(timeout)}`)
           }),

@@ -21,12 +21,12 @@ describe("the README examples of the projector do what the README says", () => {
         expect(yield* ProjectorExample.program).toMatchObject({ claimed: 2, delivered: 1, dead: 1 })
       }))
 
-    it.scoped("webhook: a signed POST reaches the receiver, whose check of the raw body passes", () =>
+    it.effect("webhook: a signed POST reaches the receiver, whose check of the raw body passes", () =>
       Effect.gen(function*() {
         const secret = Redacted.make("a webhook secret of enough bytes")
         const verified: Array<boolean> = []
         const url = yield* Effect.acquireRelease(
-          Effect.async<{ url: string; close: () => void }>((resume) => {
+          Effect.callback<{ url: string; close: () => void }>((resume) => {
             const server = createServer((req, res) => {
               let body = ""
               req.on("data", (chunk) => (body += chunk))
@@ -55,7 +55,7 @@ describe("the README examples of the projector do what the README says", () => {
       Effect.gen(function*() {
         const db = yield* TestDatabase.TestDatabase
         const env = (entries: Record<string, string>) =>
-          Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(entries))))
+          Effect.withConfigProvider(ConfigProvider.fromEnvRecord(new Map(Object.entries(entries))))
         const base = { DATABASE_URL: Redacted.value(db.url), WEBHOOK_URL: "http://127.0.0.1:9/hook", WEBHOOK_SECRET: "sixteen bytes or more" }
         // The database is migrated (the suite's substrate): the worker starts and runs its projector.
         const workerId = yield* Effect.scoped(

@@ -2,11 +2,11 @@ import { describe, expect, it } from "@effect/vitest"
 import { DatabaseError } from "@effect-durable/core/Errors"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as TestServices from "effect/TestServices"
+import * as TestClock from "effect/testing/TestClock"
 import * as Projector from "../src/Projector.js"
 import * as Publisher from "../src/Publisher.js"
 import { eventually, projectedCount, substrate } from "./support.js"
@@ -26,7 +26,7 @@ const faulty = (outbox: OutboxWorker.OutboxWorker["Type"], schedule: Partial<Rec
       if (fault === "fail") {
         return Effect.fail(new DatabaseError({ code: "57P01", retryable: true, operation, detail: "injected fault" }))
       }
-      if (fault === "stall") return Effect.zipRight(TestServices.provideLive(Effect.sleep("300 millis")), effect)
+      if (fault === "stall") return Effect.andThen(TestClock.withLive(Effect.sleep("300 millis")), effect)
       return effect
     })
   return {
@@ -74,10 +74,10 @@ describe("Projector under store faults", () => {
           pollInterval: "50 millis",
           backoff: { min: "20 millis", max: "50 millis" }
         }).pipe(Layer.provide(Layer.merge(publisher, Layer.succeed(OutboxWorker.OutboxWorker, broken))))
-        yield* Effect.scoped(Effect.zipRight(
+        yield* Effect.scoped(Effect.andThen(
           Layer.build(projector),
           eventually(projectedCount(ids), (n) => n === ids.length, 60)
-        )).pipe(TestServices.provideLive)
+        )).pipe(TestClock.withLive)
         expect(calls.claim).toBeGreaterThanOrEqual(4)
         expect(calls.markProjectedMany).toBeGreaterThanOrEqual(3)
         expect(calls.release).toBeGreaterThanOrEqual(1)
@@ -101,10 +101,10 @@ describe("Projector under store faults", () => {
         // after 30 s, past this test's wait.
         const projector = Projector.layer({ topics: ["lost-mark"], batchSize: 20, lease: "30 seconds", pollInterval: "50 millis" })
           .pipe(Layer.provide(Layer.merge(publisher, Layer.succeed(OutboxWorker.OutboxWorker, broken))))
-        yield* Effect.scoped(Effect.zipRight(
+        yield* Effect.scoped(Effect.andThen(
           Layer.build(projector),
           eventually(projectedCount(ids), (n) => n === ids.length, 10)
-        )).pipe(TestServices.provideLive)
+        )).pipe(TestClock.withLive)
         expect(calls.markProjectedMany).toBeGreaterThanOrEqual(3)
         expect([...deliveries.keys()].sort()).toEqual([...ids].sort())
         expect([...deliveries.values()].every((n) => n === 1)).toBe(true)
@@ -117,7 +117,7 @@ describe("Projector under store faults", () => {
         const held = yield* Deferred.make<void>()
         const deliveries = new Map<string, number>()
         const publisher = Publisher.layerHandler((message) =>
-          Effect.zipRight(
+          Effect.andThen(
             Effect.sync(() => void deliveries.set(message.id, (deliveries.get(message.id) ?? 0) + 1)),
             (message.payload as { i: number }).i === 5 ? Deferred.await(held) : Effect.void
           )
@@ -139,7 +139,7 @@ describe("Projector under store faults", () => {
           yield* Effect.sleep("7 seconds")
           yield* Deferred.succeed(held, undefined)
           yield* eventually(projectedCount(ids), (n) => n === ids.length, 10)
-        })).pipe(TestServices.provideLive)
+        })).pipe(TestClock.withLive)
         expect([...deliveries.keys()].sort()).toEqual([...ids].sort())
         expect([...deliveries.values()].every((n) => n === 1)).toBe(true)
       }))

@@ -5,7 +5,7 @@ import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Faults from "@effect-durable/testing/Faults"
 import * as Telemetry from "@effect-durable/testing/Telemetry"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
@@ -14,7 +14,7 @@ import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as Schema from "effect/Schema"
 import * as Supervisor from "effect/Supervisor"
-import * as TestServices from "effect/TestServices"
+import * as TestClock from "effect/testing/TestClock"
 import { APPLICATION_NAME } from "../src/internal/listener.js"
 import * as Projector from "../src/Projector.js"
 import * as Publisher from "../src/Publisher.js"
@@ -33,7 +33,7 @@ const withProjector = <A, E, R>(
   Effect.scoped(
     Effect.flatMap(Layer.build(Projector.layer(options).pipe(Layer.provide(publisher))), (context) =>
       Effect.provide(body, context))
-  ).pipe(TestServices.provideLive)
+  ).pipe(TestClock.withLive)
 
 const freshTopic = () => freshName("p")
 
@@ -54,7 +54,7 @@ describe("Projector", () => {
             for (let i = 0; i < 40; i++) {
               if (i % 4 === 3) {
                 yield* Effect.flip(sql.withTransaction(
-                  Effect.zipRight(Effect.tap(outbox.enqueue(topic, { i }), (id) => Effect.sync(() => rolledBack.push(id))), Effect.fail("rollback"))
+                  Effect.andThen(Effect.tap(outbox.enqueue(topic, { i }), (id) => Effect.sync(() => rolledBack.push(id))), Effect.fail("rollback"))
                 ))
               } else {
                 committed.push(yield* sql.withTransaction(outbox.enqueue(topic, { i })))
@@ -85,7 +85,7 @@ describe("Projector", () => {
               (rows) => rows[0]!.n > 0
             )
             const committedAt = yield* Effect.map(sql.withTransaction(outbox.enqueue(topic, {})), () => Date.now())
-            const deliveredAt = yield* Deferred.await(delivered).pipe(Effect.timeout("10 seconds"), TestServices.provideLive)
+            const deliveredAt = yield* Deferred.await(delivered).pipe(Effect.timeout("10 seconds"), TestClock.withLive)
             return deliveredAt - committedAt
           })
         )
@@ -170,7 +170,7 @@ describe("Projector", () => {
         const later = yield* eventually(
           Projector.drain({ topics: [topic], backoff: { min: "500 millis", max: "500 millis" } }).pipe(
             Effect.provide(recording(deliveries, behaviour)),
-            Effect.zipRight(outboxRows([flaky!]))
+            Effect.andThen(outboxRows([flaky!]))
           ),
           (rows) => rows[0]!.projected
         )
@@ -194,7 +194,7 @@ describe("Projector", () => {
           topics: [topic],
           deliveryTimeout: "200 millis",
           backoff: { min: "1 minute", max: "1 minute" }
-        }).pipe(Effect.provide(publisher), TestServices.provideLive)
+        }).pipe(Effect.provide(publisher), TestClock.withLive)
         expect(counts).toMatchObject({ claimed: 3, delivered: 1, retried: 2 })
         const rows = yield* outboxRows([hangs!, dies!, fine!])
         expect(rows[0]!.last_error).toBe("delivery timed out after 200ms")
@@ -206,7 +206,7 @@ describe("Projector", () => {
       Effect.gen(function*() {
         const outbox = yield* Outbox.Outbox
         const topic = freshTopic()
-        class Sink extends Context.Tag("test/Sink")<Sink, Array<unknown>>() {}
+        class Sink extends Context.Service<Sink, Array<unknown>>()("test/Sink") {}
         const sink: Array<unknown> = []
         const publisher = Publisher.layerHandler((message) => Effect.map(Sink, (seen) => void seen.push(message.payload))).pipe(
           Layer.provide(Layer.succeed(Sink, sink))
@@ -216,7 +216,7 @@ describe("Projector", () => {
         expect(counts).toMatchObject({ claimed: 3, delivered: 3 })
         const direct = yield* Effect.flatMap(Publisher.Publisher, (p) =>
           p.publish({ id: "0", topic, orderingKey: null, payload: 4, headers: {}, createdAt: "", attempt: 1, claim: { messageId: "0", worker: "w", generation: 1 } })
-        ).pipe(Effect.provide(publisher), Effect.either)
+        ).pipe(Effect.provide(publisher), Effect.result)
         expect(direct._tag).toBe("Right")
         expect([...sink].sort()).toEqual([1, 2, 3, 4])
       }))
@@ -237,7 +237,7 @@ describe("Projector", () => {
           concurrency: 1,
           deliveryTimeout: "100 millis",
           backoff: { min: "1 minute", max: "1 minute" }
-        }).pipe(Effect.provide(publisher), TestServices.provideLive)
+        }).pipe(Effect.provide(publisher), TestClock.withLive)
         expect(counts).toMatchObject({ claimed: 5, delivered: 3, retried: 2, stale: 0 })
         const rows = yield* outboxRows(ids)
         expect(rows.map((row) => row.projected)).toEqual([false, true, false, true, true])
@@ -289,7 +289,7 @@ describe("Projector", () => {
         const id = yield* outbox.enqueue(topic, {})
         const started = yield* Deferred.make<void>()
         const proceed = yield* Deferred.make<void>()
-        const publisher = Publisher.layerHandler(() => Effect.zipRight(Deferred.succeed(started, undefined), Deferred.await(proceed)))
+        const publisher = Publisher.layerHandler(() => Effect.andThen(Deferred.succeed(started, undefined), Deferred.await(proceed)))
         const counts = yield* withProjector(
           { topics: [topic], lease: "1 minute", pollInterval: "50 millis" },
           publisher,
@@ -358,7 +358,7 @@ describe("Projector", () => {
           Effect.gen(function*() {
             most = Math.max(most, ++inFlight)
             if (inFlight >= target) yield* Deferred.succeed(reached, undefined)
-            yield* TestServices.provideLive(Effect.timeout(Deferred.await(reached), "300 millis")).pipe(Effect.ignore)
+            yield* TestClock.withLive(Effect.timeout(Deferred.await(reached), "300 millis")).pipe(Effect.ignore)
             inFlight--
           })
         )
@@ -390,7 +390,7 @@ describe("Projector", () => {
         const id = yield* outbox.enqueue(topic, {})
         const started = yield* Deferred.make<void>()
         const publisher = Publisher.layerHandler(() =>
-          Effect.zipRight(Deferred.succeed(started, undefined), TestServices.provideLive(Effect.sleep("300 millis")))
+          Effect.andThen(Deferred.succeed(started, undefined), TestClock.withLive(Effect.sleep("300 millis")))
         )
         yield* withProjector({ topics: [topic], pollInterval: "50 millis", shutdownDeadline: "5 seconds" }, publisher, Deferred.await(started))
         expect((yield* outboxRows([id]))[0]).toMatchObject({ projected: true })
@@ -402,7 +402,7 @@ describe("Projector", () => {
         const topic = freshTopic()
         const ids = yield* outbox.enqueueMany([1, 2, 3].map((i) => ({ topic, payload: i })))
         const started = yield* Deferred.make<void>()
-        const stuck = Publisher.layerHandler(() => Effect.zipRight(Deferred.succeed(started, undefined), Effect.never))
+        const stuck = Publisher.layerHandler(() => Effect.andThen(Deferred.succeed(started, undefined), Effect.never))
         yield* withProjector(
           { topics: [topic], pollInterval: "50 millis", shutdownDeadline: "200 millis", lease: "1 hour", concurrency: 1 },
           stuck,
@@ -467,7 +467,7 @@ describe("Projector.layerConfig", () => {
   it.effect("reads PROJECTOR_* settings and refuses bad ones with a typed error", () =>
     Effect.gen(function*() {
       const withEnv = (env: Record<string, string>) =>
-        Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+        Effect.withConfigProvider(ConfigProvider.fromEnvRecord(new Map(Object.entries(env))))
       const options = yield* Projector.optionsConfig.pipe(withEnv({ PROJECTOR_TOPICS: "a,b", PROJECTOR_BATCH_SIZE: "7", PROJECTOR_LEASE: "5 seconds" }))
       expect(options).toMatchObject({ topics: ["a", "b"], batchSize: 7 })
       // The options are refused before the outbox is touched: a placeholder stands in for it.

@@ -2,7 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Telemetry from "@effect-durable/testing/Telemetry"
-import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
+import * as FetchHttpClient from "effect/http/FetchHttpClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
@@ -22,7 +22,7 @@ interface Received {
 /** A real HTTP server on 127.0.0.1 that records requests and answers with `respond`. */
 const server = (respond: (request: Received, res: ServerResponse) => void) =>
   Effect.acquireRelease(
-    Effect.async<{ url: string; received: Array<Received> }>((resume) => {
+    Effect.callback<{ url: string; received: Array<Received> }>((resume) => {
       const received: Array<Received> = []
       const http = createServer((req, res) => {
         let body = ""
@@ -61,7 +61,7 @@ const publishTo = (url: string, options: Partial<Webhook.WebhookOptions> = {}) =
   )
 
 describe("Webhook publisher", () => {
-  it.scoped("POSTs the message as JSON with its id as Idempotency-Key and a verifiable signature", () =>
+  it.effect("POSTs the message as JSON with its id as Idempotency-Key and a verifiable signature", () =>
     Effect.gen(function*() {
       const { received, url } = yield* server((_, res) => res.writeHead(204).end())
       yield* publishTo(url)(message("41"))
@@ -77,7 +77,7 @@ describe("Webhook publisher", () => {
       expect(Webhook.verify(secret, signature, request!.body, { now: Math.floor(Date.now() / 1000) + 3600 })).toBe(false)
     }))
 
-  it.scoped("408, 429 and 5xx are retryable (Retry-After honoured); other 4xx are permanent", () =>
+  it.effect("408, 429 and 5xx are retryable (Retry-After honoured); other 4xx are permanent", () =>
     Effect.gen(function*() {
       const statuses: Record<string, [number, Record<string, string>]> = {
         "1": [500, {}],
@@ -123,7 +123,7 @@ describe("Webhook publisher", () => {
     }).pipe(Effect.provide(FetchHttpClient.layer)))
 
   it.layer(substrate())((it) => {
-    it.scoped("credentials and query tokens in the webhook URL reach the receiver but no row, span or log line", () =>
+    it.effect("credentials and query tokens in the webhook URL reach the receiver but no row, span or log line", () =>
       Effect.gen(function*() {
         const PASSWORD = "canary-pass-5c1d"
         const TOKEN = "canary-token-9e2a"
@@ -152,7 +152,7 @@ describe("Webhook publisher", () => {
         expect(rows).not.toContain(TOKEN)
       }))
 
-    it.scoped("end to end: outbox -> projector -> webhook; a 503 is retried, then delivered and marked", () =>
+    it.effect("end to end: outbox -> projector -> webhook; a 503 is retried, then delivered and marked", () =>
       Effect.gen(function*() {
         let calls = 0
         const { received, url } = yield* server((_, res) => {

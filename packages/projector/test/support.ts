@@ -38,5 +38,5 @@ export const recording = (
   behaviour: (message: OutboxWorker.OutboxMessage) => Effect.Effect<void, PublishError> = () => Effect.void
 ) =>
   Publisher.layerHandler((message) =>
-    Effect.zipRight(Effect.sync(() => deliveries.seen.push(message)), behaviour(message))
+    Effect.andThen(Effect.sync(() => deliveries.seen.push(message)), behaviour(message))
   )

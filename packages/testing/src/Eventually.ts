@@ -8,7 +8,7 @@
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
-import * as TestServices from "effect/TestServices"
+import * as TestClock from "effect/testing/TestClock"
 
 /** Repeats `effect` every 20 ms until `until` holds; fails after `seconds` (default 30). */
 export const eventually = <A, E, R>(
@@ -17,6 +17,6 @@ export const eventually = <A, E, R>(
   seconds = 30
 ): Effect.Effect<A, E | Error, R> =>
   Effect.repeat(effect, Schedule.spaced(Duration.millis(20)).pipe(Schedule.untilInput(until), Schedule.passthrough)).pipe(
-    Effect.timeoutFail({ duration: Duration.seconds(seconds), onTimeout: () => new Error(`condition not met in ${seconds} s`) }),
-    TestServices.provideLive
+    Effect.timeoutOrElse({ duration: Duration.seconds(seconds), onTimeout: () => new Error(`condition not met in ${seconds} s`) }),
+    TestClock.withLive
   )

@@ -9,8 +9,8 @@
  * @since 0.1.0
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
-import type * as SqlClient from "@effect/sql/SqlClient"
-import type { SqlError } from "@effect/sql/SqlError"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type { SqlError } from "effect/sql/SqlError"
 import * as Config from "effect/Config"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -21,14 +21,14 @@ import type * as Scope from "effect/Scope"
 import { quoteIdentifier, uniqueSuffix, withAdmin } from "./internal/admin.js"
 import * as PgServer from "./PgServer.js"
 
-export class TestDatabase extends Context.Tag("@effect-durable/testing/TestDatabase")<TestDatabase, {
+export class TestDatabase extends Context.Service<TestDatabase, {
   readonly name: string
   /** A superuser URL for this database, direct to the server. */
   readonly url: Redacted.Redacted<string>
   /** The URL the suite's pools use: through the pooler when one is configured, else `url`. */
   readonly poolUrl: Redacted.Redacted<string>
   readonly server: PgServer.PgServer["Type"]
-}>() {}
+}>()("@effect-durable/testing/TestDatabase") {}
 
 /**
  * Whether the suite's pools go through a pooler. A transaction pooler cannot carry a
@@ -41,7 +41,7 @@ export const isPooled = (database: TestDatabase["Type"]): boolean =>
 export const POOLER_VARIABLE = "EFFECT_DURABLE_TEST_POOLER_URL"
 
 /** The pooler in front of the run's server, read through Effect `Config` (environment by default). */
-export const PoolerConfig = Config.option(Config.redacted(POOLER_VARIABLE)).pipe(
+export const PoolerConfig = Config.option(Config.Redacted(POOLER_VARIABLE)).pipe(
   Config.withDescription(
     "a superuser URL of a pooler (PgBouncer, transaction mode) in front of the DATABASE_URL server; the suites' pools connect through it"
   )
@@ -93,7 +93,7 @@ export const make = (options: Options = {}): Effect.Effect<TestDatabase["Type"],
 export const layer = (
   options: Options = {}
 ): Layer.Layer<TestDatabase | PgClient.PgClient | SqlClient.SqlClient, PgServer.PgServerError | SqlError, PgServer.PgServer> =>
-  Layer.flatMap(Layer.scoped(TestDatabase, make(options)), (context) => {
+  Layer.flatMap(Layer.effect(TestDatabase, make(options)), (context) => {
     const database = Context.get(context, TestDatabase)
     return Layer.merge(
       Layer.succeedContext(context),

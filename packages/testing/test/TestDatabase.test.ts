@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -70,7 +70,7 @@ describe("TestDatabase", () => {
       const direct = new URL(Redacted.value(server.url()))
       // A stand-in pooler: a TCP relay to the server that remembers the ports of its upstream connections.
       const relay = yield* Effect.acquireRelease(
-        Effect.async<{ port: number; upstreamPorts: () => Array<number>; close: () => void }>((resume) => {
+        Effect.callback<{ port: number; upstreamPorts: () => Array<number>; close: () => void }>((resume) => {
           const sockets = new Set<Socket>()
           const upstreamPorts: Array<number> = []
           const listener = createServer((client) => {
@@ -101,7 +101,7 @@ describe("TestDatabase", () => {
       pooler.port = String(relay.port)
       {
         const context = yield* Layer.build(TestDatabase.layer({ prefix: "ed_pooled" })).pipe(
-          Effect.withConfigProvider(ConfigProvider.fromMap(new Map([[TestDatabase.POOLER_VARIABLE, pooler.toString()]])))
+          Effect.withConfigProvider(ConfigProvider.fromEnvRecord(new Map([[TestDatabase.POOLER_VARIABLE, pooler.toString()]])))
         )
         const database = context.unsafeMap.get(TestDatabase.TestDatabase.key) as TestDatabase.TestDatabase["Type"]
         const sql = context.unsafeMap.get(SqlClient.SqlClient.key) as SqlClient.SqlClient

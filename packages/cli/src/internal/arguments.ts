@@ -26,7 +26,7 @@ export const duration = (name: string) =>
       const parsed = parseDuration(text)
       return parsed === undefined
         ? Effect.fail(invalid(`--${name} expects a duration such as 30m, 12h, 7d or "2 days", got '${text}'`))
-        : Effect.succeed<Duration.DurationInput>(parsed)
+        : Effect.succeed<Duration.Input>(parsed)
     })
   )
 

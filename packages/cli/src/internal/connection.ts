@@ -62,11 +62,11 @@ const configValues = Effect.gen(function*() {
 })
 
 /** `configValues` as the `ConfigProvider` the library's `Config`s read. */
-export const configProvider = Effect.map(configValues, (values) => ConfigProvider.fromMap(values))
+export const configProvider = Effect.map(configValues, (values) => ConfigProvider.fromEnvRecord(values))
 
 /** The substrate (and `OutboxSearch`) on the configured database; connects when built. */
 export const databaseLayer = (options: { readonly poolSize?: number } = {}) =>
-  Layer.unwrapEffect(Effect.map(Effect.zip(configValues, root), ([values, flags]) => {
+  Layer.unwrap(Effect.map(Effect.zip(configValues, root), ([values, flags]) => {
     const given = new Set([
       ...(Option.isSome(flags.databaseUrl) ? ["DATABASE_URL"] : []),
       ...(Option.isSome(flags.schema) ? ["DURABLE_SCHEMA"] : [])
@@ -77,7 +77,7 @@ export const databaseLayer = (options: { readonly poolSize?: number } = {}) =>
     // The version is checked per command: migrate, verify and doctor run on any version.
     return OutboxSearch.layer.pipe(
       Layer.provideMerge(Durable.layerConfig({ checkSchemaVersion: false })),
-      Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(sized))),
+      Layer.provide(ConfigProvider.layer(ConfigProvider.fromEnvRecord(sized))),
       Layer.mapError((error) => named(fromLibrary(error) as CliError, given))
     )
   })).pipe(Layer.mapError((error) => fromLibrary(error) as CliError))

@@ -7,7 +7,7 @@
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Migrations from "@effect-durable/pg/Migrations"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
@@ -27,7 +27,7 @@ const fail = (name: string, detail: string): Check => ({ name, status: "fail", d
 
 /** A check whose own failure (permissions, a timeout) is reported as a warning. */
 const guarded = <R>(name: string, check: Effect.Effect<Check, unknown, R>): Effect.Effect<Check, never, R> =>
-  Effect.catchAll(check, (error) =>
+  Effect.catch(check, (error) =>
     Effect.succeed(warn(name, `could not check: ${(error as { message?: string })?.message ?? String(error)}`)))
 
 const version = guarded(
@@ -66,9 +66,9 @@ const listen = guarded(
     const pg = client.value
     const sql = yield* SqlClient.SqlClient
     const channel = `effect_durable_doctor_${randomBytes(6).toString("hex")}`
-    const heard = yield* pg.listen(channel).pipe(Stream.take(1), Stream.runHead, Effect.fork)
+    const heard = yield* pg.listen(channel).pipe(Stream.take(1), Stream.runHead, Effect.forkChild)
     // The listener registers when the stream starts; notify until it hears one, for 3 seconds.
-    const notify = sql`SELECT pg_notify(${channel}, 'ping')`.pipe(Effect.zipRight(Effect.sleep("200 millis")))
+    const notify = sql`SELECT pg_notify(${channel}, 'ping')`.pipe(Effect.andThen(Effect.sleep("200 millis")))
     const result = yield* Fiber.join(heard).pipe(
       Effect.raceFirst(Effect.forever(notify).pipe(Effect.as(Option.none()))),
       Effect.timeout("3 seconds"),

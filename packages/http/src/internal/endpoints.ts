@@ -3,8 +3,8 @@
  * `METHOD /route/:pattern` — what `RouteContext.route` names at request time.
  */
 import { DurableConfigError } from "@effect-durable/core/Errors"
-import * as HttpApi from "@effect/platform/HttpApi"
-import type * as HttpApiGroup from "@effect/platform/HttpApiGroup"
+import * as HttpApi from "effect/http-api/HttpApi"
+import type * as HttpApiGroup from "effect/http-api/HttpApiGroup"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"

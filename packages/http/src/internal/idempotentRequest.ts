@@ -10,13 +10,13 @@
 import type { BeginError, RecordError } from "@effect-durable/pg/MutationLedger"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import { classify } from "@effect-durable/pg/ErrorClassification"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as SqlClient from "@effect/sql/SqlClient"
-import { SqlError } from "@effect/sql/SqlError"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as SqlClient from "effect/sql/SqlClient"
+import { SqlError } from "effect/sql/SqlError"
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Option from "effect/Option"
 import * as IdempotencyKey from "../IdempotencyKey.js"
 import * as Problem from "../Problem.js"
@@ -93,7 +93,7 @@ export const make = (settings: Settings) =>
     const warnUnmarked = (operation: string, response: HttpServerResponse.HttpServerResponse) =>
       response.status >= 300 || warned.has(operation)
         ? Effect.void
-        : Effect.zipRight(
+        : Effect.andThen(
           Effect.sync(() => warned.add(operation)),
           Effect.logWarning(
             `effect-durable: ${operation} answered ${response.status} without Idempotency.executing around its handler: ` +
@@ -107,46 +107,46 @@ export const make = (settings: Settings) =>
         const field = request.headers[settings.header]
         if (field === undefined) {
           return route.required
-            ? Either.left(problem("keyMissing", `This endpoint requires the ${header} header.`))
-            : Either.right(Option.none())
+            ? Result.fail(problem("keyMissing", `This endpoint requires the ${header} header.`))
+            : Result.succeed(Option.none())
         }
         const key = IdempotencyKey.parse(field, settings.bounds)
-        if (Either.isLeft(key)) return Either.left(problem("keyInvalid", key.left.reason))
+        if (Result.isFailure(key)) return Result.fail(problem("keyInvalid", key.left.reason))
         const subject = yield* Subject
         if (Option.isNone(subject)) {
-          return Either.left(problem("unauthenticated", `Authenticate to send a request with ${header}.`))
+          return Result.fail(problem("unauthenticated", `Authenticate to send a request with ${header}.`))
         }
         const contentType = request.headers["content-type"]
         if (contentType !== undefined && contentType.toLowerCase().startsWith("multipart/")) {
-          return Either.left(problem("bodyUnsupported", "Send the body as JSON, text, a form (urlencoded) or bytes."))
+          return Result.fail(problem("bodyUnsupported", "Send the body as JSON, text, a form (urlencoded) or bytes."))
         }
-        const read = yield* Effect.either(RequestBody.read(request, settings.maxRequestBytes))
+        const read = yield* Effect.result(RequestBody.read(request, settings.maxRequestBytes))
         // The body broke off (the client went away): the 400 the platform gives a body it cannot read.
-        if (Either.isLeft(read)) return Either.left(HttpServerResponse.empty({ status: 400 }))
+        if (Result.isFailure(read)) return Result.fail(HttpServerResponse.empty({ status: 400 }))
         const body = read.right
-        if (Either.isLeft(body)) {
+        if (Result.isFailure(body)) {
           // The rest of the body is discarded, not read: the connection cannot be reused.
-          return Either.left(problem(
+          return Result.fail(problem(
             "bodyTooLarge",
             `A request with ${header} has a body of at most ${settings.maxRequestBytes} bytes.`,
             { connection: "close" }
           ))
         }
-        return Either.right(Option.some({ key: key.right, subject: subject.value, contentType, body: body.right }))
+        return Result.succeed(Option.some({ key: key.right, subject: subject.value, contentType, body: body.right }))
       })
 
     /** A failure of BEGIN or COMMIT (a defect in @effect/sql) and `Answer`s become responses. */
     const settle = <E, R>(
       effect: Effect.Effect<HttpServerResponse.HttpServerResponse, E | Answer | SqlError, R>
     ): Effect.Effect<HttpServerResponse.HttpServerResponse, E, R> =>
-      Effect.catchAllCause(effect, (cause) => {
-        const failure = Cause.failureOption(cause)
+      Effect.catchCause(effect, (cause) => {
+        const failure = Cause.findErrorOption(cause)
         if (Option.isSome(failure) && failure.value instanceof Answer) return Effect.succeed(failure.value.response)
         if (Option.isSome(failure) && failure.value instanceof SqlError) {
           return Effect.succeed(databaseProblem(classify("Idempotency")(failure.value)))
         }
-        const defect = Cause.dieOption(cause)
-        if (Option.isSome(defect) && defect.value instanceof SqlError && !Cause.isInterrupted(cause)) {
+        const defect = Cause.findDefect(cause)
+        if (Option.isSome(defect) && defect.value instanceof SqlError && !Cause.hasInterrupts(cause)) {
           return Effect.succeed(databaseProblem(classify("Idempotency")(defect.value)))
         }
         // Answer and SqlError are handled above; what is left is the handler's own.
@@ -167,7 +167,7 @@ export const make = (settings: Settings) =>
         const request = yield* HttpServerRequest.HttpServerRequest
         if (!settings.methods.has(request.method)) return yield* handler
         const admitted = yield* admit(request, route)
-        if (Either.isLeft(admitted)) return admitted.left
+        if (Result.isFailure(admitted)) return admitted.left
         if (Option.isNone(admitted.right)) return yield* handler
         const { body, contentType, key, subject } = admitted.right.value
         const operation = `${request.method} ${path}`
@@ -180,7 +180,7 @@ export const make = (settings: Settings) =>
         )
 
         return yield* settle(sql.withTransaction(Effect.gen(function*() {
-          const begun = yield* Effect.catchAll(
+          const begun = yield* Effect.catch(
             ledger.begin(identity, { kind: KIND, eligibility: NO_ELIGIBILITY, fingerprint }, {
               wait: settings.inFlight === "wait"
             }),
@@ -208,7 +208,7 @@ export const make = (settings: Settings) =>
             )
           }
           const { body, meta } = captured.value
-          yield* Effect.catchAll(
+          yield* Effect.catch(
             begun.record(MutationLedger.bytes(response.status < 400 ? "accepted" : "rejected", body, meta)),
             refuse
           )

@@ -4,7 +4,7 @@
  */
 import { DurableConfigError } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import type { Options } from "../Idempotency.js"
 import type { Bounds } from "../IdempotencyKey.js"
@@ -56,14 +56,14 @@ const OptionsSchema = Schema.Struct({
   header: Schema.optionalWith(HeaderName, { default: () => Defaults.header }),
   minKeyLength: Schema.optionalWith(Input.Count(255), { default: () => Defaults.minKeyLength }),
   maxKeyLength: Schema.optionalWith(Input.Count(255), { default: () => Defaults.maxKeyLength }),
-  methods: Schema.optionalWith(Schema.Array(Schema.Literal("POST", "PATCH", "PUT", "DELETE")).pipe(Schema.minItems(1)), {
+  methods: Schema.optionalWith(Schema.Array(Schema.Literals(["POST", "PATCH", "PUT", "DELETE"])).pipe(Schema.minItems(1)), {
     default: () => Defaults.methods
   }),
   maxRequestBytes: Schema.optionalWith(Input.Count(64 * 1024 * 1024, 0), { default: () => Defaults.maxRequestBytes }),
   maxResponseBytes: Schema.optionalWith(Input.Count(MAX_RESPONSE_BYTES, 0), { default: () => Defaults.maxResponseBytes }),
   storedHeaders: Schema.optionalWith(Schema.Array(StoredHeader), { default: () => Defaults.storedHeaders }),
   replayHeader: Schema.optionalWith(HeaderName, { default: () => Defaults.replayHeader }),
-  inFlight: Schema.optionalWith(Schema.Literal("conflict", "wait"), { default: () => Defaults.inFlight }),
+  inFlight: Schema.optionalWith(Schema.Literals(["conflict", "wait"]), { default: () => Defaults.inFlight }),
   retryAfterSeconds: Schema.optionalWith(Input.Count(3600, 0), { default: () => Defaults.retryAfterSeconds }),
   problemTypeBase: Schema.optionalWith(Input.Text(512), { default: () => Defaults.problemTypeBase })
 })
@@ -88,14 +88,14 @@ export interface Settings {
 
 const decodeSchema = Input.options(OptionsSchema, "idempotency")
 
-export const decode = (options: Options): Either.Either<Settings, DurableConfigError> =>
-  Either.flatMap(decodeSchema(options), (decoded) => {
+export const decode = (options: Options): Result.Result<Settings, DurableConfigError> =>
+  Result.flatMap(decodeSchema(options), (decoded) => {
     if (decoded.minKeyLength > decoded.maxKeyLength) {
-      return Either.left(
+      return Result.fail(
         new DurableConfigError({ field: "idempotency.minKeyLength", rule: "at most maxKeyLength" })
       )
     }
-    return Either.right({
+    return Result.succeed({
       header: decoded.header.toLowerCase(),
       headerName: decoded.header,
       bounds: { minLength: decoded.minKeyLength, maxLength: decoded.maxKeyLength },

@@ -7,12 +7,12 @@
  * sent. On Node the `IncomingMessage` is read directly: an overflow stops buffering and drains
  * the rest (up to a cap, then the connection is cut), so the 413 can still be written.
  */
-import * as HttpServerError from "@effect/platform/HttpServerError"
-import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as UrlParams from "@effect/platform/UrlParams"
+import * as HttpServerError from "effect/http/HttpServerError"
+import type * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as UrlParams from "effect/http/UrlParams"
 import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Stream from "effect/Stream"
 import type { Readable } from "node:stream"
 
@@ -42,7 +42,7 @@ const drain = (source: Readable) => {
 }
 
 const readNode = (request: HttpServerRequest.HttpServerRequest, source: Readable, limit: number) =>
-  Effect.async<Either.Either<Uint8Array, TooLarge>, HttpServerError.RequestError>((resume) => {
+  Effect.callback<Result.Result<Uint8Array, TooLarge>, HttpServerError.RequestError>((resume) => {
     const chunks: Array<Buffer> = []
     let size = 0
     const cleanup = () => {
@@ -55,12 +55,12 @@ const readNode = (request: HttpServerRequest.HttpServerRequest, source: Readable
       if (size <= limit) return void chunks.push(chunk)
       cleanup()
       drain(source)
-      resume(Effect.succeed(Either.left(new TooLarge())))
+      resume(Effect.succeed(Result.fail(new TooLarge())))
     }
     const onEnd = () => {
       cleanup()
       // A copy: a small Buffer may be a view into Node's shared 8 KiB pool.
-      resume(Effect.succeed(Either.right(new Uint8Array(Buffer.concat(chunks)))))
+      resume(Effect.succeed(Result.succeed(new Uint8Array(Buffer.concat(chunks)))))
     }
     const onError = (cause: unknown) => {
       cleanup()
@@ -81,7 +81,7 @@ const readStream = (request: HttpServerRequest.HttpServerRequest, limit: number)
       (read, chunk) => ({ size: read.size + chunk.byteLength, chunks: Chunk.append(read.chunks, chunk) })
     ),
     Effect.map(({ chunks, size }) =>
-      size > limit ? Either.left(new TooLarge()) : Either.right(new Uint8Array(Buffer.concat(Chunk.toArray(chunks))))
+      size > limit ? Result.fail(new TooLarge()) : Result.succeed(new Uint8Array(Buffer.concat(Chunk.toArray(chunks))))
     ),
     Effect.mapError((cause) => transportError(request, cause))
   )
@@ -90,12 +90,12 @@ const readStream = (request: HttpServerRequest.HttpServerRequest, limit: number)
 export const read = (
   request: HttpServerRequest.HttpServerRequest,
   limit: number
-): Effect.Effect<Either.Either<Uint8Array, TooLarge>, HttpServerError.RequestError> => {
+): Effect.Effect<Result.Result<Uint8Array, TooLarge>, HttpServerError.RequestError> => {
   const source = request.source
   const declared = Number(request.headers["content-length"] ?? Number.NaN)
   if (declared > limit) {
     if (isNodeReadable(source)) drain(source)
-    return Effect.succeed(Either.left(new TooLarge()))
+    return Effect.succeed(Result.fail(new TooLarge()))
   }
   return isNodeReadable(source) ? readNode(request, source, limit) : readStream(request, limit)
 }

@@ -4,8 +4,8 @@
  * and are never read here; headers added after the middleware (pre-response handlers, the
  * server's Date) are not seen, so they are never stored either.
  */
-import * as HttpBody from "@effect/platform/HttpBody"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import * as HttpBody from "effect/http/HttpBody"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"

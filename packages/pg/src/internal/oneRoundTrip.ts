@@ -7,9 +7,9 @@
  * so the statement's parameters are written as SQL literals (`sqlText.inline`); only our own
  * statements, built from validated values, go this way.
  */
-import * as SqlClient from "@effect/sql/SqlClient"
-import type { SqlError } from "@effect/sql/SqlError"
-import type * as Statement from "@effect/sql/Statement"
+import * as SqlClient from "effect/sql/SqlClient"
+import type { SqlError } from "effect/sql/SqlError"
+import type * as Statement from "effect/sql/Statement"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { inline } from "./sqlText.js"

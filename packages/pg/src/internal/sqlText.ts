@@ -3,7 +3,7 @@
  * and statements with their parameters inlined as literals, for the simple-protocol queries
  * that carry several statements in one round trip. Quoting is `pg`'s own.
  */
-import type * as Statement from "@effect/sql/Statement"
+import type * as Statement from "effect/sql/Statement"
 import pg from "pg"
 
 /** A double-quoted identifier. Names reach here validated; quoting is defence in depth. */

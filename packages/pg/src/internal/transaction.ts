@@ -8,8 +8,8 @@
  * failure rolls the savepoint back, which undoes them by itself).
  */
 import type { DatabaseError } from "@effect-durable/core/Errors"
-import * as SqlClient from "@effect/sql/SqlClient"
-import { SqlError } from "@effect/sql/SqlError"
+import * as SqlClient from "effect/sql/SqlClient"
+import { SqlError } from "effect/sql/SqlError"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
@@ -117,7 +117,7 @@ export const transact = <A, E, R>(
 ): Effect.Effect<A, E | DatabaseError, R> =>
   sql.withTransaction(Effect.mapError(body, (error) => new BodyFailure(error))).pipe(
     classifyCommitDefects(operation),
-    Effect.catchAll((error): Effect.Effect<never, E | DatabaseError> =>
+    Effect.catch((error): Effect.Effect<never, E | DatabaseError> =>
       error instanceof BodyFailure
         ? Effect.fail(error.error as E)
         : Effect.fail(error instanceof SqlError ? classify(operation)(error) : error as DatabaseError)
@@ -141,5 +141,5 @@ export const bounded = <A, E, R>(
       operation,
       (inside
         ? Effect.flatMap(swapTimeouts(sql, settings), (previous) => Effect.tap(body, () => restoreTimeouts(sql, previous)))
-        : Effect.zipRight(timeoutSettings(sql, settings), body)).pipe(classifySqlErrors(operation))
+        : Effect.andThen(timeoutSettings(sql, settings), body)).pipe(classifySqlErrors(operation))
     ))

@@ -9,7 +9,7 @@ import { DatabaseError, type InvalidInput } from "@effect-durable/core/Errors"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Exit from "effect/Exit"
 import * as FiberRef from "effect/FiberRef"
 import * as Metric from "effect/Metric"
@@ -82,8 +82,8 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
           error: storable(error.reason),
           retryDelay: Duration.millis(Math.min(retryDelay, Duration.toMillis(Duration.days(365)))),
           permanent: !error.retryable
-        })).pipe(Effect.either)
-        if (Either.isLeft(released)) {
+        })).pipe(Effect.result)
+        if (Result.isFailure(released)) {
           if (released.left._tag !== "DatabaseError") return "stale" as const
           // The release itself failed: the message keeps its lease and is retried once it
           // expires. The rest of the batch is not held back by it.
@@ -149,7 +149,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         for (const message of claimed) map.set(message.id, message.claim)
         return map
       })
-      yield* Metric.incrementBy(metrics.claimed, claimed.length)
+      yield* Metric.update(metrics.claimed, claimed.length)
       yield* Metric.update(metrics.batchSize, claimed.length)
       // Per-message metrics are updated directly (what `Metric.update` does, with the fiber's
       // metric labels), not as one effect per message.
@@ -165,7 +165,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         // Successes are marked as they accumulate while the batch runs, not only at its end.
         const published = yield* keeper.watching(
           delivery,
-          Effect.scoped(Effect.zipRight(
+          Effect.scoped(Effect.andThen(
             Effect.forkScoped(Effect.repeat(Effect.ignore(marks.flush), Schedule.spaced(markEvery))),
             lanes.publishAll(claimed, delivery, spans)
           ))
@@ -177,7 +177,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
             ? "published"
             : delivery.stale.has(message.id) || delivery.skipped.has(message.id)
             ? "stale"
-            : Either.isRight(published[i]!)
+            : Result.isSuccess(published[i]!)
             ? "published"
             : "retried"
         )
@@ -185,7 +185,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         if (unstarted.length > 0) yield* Effect.ignore(settling(outbox.giveBack(unstarted.map((m) => m.claim))))
         const failures = claimed.flatMap((_, i) => {
           const result = published[i]!
-          return results[i] === "retried" && Either.isLeft(result) ? [[i, result.left] as const] : []
+          return results[i] === "retried" && Result.isFailure(result) ? [[i, result.left] as const] : []
         })
         yield* Effect.forEach(
           failures,
@@ -205,7 +205,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
       })
       // Interrupted (shutdown): the claims stay listed for `releaseInFlight`. Otherwise they are settled.
       return yield* settled.pipe(
-        Effect.onExit((exit) => Exit.isInterrupted(exit) ? Effect.void : forget(claimed.map((message) => message.id)))
+        Effect.onExit((exit) => Exit.hasInterrupts(exit) ? Effect.void : forget(claimed.map((message) => message.id)))
       )
     })
 

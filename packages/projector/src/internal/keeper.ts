@@ -34,16 +34,16 @@ export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker
           delivery.stale.add(failure.messageId)
           delivery.pending.delete(failure.messageId)
         }
-        return Effect.zipRight(
-          Metric.incrementBy(metrics.leasesLost, rejected.length),
+        return Effect.andThen(
+          Metric.update(metrics.leasesLost, rejected.length),
           Effect.logWarning(`effect-durable projector: ${rejected.length} leases were lost before their renewal (a stall longer than the lease?); those messages are left to their new holders`)
         )
       }),
-      Effect.catchAll((error) =>
-        Effect.zipRight(
+      Effect.catch((error) =>
+        Effect.andThen(
           Effect.sync(() => void (delivery.abandoned = true)),
-          Effect.zipRight(
-            Metric.increment(metrics.renewalFailures),
+          Effect.andThen(
+            Metric.update(metrics.renewalFailures, 1),
             Effect.logWarning(`effect-durable projector: lease renewal failed (${error.message}); the batch's messages not yet started are given back`)
           )
         )
@@ -51,8 +51,8 @@ export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker
     )
   }
 
-  const run = Effect.withFiberRuntime<void>((self) => {
-    let renewing: Fiber.RuntimeFiber<void> | undefined
+  const run = Effect.withFiber<void>((self) => {
+    let renewing: Fiber.Fiber<void> | undefined
     const tick = Effect.suspend(() => {
       const now = Date.now()
       const due: Array<Delivery> = []
@@ -67,7 +67,7 @@ export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker
       }
       if (due.length === 0 || (renewing !== undefined && renewing.unsafePoll() === null)) return Effect.void
       for (const delivery of due) delivery.renewAt = now + renewEvery
-      return Effect.map(Effect.fork(Effect.forEach(due, renew, { discard: true })), (fiber) => void (renewing = fiber))
+      return Effect.map(Effect.forkChild(Effect.forEach(due, renew, { discard: true })), (fiber) => void (renewing = fiber))
     })
     // Often enough for both: a deadline is cut within a quarter of the timeout, a lease
     // renewed within half of its third.

@@ -8,7 +8,7 @@ import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Cause from "effect/Cause"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Exit from "effect/Exit"
 import type * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
@@ -39,7 +39,7 @@ export interface Delivery {
   /** Indexes (in the batch) of messages published and not yet taken to be marked. */
   readonly published: Array<number>
   /** Publishes running, by message id, with their lane and deadline. */
-  readonly deadlines: Map<string, { readonly fiber: Fiber.RuntimeFiber<unknown, unknown>; readonly at: number }>
+  readonly deadlines: Map<string, { readonly fiber: Fiber.Fiber<unknown, unknown>; readonly at: number }>
   /** Ids of the messages whose publish the keeper interrupted. */
   readonly expired: Set<string>
   renewAt: number
@@ -57,11 +57,11 @@ export const makeDelivery = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>,
 })
 
 /** What a publish fiber's exit means for its message. */
-const publishOutcome = (exit: Exit.Exit<void, PublishError>): Either.Either<void, PublishError> =>
+const publishOutcome = (exit: Exit.Exit<void, PublishError>): Result.Result<void, PublishError> =>
   Exit.isSuccess(exit)
-    ? Either.void
-    : Either.left(Option.getOrElse(
-      Cause.failureOption(exit.cause),
+    ? Result.void
+    : Result.fail(Option.getOrElse(
+      Cause.findErrorOption(exit.cause),
       () => retryable(`the publisher died: ${Cause.pretty(exit.cause).slice(0, 500)}`)
     ))
 
@@ -74,12 +74,12 @@ export const makeLanes = (
     const deliveryTimeoutMillis = Duration.toMillis(settings.deliveryTimeout)
 
     // A payload that does not decode with its topic's schema is dead at once, never published.
-    const checkPayload = (message: OutboxWorker.OutboxMessage): Either.Either<void, string> => {
+    const checkPayload = (message: OutboxWorker.OutboxMessage): Result.Result<void, string> => {
       const schema = settings.schemas[message.topic]
-      if (schema === undefined) return Either.void
-      return Either.mapBoth(Schema.decodeUnknownEither(schema)(message.payload), {
-        onLeft: (error) => `payload does not decode: ${error.message.slice(0, 500)}`,
-        onRight: () => undefined
+      if (schema === undefined) return Result.void
+      return Result.mapBoth(Schema.decodeUnknownResult(schema)(message.payload), {
+        onFailure: (error) => `payload does not decode: ${error.message.slice(0, 500)}`,
+        onSuccess: () => undefined
       })
     }
 
@@ -90,18 +90,18 @@ export const makeLanes = (
      */
     const publishAll = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, delivery: Delivery, spans: boolean) =>
       Effect.gen(function*() {
-        const results: Array<Either.Either<void, PublishError> | undefined> = new Array(claimed.length)
+        const results: Array<Result.Result<void, PublishError> | undefined> = new Array(claimed.length)
         /** The message each lane is publishing (-1: none). */
         const current: Array<number> = []
         let next = 0
-        const settle = (i: number, result: Either.Either<void, PublishError>) => {
+        const settle = (i: number, result: Result.Result<void, PublishError>) => {
           results[i] = result
-          if (Either.isRight(result)) delivery.published.push(i)
+          if (Result.isSuccess(result)) delivery.published.push(i)
           delivery.deadlines.delete(claimed[i]!.id)
         }
         const lane = (id: number) =>
           session((publish) =>
-            Effect.withFiberRuntime<void>((fiber) => {
+            Effect.withFiber<void>((fiber) => {
               const step = (): Effect.Effect<void> => {
                 current[id] = -1
                 if (next >= claimed.length) return Effect.void
@@ -109,12 +109,12 @@ export const makeLanes = (
                 const message = claimed[i]!
                 if (delivery.abandoned || delivery.stale.has(message.id)) {
                   delivery.skipped.add(message.id)
-                  settle(i, Either.left(retryable("not started: the lease was lost or in doubt")))
+                  settle(i, Result.fail(retryable("not started: the lease was lost or in doubt")))
                   return Effect.suspend(step)
                 }
                 const decoded = checkPayload(message)
-                if (Either.isLeft(decoded)) {
-                  settle(i, Either.left(permanent(decoded.left)))
+                if (Result.isFailure(decoded)) {
+                  settle(i, Result.fail(permanent(decoded.left)))
                   return Effect.suspend(step)
                 }
                 current[id] = i
@@ -135,7 +135,7 @@ export const makeLanes = (
           const id = lanes++
           running++
           // A lane holds a permit while it runs: lanes across all batches are at most `concurrency`.
-          return Effect.fork(Effect.onExit(permits.withPermits(1)(lane(id)), () => Queue.offer(ended, id)))
+          return Effect.forkChild(Effect.onExit(permits.withPermits(1)(lane(id)), () => Queue.offer(ended, id)))
         })
         for (let k = 0; k < Math.min(settings.concurrency, claimed.length); k++) yield* startLane
         while (running > 0) {
@@ -146,7 +146,7 @@ export const makeLanes = (
             // The lane was cut mid-publish.
             settle(
               i,
-              Either.left(retryable(
+              Result.fail(retryable(
                 delivery.expired.has(claimed[i]!.id)
                   ? `delivery timed out after ${Duration.format(settings.deliveryTimeout)}`
                   : "delivery interrupted with a timed-out one on its lane"
@@ -155,7 +155,7 @@ export const makeLanes = (
           }
           if (next < claimed.length) yield* startLane
         }
-        return results as Array<Either.Either<void, PublishError>>
+        return results as Array<Result.Result<void, PublishError>>
       })
 
     return { publishAll }

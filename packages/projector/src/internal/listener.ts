@@ -20,7 +20,7 @@ const connectOnce = (
   channel: string,
   onNotify: (payload: string) => void
 ): Effect.Effect<void, Error> =>
-  Effect.async<void, Error>((resume) => {
+  Effect.callback<void, Error>((resume) => {
     const client = new pg.Client({
       ...(config.url === undefined ? {} : { connectionString: Redacted.value(config.url) }),
       ...(config.host === undefined ? {} : { host: config.host }),

@@ -10,7 +10,7 @@ import { DatabaseError, type InvalidInput } from "@effect-durable/core/Errors"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
@@ -62,11 +62,11 @@ export const runLoops = (
     const loop = Effect.gen(function*() {
       const backoff = yield* Schedule.driver(storeBackoff)
       while (!(yield* Deferred.isDone(stop))) {
-        const result = yield* Effect.either(batches.deliverBatch)
-        if (Either.isLeft(result)) {
+        const result = yield* Effect.result(batches.deliverBatch)
+        if (Result.isFailure(result)) {
           const error = result.left
           const fix = remedy(error)
-          yield* Metric.increment(metrics.storeErrors)
+          yield* Metric.update(metrics.storeErrors, 1)
           yield* (fix === undefined
             ? Effect.logWarning(`effect-durable projector: ${error.message}; retrying`)
             : Effect.logError(`effect-durable projector: ${error.message}; ${fix}`))
@@ -84,8 +84,8 @@ export const runLoops = (
     })
 
     // The keeper (deadlines, lease renewals) runs until every loop is done.
-    const keeper = yield* Effect.forkDaemon(batches.keeper)
-    const fiber = yield* Effect.forkDaemon(
+    const keeper = yield* Effect.forkDetach(batches.keeper)
+    const fiber = yield* Effect.forkDetach(
       Effect.all(Array.from({ length: settings.batchesInFlight }, () => loop), { concurrency: "unbounded", discard: true })
     )
     yield* Effect.addFinalizer(() =>
@@ -101,5 +101,5 @@ export const runLoops = (
         yield* batches.releaseInFlight
       })
     )
-    return { wake: () => Queue.unsafeOffer(wake, undefined), counts: Ref.get(totals) }
+    return { wake: () => Queue.offerUnsafe(wake, undefined), counts: Ref.get(totals) }
   })

@@ -50,7 +50,7 @@ export interface Settings {
 }
 
 const Span = (max: string, fallback: string) =>
-  Schema.optionalWith(Input.DurationIn({ max }), { default: () => Duration.decode(fallback as Duration.DurationInput) })
+  Schema.optionalWith(Input.DurationIn({ max }), { default: () => Duration.fromInputUnsafe(fallback as Duration.Input) })
 
 const OptionsSchema = Schema.Struct({
   // The same rule as `Outbox.enqueue`'s topics: a topic the outbox refuses is refused here.
@@ -65,16 +65,16 @@ const OptionsSchema = Schema.Struct({
   pollInterval: Span("1 hour", Defaults.pollInterval),
   backoff: Schema.optionalWith(
     Schema.Struct({ min: Span("1 day", Defaults.backoffMin), max: Span("30 days", Defaults.backoffMax) }).pipe(
-      Schema.filter((backoff) => Duration.lessThanOrEqualTo(backoff.min, backoff.max), {
+      Schema.filter((backoff) => Duration.isLessThanOrEqualTo(backoff.min, backoff.max), {
         message: () => "min must not exceed max"
       })
     ),
-    { default: () => ({ min: Duration.decode(Defaults.backoffMin), max: Duration.decode(Defaults.backoffMax) }) }
+    { default: () => ({ min: Duration.fromInputUnsafe(Defaults.backoffMin), max: Duration.fromInputUnsafe(Defaults.backoffMax) }) }
   ),
   deliveryTimeout: Span("1 day", Defaults.deliveryTimeout),
   shutdownDeadline: Span("1 hour", Defaults.shutdownDeadline),
   maxLeaseExpiries: Schema.optionalWith(Input.Count(1000), { default: () => Defaults.maxLeaseExpiries }),
-  listenUrl: Schema.optional(Schema.RedactedFromSelf(Schema.String).pipe(
+  listenUrl: Schema.optional(Schema.Redacted(Schema.String).pipe(
     Schema.filter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url)), {
       message: () => "a PostgreSQL URL (postgres://user:password@host:port/database), straight to the server"
     })
@@ -133,20 +133,20 @@ export const FieldVariables: Readonly<Record<string, string>> = {
 
 /** The `PROJECTOR_*` variables; unset ones take the defaults above. */
 export const config: Config.Config<ProjectorOptions> = Config.all({
-  topics: variable(Config.array(Config.string(), "PROJECTOR_TOPICS"), "comma-separated topics to deliver (default: all)"),
-  workerId: variable(Config.string("PROJECTOR_WORKER_ID"), "worker id stored with each claim (default host:pid:random)"),
-  batchSize: variable(Config.integer("PROJECTOR_BATCH_SIZE"), "messages per claim"),
-  concurrency: variable(Config.integer("PROJECTOR_CONCURRENCY"), "deliveries in flight at once"),
-  batchesInFlight: variable(Config.integer("PROJECTOR_BATCHES_IN_FLIGHT"), "batches claimed and delivered at once"),
-  lease: variable(Config.string("PROJECTOR_LEASE"), "claim lease"),
-  pollInterval: variable(Config.string("PROJECTOR_POLL_INTERVAL"), "longest sleep when no NOTIFY arrives"),
-  backoffMin: variable(Config.string("PROJECTOR_BACKOFF_MIN"), "shortest retry delay"),
-  backoffMax: variable(Config.string("PROJECTOR_BACKOFF_MAX"), "longest retry delay"),
-  deliveryTimeout: variable(Config.string("PROJECTOR_DELIVERY_TIMEOUT"), "a slower delivery fails retryable"),
-  shutdownDeadline: variable(Config.string("PROJECTOR_SHUTDOWN_DEADLINE"), "how long closing waits for deliveries"),
-  maxLeaseExpiries: variable(Config.integer("PROJECTOR_MAX_LEASE_EXPIRIES"), "leases a message may lose before it is dead"),
+  topics: variable(Config.array(Config.String(), "PROJECTOR_TOPICS"), "comma-separated topics to deliver (default: all)"),
+  workerId: variable(Config.String("PROJECTOR_WORKER_ID"), "worker id stored with each claim (default host:pid:random)"),
+  batchSize: variable(Config.Int("PROJECTOR_BATCH_SIZE"), "messages per claim"),
+  concurrency: variable(Config.Int("PROJECTOR_CONCURRENCY"), "deliveries in flight at once"),
+  batchesInFlight: variable(Config.Int("PROJECTOR_BATCHES_IN_FLIGHT"), "batches claimed and delivered at once"),
+  lease: variable(Config.String("PROJECTOR_LEASE"), "claim lease"),
+  pollInterval: variable(Config.String("PROJECTOR_POLL_INTERVAL"), "longest sleep when no NOTIFY arrives"),
+  backoffMin: variable(Config.String("PROJECTOR_BACKOFF_MIN"), "shortest retry delay"),
+  backoffMax: variable(Config.String("PROJECTOR_BACKOFF_MAX"), "longest retry delay"),
+  deliveryTimeout: variable(Config.String("PROJECTOR_DELIVERY_TIMEOUT"), "a slower delivery fails retryable"),
+  shutdownDeadline: variable(Config.String("PROJECTOR_SHUTDOWN_DEADLINE"), "how long closing waits for deliveries"),
+  maxLeaseExpiries: variable(Config.Int("PROJECTOR_MAX_LEASE_EXPIRIES"), "leases a message may lose before it is dead"),
   listenUrl: variable(
-    Config.redacted("PROJECTOR_LISTEN_URL"),
+    Config.Redacted("PROJECTOR_LISTEN_URL"),
     "a URL straight to PostgreSQL for LISTEN when the pool goes through a transaction pooler"
   )
 }).pipe(Config.map(({ backoffMax, backoffMin, ...rest }): ProjectorOptions => {

@@ -46,7 +46,7 @@ export const forTopic = <M extends Metric.Metric<any, any, any>>(metric: M, topi
   let byTopic = tagged.get(metric)
   if (byTopic === undefined) tagged.set(metric, byTopic = new Map())
   let found = byTopic.get(topic)
-  if (found === undefined) byTopic.set(topic, found = Metric.tagged(metric, "topic", topic))
+  if (found === undefined) byTopic.set(topic, found = Metric.withAttributes(metric, { ["topic"]: topic }))
   return found
 }
 

@@ -33,7 +33,7 @@ const filters = { topic, ids, olderThan, error, consumer }
 interface Filters {
   readonly topic: Option.Option<string>
   readonly ids: ReadonlyArray<string>
-  readonly olderThan: Option.Option<Duration.DurationInput>
+  readonly olderThan: Option.Option<Duration.Input>
   readonly error: Option.Option<string>
   readonly consumer: Option.Option<string>
 }

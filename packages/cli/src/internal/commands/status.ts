@@ -69,7 +69,7 @@ export const status = Command.make(
       return Output.line(`${clear}${render(s)}`)
     })
     const run = args.watch
-      ? Effect.repeat(once, Schedule.spaced(Duration.decode(args.interval as Duration.DurationInput))).pipe(Effect.asVoid)
+      ? Effect.repeat(once, Schedule.spaced(Duration.fromInputUnsafe(args.interval as Duration.Input))).pipe(Effect.asVoid)
       : once
     return withDatabase()(run)
   }

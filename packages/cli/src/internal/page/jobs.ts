@@ -55,15 +55,15 @@ export const make = Effect.gen(function*() {
         return next
       })
       const run = Stream.runForEach(stream, (progress) => update(id, (j) => ({ ...j, done: progress.total }))).pipe(
-        Effect.zipRight(update(id, (j) => ({ ...j, state: "done" }))),
+        Effect.andThen(update(id, (j) => ({ ...j, state: "done" }))),
         Effect.tap(() =>
           Effect.flatMap(Ref.get(jobs), (map) =>
             Effect.logInfo(`effect-durable admin: ${action} finished: ${map.get(id)?.done ?? 0} of ${total}`).pipe(
               Effect.annotateLogs({ who, job: id })
             ))
         ),
-        Effect.catchAllCause((cause) =>
-          Effect.zipRight(
+        Effect.catchCause((cause) =>
+          Effect.andThen(
             update(id, (j) => ({ ...j, state: "failed", error: messageOf(Cause.squash(cause)) })),
             Effect.logWarning(`effect-durable admin: ${action} failed`, cause).pipe(Effect.annotateLogs({ who, job: id }))
           )

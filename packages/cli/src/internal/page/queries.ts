@@ -10,7 +10,7 @@ import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
 import * as Transactions from "@effect-durable/pg/Transactions"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import { runChecks } from "../diagnostics.js"
@@ -29,7 +29,7 @@ export interface Receipt {
   readonly lastError: string | null
 }
 
-export const makeQueries = (statementTimeout: Duration.DurationInput) => {
+export const makeQueries = (statementTimeout: Duration.Input) => {
   const timed = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
     Transactions.withTimeouts({ lockTimeout: "2 seconds", statementTimeout })(effect)
 

@@ -10,10 +10,10 @@ import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import type * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
-import * as HttpRouter from "@effect/platform/HttpRouter"
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import type * as SqlClient from "@effect/sql/SqlClient"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import type * as SqlClient from "effect/sql/SqlClient"
 import * as Cause from "effect/Cause"
 import type * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
@@ -35,7 +35,7 @@ import * as Views from "./views.js"
 export interface PageOptions {
   readonly policy: Policy
   readonly showPayloads: boolean
-  readonly statementTimeout: Duration.DurationInput
+  readonly statementTimeout: Duration.Input
   readonly basePath: string | undefined
   readonly batchSize: number
 }
@@ -63,7 +63,7 @@ const TopicBody = Schema.Struct({ topic: Schema.String })
 
 /** A failure as the page shows it: the typed error's message and a status. */
 const describe = (cause: Cause.Cause<unknown>): { readonly status: number; readonly message: string } => {
-  const failure = Cause.failureOption(cause)
+  const failure = Cause.findErrorOption(cause)
   if (Option.isSome(failure)) {
     const error = failure.value as { _tag?: string; message?: string }
     switch (error._tag) {
@@ -81,7 +81,7 @@ const describe = (cause: Cause.Cause<unknown>): { readonly status: number; reado
 
 const htmlResponse = (body: Html, status = 200) =>
   HttpServerResponse.text(body.value, { status, contentType: "text/html; charset=utf-8" })
-const jsonResponse = (body: unknown, status = 200) => HttpServerResponse.unsafeJson(body, { status })
+const jsonResponse = (body: unknown, status = 200) => HttpServerResponse.jsonUnsafe(body, { status })
 
 /** Where the page is mounted, from the part of the path the router took off. */
 const basePathOf = (request: HttpServerRequest.HttpServerRequest): string => {
@@ -150,7 +150,7 @@ export const make = (options: PageOptions, context: Context.Context<Requirements
         }
         const url = new URL(request.url, "http://page")
         return yield* handler({ request, url, who: verdict.who, view }).pipe(
-          Effect.catchAllCause((cause) =>
+          Effect.catchCause((cause) =>
             Effect.gen(function*() {
               const { message, status } = describe(cause)
               if (status === 500) yield* Effect.logError("effect-durable admin: request failed", cause)
@@ -167,7 +167,7 @@ export const make = (options: PageOptions, context: Context.Context<Requirements
       )
 
     const body = <A, I>(schema: Schema.Schema<A, I>) =>
-      Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => Effect.flatMap(request.json, Schema.decodeUnknown(schema)))
+      Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => Effect.flatMap(request.json, Schema.decodeUnknownEffect(schema)))
 
     const overviewData = Effect.gen(function*() {
       const data = yield* queries.overview
@@ -254,7 +254,7 @@ export const make = (options: PageOptions, context: Context.Context<Requirements
           Effect.gen(function*() {
             const filter = Filters.parse(r.url.searchParams)
             const before = r.url.searchParams.get("before") ?? undefined
-            const result = yield* Effect.either(queries.messages(filter, { limit: 100, ...(before === undefined ? {} : { before }) }))
+            const result = yield* Effect.result(queries.messages(filter, { limit: 100, ...(before === undefined ? {} : { before }) }))
             const data: Views.MessagesData = {
               params: r.url.searchParams,
               filterQuery: Filters.filterQuery(r.url.searchParams),
@@ -304,7 +304,7 @@ export const make = (options: PageOptions, context: Context.Context<Requirements
               return htmlResponse(StoreViews.ledgerPage(r.view, { identity: undefined, record: undefined, error: undefined }))
             }
             const identity = { subject, operation, key }
-            const found = yield* Effect.either(queries.ledger(identity))
+            const found = yield* Effect.result(queries.ledger(identity))
             return htmlResponse(
               StoreViews.ledgerPage(r.view, {
                 identity,

@@ -5,7 +5,7 @@
  * support is refused before its first page; refusals are not kept (a migration may fix them).
  */
 import { type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
-import type * as SqlClient from "@effect/sql/SqlClient"
+import type * as SqlClient from "effect/sql/SqlClient"
 import * as Cache from "effect/Cache"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"

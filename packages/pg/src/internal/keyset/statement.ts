@@ -6,8 +6,8 @@
  */
 import type * as Cursor from "@effect-durable/core/Cursor"
 import type { DatabaseError } from "@effect-durable/core/Errors"
-import type * as SqlClient from "@effect/sql/SqlClient"
-import type * as Statement from "@effect/sql/Statement"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import { classifySqlErrors } from "../../ErrorClassification.js"

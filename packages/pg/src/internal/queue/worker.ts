@@ -6,11 +6,11 @@
  * was lost and whose row was claimed again can change nothing.
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
-import type * as SqlClient from "@effect/sql/SqlClient"
-import type * as Statement from "@effect/sql/Statement"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import type { Settings } from "../../DurableConfig.js"
 import { classifySqlErrors } from "../../ErrorClassification.js"
 import {
@@ -52,7 +52,7 @@ const inIdOrder = <Row extends { readonly id: string }>(rows: Array<Row>): Array
 export interface ClaimOptions {
   readonly worker: string
   readonly limit: number
-  readonly lease: Duration.DurationInput
+  readonly lease: Duration.Input
   /** Leases a row may lose before it is dead; default `Defaults.maxLeaseExpiries`. */
   readonly maxLeaseExpiries?: number
 }
@@ -135,12 +135,12 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
 
   // Why a fenced write changed nothing. A row this very claim already completed is not an
   // error for `complete` (idempotent), and is for every other operation.
-  const explain = (claim: Claim, row: RowState | undefined, completing: boolean): Either.Either<void, SettleFailure> =>
+  const explain = (claim: Claim, row: RowState | undefined, completing: boolean): Result.Result<void, SettleFailure> =>
     row === undefined
-      ? Either.left(spec.missing(claim.messageId))
+      ? Result.fail(spec.missing(claim.messageId))
       : completing && row.done && row.claimed_by === claim.worker && row.claim_generation === String(claim.generation)
-      ? Either.void
-      : Either.left(spec.mismatch(claim))
+      ? Result.void
+      : Result.fail(spec.mismatch(claim))
 
   const settle = <A>(
     name: string,
@@ -203,7 +203,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
       const rejected: Array<SettleFailure> = [...malformed]
       for (const claim of unsettled) {
         const outcome = explain(claim, states.get(claim.messageId), true)
-        if (Either.isLeft(outcome)) rejected.push(outcome.left)
+        if (Result.isFailure(outcome)) rejected.push(outcome.left)
         else completed.add(claim.messageId)
       }
       return { completed: [...completed], rejected }
@@ -273,14 +273,14 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
         )
         for (const claim of unapplied) {
           const outcome = explain(claim, states.get(claim.messageId), false)
-          if (Either.isLeft(outcome)) rejected.push(outcome.left)
+          if (Result.isFailure(outcome)) rejected.push(outcome.left)
         }
       }
       return { applied: [...applied], rejected } satisfies ManyResult
     })
 
   /** Extends the leases of many claims in one statement (the projector's keeper). */
-  const renewMany = (claims: ReadonlyArray<Claim>, lease: Duration.DurationInput) =>
+  const renewMany = (claims: ReadonlyArray<Claim>, lease: Duration.Input) =>
     Effect.flatMap(decodeLease(lease), (decoded) =>
       many("renewLeases", claims, sql`claimed_until = now() + make_interval(secs => ${Duration.toMillis(decoded) / 1000})`))
 
@@ -288,7 +288,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
   const giveBack = (claims: ReadonlyArray<Claim>) => many("giveBack", claims, sql`claimed_until = NULL`)
 
   /** Extends the lease of a row still held by this claim (a heartbeat for slow work). */
-  const renew = (claim: Claim, lease: Duration.DurationInput) =>
+  const renew = (claim: Claim, lease: Duration.Input) =>
     Effect.flatMap(decodeLease(lease), (decoded) =>
       settle(
         "renewLease",

@@ -5,14 +5,14 @@
  * operator confirms is what the action touches.
  */
 import * as Input from "@effect-durable/core/Input"
-import type * as SqlClient from "@effect/sql/SqlClient"
-import type * as Statement from "@effect/sql/Statement"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import * as Duration from "effect/Duration"
 import * as Schema from "effect/Schema"
 import { MAX_BATCH, MessageId } from "../queue/spec.js"
 
 /** A message's state, as the counts of `OutboxAdmin.stats` define them. */
-export const MessageState = Schema.Literal("ready", "delayed", "claimed", "dead", "projected")
+export const MessageState = Schema.Literals(["ready", "delayed", "claimed", "dead", "projected"])
 export type MessageState = typeof MessageState.Type
 
 const JsonMatch = Schema.Struct({
