@@ -199,7 +199,7 @@ const restart = (env: Environment) =>
     const held = yield* heldBy(env)
     const down = env.random.between(1_000, 4_000)
     const result = yield* Effect.result(env.server.restartWith({ mode: "immediate", downtime: Duration.millis(down) }))
-    if (result._tag === "Left") return record("restart", `restart failed: ${result.left.message}`, startedAt, held, true)
+    if (result._tag === "Failure") return record("restart", `restart failed: ${result.failure.message}`, startedAt, held, true)
     return record("restart", `immediate stop, down ${(down / 1000).toFixed(1)} s, crash recovery`, startedAt, held)
   })
 

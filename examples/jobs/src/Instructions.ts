@@ -18,7 +18,7 @@ export const InstructionsLive = Layer.effectDiscard(Effect.gen(function*() {
   const { alice, bob } = yield* seedAccounts
   // The environment's own DATABASE_URL (the development database supplies one to the substrate).
   const database = yield* Effect.orElseSucceed(
-    Effect.withConfigProvider(Config.option(Config.String("DATABASE_URL")), ConfigProvider.fromEnv()),
+    Effect.provideService(Config.option(Config.String("DATABASE_URL")), ConfigProvider.ConfigProvider, ConfigProvider.fromEnv()),
     () => Option.none()
   )
   const json = `-H 'Content-Type: application/json'`

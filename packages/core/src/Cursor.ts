@@ -8,16 +8,16 @@
  * @since 0.1.0
  */
 import * as Config from "effect/Config"
-import * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
+import * as SchemaIssue from "effect/SchemaIssue"
 import { createHmac, timingSafeEqual } from "node:crypto"
 import { CursorBindingMismatch, DurableConfigError, InvalidCursor, InvalidInput } from "./Errors.js"
-import { canonicalizeEither, type RequestFingerprint, toHex } from "./Fingerprint.js"
+import { canonicalizeResult, type RequestFingerprint, toHex } from "./Fingerprint.js"
 import * as Input from "./Input.js"
 
 /**
@@ -94,11 +94,11 @@ export const MAX_POSITION_BYTES = { value: 256, tieBreaker: 256 } as const
 
 // Canonical JSON refuses a lone surrogate: refusing it in the schema too names the field.
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
-const withoutLoneSurrogates = (schema: Schema.Schema<string>, rule: string) =>
-  schema.pipe(Schema.filter((text) => !LONE_SURROGATE.test(text), { message: () => `${rule} or lone surrogates` }))
+const withoutLoneSurrogates = (schema: Schema.Codec<string>, rule: string) =>
+  schema.check(Schema.makeFilter((text) => LONE_SURROGATE.test(text) ? `${rule} or lone surrogates` : undefined))
 
 /** What a cursor accepts as its subject: check a subject with it before serving a first page. */
-export const Subject: Schema.Schema<string> = withoutLoneSurrogates(
+export const Subject: Schema.Codec<string> = withoutLoneSurrogates(
   Input.Text(MAX_SUBJECT_BYTES),
   `a non-empty string of at most ${MAX_SUBJECT_BYTES} bytes without NUL`
 )
@@ -106,15 +106,15 @@ export const Subject: Schema.Schema<string> = withoutLoneSurrogates(
 // A position part may be empty: '' is a text column's value like any other.
 const PositionText = (maxBytes: number) =>
   withoutLoneSurrogates(Input.OptionalText(maxBytes), `a string of at most ${maxBytes} bytes without NUL`)
-const PositionTuple = Schema.Tuple(PositionText(MAX_POSITION_BYTES.value), PositionText(MAX_POSITION_BYTES.tieBreaker))
+const PositionTuple = Schema.Tuple([PositionText(MAX_POSITION_BYTES.value), PositionText(MAX_POSITION_BYTES.tieBreaker)])
 
 // Short field names keep tokens short; the schema is the wire format of version 1. The same
 // schema checks what `encode` signs and what `decode` accepts: a cursor we issue is one we take.
 const Payload = Schema.Struct({
   s: Subject,
-  f: Schema.String.pipe(Schema.pattern(/^[0-9a-f]{64}$/)),
+  f: Schema.String.check(Schema.isPattern(/^[0-9a-f]{64}$/)),
   h: PositionTuple,
-  a: Schema.optionalWith(PositionTuple, { exact: true })
+  a: Schema.optionalKey(PositionTuple)
 })
 const decodePayload = Schema.decodeUnknownResult(Payload)
 const checkPayload = Input.argument("cursor", Payload)
@@ -140,8 +140,8 @@ const validateKeyring = (keys: ReadonlyArray<CursorKey>): Result.Result<void, Du
 }
 
 /** Builds a codec over a keyring; a malformed keyring is a `DurableConfigError`. */
-export const make = (keys: Keyring): Effect.Effect<CursorCodec["Type"], DurableConfigError> =>
-  Effect.map(validateKeyring(keys), () => {
+export const make = (keys: Keyring): Effect.Effect<CursorCodec["Service"], DurableConfigError> =>
+  Effect.map(Effect.fromResult(validateKeyring(keys)), () => {
     const secrets = new Map(keys.map((key) => [key.id, Buffer.from(Redacted.value(key.secret), "utf8")] as const))
     const signer = keys[0]
     const mac = (secret: Buffer, signed: Buffer) => createHmac("sha256", secret).update(signed).digest()
@@ -152,7 +152,7 @@ export const make = (keys: Keyring): Effect.Effect<CursorCodec["Type"], DurableC
       return Buffer.concat([signed, mac(secrets.get(signer.id)!, signed)]).toString("base64url")
     }
 
-    const encodeEither = (cursor: Cursor): Result.Result<string, InvalidInput> =>
+    const encodeResult = (cursor: Cursor): Result.Result<string, InvalidInput> =>
       checkPayload({
         s: cursor.subject,
         f: cursor.filter,
@@ -160,7 +160,7 @@ export const make = (keys: Keyring): Effect.Effect<CursorCodec["Type"], DurableC
         ...(cursor.after === undefined ? {} : { a: [cursor.after.value, cursor.after.tieBreaker] })
       }).pipe(
         Result.flatMap((checked) =>
-          Result.mapError(canonicalizeEither(checked), (error) => new InvalidInput({ argument: "cursor", rule: error.message }))
+          Result.mapError(canonicalizeResult(checked), (error) => new InvalidInput({ argument: "cursor", rule: error.message }))
         ),
         Result.map(sign),
         // `decode` checks the length before anything else: a token it would refuse is never issued.
@@ -174,11 +174,11 @@ export const make = (keys: Keyring): Effect.Effect<CursorCodec["Type"], DurableC
         )
       )
 
-    const encode = (cursor: Cursor) => Effect.suspend(() => encodeEither(cursor))
+    const encode = (cursor: Cursor) => Effect.suspend(() => Effect.fromResult(encodeResult(cursor)))
 
-    const invalid = (reason: string) => Result.fail(new InvalidCursor({ reason }))
+    const invalid = (reason: string): Result.Result<never, InvalidCursor> => Result.fail(new InvalidCursor({ reason }))
 
-    const decodeEither = (token: string): Result.Result<Cursor, InvalidCursor> => {
+    const decodeResult = (token: string): Result.Result<Cursor, InvalidCursor> => {
       if (typeof token !== "string" || token.length === 0) return invalid("empty")
       if (token.length > MAX_TOKEN_LENGTH) return invalid(`longer than ${MAX_TOKEN_LENGTH} characters`)
       if (!/^[A-Za-z0-9_-]+$/.test(token)) return invalid("not base64url without padding")
@@ -205,8 +205,8 @@ export const make = (keys: Keyring): Effect.Effect<CursorCodec["Type"], DurableC
       } catch {
         return invalid("payload is not JSON")
       }
-      const canonical = canonicalizeEither(json)
-      if (Result.isFailure(canonical) || canonical.right !== text) return invalid("payload is not canonical JSON")
+      const canonical = canonicalizeResult(json)
+      if (Result.isFailure(canonical) || canonical.success !== text) return invalid("payload is not canonical JSON")
       return Result.match(decodePayload(json), {
         onFailure: () => invalid("payload has the wrong shape"),
         onSuccess: (payload) =>
@@ -219,7 +219,7 @@ export const make = (keys: Keyring): Effect.Effect<CursorCodec["Type"], DurableC
       })
     }
 
-    const decode = (token: string) => Effect.suspend(() => decodeEither(token))
+    const decode = (token: string) => Effect.suspend(() => Effect.fromResult(decodeResult(token)))
 
     const bind = (token: string, subject: string, filter: RequestFingerprint) =>
       Effect.flatMap(decode(token), (cursor) =>
@@ -241,19 +241,27 @@ export const layer = (keys: Keyring): Layer.Layer<CursorCodec, DurableConfigErro
  * first (prefix it through `Config.nested` for your own naming).
  */
 export const keyringConfig: Config.Config<Keyring> = Config.Redacted("CURSOR_KEYS").pipe(
-  Config.withDescription("cursor signing keys, newest first: id=secret[,id=secret...]"),
   Config.mapEffect((listed) => {
     const keys = Redacted.value(listed).split(",").map((entry) => {
       const at = entry.indexOf("=")
       return { id: entry.slice(0, at < 0 ? 0 : at).trim(), secret: Redacted.make(at < 0 ? "" : entry.slice(at + 1)) }
     })
     return keys.length > 0 && keys.every((key) => key.id.length > 0)
-      ? Result.succeed(keys as unknown as Keyring)
-      : Result.fail(ConfigError.InvalidData([], "expected id=secret[,id=secret...]"))
+      ? Effect.succeed(keys as unknown as Keyring)
+      : Effect.fail(
+        new Config.ConfigError(
+          new Schema.SchemaError(
+            new SchemaIssue.Pointer(
+              ["CURSOR_KEYS"],
+              new SchemaIssue.InvalidValue({ message: "cursor signing keys, newest first: id=secret[,id=secret...]" })
+            )
+          )
+        )
+      )
   })
 )
 
 export const layerConfig = (
   config: Config.Config<Keyring> = keyringConfig
-): Layer.Layer<CursorCodec, DurableConfigError | ConfigError.ConfigError> =>
+): Layer.Layer<CursorCodec, DurableConfigError | Config.ConfigError> =>
   Layer.effect(CursorCodec, Effect.flatMap(config, make))

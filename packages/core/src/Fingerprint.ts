@@ -18,9 +18,8 @@ import { PayloadTooLarge, UnsupportedJsonValue } from "./Errors.js"
 export type RequestFingerprint = Uint8Array & Brand.Brand<"@effect-durable/RequestFingerprint">
 
 /** Checks the length of bytes read back from storage. */
-export const RequestFingerprint = Brand.refined<RequestFingerprint>(
-  (bytes) => bytes.length === 32,
-  (bytes) => Brand.error(`a request fingerprint is 32 bytes, got ${bytes.length}`)
+export const RequestFingerprint = Brand.make<RequestFingerprint>(
+  (bytes) => bytes.length === 32 || `a request fingerprint is 32 bytes, got ${bytes.length}`
 )
 
 /** Deepest nesting of arrays and objects accepted: deeper values are refused, never overflow the stack. */
@@ -48,12 +47,12 @@ export const canonicalizeWithin = (
 }
 
 /** The canonical JSON text of a value, or the reason it is not JSON. */
-export const canonicalizeEither = (value: unknown): Result.Result<string, UnsupportedJsonValue> =>
+export const canonicalizeResult = (value: unknown): Result.Result<string, UnsupportedJsonValue> =>
   canonicalizeWithin(value, Infinity) as Result.Result<string, UnsupportedJsonValue>
 
 /** The canonical JSON text (RFC 8785) of a value. */
 export const canonicalize = (value: unknown): Effect.Effect<string, UnsupportedJsonValue> =>
-  Effect.suspend(() => canonicalizeEither(value))
+  Effect.suspend(() => Effect.fromResult(canonicalizeResult(value)))
 
 /** SHA-256 of the canonical JSON of a value. */
 export const fingerprint = (value: unknown): Effect.Effect<RequestFingerprint, UnsupportedJsonValue> =>

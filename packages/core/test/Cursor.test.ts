@@ -29,8 +29,8 @@ const decodeResult = (token: string, with_ = current) => Effect.runSync(Effect.r
 const invalidReason = (token: string, with_ = current): string => {
   const result = decodeResult(token, with_)
   if (Result.isSuccess(result)) throw new Error(`expected ${token} to be refused`)
-  expect(result.left._tag).toBe("InvalidCursor")
-  return result.left.reason
+  expect(result.failure._tag).toBe("InvalidCursor")
+  return result.failure.reason
 }
 
 describe("Cursor codec", () => {
@@ -40,18 +40,16 @@ describe("Cursor codec", () => {
     expect(encode(first)).toMatch(/^[A-Za-z0-9_-]+$/)
   })
 
-  it.prop(
-    "round-trips any subject and positions",
-    [FastCheck.string({ minLength: 1, maxLength: 256, unit: "grapheme" }), FastCheck.string({ minLength: 1, maxLength: 64 }), FastCheck.bigInt({ min: 1n })],
-    ([subject, value, id]) => {
+  it("round-trips any subject and positions", () => {
+    FastCheck.assert(FastCheck.property(FastCheck.string({ minLength: 1, maxLength: 256, unit: "grapheme" }), FastCheck.string({ minLength: 1, maxLength: 64 }), FastCheck.bigInt({ min: 1n }), (subject, value, id) => {
       FastCheck.pre(Buffer.byteLength(subject, "utf8") <= Cursor.MAX_SUBJECT_BYTES)
       const cursor = Cursor.nextPage(
         Cursor.firstPage(subject, filters, { value, tieBreaker: String(id) }),
         { value, tieBreaker: String(id - 1n) }
       )
       expect(decodeResult(encode(cursor))).toEqual(Result.succeed(cursor))
-    }
-  )
+    }))
+  })
 
   it("signs with the newest key and verifies with every listed key (rotation)", () => {
     const before = codec(key("k1"))
@@ -108,17 +106,13 @@ describe("Cursor codec", () => {
     expect(invalidReason(twin)).toBe("not the canonical base64url encoding")
   })
 
-  it.prop(
-    "any byte-level mutation of a valid token decodes to a typed failure and never throws",
-    [
-      FastCheck.nat(),
+  it("any byte-level mutation of a valid token decodes to a typed failure and never throws", () => {
+    FastCheck.assert(FastCheck.property(FastCheck.nat(),
       FastCheck.oneof(
         FastCheck.record({ kind: FastCheck.constant("set" as const), byte: FastCheck.integer({ min: 0, max: 255 }) }),
         FastCheck.record({ kind: FastCheck.constant("insert" as const), byte: FastCheck.integer({ min: 0, max: 255 }) }),
         FastCheck.record({ kind: FastCheck.constant("delete" as const) })
-      )
-    ],
-    ([at, mutation]) => {
+      ), (at, mutation) => {
       const token = Buffer.from(encode(second), "latin1")
       const i = at % token.length
       const mutated = mutation.kind === "set"
@@ -128,10 +122,9 @@ describe("Cursor codec", () => {
         : Buffer.concat([token.subarray(0, i), token.subarray(i + 1)])
       FastCheck.pre(!mutated.equals(token))
       const result = decodeResult(mutated.toString("latin1"))
-      expect(Result.isFailure(result) && result.left._tag === "InvalidCursor").toBe(true)
-    },
-    { fastCheck: { numRuns: 2000 } }
-  )
+      expect(Result.isFailure(result) && result.failure._tag === "InvalidCursor").toBe(true)
+    }), { numRuns: 2000 })
+  })
 })
 
 // Version 1's wire format written by hand, without encode's checks: what decode alone decides.
@@ -164,10 +157,8 @@ const edgeText = FastCheck.oneof(
 )
 
 describe("Cursor limits", () => {
-  it.prop(
-    "encode issues exactly the tokens decode accepts, byte for byte",
-    [edgeText, edgeText, edgeText, FastCheck.option(FastCheck.tuple(edgeText, edgeText), { nil: undefined })],
-    ([subject, value, tieBreaker, after]) => {
+  it("encode issues exactly the tokens decode accepts, byte for byte", () => {
+    FastCheck.assert(FastCheck.property(edgeText, edgeText, edgeText, FastCheck.option(FastCheck.tuple(edgeText, edgeText), { nil: undefined }), (subject, value, tieBreaker, after) => {
       const cursor: Cursor.Cursor = {
         ...Cursor.firstPage(subject, filters, { value, tieBreaker }),
         ...(after === undefined ? {} : { after: { value: after[0], tieBreaker: after[1] } })
@@ -176,14 +167,13 @@ describe("Cursor limits", () => {
       const accepted = decodeResult(signedByHand(cursor))
       expect(Result.isSuccess(issued)).toBe(Result.isSuccess(accepted))
       if (Result.isSuccess(issued)) {
-        expect(issued.right).toBe(signedByHand(cursor))
+        expect(issued.success).toBe(signedByHand(cursor))
         expect(accepted).toEqual(Result.succeed(cursor))
       } else {
-        expect(issued.left).toMatchObject({ _tag: "InvalidInput" })
+        expect(issued.failure).toMatchObject({ _tag: "InvalidInput" })
       }
-    },
-    { fastCheck: { numRuns: 1000 } }
-  )
+    }), { numRuns: 1000 })
+  })
 
   it("a cursor with every part at its longest still fits in a token", () => {
     const longest = Cursor.nextPage(
@@ -257,7 +247,7 @@ describe("Cursor keyring from configuration", () => {
   const fromEnv = (value: string) =>
     Effect.runSync(
       Effect.result(Cursor.keyringConfig).pipe(
-        Effect.withConfigProvider(ConfigProvider.fromEnvRecord(new Map([["CURSOR_KEYS", value]])))
+        Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord({ ["CURSOR_KEYS"]: value }))
       )
     )
 

@@ -112,7 +112,7 @@ export const layerDatabaseUrl = (options: Options = {}): Layer.Layer<never, DevD
       const current = yield* Effect.configProviderWith(Effect.succeed)
       const withDatabase = ConfigProvider.orElse(
         current,
-        () => ConfigProvider.fromEnvRecord(new Map([["DATABASE_URL", Redacted.value(database.url)]]))
+        () => ConfigProvider.fromEnvRecord({ ["DATABASE_URL"]: Redacted.value(database.url) })
       )
       return ConfigProvider.layer(withDatabase)
     })

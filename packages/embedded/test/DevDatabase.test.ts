@@ -139,7 +139,7 @@ describe("the development database", () => {
       yield* Layer.build(readUrl.pipe(Layer.provide(DevDatabase.layerDatabaseUrl({ directory })))).pipe(
         Effect.scoped,
         quiet,
-        Effect.withConfigProvider(ConfigProvider.fromEnvRecord(new Map()))
+        Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord({}))
       )
       expect(existsSync(join(directory, "data", "PG_VERSION"))).toBe(true)
     }), 120_000)
@@ -153,7 +153,7 @@ describe("the development database", () => {
         )
       ).pipe(
         Effect.scoped,
-        Effect.withConfigProvider(ConfigProvider.fromEnvRecord(new Map([["DATABASE_URL", "postgres://elsewhere/app"]])))
+        Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord({ ["DATABASE_URL"]: "postgres://elsewhere/app" }))
       )
       expect(url).toBeDefined()
       expect(existsSync(directory)).toBe(false)

@@ -61,10 +61,10 @@ export const parse = (value: string, bounds: Bounds = defaultBounds): Result.Res
   let key: string
   if (trimmed.startsWith("\"")) {
     const read = quoted(trimmed)
-    if (Result.isFailure(read)) return Result.fail(read.left)
-    if (read.right.rest.startsWith(";")) return refuse("parameters are not defined for this field")
-    if (read.right.rest.length > 0) return refuse("one key expected: a list or a repeated field line is not a key")
-    key = read.right.key
+    if (Result.isFailure(read)) return Result.fail(read.failure)
+    if (read.success.rest.startsWith(";")) return refuse("parameters are not defined for this field")
+    if (read.success.rest.length > 0) return refuse("one key expected: a list or a repeated field line is not a key")
+    key = read.success.key
   } else if (trimmed.length === 0) {
     return refuse("the key is empty")
   } else if (BARE.test(trimmed)) {

@@ -62,7 +62,9 @@ describe("lossless JSON text", () => {
     }
   })
 
-  it.prop("every JSON.stringify output is lossless", [FastCheck.jsonValue({ maxDepth: 3 })], ([value]) => {
+  it("every JSON.stringify output is lossless", () => {
+    FastCheck.assert(FastCheck.property(FastCheck.jsonValue({ maxDepth: 3 }), (value) => {
     expect(lossless(JSON.stringify(value))).toBe(true)
+  }))
   })
 })

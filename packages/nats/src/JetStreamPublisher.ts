@@ -6,7 +6,7 @@
  *
  * @since 0.1.0
  */
-import { canonicalizeEither } from "@effect-durable/core/Fingerprint"
+import { canonicalizeResult } from "@effect-durable/core/Fingerprint"
 import type { OutboxMessage } from "@effect-durable/pg/OutboxWorker"
 import { permanent, Publisher, retryable } from "@effect-durable/projector/Publisher"
 import { headers as natsHeaders, NoRespondersError } from "@nats-io/transport-node"
@@ -37,7 +37,7 @@ export const make = (options: JetStreamPublisherOptions = {}) =>
         for (const [key, value] of Object.entries(message.headers)) headers.set(key, value)
         headers.set("effect-durable-topic", message.topic)
         if (message.orderingKey !== null) headers.set("effect-durable-ordering-key", message.orderingKey)
-        const data = new TextEncoder().encode(Result.getOrThrow(canonicalizeEither(message.payload)))
+        const data = new TextEncoder().encode(Result.getOrThrow(canonicalizeResult(message.payload)))
         yield* Effect.tryPromise({
           try: () => jetstream.publish(subject, data, { msgID: message.id, timeout, headers }),
           // No stream listens on the subject: NATS answers "no responders", which nats.js

@@ -75,10 +75,10 @@ describe("Cas", () => {
         yield* gate.open
         const results = yield* Fiber.joinAll(fibers)
         const winners = results.filter(Result.isSuccess)
-        expect(winners.map((w) => w.right)).toEqual([2n])
+        expect(winners.map((w) => w.success)).toEqual([2n])
         const losers = results.filter(Result.isFailure)
         expect(losers).toHaveLength(7)
-        expect(losers.every((l) => l.left._tag === "CasConflict" && l.left.actualRevision === 2n)).toBe(true)
+        expect(losers.every((l) => l.failure._tag === "CasConflict" && l.failure.actualRevision === 2n)).toBe(true)
         expect((yield* account(id))!.revision).toBe("2")
       }))
 

@@ -14,7 +14,7 @@ import { database } from "./support.js"
 
 const build = <E>(layer: Layer.Layer<Durable.Services, E>) => Effect.scoped(Layer.build(layer))
 const withEnv = (entries: Record<string, string>) =>
-  Effect.withConfigProvider(ConfigProvider.fromEnvRecord(new Map(Object.entries(entries))))
+  Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord(entries))
 
 describe("Durable.layer configuration", () => {
   it.effect("bad configuration fails at layer construction with DurableConfigError naming the field", () =>

@@ -193,7 +193,7 @@ const countingStatements = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
 const refusal = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.map(countingStatements(effect), ({ result, statements }) => {
     if (Result.isSuccess(result)) throw new Error("expected a refusal")
-    return { error: result.left, statements }
+    return { error: result.failure, statements }
   })
 
 describe("Keyset traversals", () => {

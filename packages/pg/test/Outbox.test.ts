@@ -587,7 +587,7 @@ const suite = (schema: string) => {
         ] as const
         for (const [options, field] of cases) {
           const result = yield* Effect.result(outbox.claim(options))
-          expect(Result.isFailure(result) && result.left).toMatchObject({ _tag: "InvalidInput", argument: field })
+          expect(Result.isFailure(result) && result.failure).toMatchObject({ _tag: "InvalidInput", argument: field })
         }
       }))
   })

@@ -11,7 +11,7 @@
  * @since 0.1.0
  */
 import { DurableConfigError } from "@effect-durable/core/Errors"
-import { canonicalizeEither } from "@effect-durable/core/Fingerprint"
+import { canonicalizeResult } from "@effect-durable/core/Fingerprint"
 import type { OutboxMessage } from "@effect-durable/pg/OutboxWorker"
 import * as HttpClient from "effect/http/HttpClient"
 import type * as HttpClientError from "effect/http/HttpClientError"
@@ -126,7 +126,7 @@ export const make = (options: WebhookOptions): Effect.Effect<Publisher["Type"], 
 
     const publish = (message: OutboxMessage) =>
       Effect.gen(function*() {
-        const body = Result.getOrThrow(canonicalizeEither({
+        const body = Result.getOrThrow(canonicalizeResult({
           id: message.id,
           topic: message.topic,
           orderingKey: message.orderingKey,

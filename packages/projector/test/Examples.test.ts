@@ -55,7 +55,7 @@ describe("the README examples of the projector do what the README says", () => {
       Effect.gen(function*() {
         const db = yield* TestDatabase.TestDatabase
         const env = (entries: Record<string, string>) =>
-          Effect.withConfigProvider(ConfigProvider.fromEnvRecord(new Map(Object.entries(entries))))
+          Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord(entries))
         const base = { DATABASE_URL: Redacted.value(db.url), WEBHOOK_URL: "http://127.0.0.1:9/hook", WEBHOOK_SECRET: "sixteen bytes or more" }
         // The database is migrated (the suite's substrate): the worker starts and runs its projector.
         const workerId = yield* Effect.scoped(

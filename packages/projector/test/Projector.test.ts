@@ -217,7 +217,7 @@ describe("Projector", () => {
         const direct = yield* Effect.flatMap(Publisher.Publisher, (p) =>
           p.publish({ id: "0", topic, orderingKey: null, payload: 4, headers: {}, createdAt: "", attempt: 1, claim: { messageId: "0", worker: "w", generation: 1 } })
         ).pipe(Effect.provide(publisher), Effect.result)
-        expect(direct._tag).toBe("Right")
+        expect(direct._tag).toBe("Success")
         expect([...sink].sort()).toEqual([1, 2, 3, 4])
       }))
 
@@ -467,7 +467,7 @@ describe("Projector.layerConfig", () => {
   it.effect("reads PROJECTOR_* settings and refuses bad ones with a typed error", () =>
     Effect.gen(function*() {
       const withEnv = (env: Record<string, string>) =>
-        Effect.withConfigProvider(ConfigProvider.fromEnvRecord(new Map(Object.entries(env))))
+        Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord(env))
       const options = yield* Projector.optionsConfig.pipe(withEnv({ PROJECTOR_TOPICS: "a,b", PROJECTOR_BATCH_SIZE: "7", PROJECTOR_LEASE: "5 seconds" }))
       expect(options).toMatchObject({ topics: ["a", "b"], batchSize: 7 })
       // The options are refused before the outbox is touched: a placeholder stands in for it.

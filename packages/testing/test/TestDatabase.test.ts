@@ -101,7 +101,7 @@ describe("TestDatabase", () => {
       pooler.port = String(relay.port)
       {
         const context = yield* Layer.build(TestDatabase.layer({ prefix: "ed_pooled" })).pipe(
-          Effect.withConfigProvider(ConfigProvider.fromEnvRecord(new Map([[TestDatabase.POOLER_VARIABLE, pooler.toString()]])))
+          Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord({ [TestDatabase.POOLER_VARIABLE]: pooler.toString() }))
         )
         const database = context.unsafeMap.get(TestDatabase.TestDatabase.key) as TestDatabase.TestDatabase["Type"]
         const sql = context.unsafeMap.get(SqlClient.SqlClient.key) as SqlClient.SqlClient

@@ -111,7 +111,7 @@ export const make = (settings: Settings) =>
             : Result.succeed(Option.none())
         }
         const key = IdempotencyKey.parse(field, settings.bounds)
-        if (Result.isFailure(key)) return Result.fail(problem("keyInvalid", key.left.reason))
+        if (Result.isFailure(key)) return Result.fail(problem("keyInvalid", key.failure.reason))
         const subject = yield* Subject
         if (Option.isNone(subject)) {
           return Result.fail(problem("unauthenticated", `Authenticate to send a request with ${header}.`))
@@ -123,7 +123,7 @@ export const make = (settings: Settings) =>
         const read = yield* Effect.result(RequestBody.read(request, settings.maxRequestBytes))
         // The body broke off (the client went away): the 400 the platform gives a body it cannot read.
         if (Result.isFailure(read)) return Result.fail(HttpServerResponse.empty({ status: 400 }))
-        const body = read.right
+        const body = read.success
         if (Result.isFailure(body)) {
           // The rest of the body is discarded, not read: the connection cannot be reused.
           return Result.fail(problem(
@@ -132,7 +132,7 @@ export const make = (settings: Settings) =>
             { connection: "close" }
           ))
         }
-        return Result.succeed(Option.some({ key: key.right, subject: subject.value, contentType, body: body.right }))
+        return Result.succeed(Option.some({ key: key.success, subject: subject.value, contentType, body: body.success }))
       })
 
     /** A failure of BEGIN or COMMIT (a defect in @effect/sql) and `Answer`s become responses. */
@@ -167,9 +167,9 @@ export const make = (settings: Settings) =>
         const request = yield* HttpServerRequest.HttpServerRequest
         if (!settings.methods.has(request.method)) return yield* handler
         const admitted = yield* admit(request, route)
-        if (Result.isFailure(admitted)) return admitted.left
-        if (Option.isNone(admitted.right)) return yield* handler
-        const { body, contentType, key, subject } = admitted.right.value
+        if (Result.isFailure(admitted)) return admitted.failure
+        if (Option.isNone(admitted.success)) return yield* handler
+        const { body, contentType, key, subject } = admitted.success.value
         const operation = `${request.method} ${path}`
         const identity = { subject, operation, key }
         const fingerprint = yield* RequestFingerprint.of(request.method, request.originalUrl, contentType, body)

@@ -84,13 +84,13 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
           permanent: !error.retryable
         })).pipe(Effect.result)
         if (Result.isFailure(released)) {
-          if (released.left._tag !== "DatabaseError") return "stale" as const
+          if (released.failure._tag !== "DatabaseError") return "stale" as const
           // The release itself failed: the message keeps its lease and is retried once it
           // expires. The rest of the batch is not held back by it.
-          yield* Effect.logWarning(`effect-durable projector: release of ${message.id} failed: ${released.left.message}`)
+          yield* Effect.logWarning(`effect-durable projector: release of ${message.id} failed: ${released.failure.message}`)
           return "retried" as const
         }
-        return released.right.dead ? "dead" as const : "retried" as const
+        return released.success.dead ? "dead" as const : "retried" as const
       })
 
     /**
@@ -185,7 +185,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         if (unstarted.length > 0) yield* Effect.ignore(settling(outbox.giveBack(unstarted.map((m) => m.claim))))
         const failures = claimed.flatMap((_, i) => {
           const result = published[i]!
-          return results[i] === "retried" && Result.isFailure(result) ? [[i, result.left] as const] : []
+          return results[i] === "retried" && Result.isFailure(result) ? [[i, result.failure] as const] : []
         })
         yield* Effect.forEach(
           failures,
@@ -213,7 +213,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
     const releaseInFlight = Effect.gen(function*() {
       const left = yield* Ref.getAndSet(inFlight, new Map())
       if (left.size === 0) return
-      yield* Effect.ignore(outbox.giveBack([...left.values()]))
+      yield* Effect.ignore(outbox.giveBack([...failure.values()]))
       yield* Effect.logInfo(`effect-durable projector gave back ${left.size} in-flight messages on shutdown`)
     })
 

@@ -114,7 +114,7 @@ export const makeLanes = (
                 }
                 const decoded = checkPayload(message)
                 if (Result.isFailure(decoded)) {
-                  settle(i, Result.fail(permanent(decoded.left)))
+                  settle(i, Result.fail(permanent(decoded.failure)))
                   return Effect.suspend(step)
                 }
                 current[id] = i

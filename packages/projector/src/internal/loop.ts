@@ -64,7 +64,7 @@ export const runLoops = (
       while (!(yield* Deferred.isDone(stop))) {
         const result = yield* Effect.result(batches.deliverBatch)
         if (Result.isFailure(result)) {
-          const error = result.left
+          const error = result.failure
           const fix = remedy(error)
           yield* Metric.update(metrics.storeErrors, 1)
           yield* (fix === undefined
@@ -75,11 +75,11 @@ export const runLoops = (
           continue
         }
         yield* backoff.reset
-        yield* Ref.update(totals, (t) => addCounts(t, result.right))
-        if (result.right.claimed === settings.batchSize) yield* Queue.offer(wake, undefined)
+        yield* Ref.update(totals, (t) => addCounts(t, result.success))
+        if (result.success.claimed === settings.batchSize) yield* Queue.offer(wake, undefined)
         // Only an empty claim means there is nothing to do: a short batch can be short because
         // of per-key order (one message per key at a time), with the next heads ready now.
-        if (result.right.claimed === 0) yield* idle
+        if (result.success.claimed === 0) yield* idle
       }
     })
 

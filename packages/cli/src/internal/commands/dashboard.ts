@@ -40,7 +40,7 @@ export const dashboard = Command.make(
         return yield* usage(`--port expects 0 to 65535, got ${args.port}`)
       }
       const provider = yield* configProvider
-      const security = yield* Effect.withConfigProvider(AdminPage.config, provider).pipe(
+      const security = yield* Effect.provideService(AdminPage.config, ConfigProvider.ConfigProvider, provider).pipe(
         Effect.mapError((error) => usage(`dashboard credentials: ${error.message}`))
       )
       if (security.auth?.basic !== undefined) Output.registerSecret(Redacted.value(security.auth.basic.password))

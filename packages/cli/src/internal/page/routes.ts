@@ -258,12 +258,12 @@ export const make = (options: PageOptions, context: Context.Context<Requirements
             const data: Views.MessagesData = {
               params: r.url.searchParams,
               filterQuery: Filters.filterQuery(r.url.searchParams),
-              page: result._tag === "Right" ? result.right[0] : undefined,
-              count: result._tag === "Right" ? result.right[1] : undefined,
-              error: result._tag === "Left" ? result.left.message : undefined
+              page: result._tag === "Success" ? result.success[0] : undefined,
+              count: result._tag === "Success" ? result.success[1] : undefined,
+              error: result._tag === "Failure" ? result.failure.message : undefined
             }
             // A bad filter or a failed query is shown in place of the list, with the form to fix it.
-            const status = result._tag === "Right" ? 200 : result.left._tag === "InvalidInput" ? 400 : 503
+            const status = result._tag === "Success" ? 200 : result.failure._tag === "InvalidInput" ? 400 : 503
             return htmlResponse(Views.messagesPage(r.view, data), status)
           }))
       ),
@@ -308,10 +308,10 @@ export const make = (options: PageOptions, context: Context.Context<Requirements
             return htmlResponse(
               StoreViews.ledgerPage(r.view, {
                 identity,
-                record: found._tag === "Right" ? Option.getOrUndefined(found.right) : undefined,
-                error: found._tag === "Left" ? found.left.message : undefined
+                record: found._tag === "Success" ? Option.getOrUndefined(found.success) : undefined,
+                error: found._tag === "Failure" ? found.failure.message : undefined
               }),
-              found._tag === "Left" ? 400 : 200
+              found._tag === "Failure" ? 400 : 200
             )
           }))
       ),

@@ -6,7 +6,7 @@
  */
 import * as Cursor from "@effect-durable/core/Cursor"
 import { InvalidInput } from "@effect-durable/core/Errors"
-import { canonicalizeEither, fingerprintOfCanonical, type RequestFingerprint } from "@effect-durable/core/Fingerprint"
+import { canonicalizeResult, fingerprintOfCanonical, type RequestFingerprint } from "@effect-durable/core/Fingerprint"
 import * as Input from "@effect-durable/core/Input"
 import type * as SqlClient from "effect/sql/SqlClient"
 import * as Statement from "effect/sql/Statement"
@@ -129,7 +129,7 @@ export const binding = (sql: SqlClient.SqlClient, query: Query): Result.Result<R
   Result.gen(function*() {
     const filter = query.filter === undefined ? null : yield* filterBinding(sql, query.filter)
     const canonical = yield* Result.mapError(
-      canonicalizeEither({
+      canonicalizeResult({
         schema: query.schema,
         table: query.table,
         order: { column: query.column, tieBreaker: query.tieBreaker, direction: query.direction },

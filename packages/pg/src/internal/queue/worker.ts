@@ -203,7 +203,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
       const rejected: Array<SettleFailure> = [...malformed]
       for (const claim of unsettled) {
         const outcome = explain(claim, states.get(claim.messageId), true)
-        if (Result.isFailure(outcome)) rejected.push(outcome.left)
+        if (Result.isFailure(outcome)) rejected.push(outcome.failure)
         else completed.add(claim.messageId)
       }
       return { completed: [...completed], rejected }
@@ -273,7 +273,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
         )
         for (const claim of unapplied) {
           const outcome = explain(claim, states.get(claim.messageId), false)
-          if (Result.isFailure(outcome)) rejected.push(outcome.left)
+          if (Result.isFailure(outcome)) rejected.push(outcome.failure)
         }
       }
       return { applied: [...applied], rejected } satisfies ManyResult
