@@ -79,7 +79,7 @@ export const productionMillis = (quick: boolean, schedule: ReadonlyArray<Planned
 
 export interface Environment {
   readonly workers: Workers
-  readonly server: PgServer.PgServer["Type"]
+  readonly server: PgServer.PgServer["Service"]
   readonly proxy: CommitCutProxy
   /** A direct connection to the run's database, as a superuser. */
   readonly admin: SqlClient.SqlClient

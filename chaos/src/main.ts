@@ -59,7 +59,7 @@ const started = Date.now()
 const log = (line: string) => console.log(`[${((Date.now() - started) / 1000).toFixed(0).padStart(4)} s] ${line}`)
 
 /** Creates the run's database, migrates the substrate into it and adds the chaos tables. */
-const prepareDatabase = (server: PgServer.PgServer["Type"]) =>
+const prepareDatabase = (server: PgServer.PgServer["Service"]) =>
   Effect.gen(function*() {
     yield* Effect.promise(async () => {
       const client = new pg.Client({ connectionString: Redacted.value(server.url()), application_name: APPLICATION.admin })

@@ -22,7 +22,7 @@ const sessionUser: SessionLookup = (request) =>
 
 const Live = Layer.effectDiscard(Effect.flatMap(routes(sessionUser), (router) => HttpServer.serveEffect(router))).pipe(
   Layer.provideMerge(NodeHttpServer.layer(() => createServer(), { port: 0, host: "127.0.0.1" })),
-  Layer.provide(Logger.replace(Logger.defaultLogger, Logger.make(({ message }) => void logged.push(String(message))))),
+  Layer.provide(Logger.layer([Logger.make(({ message }) => void logged.push(String(message)))])),
   Layer.provideMerge(Substrate)
 )
 

@@ -37,7 +37,7 @@ const Server = Layer.effectDiscard(Effect.gen(function*() {
   ))
 })).pipe(
   Layer.provideMerge(NodeHttpServer.layer(() => createServer(), { port: 0, host: "127.0.0.1" })),
-  Layer.provide(Logger.replace(Logger.defaultLogger, Logger.make(({ message }) => void logged.push(String(message)))))
+  Layer.provide(Logger.layer([Logger.make(({ message }) => void logged.push(String(message)))]))
 )
 
 const Live = Server.pipe(Layer.provideMerge(Substrate))

@@ -73,7 +73,7 @@ const toError = (directory: string) => (error: unknown): DevDatabaseError | DevD
 /** Starts (creating it on first use) the development database; stops it when the scope closes. */
 export const make = (
   options: Options = {}
-): Effect.Effect<DevDatabase["Type"], DevDatabaseError | DevDatabaseLocked, Scope.Scope> =>
+): Effect.Effect<DevDatabase["Service"], DevDatabaseError | DevDatabaseLocked, Scope.Scope> =>
   Effect.gen(function*() {
     const directory = yield* Effect.sync(() => resolve(options.directory ?? DEFAULT_DIRECTORY))
     const started: Started = yield* Effect.acquireRelease(
@@ -109,11 +109,7 @@ export const layerDatabaseUrl = (options: Options = {}): Layer.Layer<never, DevD
       const configured = yield* Effect.orElseSucceed(Config.option(Config.Redacted("DATABASE_URL")), () => Option.none())
       if (Option.isSome(configured)) return Layer.empty
       const database = yield* make(options)
-      const current = yield* Effect.configProviderWith(Effect.succeed)
-      const withDatabase = ConfigProvider.orElse(
-        current,
-        () => ConfigProvider.fromEnvRecord({ ["DATABASE_URL"]: Redacted.value(database.url) })
-      )
-      return ConfigProvider.layer(withDatabase)
+      // Added behind the current provider: it only answers what the application left unset.
+      return ConfigProvider.layerAdd(ConfigProvider.fromEnvRecord({ DATABASE_URL: Redacted.value(database.url) }))
     })
   )

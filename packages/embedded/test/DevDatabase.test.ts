@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url"
 import pg from "pg"
 import * as DevDatabase from "../src/DevDatabase.js"
 
-const quiet = Effect.provide(Logger.remove(Logger.defaultLogger))
+const quiet = Effect.provide(Logger.layer([]))
 
 /** A project folder of its own for each test (open to other users, as a project folder is), removed afterwards. */
 const project = Effect.acquireRelease(
@@ -37,7 +37,7 @@ const query = (url: Redacted.Redacted<string>, text: string) =>
   })
 
 /** Starts the database in `directory`, runs `use` on it, stops it. */
-const session = <A, E>(directory: string, use: (db: DevDatabase.DevDatabase["Type"]) => Effect.Effect<A, E>) =>
+const session = <A, E>(directory: string, use: (db: DevDatabase.DevDatabase["Service"]) => Effect.Effect<A, E>) =>
   Effect.scoped(Effect.flatMap(DevDatabase.make({ directory }), use)).pipe(quiet)
 
 describe("the development database", () => {

@@ -99,7 +99,7 @@ describe.skipIf(!nats.available)("NATS JetStream (real nats-server)", () => {
         yield* addStream("CLOSED", ["closed.>"])
         const error = yield* Effect.scoped(Effect.gen(function*() {
           const context = yield* Layer.build(Nats.layer({ servers: server.url }))
-          const own = context.pipe((c) => c.unsafeMap.get(Nats.Nats.key) as Nats.Nats["Type"])
+          const own = context.pipe((c) => c.unsafeMap.get(Nats.Nats.key) as Nats.Nats["Service"])
           yield* Effect.promise(() => own.connection.close())
           const publisher = yield* JetStreamPublisher.make().pipe(Effect.provide(context))
           return (yield* Effect.flip(publisher.publish(message("1", "closed.x", {})))) as PublishError

@@ -82,7 +82,7 @@ const validateUpdate = (update: CasUpdate) =>
     return { qualified, idColumn, revisionColumn, columns }
   })
 
-export const make: Effect.Effect<Cas["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(function*() {
+export const make: Effect.Effect<Cas["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const settings = yield* DurableSettings
 

@@ -86,7 +86,7 @@ const identity = (consumer: string, messageId: string) => Effect.andThen(decodeC
 
 export const make = (
   options: InboxOptions = {}
-): Effect.Effect<Inbox["Type"], DurableConfigError, SqlClient.SqlClient | DurableSettings> =>
+): Effect.Effect<Inbox["Service"], DurableConfigError, SqlClient.SqlClient | DurableSettings> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings

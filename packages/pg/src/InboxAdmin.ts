@@ -56,7 +56,7 @@ export class InboxAdmin extends Context.Service<InboxAdmin, {
   readonly explainClaim: (options: ClaimOptions) => Effect.Effect<unknown, InvalidInput | DatabaseError>
 }>()("@effect-durable/pg/InboxAdmin") {}
 
-export const make: Effect.Effect<InboxAdmin["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
+export const make: Effect.Effect<InboxAdmin["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings

@@ -65,7 +65,7 @@ interface ClaimedRow {
   readonly received_at: string
 }
 
-export const make: Effect.Effect<InboxWorker["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
+export const make: Effect.Effect<InboxWorker["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings

@@ -88,7 +88,7 @@ export const Defaults = {
 
 const decode = Request.decoder(Defaults)
 
-export const make: Effect.Effect<Keyset["Type"], never, SqlClient.SqlClient | Cursor.CursorCodec> = Effect.gen(
+export const make: Effect.Effect<Keyset["Service"], never, SqlClient.SqlClient | Cursor.CursorCodec> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
     const codec = yield* Cursor.CursorCodec

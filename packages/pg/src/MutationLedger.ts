@@ -191,7 +191,7 @@ const decodeBatchSize = Input.argument("batchSize", Input.Count(100_000))
 const validate = (identity: MutationIdentity, request: MutationRequest) =>
   Effect.andThen(decodeIdentity(identity), decodeRequest(request))
 
-export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
+export const make: Effect.Effect<MutationLedger["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings

@@ -104,7 +104,7 @@ const decodeCount = Input.argument("messages", Input.Count(100_000))
 
 export const make = (
   options: OutboxOptions = {}
-): Effect.Effect<Outbox["Type"], DurableConfigError, SqlClient.SqlClient | DurableSettings> =>
+): Effect.Effect<Outbox["Service"], DurableConfigError, SqlClient.SqlClient | DurableSettings> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings

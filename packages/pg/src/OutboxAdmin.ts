@@ -94,7 +94,7 @@ export class OutboxAdmin extends Context.Service<OutboxAdmin, {
   readonly explainClaim: (options: ClaimOptions) => Effect.Effect<unknown, InvalidInput | DatabaseError>
 }>()("@effect-durable/pg/OutboxAdmin") {}
 
-export const make: Effect.Effect<OutboxAdmin["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
+export const make: Effect.Effect<OutboxAdmin["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings

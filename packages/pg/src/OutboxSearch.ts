@@ -255,7 +255,7 @@ const decodeBulk = Input.argument(
   })
 )
 
-export const make: Effect.Effect<OutboxSearch["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
+export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings

@@ -80,7 +80,7 @@ interface ClaimedRow {
   readonly created_at: string
 }
 
-export const make: Effect.Effect<OutboxWorker["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
+export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings

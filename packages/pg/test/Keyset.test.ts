@@ -16,7 +16,7 @@ import { database } from "./support.js"
 const keys = (secret: string) => Cursor.layer([{ id: "k1", secret: Redacted.make(secret) }])
 const codec = keys("keyset-test-secret-32-bytes-long")
 
-type KeysetService = Keyset.Keyset["Type"]
+type KeysetService = Keyset.Keyset["Service"]
 
 // A second pool on the suite's database whose sessions live in São Paulo time (UTC-3, with
 // clock changes in its history) and print dates day first: nothing they show looks like UTC.

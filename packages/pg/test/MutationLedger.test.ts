@@ -42,7 +42,7 @@ const recordsFor = (id: MutationLedger.MutationIdentity) =>
   })
 
 /** Starts a first request whose decide waits for `hold`; returns once it is deciding (holding the lock). */
-const firstRequestInFlight = (ledger: MutationLedger.MutationLedger["Type"], id: MutationLedger.MutationIdentity) =>
+const firstRequestInFlight = (ledger: MutationLedger.MutationLedger["Service"], id: MutationLedger.MutationIdentity) =>
   Effect.gen(function*() {
     const hold = yield* Deferred.make<void>()
     const deciding = yield* Deferred.make<void>()

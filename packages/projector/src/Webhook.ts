@@ -112,7 +112,7 @@ const transportFailure = (error: HttpClientError.RequestError, shown: string) =>
   return retryable(`webhook ${shown} unreachable: ${error.reason}${detail === undefined ? "" : ` (${detail})`}`)
 }
 
-export const make = (options: WebhookOptions): Effect.Effect<Publisher["Type"], DurableConfigError, HttpClient.HttpClient> =>
+export const make = (options: WebhookOptions): Effect.Effect<Publisher["Service"], DurableConfigError, HttpClient.HttpClient> =>
   Effect.gen(function*() {
     if (Buffer.byteLength(Redacted.value(options.secret), "utf8") < 16) {
       return yield* new DurableConfigError({ field: "webhook.secret", rule: "at least 16 bytes" })

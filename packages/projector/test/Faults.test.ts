@@ -18,7 +18,7 @@ type Fault = "fail" | "stall"
  * Wraps the outbox so that chosen calls (1-based, per operation) fail with a retryable
  * database error or stall for a while before going through: a deterministic fault schedule.
  */
-const faulty = (outbox: OutboxWorker.OutboxWorker["Type"], schedule: Partial<Record<Operation, Record<number, Fault>>>) => {
+const faulty = (outbox: OutboxWorker.OutboxWorker["Service"], schedule: Partial<Record<Operation, Record<number, Fault>>>) => {
   const calls: Record<Operation, number> = { claim: 0, markProjectedMany: 0, release: 0 }
   const inject = <A, E>(operation: Operation, effect: Effect.Effect<A, E>): Effect.Effect<A, E | DatabaseError> =>
     Effect.suspend((): Effect.Effect<A, E | DatabaseError> => {

@@ -69,7 +69,7 @@ export const make = () => {
     logs.push(JSON.stringify([message, [...annotations], String(cause)]))
   })
   const observed = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-    effect.pipe(Effect.withTracer(tracer), Effect.provide(Logger.replace(Logger.defaultLogger, logger)))
+    effect.pipe(Effect.withTracer(tracer), Effect.provide(Logger.layer([logger])))
   /** Every span name, attribute, event and log line as one text, to search for canaries. */
   const everything = () =>
     JSON.stringify(

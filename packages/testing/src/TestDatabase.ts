@@ -27,14 +27,14 @@ export class TestDatabase extends Context.Service<TestDatabase, {
   readonly url: Redacted.Redacted<string>
   /** The URL the suite's pools use: through the pooler when one is configured, else `url`. */
   readonly poolUrl: Redacted.Redacted<string>
-  readonly server: PgServer.PgServer["Type"]
+  readonly server: PgServer.PgServer["Service"]
 }>()("@effect-durable/testing/TestDatabase") {}
 
 /**
  * Whether the suite's pools go through a pooler. A transaction pooler cannot carry a
  * `LISTEN`: a test that listens then listens on `url`, direct.
  */
-export const isPooled = (database: TestDatabase["Type"]): boolean =>
+export const isPooled = (database: TestDatabase["Service"]): boolean =>
   Redacted.value(database.poolUrl) !== Redacted.value(database.url)
 
 /** Name of the variable that routes the suites' pools through a pooler. */
@@ -63,7 +63,7 @@ export interface Options {
 }
 
 /** Creates the database (from `template0`: nobody is ever connected to it) and drops it on release. */
-export const make = (options: Options = {}): Effect.Effect<TestDatabase["Type"], PgServer.PgServerError, PgServer.PgServer | Scope.Scope> =>
+export const make = (options: Options = {}): Effect.Effect<TestDatabase["Service"], PgServer.PgServerError, PgServer.PgServer | Scope.Scope> =>
   Effect.gen(function*() {
     const server = yield* PgServer.PgServer
     const pooler = yield* Effect.mapError(

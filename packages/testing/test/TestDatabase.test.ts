@@ -103,7 +103,7 @@ describe("TestDatabase", () => {
         const context = yield* Layer.build(TestDatabase.layer({ prefix: "ed_pooled" })).pipe(
           Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord({ [TestDatabase.POOLER_VARIABLE]: pooler.toString() }))
         )
-        const database = context.unsafeMap.get(TestDatabase.TestDatabase.key) as TestDatabase.TestDatabase["Type"]
+        const database = context.unsafeMap.get(TestDatabase.TestDatabase.key) as TestDatabase.TestDatabase["Service"]
         const sql = context.unsafeMap.get(SqlClient.SqlClient.key) as SqlClient.SqlClient
         expect(new URL(Redacted.value(database.url)).port).toBe(direct.port)
         const expected = new URL(pooler)

@@ -43,7 +43,7 @@ export const command = root.pipe(
   Command.transformHandler((effect, { verbose }) =>
     effect.pipe(
       verbose ? Logger.withMinimumLogLevel(LogLevel.Debug) : (self) => self,
-      Effect.provide(Logger.replace(Logger.defaultLogger, stderrLogger))
+      Effect.provide(Logger.layer([stderrLogger]))
     )
   )
 )

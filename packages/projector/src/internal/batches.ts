@@ -44,7 +44,7 @@ const storable = (reason: string) => reason.replace(/\u0000/g, "\uFFFD")
  * `deliverBatch` claims once and settles what it claimed; `keeper` must run beside it.
  * `keeperOutbox` is the keeper's own (one connection of its own), when the projector has one.
  */
-export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.OutboxWorker["Type"]) =>
+export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.OutboxWorker["Service"]) =>
   Effect.gen(function*() {
     const outbox = yield* OutboxWorker.OutboxWorker
     const publisher = yield* Publisher

@@ -20,7 +20,7 @@ import type { Delivery } from "./lanes.js"
 import type { Settings } from "./options.js"
 import { metrics } from "./telemetry.js"
 
-export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker["Type"]) => {
+export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker["Service"]) => {
   const deliveries = new Set<Delivery>()
   const renewEvery = Duration.toMillis(settings.lease) / 3
 
