@@ -66,11 +66,9 @@ export interface Options {
 export type Requirements = Exclude<Routes.Requirements, OutboxSearch.OutboxSearch>
 
 const OptionsSchema = Schema.Struct({
-  statementTimeout: Schema.optionalWith(Input.DurationIn({ max: "10 minutes" }), { default: () => Duration.fromInputUnsafe(Defaults.statementTimeout) }),
-  batchSize: Schema.optionalWith(Input.Count(10_000), { default: () => Defaults.batchSize }),
-  basePath: Schema.optional(Schema.String.pipe(Schema.filter((p) => p === "" || /^\/[^?#]*[^/]$/.test(p), {
-    message: () => "a path prefix such as /admin/durable (no trailing slash), or empty"
-  })))
+  statementTimeout: Input.DurationIn({ max: "10 minutes" }).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Duration.fromInputUnsafe(Defaults.statementTimeout)))),
+  batchSize: Input.Count(10_000).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.batchSize))),
+  basePath: Schema.optional(Schema.String.check(Schema.makeFilter((p) => p === "" || /^\/[^?#]*[^/]$/.test(p), { message: "a path prefix such as /admin/durable (no trailing slash), or empty" })))
 })
 const decodeOptions = Input.options(OptionsSchema)
 

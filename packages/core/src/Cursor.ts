@@ -94,11 +94,11 @@ export const MAX_POSITION_BYTES = { value: 256, tieBreaker: 256 } as const
 
 // Canonical JSON refuses a lone surrogate: refusing it in the schema too names the field.
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
-const withoutLoneSurrogates = (schema: Schema.Codec<string>, rule: string) =>
+const withoutLoneSurrogates = (schema: Schema.String, rule: string) =>
   schema.check(Schema.makeFilter((text) => LONE_SURROGATE.test(text) ? `${rule} or lone surrogates` : undefined))
 
 /** What a cursor accepts as its subject: check a subject with it before serving a first page. */
-export const Subject: Schema.Codec<string> = withoutLoneSurrogates(
+export const Subject: Schema.String = withoutLoneSurrogates(
   Input.Text(MAX_SUBJECT_BYTES),
   `a non-empty string of at most ${MAX_SUBJECT_BYTES} bytes without NUL`
 )
@@ -117,7 +117,7 @@ const Payload = Schema.Struct({
   a: Schema.optionalKey(PositionTuple)
 })
 const decodePayload = Schema.decodeUnknownResult(Payload)
-const checkPayload = Input.argument("cursor", Payload)
+const checkPayload = Input.argumentResult("cursor", Payload)
 
 const validateKeyring = (keys: ReadonlyArray<CursorKey>): Result.Result<void, DurableConfigError> => {
   if (keys.length === 0) return Result.fail(new DurableConfigError({ field: "cursor.keys", rule: "at least one key" }))

@@ -26,24 +26,24 @@ const rule = <T>(holds: (value: T) => boolean, message: string) =>
   Schema.makeFilter<T>((value) => holds(value) ? undefined : message, { message })
 
 /** A non-empty string of at most `maxBytes` UTF-8 bytes without NUL (PostgreSQL text cannot hold NUL). */
-export const Text = (maxBytes: number): Schema.Codec<string> =>
+export const Text = (maxBytes: number): Schema.String =>
   Schema.String.check(rule((text) => text.length > 0 && !text.includes("\u0000") && utf8Bytes(text) <= maxBytes, `a non-empty string of at most ${maxBytes} bytes without NUL`))
 
 /** Text that may be empty (an error message, a header value): at most `maxBytes`, no NUL. */
-export const OptionalText = (maxBytes: number): Schema.Codec<string> =>
+export const OptionalText = (maxBytes: number): Schema.String =>
   Schema.String.check(rule((text) => !text.includes("\u0000") && utf8Bytes(text) <= maxBytes, `a string of at most ${maxBytes} bytes without NUL`))
 
 /** An integer from `min` (default 1) to `max`. */
-export const Count = (max: number, min = 1): Schema.Codec<number> =>
+export const Count = (max: number, min = 1): Schema.Number =>
   Schema.Number.check(rule((n) => Number.isInteger(n) && n >= min && n <= max, `an integer from ${min} to ${max}`))
 
 /** Lowercase SQL identifier `[a-z_][a-z0-9_]*` of at most 63 bytes (PostgreSQL's NAMEDATALEN - 1). */
-export const Identifier: Schema.Codec<string> = Schema.String.check(
+export const Identifier: Schema.String = Schema.String.check(
   rule((name) => /^[a-z_][a-z0-9_]{0,62}$/.test(name), "a lowercase SQL identifier ([a-z_][a-z0-9_]*) of at most 63 bytes")
 )
 
 /** An SQL identifier that keeps its case (it is always quoted): `[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes. */
-export const MixedCaseIdentifier: Schema.Codec<string> = Schema.String.check(
+export const MixedCaseIdentifier: Schema.String = Schema.String.check(
   rule((name) => /^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(name), "an SQL identifier ([A-Za-z_][A-Za-z0-9_]*) of at most 63 bytes")
 )
 
@@ -124,30 +124,38 @@ const firstIssue = (error: Schema.SchemaError) => {
  * A decoder of one call argument: the value or `InvalidInput` naming the argument (and the
  * path inside it). Build it once, outside the call: the schema is compiled here.
  */
-export const argument = <A>(name: string, schema: Schema.Decoder<A>) => {
+export const argumentResult = <A>(name: string, schema: Schema.Decoder<A>) => {
   const decode = Schema.decodeUnknownResult(schema, { errors: "first" })
   return (value: unknown): Result.Result<A, InvalidInput> =>
     tooDeep(value)
       ? Result.fail(new InvalidInput({ argument: name, rule: `a value nested at most ${MAX_ARGUMENT_DEPTH} levels, without cycles` }))
       : Result.mapError(decode(value), (error) => {
-      const { path, rule } = firstIssue(error)
-      return new InvalidInput({ argument: `${name}${path}`, rule })
-    })
+        const { path, rule } = firstIssue(error)
+        return new InvalidInput({ argument: `${name}${path}`, rule })
+      })
+}
+
+/** `argumentResult` as an Effect, for the `yield*` of a service method. */
+export const argument = <A>(name: string, schema: Schema.Decoder<A>) => {
+  const decode = argumentResult(name, schema)
+  return (value: unknown): Effect.Effect<A, InvalidInput> => Effect.fromResult(decode(value))
 }
 
 /** A decoder of an options object: the decoded options or `DurableConfigError` naming the field. */
 export const options = <A>(schema: Schema.Decoder<A>, prefix?: string) => {
   const decode = Schema.decodeUnknownResult(schema, { errors: "first", onExcessProperty: "error" })
-  return (value: unknown): Result.Result<A, DurableConfigError> =>
-    tooDeep(value)
-      ? Result.fail(
-        new DurableConfigError({ field: prefix ?? "options", rule: `nested at most ${MAX_ARGUMENT_DEPTH} levels, without cycles` })
-      )
-      : Result.mapError(decode(value), (error) => {
-      const { path, rule } = firstIssue(error)
-      const field = `${prefix ?? ""}${path}`.replace(/^\./, "")
-      return new DurableConfigError({ field: field.length === 0 ? "options" : field, rule })
-    })
+  return (value: unknown): Effect.Effect<A, DurableConfigError> =>
+    Effect.fromResult(
+      tooDeep(value)
+        ? Result.fail(
+          new DurableConfigError({ field: prefix ?? "options", rule: `nested at most ${MAX_ARGUMENT_DEPTH} levels, without cycles` })
+        )
+        : Result.mapError(decode(value), (error) => {
+          const { path, rule } = firstIssue(error)
+          const field = `${prefix ?? ""}${path}`.replace(/^\./, "")
+          return new DurableConfigError({ field: field.length === 0 ? "options" : field, rule })
+        })
+    )
 }
 
 /** What a configuration variable is for, and a value that works: said when it is missing or wrong. */

@@ -43,20 +43,12 @@ export class Cas extends Context.Service<Cas, {
 const identifier = (argument: string, name: unknown) => Input.argument(argument, Input.Identifier)(name)
 
 /** A value PostgreSQL can take as a parameter: text without NUL, a finite number, a valid date. */
-const Value = Schema.Union(
-  Schema.Null,
-  Schema.Boolean,
-  Schema.BigInt,
-  Schema.Uint8Array,
-  Schema.Number.pipe(Schema.filter(Number.isFinite, { message: () => "a finite number" })),
-  Schema.String.pipe(Schema.filter((text) => !text.includes("\u0000"), { message: () => "text without NUL" })),
-  Schema.Date.pipe(Schema.filter((date) => !Number.isNaN(date.getTime()), { message: () => "a valid date" }))
-).annotate({ message: () => "text without NUL, a finite number, a bigint, a boolean, a valid Date, bytes or null" })
+const Value = Schema.Union([Schema.Null, Schema.Boolean, Schema.BigInt, Schema.Uint8Array, Schema.Number.check(Schema.makeFilter(Number.isFinite, { message: "a finite number" })), Schema.String.check(Schema.makeFilter((text) => !text.includes("\u0000"), { message: "text without NUL" })), Schema.Date.check(Schema.makeFilter((date) => !Number.isNaN(date.getTime()), { message: "a valid date" }))]).annotate({ message: "text without NUL, a finite number, a bigint, a boolean, a valid Date, bytes or null" })
 const decodeValue = (column: string) => Input.argument(`set.${column}`, Value)
 const decodeId = Input.argument(
   "id",
-  Schema.Union(Input.Text(1024), Schema.BigInt, Schema.Number.pipe(Schema.filter(Number.isSafeInteger, { message: () => "a safe integer" })))
-    .annotate({ message: () => "a non-empty string without NUL, a safe integer or a bigint" })
+  Schema.Union([Input.Text(1024), Schema.BigInt, Schema.Number.check(Schema.makeFilter(Number.isSafeInteger, { message: "a safe integer" }))])
+    .annotate({ message: "a non-empty string without NUL, a safe integer or a bigint" })
 )
 
 const validateUpdate = (update: CasUpdate) =>

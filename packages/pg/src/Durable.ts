@@ -28,6 +28,7 @@ import {
   Variables
 } from "./DurableConfig.js"
 import { classify } from "./ErrorClassification.js"
+import { mapError } from "./internal/layer.js"
 import * as Inbox from "./Inbox.js"
 import * as InboxAdmin from "./InboxAdmin.js"
 import * as InboxWorker from "./InboxWorker.js"
@@ -136,7 +137,7 @@ export const layer = (options: Options): Layer.Layer<Services, DurableConfigErro
         connectTimeout: connection.connectTimeout,
         idleTimeout: connection.idleTimeout,
         applicationName: connection.applicationName
-      }).pipe(Layer.mapError(classify("Durable.layer")))
+      }).pipe(mapError(classify("Durable.layer")))
       const { connection: _, ...rest } = options
       return layerOver(rest).pipe(Layer.provideMerge(client))
     })

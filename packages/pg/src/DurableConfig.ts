@@ -63,10 +63,10 @@ export class DurableSettings extends Context.Service<DurableSettings, Settings>(
 const Timeout = Input.DurationIn({ max: "1 day" })
 
 const SettingsSchema = Schema.Struct({
-  schema: Schema.optionalWith(Input.MixedCaseIdentifier, { default: () => Defaults.schema }),
-  lockTimeout: Schema.optionalWith(Timeout, { default: () => Duration.fromInputUnsafe(Defaults.lockTimeout) }),
-  statementTimeout: Schema.optionalWith(Timeout, { as: "Option" }),
-  synchronousWorkerCommits: Schema.optionalWith(Schema.Boolean, { default: () => Defaults.synchronousWorkerCommits })
+  schema: Input.MixedCaseIdentifier.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.schema))),
+  lockTimeout: Timeout.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Duration.fromInputUnsafe(Defaults.lockTimeout)))),
+  statementTimeout: Schema.OptionFromOptional(Timeout),
+  synchronousWorkerCommits: Schema.Boolean.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.synchronousWorkerCommits)))
 })
 const decodeSettings = Input.options(SettingsSchema)
 
@@ -108,24 +108,15 @@ export interface Connection {
   readonly applicationName: string
 }
 
-const Url = Schema.Redacted(Schema.String).pipe(
-  Schema.filter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url).trim()), {
-    message: () => "a PostgreSQL URL (postgres://user:password@host:port/database)"
-  })
-)
+const Url = Schema.Redacted(Schema.String).check(Schema.makeFilter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url).trim()), { message: "a PostgreSQL URL (postgres://user:password@host:port/database)" }))
 
 const ConnectionSchema = Schema.Struct({
   url: Url,
-  poolSize: Schema.optionalWith(Input.Count(1000), { default: () => Defaults.poolSize }),
-  connectTimeout: Schema.optionalWith(Timeout, { default: () => Duration.fromInputUnsafe(Defaults.connectTimeout) }),
-  idleTimeout: Schema.optionalWith(Timeout, { default: () => Duration.fromInputUnsafe(Defaults.idleTimeout) }),
+  poolSize: Input.Count(1000).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.poolSize))),
+  connectTimeout: Timeout.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Duration.fromInputUnsafe(Defaults.connectTimeout)))),
+  idleTimeout: Timeout.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Duration.fromInputUnsafe(Defaults.idleTimeout)))),
   // PostgreSQL truncates application_name at 63 bytes and replaces non-ASCII with '?'.
-  applicationName: Schema.optionalWith(
-    Schema.String.pipe(Schema.filter((name) => /^[\x20-\x7e]{1,63}$/.test(name), {
-      message: () => "1-63 printable ASCII characters"
-    })),
-    { default: () => Defaults.applicationName }
-  )
+  applicationName: Schema.String.check(Schema.makeFilter((name) => /^[\x20-\x7e]{1,63}$/.test(name), { message: "1-63 printable ASCII characters" })).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.applicationName)))
 })
 
 export const makeConnection: (input: ConnectionInput) => Effect.Effect<Connection, DurableConfigError> = Input.options(
@@ -176,8 +167,8 @@ const present = <A extends Record<string, unknown>>(record: A) =>
       Option.isOption(value) ? (Option.isSome(value) ? [[key, value.value]] : []) : [[key, value]]
     )
   )
-const variable = <A>(config: Config.Config<A>, description: string) =>
-  Config.option(config).pipe(Config.withDescription(description))
+// What each variable is for is said once, in `Variables` (errors quote it).
+const variable = <A>(config: Config.Config<A>) => Config.option(config)
 
 /** Everything `Durable.layerConfig` reads; unset variables take the defaults above. */
 export const config: Config.Config<{
@@ -186,26 +177,20 @@ export const config: Config.Config<{
   readonly outbox: { readonly maxPayloadBytes?: number; readonly maxAttempts?: number }
 }> = Config.all({
   outbox: Config.all({
-    maxPayloadBytes: variable(Config.Int("DURABLE_OUTBOX_MAX_PAYLOAD_BYTES"), "largest outbox payload, as canonical JSON bytes"),
-    maxAttempts: variable(Config.Int("DURABLE_OUTBOX_MAX_ATTEMPTS"), "failed deliveries before an outbox message is dead")
+    maxPayloadBytes: variable(Config.Int("DURABLE_OUTBOX_MAX_PAYLOAD_BYTES")),
+    maxAttempts: variable(Config.Int("DURABLE_OUTBOX_MAX_ATTEMPTS"))
   }).pipe(Config.map(present)),
   connection: Config.all({
-    url: Config.Redacted("DATABASE_URL").pipe(Config.withDescription("PostgreSQL URL")),
-    poolSize: variable(Config.Int("DURABLE_POOL_SIZE"), "most connections in the pool"),
-    connectTimeout: variable(Config.String("DURABLE_CONNECT_TIMEOUT"), "longest wait to open or acquire a connection"),
-    idleTimeout: variable(Config.String("DURABLE_IDLE_TIMEOUT"), "how long an unused connection stays open"),
-    applicationName: variable(Config.String("DURABLE_APPLICATION_NAME"), "application_name shown in pg_stat_activity")
+    url: Config.Redacted("DATABASE_URL"),
+    poolSize: variable(Config.Int("DURABLE_POOL_SIZE")),
+    connectTimeout: variable(Config.String("DURABLE_CONNECT_TIMEOUT")),
+    idleTimeout: variable(Config.String("DURABLE_IDLE_TIMEOUT")),
+    applicationName: variable(Config.String("DURABLE_APPLICATION_NAME"))
   }).pipe(Config.map(present)),
   settings: Config.all({
-    schema: variable(Config.String("DURABLE_SCHEMA"), "schema of the substrate tables"),
-    lockTimeout: variable(Config.String("DURABLE_LOCK_TIMEOUT"), "longest lock wait inside a substrate transaction"),
-    statementTimeout: variable(
-      Config.String("DURABLE_STATEMENT_TIMEOUT"),
-      "longest statement inside a substrate transaction (default: the server's)"
-    ),
-    synchronousWorkerCommits: variable(
-      Config.Boolean("DURABLE_SYNCHRONOUS_WORKER_COMMITS"),
-      "whether claims, marks and renewals wait for their WAL flush"
-    )
+    schema: variable(Config.String("DURABLE_SCHEMA")),
+    lockTimeout: variable(Config.String("DURABLE_LOCK_TIMEOUT")),
+    statementTimeout: variable(Config.String("DURABLE_STATEMENT_TIMEOUT")),
+    synchronousWorkerCommits: variable(Config.Boolean("DURABLE_SYNCHRONOUS_WORKER_COMMITS"))
   }).pipe(Config.map(present))
 }) as Config.Config<any>

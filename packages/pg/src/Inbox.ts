@@ -47,8 +47,8 @@ export interface InboxOptions {
 }
 
 const OptionsSchema = Schema.Struct({
-  maxPayloadBytes: Schema.optionalWith(Input.Count(64 * 1024 * 1024), { default: () => Defaults.maxPayloadBytes }),
-  maxAttempts: Schema.optionalWith(Input.Count(10_000), { default: () => Defaults.maxAttempts })
+  maxPayloadBytes: Input.Count(64 * 1024 * 1024).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxPayloadBytes))),
+  maxAttempts: Input.Count(10_000).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxAttempts)))
 })
 
 /** Decodes the options (`Durable.layer` calls it before connecting). */
@@ -80,7 +80,7 @@ export class Inbox extends Context.Service<Inbox, {
 
 const decodeConsumer = Input.argument("consumer", Input.Text(128))
 const decodeMessageId = Input.argument("messageId", Input.Text(256))
-const decodeHeaders = Input.argument("headers", Schema.Record({ key: Input.Text(256), value: Input.OptionalText(16 * 1024) }))
+const decodeHeaders = Input.argument("headers", Schema.Record(Input.Text(256), Input.OptionalText(16 * 1024)))
 
 const identity = (consumer: string, messageId: string) => Effect.andThen(decodeConsumer(consumer), decodeMessageId(messageId))
 
@@ -117,10 +117,10 @@ export const make = (
     const receive = (consumer: string, messageId: string, payload: unknown, headers: Readonly<Record<string, string>> = {}) =>
       Effect.gen(function*() {
         yield* identity(consumer, messageId)
-        const json = yield* Result.mapError(
+        const json = yield* Effect.fromResult(Result.mapError(
           canonicalizeWithin(payload, maxPayloadBytes),
           (error) => error._tag === "PayloadTooLarge" ? new PayloadTooLarge({ ...error, topic: consumer }) : error
-        )
+        ))
         const headersJson = yield* canonicalize(yield* decodeHeaders(headers))
         const inserted = yield* sql<{ id: string }>`
           INSERT INTO ${table} (consumer, message_id, payload, headers, max_attempts)

@@ -96,8 +96,8 @@ export const make: Effect.Effect<Keyset["Service"], never, SqlClient.SqlClient |
 
     const page = <Row>(request: PageRequest): Effect.Effect<Page<Row>, PageError> =>
       Effect.gen(function*() {
-        const query = yield* decode(request)
-        const binding = yield* Request.binding(sql, query)
+        const query = yield* Effect.fromResult(decode(request))
+        const binding = yield* Effect.fromResult(Request.binding(sql, query))
         // Checked before any SQL: a foreign cursor learns nothing about the table.
         const cursor = request.cursor === undefined
           ? undefined

@@ -171,7 +171,7 @@ export interface PurgeOptions {
 export const PURGE_FLOOR = "1 hour"
 
 const Bytes = (rule: string, valid: (bytes: Uint8Array) => boolean) =>
-  Schema.Uint8Array.pipe(Schema.filter(valid, { message: () => rule }))
+  Schema.Uint8Array.check(Schema.makeFilter(valid, { message: rule }))
 
 const decodeIdentity = Input.argument(
   "identity",
@@ -218,7 +218,7 @@ export const make: Effect.Effect<MutationLedger["Service"], never, SqlClient.Sql
         if (!found.locked) return yield* new MutationInProgress(identity)
         const record = (decision: Decision) =>
           Effect.gen(function*() {
-            const encoded = yield* Ledger.encodeDecision(identity, decision)
+            const encoded = yield* Effect.fromResult(Ledger.encodeDecision(identity, decision))
             const recordedAt = yield* storage.insert(identity, request, decision.status, encoded)
             yield* giveBack
             return { _tag: "First", status: decision.status, ...encoded, recordedAt } satisfies MutationOutcome
@@ -234,7 +234,7 @@ export const make: Effect.Effect<MutationLedger["Service"], never, SqlClient.Sql
     ): Effect.Effect<MutationOutcome, E | ExecuteError, R> =>
       Effect.gen(function*() {
         yield* validate(identity, request)
-        const inside = yield* inCallerTransaction
+        const inside = yield* inCallerTransaction(sql)
         return yield* transact(
           sql,
           "MutationLedger.execute",
@@ -249,7 +249,7 @@ export const make: Effect.Effect<MutationLedger["Service"], never, SqlClient.Sql
     const begin = (identity: MutationIdentity, request: MutationRequest, options: ExecuteOptions = {}) =>
       Effect.gen(function*() {
         yield* validate(identity, request)
-        if (!(yield* inCallerTransaction)) {
+        if (!(yield* inCallerTransaction(sql))) {
           return yield* new InvalidInput({
             argument: "transaction",
             rule: "begin runs inside sql.withTransaction, and its record in the same transaction"

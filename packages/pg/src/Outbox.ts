@@ -50,9 +50,9 @@ export interface OutboxOptions {
 
 const Attempts = Input.Count(10_000)
 const OptionsSchema = Schema.Struct({
-  maxPayloadBytes: Schema.optionalWith(Input.Count(64 * 1024 * 1024), { default: () => Defaults.maxPayloadBytes }),
-  maxAttempts: Schema.optionalWith(Attempts, { default: () => Defaults.maxAttempts }),
-  maxAttemptsByTopic: Schema.optionalWith(Schema.Record({ key: Input.Text(128), value: Attempts }), { default: () => ({}) })
+  maxPayloadBytes: Input.Count(64 * 1024 * 1024).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxPayloadBytes))),
+  maxAttempts: Attempts.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxAttempts))),
+  maxAttemptsByTopic: Schema.Record(Input.Text(128), Attempts).pipe(Schema.withDecodingDefaultType(Effect.sync(() => ({}))))
 })
 
 /** Decodes the options (`Durable.layer` calls it before connecting). */
@@ -99,7 +99,7 @@ const traceparent = Effect.map(Effect.currentSpan, (span) => `00-${span.traceId}
 const decodeTopic = Input.argument("topic", Input.Text(128))
 const decodeOrderingKey = Input.argument("orderingKey", Input.Text(256))
 const decodeDelay = Input.argument("delay", Input.DurationIn({ min: 0, max: "365 days" }))
-const decodeHeaders = Input.argument("headers", Schema.Record({ key: Input.Text(256), value: Input.OptionalText(MAX_HEADER_BYTES) }))
+const decodeHeaders = Input.argument("headers", Schema.Record(Input.Text(256), Input.OptionalText(MAX_HEADER_BYTES)))
 const decodeCount = Input.argument("messages", Input.Count(100_000))
 
 export const make = (
@@ -118,10 +118,10 @@ export const make = (
         yield* decodeTopic(topic)
         const orderingKey = enqueueOptions.orderingKey === undefined ? null : yield* decodeOrderingKey(enqueueOptions.orderingKey)
         const delay = enqueueOptions.delay === undefined ? Duration.zero : yield* decodeDelay(enqueueOptions.delay)
-        const json = yield* Result.mapError(
+        const json = yield* Effect.fromResult(Result.mapError(
           canonicalizeWithin(payload, maxPayloadBytes),
           (error) => error._tag === "PayloadTooLarge" ? new PayloadTooLarge({ ...error, topic }) : error
-        )
+        ))
         const headers: Record<string, string> = { ...(yield* decodeHeaders(enqueueOptions.headers ?? {})) }
         if (Option.isSome(trace) && headers.traceparent === undefined) headers.traceparent = trace.value
         const headersJson = yield* canonicalize(headers)

@@ -211,7 +211,7 @@ const SummaryRow = Schema.Struct(SummaryFields)
 const DetailRow = Schema.Struct({
   ...SummaryFields,
   payload: Schema.Unknown,
-  headers: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+  headers: Schema.Record(Schema.String, Schema.Unknown),
   maxAttempts: Schema.Number,
   claimedBy: Schema.NullOr(Schema.String),
   claimGeneration: Schema.String,
@@ -361,18 +361,18 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
         const step = (state: { readonly after: string; readonly total: number }) =>
           Effect.map(
             run(statement(sql`
-              SELECT id FROM ${table}
+              SELECT id::text AS id FROM ${table}
                WHERE dead_at IS NOT NULL AND id > ${state.after}::bigint ${upTo === undefined ? sql`` : sql`AND id <= ${upTo}::bigint`}
                  AND ${matches}
                ORDER BY id LIMIT ${batchSize} FOR UPDATE SKIP LOCKED`)),
-            (rows): readonly [BulkProgress, Option.Option<{ readonly after: string; readonly total: number }>] => {
+            (rows): readonly [ReadonlyArray<BulkProgress>, Option.Option<{ readonly after: string; readonly total: number }>] => {
               const ids = rows.map((row) => row.id)
               const total = state.total + ids.length
               const last = ids.length === 0 ? state.after : ids.reduce((a, b) => (BigInt(a) > BigInt(b) ? a : b))
-              return [{ ids, total }, ids.length < batchSize ? Option.none() : Option.some({ after: last, total })]
+              return [[{ ids, total }], ids.length < batchSize ? Option.none() : Option.some({ after: last, total })]
             }
           )
-        return Stream.paginateEffect({ after: "0", total: 0 }, step)
+        return Stream.paginate({ after: "0", total: 0 }, step)
       }))
 
     // The same reset as `OutboxAdmin.redrive`: fresh attempts, deliverable now.

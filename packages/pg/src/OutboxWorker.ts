@@ -66,7 +66,7 @@ export class OutboxWorker extends Context.Service<OutboxWorker, {
 /** The claim function's fourth argument: the topics, decoded, or `null` for all. */
 export const decodeTopics = Input.argument(
   "topics",
-  Schema.NullOr(Schema.Array(Input.Text(128)).pipe(Schema.minItems(1), Schema.maxItems(1000)))
+  Schema.NullOr(Schema.Array(Input.Text(128)).check(Schema.isMinLength(1), Schema.isMaxLength(1000)))
 )
 
 interface ClaimedRow {

@@ -55,7 +55,7 @@ export const advisoryLock = (
     const sql = yield* SqlClient.SqlClient
     yield* decodeKey(namespace)
     yield* decodeKey(key)
-    if (!(yield* inCallerTransaction)) {
+    if (!(yield* inCallerTransaction(sql))) {
       return yield* new InvalidInput({ argument: "transaction", rule: "advisoryLock runs inside sql.withTransaction" })
     }
     const lockKey = advisoryKey("effect-durable/app", namespace, key)

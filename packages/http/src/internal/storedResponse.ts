@@ -15,7 +15,7 @@ import * as Stream from "effect/Stream"
 /** What is stored beside the body (the ledger's JSON meta). */
 export const StoredMeta = Schema.Struct({
   status: Schema.Int,
-  headers: Schema.Record({ key: Schema.String, value: Schema.String })
+  headers: Schema.Record(Schema.String, Schema.String)
 })
 export type StoredMeta = typeof StoredMeta.Type
 

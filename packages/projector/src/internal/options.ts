@@ -50,36 +50,23 @@ export interface Settings {
 }
 
 const Span = (max: string, fallback: string) =>
-  Schema.optionalWith(Input.DurationIn({ max }), { default: () => Duration.fromInputUnsafe(fallback as Duration.Input) })
+  Input.DurationIn({ max }).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Duration.fromInputUnsafe(fallback as Duration.Input))))
 
 const OptionsSchema = Schema.Struct({
   // The same rule as `Outbox.enqueue`'s topics: a topic the outbox refuses is refused here.
-  topics: Schema.optional(Schema.Array(Input.Text(128)).pipe(Schema.minItems(1), Schema.maxItems(1000))),
-  workerId: Schema.optional(Schema.String.pipe(Schema.filter((id) => /^[\x21-\x7e]{1,128}$/.test(id), {
-    message: () => "1-128 printable ASCII characters without spaces"
-  }))),
-  batchSize: Schema.optionalWith(Input.Count(1000), { default: () => Defaults.batchSize }),
-  concurrency: Schema.optionalWith(Input.Count(1000), { default: () => Defaults.concurrency }),
-  batchesInFlight: Schema.optionalWith(Input.Count(64), { default: () => Defaults.batchesInFlight }),
+  topics: Schema.optional(Schema.Array(Input.Text(128)).check(Schema.isMinLength(1), Schema.isMaxLength(1000))),
+  workerId: Schema.optional(Schema.String.check(Schema.makeFilter((id) => /^[\x21-\x7e]{1,128}$/.test(id), { message: "1-128 printable ASCII characters without spaces" }))),
+  batchSize: Input.Count(1000).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.batchSize))),
+  concurrency: Input.Count(1000).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.concurrency))),
+  batchesInFlight: Input.Count(64).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.batchesInFlight))),
   lease: Span("1 day", Defaults.lease),
   pollInterval: Span("1 hour", Defaults.pollInterval),
-  backoff: Schema.optionalWith(
-    Schema.Struct({ min: Span("1 day", Defaults.backoffMin), max: Span("30 days", Defaults.backoffMax) }).pipe(
-      Schema.filter((backoff) => Duration.isLessThanOrEqualTo(backoff.min, backoff.max), {
-        message: () => "min must not exceed max"
-      })
-    ),
-    { default: () => ({ min: Duration.fromInputUnsafe(Defaults.backoffMin), max: Duration.fromInputUnsafe(Defaults.backoffMax) }) }
-  ),
+  backoff: Schema.Struct({ min: Span("1 day", Defaults.backoffMin), max: Span("30 days", Defaults.backoffMax) }).check(Schema.makeFilter((backoff) => Duration.isLessThanOrEqualTo(backoff.min, backoff.max), { message: "min must not exceed max" })).pipe(Schema.withDecodingDefaultType(Effect.sync(() => ({ min: Duration.fromInputUnsafe(Defaults.backoffMin), max: Duration.fromInputUnsafe(Defaults.backoffMax) })))),
   deliveryTimeout: Span("1 day", Defaults.deliveryTimeout),
   shutdownDeadline: Span("1 hour", Defaults.shutdownDeadline),
-  maxLeaseExpiries: Schema.optionalWith(Input.Count(1000), { default: () => Defaults.maxLeaseExpiries }),
-  listenUrl: Schema.optional(Schema.Redacted(Schema.String).pipe(
-    Schema.filter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url)), {
-      message: () => "a PostgreSQL URL (postgres://user:password@host:port/database), straight to the server"
-    })
-  )),
-  schemas: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Any }), { default: () => ({}) })
+  maxLeaseExpiries: Input.Count(1000).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxLeaseExpiries))),
+  listenUrl: Schema.optional(Schema.Redacted(Schema.String).check(Schema.makeFilter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url)), { message: "a PostgreSQL URL (postgres://user:password@host:port/database), straight to the server" }))),
+  schemas: Schema.Record(Schema.String, Schema.Any).pipe(Schema.withDecodingDefaultType(Effect.sync(() => ({}))))
 })
 
 const decode = Input.options(OptionsSchema)

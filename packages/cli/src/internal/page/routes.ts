@@ -50,7 +50,7 @@ interface Request {
 }
 
 const IdsBody = Schema.Struct({
-  ids: Schema.Array(Schema.String).pipe(Schema.minItems(1), Schema.maxItems(1000)),
+  ids: Schema.Array(Schema.String).check(Schema.isMinLength(1), Schema.isMaxLength(1000)),
   consumer: Schema.optional(Schema.String)
 })
 const FilterBody = Schema.Struct({
@@ -58,7 +58,7 @@ const FilterBody = Schema.Struct({
   upTo: Schema.optional(Schema.NullOr(Schema.String)),
   expected: Schema.optional(Schema.Number)
 })
-const ActionBody = Schema.Union(IdsBody, FilterBody)
+const ActionBody = Schema.Union([IdsBody, FilterBody])
 const TopicBody = Schema.Struct({ topic: Schema.String })
 
 /** A failure as the page shows it: the typed error's message and a status. */

@@ -11,6 +11,7 @@ import * as Input from "@effect-durable/core/Input"
 import type * as SqlClient from "effect/sql/SqlClient"
 import * as Statement from "effect/sql/Statement"
 import * as Result from "effect/Result"
+import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import type { Defaults, FilterValue, PageRequest } from "../../Keyset.js"
 import type { Target } from "./catalog.js"
@@ -32,30 +33,30 @@ const FilterValueSchema = Schema.declare(
     value === null || typeof value === "boolean" ||
     (typeof value === "number" && Number.isFinite(value)) ||
     (typeof value === "string" && !value.includes("\u0000") && !LONE_SURROGATE.test(value))
-).annotate({ message: () => "a string without NUL or lone surrogates, a finite number, a boolean or null" })
+).annotate({ message: "a string without NUL or lone surrogates, a finite number, a boolean or null" })
 
 const Direction = Schema.declare((value: unknown): value is "asc" | "desc" => value === "asc" || value === "desc")
-  .annotate({ message: () => `"asc" or "desc"` })
+  .annotate({ message: `"asc" or "desc"` })
 
 /**
  * The decoder of page requests under these defaults: every argument checked by its rule, the
  * first broken one reported. Build it once; its schemas are compiled here.
  */
 export const decoder = (defaults: typeof Defaults) => {
-  const decodeSchema = Input.argument("schema", Input.Identifier)
-  const decodeTable = Input.argument("table", Input.Identifier)
-  const decodeSubject = Input.argument("subject", Cursor.Subject)
-  const decodeOrder = Input.argument(
+  const decodeSchema = Input.argumentResult("schema", Input.Identifier)
+  const decodeTable = Input.argumentResult("table", Input.Identifier)
+  const decodeSubject = Input.argumentResult("subject", Cursor.Subject)
+  const decodeOrder = Input.argumentResult(
     "order",
     Schema.Struct({
-      column: Schema.optionalWith(Input.Identifier, { default: () => defaults.column }),
-      tieBreaker: Schema.optionalWith(Input.Identifier, { default: () => defaults.tieBreaker }),
-      direction: Schema.optionalWith(Direction, { default: () => defaults.direction })
+      column: Input.Identifier.pipe(Schema.withDecodingDefaultType(Effect.sync(() => defaults.column))),
+      tieBreaker: Input.Identifier.pipe(Schema.withDecodingDefaultType(Effect.sync(() => defaults.tieBreaker))),
+      direction: Direction.pipe(Schema.withDecodingDefaultType(Effect.sync(() => defaults.direction)))
     })
   )
   // Column by column: a record schema would drop a key that is no identifier, not refuse it.
-  const decodeColumn = Input.argument("where", Input.Identifier)
-  const decodeValue = Input.argument("where", FilterValueSchema)
+  const decodeColumn = Input.argumentResult("where", Input.Identifier)
+  const decodeValue = Input.argumentResult("where", FilterValueSchema)
   const decodeWhere = (where: Readonly<Record<string, unknown>>) =>
     Result.all(Object.entries(where).map(([column, value]) =>
       Result.mapError(
@@ -63,7 +64,7 @@ export const decoder = (defaults: typeof Defaults) => {
         (error) => new InvalidInput({ argument: `where.${column}`, rule: error.rule })
       )
     ))
-  const decodeLimit = Input.argument("limit", Input.Count(defaults.maxLimit))
+  const decodeLimit = Input.argumentResult("limit", Input.Count(defaults.maxLimit))
 
   return (request: PageRequest): Result.Result<Query, InvalidInput> =>
     Result.gen(function*() {

@@ -24,7 +24,7 @@ const HIGH_WATER = "effectdurablehighwater"
 const PositionColumns = Schema.Struct({
   [VALUE]: Schema.String,
   [TIE_BREAKER]: Schema.String,
-  [HIGH_WATER]: Schema.optional(Schema.NullOr(Schema.Tuple(Schema.String, Schema.String)))
+  [HIGH_WATER]: Schema.optional(Schema.NullOr(Schema.Tuple([Schema.String, Schema.String])))
 })
 const decodePositions = Schema.decodeUnknownSync(PositionColumns)
 

@@ -110,7 +110,7 @@ export const make = (
            ${before === undefined ? sql`` : sql`AND id < ${before}`}
          ORDER BY id DESC
          LIMIT ${limit + 1}`.pipe(
-        decodeRows(Schema.Struct({ ...DeadLetterRow.fields, ...extra }) as unknown as Schema.Schema<DeadLetter & Schema.Struct.Type<Fields>>),
+        decodeRows(Schema.Struct({ ...DeadLetterRow.fields, ...extra }) as unknown as Schema.Decoder<DeadLetter & Schema.Struct.Type<Fields>>),
         classifySqlErrors(op("deadLetters"))
       )
       const items = rows.slice(0, limit)

@@ -53,9 +53,7 @@ export const specFor = (settings: Settings, queue: QueueName): QueueSpec => ({
 export const MAX_BATCH = 10_000
 
 /** A row id: a positive bigint in decimal, no leading zeros. */
-export const MessageId = Schema.String.pipe(Schema.filter((id) => /^[1-9][0-9]{0,18}$/.test(id), {
-  message: () => "a message id (a positive integer, as a string)"
-}))
+export const MessageId = Schema.String.check(Schema.makeFilter((id) => /^[1-9][0-9]{0,18}$/.test(id), { message: "a message id (a positive integer, as a string)" }))
 export const isMessageId = Schema.is(MessageId)
 
 export const decodeWorker = Input.argument("worker", Input.Text(128))
@@ -63,6 +61,6 @@ export const decodeLimit = Input.argument("limit", Input.Count(1000))
 export const decodeLease = Input.argument("lease", Input.DurationIn({ max: "1 day" }))
 export const decodeRetryDelay = Input.argument("retryDelay", Input.DurationIn({ min: 0, max: "365 days" }))
 export const decodeError = Input.argument("error", Input.OptionalText(64 * 1024))
-export const decodeIds = Input.argument("ids", Schema.Array(MessageId).pipe(Schema.maxItems(MAX_BATCH)))
+export const decodeIds = Input.argument("ids", Schema.Array(MessageId).check(Schema.isMaxLength(MAX_BATCH)))
 export const decodeBatchSize = Input.argument("batchSize", Input.Count(MAX_BATCH))
 export const decodeMaxLeaseExpiries = Input.argument("maxLeaseExpiries", Input.Count(1000))

@@ -21,9 +21,9 @@ import {
   type ReleaseOptions,
   type SettleFailure
 } from "../../LeasedQueue.js"
-import { boundedStatement, TextCache } from "../oneRoundTrip.js"
+import { type Bounded, boundedStatement } from "../oneRoundTrip.js"
 import { isoUtc } from "../timestamps.js"
-import { bounded, workerSettings } from "../transaction.js"
+import { bounded } from "../transaction.js"
 import {
   decodeError,
   decodeLease,
@@ -93,17 +93,10 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
   const done = sql.literal(spec.done)
   const op = (name: string) => `${operationPrefix}.${name}`
 
-  // The projector's hot path (claim, completeMany): one round trip outside a transaction.
-  const boundedOne = <Row>(name: string, statement: Statement.Statement<Row>, cacheKey?: string) =>
-    boundedStatement(
-      sql,
-      workerSettings(sql, settings),
-      statement,
-      bounded(sql, settings, op(name), statement),
-      cacheKey === undefined ? undefined : { cache: claimTexts, key: cacheKey }
-    ).pipe(classifySqlErrors(op(name)))
-  // A projector claims with the same options every time: its claim's text is built once.
-  const claimTexts = new TextCache()
+  // The projector's hot path (claim, completeMany, renewals, give-backs): one round trip
+  // outside a transaction.
+  const boundedOne = <Row extends object>(name: string, statement: Bounded<Row>) =>
+    boundedStatement(sql, settings, op(name), statement).pipe(classifySqlErrors(op(name)))
 
   const claimFunction = sql.literal(spec.claimFunction)
   const filterType = sql.literal(spec.filterType)
@@ -114,11 +107,10 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
    */
   const claim = <Row>(options: ClaimOptions, filter: unknown) =>
     Effect.flatMap(decodeClaim(options), ({ leaseSeconds, limit, maxLeaseExpiries, worker }) =>
-      boundedOne(
-        "claim",
+      boundedOne("claim", (settingsApplied) =>
         sql<Row & { readonly id: string; readonly generation: string; readonly attempt: number; readonly exhausted: boolean }>`
-          SELECT * FROM ${claimFunction}(${worker}::text, ${limit}::integer, ${leaseSeconds}::float8, ${filter}::${filterType}, ${maxLeaseExpiries}::integer)`,
-        JSON.stringify([worker, limit, leaseSeconds, filter, maxLeaseExpiries])
+          SELECT * FROM ${claimFunction}(CASE WHEN ${settingsApplied} THEN ${worker}::text END, ${limit}::integer,
+                                         ${leaseSeconds}::float8, ${filter}::${filterType}, ${maxLeaseExpiries}::integer)`
       ).pipe(
         // UPDATE ... RETURNING does not promise an order; the caller gets id order.
         Effect.map((rows) => inIdOrder(rows.filter((row) => !row.exhausted)))
@@ -156,7 +148,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
         Effect.flatMap(update, (rows) =>
           rows.length > 0
             ? Effect.succeed(rows)
-            : Effect.flatMap(stateOf([claim.messageId]), (found) => Effect.as(explain(claim, found[0], completing), rows)))
+            : Effect.flatMap(stateOf([claim.messageId]), (found) => Effect.as(Effect.fromResult(explain(claim, found[0], completing)), rows)))
       )
       : Effect.fail(spec.mismatch(claim))
 
@@ -187,13 +179,11 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
       // jsonb map (a binary search), never by joining the claims: a join was planned as a
       // nested loop over every claimed row times every claim once the statistics said
       // "nothing is claimed" (150 ms for 500 claims).
-      const updated = yield* boundedOne(
-        "completeMany",
+      const updated = yield* boundedOne("completeMany", (settingsApplied) =>
         sql<{ id: string }>`
           UPDATE ${table} q SET ${done} = now(), claimed_until = NULL, last_error = NULL
-           WHERE ${fencedMany(valid)}
-          RETURNING q.id::text AS id`
-      )
+           WHERE ${settingsApplied} AND ${fencedMany(valid)}
+          RETURNING q.id::text AS id`)
       const completed = new Set(updated.map((row) => row.id))
       const unsettled = valid.filter((c) => !completed.has(c.messageId))
       if (unsettled.length === 0) return { completed: [...completed], rejected: malformed }
@@ -261,10 +251,8 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
       const valid = claims.filter(wellFormed)
       const rejected: Array<SettleFailure> = claims.filter((c) => !wellFormed(c)).map(spec.mismatch)
       if (valid.length === 0) return { applied: [], rejected } satisfies ManyResult
-      const updated = yield* boundedOne(
-        name,
-        sql<{ id: string }>`UPDATE ${table} q SET ${set} WHERE ${fencedMany(valid)} RETURNING q.id::text AS id`
-      )
+      const updated = yield* boundedOne(name, (settingsApplied) =>
+        sql<{ id: string }>`UPDATE ${table} q SET ${set} WHERE ${settingsApplied} AND ${fencedMany(valid)} RETURNING q.id::text AS id`)
       const applied = new Set(updated.map((row) => row.id))
       const unapplied = valid.filter((c) => !applied.has(c.messageId))
       if (unapplied.length > 0) {
