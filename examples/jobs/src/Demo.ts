@@ -137,7 +137,7 @@ export const run = (url: string) =>
       Effect.repeat(
         Schedule.spaced("100 millis").pipe(Schedule.untilInput((reply: Reply) => reply.body.length === 2), Schedule.passthrough)
       ),
-      Effect.timeoutOrElse({ duration: "30 seconds", onTimeout: () => new DemoFailed({ message: "both transfers notified" }) })
+      Effect.timeoutOrElse({ duration: "30 seconds", orElse: () => Effect.fail(new DemoFailed({ message: "both transfers notified" })) })
     )
     for (const notification of delivered.body) yield* say(`   bob: ${notification.text}`)
     // What a lost answer to the webhook would cause: the same message delivered again.

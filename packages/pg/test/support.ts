@@ -28,7 +28,7 @@ export const waitersOnAdvisoryLocks = (n: number) =>
       .pipe(
         Effect.map((rows) => rows[0]!.waiting),
         Effect.repeat({ until: (waiting) => waiting >= n, schedule: Schedule.spaced("10 millis") }),
-        Effect.timeoutOrElse({ duration: "20 seconds", onTimeout: () => new Error(`fewer than ${n} lock waiters`) }),
+        Effect.timeoutOrElse({ duration: "20 seconds", orElse: () => Effect.fail(new Error(`fewer than ${n} lock waiters`)) }),
         TestClock.withLive
       ))
 

@@ -161,7 +161,7 @@ export const make = (options: WebhookOptions): Effect.Effect<Publisher["Service"
         const response = yield* client.execute(request).pipe(
           Effect.timeoutOrElse({
             duration: timeout,
-            onTimeout: () => retryable(`webhook ${shown} did not answer in ${Duration.format(timeout)}`)
+            orElse: () => Effect.fail(retryable(`webhook ${shown} did not answer in ${Duration.format(timeout)}`))
           }),
           Effect.catchTag("RequestError", (error) => Effect.fail(transportFailure(error, shown))),
           Effect.scoped

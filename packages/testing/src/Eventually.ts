@@ -16,7 +16,7 @@ export const eventually = <A, E, R>(
   until: (a: A) => boolean,
   seconds = 30
 ): Effect.Effect<A, E | Error, R> =>
-  Effect.repeat(effect, Schedule.spaced(Duration.millis(20)).pipe(Schedule.untilInput(until), Schedule.passthrough)).pipe(
-    Effect.timeoutOrElse({ duration: Duration.seconds(seconds), onTimeout: () => new Error(`condition not met in ${seconds} s`) }),
+  Effect.repeat(effect, { schedule: Schedule.spaced(Duration.millis(20)), until }).pipe(
+    Effect.timeoutOrElse({ duration: Duration.seconds(seconds), orElse: () => Effect.fail(new Error(`condition not met in ${seconds} s`)) }),
     TestClock.withLive
   )

@@ -143,7 +143,7 @@ export const layerTestcontainers = (image = "postgres:18-alpine"): Layer.Layer<P
           fail(`no container runtime: a Docker engine is needed for EFFECT_DURABLE_TEST_PG=testcontainers (${
             error instanceof Error ? error.message : String(error)
           })`)
-      }).pipe(Effect.timeoutOrElse({ duration: "20 seconds", onTimeout: () => fail("the container runtime did not answer in 20 s") }))
+      }).pipe(Effect.timeoutOrElse({ duration: "20 seconds", orElse: () => Effect.fail(fail("the container runtime did not answer in 20 s")) }))
       const container = yield* Effect.acquireRelease(
         Effect.tryPromise({ try: () => new PostgreSqlContainer(image).start(), catch: (error) => fail(String(error)) }),
         (started) => Effect.promise(() => started.stop())
@@ -170,16 +170,11 @@ export const layerTestcontainers = (image = "postgres:18-alpine"): Layer.Layer<P
 
 /** The settings that choose a provider, read through Effect `Config` (environment by default). */
 export const ProviderConfig = Config.all({
-  databaseUrl: Config.option(Config.Redacted("DATABASE_URL")).pipe(
-    Config.withDescription("an existing PostgreSQL for the tests; each suite creates and drops its own database")
+  databaseUrl: Config.option(Config.Redacted("DATABASE_URL")),
+  provider: Config.Literals(["embedded", "testcontainers"], "EFFECT_DURABLE_TEST_PG").pipe(
+    Config.withDefault("embedded" as const)
   ),
-  provider: Config.literal("embedded", "testcontainers")("EFFECT_DURABLE_TEST_PG").pipe(
-    Config.withDefault("embedded" as const),
-    Config.withDescription("which server to start when DATABASE_URL is not set")
-  ),
-  shared: Config.option(Config.Redacted(SHARED_SERVER_VARIABLE)).pipe(
-    Config.withDescription("set by the vitest global setup: the embedded server shared by a test run")
-  )
+  shared: Config.option(Config.Redacted(SHARED_SERVER_VARIABLE))
 })
 
 /** The provider chosen by configuration (see the module comment for the order). */

@@ -40,12 +40,12 @@ export const isPooled = (database: TestDatabase["Service"]): boolean =>
 /** Name of the variable that routes the suites' pools through a pooler. */
 export const POOLER_VARIABLE = "EFFECT_DURABLE_TEST_POOLER_URL"
 
-/** The pooler in front of the run's server, read through Effect `Config` (environment by default). */
-export const PoolerConfig = Config.option(Config.Redacted(POOLER_VARIABLE)).pipe(
-  Config.withDescription(
-    "a superuser URL of a pooler (PgBouncer, transaction mode) in front of the DATABASE_URL server; the suites' pools connect through it"
-  )
-)
+/**
+ * The pooler in front of the run's server, read through Effect `Config` (environment by
+ * default): a superuser URL of a pooler (PgBouncer, transaction mode) in front of the
+ * DATABASE_URL server; the suites' pools connect through it.
+ */
+export const PoolerConfig = Config.option(Config.Redacted(POOLER_VARIABLE))
 
 /** `base` (a pooler's URL) pointing at database `name`. */
 const onDatabase = (base: Redacted.Redacted<string>, name: string): Redacted.Redacted<string> => {
