@@ -41,6 +41,17 @@ const sqlState = (cause: unknown): string | null => {
 }
 
 /**
+ * The SQLSTATE of a failure: a driver `SqlError` (its reason's cause carries the server's
+ * fields), a classified `DatabaseError`, or a raw server error; `null` when there is none.
+ */
+export const sqlStateOf = (error: unknown): string | null =>
+  error instanceof SqlError
+    ? sqlState(error.reason.cause)
+    : error instanceof DatabaseError
+    ? error.code
+    : sqlState(error)
+
+/**
  * Classifies any failure of a statement issued on behalf of `operation`. The driver names
  * its reason (`ConnectionError`, `LockTimeoutError`...), but the SQLSTATE decides here: a
  * terminated backend (57P01) arrives as an `UnknownError` and is as retryable as a lost socket.

@@ -13,7 +13,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import { DurableSettings, type Settings } from "./DurableConfig.js"
-import { classifySqlErrors } from "./ErrorClassification.js"
+import { classifySqlErrors, sqlStateOf } from "./ErrorClassification.js"
 import { released } from "./internal/migrations/index.js"
 import { verify } from "./internal/schemaDrift.js"
 import { quote } from "./internal/sqlText.js"
@@ -104,7 +104,7 @@ export const appliedVersions: Effect.Effect<ReadonlyArray<number>, DatabaseError
     } ORDER BY version`.pipe(
       // undefined_table or invalid_schema_name: never migrated.
       Effect.catchIf(
-        (error) => ["42P01", "3F000"].includes((error.cause as { code?: string })?.code ?? ""),
+        (error) => ["42P01", "3F000"].includes(sqlStateOf(error) ?? ""),
         () => Effect.succeed([])
       )
     )

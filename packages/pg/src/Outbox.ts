@@ -25,6 +25,7 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { createHash } from "node:crypto"
 import { DurableSettings } from "./DurableConfig.js"
+import { arrayLiteral } from "./internal/sqlText.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import { traced } from "./internal/traced.js"
 
@@ -165,9 +166,9 @@ export const make = (
           WITH m AS (
             INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts)
             SELECT t, k, p::jsonb, h::jsonb, now() + make_interval(secs => d), a
-              FROM unnest(${rows.map((r) => r.topic)}::text[], ${rows.map((r) => r.orderingKey)}::text[],
+              FROM unnest(${rows.map((r) => r.topic)}::text[], ${arrayLiteral(rows.map((r) => r.orderingKey))}::text[],
                           ${rows.map((r) => r.payload)}::text[], ${rows.map((r) => r.headers)}::text[],
-                          ${rows.map((r) => r.delaySeconds)}::float8[], ${rows.map((r) => r.maxAttempts)}::int[])
+                          ${arrayLiteral(rows.map((r) => r.delaySeconds))}::float8[], ${arrayLiteral(rows.map((r) => r.maxAttempts))}::int[])
                    WITH ORDINALITY AS u(t, k, p, h, d, a, n)
              ORDER BY n
             RETURNING id, topic),

@@ -361,7 +361,7 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
         const step = (state: { readonly after: string; readonly total: number }) =>
           Effect.map(
             run(statement(sql`
-              SELECT id::text AS id FROM ${table}
+              SELECT id FROM ${table}
                WHERE dead_at IS NOT NULL AND id > ${state.after}::bigint ${upTo === undefined ? sql`` : sql`AND id <= ${upTo}::bigint`}
                  AND ${matches}
                ORDER BY id LIMIT ${batchSize} FOR UPDATE SKIP LOCKED`)),

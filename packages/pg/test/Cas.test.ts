@@ -69,8 +69,7 @@ describe("Cas", () => {
         const gate = yield* barrier
         const fibers = yield* Effect.forEach(
           Array.from({ length: 8 }, (_, i) => i),
-          (i) => Effect.forkChild(Effect.andThen(gate.wait, Effect.result(cas.update({ table: "accounts", id, expectedRevision: 1, set: { balance: i } })))),
-          { concurrency: "unbounded" }
+          (i) => Effect.forkChild(Effect.andThen(gate.wait, Effect.result(cas.update({ table: "accounts", id, expectedRevision: 1, set: { balance: i } }))))
         )
         yield* gate.open
         const results = yield* Fiber.joinAll(fibers)

@@ -208,7 +208,8 @@ describe("the substrate at its edges", () => {
         // statement timeout (150 ms here) cancels it.
         const error = yield* Effect.flip(Effect.scoped(Effect.gen(function*() {
           const holder = yield* sql.reserve
-          yield* holder.executeUnprepared("BEGIN; SELECT * FROM edge_locked FOR UPDATE", [], undefined)
+          yield* holder.executeUnprepared("BEGIN", [], undefined)
+          yield* holder.executeUnprepared("SELECT * FROM edge_locked FOR UPDATE", [], undefined)
           yield* Effect.addFinalizer(() => Effect.ignore(holder.executeUnprepared("ROLLBACK", [], undefined)))
           return yield* ledger.execute(
             { subject: "s", operation: "locked", key: "k" },

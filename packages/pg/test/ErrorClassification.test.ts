@@ -86,7 +86,9 @@ describe("PostgreSQL errors are classified in one place", () => {
     it.effect("a refused connection is retryable", () =>
       Effect.gen(function*() {
         const error = yield* Effect.flip(
+          // The pool connects on first use: the first statement meets the refusal.
           PgClient.make({ url: Redacted.make("postgres://nobody@127.0.0.1:1/none"), connectTimeout: "2 seconds" }).pipe(
+            Effect.flatMap((client) => client`SELECT 1`),
             Effect.provide(Reactivity.layer),
             Effect.scoped,
             classifySqlErrors("connect")

@@ -74,8 +74,7 @@ const suite = (schema: string) => {
         const effect = Effect.andThen(Effect.sync(() => runs++), apply(id))
         const fibers = yield* Effect.forEach(
           Array.from({ length: 8 }),
-          () => Effect.forkChild(Effect.andThen(gate.wait, inbox.handle("billing", id, effect))),
-          { concurrency: "unbounded" }
+          () => Effect.forkChild(Effect.andThen(gate.wait, inbox.handle("billing", id, effect)))
         )
         yield* gate.open
         const outcomes = yield* Fiber.joinAll(fibers)

@@ -171,7 +171,7 @@ const traverse = (request: Omit<Keyset.PageRequest, "cursor">, traversal: Traver
       cursor = page.nextCursor
       if (traversal.between !== undefined) yield* traversal.between(pages, seen)
       // A traversal that stops moving fails here rather than at the test's timeout.
-      if (pages > 500) return yield* Effect.dieMessage(`no end after ${pages} pages`)
+      if (pages > 500) return yield* Effect.die(new Error(`no end after ${pages} pages`))
     } while (cursor !== undefined)
     return { seen, pages }
   })
@@ -181,7 +181,7 @@ const countingStatements = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.gen(function*() {
     let statements = 0
     const result = yield* effect.pipe(
-      Statement.withTransformer((statement) => {
+      Effect.provideService(Statement.CurrentTransformer, (statement) => {
         statements++
         return Effect.succeed(statement)
       }),
@@ -546,17 +546,21 @@ describe("Keyset inputs", () => {
 
 describe("Keyset property", () => {
   it.layer(Live)((it) => {
-    it.effect.prop(
-      "any rows, page size, direction and tie-breaker, pages from any session: the traversal is ORDER BY over the same rows",
-      {
+it.effect("any rows, page size, direction and tie-breaker, pages from any session: the traversal is ORDER BY over the same rows", () =>
+      Effect.gen(function*() {
+        // Each case runs with the block's services; fast-check drives the cases and shrinks.
+        const services = yield* Effect.context<SqlClient.SqlClient | Keyset.Keyset | Elsewhere>()
+        yield* Effect.promise(() =>
+          FastCheck.assert(
+            FastCheck.asyncProperty(FastCheck.record({
         type: FastCheck.constantFrom(...PROPERTY_TYPES),
         values: FastCheck.array(FastCheck.integer({ min: -6, max: 6 }), { maxLength: 40 }),
         limit: FastCheck.integer({ min: 1, max: 9 }),
         direction: FastCheck.constantFrom("asc" as const, "desc" as const),
         tieBreaker: FastCheck.constantFrom("id", "k"),
         elsewhere: FastCheck.array(FastCheck.boolean(), { minLength: 1, maxLength: 6 })
-      },
-      ({ direction, elsewhere, limit, tieBreaker, type, values }) =>
+            }), ({ direction, elsewhere, limit, tieBreaker, type, values }) =>
+              Effect.runPromise(Effect.provideContext(
         Effect.gen(function*() {
           const sql = yield* SqlClient.SqlClient
           const there = yield* Elsewhere
@@ -570,7 +574,11 @@ describe("Keyset property", () => {
           expect(seen).toEqual(yield* orderedIds(table, order))
           expect(pages).toBe(Math.max(1, Math.ceil(values.length / limit)))
         }),
-      { fastCheck: { numRuns: 60 } }
-    )
+                services
+              ))),
+            { numRuns: 60 }
+          )
+        )
+      }))
   })
 })

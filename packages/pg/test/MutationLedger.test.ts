@@ -245,8 +245,7 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
         )
         const fibers = yield* Effect.forEach(
           Array.from({ length: 8 }),
-          () => Effect.forkChild(Effect.andThen(gate.wait, ledger.execute(id, request(), decide))),
-          { concurrency: "unbounded" }
+          () => Effect.forkChild(Effect.andThen(gate.wait, ledger.execute(id, request(), decide)))
         )
         yield* gate.open
         const outcomes = yield* Fiber.joinAll(fibers)
@@ -371,7 +370,8 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
         const runtime = yield* TestRole.make("ledger_runtime")
         yield* Migrations.grantRuntimeAccess(runtime.name)
         const sql = yield* SqlClient.SqlClient
-        yield* sql.unsafe(`GRANT INSERT, SELECT ON orders TO "${runtime.name}"; GRANT USAGE ON SEQUENCE orders_id_seq TO "${runtime.name}"`)
+        yield* sql.unsafe(`GRANT INSERT, SELECT ON orders TO "${runtime.name}"`)
+        yield* sql.unsafe(`GRANT USAGE ON SEQUENCE orders_id_seq TO "${runtime.name}"`)
         const settings = yield* DurableSettings
         const asRuntime = MutationLedger.layer.pipe(
           Layer.provideMerge(Layer.merge(Layer.succeed(SqlClient.SqlClient, runtime.sql), Layer.succeed(DurableSettings, settings)))

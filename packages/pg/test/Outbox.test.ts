@@ -2,15 +2,13 @@ import { describe, expect, it } from "@effect/vitest"
 import * as Reactivity from "effect/reactivity/Reactivity"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as SqlClient from "effect/sql/SqlClient"
-import * as Chunk from "effect/Chunk"
 import * as Deferred from "effect/Deferred"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
-import * as Option from "effect/Option"
-import * as Stream from "effect/Stream"
+import * as Queue from "effect/Queue"
 import * as TestClock from "effect/testing/TestClock"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
@@ -63,7 +61,6 @@ const freshTopic = TestSubstrate.freshName
 const claimAll = (worker: string, topic: string, lease: Duration.Input = "30 seconds") =>
   Effect.flatMap(OutboxWorker.OutboxWorker, (outbox) => outbox.claim({ worker, topics: [topic], limit: 100, lease }))
 
-const liveSleep = (ms: number) => TestClock.withLive(Effect.sleep(ms))
 
 const suite = (schema: string) => {
   const Live = substrate({ schema, lockTimeout: "5 seconds" }, {}, { maxAttemptsByTopic: { fragile: 2 } })
@@ -101,25 +98,20 @@ const suite = (schema: string) => {
           : yield* PgClient.PgClient
         const outbox = yield* outboxServices
         const topic = freshTopic("notify")
-        const listening = yield* Deferred.make<void>()
-        const heard = yield* pg.listen(outbox.channel).pipe(
-          Stream.filter((payload) => payload === topic),
-          Stream.take(1),
-          Stream.runCollect,
-          Effect.forkChild
-        )
-        // LISTEN is issued when the stream starts; wait until the server has the listener.
-        yield* eventually(
-          sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'LISTEN %'`,
-          (rows) => rows[0]!.n > 0
-        )
-        yield* Deferred.succeed(listening, undefined)
+        // listen resolves once the server has the listener; notifications arrive in commit order.
+        const heard = yield* pg.listen(outbox.channel)
         yield* Effect.flip(sql.withTransaction(Effect.andThen(outbox.enqueue(topic, {}), Effect.fail("rollback"))))
-        yield* liveSleep(300)
-        expect(Option.isNone(yield* Fiber.poll(heard))).toBe(true)
         yield* sql.withTransaction(outbox.enqueue(topic, {}))
-        const payloads = yield* Fiber.join(heard).pipe(Effect.timeout("10 seconds"), TestClock.withLive)
-        expect(Chunk.toReadonlyArray(payloads)).toEqual([topic])
+        // A sentinel committed last: everything sent before it has been heard when it is.
+        const sentinel = `${topic}-sentinel`
+        yield* sql`SELECT pg_notify(${outbox.channel}, ${sentinel})`
+        const payloads: Array<string> = []
+        while (payloads.at(-1) !== sentinel) {
+          const notification = yield* Queue.take(heard).pipe(Effect.timeout("10 seconds"), TestClock.withLive)
+          if (notification.payload === topic || notification.payload === sentinel) payloads.push(notification.payload)
+        }
+        // One wake-up for the committed enqueue, none for the rolled-back one.
+        expect(payloads).toEqual([topic, sentinel])
       }))
 
     it.effect("a payload that is not JSON, too large, or a bad topic fails typed and writes nothing", () =>
@@ -507,10 +499,13 @@ const suite = (schema: string) => {
         const replayed = ids.filter((_, i) => i % 4 === 0)
         // Purge and replay race from a barrier; each replayed row must survive, however they interleave.
         const gate = yield* barrier
-        const [purged, replayedIds] = yield* Effect.all([
-          Effect.andThen(gate.wait, outbox.purge({ olderThan: "1 day", batchSize: 7 })),
-          Effect.andThen(gate.wait, outbox.replay(replayed))
-        ], { concurrency: "unbounded" }).pipe(Effect.zipLeft(gate.open, { concurrent: true }))
+        const [[purged, replayedIds]] = yield* Effect.all([
+          Effect.all([
+            Effect.andThen(gate.wait, outbox.purge({ olderThan: "1 day", batchSize: 7 })),
+            Effect.andThen(gate.wait, outbox.replay(replayed))
+          ], { concurrency: "unbounded" }),
+          gate.open
+        ], { concurrency: "unbounded" })
         const left = yield* rowsOf(ids)
         // Every replayed row either was replayed before purge could take it (and survives,
         // open again) or was purged before the replay (and replay did not return it).

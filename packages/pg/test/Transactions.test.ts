@@ -15,7 +15,8 @@ describe("Transactions (the substrate's primitives, for applications)", () => {
         yield* sql`INSERT INTO tx_rows VALUES (1, 0)`
         const error = yield* Effect.flip(Effect.scoped(Effect.gen(function*() {
           const holder = yield* sql.reserve
-          yield* holder.executeUnprepared("BEGIN; SELECT * FROM tx_rows FOR UPDATE", [], undefined)
+          yield* holder.executeUnprepared("BEGIN", [], undefined)
+          yield* holder.executeUnprepared("SELECT * FROM tx_rows FOR UPDATE", [], undefined)
           yield* Effect.addFinalizer(() => Effect.ignore(holder.executeUnprepared("ROLLBACK", [], undefined)))
           return yield* sql`UPDATE tx_rows SET n = n + 1`.pipe(Transactions.withTimeouts({ lockTimeout: "100 millis" }))
         })))

@@ -1,5 +1,6 @@
 // What pg suites share beyond `@effect-durable/testing`: a plain fresh database (for suites
 // that migrate themselves), barriers the database decides, and the SQLSTATE of a failure.
+import { sqlStateOf } from "../src/ErrorClassification.js"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 export { eventually } from "@effect-durable/testing/Eventually"
@@ -38,5 +39,5 @@ export const barrier = Effect.map(Deferred.make<void>(), (gate) => ({
   open: Deferred.succeed(gate, undefined)
 }))
 
-/** The SQLSTATE in a failure from `@effect/sql`. */
-export const sqlState = (error: unknown): string | undefined => (error as { cause?: { code?: string } })?.cause?.code
+/** The SQLSTATE of a failure (a driver `SqlError` or a classified `DatabaseError`). */
+export const sqlState = (error: unknown): string | undefined => sqlStateOf(error) ?? undefined
