@@ -136,7 +136,8 @@ export const layer = (options: Options): Layer.Layer<Services, DurableConfigErro
         maxConnections: connection.poolSize,
         connectTimeout: connection.connectTimeout,
         idleTimeout: connection.idleTimeout,
-        applicationName: connection.applicationName
+        applicationName: connection.applicationName,
+        prepare: connection.preparedStatements
       }).pipe(mapError(classify("Durable.layer")))
       const { connection: _, ...rest } = options
       return layerOver(rest).pipe(Layer.provideMerge(client))

@@ -26,6 +26,7 @@ export const Defaults = {
   connectTimeout: "10 seconds",
   idleTimeout: "30 seconds",
   applicationName: "effect-durable",
+  preparedStatements: true,
   synchronousWorkerCommits: true
 } as const
 
@@ -98,6 +99,12 @@ export interface ConnectionInput {
   readonly idleTimeout?: Duration.Input
   /** Shown in `pg_stat_activity`. Default `effect-durable`. */
   readonly applicationName?: string
+  /**
+   * Whether statements are prepared (named, cached per connection). Default true. Set false
+   * behind a transaction-mode pooler that cannot keep named statements (PgBouncer before 1.21,
+   * or without `max_prepared_statements`).
+   */
+  readonly preparedStatements?: boolean
 }
 
 export interface Connection {
@@ -106,6 +113,7 @@ export interface Connection {
   readonly connectTimeout: Duration.Duration
   readonly idleTimeout: Duration.Duration
   readonly applicationName: string
+  readonly preparedStatements: boolean
 }
 
 const Url = Schema.Redacted(Schema.String).check(Schema.makeFilter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url).trim()), { message: "a PostgreSQL URL (postgres://user:password@host:port/database)" }))
@@ -116,7 +124,10 @@ const ConnectionSchema = Schema.Struct({
   connectTimeout: Timeout.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Duration.fromInputUnsafe(Defaults.connectTimeout)))),
   idleTimeout: Timeout.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Duration.fromInputUnsafe(Defaults.idleTimeout)))),
   // PostgreSQL truncates application_name at 63 bytes and replaces non-ASCII with '?'.
-  applicationName: Schema.String.check(Schema.makeFilter((name) => /^[\x20-\x7e]{1,63}$/.test(name), { message: "1-63 printable ASCII characters" })).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.applicationName)))
+  applicationName: Schema.String.check(
+    Schema.makeFilter((name) => /^[\x20-\x7e]{1,63}$/.test(name), { message: "1-63 printable ASCII characters" })
+  ).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.applicationName))),
+  preparedStatements: Schema.Boolean.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.preparedStatements)))
 })
 
 export const makeConnection: (input: ConnectionInput) => Effect.Effect<Connection, DurableConfigError> = Input.options(
@@ -130,6 +141,10 @@ export const Variables: Readonly<Record<string, Input.VariableHint>> = {
   DURABLE_CONNECT_TIMEOUT: { purpose: "the longest wait to open or acquire a connection", example: "10 seconds" },
   DURABLE_IDLE_TIMEOUT: { purpose: "how long an unused connection stays open", example: "30 seconds" },
   DURABLE_APPLICATION_NAME: { purpose: "application_name shown in pg_stat_activity", example: "orders-api" },
+  DURABLE_PREPARED_STATEMENTS: {
+    purpose: "whether statements are prepared; false behind a transaction pooler without prepared-statement support",
+    example: "false"
+  },
   DURABLE_SCHEMA: { purpose: "the schema of the substrate's tables", example: "durable" },
   DURABLE_LOCK_TIMEOUT: { purpose: "the longest lock wait inside a substrate transaction", example: "5 seconds" },
   DURABLE_STATEMENT_TIMEOUT: { purpose: "the longest statement inside a substrate transaction", example: "30 seconds" },
@@ -152,6 +167,7 @@ export const FieldVariables: Readonly<Record<string, string>> = {
   connectTimeout: "DURABLE_CONNECT_TIMEOUT",
   idleTimeout: "DURABLE_IDLE_TIMEOUT",
   applicationName: "DURABLE_APPLICATION_NAME",
+  preparedStatements: "DURABLE_PREPARED_STATEMENTS",
   schema: "DURABLE_SCHEMA",
   lockTimeout: "DURABLE_LOCK_TIMEOUT",
   statementTimeout: "DURABLE_STATEMENT_TIMEOUT",
@@ -185,7 +201,8 @@ export const config: Config.Config<{
     poolSize: variable(Config.Int("DURABLE_POOL_SIZE")),
     connectTimeout: variable(Config.String("DURABLE_CONNECT_TIMEOUT")),
     idleTimeout: variable(Config.String("DURABLE_IDLE_TIMEOUT")),
-    applicationName: variable(Config.String("DURABLE_APPLICATION_NAME"))
+    applicationName: variable(Config.String("DURABLE_APPLICATION_NAME")),
+    preparedStatements: variable(Config.Boolean("DURABLE_PREPARED_STATEMENTS"))
   }).pipe(Config.map(present)),
   settings: Config.all({
     schema: variable(Config.String("DURABLE_SCHEMA")),

@@ -100,7 +100,9 @@ export const layer = (
       PgClient.layer({
         url: database.poolUrl,
         applicationName: options.applicationName ?? "effect-durable-test",
-        maxConnections: options.maxConnections ?? 10
+        maxConnections: options.maxConnections ?? 10,
+        // A transaction pooler moves named prepared statements between server connections.
+        prepare: !isPooled(database)
       })
     )
   })

@@ -15,7 +15,7 @@ import type * as Scope from "effect/Scope"
 import { randomBytes } from "node:crypto"
 import { quoteIdentifier, uniqueSuffix, withAdmin } from "./internal/admin.js"
 import type { PgServerError } from "./PgServer.js"
-import { TestDatabase } from "./TestDatabase.js"
+import { isPooled, TestDatabase } from "./TestDatabase.js"
 
 export interface TestRole {
   /** The role's actual (unique) name: `<base>_<suffix>`. */
@@ -53,7 +53,8 @@ export const make = (
     const sql = yield* PgClient.make({
       url: Redacted.make(url.toString()),
       applicationName: options.applicationName ?? name,
-      maxConnections: 4
+      maxConnections: 4,
+      prepare: !isPooled(database)
     }).pipe(Effect.provide(Reactivity.layer))
     return { name, sql }
   })
