@@ -15,7 +15,6 @@ import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
 import { quote } from "./internal/sqlText.js"
-import { traced } from "./internal/traced.js"
 import { bounded } from "./internal/transaction.js"
 
 /** A value bound as a parameter (for a `jsonb` column pass `JSON.stringify(value)`). */
@@ -78,31 +77,31 @@ export const make: Effect.Effect<Cas["Service"], never, SqlClient.SqlClient | Du
   const sql = yield* SqlClient.SqlClient
   const settings = yield* DurableSettings
 
-  const update = (request: CasUpdate) =>
-    Effect.flatMap(validateUpdate(request), ({ columns, idColumn, qualified, revisionColumn }) => {
-      const expected = BigInt(request.expectedRevision)
-      const assignments = sql.csv(columns.map((column) => sql`${sql(column)} = ${request.set[column]!}`))
-      const body = Effect.gen(function*() {
-        const updated = yield* sql<{ revision: string }>`
-          UPDATE ${sql.literal(qualified)}
-             SET ${assignments}, ${sql(revisionColumn)} = ${sql(revisionColumn)} + 1
-           WHERE ${sql(idColumn)} = ${request.id} AND ${sql(revisionColumn)} = ${expected.toString()}
-          RETURNING ${sql(revisionColumn)}::text AS revision`
-        if (updated[0] !== undefined) return BigInt(updated[0].revision)
-        const current = yield* sql<{ revision: string }>`
-          SELECT ${sql(revisionColumn)}::text AS revision FROM ${sql.literal(qualified)}
-           WHERE ${sql(idColumn)} = ${request.id}`
-        return yield* new CasConflict({
-          table: request.table,
-          id: String(request.id),
-          expectedRevision: expected,
-          actualRevision: current[0] === undefined ? null : BigInt(current[0].revision)
-        })
+  const update = Effect.fn("Cas.update")(function*(request: CasUpdate) {
+    const { columns, idColumn, qualified, revisionColumn } = yield* validateUpdate(request)
+    const expected = BigInt(request.expectedRevision)
+    const assignments = sql.csv(columns.map((column) => sql`${sql(column)} = ${request.set[column]!}`))
+    const body = Effect.gen(function*() {
+      const updated = yield* sql<{ revision: string }>`
+        UPDATE ${sql.literal(qualified)}
+           SET ${assignments}, ${sql(revisionColumn)} = ${sql(revisionColumn)} + 1
+         WHERE ${sql(idColumn)} = ${request.id} AND ${sql(revisionColumn)} = ${expected.toString()}
+        RETURNING ${sql(revisionColumn)}::text AS revision`
+      if (updated[0] !== undefined) return BigInt(updated[0].revision)
+      const current = yield* sql<{ revision: string }>`
+        SELECT ${sql(revisionColumn)}::text AS revision FROM ${sql.literal(qualified)}
+         WHERE ${sql(idColumn)} = ${request.id}`
+      return yield* new CasConflict({
+        table: request.table,
+        id: String(request.id),
+        expectedRevision: expected,
+        actualRevision: current[0] === undefined ? null : BigInt(current[0].revision)
       })
-      return bounded(sql, settings, "Cas.update", body)
     })
+    return yield* bounded(sql, settings, "Cas.update", body)
+  })
 
-  return Cas.of(traced("Cas", { update }))
+  return Cas.of({ update })
 })
 
 export const layer: Layer.Layer<Cas, never, SqlClient.SqlClient | DurableSettings> = Layer.effect(Cas, make)

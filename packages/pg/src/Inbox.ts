@@ -29,7 +29,6 @@ import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import { bounded } from "./internal/transaction.js"
-import { traced } from "./internal/traced.js"
 
 /** Every default of the inbox, read by the options schema. */
 export const Defaults = {
@@ -93,29 +92,27 @@ export const make = (
     const { maxAttempts, maxPayloadBytes } = yield* decodeOptions(options)
     const table = sql.literal(settings.table("inbox"))
 
-    const handle = <A, E, R>(consumer: string, messageId: string, effect: Effect.Effect<A, E, R>) =>
-      Effect.andThen(
-        identity(consumer, messageId),
-        bounded(
-          sql,
-          settings,
-          "Inbox.handle",
-          Effect.gen(function*() {
-            // The timeouts are in force before the insert runs: a concurrent delivery of the
-            // same message waits on the unique key, bounded by the lock timeout.
-            const inserted = yield* sql<{ id: string }>`
-              INSERT INTO ${table} (consumer, message_id, processed_at)
-              VALUES (${consumer}, ${messageId}, now())
-              ON CONFLICT (consumer, message_id) DO NOTHING
-              RETURNING id::text AS id`
-            if (inserted.length === 0) return { _tag: "Duplicate" } as HandleOutcome<A>
-            return { _tag: "Processed", value: yield* classifySqlErrors("Inbox.handle")(effect) } as HandleOutcome<A>
-          })
-        )
+    const handle = Effect.fn("Inbox.handle")(function*<A, E, R>(consumer: string, messageId: string, effect: Effect.Effect<A, E, R>) {
+      yield* identity(consumer, messageId)
+      return yield* bounded(
+        sql,
+        settings,
+        "Inbox.handle",
+        Effect.gen(function*() {
+          // The timeouts are in force before the insert runs: a concurrent delivery of the
+          // same message waits on the unique key, bounded by the lock timeout.
+          const inserted = yield* sql<{ id: string }>`
+            INSERT INTO ${table} (consumer, message_id, processed_at)
+            VALUES (${consumer}, ${messageId}, now())
+            ON CONFLICT (consumer, message_id) DO NOTHING
+            RETURNING id::text AS id`
+          if (inserted.length === 0) return { _tag: "Duplicate" } as HandleOutcome<A>
+          return { _tag: "Processed", value: yield* classifySqlErrors("Inbox.handle")(effect) } as HandleOutcome<A>
+        })
       )
+    })
 
-    const receive = (consumer: string, messageId: string, payload: unknown, headers: Readonly<Record<string, string>> = {}) =>
-      Effect.gen(function*() {
+    const receive = Effect.fn("Inbox.receive")(function*(consumer: string, messageId: string, payload: unknown, headers: Readonly<Record<string, string>> = {}) {
         yield* identity(consumer, messageId)
         const json = yield* Effect.fromResult(Result.mapError(
           canonicalizeWithin(payload, maxPayloadBytes),
@@ -130,7 +127,7 @@ export const make = (
         return inserted.length === 0 ? "Duplicate" as const : "New" as const
       })
 
-    return Inbox.of(traced("Inbox", { handle, receive }))
+    return Inbox.of({ handle, receive })
   })
 
 export const layer = (

@@ -15,7 +15,6 @@ import * as Layer from "effect/Layer"
 import { DurableSettings } from "./DurableConfig.js"
 import { specFor } from "./internal/queue/spec.js"
 import * as QueueWorker from "./internal/queue/worker.js"
-import { traced } from "./internal/traced.js"
 import type * as LeasedQueue from "./LeasedQueue.js"
 
 export interface InboxEntry {
@@ -71,8 +70,7 @@ export const make: Effect.Effect<InboxWorker["Service"], never, SqlClient.SqlCli
     const settings = yield* DurableSettings
     const queue = QueueWorker.make(sql, settings, specFor(settings, "inbox"), "InboxWorker")
 
-    const claim = (options: ClaimOptions) =>
-      Effect.gen(function*() {
+    const claim = Effect.fn("InboxWorker.claim")(function*(options: ClaimOptions) {
         const rows = yield* queue.claim<ClaimedRow>(options, yield* decodeConsumer(options.consumer))
         return rows.map((row): InboxEntry => ({
           id: row.id,
@@ -85,16 +83,16 @@ export const make: Effect.Effect<InboxWorker["Service"], never, SqlClient.SqlCli
           claim: { messageId: row.id, worker: options.worker, generation: Number(row.generation) }
         }))
       })
-
-    return InboxWorker.of(traced("InboxWorker", {
+    // Each operation's span is named here; the queue implementation is shared with the outbox.
+    return InboxWorker.of({
       claim,
-      complete: queue.complete,
-      completeMany: queue.completeMany,
-      release: queue.release,
-      renewLease: queue.renew,
-      renewLeases: queue.renewMany,
-      giveBack: queue.giveBack
-    }))
+      complete: (claim) => Effect.withSpan(queue.complete(claim), "InboxWorker.complete"),
+      completeMany: (claims) => Effect.withSpan(queue.completeMany(claims), "InboxWorker.completeMany"),
+      release: (claim, options) => Effect.withSpan(queue.release(claim, options), "InboxWorker.release"),
+      renewLease: (claim, lease) => Effect.withSpan(queue.renew(claim, lease), "InboxWorker.renewLease"),
+      renewLeases: (claims, lease) => Effect.withSpan(queue.renewMany(claims, lease), "InboxWorker.renewLeases"),
+      giveBack: (claims) => Effect.withSpan(queue.giveBack(claims), "InboxWorker.giveBack")
+    })
   }
 )
 

@@ -24,7 +24,6 @@ import * as Catalog from "./internal/keyset/catalog.js"
 import { unencodable } from "./internal/keyset/positions.js"
 import * as Request from "./internal/keyset/request.js"
 import { readPage } from "./internal/keyset/statement.js"
-import { traced } from "./internal/traced.js"
 
 /** An equality filter's value; `null` means `IS NULL`. */
 export type FilterValue = string | number | boolean | null
@@ -94,8 +93,7 @@ export const make: Effect.Effect<Keyset["Service"], never, SqlClient.SqlClient |
     const codec = yield* Cursor.CursorCodec
     const catalog = yield* Catalog.make(sql)
 
-    const page = <Row>(request: PageRequest): Effect.Effect<Page<Row>, PageError> =>
-      Effect.gen(function*() {
+    const page = Effect.fn("Keyset.page")(function*<Row>(request: PageRequest): Effect.fn.Return<Page<Row>, PageError> {
         const query = yield* Effect.fromResult(decode(request))
         const binding = yield* Effect.fromResult(Request.binding(sql, query))
         // Checked before any SQL: a foreign cursor learns nothing about the table.
@@ -119,7 +117,7 @@ export const make: Effect.Effect<Keyset["Service"], never, SqlClient.SqlClient |
         return { items, nextCursor }
       })
 
-    return Keyset.of(traced("Keyset", { page }))
+    return Keyset.of({ page })
   }
 )
 

@@ -35,7 +35,6 @@ import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import * as Ledger from "./internal/ledger.js"
 import { isoUtc } from "./internal/timestamps.js"
-import { traced } from "./internal/traced.js"
 import { inCallerTransaction, restoreTimeouts, transact } from "./internal/transaction.js"
 
 export interface MutationIdentity {
@@ -226,13 +225,12 @@ export const make: Effect.Effect<MutationLedger["Service"], never, SqlClient.Sql
         return { _tag: "Claimed", record } as const
       }).pipe(classifySqlErrors("MutationLedger.begin"))
 
-    const execute = <E, R>(
+    const execute = Effect.fn("MutationLedger.execute")(function*<E, R>(
       identity: MutationIdentity,
       request: MutationRequest,
       decide: Effect.Effect<Decision, E, R>,
       options: ExecuteOptions = {}
-    ): Effect.Effect<MutationOutcome, E | ExecuteError, R> =>
-      Effect.gen(function*() {
+    ): Effect.fn.Return<MutationOutcome, E | ExecuteError, R> {
         yield* validate(identity, request)
         const inside = yield* inCallerTransaction(sql)
         return yield* transact(
@@ -246,8 +244,7 @@ export const make: Effect.Effect<MutationLedger["Service"], never, SqlClient.Sql
         )
       })
 
-    const begin = (identity: MutationIdentity, request: MutationRequest, options: ExecuteOptions = {}) =>
-      Effect.gen(function*() {
+    const begin = Effect.fn("MutationLedger.begin")(function*(identity: MutationIdentity, request: MutationRequest, options: ExecuteOptions = {}) {
         yield* validate(identity, request)
         if (!(yield* inCallerTransaction(sql))) {
           return yield* new InvalidInput({
@@ -258,8 +255,7 @@ export const make: Effect.Effect<MutationLedger["Service"], never, SqlClient.Sql
         return yield* steps(identity, request, options.wait !== false, true)
       })
 
-    const lookup = (identity: MutationIdentity) =>
-      Effect.gen(function*() {
+    const lookup = Effect.fn("MutationLedger.lookup")(function*(identity: MutationIdentity) {
         const { key, operation, subject } = yield* decodeIdentity(identity)
         const rows = yield* sql`
           SELECT true AS locked, '' AS previous_lock_timeout, '' AS previous_statement_timeout, kind, eligibility,
@@ -273,8 +269,7 @@ export const make: Effect.Effect<MutationLedger["Service"], never, SqlClient.Sql
           onSome: (row) => Effect.map(Effect.orDie(Ledger.decodeLookup(row)), (found) => Option.some(Ledger.storedOf(found)))
         })
       })
-    const purge = (options: PurgeOptions) =>
-      Effect.gen(function*() {
+    const purge = Effect.fn("MutationLedger.purge")(function*(options: PurgeOptions) {
         const seconds = Duration.toMillis(yield* decodeOlderThan(options.olderThan)) / 1000
         const batchSize = yield* decodeBatchSize(options.batchSize ?? 1000)
         let total = 0
@@ -294,7 +289,7 @@ export const make: Effect.Effect<MutationLedger["Service"], never, SqlClient.Sql
         }
       })
 
-    return MutationLedger.of(traced("MutationLedger", { execute, begin, lookup, purge }))
+    return MutationLedger.of({ execute, begin, lookup, purge })
   }
 )
 

@@ -27,7 +27,6 @@ import { createHash } from "node:crypto"
 import { DurableSettings } from "./DurableConfig.js"
 import { arrayLiteral } from "./internal/sqlText.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import { traced } from "./internal/traced.js"
 
 /** Every default of the outbox, read by the options schema, `Durable`'s config and a test of the DDL. */
 export const Defaults = {
@@ -141,8 +140,7 @@ export const make = (
 
     // One statement, no transaction of its own: it joins the caller's, and pg_notify's
     // wake-up is delivered only if that transaction commits.
-    const enqueue = (topic: string, payload: unknown, enqueueOptions: EnqueueOptions = {}) =>
-      Effect.gen(function*() {
+    const enqueue = Effect.fn("Outbox.enqueue")(function*(topic: string, payload: unknown, enqueueOptions: EnqueueOptions = {}) {
         const row = yield* prepare(topic, payload, enqueueOptions, yield* traceparent)
         const inserted = yield* sql<{ id: string }>`
           WITH m AS (
@@ -156,8 +154,7 @@ export const make = (
         return inserted[0]!.id
       })
 
-    const enqueueMany = (messages: ReadonlyArray<NewMessage>) =>
-      Effect.gen(function*() {
+    const enqueueMany = Effect.fn("Outbox.enqueueMany")(function*(messages: ReadonlyArray<NewMessage>) {
         if (messages.length === 0) return []
         yield* decodeCount(messages.length)
         const trace = yield* traceparent
@@ -181,7 +178,7 @@ export const make = (
         return inserted.map((row) => BigInt(row.id)).sort((a, b) => (a < b ? -1 : 1)).map(String)
       })
 
-    return Outbox.of(traced("Outbox", { enqueue, enqueueMany, channel }))
+    return Outbox.of({ enqueue, enqueueMany, channel })
   })
 
 export const layer = (

@@ -25,7 +25,6 @@ import { MAX_BATCH, MessageId } from "./internal/queue/spec.js"
 import { decodeRows } from "./internal/rows.js"
 import { decodeFilter, ERROR_GROUP, MessageState, predicate, STATE_OF_ROW } from "./internal/search/filter.js"
 import { isoUtc } from "./internal/timestamps.js"
-import { traced } from "./internal/traced.js"
 import { bounded } from "./internal/transaction.js"
 
 export { MessageState } from "./internal/search/filter.js"
@@ -270,8 +269,7 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
 
     const where = (filter: MessageFilter) => Effect.map(decodeFilter(filter), (decoded) => predicate(sql, decoded))
 
-    const messages = (filter: MessageFilter, page: { readonly limit: number; readonly before?: string }) =>
-      Effect.gen(function*() {
+    const messages = Effect.fn("OutboxSearch.messages")(function*(filter: MessageFilter, page: { readonly limit: number; readonly before?: string }) {
         const matches = yield* where(filter)
         const { before, limit } = yield* decodePage(page)
         const rows = yield* sql`
@@ -282,8 +280,7 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
         return { items, next: rows.length > limit ? items[items.length - 1]!.id : undefined }
       })
 
-    const count = (filter: MessageFilter) =>
-      Effect.gen(function*() {
+    const count = Effect.fn("OutboxSearch.count")(function*(filter: MessageFilter) {
         const matches = yield* where(filter)
         const [row] = yield* sql<{ count: number; maxId: string | null }>`
           SELECT count(*)::int AS count, max(id)::text AS "maxId" FROM ${table} WHERE ${matches}`.pipe(
@@ -292,8 +289,7 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
         return { count: row!.count, maxId: row!.maxId }
       })
 
-    const message = (id: string) =>
-      Effect.gen(function*() {
+    const message = Effect.fn("OutboxSearch.message")(function*(id: string) {
         const decoded = yield* decodeId(id)
         const rows = yield* sql`
           SELECT ${columns("last_error")}, payload, headers, max_attempts AS "maxAttempts",
@@ -303,8 +299,7 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
         return Option.fromNullishOr(rows[0])
       })
 
-    const deadLetterGroups = (options: { readonly topic?: string; readonly limit: number }) =>
-      Effect.gen(function*() {
+    const deadLetterGroups = Effect.fn("OutboxSearch.deadLetterGroups")(function*(options: { readonly topic?: string; readonly limit: number }) {
         const { limit, topic } = yield* decodeGroups(options)
         return yield* sql`
           SELECT topic, ${sql.literal(ERROR_GROUP)} AS error, count(*)::int AS count,
@@ -318,8 +313,7 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
         )
       })
 
-    const history = (options: { readonly topic?: string; readonly window: Duration.Input; readonly buckets: number }) =>
-      Effect.gen(function*() {
+    const history = Effect.fn("OutboxSearch.history")(function*(options: { readonly topic?: string; readonly window: Duration.Input; readonly buckets: number }) {
         const decoded = yield* decodeHistory(options)
         const step = Duration.toMillis(decoded.window) / 1000 / decoded.buckets
         const topic = decoded.topic === undefined ? sql`` : sql`AND topic = ${decoded.topic}`
@@ -387,7 +381,7 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
       sql<{ id: string }>`DELETE FROM ${table} WHERE id = ANY(ARRAY(${batch})) AND dead_at IS NOT NULL
                           RETURNING id::text AS id`)
 
-    return OutboxSearch.of(traced("OutboxSearch", {
+    return OutboxSearch.of({
       messages,
       count,
       message,
@@ -395,7 +389,7 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
       history,
       redriveMatching,
       discardMatching
-    }))
+    })
   }
 )
 

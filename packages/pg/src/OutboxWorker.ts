@@ -19,7 +19,6 @@ import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
 import { specFor } from "./internal/queue/spec.js"
 import * as QueueWorker from "./internal/queue/worker.js"
-import { traced } from "./internal/traced.js"
 import type * as LeasedQueue from "./LeasedQueue.js"
 
 export interface OutboxMessage {
@@ -86,8 +85,7 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
     const settings = yield* DurableSettings
     const queue = QueueWorker.make(sql, settings, specFor(settings, "outbox"), "OutboxWorker")
 
-    const claim = (options: ClaimOptions) =>
-      Effect.gen(function*() {
+    const claim = Effect.fn("OutboxWorker.claim")(function*(options: ClaimOptions) {
         // Per-key order, paused topics and the topic filter live in the claim function (migration 8).
         const rows = yield* queue.claim<ClaimedRow>(options, yield* decodeTopics(options.topics ?? null))
         return rows.map((row): OutboxMessage => ({
@@ -101,16 +99,16 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
           claim: { messageId: row.id, worker: options.worker, generation: Number(row.generation) }
         }))
       })
-
-    return OutboxWorker.of(traced("OutboxWorker", {
+    // Each operation's span is named here; the queue implementation is shared with the inbox.
+    return OutboxWorker.of({
       claim,
-      markProjected: queue.complete,
-      markProjectedMany: queue.completeMany,
-      release: queue.release,
-      renewLease: queue.renew,
-      renewLeases: queue.renewMany,
-      giveBack: queue.giveBack
-    }))
+      markProjected: (claim) => Effect.withSpan(queue.complete(claim), "OutboxWorker.markProjected"),
+      markProjectedMany: (claims) => Effect.withSpan(queue.completeMany(claims), "OutboxWorker.markProjectedMany"),
+      release: (claim, options) => Effect.withSpan(queue.release(claim, options), "OutboxWorker.release"),
+      renewLease: (claim, lease) => Effect.withSpan(queue.renew(claim, lease), "OutboxWorker.renewLease"),
+      renewLeases: (claims, lease) => Effect.withSpan(queue.renewMany(claims, lease), "OutboxWorker.renewLeases"),
+      giveBack: (claims) => Effect.withSpan(queue.giveBack(claims), "OutboxWorker.giveBack")
+    })
   }
 )
 
