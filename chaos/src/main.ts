@@ -171,6 +171,7 @@ const program = Effect.gen(function*() {
   const journal = join(run.path, "producer-journal.jsonl")
   const producerConfig: ProducerConfig = {
     url: producerUrl.toString(),
+    pooled: Option.isSome(pooler),
     messages,
     productionMillis,
     concurrency: PRODUCER_CONCURRENCY,

@@ -31,6 +31,8 @@ import { APPLICATION, type JournalEntry, OPERATION, type Payload, SUBJECT, TOPIC
 export interface ProducerConfig {
   /** Through the commit-cutting proxy. */
   readonly url: string
+  /** Behind PgBouncer (transaction mode): statements are not prepared. */
+  readonly pooled: boolean
   readonly messages: number
   readonly productionMillis: number
   readonly concurrency: number
@@ -96,7 +98,7 @@ const program = Effect.gen(function*() {
         if (failure._tag === "Some" && failure.value instanceof DeliberateRollback) break
         if (failure._tag === "Some" && failure.value._tag === "MutationConflict") {
           // The same key with the same request can never conflict: that is a bug to report.
-          return yield* Effect.dieMessage(`${key}: ${describe(exit.cause)}`)
+          return yield* Effect.die(new Error(`${key}: ${describe(exit.cause)}`))
         }
         yield* failed(exit.cause)
       }
@@ -119,7 +121,12 @@ const program = Effect.gen(function*() {
 
 program.pipe(
   Effect.provide(Durable.layer({
-    connection: { url: Redacted.make(config.url), applicationName: APPLICATION.producer, poolSize: config.concurrency }
+    connection: {
+      url: Redacted.make(config.url),
+      applicationName: APPLICATION.producer,
+      poolSize: config.concurrency,
+      preparedStatements: !config.pooled
+    }
   })),
   Effect.tapCause((cause) => Effect.logError("chaos producer failed", cause)),
   NodeRuntime.runMain

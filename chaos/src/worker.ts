@@ -26,7 +26,7 @@ export interface WorkerConfig {
   readonly workerId: string
   /** The pool's URL: the server, or PgBouncer in front of it. */
   readonly url: string
-  /** Behind a pooler: a direct URL for the projector's LISTEN connection. */
+  /** Behind a pooler: a direct URL for the projector's LISTEN connection (and no prepared statements). */
   readonly listenUrl?: string
   /** The projector lease in ms; absent: the projector's default. */
   readonly leaseMillis?: number
@@ -66,7 +66,12 @@ const projector = Projector.layer({
 }).pipe(Layer.provide(handler))
 
 const substrate = Durable.layer({
-  connection: { url: Redacted.make(config.url), applicationName: APPLICATION.worker(config.index) },
+  connection: {
+    url: Redacted.make(config.url),
+    applicationName: APPLICATION.worker(config.index),
+    // PgBouncer 1.18 in transaction mode cannot keep named prepared statements.
+    preparedStatements: config.listenUrl === undefined
+  },
   ...(config.asyncWorkerCommits === true ? { settings: { synchronousWorkerCommits: false } } : {})
 })
 
