@@ -11,11 +11,11 @@ import * as Projector from "@effect-durable/projector/Projector"
 import * as Publisher from "@effect-durable/projector/Publisher"
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServer from "effect/http/HttpServer"
 import * as SqlClient from "effect/sql/SqlClient"
-import * as Context from "effect/Context"
-import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Ref from "effect/Ref"
@@ -26,7 +26,7 @@ import { join } from "node:path"
 import { type Browser as PlaywrightBrowser, chromium, type Page } from "playwright-core"
 import * as AdminPage from "../src/AdminPage.js"
 import { findBrowser } from "./setup/browser.js"
-import { deadLetters, enqueue, freshTopic, PACKAGE, rowsOf, Substrate } from "./support.js"
+import { deadLetters, enqueue, freshTopic, PACKAGE, portOf, rowsOf, Substrate } from "./support.js"
 
 const browser = findBrowser()
 if (browser.path === undefined) {
@@ -41,13 +41,10 @@ const OUTPUT = join(PACKAGE, "build", "test-output")
 const DOCS = join(PACKAGE, "..", "..", "docs")
 
 /** The application's server: the page mounted twice (writable, read-only), on a free port. */
-const Server = Layer.effectDiscard(Effect.gen(function*() {
-  const writable = yield* AdminPage.make({ auth, showPayloads: true, batchSize: 2 })
-  const readOnly = yield* AdminPage.make({ auth, readOnly: true })
-  yield* HttpServer.serveEffect(
-    HttpRouter.empty.pipe(HttpRouter.mount("/ops/durable", writable), HttpRouter.mount("/ro/durable", readOnly))
-  )
-})).pipe(Layer.provideMerge(NodeHttpServer.layer(() => createServer(), { port: 0, host: "127.0.0.1" })))
+const Server = HttpRouter.serve(Layer.mergeAll(
+  AdminPage.layer({ mount: "/ops/durable", auth, showPayloads: true, batchSize: 2 }),
+  AdminPage.layer({ mount: "/ro/durable", auth, readOnly: true })
+)).pipe(Layer.provideMerge(NodeHttpServer.layer(() => createServer(), { port: 0, host: "127.0.0.1" })))
 
 class Browser extends Context.Service<Browser, PlaywrightBrowser>()("test/Browser") {}
 
@@ -69,7 +66,7 @@ const BrowserLive = Layer.effect(
 const Live = Layer.mergeAll(Server, BrowserLive).pipe(Layer.provideMerge(Substrate))
 
 const origin = Effect.map(HttpServer.HttpServer, (server) =>
-  `http://127.0.0.1:${(server.address as HttpServer.TcpAddress).port}`)
+  `http://127.0.0.1:${portOf(server)}`)
 
 /** A page signed in (or not), accepting every confirmation, closed after `use`. */
 const withPage = <A>(use: (page: Page, base: string) => Promise<A>, options: { readonly signedIn?: boolean } = {}) =>
