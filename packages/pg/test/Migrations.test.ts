@@ -52,6 +52,16 @@ describe("Migrations", () => {
         expect(yield* Migrations.verifySchema).toEqual([])
       }).pipe(inSchema("m_clean")))
 
+    it.effect("a schema never migrated has no versions, and a caller's transaction around the check stays usable", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const [versions, after] = yield* sql.withTransaction(
+          Effect.all([Migrations.appliedVersions, sql<{ one: number }>`SELECT 1 AS one`])
+        )
+        expect(versions).toEqual([])
+        expect(after).toEqual([{ one: 1 }])
+      }).pipe(inSchema("m_never")))
+
     it.effect("four concurrent runners: exactly one applies each version", () =>
       Effect.gen(function*() {
         const reports = yield* Effect.all(Array.from({ length: 4 }, () => Migrations.migrate()), {
