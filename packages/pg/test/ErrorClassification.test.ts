@@ -65,7 +65,7 @@ describe("PostgreSQL errors are classified in one place", () => {
         const db = yield* TestDatabase.TestDatabase
         // A pool of its own, so the suite's pool never holds the killed connection.
         const victim = yield* PgClient.make({ url: db.url, applicationName: "classification-victim", maxConnections: 1 }).pipe(
-          Effect.provide(Reactivity.layer)
+          Effect.provide([Reactivity.layer, TestDatabase.liveClock])
         )
         const started = yield* Deferred.make<void>()
         const sleeper = yield* Effect.forkChild(run(

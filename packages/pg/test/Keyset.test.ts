@@ -36,7 +36,7 @@ const ElsewhereLive = Layer.effect(
   Effect.all({ sql: SqlClient.SqlClient, keyset: Keyset.make })
 ).pipe(
   Layer.provide(Layer.unwrap(Effect.map(TestDatabase.TestDatabase, (db) =>
-    PgClient.layer({ url: inSaoPaulo(Redacted.value(db.url)), maxConnections: 2 })))),
+    PgClient.layer({ url: inSaoPaulo(Redacted.value(db.url)), maxConnections: 2 }).pipe(Layer.provide(TestDatabase.liveClock))))),
   Layer.provide(codec)
 )
 

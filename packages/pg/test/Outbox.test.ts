@@ -94,7 +94,7 @@ const suite = (schema: string) => {
         const database = yield* TestDatabase.TestDatabase
         // A transaction pooler cannot carry a LISTEN: behind one, listen on a direct client.
         const pg = TestDatabase.isPooled(database)
-          ? yield* PgClient.make({ url: database.url, maxConnections: 1 }).pipe(Effect.provide(Reactivity.layer))
+          ? yield* PgClient.make({ url: database.url, maxConnections: 1 }).pipe(Effect.provide([Reactivity.layer, TestDatabase.liveClock]))
           : yield* PgClient.PgClient
         const outbox = yield* outboxServices
         const topic = freshTopic("notify")

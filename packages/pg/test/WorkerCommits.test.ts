@@ -42,7 +42,7 @@ const substrate = (settings: { readonly synchronousWorkerCommits?: boolean }) =>
     const url = new URL(Redacted.value(db.url))
     url.searchParams.set("options", "-c synchronous_commit=on")
     return Durable.layerOver({ settings, migrate: true }).pipe(
-      Layer.provideMerge(PgClient.layer({ url: Redacted.make(url.toString()), maxConnections: 4 }))
+      Layer.provideMerge(PgClient.layer({ url: Redacted.make(url.toString()), maxConnections: 4 }).pipe(Layer.provide(TestDatabase.liveClock)))
     )
   })).pipe(Layer.provideMerge(TestDatabase.layerFresh()))
 

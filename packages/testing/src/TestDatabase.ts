@@ -11,6 +11,7 @@
 import * as PgClient from "@effect/sql-pg/PgClient"
 import type * as SqlClient from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
+import * as Clock from "effect/Clock"
 import * as Config from "effect/Config"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -89,6 +90,12 @@ export const make = (options: Options = {}): Effect.Effect<TestDatabase["Service
     })
   })
 
+/**
+ * The real clock, for the pool: its connect and idle timeouts are real time even in a test
+ * that drives its own time with `TestClock` (a pool on the test clock would never time out).
+ */
+export const liveClock: Layer.Layer<never> = Layer.succeed(Clock.Clock, Clock.Clock.defaultValue())
+
 /** The suite's database and a superuser `PgClient` / `SqlClient` on it, over a given server. */
 export const layer = (
   options: Options = {}
@@ -103,7 +110,7 @@ export const layer = (
         maxConnections: options.maxConnections ?? 10,
         // A transaction pooler moves named prepared statements between server connections.
         prepare: !isPooled(database)
-      })
+      }).pipe(Layer.provide(liveClock))
     )
   })
 

@@ -15,7 +15,7 @@ import type * as Scope from "effect/Scope"
 import { randomBytes } from "node:crypto"
 import { quoteIdentifier, uniqueSuffix, withAdmin } from "./internal/admin.js"
 import type { PgServerError } from "./PgServer.js"
-import { isPooled, TestDatabase } from "./TestDatabase.js"
+import { isPooled, liveClock, TestDatabase } from "./TestDatabase.js"
 
 export interface TestRole {
   /** The role's actual (unique) name: `<base>_<suffix>`. */
@@ -55,6 +55,6 @@ export const make = (
       applicationName: options.applicationName ?? name,
       maxConnections: 4,
       prepare: !isPooled(database)
-    }).pipe(Effect.provide(Reactivity.layer))
+    }).pipe(Effect.provide([Reactivity.layer, liveClock]))
     return { name, sql }
   })
