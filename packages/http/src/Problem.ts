@@ -74,7 +74,10 @@ export const make = (name: ProblemName, detail: string, typeBase: string = DEFAU
   return { type: `${typeBase}${code}`, title, status, detail, code }
 }
 
-/** A problem document for OpenAPI (`endpoint.addError(Problem.schema("keyInFlight"))`); never produced by a handler. */
+/**
+ * A problem document as a `Schema`, for OpenAPI and typed clients (the `Idempotency`
+ * middleware declares these as its errors); never produced by a handler.
+ */
 export const schema = <Name extends ProblemName>(name: Name) => {
   type Entry = (typeof Problems)[Name]
   const status: Entry["status"] = Problems[name].status
@@ -88,7 +91,7 @@ export const schema = <Name extends ProblemName>(name: Name) => {
     detail: Schema.String,
     code: Schema.Literal(code)
   }).pipe(
-    HttpApiSchema.withEncoding({ kind: "Json", contentType: "application/problem+json" }),
-    Schema.annotations(HttpApiSchema.annotate({ status, identifier, description: title }))
-  )
+    HttpApiSchema.asJson({ contentType: "application/problem+json" }),
+    HttpApiSchema.status(status)
+  ).annotate({ identifier, description: title })
 }

@@ -17,10 +17,11 @@ const N = 32
 const sendAll = (n: number, path: string, call: Call) =>
   Effect.gen(function*() {
     const done = yield* Ref.make(0)
+    // Forked one after another from this fiber (a fork is instant; the requests run at once):
+    // a child forked inside a concurrent forEach would end with the forEach's own fiber.
     const fibers = yield* Effect.forEach(
       Array.from({ length: n }),
-      () => Effect.forkChild(Effect.tap(send(path, call), () => Ref.update(done, (k) => k + 1))),
-      { concurrency: "unbounded" }
+      () => Effect.forkChild(Effect.tap(send(path, call), () => Ref.update(done, (k) => k + 1)))
     )
     return { done, all: Fiber.joinAll(fibers) }
   })

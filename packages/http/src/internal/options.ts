@@ -4,7 +4,6 @@
  */
 import { DurableConfigError } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as Result from "effect/Result"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import type { Options } from "../Idempotency.js"
@@ -79,14 +78,12 @@ export interface Settings {
 
 const decodeSchema = Input.options(OptionsSchema, "idempotency")
 
-export const decode = (options: Options): Result.Result<Settings, DurableConfigError> =>
-  Result.flatMap(decodeSchema(options), (decoded) => {
+export const decode = (options: Options): Effect.Effect<Settings, DurableConfigError> =>
+  Effect.flatMap(decodeSchema(options), (decoded) => {
     if (decoded.minKeyLength > decoded.maxKeyLength) {
-      return Result.fail(
-        new DurableConfigError({ field: "idempotency.minKeyLength", rule: "at most maxKeyLength" })
-      )
+      return Effect.fail(new DurableConfigError({ field: "idempotency.minKeyLength", rule: "at most maxKeyLength" }))
     }
-    return Result.succeed({
+    return Effect.succeed({
       header: decoded.header.toLowerCase(),
       headerName: decoded.header,
       bounds: { minLength: decoded.minKeyLength, maxLength: decoded.maxKeyLength },
