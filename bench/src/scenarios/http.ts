@@ -100,11 +100,12 @@ export const run = async (bench: Bench, requests: number): Promise<HttpResult> =
     const result = await EffectDurable.run(url, Effect.scoped(Effect.gen(function*() {
       const context = yield* Layer.build(
         HttpRouter.serve(Routes, { disableLogger: true, disableListenLog: true }).pipe(
+          Layer.provide(Idempotency.layerRedactKeyHeader()),
           Layer.provideMerge(NodeHttpServer.layer(Http.createServer, { port: 0, host: "127.0.0.1" }))
         )
       )
       const address = Context.get(context, HttpServer.HttpServer).address
-      const port = address._tag === "TcpAddress" ? address.port : 0
+      const port = address._tag === "UnixPathAddress" ? 0 : address.port
       const body = (i: number) => JSON.stringify({ cents: 100 + i })
       if (mode === "plain") return { first: yield* Effect.promise(() => load(requests, 201, (i) => post(port, "/plain", body(i)))) }
       const first = yield* Effect.promise(() => load(requests, 201, (i) => post(port, "/orders", body(i), `order-${i}`)))
