@@ -10,6 +10,7 @@ import * as NatsServer from "@effect-durable/testing/NatsServer"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as SqlClient from "effect/sql/SqlClient"
 import { RetentionPolicy, StorageType } from "@nats-io/jetstream"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as TestClock from "effect/testing/TestClock"
@@ -99,7 +100,7 @@ describe.skipIf(!nats.available)("NATS JetStream (real nats-server)", () => {
         yield* addStream("CLOSED", ["closed.>"])
         const error = yield* Effect.scoped(Effect.gen(function*() {
           const context = yield* Layer.build(Nats.layer({ servers: server.url }))
-          const own = context.pipe((c) => c.unsafeMap.get(Nats.Nats.key) as Nats.Nats["Service"])
+          const own = Context.get(context, Nats.Nats)
           yield* Effect.promise(() => own.connection.close())
           const publisher = yield* JetStreamPublisher.make().pipe(Effect.provide(context))
           return (yield* Effect.flip(publisher.publish(message("1", "closed.x", {})))) as PublishError

@@ -59,7 +59,7 @@ export interface ProjectorOptions {
   /** How long closing waits for in-flight deliveries before releasing them. Default 10 s. */
   readonly shutdownDeadline?: Duration.Input
   /** Payload schemas by topic: a payload that does not decode goes to the dead letters at once. */
-  readonly schemas?: Readonly<Record<string, Schema.Schema<any, any, never>>>
+  readonly schemas?: Readonly<Record<string, Schema.Decoder<unknown>>>
   /** Leases a message may lose (its worker died or stalled) before it is dead. Default 10. */
   readonly maxLeaseExpiries?: number
   /**
@@ -141,19 +141,22 @@ const keeperOutbox = (pg: Option.Option<PgClient.PgClient>) =>
 export const KEEPER_APPLICATION_NAME = "effect-durable-keeper"
 
 /** Delivers until no message is ready, then returns what happened (tests, one-shot jobs). */
-export const drain = (
-  options: ProjectorOptions = {}
-): Effect.Effect<Counts, DatabaseError | DurableConfigError | InvalidInput, OutboxWorker.OutboxWorker | Publisher> =>
-  Effect.gen(function*() {
-    const batches = yield* makeBatches(yield* decodeOptions(options))
-    yield* Effect.forkScoped(batches.keeper)
-    let totals = noCounts
-    while (true) {
-      const counts = yield* batches.deliverBatch
-      totals = addCounts(totals, counts)
-      if (counts.claimed === 0) return totals
-    }
-  }).pipe(Effect.scoped)
+export const drain: (
+  options?: ProjectorOptions
+) => Effect.Effect<Counts, DatabaseError | DurableConfigError | InvalidInput, OutboxWorker.OutboxWorker | Publisher> = Effect
+  .fn("Projector.drain")(
+    function*(options: ProjectorOptions = {}) {
+      const batches = yield* makeBatches(yield* decodeOptions(options))
+      yield* Effect.forkScoped(batches.keeper)
+      let totals = noCounts
+      while (true) {
+        const counts = yield* batches.deliverBatch
+        totals = addCounts(totals, counts)
+        if (counts.claimed === 0) return totals
+      }
+    },
+    Effect.scoped
+  )
 
 /** Projector options from the `PROJECTOR_*` variables, for `layerConfig`. */
 export const optionsConfig = config

@@ -4,24 +4,20 @@ import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
-import * as TestClock from "effect/testing/TestClock"
 import * as Projector from "../src/Projector.js"
 import * as Publisher from "../src/Publisher.js"
-import { Deliveries, eventually, freshName, outboxRows, recording } from "./support.js"
+import { Deliveries, eventually, freshName, outboxRows, recording, withLayerLive } from "./support.js"
 
 const withProjector = <A, E, R>(
   options: Projector.ProjectorOptions,
   publisher: Layer.Layer<Publisher.Publisher>,
   body: Effect.Effect<A, E, R>
-) =>
-  Effect.scoped(
-    Effect.flatMap(Layer.build(Projector.layer(options).pipe(Layer.provide(publisher))), (context) =>
-      Effect.provide(body, context))
-  ).pipe(TestClock.withLive)
+) => withLayerLive(Projector.layer(options).pipe(Layer.provide(publisher)), body)
 
-const count = (counter: Metric.Metric.Counter<number>) => Effect.map(Metric.value(counter), (state) => state.count)
+const count = (counter: Metric.Counter<number>) => Effect.map(Metric.value(counter), (state) => state.count)
 
 /** A publisher that records each delivery and holds the first one until `release` completes. */
 const holdingFirst = Effect.gen(function*() {
@@ -97,7 +93,7 @@ describe("Projector leases", () => {
             yield* Deferred.await(locked)
             yield* eventually(count(Projector.metrics.renewalFailures), (n) => n > failures)
             yield* Deferred.succeed(unlock, undefined)
-            yield* Effect.fromFiber(holder)
+            yield* Fiber.join(holder)
             yield* Deferred.succeed(release, undefined)
             yield* eventually(outboxRows(ids), (rows) => rows.every((row) => row.projected))
           })

@@ -7,16 +7,17 @@
  */
 import { DatabaseError, type InvalidInput } from "@effect-durable/core/Errors"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Exit from "effect/Exit"
-import * as FiberRef from "effect/FiberRef"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Random from "effect/Random"
 import * as Ref from "effect/Ref"
+import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
+import * as Semaphore from "effect/Semaphore"
 import type { Counts } from "../Projector.js"
 import { type Publish, Publisher, type PublishError } from "../Publisher.js"
 import { makeKeeper } from "./keeper.js"
@@ -62,9 +63,8 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
     // A worker killed or frozen mid-batch leaves at most this much of its deliveries unmarked
     // (each delivered again after its lease); a batch shorter than this costs no extra statement.
     const markEvery = Duration.min(Duration.seconds(1), Duration.divide(settings.lease, 3).pipe(Option.getOrElse(() => Duration.seconds(1))))
-    const settleRetry = Schedule.exponential(Duration.millis(100)).pipe(
-      Schedule.union(Schedule.spaced(Duration.seconds(1))),
-      Schedule.upTo(settings.lease)
+    const settleRetry = Schedule.min([Schedule.exponential(Duration.millis(100)), Schedule.spaced(Duration.seconds(1))]).pipe(
+      Schedule.upTo({ duration: settings.lease })
     )
 
     // Exponential in the attempt with full jitter, within [min, max]; `Retry-After` wins when longer.
@@ -75,8 +75,8 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         return Math.max(random * ceiling, min / 2, error.retryAfterMillis ?? 0)
       })
 
-    const settleFailure = (message: OutboxWorker.OutboxMessage, error: PublishError) =>
-      Effect.gen(function*() {
+    const settleFailure = Effect.fnUntraced(
+      function*(message: OutboxWorker.OutboxMessage, error: PublishError) {
         const retryDelay = error.retryable ? yield* backoff(message.attempt, error) : 0
         const released = yield* settling(outbox.release(message.claim, {
           error: storable(error.reason),
@@ -91,7 +91,8 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
           return "retried" as const
         }
         return released.success.dead ? "dead" as const : "retried" as const
-      })
+      }
+    )
 
     /**
      * Marks, releases and give-backs are fenced (worker and claim generation), so they are
@@ -114,7 +115,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
      */
     const makeMarks = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, delivery: Delivery) => {
       const marked = new Set<string>()
-      const oneAtATime = Effect.unsafeMakeSemaphore(1)
+      const oneAtATime = Semaphore.makeUnsafe(1)
       const flush = oneAtATime.withPermits(1)(Effect.suspend(() => {
         const taken = delivery.published.splice(0).filter((i) => !delivery.stale.has(claimed[i]!.id))
         if (taken.length === 0) return Effect.void
@@ -135,15 +136,21 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
       return { flush, marked }
     }
 
+    const claimOptions: OutboxWorker.ClaimOptions = {
+      worker: settings.workerId,
+      ...(settings.topics === undefined ? {} : { topics: settings.topics }),
+      limit: settings.batchSize,
+      lease: settings.lease,
+      maxLeaseExpiries: settings.maxLeaseExpiries
+    }
+    /** One claim of up to `batchSize` messages (the worker asked anew each time), in a `projector.claim` span. */
+    const claim = Effect.suspend(() => outbox.claim(claimOptions)).pipe(
+      Effect.withSpan("projector.claim", { attributes: { "effect_durable.worker": settings.workerId } })
+    )
+
     /** Claims one batch and settles every message in it; returns what happened. */
     const deliverBatch: Effect.Effect<Counts, DatabaseError | InvalidInput> = Effect.gen(function*() {
-      const claimed = yield* outbox.claim({
-        worker: settings.workerId,
-        ...(settings.topics === undefined ? {} : { topics: settings.topics }),
-        limit: settings.batchSize,
-        lease: settings.lease,
-        maxLeaseExpiries: settings.maxLeaseExpiries
-      }).pipe(Effect.withSpan("projector.claim", { attributes: { "effect_durable.worker": settings.workerId } }))
+      const claimed = yield* claim
       if (claimed.length === 0) return noCounts
       yield* Ref.update(inFlight, (map) => {
         for (const message of claimed) map.set(message.id, message.claim)
@@ -151,16 +158,16 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
       })
       yield* Metric.update(metrics.claimed, claimed.length)
       yield* Metric.update(metrics.batchSize, claimed.length)
-      // Per-message metrics are updated directly (what `Metric.update` does, with the fiber's
-      // metric labels), not as one effect per message.
-      const labels = yield* FiberRef.get(FiberRef.currentMetricLabels)
-      const now = Date.now()
+      // Per-message metrics are updated directly (what `Metric.update` does, in the fiber's
+      // context: its registry and metric attributes), not as one effect per message.
+      const context = yield* Effect.context<never>()
+      const now = yield* Clock.currentTimeMillis
       for (const message of claimed) {
-        forTopic(metrics.lag, message.topic).unsafeUpdate(Math.max(0, (now - Date.parse(message.createdAt)) / 1000), labels)
+        forTopic(metrics.lag, message.topic).updateUnsafe(Math.max(0, (now - Date.parse(message.createdAt)) / 1000), context)
       }
       const spans = yield* tracing
       const settled = Effect.gen(function*() {
-        const delivery = makeDelivery(claimed, settings)
+        const delivery = makeDelivery(claimed, settings, now)
         const marks = makeMarks(claimed, delivery)
         // Successes are marked as they accumulate while the batch runs, not only at its end.
         const published = yield* keeper.watching(
@@ -199,7 +206,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
           const result = results[i]!
           const outcome: Outcome = result === "published" ? (marks.marked.has(message.id) ? "delivered" : "stale") : result
           tally[outcome]++
-          forTopic(metrics[outcome], message.topic).unsafeUpdate(1, labels)
+          forTopic(metrics[outcome], message.topic).updateUnsafe(1, context)
         }
         return tally
       })
@@ -213,7 +220,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
     const releaseInFlight = Effect.gen(function*() {
       const left = yield* Ref.getAndSet(inFlight, new Map())
       if (left.size === 0) return
-      yield* Effect.ignore(outbox.giveBack([...failure.values()]))
+      yield* Effect.ignore(outbox.giveBack([...left.values()]))
       yield* Effect.logInfo(`effect-durable projector gave back ${left.size} in-flight messages on shutdown`)
     })
 

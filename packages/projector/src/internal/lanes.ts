@@ -6,14 +6,16 @@
  */
 import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Exit from "effect/Exit"
 import type * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
+import * as Semaphore from "effect/Semaphore"
 import { permanent, type Publish, type PublishError, retryable } from "../Publisher.js"
 import type { Settings } from "./options.js"
 import { deliverySpan } from "./telemetry.js"
@@ -45,7 +47,8 @@ export interface Delivery {
   renewAt: number
 }
 
-export const makeDelivery = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, settings: Settings): Delivery => ({
+/** A batch claimed at `now` (the `Clock`'s milliseconds). */
+export const makeDelivery = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, settings: Settings, now: number): Delivery => ({
   pending: new Map(claimed.map((message) => [message.id, message.claim] as const)),
   stale: new Set(),
   abandoned: false,
@@ -53,7 +56,7 @@ export const makeDelivery = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>,
   published: [],
   deadlines: new Map(),
   expired: new Set(),
-  renewAt: Date.now() + Duration.toMillis(settings.lease) / 3
+  renewAt: now + Duration.toMillis(settings.lease) / 3
 })
 
 /** What a publish fiber's exit means for its message. */
@@ -70,7 +73,7 @@ export const makeLanes = (
   settings: Settings,
   session: <A, E>(use: (publish: Publish) => Effect.Effect<A, E>) => Effect.Effect<A, E>
 ) =>
-  Effect.map(Effect.makeSemaphore(settings.concurrency), (permits) => {
+  Effect.map(Semaphore.make(settings.concurrency), (permits) => {
     const deliveryTimeoutMillis = Duration.toMillis(settings.deliveryTimeout)
 
     // A payload that does not decode with its topic's schema is dead at once, never published.
@@ -88,8 +91,8 @@ export const makeLanes = (
      * just as its publish finished may take the next message down with it: that one is
      * released for a retry (at least once, never lost).
      */
-    const publishAll = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, delivery: Delivery, spans: boolean) =>
-      Effect.gen(function*() {
+    const publishAll = Effect.fnUntraced(
+      function*(claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, delivery: Delivery, spans: boolean) {
         const results: Array<Result.Result<void, PublishError> | undefined> = new Array(claimed.length)
         /** The message each lane is publishing (-1: none). */
         const current: Array<number> = []
@@ -102,6 +105,7 @@ export const makeLanes = (
         const lane = (id: number) =>
           session((publish) =>
             Effect.withFiber<void>((fiber) => {
+              const clock = fiber.getRef(Clock.Clock)
               const step = (): Effect.Effect<void> => {
                 current[id] = -1
                 if (next >= claimed.length) return Effect.void
@@ -118,7 +122,7 @@ export const makeLanes = (
                   return Effect.suspend(step)
                 }
                 current[id] = i
-                delivery.deadlines.set(message.id, { fiber, at: Date.now() + deliveryTimeoutMillis })
+                delivery.deadlines.set(message.id, { fiber, at: clock.currentTimeMillisUnsafe() + deliveryTimeoutMillis })
                 const publishing = spans ? deliverySpan(message, publish(message)) : publish(message)
                 return Effect.flatMap(Effect.exit(publishing), (exit) => {
                   settle(i, publishOutcome(exit))
@@ -156,7 +160,8 @@ export const makeLanes = (
           if (next < claimed.length) yield* startLane
         }
         return results as Array<Result.Result<void, PublishError>>
-      })
+      }
+    )
 
     return { publishAll }
   })

@@ -46,7 +46,7 @@ export interface Settings {
   readonly shutdownDeadline: Duration.Duration
   readonly maxLeaseExpiries: number
   readonly listenUrl: Redacted.Redacted<string> | undefined
-  readonly schemas: Readonly<Record<string, Schema.Schema<any, any, never>>>
+  readonly schemas: Readonly<Record<string, Schema.Decoder<unknown>>>
 }
 
 const Span = (max: string, fallback: string) =>
@@ -82,9 +82,6 @@ export const decodeOptions = (options: ProjectorOptions): Effect.Effect<Settings
     backoffMax: backoff.max
   }))
 
-const variable = <A>(config: Config.Config<A>, description: string) =>
-  Config.option(config).pipe(Config.withDescription(description))
-
 /** Every `PROJECTOR_*` variable: what it is for and a value that works (said when one is wrong). */
 export const Variables: Readonly<Record<string, Input.VariableHint>> = {
   PROJECTOR_TOPICS: { purpose: "comma-separated topics to deliver (default: all)", example: "order-placed,order-paid" },
@@ -118,24 +115,21 @@ export const FieldVariables: Readonly<Record<string, string>> = {
   backoff: "PROJECTOR_BACKOFF_MIN"
 }
 
-/** The `PROJECTOR_*` variables; unset ones take the defaults above. */
+/** The `PROJECTOR_*` variables (what each is for is in `Variables`); unset ones take the defaults above. */
 export const config: Config.Config<ProjectorOptions> = Config.all({
-  topics: variable(Config.array(Config.String(), "PROJECTOR_TOPICS"), "comma-separated topics to deliver (default: all)"),
-  workerId: variable(Config.String("PROJECTOR_WORKER_ID"), "worker id stored with each claim (default host:pid:random)"),
-  batchSize: variable(Config.Int("PROJECTOR_BATCH_SIZE"), "messages per claim"),
-  concurrency: variable(Config.Int("PROJECTOR_CONCURRENCY"), "deliveries in flight at once"),
-  batchesInFlight: variable(Config.Int("PROJECTOR_BATCHES_IN_FLIGHT"), "batches claimed and delivered at once"),
-  lease: variable(Config.String("PROJECTOR_LEASE"), "claim lease"),
-  pollInterval: variable(Config.String("PROJECTOR_POLL_INTERVAL"), "longest sleep when no NOTIFY arrives"),
-  backoffMin: variable(Config.String("PROJECTOR_BACKOFF_MIN"), "shortest retry delay"),
-  backoffMax: variable(Config.String("PROJECTOR_BACKOFF_MAX"), "longest retry delay"),
-  deliveryTimeout: variable(Config.String("PROJECTOR_DELIVERY_TIMEOUT"), "a slower delivery fails retryable"),
-  shutdownDeadline: variable(Config.String("PROJECTOR_SHUTDOWN_DEADLINE"), "how long closing waits for deliveries"),
-  maxLeaseExpiries: variable(Config.Int("PROJECTOR_MAX_LEASE_EXPIRIES"), "leases a message may lose before it is dead"),
-  listenUrl: variable(
-    Config.Redacted("PROJECTOR_LISTEN_URL"),
-    "a URL straight to PostgreSQL for LISTEN when the pool goes through a transaction pooler"
-  )
+  topics: Config.option(Config.Array(Schema.String, "PROJECTOR_TOPICS")),
+  workerId: Config.option(Config.String("PROJECTOR_WORKER_ID")),
+  batchSize: Config.option(Config.Int("PROJECTOR_BATCH_SIZE")),
+  concurrency: Config.option(Config.Int("PROJECTOR_CONCURRENCY")),
+  batchesInFlight: Config.option(Config.Int("PROJECTOR_BATCHES_IN_FLIGHT")),
+  lease: Config.option(Config.String("PROJECTOR_LEASE")),
+  pollInterval: Config.option(Config.String("PROJECTOR_POLL_INTERVAL")),
+  backoffMin: Config.option(Config.String("PROJECTOR_BACKOFF_MIN")),
+  backoffMax: Config.option(Config.String("PROJECTOR_BACKOFF_MAX")),
+  deliveryTimeout: Config.option(Config.String("PROJECTOR_DELIVERY_TIMEOUT")),
+  shutdownDeadline: Config.option(Config.String("PROJECTOR_SHUTDOWN_DEADLINE")),
+  maxLeaseExpiries: Config.option(Config.Int("PROJECTOR_MAX_LEASE_EXPIRIES")),
+  listenUrl: Config.option(Config.Redacted("PROJECTOR_LISTEN_URL"))
 }).pipe(Config.map(({ backoffMax, backoffMin, ...rest }): ProjectorOptions => {
   const options: Record<string, unknown> = {}
   for (const [key, value] of Object.entries(rest) as Array<[string, Option.Option<unknown>]>) {
