@@ -20,7 +20,8 @@ const RELEASED_DDL: Readonly<Record<number, string>> = {
   6: "179c8b0332018e5e022682599f9728279319d4cf76d39a31d231d2b2896a1ca6",
   7: "1454302a9aab37aee515961c371e6fec25372651ea525355a702851276ac1508",
   8: "8b096428db9c013b2b625151451557000a3760b76f5e9f43faeeabfffc43c448",
-  9: "447ad7e943eaa403a117ba883494ffa80ef8f6e062779cc9b3ba26cee24b3011"
+  9: "447ad7e943eaa403a117ba883494ffa80ef8f6e062779cc9b3ba26cee24b3011",
+  10: "cbb9648342ea566e66fcf7bf640acc857af6a132c51bcedc79344003dbc5397f"
 }
 
 describe("released migrations", () => {
@@ -67,7 +68,7 @@ describe("Migrations", () => {
         const reports = yield* Effect.all(Array.from({ length: 4 }, () => Migrations.migrate()), {
           concurrency: "unbounded"
         })
-        const applied = reports.flatMap((report) => report.applied.map((m) => m.version)).sort()
+        const applied = reports.flatMap((report) => report.applied.map((m) => m.version)).sort((a, b) => a - b)
         expect(applied).toEqual(Migrations.migrations.map((m) => m.version))
         expect(reports.every((report) => report.version === Migrations.latestVersion)).toBe(true)
         expect(yield* Migrations.verifySchema).toEqual([])

@@ -16,6 +16,8 @@ export interface QueueSpec {
   /** Qualified, quoted name of the queue's claim function (migration 8), and the type of its filter argument. */
   readonly claimFunction: string
   readonly filterType: "text" | "text[]"
+  /** Qualified, quoted names of the queue's fenced batch writes (migration 10). */
+  readonly batchWrites: { readonly completeMany: string; readonly renewMany: string; readonly giveBackMany: string }
   /** The column that marks a row done; our constant. */
   readonly done: "projected_at" | "processed_at"
   readonly mismatch: (claim: Claim) => ClaimMismatch
@@ -37,6 +39,11 @@ export const specFor = (settings: Settings, queue: QueueName): QueueSpec => ({
   table: settings.table(queue),
   claimFunction: settings.table(`${queue}_claim`),
   filterType: queue === "outbox" ? "text[]" : "text",
+  batchWrites: {
+    completeMany: settings.table(`${queue}_complete_many`),
+    renewMany: settings.table(`${queue}_renew_many`),
+    giveBackMany: settings.table(`${queue}_give_back_many`)
+  },
   done: queue === "outbox" ? "projected_at" : "processed_at",
   // A malformed claim token is a mismatch too; its parts are shown as safely as they can be.
   mismatch: (claim) =>

@@ -179,11 +179,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
       // jsonb map (a binary search), never by joining the claims: a join was planned as a
       // nested loop over every claimed row times every claim once the statistics said
       // "nothing is claimed" (150 ms for 500 claims).
-      const updated = yield* boundedOne("completeMany", (settingsApplied) =>
-        sql<{ id: string }>`
-          UPDATE ${table} q SET ${done} = now(), claimed_until = NULL, last_error = NULL
-           WHERE ${settingsApplied} AND ${fencedMany(valid)}
-          RETURNING q.id::text AS id`)
+      const updated = yield* batchWrite("completeMany", spec.batchWrites.completeMany, valid)
       const completed = new Set(updated.map((row) => row.id))
       const unsettled = valid.filter((c) => !completed.has(c.messageId))
       if (unsettled.length === 0) return { completed: [...completed], rejected: malformed }
@@ -234,25 +230,30 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
       return { dead: rows[0]?.dead === true }
     })
 
-  /** The rows of `claims` each still held by its own claim (primary-key probes, a jsonb map of fences). */
-  const fencedMany = (claims: ReadonlyArray<Claim>) => {
+  /**
+   * One fenced batch write (migration 10's functions) over `claims`, in one statement: the
+   * function's own UPDATE is planned, and takes its table lock, after the settings applied.
+   * Each row is found through the primary key and checked against its own claim in a jsonb
+   * map of fences; returns the ids it changed.
+   */
+  const batchWrite = (name: string, write: string, claims: ReadonlyArray<Claim>, extra?: Statement.Fragment) => {
     const fences = JSON.stringify(Object.fromEntries(claims.map((c) => [c.messageId, [c.worker, c.generation]])))
-    return sql`q.id = ANY(${claims.map((c) => c.messageId)}::bigint[])
-             AND ${fences}::jsonb -> q.id::text = jsonb_build_array(q.claimed_by, q.claim_generation)
-             AND q.claimed_until IS NOT NULL AND q.${done} IS NULL AND q.dead_at IS NULL`
+    const ids = claims.map((c) => c.messageId)
+    return boundedOne(name, (settingsApplied) =>
+      sql<{ id: string }>`SELECT id FROM ${sql.literal(write)}(
+        CASE WHEN ${settingsApplied} THEN ${ids}::bigint[] END, ${fences}::jsonb${extra ?? sql``}) AS id`)
   }
 
   /**
    * One fenced statement over many claims (`renewLeases`, `giveBack`): the ones it did not
    * apply to are reported as stale or missing, never failed.
    */
-  const many = (name: string, claims: ReadonlyArray<Claim>, set: Statement.Fragment) =>
+  const many = (name: string, write: string, claims: ReadonlyArray<Claim>, extra?: Statement.Fragment) =>
     Effect.gen(function*() {
       const valid = claims.filter(wellFormed)
       const rejected: Array<SettleFailure> = claims.filter((c) => !wellFormed(c)).map(spec.mismatch)
       if (valid.length === 0) return { applied: [], rejected } satisfies ManyResult
-      const updated = yield* boundedOne(name, (settingsApplied) =>
-        sql<{ id: string }>`UPDATE ${table} q SET ${set} WHERE ${settingsApplied} AND ${fencedMany(valid)} RETURNING q.id::text AS id`)
+      const updated = yield* batchWrite(name, write, valid, extra)
       const applied = new Set(updated.map((row) => row.id))
       const unapplied = valid.filter((c) => !applied.has(c.messageId))
       if (unapplied.length > 0) {
@@ -270,10 +271,10 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
   /** Extends the leases of many claims in one statement (the projector's keeper). */
   const renewMany = (claims: ReadonlyArray<Claim>, lease: Duration.Input) =>
     Effect.flatMap(decodeLease(lease), (decoded) =>
-      many("renewLeases", claims, sql`claimed_until = now() + make_interval(secs => ${Duration.toMillis(decoded) / 1000})`))
+      many("renewLeases", spec.batchWrites.renewMany, claims, sql`, ${Duration.toMillis(decoded) / 1000}::float8`))
 
   /** Unclaims rows whose work never started, or is abandoned on shutdown: nothing is counted. */
-  const giveBack = (claims: ReadonlyArray<Claim>) => many("giveBack", claims, sql`claimed_until = NULL`)
+  const giveBack = (claims: ReadonlyArray<Claim>) => many("giveBack", spec.batchWrites.giveBackMany, claims)
 
   /** Extends the lease of a row still held by this claim (a heartbeat for slow work). */
   const renew = (claim: Claim, lease: Duration.Input) =>
