@@ -3,8 +3,11 @@
  * back): the settings and the statement travel as ONE statement, which PostgreSQL runs as one
  * implicit transaction. The settings sit in a MATERIALIZED CTE and the statement refers to it
  * through `settingsApplied`, a one-time condition evaluated before any row is read or locked:
- * so `lock_timeout` bounds the statement's own lock waits, `synchronous_commit` its commit,
- * and `set_config(..., true)` ends with it (nothing leaks into the pooled connection).
+ * so `lock_timeout` bounds the statement's own row lock waits, `synchronous_commit` its
+ * commit, and `set_config(..., true)` ends with it (nothing leaks into the pooled connection).
+ * A TABLE lock is taken when a statement is planned, before its CTE runs: so the worker's
+ * statements name no queue table themselves, they call functions (the claims, migration 10's
+ * batch writes) whose own statements are planned, and locked, after the settings.
  *
  * Effect 4's driver speaks only the extended protocol, which refuses two statements in one
  * text; Effect 3's path sent `set_config(...); statement` as one simple query instead.
