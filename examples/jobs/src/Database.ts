@@ -12,14 +12,14 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 
 /** Used only when the variable is not set. */
-export const developmentDefaults = new Map([
-  ["CURSOR_KEYS", "dev-1=a development key that signs page cursors"],
-  ["WEBHOOK_SECRET", "a development secret that signs webhook deliveries"],
-  ["DURABLE_POOL_SIZE", "20"]
-])
+export const developmentDefaults: Record<string, string> = {
+  CURSOR_KEYS: "dev-1=a development key that signs page cursors",
+  WEBHOOK_SECRET: "a development secret that signs webhook deliveries",
+  DURABLE_POOL_SIZE: "20"
+}
 
 const DevelopmentDefaults = ConfigProvider.layer(
-  ConfigProvider.fromEnv().pipe(ConfigProvider.orElse(() => ConfigProvider.fromEnvRecord(developmentDefaults)))
+  ConfigProvider.fromEnv().pipe(ConfigProvider.orElse(ConfigProvider.fromEnvRecord(developmentDefaults)))
 )
 
 const Tables = Layer.effectDiscard(Effect.gen(function*() {

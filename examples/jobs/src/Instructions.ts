@@ -8,10 +8,11 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import { seedAccounts } from "./Seed.js"
 
-export const baseUrl = Effect.map(HttpServer.HttpServer, (server) => {
-  const address = server.address as HttpServer.TcpAddress
-  return `http://127.0.0.1:${address.port}`
-})
+/** The server's URL (it listens on 127.0.0.1, see Server.ts). */
+export const baseUrl = Effect.flatMap(HttpServer.HttpServer, ({ address }) =>
+  address._tag === "UnixPathAddress"
+    ? Effect.die(new Error(`the server listens on a Unix socket (${address.path}), not on a port`))
+    : Effect.succeed(`http://127.0.0.1:${address.port}`))
 
 export const InstructionsLive = Layer.effectDiscard(Effect.gen(function*() {
   const url = yield* baseUrl

@@ -22,17 +22,18 @@ export const WEBHOOK_PATH = "/webhooks/transfers"
 const CONSUMER = "notifications"
 
 /** What the webhook publisher POSTs. */
-const Delivery = Schema.parseJson(Schema.Struct({
+const Delivery = Schema.fromJsonString(Schema.Struct({
   id: Schema.String,
   topic: Schema.Literal("transfer-completed"),
   payload: Schema.Struct({ transfer: Schema.Number, from: Schema.Number, to: Schema.Number, amount: Schema.Number })
 }))
 
-export const ReceiverLive = HttpRouter.use((router) =>
-  Effect.gen(function*() {
+export const ReceiverLive = HttpRouter.use(
+  Effect.fn(function*(router) {
     const sql = yield* SqlClient.SqlClient
     const inbox = yield* Inbox.Inbox
     const secret = yield* Config.Redacted("WEBHOOK_SECRET")
+    const decode = Schema.decodeUnknownEffect(Delivery)
 
     const receive = Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
@@ -40,7 +41,7 @@ export const ReceiverLive = HttpRouter.use((router) =>
       if (!Webhook.verify(secret, request.headers[Webhook.SIGNATURE_HEADER] ?? "", body)) {
         return HttpServerResponse.text("signature does not verify", { status: 401 })
       }
-      const delivery = yield* Schema.decodeUnknownEffect(Delivery)(body)
+      const delivery = yield* decode(body)
       const { amount, from, to, transfer } = delivery.payload
       // The receipt and the notifications commit together: a second delivery is a Duplicate.
       const outcome = yield* inbox.handle(
@@ -52,9 +53,10 @@ export const ReceiverLive = HttpRouter.use((router) =>
       )
       return HttpServerResponse.jsonUnsafe({ applied: outcome._tag === "Processed" })
     }).pipe(
-      Effect.catchTag("ParseError", () => Effect.succeed(HttpServerResponse.text("not a transfer delivery", { status: 400 }))),
+      Effect.catchTag("SchemaError", () => Effect.succeed(HttpServerResponse.text("not a transfer delivery", { status: 400 }))),
       // Anything else is a 500: the projector retries it later.
-      Effect.orDie
+      Effect.orDie,
+      Effect.withSpan("Notifications.receive")
     )
 
     yield* router.add("POST", WEBHOOK_PATH, receive)

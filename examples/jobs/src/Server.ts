@@ -1,12 +1,13 @@
 /**
- * The HTTP server: the bank's API (with its idempotency middleware, after the middleware
- * that identifies the caller), its OpenAPI document (`/openapi.json`) and Swagger UI (`/docs`),
+ * The HTTP server: the bank's API (its security middleware around the idempotency
+ * middleware), its OpenAPI document (`/openapi.json`) and Swagger UI (`/docs`),
  * and the webhook receiver, on 127.0.0.1. When it stops it takes no new connections, lets
  * requests in flight finish, and closes idle keep-alive connections at once (a browser's or
  * curl's would otherwise hold the shutdown for seconds).
  */
 import * as Idempotency from "@effect-durable/http/Idempotency"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import * as HttpApiSwagger from "effect/http-api/HttpApiSwagger"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
@@ -15,20 +16,19 @@ import * as Layer from "effect/Layer"
 import { createServer, type Server } from "node:http"
 import { AccountsLive } from "./Accounts.js"
 import { BankApi } from "./Api.js"
-import { AuthenticationLive, Identify } from "./Authentication.js"
+import { AuthenticationLive } from "./Authentication.js"
 import { ReceiverLive } from "./Notifications.js"
 import { TransfersLive } from "./Transfers.js"
 
-const ApiRoutes = HttpRouter.addHttpApi(BankApi, { openapiPath: "/openapi.json" }).pipe(
+const ApiRoutes = HttpApiBuilder.layer(BankApi, { openapiPath: "/openapi.json" }).pipe(
   Layer.provide([AccountsLive, TransfersLive]),
-  Layer.provide(AuthenticationLive),
-  // `combine`: Identify runs first and gives the idempotency middleware its subject.
-  Layer.provide(Idempotency.middleware(BankApi).combine(Identify).layer)
+  // Authentication wraps Idempotency (Api.ts) and gives it its subject, the caller.
+  Layer.provide([AuthenticationLive, Idempotency.layer(BankApi)])
 )
 
 const Routes = Layer.mergeAll(
   ApiRoutes,
-  HttpApiSwagger.layerHttpLayerRouter({ api: BankApi, path: "/docs" }),
+  HttpApiSwagger.layer(BankApi, { path: "/docs" }),
   HttpRouter.add("GET", "/", HttpServerResponse.redirect("/docs")),
   ReceiverLive
 )
@@ -53,6 +53,8 @@ export const ServerLive = (options: { readonly port: number; readonly fallback: 
     const listen = (port: number) => NodeHttpServer.layer(() => server, { port, host: "127.0.0.1" })
     return HttpRouter.serve(Routes, { disableLogger: true, disableListenLog: true }).pipe(
       Layer.merge(drain(server)),
-      Layer.provideMerge(options.fallback ? Layer.orElse(listen(options.port), () => listen(0)) : listen(options.port))
+      // The key's header is redacted in the server's spans.
+      Layer.provide(Idempotency.layerRedactKeyHeader()),
+      Layer.provideMerge(options.fallback ? Layer.catch(listen(options.port), () => listen(0)) : listen(options.port))
     )
   }))
