@@ -199,4 +199,6 @@ export class BankApi extends HttpApi.make("bank")
     OpenApi.Description,
     "Demo authentication: `Authorization: Bearer <your name>`. POST endpoints take an Idempotency-Key."
   )
+  // A request that does not decode is a 400 problem naming the field, not an empty 400.
+  .middleware(HttpApiMiddleware.ProblemDetails)
 {}
