@@ -22,6 +22,7 @@ import * as Cause from "effect/Cause"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Predicate from "effect/Predicate"
 import * as Exit from "effect/Exit"
 import * as Redacted from "effect/Redacted"
 import { appendFileSync } from "node:fs"
@@ -50,7 +51,10 @@ const journal = (entry: JournalEntry) => appendFileSync(config.journal, `${JSON.
 
 const describe = (cause: Cause.Cause<unknown>): string => {
   const failure = Cause.squash(cause)
-  return (failure instanceof Error ? `${failure.name}: ${failure.message}` : String(failure)).slice(0, 200)
+  const text = failure instanceof Error
+    ? `${failure.name}: ${failure.message}`
+    : Predicate.hasProperty(failure, "_tag") ? `${String(failure._tag)}: ${Cause.pretty(cause).split("\n")[0]}` : Cause.pretty(cause)
+  return text.slice(0, 200)
 }
 
 const program = Effect.gen(function*() {

@@ -10,6 +10,7 @@
 import type { DatabaseError } from "@effect-durable/core/Errors"
 import * as SqlClient from "effect/sql/SqlClient"
 import { SqlError } from "effect/sql/SqlError"
+import * as Cause from "effect/Cause"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
@@ -115,11 +116,20 @@ export const transact = <A, E, R>(
   body: Effect.Effect<A, E, R>
 ): Effect.Effect<A, E | DatabaseError, R> =>
   sql.withTransaction(Effect.mapError(body, (error) => new BodyFailure(error))).pipe(
-    Effect.catch((error): Effect.Effect<never, E | DatabaseError> =>
-      error instanceof BodyFailure
-        ? Effect.fail(error.error as E)
-        : Effect.fail(error instanceof SqlError ? classify(operation)(error) : error as DatabaseError)
-    )
+    Effect.catchCause((cause): Effect.Effect<never, E | DatabaseError> => {
+      // The body's own failure wins. A ROLLBACK that failed beside it (the connection is gone,
+      // so the server discards the transaction anyway) arrives as a defect next to it, and
+      // Effect turns the whole cause into defects then: look for the box among both.
+      for (const reason of cause.reasons) {
+        const value = Cause.isFailReason(reason) ? reason.error : Cause.isDieReason(reason) ? reason.defect : undefined
+        if (value instanceof BodyFailure) return Effect.fail(value.error as E)
+      }
+      // BEGIN or COMMIT failed: classified.
+      for (const reason of cause.reasons) {
+        if (Cause.isFailReason(reason) && reason.error instanceof SqlError) return Effect.fail(classify(operation)(reason.error))
+      }
+      return Effect.failCause(cause as Cause.Cause<never>)
+    })
   )
 
 /**
