@@ -23,6 +23,8 @@ trap cleanup EXIT
 chmod 755 "$scratch"
 
 cd "$root"
+# Every package carries the same version.
+version=$(node -p 'require("./packages/core/package.json").version')
 npm run build --silent
 mkdir "$scratch/packs"
 for name in "${PACKAGES[@]}"; do
@@ -76,7 +78,7 @@ cd "$scratch"
 : > install.log
 while IFS= read -r line; do
   # shellcheck disable=SC2001
-  command=$(sed -E 's#@effect-durable/([a-z]+)#'"$scratch"'/packs/effect-durable-\1-0.1.0.tgz#g' <<<"$line")
+  command=$(sed -E "s#@effect-durable/([a-z]+)#$scratch/packs/effect-durable-\\1-$version.tgz#g" <<<"$line")
   echo "== consumer: $line"
   eval "$command --no-audit --no-fund" 2>&1 | tee -a install.log
 done <<<"$install_lines"
