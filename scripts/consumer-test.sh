@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The consumer test: what someone who installs effect-durable from npm gets.
-# Packs every library package (npm pack), installs the tarballs and their peers from the
-# registry into a scratch project outside the workspace (no workspace links, no tsx, no
-# --conditions), type-checks an application file against the shipped declarations, and runs
-# scripts/consumer/program.mjs with plain node: on the development database (from the packed
-# @effect-durable/embedded), and on DATABASE_URL as well when it is set. Deletes everything
-# it made on exit.
+# Packs every library package (npm pack) into a scratch project outside the workspace, then
+# runs the README's own install lines there VERBATIM (the `npm install` lines of its
+# "Installing" block; only the @effect-durable/* names, which are not on the registry yet,
+# become the tarballs), so effect and every other peer resolve from the registry, unpinned,
+# as `npm install effect` would give a new user today. Then: no engine warning, a sound tree,
+# one copy of effect, an application file type-checked against the shipped declarations,
+# and scripts/consumer/program.mjs run with plain node (ledger, outbox, projector, HTTP, the
+# CLI) on the development database, and on DATABASE_URL as well when it is set. Deletes
+# everything it made on exit.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-PACKAGES=(core embedded pg projector nats http testing)
+PACKAGES=(core embedded pg projector nats http testing cli)
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/effect-durable-consumer-XXXXXX")
 cleanup() {
@@ -20,38 +23,42 @@ trap cleanup EXIT
 chmod 755 "$scratch"
 
 cd "$root"
+# Every package carries the same version.
+version=$(node -p 'require("./packages/core/package.json").version')
 npm run build --silent
 mkdir "$scratch/packs"
 for name in "${PACKAGES[@]}"; do
   npm pack --silent --workspace "packages/$name" --pack-destination "$scratch/packs" >/dev/null
 done
 
-# The peers at the versions the workspace tests (the ranges the packages declare allow newer).
-version() { node -p "require('./package-lock.json').packages['node_modules/$1'].version"; }
+# The README's install lines, as written.
+install_lines=$(node - "$root/README.md" <<'NODE'
+const text = require("node:fs").readFileSync(process.argv[2], "utf8")
+const block = text.match(/### Installing[^\n]*\n[\s\S]*?```sh\n([\s\S]*?)```/)
+if (block === null) { console.error("consumer: README has no Installing block"); process.exit(1) }
+const lines = block[1].split("\n").map((l) => l.replace(/\s+#.*$/, "").trim()).filter((l) => l.startsWith("npm install"))
+if (lines.length === 0) { console.error("consumer: the Installing block has no npm install line"); process.exit(1) }
+console.log(lines.join("\n"))
+NODE
+)
+
 platform=$(node -p 'process.platform + "-" + process.arch')
-node - "$scratch" "$platform" "${PACKAGES[@]}" <<NODE
+node - "$scratch" "$platform" "${PACKAGES[@]}" <<'NODE'
 const [scratch, platform, ...names] = process.argv.slice(2)
 const fs = require("node:fs")
 const packs = fs.readdirSync(scratch + "/packs")
+// Every tarball up front, so a package's @effect-durable/* peers resolve to the tarballs
+// (they are not on the registry); the README's lines then add what an application adds.
 const dependencies = {}
 for (const name of names) {
   const file = packs.find((f) => f.startsWith("effect-durable-" + name + "-"))
   dependencies["@effect-durable/" + name] = "file:packs/" + file
 }
-Object.assign(dependencies, {
-  "effect": "$(version effect)",
-  "@effect/sql": "$(version @effect/sql)",
-  "@effect/sql-pg": "$(version @effect/sql-pg)",
-  "@effect/platform": "$(version @effect/platform)",
-  "@effect/experimental": "$(version @effect/experimental)"
-})
 fs.writeFileSync(scratch + "/package.json", JSON.stringify({
   name: "effect-durable-consumer",
   private: true,
   type: "module",
   dependencies,
-  // @types/pg: @effect/sql-pg's declarations import pg's types.
-  devDependencies: { typescript: "$(version typescript)", "@types/node": "$(version @types/node)", "@types/pg": "$(version @types/pg)" },
   // embedded-postgres's platform package restores its binaries' symlinks in an install script.
   allowScripts: { ["@embedded-postgres/" + platform]: true, "msgpackr-extract": false }
 }, null, 2))
@@ -68,12 +75,23 @@ cat > "$scratch/tsconfig.json" <<'JSON'
 JSON
 
 cd "$scratch"
-echo "== consumer: npm install (tarballs + peers from the registry) in $scratch"
-npm install --no-audit --no-fund 2>&1 | tee install.log
+: > install.log
+while IFS= read -r line; do
+  # shellcheck disable=SC2001
+  command=$(sed -E "s#@effect-durable/([a-z]+)#$scratch/packs/effect-durable-\\1-$version.tgz#g" <<<"$line")
+  echo "== consumer: $line"
+  eval "$command --no-audit --no-fund" 2>&1 | tee -a install.log
+done <<<"$install_lines"
+# What the check needs on top of an application's own install.
+npm install -D --no-audit --no-fund typescript @types/node 2>&1 | tee -a install.log
 if grep -q EBADENGINE install.log; then echo "consumer: the install printed EBADENGINE" >&2; exit 1; fi
 npm ls --all >/dev/null || { echo "consumer: npm ls reports a broken tree (a missing or invalid peer?)" >&2; exit 1; }
 copies=$(npm ls effect --all --parseable | sort -u | wc -l)
 [ "$copies" -eq 1 ] || { echo "consumer: $copies copies of effect installed; an application must get one" >&2; npm ls effect --all; exit 1; }
+latest=$(npm view effect dist-tags.latest)
+installed=$(node -p 'require("effect/package.json").version')
+[ "$installed" = "$latest" ] || { echo "consumer: effect $installed installed, latest is $latest" >&2; exit 1; }
+echo "== consumer: effect $installed (the registry's latest), one copy"
 [ ! -e node_modules/@effect-durable/pg/node_modules ] || { echo "consumer: a package brought its own node_modules" >&2; exit 1; }
 
 # Not exactOptionalPropertyTypes: @nats-io's own declarations do not pass it.

@@ -1,6 +1,6 @@
 /**
  * `npm run bench [-- --quick] [-- --only=drain,enqueue,latency,ledger,claim,processes,http]`: effect-durable
- * against graphile-worker, pg-boss, @effect/sql's SqlPersistedQueue and the raw-SQL ceiling,
+ * against graphile-worker, pg-boss, Effect 4's PersistedQueue (SQL store) and the raw-SQL ceiling,
  * measured in one run on one PostgreSQL, contenders alternating round by round, each
  * measurement on a fresh database. Prints medians, ratios and the targets of issue 6, and
  * writes them as JSON and an SVG chart under bench/results/.
@@ -82,7 +82,7 @@ const program = Effect.gen(function*() {
   results.drain = yield* step("drain", `drain: ${SIZES.drain.toLocaleString("en")} ready messages (seeded in transactions of 1,000: bulk enqueue)`, () =>
     Drain.run(bench, Contenders.all, SIZES.drain))
   results.enqueueEach = yield* step("enqueue", `enqueue: ${SIZES.enqueueEach.toLocaleString("en")} messages, one per transaction, ${EnqueueEach.PRODUCERS} producers`, () =>
-    EnqueueEach.run(bench, [Contenders.EffectDurable.defaults, Contenders.GraphileWorker.defaults, Contenders.PgBoss.tuned, Contenders.SqlPersistedQueue.tuned], SIZES.enqueueEach))
+    EnqueueEach.run(bench, [Contenders.EffectDurable.defaults, Contenders.GraphileWorker.defaults, Contenders.PgBoss.tuned, Contenders.PersistedQueue.tuned], SIZES.enqueueEach))
   results.latency = yield* step("latency", `latency: ${SIZES.latency.toLocaleString("en")} messages, one per committed transaction at ${Latency.RATE}/s`, () =>
     Latency.run(bench, [Contenders.EffectDurable.defaults, Contenders.EffectDurable.asyncCommits, Contenders.GraphileWorker.defaults, Contenders.GraphileWorker.fastest, Contenders.PgBoss.tuned], SIZES.latency))
   results.ledger = yield* step("ledger", `ledger: ${SIZES.ledger.toLocaleString("en")} first observations then replays, concurrency ${Ledger.CONCURRENCY}`, () =>
@@ -113,7 +113,7 @@ const program = Effect.gen(function*() {
   Effect.scoped,
   // DATABASE_URL, or an embedded server with durable settings (the test defaults turn fsync
   // off): the bench measures commits that reach the disk.
-  Effect.provide(Layer.unwrapEffect(Effect.map(PgServer.ProviderConfig, ({ databaseUrl }) =>
+  Effect.provide(Layer.unwrap(Effect.map(PgServer.ProviderConfig, ({ databaseUrl }) =>
     databaseUrl._tag === "Some"
       ? PgServer.layerUrl(databaseUrl.value)
       : PgServer.layerEmbedded({ settings: { fsync: "on", synchronous_commit: "on", full_page_writes: "on" } }))))

@@ -44,8 +44,8 @@ export const targets = (results: Results): Array<Target> => {
     }
     versus("graphile-worker (fastest)", 1.5)
     versus("pg-boss (tuned)", 2)
-    versus("SqlPersistedQueue", 5)
-    versus("raw SQL ceiling (batch 500, 3 conn)", 0.6)
+    versus("PersistedQueue", 10)
+    versus("raw SQL ceiling (batch 500, 3 conn)", 0.8)
     const graphileCpu = find(drain, "graphile-worker (fastest)")
     if (graphileCpu !== undefined) {
       const r = ours.serverCpuMicrosPerMessage / graphileCpu.serverCpuMicrosPerMessage

@@ -8,7 +8,7 @@
  * - one business row per idempotency key, one outbox message per command;
  * - duplicates counted; for each fault, the time until delivery recovered.
  */
-import type * as SqlClient from "@effect/sql/SqlClient"
+import type * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import { readFileSync } from "node:fs"
 import type { FaultRecord } from "./faults.js"

@@ -16,7 +16,7 @@
  *   forwards it or not): the retry through the ledger must give exactly one business row.
  */
 import type * as PgServer from "@effect-durable/testing/PgServer"
-import type * as SqlClient from "@effect/sql/SqlClient"
+import type * as SqlClient from "effect/sql/SqlClient"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
@@ -79,7 +79,7 @@ export const productionMillis = (quick: boolean, schedule: ReadonlyArray<Planned
 
 export interface Environment {
   readonly workers: Workers
-  readonly server: PgServer.PgServer["Type"]
+  readonly server: PgServer.PgServer["Service"]
   readonly proxy: CommitCutProxy
   /** A direct connection to the run's database, as a superuser. */
   readonly admin: SqlClient.SqlClient
@@ -198,8 +198,8 @@ const restart = (env: Environment) =>
     const startedAt = Date.now()
     const held = yield* heldBy(env)
     const down = env.random.between(1_000, 4_000)
-    const result = yield* Effect.either(env.server.restartWith({ mode: "immediate", downtime: Duration.millis(down) }))
-    if (result._tag === "Left") return record("restart", `restart failed: ${result.left.message}`, startedAt, held, true)
+    const result = yield* Effect.result(env.server.restartWith({ mode: "immediate", downtime: Duration.millis(down) }))
+    if (result._tag === "Failure") return record("restart", `restart failed: ${result.failure.message}`, startedAt, held, true)
     return record("restart", `immediate stop, down ${(down / 1000).toFixed(1)} s, crash recovery`, startedAt, held)
   })
 
@@ -249,10 +249,10 @@ export const run = (
   onFault: (fault: FaultRecord) => void
 ): Effect.Effect<ReadonlyArray<FaultRecord>> =>
   Effect.gen(function*() {
-    const fibers: Array<Fiber.RuntimeFiber<FaultRecord>> = []
+    const fibers: Array<Fiber.Fiber<FaultRecord>> = []
     for (const planned of schedule) {
       yield* Effect.sleep(Duration.millis(Math.max(0, startedAt + planned.at - Date.now())))
-      fibers.push(yield* Effect.fork(Effect.tap(inject(env, planned.kind), (fault) => Effect.sync(() => onFault(fault)))))
+      fibers.push(yield* Effect.forkChild(Effect.tap(inject(env, planned.kind), (fault) => Effect.sync(() => onFault(fault)))))
     }
     return yield* Fiber.joinAll(fibers)
   })

@@ -16,7 +16,7 @@ import * as Publisher from "@effect-durable/projector/Publisher"
 import * as PgServer from "@effect-durable/testing/PgServer"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
@@ -50,7 +50,13 @@ const measure = (name: string, poolUrl: string, listenUrl: string | undefined) =
       Projector.layer({ topics: [topic], ...(listenUrl === undefined ? {} : { listenUrl: Redacted.make(listenUrl) }) }).pipe(
         Layer.provide(publisher),
         Layer.provideMerge(Durable.layerOver({})),
-        Layer.provideMerge(PgClient.layer({ url: Redacted.make(poolUrl), applicationName: `latency-${name}`, maxConnections: 8 }))
+        Layer.provideMerge(PgClient.layer({
+          url: Redacted.make(poolUrl),
+          applicationName: `latency-${name}`,
+          maxConnections: 8,
+          // Behind PgBouncer (transaction mode) named prepared statements cannot be kept.
+          prepare: name === "direct"
+        }))
       )
     )
     const sql = Context.get(context, SqlClient.SqlClient)

@@ -10,7 +10,7 @@ import * as Durable from "@effect-durable/pg/Durable"
 import * as PgServer from "@effect-durable/testing/PgServer"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
@@ -59,7 +59,7 @@ const started = Date.now()
 const log = (line: string) => console.log(`[${((Date.now() - started) / 1000).toFixed(0).padStart(4)} s] ${line}`)
 
 /** Creates the run's database, migrates the substrate into it and adds the chaos tables. */
-const prepareDatabase = (server: PgServer.PgServer["Type"]) =>
+const prepareDatabase = (server: PgServer.PgServer["Service"]) =>
   Effect.gen(function*() {
     yield* Effect.promise(async () => {
       const client = new pg.Client({ connectionString: Redacted.value(server.url()), application_name: APPLICATION.admin })
@@ -171,6 +171,7 @@ const program = Effect.gen(function*() {
   const journal = join(run.path, "producer-journal.jsonl")
   const producerConfig: ProducerConfig = {
     url: producerUrl.toString(),
+    pooled: Option.isSome(pooler),
     messages,
     productionMillis,
     concurrency: PRODUCER_CONCURRENCY,
@@ -243,7 +244,7 @@ NodeRuntime.runMain(program, {
   disableErrorReporting: true,
   teardown: (exit, onExit) => {
     if (Exit.isSuccess(exit)) return onExit(0)
-    if (Cause.isInterruptedOnly(exit.cause)) {
+    if (Cause.hasInterruptsOnly(exit.cause)) {
       console.error("chaos: interrupted; everything it started is stopped and deleted")
       return onExit(130)
     }

@@ -17,11 +17,12 @@ import * as Durable from "@effect-durable/pg/Durable"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Cause from "effect/Cause"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Predicate from "effect/Predicate"
 import * as Exit from "effect/Exit"
 import * as Redacted from "effect/Redacted"
 import { appendFileSync } from "node:fs"
@@ -31,6 +32,8 @@ import { APPLICATION, type JournalEntry, OPERATION, type Payload, SUBJECT, TOPIC
 export interface ProducerConfig {
   /** Through the commit-cutting proxy. */
   readonly url: string
+  /** Behind PgBouncer (transaction mode): statements are not prepared. */
+  readonly pooled: boolean
   readonly messages: number
   readonly productionMillis: number
   readonly concurrency: number
@@ -48,7 +51,10 @@ const journal = (entry: JournalEntry) => appendFileSync(config.journal, `${JSON.
 
 const describe = (cause: Cause.Cause<unknown>): string => {
   const failure = Cause.squash(cause)
-  return (failure instanceof Error ? `${failure.name}: ${failure.message}` : String(failure)).slice(0, 200)
+  const text = failure instanceof Error
+    ? `${failure.name}: ${failure.message}`
+    : Predicate.hasProperty(failure, "_tag") ? `${String(failure._tag)}: ${Cause.pretty(cause).split("\n")[0]}` : Cause.pretty(cause)
+  return text.slice(0, 200)
 }
 
 const program = Effect.gen(function*() {
@@ -92,11 +98,11 @@ const program = Effect.gen(function*() {
         if (Exit.isSuccess(exit)) {
           return journal({ key, uid, outcome: exit.value._tag, retries, errors, at: Date.now() })
         }
-        const failure = Cause.failureOption(exit.cause)
+        const failure = Cause.findErrorOption(exit.cause)
         if (failure._tag === "Some" && failure.value instanceof DeliberateRollback) break
         if (failure._tag === "Some" && failure.value._tag === "MutationConflict") {
           // The same key with the same request can never conflict: that is a bug to report.
-          return yield* Effect.dieMessage(`${key}: ${describe(exit.cause)}`)
+          return yield* Effect.die(new Error(`${key}: ${describe(exit.cause)}`))
         }
         yield* failed(exit.cause)
       }
@@ -119,8 +125,13 @@ const program = Effect.gen(function*() {
 
 program.pipe(
   Effect.provide(Durable.layer({
-    connection: { url: Redacted.make(config.url), applicationName: APPLICATION.producer, poolSize: config.concurrency }
+    connection: {
+      url: Redacted.make(config.url),
+      applicationName: APPLICATION.producer,
+      poolSize: config.concurrency,
+      preparedStatements: !config.pooled
+    }
   })),
-  Effect.tapErrorCause((cause) => Effect.logError("chaos producer failed", cause)),
+  Effect.tapCause((cause) => Effect.logError("chaos producer failed", cause)),
   NodeRuntime.runMain
 )

@@ -13,7 +13,7 @@ import * as Inbox from "@effect-durable/pg/Inbox"
 import * as Projector from "@effect-durable/projector/Projector"
 import * as Publisher from "@effect-durable/projector/Publisher"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -26,7 +26,7 @@ export interface WorkerConfig {
   readonly workerId: string
   /** The pool's URL: the server, or PgBouncer in front of it. */
   readonly url: string
-  /** Behind a pooler: a direct URL for the projector's LISTEN connection. */
+  /** Behind a pooler: a direct URL for the projector's LISTEN connection (and no prepared statements). */
   readonly listenUrl?: string
   /** The projector lease in ms; absent: the projector's default. */
   readonly leaseMillis?: number
@@ -36,7 +36,7 @@ export interface WorkerConfig {
 
 const config: WorkerConfig = JSON.parse(process.argv[2]!)
 
-const handler = Layer.unwrapEffect(Effect.gen(function*() {
+const handler = Layer.unwrap(Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const inbox = yield* Inbox.Inbox
   return Publisher.layerHandler((message) => {
@@ -66,7 +66,12 @@ const projector = Projector.layer({
 }).pipe(Layer.provide(handler))
 
 const substrate = Durable.layer({
-  connection: { url: Redacted.make(config.url), applicationName: APPLICATION.worker(config.index) },
+  connection: {
+    url: Redacted.make(config.url),
+    applicationName: APPLICATION.worker(config.index),
+    // PgBouncer 1.18 in transaction mode cannot keep named prepared statements.
+    preparedStatements: config.listenUrl === undefined
+  },
   ...(config.asyncWorkerCommits === true ? { settings: { synchronousWorkerCommits: false } } : {})
 })
 
@@ -76,6 +81,6 @@ Effect.scoped(Effect.gen(function*() {
   return yield* Effect.never
 })).pipe(
   Effect.provide(substrate),
-  Effect.tapErrorCause((cause) => Effect.logError(`chaos worker ${config.workerId} failed`, cause)),
+  Effect.tapCause((cause) => Effect.logError(`chaos worker ${config.workerId} failed`, cause)),
   NodeRuntime.runMain
 )

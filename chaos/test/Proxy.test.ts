@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import { eventually } from "@effect-durable/testing/Eventually"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Redacted from "effect/Redacted"
 import pg from "pg"
@@ -33,7 +33,7 @@ const throughProxy = Effect.gen(function*() {
 
 describe("the chaos suite's commit-cutting proxy", () => {
   it.layer(TestDatabase.layerFresh())((it) => {
-    it.scoped("cuts the connection at COMMIT: forwarded, the transaction commits; withheld, it rolls back", () =>
+    it.effect("cuts the connection at COMMIT: forwarded, the transaction commits; withheld, it rolls back", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         yield* sql`CREATE TABLE cut (mode text)`
@@ -54,7 +54,7 @@ describe("the chaos suite's commit-cutting proxy", () => {
         expect(yield* sql<{ mode: string }>`SELECT mode FROM cut`).toEqual([{ mode: "forward" }])
       }))
 
-    it.scoped("passes everything else unchanged, messages split across reads included", () =>
+    it.effect("passes everything else unchanged, messages split across reads included", () =>
       Effect.gen(function*() {
         const { client } = yield* throughProxy
         const big = "x".repeat(300_000)

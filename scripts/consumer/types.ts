@@ -1,5 +1,6 @@
 // The consumer test's type check: an application's TypeScript (strict, NodeNext) sees the
 // packages' declarations, with skipLibCheck off so every .d.ts they ship is checked too.
+import * as AdminPage from "@effect-durable/cli/AdminPage"
 import * as Cursor from "@effect-durable/core/Cursor"
 import * as DevDatabase from "@effect-durable/embedded/DevDatabase"
 import * as Idempotency from "@effect-durable/http/Idempotency"
@@ -10,10 +11,10 @@ import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as Projector from "@effect-durable/projector/Projector"
 import * as Publisher from "@effect-durable/projector/Publisher"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
-import * as HttpApi from "@effect/platform/HttpApi"
-import * as HttpApiEndpoint from "@effect/platform/HttpApiEndpoint"
-import * as HttpApiGroup from "@effect/platform/HttpApiGroup"
 import * as Effect from "effect/Effect"
+import * as HttpApi from "effect/http-api/HttpApi"
+import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
+import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 
@@ -27,7 +28,13 @@ export const nats = JetStreamPublisher.layer
 export const accepted = MutationLedger.accept({ ok: true })
 export const codec = Cursor.layerConfig
 export const tests = TestDatabase.layerFresh
+export const page = AdminPage.layer({ mount: "/admin/durable" })
 class Api extends HttpApi.make("api").add(
-  HttpApiGroup.make("orders").add(HttpApiEndpoint.post("place")`/orders`.pipe(Idempotency.endpoint({ required: true })))
+  HttpApiGroup.make("orders")
+    .add(HttpApiEndpoint.post("place", "/orders").pipe(Idempotency.endpoint({ required: true })))
+    .middleware(Subject.Identify)
 ) {}
-export const idempotency = Idempotency.middleware(Api).combine(Subject.identify(() => Effect.succeed(Option.some("tenant")))).layer
+export const idempotency = Layer.mergeAll(
+  Idempotency.layer(Api),
+  Subject.layerIdentify(() => Effect.succeed(Option.some("tenant")))
+)

@@ -5,20 +5,18 @@ import type { SettingsInput } from "@effect-durable/pg/DurableConfig"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as Projector from "@effect-durable/projector/Projector"
 import * as Publisher from "@effect-durable/projector/Publisher"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Logger from "effect/Logger"
-import * as LogLevel from "effect/LogLevel"
 import * as Redacted from "effect/Redacted"
-import * as Runtime from "effect/Runtime"
+import * as References from "effect/References"
 import { latencies, produceSteadily, type QueueContender, BULK_TRANSACTION, sleep, until, untilNoneOpen } from "../common.js"
 
 export const run = <A, E>(url: string, body: Effect.Effect<A, E, Durable.Services>, poolSize = 10, settings: SettingsInput = {}) =>
   Effect.runPromise(body.pipe(
     Effect.provide(Durable.layer({ connection: { url: Redacted.make(url), poolSize }, settings, migrate: true })),
     Effect.scoped,
-    Logger.withMinimumLogLevel(LogLevel.Warning)
+    Effect.provideService(References.MinimumLogLevel, "Warn")
   ))
 
 const OPEN = "SELECT count(*) AS n FROM durable.outbox WHERE projected_at IS NULL AND dead_at IS NULL"
@@ -71,10 +69,10 @@ export const make = (label: string, options: Projector.ProjectorOptions, poolSiz
     return run(url, Effect.gen(function*() {
       const outbox = yield* Outbox.Outbox
       const sql = yield* SqlClient.SqlClient
-      const runtime = yield* Effect.runtime<SqlClient.SqlClient>()
+      const context = yield* Effect.context<SqlClient.SqlClient>()
       yield* Effect.promise(() => sleep(500)) // the listener connects
       const committed = yield* Effect.promise(() =>
-        produceSteadily(count, rate, (i) => Runtime.runPromise(runtime, sql.withTransaction(outbox.enqueue("bench", { i }))).then(() => undefined))
+        produceSteadily(count, rate, (i) => Effect.runPromiseWith(context)(sql.withTransaction(outbox.enqueue("bench", { i }))).then(() => undefined))
       )
       yield* Effect.promise(() => until(() => received.size >= count, 10))
       return latencies(committed, received)

@@ -4,7 +4,7 @@ import * as EffectDurable from "./effectDurable.js"
 import * as GraphileWorker from "./graphileWorker.js"
 import * as PgBoss from "./pgBoss.js"
 import * as RawSql from "./rawSql.js"
-import * as SqlPersistedQueue from "./sqlPersistedQueue.js"
+import * as PersistedQueue from "./persistedQueue.js"
 
 export const all: ReadonlyArray<QueueContender> = [
   EffectDurable.defaults,
@@ -13,8 +13,8 @@ export const all: ReadonlyArray<QueueContender> = [
   GraphileWorker.fastest,
   GraphileWorker.defaults,
   PgBoss.tuned,
-  SqlPersistedQueue.tuned,
+  PersistedQueue.tuned,
   RawSql.atDefaults
 ]
 
-export { EffectDurable, GraphileWorker, PgBoss, RawSql, SqlPersistedQueue }
+export { EffectDurable, GraphileWorker, PgBoss, PersistedQueue, RawSql }

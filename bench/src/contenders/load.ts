@@ -10,7 +10,7 @@ export const load = async (name: string): Promise<QueueContender> => {
     ["effect-durable", () => import("./effectDurable.js")],
     ["graphile-worker", () => import("./graphileWorker.js")],
     ["pg-boss", () => import("./pgBoss.js")],
-    ["SqlPersistedQueue", () => import("./sqlPersistedQueue.js")],
+    ["PersistedQueue", () => import("./persistedQueue.js")],
     ["raw SQL", () => import("./rawSql.js")]
   ]
   const entry = modules.find(([prefix]) => name.startsWith(prefix))

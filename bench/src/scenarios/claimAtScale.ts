@@ -61,7 +61,7 @@ export const run = async (bench: Bench, claimCases: ReadonlyArray<ClaimCase>) =>
       for (let i = 0; i < CLAIMS; i++) {
         const [duration, claimed] = yield* Effect.timed(worker.claim({ worker: "bench", limit: LIMIT, lease: "30 seconds" }))
         took.push(Duration.toMillis(duration))
-        if (claimed.length !== LIMIT) return yield* Effect.dieMessage(`claimed ${claimed.length}, expected ${LIMIT}`)
+        if (claimed.length !== LIMIT) return yield* Effect.die(new Error(`claimed ${claimed.length}, expected ${LIMIT}`))
         yield* worker.markProjectedMany(claimed.map((message) => message.claim))
         yield* outbox.enqueueMany(claimed.map((_, j) => ({ topic: "bench", payload: { ...PAYLOAD, orderId: i * LIMIT + j } })))
       }

@@ -7,11 +7,11 @@ import * as Idempotency from "@effect-durable/http/Idempotency"
 import * as Subject from "@effect-durable/http/Subject"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
-import * as HttpServer from "@effect/platform/HttpServer"
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServer from "effect/http/HttpServer"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -47,12 +47,12 @@ const placeOrder = Effect.gen(function*() {
   return yield* HttpServerResponse.json({ orderId: row!.id, cents: body.cents }, { status: 201 })
 }).pipe(Effect.orDie)
 
-const Routes = HttpLayerRouter.addAll(Effect.gen(function*() {
+const Routes = HttpRouter.addAll(Effect.gen(function*() {
   const idempotent = yield* Idempotency.wrapper()
   const sql = yield* SqlClient.SqlClient
   return [
-    HttpLayerRouter.route("POST", "/plain", sql.withTransaction(placeOrder).pipe(Effect.orDie)),
-    HttpLayerRouter.route("POST", "/orders", idempotent.required(placeOrder))
+    HttpRouter.route("POST", "/plain", sql.withTransaction(placeOrder).pipe(Effect.orDie)),
+    HttpRouter.route("POST", "/orders", idempotent.required(placeOrder))
   ]
 })).pipe(Layer.provide(Subject.identify(() => Effect.succeed(Option.some("bench"))).layer))
 
@@ -99,12 +99,13 @@ export const run = async (bench: Bench, requests: number): Promise<HttpResult> =
     await bench.execute(url, "CREATE TABLE orders (id bigserial PRIMARY KEY, cents int NOT NULL)")
     const result = await EffectDurable.run(url, Effect.scoped(Effect.gen(function*() {
       const context = yield* Layer.build(
-        HttpLayerRouter.serve(Routes, { disableLogger: true, disableListenLog: true }).pipe(
+        HttpRouter.serve(Routes, { disableLogger: true, disableListenLog: true }).pipe(
+          Layer.provide(Idempotency.layerRedactKeyHeader()),
           Layer.provideMerge(NodeHttpServer.layer(Http.createServer, { port: 0, host: "127.0.0.1" }))
         )
       )
       const address = Context.get(context, HttpServer.HttpServer).address
-      const port = address._tag === "TcpAddress" ? address.port : 0
+      const port = address._tag === "UnixPathAddress" ? 0 : address.port
       const body = (i: number) => JSON.stringify({ cents: 100 + i })
       if (mode === "plain") return { first: yield* Effect.promise(() => load(requests, 201, (i) => post(port, "/plain", body(i)))) }
       const first = yield* Effect.promise(() => load(requests, 201, (i) => post(port, "/orders", body(i), `order-${i}`)))

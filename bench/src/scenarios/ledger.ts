@@ -4,7 +4,7 @@
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as Outbox from "@effect-durable/pg/Outbox"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import { formatRate, median } from "../common.js"
@@ -59,7 +59,7 @@ export const run = async (bench: Bench, observations: number): Promise<LedgerRes
           { subject: "bench", operation: "place-order", key: `order-${i}` },
           { kind: "place-order", eligibility: new Uint8Array(), fingerprint: fingerprints[i]! },
           Effect.map(placeOrder(i), (orderId) => MutationLedger.accept({ orderId }))
-        ).pipe(Effect.filterOrDieMessage((outcome) => outcome._tag === expected, `expected ${expected}`))
+        ).pipe(Effect.filterOrFail((outcome) => outcome._tag === expected, () => new Error(`expected ${expected}`)), Effect.orDie)
       const first = yield* all(observe("First"))
       const replay = yield* all(observe("Replay"))
       return { rate: observations / first, replayRate: observations / replay }

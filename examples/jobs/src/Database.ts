@@ -6,20 +6,20 @@
  */
 import * as DevDatabase from "@effect-durable/embedded/DevDatabase"
 import * as Durable from "@effect-durable/pg/Durable"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 
 /** Used only when the variable is not set. */
-export const developmentDefaults = new Map([
-  ["CURSOR_KEYS", "dev-1=a development key that signs page cursors"],
-  ["WEBHOOK_SECRET", "a development secret that signs webhook deliveries"],
-  ["DURABLE_POOL_SIZE", "20"]
-])
+export const developmentDefaults: Record<string, string> = {
+  CURSOR_KEYS: "dev-1=a development key that signs page cursors",
+  WEBHOOK_SECRET: "a development secret that signs webhook deliveries",
+  DURABLE_POOL_SIZE: "20"
+}
 
-const DevelopmentDefaults = Layer.setConfigProvider(
-  ConfigProvider.fromEnv().pipe(ConfigProvider.orElse(() => ConfigProvider.fromMap(developmentDefaults)))
+const DevelopmentDefaults = ConfigProvider.layer(
+  ConfigProvider.fromEnv().pipe(ConfigProvider.orElse(ConfigProvider.fromEnvRecord(developmentDefaults)))
 )
 
 const Tables = Layer.effectDiscard(Effect.gen(function*() {

@@ -7,20 +7,20 @@
  */
 import * as Projector from "@effect-durable/projector/Projector"
 import * as Webhook from "@effect-durable/projector/Webhook"
-import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
-import * as HttpServer from "@effect/platform/HttpServer"
+import * as FetchHttpClient from "effect/http/FetchHttpClient"
 import * as Config from "effect/Config"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import { baseUrl } from "./Instructions.js"
 import { WEBHOOK_PATH } from "./Notifications.js"
 import { TRANSFER_COMPLETED } from "./Transfers.js"
 
-export const DeliveryLive = Layer.unwrapEffect(
+export const DeliveryLive = Layer.unwrap(
   Effect.gen(function*() {
-    const address = (yield* HttpServer.HttpServer).address as HttpServer.TcpAddress
-    const secret = yield* Config.redacted("WEBHOOK_SECRET")
+    const url = yield* baseUrl
+    const secret = yield* Config.Redacted("WEBHOOK_SECRET")
     return Projector.layer({ topics: [TRANSFER_COMPLETED], pollInterval: "1 second" }).pipe(
-      Layer.provide(Webhook.layer({ url: `http://127.0.0.1:${address.port}${WEBHOOK_PATH}`, secret })),
+      Layer.provide(Webhook.layer({ url: `${url}${WEBHOOK_PATH}`, secret })),
       Layer.provide(FetchHttpClient.layer)
     )
   })

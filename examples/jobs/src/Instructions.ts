@@ -1,5 +1,5 @@
 /** What `npm start` prints once it listens: where it is, and curl lines to try it with. */
-import * as HttpServer from "@effect/platform/HttpServer"
+import * as HttpServer from "effect/http/HttpServer"
 import * as Config from "effect/Config"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Console from "effect/Console"
@@ -8,17 +8,18 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import { seedAccounts } from "./Seed.js"
 
-export const baseUrl = Effect.map(HttpServer.HttpServer, (server) => {
-  const address = server.address as HttpServer.TcpAddress
-  return `http://127.0.0.1:${address.port}`
-})
+/** The server's URL (it listens on 127.0.0.1, see Server.ts). */
+export const baseUrl = Effect.flatMap(HttpServer.HttpServer, ({ address }) =>
+  address._tag === "UnixPathAddress"
+    ? Effect.die(new Error(`the server listens on a Unix socket (${address.path}), not on a port`))
+    : Effect.succeed(`http://127.0.0.1:${address.port}`))
 
 export const InstructionsLive = Layer.effectDiscard(Effect.gen(function*() {
   const url = yield* baseUrl
   const { alice, bob } = yield* seedAccounts
   // The environment's own DATABASE_URL (the development database supplies one to the substrate).
   const database = yield* Effect.orElseSucceed(
-    Effect.withConfigProvider(Config.option(Config.string("DATABASE_URL")), ConfigProvider.fromEnv()),
+    Effect.provideService(Config.option(Config.String("DATABASE_URL")), ConfigProvider.ConfigProvider, ConfigProvider.fromEnv()),
     () => Option.none()
   )
   const json = `-H 'Content-Type: application/json'`

@@ -7,10 +7,10 @@
  */
 import * as Inbox from "@effect-durable/pg/Inbox"
 import * as Webhook from "@effect-durable/projector/Webhook"
-import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Config from "effect/Config"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
@@ -22,17 +22,18 @@ export const WEBHOOK_PATH = "/webhooks/transfers"
 const CONSUMER = "notifications"
 
 /** What the webhook publisher POSTs. */
-const Delivery = Schema.parseJson(Schema.Struct({
+const Delivery = Schema.fromJsonString(Schema.Struct({
   id: Schema.String,
   topic: Schema.Literal("transfer-completed"),
   payload: Schema.Struct({ transfer: Schema.Number, from: Schema.Number, to: Schema.Number, amount: Schema.Number })
 }))
 
-export const ReceiverLive = HttpLayerRouter.use((router) =>
-  Effect.gen(function*() {
+export const ReceiverLive = HttpRouter.use(
+  Effect.fn(function*(router) {
     const sql = yield* SqlClient.SqlClient
     const inbox = yield* Inbox.Inbox
-    const secret = yield* Config.redacted("WEBHOOK_SECRET")
+    const secret = yield* Config.Redacted("WEBHOOK_SECRET")
+    const decode = Schema.decodeUnknownEffect(Delivery)
 
     const receive = Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
@@ -40,7 +41,7 @@ export const ReceiverLive = HttpLayerRouter.use((router) =>
       if (!Webhook.verify(secret, request.headers[Webhook.SIGNATURE_HEADER] ?? "", body)) {
         return HttpServerResponse.text("signature does not verify", { status: 401 })
       }
-      const delivery = yield* Schema.decodeUnknown(Delivery)(body)
+      const delivery = yield* decode(body)
       const { amount, from, to, transfer } = delivery.payload
       // The receipt and the notifications commit together: a second delivery is a Duplicate.
       const outcome = yield* inbox.handle(
@@ -50,11 +51,12 @@ export const ReceiverLive = HttpLayerRouter.use((router) =>
               (${from}, ${delivery.id}, ${`sent ${format(amount)} to account ${to} (transfer ${transfer})`}),
               (${to}, ${delivery.id}, ${`received ${format(amount)} from account ${from} (transfer ${transfer})`})`
       )
-      return HttpServerResponse.unsafeJson({ applied: outcome._tag === "Processed" })
+      return HttpServerResponse.jsonUnsafe({ applied: outcome._tag === "Processed" })
     }).pipe(
-      Effect.catchTag("ParseError", () => Effect.succeed(HttpServerResponse.text("not a transfer delivery", { status: 400 }))),
+      Effect.catchTag("SchemaError", () => Effect.succeed(HttpServerResponse.text("not a transfer delivery", { status: 400 }))),
       // Anything else is a 500: the projector retries it later.
-      Effect.orDie
+      Effect.orDie,
+      Effect.withSpan("Notifications.receive")
     )
 
     yield* router.add("POST", WEBHOOK_PATH, receive)

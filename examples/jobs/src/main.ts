@@ -16,10 +16,13 @@
  * server finishes what is in flight, the pool closes, the development database stops.
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as Cause from "effect/Cause"
 import * as Config from "effect/Config"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Runtime from "effect/Runtime"
 import { parseArgs } from "node:util"
 import { ConfigLive, DatabaseLive } from "./Database.js"
 import { DeliveryLive } from "./Delivery.js"
@@ -31,8 +34,8 @@ import { ServerLive } from "./Server.js"
 const { values } = parseArgs({ options: { demo: { type: "boolean", default: false } } })
 
 /** PORT when it is set; otherwise 3000, or any free port when 3000 is taken (the demo: any free port). */
-const Server = Layer.unwrapEffect(
-  Effect.map(Config.option(Config.port("PORT")), (port) =>
+const Server = Layer.unwrap(
+  Effect.map(Config.option(Config.Port("PORT")), (port) =>
     values.demo
       ? ServerLive({ port: 0, fallback: false })
       : Option.match(port, {
@@ -47,8 +50,12 @@ const App = Layer.mergeAll(DeliveryLive, RetentionLive).pipe(
   Layer.provide(ConfigLive)
 )
 
+/** Ctrl-C and SIGTERM are how the service is stopped: an exit by that interruption alone is exit code 0. */
+const teardown: Runtime.Teardown = (exit, onExit) =>
+  Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause) ? onExit(0) : Runtime.defaultTeardown(exit, onExit)
+
 if (values.demo) {
-  Effect.flatMap(baseUrl, Demo.run).pipe(Effect.provide(App), NodeRuntime.runMain)
+  Effect.flatMap(baseUrl, Demo.run).pipe(Effect.provide(App), NodeRuntime.runMain({ teardown }))
 } else {
-  Layer.launch(InstructionsLive.pipe(Layer.provide(App))).pipe(NodeRuntime.runMain)
+  Layer.launch(InstructionsLive.pipe(Layer.provide(App))).pipe(NodeRuntime.runMain({ teardown }))
 }

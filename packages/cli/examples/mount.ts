@@ -3,12 +3,10 @@
 import * as AdminPage from "@effect-durable/cli/AdminPage"
 import * as Durable from "@effect-durable/pg/Durable"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import type * as HttpApp from "@effect/platform/HttpApp"
-import * as HttpRouter from "@effect/platform/HttpRouter"
-import * as HttpServer from "@effect/platform/HttpServer"
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as Effect from "effect/Effect"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Layer from "effect/Layer"
 import { createServer } from "node:http"
 
@@ -17,28 +15,30 @@ export type SessionLookup = (
   request: HttpServerRequest.HttpServerRequest
 ) => Effect.Effect<{ readonly name: string; readonly staff: boolean } | undefined>
 
+/** A route middleware: only staff get past it. */
+const staffOnly = (sessionUser: SessionLookup) =>
+  HttpRouter.middleware((httpEffect) =>
+    Effect.gen(function*() {
+      const user = yield* sessionUser(yield* HttpServerRequest.HttpServerRequest)
+      return user?.staff === true ? yield* httpEffect : HttpServerResponse.text("staff only", { status: 403 })
+    })
+  ).layer
+
 /** Your routes, and the admin page under /admin/durable, which only staff reach. */
 export const routes = (sessionUser: SessionLookup) =>
-  Effect.gen(function*() {
-    const admin = yield* AdminPage.make({
+  Layer.mergeAll(
+    HttpRouter.add("GET", "/", HttpServerResponse.text("orders service")),
+    AdminPage.layer({
+      mount: "/admin/durable",
       // Who acts, as your authentication knows them: logged with every redrive, discard, pause.
       operator: (request) => Effect.map(sessionUser(request), (user) => user?.name),
       statementTimeout: "3 seconds"
-    })
-    const staffOnly = <E, R>(app: HttpApp.Default<E, R>) =>
-      Effect.gen(function*() {
-        const user = yield* sessionUser(yield* HttpServerRequest.HttpServerRequest)
-        return user?.staff === true ? yield* app : HttpServerResponse.text("staff only", { status: 403 })
-      })
-    return HttpRouter.empty.pipe(
-      HttpRouter.get("/", HttpServerResponse.text("orders service")),
-      HttpRouter.mount("/admin/durable", admin.pipe(HttpRouter.use(staffOnly)))
-    )
-  })
+    }).pipe(Layer.provide(staffOnly(sessionUser)))
+  )
 
 /** The server, on the substrate of DATABASE_URL: `Layer.launch(server(yourSessionLookup))`. */
 export const server = (sessionUser: SessionLookup) =>
-  Layer.scopedDiscard(Effect.flatMap(routes(sessionUser), (router) => HttpServer.serveEffect(router))).pipe(
+  HttpRouter.serve(routes(sessionUser)).pipe(
     Layer.provide(NodeHttpServer.layer(createServer, { port: 3000 })),
     Layer.provide(Durable.layerConfig())
   )

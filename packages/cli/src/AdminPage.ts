@@ -1,6 +1,7 @@
 /**
- * The admin page of effect-durable as an `HttpRouter` an application mounts under a prefix
- * of its own server (the same page `effect-durable dashboard` serves): per-topic counts with a
+ * The admin page of effect-durable, for an application's own `HttpRouter` (Effect 4's
+ * layer-based router), under a prefix of its server (the same page `effect-durable dashboard`
+ * serves): per-topic counts with a
  * chart of the last minutes, messages filtered by id, topic, ordering key, state, attempts and
  * values inside payload or headers (the filter lives in the URL), a message in full, dead
  * letters grouped by topic and error, redrive and discard of one message, a selection or
@@ -18,19 +19,25 @@
  */
 import type { DurableConfigError } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
+import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
+import * as MutationLedger from "@effect-durable/pg/MutationLedger"
+import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
-import type * as HttpRouter from "@effect/platform/HttpRouter"
-import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Config from "effect/Config"
-import * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as HttpRouter from "effect/http/HttpRouter"
+import type * as HttpServerRequest from "effect/http/HttpServerRequest"
+import type * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
+import * as SchemaIssue from "effect/SchemaIssue"
 import type * as Scope from "effect/Scope"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Routes from "./internal/page/routes.js"
 import type { Auth } from "./internal/page/security.js"
 
@@ -51,7 +58,7 @@ export interface Options {
   /** Show message payloads and stored ledger responses. Default false. */
   readonly showPayloads?: boolean
   /** Longest run of any query of the page (and of each batch of a bulk action). Default 5 s. */
-  readonly statementTimeout?: Duration.DurationInput
+  readonly statementTimeout?: Duration.Input
   /** Rows per batch of a bulk action (1-10,000). Default 500. */
   readonly batchSize?: number
   /** Host names the page answers to (any port); default any. Set it for a page without credentials (DNS rebinding). */
@@ -66,43 +73,65 @@ export interface Options {
 export type Requirements = Exclude<Routes.Requirements, OutboxSearch.OutboxSearch>
 
 const OptionsSchema = Schema.Struct({
-  statementTimeout: Schema.optionalWith(Input.DurationIn({ max: "10 minutes" }), { default: () => Duration.decode(Defaults.statementTimeout) }),
-  batchSize: Schema.optionalWith(Input.Count(10_000), { default: () => Defaults.batchSize }),
-  basePath: Schema.optional(Schema.String.pipe(Schema.filter((p) => p === "" || /^\/[^?#]*[^/]$/.test(p), {
-    message: () => "a path prefix such as /admin/durable (no trailing slash), or empty"
-  })))
+  statementTimeout: Input.DurationIn({ max: "10 minutes" }).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Duration.fromInputUnsafe(Defaults.statementTimeout)))),
+  batchSize: Input.Count(10_000).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.batchSize))),
+  basePath: Schema.optional(Schema.String.check(Schema.makeFilter((p) => p === "" || /^\/[^?#]*[^/]$/.test(p), { message: "a path prefix such as /admin/durable (no trailing slash), or empty" })))
 })
 const decodeOptions = Input.options(OptionsSchema)
 
 /**
- * The page's router. Mount it: `HttpRouter.mount("/admin/durable", router)`. Bulk actions run
- * in the scope given here (closing it interrupts them between or during a batch: whole
- * batches are done, the rest untouched).
+ * The page's routes, unprefixed: add them to your `HttpRouter` under a prefix of your own,
+ * `HttpRouter.addAll(AdminPage.make(options), { prefix: "/admin/durable" })` (what `layer`
+ * does), and the page's links follow that prefix. Bulk actions run in the scope given here
+ * (closing it, the router's layer going down, interrupts them between or during a batch:
+ * whole batches are done, the rest untouched).
  */
-export const make = (
+export const make = Effect.fn("AdminPage.make")(function*(
   options: Options = {}
-): Effect.Effect<HttpRouter.HttpRouter, DurableConfigError, Requirements | Scope.Scope> =>
-  Effect.gen(function*() {
-    const decoded = yield* decodeOptions({
-      ...(options.statementTimeout === undefined ? {} : { statementTimeout: options.statementTimeout }),
-      ...(options.batchSize === undefined ? {} : { batchSize: options.batchSize }),
-      ...(options.basePath === undefined ? {} : { basePath: options.basePath })
-    })
-    const search = yield* OutboxSearch.make
-    const context = Context.add(yield* Effect.context<Requirements>(), OutboxSearch.OutboxSearch, search)
-    return yield* Routes.make({
-      policy: {
-        auth: options.auth,
-        readOnly: options.readOnly === true,
-        allowedHosts: options.allowedHosts,
-        operator: options.operator
-      },
-      showPayloads: options.showPayloads === true,
-      statementTimeout: decoded.statementTimeout,
-      basePath: decoded.basePath,
-      batchSize: decoded.batchSize
-    }, context)
+): Effect.fn.Return<ReadonlyArray<HttpRouter.Route>, DurableConfigError, Requirements | Scope.Scope> {
+  const decoded = yield* decodeOptions({
+    ...(options.statementTimeout === undefined ? {} : { statementTimeout: options.statementTimeout }),
+    ...(options.batchSize === undefined ? {} : { batchSize: options.batchSize }),
+    ...(options.basePath === undefined ? {} : { basePath: options.basePath })
   })
+  const search = yield* OutboxSearch.make
+  // Exactly the services the page runs on, so a request keeps its own span, logger and scope.
+  let context = Context.make(SqlClient.SqlClient, yield* SqlClient.SqlClient).pipe(
+    Context.add(DurableSettings, yield* DurableSettings),
+    Context.add(OutboxAdmin.OutboxAdmin, yield* OutboxAdmin.OutboxAdmin),
+    Context.add(InboxAdmin.InboxAdmin, yield* InboxAdmin.InboxAdmin),
+    Context.add(MutationLedger.MutationLedger, yield* MutationLedger.MutationLedger),
+    Context.add(OutboxSearch.OutboxSearch, search)
+  )
+  // The schema view's LISTEN/NOTIFY check needs the PostgreSQL client itself, when there is one.
+  const pg = yield* Effect.serviceOption(PgClient.PgClient)
+  if (Option.isSome(pg)) context = Context.add(context, PgClient.PgClient, pg.value)
+  return yield* Routes.make({
+    policy: {
+      auth: options.auth,
+      readOnly: options.readOnly === true,
+      allowedHosts: options.allowedHosts,
+      operator: options.operator
+    },
+    showPayloads: options.showPayloads === true,
+    statementTimeout: decoded.statementTimeout,
+    basePath: decoded.basePath,
+    batchSize: decoded.batchSize
+  }, context)
+})
+
+export interface LayerOptions extends Options {
+  /** Where the page lives on your router, such as `/admin/durable`. Default: the router's root. */
+  readonly mount?: HttpRouter.PathInput
+}
+
+/**
+ * The page on your server's `HttpRouter`, under `mount`: a layer next to your own routes, for
+ * `HttpRouter.serve`. Provide a route middleware to it (`Layer.provide(Staff.layer)`) to put the
+ * page behind your authentication. Its bulk actions run until the layer is released.
+ */
+export const layer = (options: LayerOptions = {}): Layer.Layer<never, DurableConfigError, HttpRouter.HttpRouter | Requirements> =>
+  HttpRouter.addAll(make(options), { prefix: options.mount === "/" ? undefined : options.mount })
 
 /**
  * The page's security settings from the environment, as `effect-durable dashboard` reads
@@ -110,15 +139,24 @@ export const make = (
  * `DURABLE_DASHBOARD_TOKEN` (bearer), `DURABLE_DASHBOARD_READ_ONLY`.
  */
 export const config: Config.Config<{ readonly auth: Auth | undefined; readonly readOnly: boolean }> = Config.all({
-  user: Config.option(Config.string("DURABLE_DASHBOARD_USER")),
-  password: Config.option(Config.redacted("DURABLE_DASHBOARD_PASSWORD")),
-  token: Config.option(Config.redacted("DURABLE_DASHBOARD_TOKEN")),
-  readOnly: Config.boolean("DURABLE_DASHBOARD_READ_ONLY").pipe(Config.withDefault(false))
+  user: Config.option(Config.String("DURABLE_DASHBOARD_USER")),
+  password: Config.option(Config.Redacted("DURABLE_DASHBOARD_PASSWORD")),
+  token: Config.option(Config.Redacted("DURABLE_DASHBOARD_TOKEN")),
+  readOnly: Config.Boolean("DURABLE_DASHBOARD_READ_ONLY").pipe(Config.withDefault(false))
 }).pipe(
-  Config.mapOrFail(({ password, readOnly, token, user }) => {
+  Config.mapEffect(({ password, readOnly, token, user }) => {
     if (Option.isSome(user) !== Option.isSome(password)) {
-      return Either.left(
-        ConfigError.InvalidData(["DURABLE_DASHBOARD_PASSWORD"], "set both DURABLE_DASHBOARD_USER and DURABLE_DASHBOARD_PASSWORD, or neither")
+      return Effect.fail(
+        new Config.ConfigError(
+          new Schema.SchemaError(
+            new SchemaIssue.Pointer(
+              ["DURABLE_DASHBOARD_PASSWORD"],
+              new SchemaIssue.InvalidValue({
+                message: "set both DURABLE_DASHBOARD_USER and DURABLE_DASHBOARD_PASSWORD, or neither"
+              })
+            )
+          )
+        )
       )
     }
     const basic = Option.isSome(user) && Option.isSome(password) ? { user: user.value, password: password.value } : undefined
@@ -126,6 +164,6 @@ export const config: Config.Config<{ readonly auth: Auth | undefined; readonly r
     const auth: Auth | undefined = basic === undefined && bearer === undefined
       ? undefined
       : { ...(basic === undefined ? {} : { basic }), ...(bearer === undefined ? {} : { bearer }) }
-    return Either.right({ auth, readOnly })
+    return Effect.succeed({ auth, readOnly })
   })
 )

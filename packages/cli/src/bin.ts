@@ -6,18 +6,21 @@
  *
  * @since 0.1.0
  */
-import { CliConfig, ValidationError } from "@effect/cli"
 // Deep imports: the package barrel loads much more than the command needs (startup time).
-import * as NodeContext from "@effect/platform-node/NodeContext"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import * as Terminal from "@effect/platform/Terminal"
+import * as NodeServices from "@effect/platform-node/NodeServices"
 import * as Cause from "effect/Cause"
+import * as CliError from "effect/cli/CliError"
+import * as CliOutput from "effect/cli/CliOutput"
+import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import { inspect, stripVTControlCharacters } from "node:util"
+import * as Terminal from "effect/Terminal"
+import { inspect } from "node:util"
 import { run } from "./internal/cli.js"
-import { ExitCode, fromLibrary, isCliError } from "./internal/errors.js"
+import { ExitCode, fromLibrary, isCommandError } from "./internal/errors.js"
 import { scrub } from "./internal/output.js"
 
 // `effect-durable status --watch | head -1`: the reader went away; end quietly.
@@ -30,16 +33,17 @@ for (const stream of [process.stdout, process.stderr]) {
 
 const verbose = process.argv.includes("--verbose")
 
-const failureOf = (cause: Cause.Cause<unknown>) => Option.map(Cause.failureOption(cause), fromLibrary)
+const failureOf = (cause: Cause.Cause<unknown>) => Option.map(Cause.findErrorOption(cause), fromLibrary)
 
 const exitCodeOf = (exit: Exit.Exit<unknown, unknown>): number => {
   if (Exit.isSuccess(exit)) return ExitCode.ok
-  if (Cause.isInterruptedOnly(exit.cause)) return ExitCode.interrupted
+  if (Cause.hasInterruptsOnly(exit.cause)) return ExitCode.interrupted
   const failure = failureOf(exit.cause)
   if (Option.isSome(failure)) {
-    if (ValidationError.isValidationError(failure.value)) return ExitCode.usage
-    if (isCliError(failure.value)) return failure.value.exitCode
-    if (Terminal.isQuitException(failure.value)) return ExitCode.interrupted
+    // effect/cli's errors: a bad command, flag or value (already shown with the usage).
+    if (CliError.isCliError(failure.value)) return ExitCode.usage
+    if (isCommandError(failure.value)) return failure.value.exitCode
+    if (Terminal.isQuitError(failure.value)) return ExitCode.interrupted
   }
   return ExitCode.internal
 }
@@ -68,43 +72,47 @@ const describeCause = (cause: unknown): string => {
 
 const report = (cause: Cause.Cause<unknown>) =>
   Effect.sync(() => {
-    if (Cause.isInterruptedOnly(cause)) return
+    if (Cause.hasInterruptsOnly(cause)) return
     const failure = failureOf(cause)
     if (Option.isSome(failure)) {
       const error = failure.value
-      // @effect/cli has printed what was wrong with the arguments; add how to get help.
-      if (ValidationError.isValidationError(error)) {
-        return write(
-          "Usage: effect-durable [--database-url URL] [--schema NAME] [--verbose] <command> [options]\n" +
-            "Run 'effect-durable --help', or 'effect-durable <command> --help'."
-        )
-      }
-      if (isCliError(error)) {
+      // effect/cli has shown what was wrong with the arguments, and the usage (`presenter`).
+      if (CliError.isCliError(error)) return
+      if (isCommandError(error)) {
         write(`effect-durable: ${error.message}`)
         if (verbose && error.cause !== undefined) write(describeCause(error.cause))
         return
       }
-      if (Terminal.isQuitException(error)) return write("effect-durable: aborted")
+      if (Terminal.isQuitError(error)) return write("effect-durable: aborted")
     }
     write(`effect-durable: internal error (a bug; please report it)\n${Cause.pretty(cause)}`)
   })
 
-// @effect/cli colours its help and errors always; plain text for pipes and NO_COLOR.
-const plain = (args: ReadonlyArray<unknown>) => args.map((a) => (typeof a === "string" ? stripVTControlCharacters(a) : a))
-const stripOut = "NO_COLOR" in process.env || !process.stdout.isTTY
-const stripErr = "NO_COLOR" in process.env || !process.stderr.isTTY
-const withPlainConsole = <A, E, R>(self: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(Effect.console, (console) =>
-    Effect.withConsole(self, {
-      ...console,
-      log: (...args) => console.log(...(stripOut ? plain(args) : args)),
-      error: (...args) => console.error(...(stripErr ? plain(args) : args)),
-      unsafe: {
-        ...console.unsafe,
-        log: (...args) => console.unsafe.log(...(stripOut ? plain(args) : args)),
-        error: (...args) => console.unsafe.error(...(stripErr ? plain(args) : args))
-      }
-    }))
+/**
+ * Help and the version on stdout; a bad invocation on stderr only (what is wrong, then the
+ * command's usage), so a script reading stdout never parses help text. The default formatter
+ * colours only a terminal (never a pipe, nor with NO_COLOR).
+ */
+const presenter: CliOutput.Presenter = {
+  present: (event) => {
+    if (event._tag !== "InvalidInvocation") return CliOutput.defaultPresenter.present(event)
+    const command = event.commandPath.join(" ")
+    return Console.error(scrub([
+      ...event.errors.map((error) => `effect-durable: ${error.message}`),
+      `Usage: ${event.helpDoc.usage}`,
+      event.commandPath.length <= 1
+        ? "Run 'effect-durable --help' for every command and flag."
+        : `Run '${command} --help' for its flags, or 'effect-durable --help' for every command.`
+    ].join("\n")))
+  }
+}
+
+const formatter = CliOutput.defaultFormatter()
+const output = Layer.mergeAll(
+  CliOutput.layerPresenter(presenter),
+  // `--version` prints the version alone, for scripts.
+  CliOutput.layer({ ...formatter, formatVersion: (_name, version) => version })
+)
 
 // --wizard asks its questions on a terminal; without one it would wait forever.
 const refuseWizard = process.argv.includes("--wizard") && !process.stdin.isTTY
@@ -114,16 +122,13 @@ const program = (refuseWizard
     write("effect-durable: --wizard needs a terminal")
     process.exitCode = ExitCode.usage
   })
-  : Effect.suspend(() => run(process.argv))).pipe(
-    withPlainConsole,
-    Effect.provide(CliConfig.layer({ showBuiltIns: false, showTypes: false })),
-    Effect.provide(NodeContext.layer),
-    Effect.tapErrorCause(report)
+  : Effect.suspend(() => run(process.argv.slice(2)))).pipe(
+    Effect.provide(Layer.mergeAll(output, NodeServices.layer)),
+    Effect.tapCause(report)
   )
 
 NodeRuntime.runMain(program, {
   disableErrorReporting: true,
-  disablePrettyLogger: true,
   // runMain exits with process.exit for a code other than 0, which cuts piped output short:
   // flush both streams first.
   teardown: (exit, onExit) => {

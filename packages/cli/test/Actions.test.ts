@@ -4,7 +4,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import { cliOn, deadLetters, enqueue, freshTopic, json, rowsOf, Substrate } from "./support.js"
 

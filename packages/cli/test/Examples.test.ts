@@ -2,13 +2,14 @@
 // the application gives them is what an action logs.
 import { describe, expect, it } from "@effect/vitest"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import * as HttpServer from "@effect/platform/HttpServer"
 import * as Effect from "effect/Effect"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServer from "effect/http/HttpServer"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import { createServer } from "node:http"
 import { routes, type SessionLookup } from "../examples/mount.js"
-import { freshTopic, Substrate } from "./support.js"
+import { freshTopic, portOf, Substrate } from "./support.js"
 
 const logged: Array<string> = []
 
@@ -20,9 +21,9 @@ const sessionUser: SessionLookup = (request) =>
     : undefined
   )
 
-const Live = Layer.scopedDiscard(Effect.flatMap(routes(sessionUser), (router) => HttpServer.serveEffect(router))).pipe(
+const Live = HttpRouter.serve(routes(sessionUser)).pipe(
   Layer.provideMerge(NodeHttpServer.layer(() => createServer(), { port: 0, host: "127.0.0.1" })),
-  Layer.provide(Logger.replace(Logger.defaultLogger, Logger.make(({ message }) => void logged.push(String(message))))),
+  Layer.provide(Logger.layer([Logger.make(({ message }) => void logged.push(String(message)))])),
   Layer.provideMerge(Substrate)
 )
 
@@ -30,7 +31,7 @@ const request = (path: string, session?: string, init: RequestInit = {}) =>
   Effect.flatMap(HttpServer.HttpServer, (server) =>
     Effect.promise(async () => {
       const headers = { ...(session === undefined ? {} : { "x-test-session": session }), ...(init.headers as Record<string, string>) }
-      const response = await fetch(`http://127.0.0.1:${(server.address as HttpServer.TcpAddress).port}${path}`, { ...init, headers })
+      const response = await fetch(`http://127.0.0.1:${portOf(server)}${path}`, { ...init, headers })
       return { status: response.status, body: await response.text() }
     }))
 

@@ -6,38 +6,34 @@ import * as Durable from "@effect-durable/pg/Durable"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import * as HttpRouter from "@effect/platform/HttpRouter"
-import * as HttpServer from "@effect/platform/HttpServer"
-import * as SqlClient from "@effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServer from "effect/http/HttpServer"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import { createServer } from "node:http"
 import * as AdminPage from "../src/AdminPage.js"
-import { deadLetters, freshTopic, Substrate } from "./support.js"
+import { deadLetters, freshTopic, portOf, Substrate } from "./support.js"
 
 const logged: Array<string> = []
 
-const Server = Layer.scopedDiscard(Effect.gen(function*() {
-  const mounted = yield* AdminPage.make({
+const Server = HttpRouter.serve(Layer.mergeAll(
+  AdminPage.layer({
+    mount: "/ops/durable",
     operator: (request) => Effect.succeed(request.headers["x-test-user"]),
     statementTimeout: "300 millis"
-  })
-  const proxied = yield* AdminPage.make({ basePath: "/proxy/durable" })
+  }),
+  AdminPage.layer({ mount: "/inner", basePath: "/proxy/durable" }),
   // A page over a schema nobody migrated: not ready.
-  const empty = yield* AdminPage.make().pipe(
-    Effect.provide(Durable.layerOver({ settings: { schema: "never_migrated" }, checkSchemaVersion: false }))
+  AdminPage.layer({ mount: "/empty" }).pipe(
+    Layer.provide(Durable.layerOver({ settings: { schema: "never_migrated" }, checkSchemaVersion: false }))
   )
-  yield* HttpServer.serveEffect(HttpRouter.empty.pipe(
-    HttpRouter.mount("/ops/durable", mounted),
-    HttpRouter.mount("/inner", proxied),
-    HttpRouter.mount("/empty", empty)
-  ))
-})).pipe(
+)).pipe(
   Layer.provideMerge(NodeHttpServer.layer(() => createServer(), { port: 0, host: "127.0.0.1" })),
-  Layer.provide(Logger.replace(Logger.defaultLogger, Logger.make(({ message }) => void logged.push(String(message)))))
+  Layer.provide(Logger.layer([Logger.make(({ message }) => void logged.push(String(message)))]))
 )
 
 const Live = Server.pipe(Layer.provideMerge(Substrate))
@@ -45,7 +41,7 @@ const Live = Server.pipe(Layer.provideMerge(Substrate))
 const get = (path: string, init: RequestInit = {}) =>
   Effect.flatMap(HttpServer.HttpServer, (server) =>
     Effect.promise(async () => {
-      const response = await fetch(`http://127.0.0.1:${(server.address as HttpServer.TcpAddress).port}${path}`, init)
+      const response = await fetch(`http://127.0.0.1:${portOf(server)}${path}`, init)
       return { status: response.status, body: await response.text() }
     }))
 
@@ -61,7 +57,7 @@ describe("admin page over HTTP", () => {
           yield* sql.unsafe(`LOCK TABLE ${table} IN ACCESS EXCLUSIVE MODE`)
           yield* Deferred.succeed(locked, undefined)
           yield* Deferred.await(release)
-        })).pipe(Effect.fork)
+        })).pipe(Effect.forkChild)
         yield* Deferred.await(locked)
         const started = Date.now()
         const page = yield* get("/ops/durable/messages")

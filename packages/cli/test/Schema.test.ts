@@ -2,7 +2,7 @@
 // each test works in a schema of its own (`--schema`), so it starts from nothing.
 import { describe, expect, it } from "@effect/vitest"
 import * as Migrations from "@effect-durable/pg/Migrations"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import { cliOn, exec, json, Substrate } from "./support.js"
 

@@ -23,9 +23,9 @@ describe("effect-durable usage", () => {
 
   it("a bad command, flag, value or a missing argument exits 2 with what is wrong and the usage", async () => {
     const cases: ReadonlyArray<readonly [ReadonlyArray<string>, string]> = [
-      [["statu"], "Invalid subcommand"],
+      [["statu"], "Unknown subcommand \"statu\""],
       [["migrate", "--dry-rn"], "--dry-rn"],
-      [["ledger", "show", "a", "b"], "Missing argument <key>"],
+      [["ledger", "show", "a", "b"], "Missing required argument: key"],
       [["dead-letters", "redrive", "--id", "x"], "--id expects a message id"],
       [["purge", "outbox"], "--older-than"],
       [["purge", "queue", "--older-than", "7d"], "outbox"],

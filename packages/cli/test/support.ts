@@ -6,8 +6,9 @@ import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
-import * as SqlClient from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
+import type * as HttpServer from "effect/http/HttpServer"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Redacted from "effect/Redacted"
 import { type ChildProcess, spawn } from "node:child_process"
 import { dirname, join } from "node:path"
@@ -93,6 +94,10 @@ export const rowsOf = (topic: string) =>
       SELECT id::text, dead_at IS NOT NULL AS dead, projected_at IS NOT NULL AS projected, attempt_count AS attempts
         FROM ${table} WHERE topic = ${topic} ORDER BY id`
   })
+
+/** The port a test's HTTP server listens on. */
+export const portOf = (server: HttpServer.HttpServer["Service"]): number =>
+  server.address._tag === "UnixPathAddress" ? 0 : server.address.port
 
 /** Runs SQL as the suite's superuser. */
 export const exec = (text: string) => Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe(text))

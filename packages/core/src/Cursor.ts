@@ -8,16 +8,16 @@
  * @since 0.1.0
  */
 import * as Config from "effect/Config"
-import * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
+import * as SchemaIssue from "effect/SchemaIssue"
 import { createHmac, timingSafeEqual } from "node:crypto"
 import { CursorBindingMismatch, DurableConfigError, InvalidCursor, InvalidInput } from "./Errors.js"
-import { canonicalizeEither, type RequestFingerprint, toHex } from "./Fingerprint.js"
+import { canonicalizeResult, type RequestFingerprint, toHex } from "./Fingerprint.js"
 import * as Input from "./Input.js"
 
 /**
@@ -61,7 +61,7 @@ export interface CursorKey {
 /** Signing keys, newest first: the first signs, all verify (rotation without breaking pages). */
 export type Keyring = readonly [CursorKey, ...Array<CursorKey>]
 
-export class CursorCodec extends Context.Tag("@effect-durable/core/CursorCodec")<CursorCodec, {
+export class CursorCodec extends Context.Service<CursorCodec, {
   /**
    * Signs a cursor. A cursor `decode` would refuse (an empty or over-long subject, an over-long
    * position, a token over `MAX_TOKEN_LENGTH`) is refused here, as `InvalidInput`.
@@ -74,7 +74,7 @@ export class CursorCodec extends Context.Tag("@effect-durable/core/CursorCodec")
     subject: string,
     filter: RequestFingerprint
   ) => Effect.Effect<Cursor, InvalidCursor | CursorBindingMismatch>
-}>() {}
+}>()("@effect-durable/core/CursorCodec") {}
 
 /** Longest token accepted; checked before any decoding work. */
 export const MAX_TOKEN_LENGTH = 2048
@@ -94,11 +94,11 @@ export const MAX_POSITION_BYTES = { value: 256, tieBreaker: 256 } as const
 
 // Canonical JSON refuses a lone surrogate: refusing it in the schema too names the field.
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
-const withoutLoneSurrogates = (schema: Schema.Schema<string>, rule: string) =>
-  schema.pipe(Schema.filter((text) => !LONE_SURROGATE.test(text), { message: () => `${rule} or lone surrogates` }))
+const withoutLoneSurrogates = (schema: Schema.String, rule: string) =>
+  schema.check(Schema.makeFilter((text) => LONE_SURROGATE.test(text) ? `${rule} or lone surrogates` : undefined))
 
 /** What a cursor accepts as its subject: check a subject with it before serving a first page. */
-export const Subject: Schema.Schema<string> = withoutLoneSurrogates(
+export const Subject: Schema.String = withoutLoneSurrogates(
   Input.Text(MAX_SUBJECT_BYTES),
   `a non-empty string of at most ${MAX_SUBJECT_BYTES} bytes without NUL`
 )
@@ -106,42 +106,42 @@ export const Subject: Schema.Schema<string> = withoutLoneSurrogates(
 // A position part may be empty: '' is a text column's value like any other.
 const PositionText = (maxBytes: number) =>
   withoutLoneSurrogates(Input.OptionalText(maxBytes), `a string of at most ${maxBytes} bytes without NUL`)
-const PositionTuple = Schema.Tuple(PositionText(MAX_POSITION_BYTES.value), PositionText(MAX_POSITION_BYTES.tieBreaker))
+const PositionTuple = Schema.Tuple([PositionText(MAX_POSITION_BYTES.value), PositionText(MAX_POSITION_BYTES.tieBreaker)])
 
 // Short field names keep tokens short; the schema is the wire format of version 1. The same
 // schema checks what `encode` signs and what `decode` accepts: a cursor we issue is one we take.
 const Payload = Schema.Struct({
   s: Subject,
-  f: Schema.String.pipe(Schema.pattern(/^[0-9a-f]{64}$/)),
+  f: Schema.String.check(Schema.isPattern(/^[0-9a-f]{64}$/)),
   h: PositionTuple,
-  a: Schema.optionalWith(PositionTuple, { exact: true })
+  a: Schema.optionalKey(PositionTuple)
 })
-const decodePayload = Schema.decodeUnknownEither(Payload)
-const checkPayload = Input.argument("cursor", Payload)
+const decodePayload = Schema.decodeUnknownResult(Payload)
+const checkPayload = Input.argumentResult("cursor", Payload)
 
-const validateKeyring = (keys: ReadonlyArray<CursorKey>): Either.Either<void, DurableConfigError> => {
-  if (keys.length === 0) return Either.left(new DurableConfigError({ field: "cursor.keys", rule: "at least one key" }))
+const validateKeyring = (keys: ReadonlyArray<CursorKey>): Result.Result<void, DurableConfigError> => {
+  if (keys.length === 0) return Result.fail(new DurableConfigError({ field: "cursor.keys", rule: "at least one key" }))
   const seen = new Set<string>()
   for (const [i, key] of keys.entries()) {
     if (!KEY_ID.test(key.id)) {
-      return Either.left(new DurableConfigError({ field: `cursor.keys[${i}].id`, rule: "1-32 characters of A-Z a-z 0-9 _ -" }))
+      return Result.fail(new DurableConfigError({ field: `cursor.keys[${i}].id`, rule: "1-32 characters of A-Z a-z 0-9 _ -" }))
     }
     if (seen.has(key.id)) {
-      return Either.left(new DurableConfigError({ field: `cursor.keys[${i}].id`, rule: `key id ${key.id} is listed twice` }))
+      return Result.fail(new DurableConfigError({ field: `cursor.keys[${i}].id`, rule: `key id ${key.id} is listed twice` }))
     }
     seen.add(key.id)
     if (Buffer.byteLength(Redacted.value(key.secret), "utf8") < MIN_SECRET_BYTES) {
-      return Either.left(
+      return Result.fail(
         new DurableConfigError({ field: `cursor.keys[${i}].secret`, rule: `at least ${MIN_SECRET_BYTES} bytes` })
       )
     }
   }
-  return Either.void
+  return Result.void
 }
 
 /** Builds a codec over a keyring; a malformed keyring is a `DurableConfigError`. */
-export const make = (keys: Keyring): Effect.Effect<CursorCodec["Type"], DurableConfigError> =>
-  Effect.map(validateKeyring(keys), () => {
+export const make = (keys: Keyring): Effect.Effect<CursorCodec["Service"], DurableConfigError> =>
+  Effect.map(Effect.fromResult(validateKeyring(keys)), () => {
     const secrets = new Map(keys.map((key) => [key.id, Buffer.from(Redacted.value(key.secret), "utf8")] as const))
     const signer = keys[0]
     const mac = (secret: Buffer, signed: Buffer) => createHmac("sha256", secret).update(signed).digest()
@@ -152,19 +152,19 @@ export const make = (keys: Keyring): Effect.Effect<CursorCodec["Type"], DurableC
       return Buffer.concat([signed, mac(secrets.get(signer.id)!, signed)]).toString("base64url")
     }
 
-    const encodeEither = (cursor: Cursor): Either.Either<string, InvalidInput> =>
+    const encodeResult = (cursor: Cursor): Result.Result<string, InvalidInput> =>
       checkPayload({
         s: cursor.subject,
         f: cursor.filter,
         h: [cursor.highWater.value, cursor.highWater.tieBreaker],
         ...(cursor.after === undefined ? {} : { a: [cursor.after.value, cursor.after.tieBreaker] })
       }).pipe(
-        Either.flatMap((checked) =>
-          Either.mapLeft(canonicalizeEither(checked), (error) => new InvalidInput({ argument: "cursor", rule: error.message }))
+        Result.flatMap((checked) =>
+          Result.mapError(canonicalizeResult(checked), (error) => new InvalidInput({ argument: "cursor", rule: error.message }))
         ),
-        Either.map(sign),
+        Result.map(sign),
         // `decode` checks the length before anything else: a token it would refuse is never issued.
-        Either.filterOrLeft(
+        Result.filterOrFail(
           (token) => token.length <= MAX_TOKEN_LENGTH,
           (token) =>
             new InvalidInput({
@@ -174,11 +174,11 @@ export const make = (keys: Keyring): Effect.Effect<CursorCodec["Type"], DurableC
         )
       )
 
-    const encode = (cursor: Cursor) => Effect.suspend(() => encodeEither(cursor))
+    const encode = (cursor: Cursor) => Effect.suspend(() => Effect.fromResult(encodeResult(cursor)))
 
-    const invalid = (reason: string) => Either.left(new InvalidCursor({ reason }))
+    const invalid = (reason: string): Result.Result<never, InvalidCursor> => Result.fail(new InvalidCursor({ reason }))
 
-    const decodeEither = (token: string): Either.Either<Cursor, InvalidCursor> => {
+    const decodeResult = (token: string): Result.Result<Cursor, InvalidCursor> => {
       if (typeof token !== "string" || token.length === 0) return invalid("empty")
       if (token.length > MAX_TOKEN_LENGTH) return invalid(`longer than ${MAX_TOKEN_LENGTH} characters`)
       if (!/^[A-Za-z0-9_-]+$/.test(token)) return invalid("not base64url without padding")
@@ -205,12 +205,12 @@ export const make = (keys: Keyring): Effect.Effect<CursorCodec["Type"], DurableC
       } catch {
         return invalid("payload is not JSON")
       }
-      const canonical = canonicalizeEither(json)
-      if (Either.isLeft(canonical) || canonical.right !== text) return invalid("payload is not canonical JSON")
-      return Either.match(decodePayload(json), {
-        onLeft: () => invalid("payload has the wrong shape"),
-        onRight: (payload) =>
-          Either.right({
+      const canonical = canonicalizeResult(json)
+      if (Result.isFailure(canonical) || canonical.success !== text) return invalid("payload is not canonical JSON")
+      return Result.match(decodePayload(json), {
+        onFailure: () => invalid("payload has the wrong shape"),
+        onSuccess: (payload) =>
+          Result.succeed({
             subject: payload.s,
             filter: payload.f,
             highWater: { value: payload.h[0], tieBreaker: payload.h[1] },
@@ -219,7 +219,7 @@ export const make = (keys: Keyring): Effect.Effect<CursorCodec["Type"], DurableC
       })
     }
 
-    const decode = (token: string) => Effect.suspend(() => decodeEither(token))
+    const decode = (token: string) => Effect.suspend(() => Effect.fromResult(decodeResult(token)))
 
     const bind = (token: string, subject: string, filter: RequestFingerprint) =>
       Effect.flatMap(decode(token), (cursor) =>
@@ -240,20 +240,28 @@ export const layer = (keys: Keyring): Layer.Layer<CursorCodec, DurableConfigErro
  * Keys from configuration: `CURSOR_KEYS` is a redacted list `id=secret,id=secret`, newest
  * first (prefix it through `Config.nested` for your own naming).
  */
-export const keyringConfig: Config.Config<Keyring> = Config.redacted("CURSOR_KEYS").pipe(
-  Config.withDescription("cursor signing keys, newest first: id=secret[,id=secret...]"),
-  Config.mapOrFail((listed) => {
+export const keyringConfig: Config.Config<Keyring> = Config.Redacted("CURSOR_KEYS").pipe(
+  Config.mapEffect((listed) => {
     const keys = Redacted.value(listed).split(",").map((entry) => {
       const at = entry.indexOf("=")
       return { id: entry.slice(0, at < 0 ? 0 : at).trim(), secret: Redacted.make(at < 0 ? "" : entry.slice(at + 1)) }
     })
     return keys.length > 0 && keys.every((key) => key.id.length > 0)
-      ? Either.right(keys as unknown as Keyring)
-      : Either.left(ConfigError.InvalidData([], "expected id=secret[,id=secret...]"))
+      ? Effect.succeed(keys as unknown as Keyring)
+      : Effect.fail(
+        new Config.ConfigError(
+          new Schema.SchemaError(
+            new SchemaIssue.Pointer(
+              ["CURSOR_KEYS"],
+              new SchemaIssue.InvalidValue({ message: "cursor signing keys, newest first: id=secret[,id=secret...]" })
+            )
+          )
+        )
+      )
   })
 )
 
 export const layerConfig = (
   config: Config.Config<Keyring> = keyringConfig
-): Layer.Layer<CursorCodec, DurableConfigError | ConfigError.ConfigError> =>
+): Layer.Layer<CursorCodec, DurableConfigError | Config.ConfigError> =>
   Layer.effect(CursorCodec, Effect.flatMap(config, make))

@@ -81,7 +81,7 @@ export class MutationConflict extends Schema.TaggedError<MutationConflict>(
   operation: Schema.String,
   key: Schema.String,
   /** Which parts differ from the stored record. */
-  differences: Schema.Array(Schema.Literal("kind", "eligibility", "fingerprint"))
+  differences: Schema.Array(Schema.Literals(["kind", "eligibility", "fingerprint"]))
 }) {
   override get message() {
     return `mutation ${this.operation}/${this.key} conflicts with its record (${this.differences.join(", ")} differ)`
@@ -110,9 +110,9 @@ export class CasConflict extends Schema.TaggedError<CasConflict>("@effect-durabl
   {
     table: Schema.String,
     id: Schema.String,
-    expectedRevision: Schema.BigIntFromSelf,
+    expectedRevision: Schema.BigInt,
     /** The revision found, or `null` when the row does not exist. */
-    actualRevision: Schema.NullOr(Schema.BigIntFromSelf)
+    actualRevision: Schema.NullOr(Schema.BigInt)
   }
 ) {
   override get message() {
@@ -123,7 +123,7 @@ export class CasConflict extends Schema.TaggedError<CasConflict>("@effect-durabl
 }
 
 /** Which leased queue a message lives in. */
-export const QueueName = Schema.Literal("outbox", "inbox")
+export const QueueName = Schema.Literals(["outbox", "inbox"])
 export type QueueName = typeof QueueName.Type
 
 /**
@@ -172,7 +172,7 @@ export class InvalidCursor extends Schema.TaggedError<InvalidCursor>("@effect-du
 /** A valid cursor used for another subject or other filters than it was issued for. */
 export class CursorBindingMismatch extends Schema.TaggedError<CursorBindingMismatch>(
   "@effect-durable/CursorBindingMismatch"
-)("CursorBindingMismatch", { field: Schema.Literal("subject", "filter") }) {
+)("CursorBindingMismatch", { field: Schema.Literals(["subject", "filter"]) }) {
   override get message() {
     return `cursor was issued for another ${this.field}`
   }

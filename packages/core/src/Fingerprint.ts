@@ -10,7 +10,7 @@
  */
 import * as Brand from "effect/Brand"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import { createHash, timingSafeEqual } from "node:crypto"
 import { PayloadTooLarge, UnsupportedJsonValue } from "./Errors.js"
 
@@ -18,9 +18,8 @@ import { PayloadTooLarge, UnsupportedJsonValue } from "./Errors.js"
 export type RequestFingerprint = Uint8Array & Brand.Brand<"@effect-durable/RequestFingerprint">
 
 /** Checks the length of bytes read back from storage. */
-export const RequestFingerprint = Brand.refined<RequestFingerprint>(
-  (bytes) => bytes.length === 32,
-  (bytes) => Brand.error(`a request fingerprint is 32 bytes, got ${bytes.length}`)
+export const RequestFingerprint = Brand.make<RequestFingerprint>(
+  (bytes) => bytes.length === 32 || `a request fingerprint is 32 bytes, got ${bytes.length}`
 )
 
 /** Deepest nesting of arrays and objects accepted: deeper values are refused, never overflow the stack. */
@@ -34,26 +33,26 @@ export const MAX_DEPTH = 512
 export const canonicalizeWithin = (
   value: unknown,
   maxBytes: number
-): Either.Either<string, UnsupportedJsonValue | PayloadTooLarge> => {
+): Result.Result<string, UnsupportedJsonValue | PayloadTooLarge> => {
   const walk: Walk = { size: 0, maxBytes, ancestors: new Set() }
   try {
     const text = canonical(value, "$", walk, 0)
     const bytes = Buffer.byteLength(text, "utf8")
-    return bytes > maxBytes ? Either.left(new PayloadTooLarge({ topic: "", bytes, limit: maxBytes })) : Either.right(text)
+    return bytes > maxBytes ? Result.fail(new PayloadTooLarge({ topic: "", bytes, limit: maxBytes })) : Result.succeed(text)
   } catch (error) {
-    if (error instanceof Refusal) return Either.left(new UnsupportedJsonValue({ path: error.path, reason: error.reason }))
-    if (error instanceof TooLarge) return Either.left(new PayloadTooLarge({ topic: "", bytes: walk.size, limit: maxBytes }))
+    if (error instanceof Refusal) return Result.fail(new UnsupportedJsonValue({ path: error.path, reason: error.reason }))
+    if (error instanceof TooLarge) return Result.fail(new PayloadTooLarge({ topic: "", bytes: walk.size, limit: maxBytes }))
     throw error
   }
 }
 
 /** The canonical JSON text of a value, or the reason it is not JSON. */
-export const canonicalizeEither = (value: unknown): Either.Either<string, UnsupportedJsonValue> =>
-  canonicalizeWithin(value, Infinity) as Either.Either<string, UnsupportedJsonValue>
+export const canonicalizeResult = (value: unknown): Result.Result<string, UnsupportedJsonValue> =>
+  canonicalizeWithin(value, Infinity) as Result.Result<string, UnsupportedJsonValue>
 
 /** The canonical JSON text (RFC 8785) of a value. */
 export const canonicalize = (value: unknown): Effect.Effect<string, UnsupportedJsonValue> =>
-  Effect.suspend(() => canonicalizeEither(value))
+  Effect.suspend(() => Effect.fromResult(canonicalizeResult(value)))
 
 /** SHA-256 of the canonical JSON of a value. */
 export const fingerprint = (value: unknown): Effect.Effect<RequestFingerprint, UnsupportedJsonValue> =>

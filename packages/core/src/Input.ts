@@ -4,91 +4,87 @@
  * `DurableConfigError`; call arguments on every call into `InvalidInput`. Both name the
  * field (with the path inside it) and the rule it broke, so the message says what to fix.
  *
- * Durations are stricter than `Duration.decode`, which reads `NaN`, `-1` and `"-5 seconds"`
+ * Durations are stricter than `Duration.fromInputUnsafe`, which reads `NaN`, `-1` and `"-5 seconds"`
  * as zero: here they are refused, as are infinite ones and those outside the rule's range.
  *
  * @since 0.1.0
  */
-import type * as ConfigError from "effect/ConfigError"
+import type * as Config from "effect/Config"
 import * as Duration from "effect/Duration"
-import * as Either from "effect/Either"
+import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-import * as ParseResult from "effect/ParseResult"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
+import * as SchemaGetter from "effect/SchemaGetter"
+import * as SchemaIssue from "effect/SchemaIssue"
 import { DurableConfigError, InvalidInput } from "./Errors.js"
 
 const utf8Bytes = (text: string) => Buffer.byteLength(text, "utf8")
 
+/** A check that fails with `rule` as its message: the rule is what an error names. */
+const rule = <T>(holds: (value: T) => boolean, message: string) =>
+  Schema.makeFilter<T>((value) => holds(value) ? undefined : message, { message })
+
 /** A non-empty string of at most `maxBytes` UTF-8 bytes without NUL (PostgreSQL text cannot hold NUL). */
-export const Text = (maxBytes: number): Schema.Schema<string> =>
-  Schema.String.pipe(Schema.filter((text) => text.length > 0 && !text.includes("\u0000") && utf8Bytes(text) <= maxBytes, {
-    message: () => `a non-empty string of at most ${maxBytes} bytes without NUL`
-  }))
+export const Text = (maxBytes: number): Schema.String =>
+  Schema.String.check(rule((text) => text.length > 0 && !text.includes("\u0000") && utf8Bytes(text) <= maxBytes, `a non-empty string of at most ${maxBytes} bytes without NUL`))
 
 /** Text that may be empty (an error message, a header value): at most `maxBytes`, no NUL. */
-export const OptionalText = (maxBytes: number): Schema.Schema<string> =>
-  Schema.String.pipe(Schema.filter((text) => !text.includes("\u0000") && utf8Bytes(text) <= maxBytes, {
-    message: () => `a string of at most ${maxBytes} bytes without NUL`
-  }))
+export const OptionalText = (maxBytes: number): Schema.String =>
+  Schema.String.check(rule((text) => !text.includes("\u0000") && utf8Bytes(text) <= maxBytes, `a string of at most ${maxBytes} bytes without NUL`))
 
 /** An integer from `min` (default 1) to `max`. */
-export const Count = (max: number, min = 1): Schema.Schema<number> =>
-  Schema.Number.pipe(Schema.filter((n) => Number.isInteger(n) && n >= min && n <= max, {
-    message: () => `an integer from ${min} to ${max}`
-  }))
+export const Count = (max: number, min = 1): Schema.Number =>
+  Schema.Number.check(rule((n) => Number.isInteger(n) && n >= min && n <= max, `an integer from ${min} to ${max}`))
 
 /** Lowercase SQL identifier `[a-z_][a-z0-9_]*` of at most 63 bytes (PostgreSQL's NAMEDATALEN - 1). */
-export const Identifier: Schema.Schema<string> = Schema.String.pipe(
-  Schema.filter((name) => /^[a-z_][a-z0-9_]{0,62}$/.test(name), {
-    message: () => "a lowercase SQL identifier ([a-z_][a-z0-9_]*) of at most 63 bytes"
-  })
+export const Identifier: Schema.String = Schema.String.check(
+  rule((name) => /^[a-z_][a-z0-9_]{0,62}$/.test(name), "a lowercase SQL identifier ([a-z_][a-z0-9_]*) of at most 63 bytes")
 )
 
 /** An SQL identifier that keeps its case (it is always quoted): `[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes. */
-export const MixedCaseIdentifier: Schema.Schema<string> = Schema.String.pipe(
-  Schema.filter((name) => /^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(name), {
-    message: () => "an SQL identifier ([A-Za-z_][A-Za-z0-9_]*) of at most 63 bytes"
-  })
+export const MixedCaseIdentifier: Schema.String = Schema.String.check(
+  rule((name) => /^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(name), "an SQL identifier ([A-Za-z_][A-Za-z0-9_]*) of at most 63 bytes")
 )
 
-// Duration.decode's own grammar, without its minus sign.
+// Duration.fromInput's own grammar, without its minus sign.
 const DURATION_TEXT = /^\d+(?:\.\d+)?\s+(?:nanos?|micros?|millis?|seconds?|minutes?|hours?|days?|weeks?)$/
 
-/** A `DurationInput` read without `Duration.decode`'s leniency: negative, NaN or malformed is none. */
+/** A `Duration.Input` read without `Duration.fromInput`'s leniency: negative, NaN or malformed is none. */
 export const parseDuration = (input: unknown): Option.Option<Duration.Duration> => {
-  if (Duration.isDuration(input)) return Option.some(input)
+  if (Duration.isDuration(input)) return Duration.isNegative(input) ? Option.none() : Option.some(input)
   if (typeof input === "number") return Number.isNaN(input) || input < 0 ? Option.none() : Option.some(Duration.millis(input))
   if (typeof input === "bigint") return input < 0n ? Option.none() : Option.some(Duration.nanos(input))
-  if (typeof input === "string") return DURATION_TEXT.test(input) ? Duration.decodeUnknown(input) : Option.none()
+  if (typeof input === "string") return DURATION_TEXT.test(input) ? Duration.fromInput(input as Duration.Input) : Option.none()
   if (
     Array.isArray(input) && input.length === 2 &&
     input.every((part) => typeof part === "number" && !Number.isNaN(part) && part >= 0)
-  ) return Duration.decodeUnknown(input as [number, number])
+  ) return Duration.fromInput(input as [number, number])
   return Option.none()
 }
 
 /**
- * A duration in `[min, max]` (both `DurationInput` text such as `"1 hour"`, named as written in
+ * A duration in `[min, max]` (both `Duration.Input` text such as `"1 hour"`, named as written in
  * the rule). Without `min` it must be greater than zero; `min: 0` allows zero.
  */
-export const DurationIn = (range: { readonly min?: string | 0; readonly max: string }): Schema.Schema<Duration.Duration, unknown> => {
-  const max = Duration.decode(range.max as Duration.DurationInput)
-  const min = range.min === undefined || range.min === 0 ? Duration.zero : Duration.decode(range.min as Duration.DurationInput)
+export const DurationIn = (range: { readonly min?: string | 0; readonly max: string }): Schema.Codec<Duration.Duration, unknown> => {
+  const max = Duration.fromInputUnsafe(range.max as Duration.Input)
+  const min = range.min === undefined || range.min === 0 ? Duration.zero : Duration.fromInputUnsafe(range.min as Duration.Input)
   const inRange = range.min === undefined
-    ? (d: Duration.Duration) => Duration.greaterThan(d, Duration.zero) && Duration.lessThanOrEqualTo(d, max)
+    ? (d: Duration.Duration) => Duration.isGreaterThan(d, Duration.zero) && Duration.isLessThanOrEqualTo(d, max)
     : (d: Duration.Duration) => Duration.between(d, { minimum: min, maximum: max })
-  const rule = range.min === undefined
+  const message = range.min === undefined
     ? `a duration greater than zero and at most ${range.max}`
     : `a duration from ${range.min === 0 ? "zero" : range.min} to ${range.max}`
-  return Schema.transformOrFail(Schema.Unknown, Schema.DurationFromSelf, {
-    strict: true,
-    decode: (input, _, ast) =>
+  return Schema.Unknown.pipe(Schema.decodeTo(Schema.Duration, {
+    decode: SchemaGetter.transformEffect((input: unknown) =>
       Option.match(Option.filter(parseDuration(input), (d) => Duration.isFinite(d) && inRange(d)), {
-        onNone: () => ParseResult.fail(new ParseResult.Type(ast, input, rule)),
-        onSome: ParseResult.succeed
-      }),
-    encode: ParseResult.succeed
-  }).annotations({ message: () => rule })
+        onNone: () => Effect.fail(new SchemaIssue.InvalidValue({ message }, input)),
+        onSome: Effect.succeed
+      })
+    ),
+    encode: SchemaGetter.passthrough({ strict: false })
+  }))
 }
 
 /**
@@ -114,9 +110,13 @@ const tooDeep = (value: unknown): boolean => {
   return false
 }
 
-const firstIssue = (error: ParseResult.ParseError) => {
-  const issue = ParseResult.ArrayFormatter.formatErrorSync(error)[0]
-  const path = (issue?.path ?? []).map((key) => typeof key === "number" ? `[${key}]` : `.${String(key)}`).join("")
+const formatIssues = SchemaIssue.makeFormatterStandardSchemaV1()
+
+const firstIssue = (error: Schema.SchemaError) => {
+  const issue = formatIssues(error.issue).issues[0]
+  const path = (issue?.path ?? [])
+    .map((segment) => typeof segment === "object" ? segment.key : segment)
+    .map((key) => typeof key === "number" ? `[${key}]` : `.${String(key)}`).join("")
   return { path, rule: issue?.message ?? error.message }
 }
 
@@ -124,30 +124,38 @@ const firstIssue = (error: ParseResult.ParseError) => {
  * A decoder of one call argument: the value or `InvalidInput` naming the argument (and the
  * path inside it). Build it once, outside the call: the schema is compiled here.
  */
-export const argument = <A, I>(name: string, schema: Schema.Schema<A, I, never>) => {
-  const decode = Schema.decodeUnknownEither(schema, { errors: "first" })
-  return (value: unknown): Either.Either<A, InvalidInput> =>
+export const argumentResult = <A>(name: string, schema: Schema.Decoder<A>) => {
+  const decode = Schema.decodeUnknownResult(schema, { errors: "first" })
+  return (value: unknown): Result.Result<A, InvalidInput> =>
     tooDeep(value)
-      ? Either.left(new InvalidInput({ argument: name, rule: `a value nested at most ${MAX_ARGUMENT_DEPTH} levels, without cycles` }))
-      : Either.mapLeft(decode(value), (error) => {
-      const { path, rule } = firstIssue(error)
-      return new InvalidInput({ argument: `${name}${path}`, rule })
-    })
+      ? Result.fail(new InvalidInput({ argument: name, rule: `a value nested at most ${MAX_ARGUMENT_DEPTH} levels, without cycles` }))
+      : Result.mapError(decode(value), (error) => {
+        const { path, rule } = firstIssue(error)
+        return new InvalidInput({ argument: `${name}${path}`, rule })
+      })
+}
+
+/** `argumentResult` as an Effect, for the `yield*` of a service method. */
+export const argument = <A>(name: string, schema: Schema.Decoder<A>) => {
+  const decode = argumentResult(name, schema)
+  return (value: unknown): Effect.Effect<A, InvalidInput> => Effect.fromResult(decode(value))
 }
 
 /** A decoder of an options object: the decoded options or `DurableConfigError` naming the field. */
-export const options = <A, I>(schema: Schema.Schema<A, I, never>, prefix?: string) => {
-  const decode = Schema.decodeUnknownEither(schema, { errors: "first", onExcessProperty: "error" })
-  return (value: unknown): Either.Either<A, DurableConfigError> =>
-    tooDeep(value)
-      ? Either.left(
-        new DurableConfigError({ field: prefix ?? "options", rule: `nested at most ${MAX_ARGUMENT_DEPTH} levels, without cycles` })
-      )
-      : Either.mapLeft(decode(value), (error) => {
-      const { path, rule } = firstIssue(error)
-      const field = `${prefix ?? ""}${path}`.replace(/^\./, "")
-      return new DurableConfigError({ field: field.length === 0 ? "options" : field, rule })
-    })
+export const options = <A>(schema: Schema.Decoder<A>, prefix?: string) => {
+  const decode = Schema.decodeUnknownResult(schema, { errors: "first", onExcessProperty: "error" })
+  return (value: unknown): Effect.Effect<A, DurableConfigError> =>
+    Effect.fromResult(
+      tooDeep(value)
+        ? Result.fail(
+          new DurableConfigError({ field: prefix ?? "options", rule: `nested at most ${MAX_ARGUMENT_DEPTH} levels, without cycles` })
+        )
+        : Result.mapError(decode(value), (error) => {
+          const { path, rule } = firstIssue(error)
+          const field = `${prefix ?? ""}${path}`.replace(/^\./, "")
+          return new DurableConfigError({ field: field.length === 0 ? "options" : field, rule })
+        })
+    )
 }
 
 /** What a configuration variable is for, and a value that works: said when it is missing or wrong. */
@@ -162,23 +170,13 @@ export interface VariableHint {
  * it, what it is for and an example value.
  */
 export const configError = (
-  error: ConfigError.ConfigError,
+  error: Config.ConfigError,
   hints: Readonly<Record<string, VariableHint>> = {}
 ): DurableConfigError => {
-  const leaf = (e: ConfigError.ConfigError): { path: ReadonlyArray<string>; message: string } => {
-    switch (e._op) {
-      case "And":
-      case "Or":
-        return leaf(e.left)
-      case "InvalidData":
-      case "MissingData":
-      case "SourceUnavailable":
-      case "Unsupported":
-        return { path: e.path, message: e.message }
-    }
-  }
-  const { message, path } = leaf(error)
-  const field = path.join(".") || "config"
+  const { path, rule: message } = error.cause._tag === "SchemaError"
+    ? firstIssue(error.cause)
+    : { path: "", rule: error.cause.message }
+  const field = path.replace(/^\./, "") || "config"
   const hint = hints[field]
   return new DurableConfigError({
     field,

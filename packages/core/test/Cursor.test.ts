@@ -1,8 +1,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
-import * as FastCheck from "effect/FastCheck"
+import * as Result from "effect/Result"
+import * as FastCheck from "fast-check"
 import * as Redacted from "effect/Redacted"
 import { createHmac } from "node:crypto"
 import * as Cursor from "../src/Cursor.js"
@@ -25,39 +25,37 @@ const second = Cursor.nextPage(first, { value: "2026-11-29T15:20:01.000001Z", ti
 
 const current = codec(key("k2"), key("k1"))
 const encode = (cursor: Cursor.Cursor, with_ = current) => Effect.runSync(with_.encode(cursor))
-const decodeResult = (token: string, with_ = current) => Effect.runSync(Effect.either(with_.decode(token)))
+const decodeResult = (token: string, with_ = current) => Effect.runSync(Effect.result(with_.decode(token)))
 const invalidReason = (token: string, with_ = current): string => {
   const result = decodeResult(token, with_)
-  if (Either.isRight(result)) throw new Error(`expected ${token} to be refused`)
-  expect(result.left._tag).toBe("InvalidCursor")
-  return result.left.reason
+  if (Result.isSuccess(result)) throw new Error(`expected ${token} to be refused`)
+  expect(result.failure._tag).toBe("InvalidCursor")
+  return result.failure.reason
 }
 
 describe("Cursor codec", () => {
   it("round-trips a first-page and a next-page cursor", () => {
-    expect(decodeResult(encode(first))).toEqual(Either.right(first))
-    expect(decodeResult(encode(second))).toEqual(Either.right(second))
+    expect(decodeResult(encode(first))).toEqual(Result.succeed(first))
+    expect(decodeResult(encode(second))).toEqual(Result.succeed(second))
     expect(encode(first)).toMatch(/^[A-Za-z0-9_-]+$/)
   })
 
-  it.prop(
-    "round-trips any subject and positions",
-    [FastCheck.string({ minLength: 1, maxLength: 256, unit: "grapheme" }), FastCheck.string({ minLength: 1, maxLength: 64 }), FastCheck.bigInt({ min: 1n })],
-    ([subject, value, id]) => {
+  it("round-trips any subject and positions", () => {
+    FastCheck.assert(FastCheck.property(FastCheck.string({ minLength: 1, maxLength: 256, unit: "grapheme" }), FastCheck.string({ minLength: 1, maxLength: 64 }), FastCheck.bigInt({ min: 1n }), (subject, value, id) => {
       FastCheck.pre(Buffer.byteLength(subject, "utf8") <= Cursor.MAX_SUBJECT_BYTES)
       const cursor = Cursor.nextPage(
         Cursor.firstPage(subject, filters, { value, tieBreaker: String(id) }),
         { value, tieBreaker: String(id - 1n) }
       )
-      expect(decodeResult(encode(cursor))).toEqual(Either.right(cursor))
-    }
-  )
+      expect(decodeResult(encode(cursor))).toEqual(Result.succeed(cursor))
+    }))
+  })
 
   it("signs with the newest key and verifies with every listed key (rotation)", () => {
     const before = codec(key("k1"))
     const oldToken = encode(first, before)
     // After rotation k2 signs; pages handed out under k1 keep working.
-    expect(decodeResult(oldToken, current)).toEqual(Either.right(first))
+    expect(decodeResult(oldToken, current)).toEqual(Result.succeed(first))
     const newToken = encode(first, current)
     expect(Buffer.from(newToken, "base64url").subarray(2, 4).toString()).toBe("k2")
     // Once k1 is retired, its tokens are refused.
@@ -108,17 +106,13 @@ describe("Cursor codec", () => {
     expect(invalidReason(twin)).toBe("not the canonical base64url encoding")
   })
 
-  it.prop(
-    "any byte-level mutation of a valid token decodes to a typed failure and never throws",
-    [
-      FastCheck.nat(),
+  it("any byte-level mutation of a valid token decodes to a typed failure and never throws", () => {
+    FastCheck.assert(FastCheck.property(FastCheck.nat(),
       FastCheck.oneof(
         FastCheck.record({ kind: FastCheck.constant("set" as const), byte: FastCheck.integer({ min: 0, max: 255 }) }),
         FastCheck.record({ kind: FastCheck.constant("insert" as const), byte: FastCheck.integer({ min: 0, max: 255 }) }),
         FastCheck.record({ kind: FastCheck.constant("delete" as const) })
-      )
-    ],
-    ([at, mutation]) => {
+      ), (at, mutation) => {
       const token = Buffer.from(encode(second), "latin1")
       const i = at % token.length
       const mutated = mutation.kind === "set"
@@ -128,10 +122,9 @@ describe("Cursor codec", () => {
         : Buffer.concat([token.subarray(0, i), token.subarray(i + 1)])
       FastCheck.pre(!mutated.equals(token))
       const result = decodeResult(mutated.toString("latin1"))
-      expect(Either.isLeft(result) && result.left._tag === "InvalidCursor").toBe(true)
-    },
-    { fastCheck: { numRuns: 2000 } }
-  )
+      expect(Result.isFailure(result) && result.failure._tag === "InvalidCursor").toBe(true)
+    }), { numRuns: 2000 })
+  })
 })
 
 // Version 1's wire format written by hand, without encode's checks: what decode alone decides.
@@ -164,26 +157,23 @@ const edgeText = FastCheck.oneof(
 )
 
 describe("Cursor limits", () => {
-  it.prop(
-    "encode issues exactly the tokens decode accepts, byte for byte",
-    [edgeText, edgeText, edgeText, FastCheck.option(FastCheck.tuple(edgeText, edgeText), { nil: undefined })],
-    ([subject, value, tieBreaker, after]) => {
+  it("encode issues exactly the tokens decode accepts, byte for byte", () => {
+    FastCheck.assert(FastCheck.property(edgeText, edgeText, edgeText, FastCheck.option(FastCheck.tuple(edgeText, edgeText), { nil: undefined }), (subject, value, tieBreaker, after) => {
       const cursor: Cursor.Cursor = {
         ...Cursor.firstPage(subject, filters, { value, tieBreaker }),
         ...(after === undefined ? {} : { after: { value: after[0], tieBreaker: after[1] } })
       }
-      const issued = Effect.runSync(Effect.either(current.encode(cursor)))
+      const issued = Effect.runSync(Effect.result(current.encode(cursor)))
       const accepted = decodeResult(signedByHand(cursor))
-      expect(Either.isRight(issued)).toBe(Either.isRight(accepted))
-      if (Either.isRight(issued)) {
-        expect(issued.right).toBe(signedByHand(cursor))
-        expect(accepted).toEqual(Either.right(cursor))
+      expect(Result.isSuccess(issued)).toBe(Result.isSuccess(accepted))
+      if (Result.isSuccess(issued)) {
+        expect(issued.success).toBe(signedByHand(cursor))
+        expect(accepted).toEqual(Result.succeed(cursor))
       } else {
-        expect(issued.left).toMatchObject({ _tag: "InvalidInput" })
+        expect(issued.failure).toMatchObject({ _tag: "InvalidInput" })
       }
-    },
-    { fastCheck: { numRuns: 1000 } }
-  )
+    }), { numRuns: 1000 })
+  })
 
   it("a cursor with every part at its longest still fits in a token", () => {
     const longest = Cursor.nextPage(
@@ -196,7 +186,7 @@ describe("Cursor limits", () => {
     const signedByLongestKeyId = codec(key("k".repeat(32)))
     const token = encode(longest, signedByLongestKeyId)
     expect(token.length).toBeLessThanOrEqual(Cursor.MAX_TOKEN_LENGTH)
-    expect(decodeResult(token, signedByLongestKeyId)).toEqual(Either.right(longest))
+    expect(decodeResult(token, signedByLongestKeyId)).toEqual(Result.succeed(longest))
   })
 
   it("encode refuses an empty, over-long or NUL subject, an over-long position and an over-long token", () => {
@@ -256,18 +246,18 @@ describe("Cursor keyring", () => {
 describe("Cursor keyring from configuration", () => {
   const fromEnv = (value: string) =>
     Effect.runSync(
-      Effect.either(Cursor.keyringConfig).pipe(
-        Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["CURSOR_KEYS", value]])))
+      Effect.result(Cursor.keyringConfig).pipe(
+        Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord({ ["CURSOR_KEYS"]: value }))
       )
     )
 
   it("reads id=secret pairs, newest first", () => {
-    const keys = Either.getOrThrow(fromEnv("k2=second-secret-16b+,k1=first-secret-16b+!"))
+    const keys = Result.getOrThrow(fromEnv("k2=second-secret-16b+,k1=first-secret-16b+!"))
     expect(keys.map((k) => k.id)).toEqual(["k2", "k1"])
     expect(Redacted.value(keys[1]!.secret)).toBe("first-secret-16b+!")
   })
 
   it("refuses an entry without an id", () => {
-    expect(Either.isLeft(fromEnv("just-a-secret-without-id"))).toBe(true)
+    expect(Result.isFailure(fromEnv("just-a-secret-without-id"))).toBe(true)
   })
 })

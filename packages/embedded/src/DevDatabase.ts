@@ -43,7 +43,7 @@ export class DevDatabaseError extends Schema.TaggedError<DevDatabaseError>("@eff
   }
 }
 
-export class DevDatabase extends Context.Tag("@effect-durable/embedded/DevDatabase")<DevDatabase, {
+export class DevDatabase extends Context.Service<DevDatabase, {
   /** A superuser URL (`postgres` role, `postgres` database) on 127.0.0.1. */
   readonly url: Redacted.Redacted<string>
   readonly port: number
@@ -51,7 +51,7 @@ export class DevDatabase extends Context.Tag("@effect-durable/embedded/DevDataba
   readonly directory: string
   /** Whether this start created the database (an empty cluster); false when it was reused. */
   readonly created: boolean
-}>() {}
+}>()("@effect-durable/embedded/DevDatabase") {}
 
 export interface Options {
   /** Where the data lives. Default `.effect-durable/postgres` under the working directory. */
@@ -73,7 +73,7 @@ const toError = (directory: string) => (error: unknown): DevDatabaseError | DevD
 /** Starts (creating it on first use) the development database; stops it when the scope closes. */
 export const make = (
   options: Options = {}
-): Effect.Effect<DevDatabase["Type"], DevDatabaseError | DevDatabaseLocked, Scope.Scope> =>
+): Effect.Effect<DevDatabase["Service"], DevDatabaseError | DevDatabaseLocked, Scope.Scope> =>
   Effect.gen(function*() {
     const directory = yield* Effect.sync(() => resolve(options.directory ?? DEFAULT_DIRECTORY))
     const started: Started = yield* Effect.acquireRelease(
@@ -94,7 +94,7 @@ export const make = (
 
 /** The development database as a service: `DevDatabase.url` for your `PgClient` or `Durable.layer`. */
 export const layer = (options: Options = {}): Layer.Layer<DevDatabase, DevDatabaseError | DevDatabaseLocked> =>
-  Layer.scoped(DevDatabase, make(options))
+  Layer.effect(DevDatabase, make(options))
 
 /**
  * `DATABASE_URL` for everything that reads configuration (`Durable.layerConfig()`): the
@@ -104,16 +104,12 @@ export const layer = (options: Options = {}): Layer.Layer<DevDatabase, DevDataba
  *     Durable.layerConfig({ migrate: true }).pipe(Layer.provide(DevDatabase.layerDatabaseUrl()))
  */
 export const layerDatabaseUrl = (options: Options = {}): Layer.Layer<never, DevDatabaseError | DevDatabaseLocked> =>
-  Layer.unwrapScoped(
+  Layer.unwrap(
     Effect.gen(function*() {
-      const configured = yield* Effect.orElseSucceed(Config.option(Config.redacted("DATABASE_URL")), () => Option.none())
+      const configured = yield* Effect.orElseSucceed(Config.option(Config.Redacted("DATABASE_URL")), () => Option.none())
       if (Option.isSome(configured)) return Layer.empty
       const database = yield* make(options)
-      const current = yield* Effect.configProviderWith(Effect.succeed)
-      const withDatabase = ConfigProvider.orElse(
-        current,
-        () => ConfigProvider.fromMap(new Map([["DATABASE_URL", Redacted.value(database.url)]]))
-      )
-      return Layer.setConfigProvider(withDatabase)
+      // Added behind the current provider: it only answers what the application left unset.
+      return ConfigProvider.layerAdd(ConfigProvider.fromEnvRecord({ DATABASE_URL: Redacted.value(database.url) }))
     })
   )

@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url"
 import pg from "pg"
 import * as DevDatabase from "../src/DevDatabase.js"
 
-const quiet = Effect.provide(Logger.remove(Logger.defaultLogger))
+const quiet = Effect.provide(Logger.layer([]))
 
 /** A project folder of its own for each test (open to other users, as a project folder is), removed afterwards. */
 const project = Effect.acquireRelease(
@@ -37,11 +37,11 @@ const query = (url: Redacted.Redacted<string>, text: string) =>
   })
 
 /** Starts the database in `directory`, runs `use` on it, stops it. */
-const session = <A, E>(directory: string, use: (db: DevDatabase.DevDatabase["Type"]) => Effect.Effect<A, E>) =>
+const session = <A, E>(directory: string, use: (db: DevDatabase.DevDatabase["Service"]) => Effect.Effect<A, E>) =>
   Effect.scoped(Effect.flatMap(DevDatabase.make({ directory }), use)).pipe(quiet)
 
 describe("the development database", () => {
-  it.scopedLive("keeps its rows across a restart, in the project folder, with durability on", () =>
+  it.live("keeps its rows across a restart, in the project folder, with durability on", () =>
     Effect.gen(function*() {
       const root = yield* project
       const directory = join(root, ".effect-durable", "postgres")
@@ -68,7 +68,7 @@ describe("the development database", () => {
       expect(second.port).toBe(first.port)
     }), 120_000)
 
-  it.scopedLive("refuses a second owner in the same process with DevDatabaseLocked", () =>
+  it.live("refuses a second owner in the same process with DevDatabaseLocked", () =>
     Effect.gen(function*() {
       const directory = join(yield* project, "db")
       yield* session(directory, () =>
@@ -80,7 +80,7 @@ describe("the development database", () => {
         }))
     }), 120_000)
 
-  it.scopedLive("refuses a second app while the first runs; after the first is killed the data is intact and a new owner starts", () =>
+  it.live("refuses a second app while the first runs; after the first is killed the data is intact and a new owner starts", () =>
     Effect.gen(function*() {
       const directory = join(yield* project, "db")
       yield* session(directory, (db) => query(db.url, "CREATE TABLE t AS SELECT 42 AS answer"))
@@ -99,7 +99,7 @@ describe("the development database", () => {
       expect(rows).toEqual([{ answer: 42 }])
     }), 120_000)
 
-  it.scopedLive("as root the server runs as the postgres user, which owns only data/", () =>
+  it.live("as root the server runs as the postgres user, which owns only data/", () =>
     Effect.gen(function*() {
       const directory = join(yield* project, "db")
       yield* session(directory, () => Effect.void)
@@ -114,7 +114,7 @@ describe("the development database", () => {
       expect(readFileSync(join(directory, "server.log"), "utf8")).toMatch(/database system is shut down/)
     }), 120_000)
 
-  it.scopedLive("a folder the server's OS user cannot enter is a DevDatabaseError that says so (as root); otherwise it starts", () =>
+  it.live("a folder the server's OS user cannot enter is a DevDatabaseError that says so (as root); otherwise it starts", () =>
     Effect.gen(function*() {
       const root = yield* project
       chmodSync(root, 0o700)
@@ -130,30 +130,30 @@ describe("the development database", () => {
       }
     }), 120_000)
 
-  it.scopedLive("layerDatabaseUrl gives Config readers DATABASE_URL: the development database's when the variable is unset", () =>
+  it.live("layerDatabaseUrl gives Config readers DATABASE_URL: the development database's when the variable is unset", () =>
     Effect.gen(function*() {
       const directory = join(yield* project, "db")
-      const readUrl = Layer.effectDiscard(Effect.flatMap(Config.redacted("DATABASE_URL"), (url) =>
+      const readUrl = Layer.effectDiscard(Effect.flatMap(Config.Redacted("DATABASE_URL"), (url) =>
         Effect.flatMap(query(url, "SELECT 1 AS one"), (rows) => Effect.sync(() => expect(rows).toEqual([{ one: 1 }])))
       ))
       yield* Layer.build(readUrl.pipe(Layer.provide(DevDatabase.layerDatabaseUrl({ directory })))).pipe(
         Effect.scoped,
         quiet,
-        Effect.withConfigProvider(ConfigProvider.fromMap(new Map()))
+        Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord({}))
       )
       expect(existsSync(join(directory, "data", "PG_VERSION"))).toBe(true)
     }), 120_000)
 
-  it.scopedLive("layerDatabaseUrl leaves a set DATABASE_URL alone and starts nothing", () =>
+  it.live("layerDatabaseUrl leaves a set DATABASE_URL alone and starts nothing", () =>
     Effect.gen(function*() {
       const directory = join(yield* project, "db")
       const url = yield* Layer.build(
-        Layer.effectDiscard(Effect.flatMap(Config.string("DATABASE_URL"), (url) => Effect.sync(() => expect(url).toBe("postgres://elsewhere/app")))).pipe(
+        Layer.effectDiscard(Effect.flatMap(Config.String("DATABASE_URL"), (url) => Effect.sync(() => expect(url).toBe("postgres://elsewhere/app")))).pipe(
           Layer.provide(DevDatabase.layerDatabaseUrl({ directory }))
         )
       ).pipe(
         Effect.scoped,
-        Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["DATABASE_URL", "postgres://elsewhere/app"]])))
+        Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord({ ["DATABASE_URL"]: "postgres://elsewhere/app" }))
       )
       expect(url).toBeDefined()
       expect(existsSync(directory)).toBe(false)

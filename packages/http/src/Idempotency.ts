@@ -1,12 +1,16 @@
 /**
- * Idempotency-Key (draft-ietf-httpapi-idempotency-key-header-07) for `@effect/platform`
- * services, on the effect-durable mutation ledger: the handler runs inside the ledger's
- * transaction, so its writes, its outbox messages and the stored response commit together
- * or not at all, and an exact retry gets the stored response back, byte for byte.
+ * Idempotency-Key (draft-ietf-httpapi-idempotency-key-header-07) for `effect/http` and
+ * `effect/http-api` services, on the effect-durable mutation ledger: the handler runs inside
+ * the ledger's transaction, so its writes, its outbox messages and the stored response
+ * commit together or not at all, and an exact retry gets the stored response back, byte for
+ * byte.
  *
- * - `middleware(api)`: an `HttpLayerRouter` route middleware for an `HttpApi`; endpoints opt
- *   in with `endpoint({ required })`, handlers say when they begin with `executing`.
- * - `wrapper()`: the same for plain `HttpRouter` / `HttpLayerRouter` route handlers.
+ * - `Idempotency`: an `HttpApiMiddleware`. Endpoints opt in with `.middleware(Idempotency)`
+ *   (or `Idempotency.endpoint({ required })`, which also documents the key); `layer(api)`
+ *   implements it. It wraps the endpoint's decoding, handler and encoding, and requires the
+ *   request's `Subject` from a middleware around it (your API's security middleware).
+ * - `wrapper()`: the same for plain `HttpRouter` route handlers and whole `HttpEffect`s.
+ * - `layerRedactKeyHeader()`: keeps the key out of the server's spans; provide it to the server.
  *
  * A record's identity is (subject, method + route pattern, key); the request fingerprint
  * covers the method, the path with its query and the body. See the package README for every
@@ -16,22 +20,23 @@
  */
 import type { DurableConfigError } from "@effect-durable/core/Errors"
 import type * as MutationLedger from "@effect-durable/pg/MutationLedger"
-import type * as HttpApi from "@effect/platform/HttpApi"
-import * as Headers from "@effect/platform/Headers"
-import * as HttpApiEndpoint from "@effect/platform/HttpApiEndpoint"
-import type * as HttpApiGroup from "@effect/platform/HttpApiGroup"
-import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
-import type { HttpMethod } from "@effect/platform/HttpMethod"
-import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import type * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import * as OpenApi from "@effect/platform/OpenApi"
-import type * as SqlClient from "@effect/sql/SqlClient"
+import * as HttpApi from "effect/http-api/HttpApi"
+import type * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
+import { HttpApiPayloadTooLarge, HttpApiSchemaError } from "effect/http-api/HttpApiError"
+import type * as HttpApiGroup from "effect/http-api/HttpApiGroup"
+import * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
+import * as OpenApi from "effect/http-api/OpenApi"
+import * as Headers from "effect/http/Headers"
+import * as HttpRouter from "effect/http/HttpRouter"
+import type * as HttpServerRequest from "effect/http/HttpServerRequest"
+import type * as HttpServerResponse from "effect/http/HttpServerResponse"
+import type * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as FiberRef from "effect/FiberRef"
+import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Endpoints from "./internal/endpoints.js"
-import * as Execution from "./internal/execution.js"
+import * as ErrorResponse from "./internal/errorResponse.js"
 import * as IdempotentRequest from "./internal/idempotentRequest.js"
 import * as Options_ from "./internal/options.js"
 import * as Problem from "./Problem.js"
@@ -71,28 +76,51 @@ export interface IdempotentEndpoint {
   readonly required: boolean
 }
 
-/** The endpoint annotation `middleware` reads (`endpoint(...)` sets it, with the OpenAPI documentation). */
-export class Idempotent extends Context.Tag("@effect-durable/http/Idempotent")<Idempotent, IdempotentEndpoint>() {}
+/**
+ * The endpoint annotation the middleware reads (`endpoint(...)` sets it). An endpoint with the
+ * middleware and without the annotation requires the key.
+ */
+export class Idempotent extends Context.Service<Idempotent, IdempotentEndpoint>()("@effect-durable/http/Idempotent") {}
 
 /**
- * Marks an `HttpApiEndpoint` idempotent and documents it: the key header parameter and the
- * problems the middleware may answer with (400, 409, 413, 415, 422). Use it with `.pipe`.
+ * The Idempotency-Key middleware of an `HttpApi`: `.middleware(Idempotency)` on an endpoint
+ * (POST or PATCH unless `methods` says otherwise), implemented by `layer(api, options)`.
+ *
+ * It wraps the endpoint's execution (decoding, handler, encoding) in the ledger's
+ * transaction, and is itself wrapped by the middlewares added after it — the endpoint's
+ * later ones, its group's and its API's — which run first: your security middleware (a
+ * refused credential never reaches the ledger) provides the `Subject` it requires (or
+ * `Subject.Identify` does). Middlewares added to the endpoint before it run inside it, in
+ * the transaction, and what they answer is stored.
+ *
+ * What is stored: the handler's response, and its typed errors declared on the endpoint (as
+ * the very response HttpApi encodes for them), when below 500. Never a request that does not
+ * decode (`HttpApiSchemaError`), an error declared only by a middleware, a 5xx or a defect:
+ * those roll back. The errors it declares are the problems it answers itself, so that the
+ * OpenAPI document and typed clients know them.
+ */
+export class Idempotency extends HttpApiMiddleware.Service<Idempotency, { requires: Subject }>()(
+  "@effect-durable/http/Idempotency",
+  {
+    error: [
+      Problem.schema("keyMissing"),
+      Problem.schema("keyInvalid"),
+      Problem.schema("keyInFlight"),
+      Problem.schema("bodyTooLarge"),
+      Problem.schema("bodyUnsupported"),
+      Problem.schema("keyReused")
+    ]
+  }
+) {}
+
+/**
+ * Adds the `Idempotency` middleware to an `HttpApiEndpoint` and documents it: `required`
+ * says whether a request without the key is refused (400) or runs without the ledger; the
+ * key's header becomes a parameter of the operation in the OpenAPI document. Use it with
+ * `.pipe`, before the middlewares that must wrap it.
  */
 export const endpoint = (options: IdempotentEndpoint & { readonly header?: string }) =>
-<
-  Name extends string,
-  Method extends HttpMethod,
-  Path,
-  UrlParams,
-  Payload,
-  Headers,
-  Success,
-  Error,
-  R,
-  RE
->(
-  self: HttpApiEndpoint.HttpApiEndpoint<Name, Method, Path, UrlParams, Payload, Headers, Success, Error, R, RE>
-) => {
+<Endpoint extends HttpApiEndpoint.Constraint>(self: Endpoint): HttpApiEndpoint.AddMiddleware<Endpoint, Idempotency> => {
   const header = {
     name: options.header ?? Defaults.header,
     in: "header",
@@ -100,63 +128,71 @@ export const endpoint = (options: IdempotentEndpoint & { readonly header?: strin
     description: "Makes a retry of this request safe: the same key with the same request replays the first response.",
     schema: { type: "string", minLength: 1, maxLength: Defaults.maxKeyLength }
   }
-  return self.annotate(Idempotent, { required: options.required }).annotate(
-    OpenApi.Transform,
-    (operation) => ({ ...operation, parameters: [...(operation.parameters ?? []), header] })
-  ).addError(Problem.schema("keyMissing"))
-    .addError(Problem.schema("keyInvalid"))
-    .addError(Problem.schema("keyInFlight"))
-    .addError(Problem.schema("bodyTooLarge"))
-    .addError(Problem.schema("bodyUnsupported"))
-    .addError(Problem.schema("keyReused"))
+  return (self as unknown as HttpApiEndpoint.Top)
+    .middleware(Idempotency)
+    .annotate(Idempotent, { required: options.required })
+    .annotate(OpenApi.Transform, (operation) => ({ ...operation, parameters: [...(operation.parameters ?? []), header] })) as any
 }
 
 /**
- * Wraps an HttpApi handler so that it marks where execution begins: after the path, query,
- * headers and payload decoded and the API's security accepted the request. Responses given
- * before it (those refusals) are never stored; what the handler answers after it, a typed
- * 4xx included, is. `handlers.handle("create", Idempotency.executing(({ payload }) => ...))`.
+ * The `Idempotency` middleware for the endpoints of `api` that have it. Options are decoded,
+ * and every such endpoint checked (a method outside `methods`, a route pattern beyond the
+ * ledger's bounds), when the layer is built: a `DurableConfigError` names what is wrong.
+ * Provide it to `HttpApiBuilder.layer(api)`, with the middleware that provides `Subject`.
  */
-export const executing = <Args extends ReadonlyArray<unknown>, A, E, R>(
-  handler: (...args: Args) => Effect.Effect<A, E, R>
-) =>
-(...args: Args): Effect.Effect<A, E, R> => Effect.zipRight(Execution.begin, Effect.suspend(() => handler(...args)))
-
-/**
- * Keys are request data: the platform's server span records every request header not named
- * in `Headers.currentRedactedNames`, so the key's header is added to it for the server the
- * middleware is built into (the server's runtime is built after its routes).
- */
-const redactKeyHeader = (header: string) =>
-  FiberRef.update(Headers.currentRedactedNames, (names) => names.includes(header) ? names : [...names, header])
-
-/**
- * The route middleware for an `HttpApi` served with `HttpLayerRouter.addHttpApi`. It needs
- * the request's `Subject`: combine it with the middleware that provides one, which then runs
- * first — `Idempotency.middleware(Api).combine(Subject.identify(verify)).layer`.
- */
-export const middleware = <Id extends string, Groups extends HttpApiGroup.HttpApiGroup.Any, E, R>(
-  api: HttpApi.HttpApi<Id, Groups, E, R>,
+export const layer = <Id extends string, Groups extends HttpApiGroup.Constraint>(
+  api: HttpApi.HttpApi<Id, Groups>,
   options: Options = {}
-): HttpLayerRouter.Middleware<{
-  provides: never
-  handles: never
-  error: never
-  requires: Subject
-  layerError: DurableConfigError
-  layerRequires: SqlClient.SqlClient | MutationLedger.MutationLedger
-}> =>
-  HttpLayerRouter.middleware(Effect.gen(function*() {
-    const settings = yield* Options_.decode(options)
-    yield* redactKeyHeader(settings.header)
-    const endpoints = yield* Endpoints.fromApi(api, Idempotent, settings)
-    const run = yield* IdempotentRequest.make(settings)
-    return (httpEffect) =>
-      Effect.flatMap(HttpLayerRouter.RouteContext, ({ route }) => {
-        const found = endpoints.get(`${route.method} ${route.path}`)
-        return found === undefined ? httpEffect : run(found, route.path, "marked", httpEffect)
+): Layer.Layer<Idempotency, DurableConfigError, SqlClient.SqlClient | MutationLedger.MutationLedger> =>
+  Layer.effect(
+    Idempotency,
+    Effect.gen(function*() {
+      const settings = yield* Options_.decode(options)
+      yield* Endpoints.check(api, Idempotency, settings)
+      const run = yield* IdempotentRequest.make(settings)
+      const groups = Object.values(api.groups) as ReadonlyArray<HttpApiGroup.Top>
+      // Called once per endpoint, when HttpApiBuilder builds its route.
+      return Idempotency.of((httpEffect, { endpoint, group }) => {
+        const refused = Endpoints.refusal(group, endpoint, settings)
+        // An endpoint of another API than the layer's: refused as it would have been there.
+        if (refused !== undefined) throw refused
+        const apiAnnotations = groups.includes(group) ? api.annotations : Context.empty()
+        const annotations = Context.merge(Context.merge(apiAnnotations, group.annotations), endpoint.annotations)
+        const route: IdempotentRequest.Route = {
+          required: Endpoints.partOf(Idempotent, annotations).required,
+          answerBeforeHandler: Endpoints.answerBeforeHandler(endpoint)
+        }
+        const encode = ErrorResponse.encoder(group, endpoint, apiAnnotations)
+        // A typed error the endpoint declares is its answer: its response is stored (below 500).
+        // A request that does not decode, or anything else, fails on and rolls back.
+        const handler = Effect.catch(httpEffect, (error) =>
+          HttpApiSchemaError.is(error) || HttpApiPayloadTooLarge.is(error)
+            ? Effect.fail(error)
+            : Effect.flatMap(
+              encode(error),
+              (response) => response !== undefined && response.status < 500 ? Effect.succeed(response) : Effect.fail(error)
+            ))
+        return Effect.flatMap(HttpRouter.RouteContext, (context) => run(route, context.route.path, handler))
       })
-  }))
+    })
+  )
+
+/**
+ * Keeps the key out of the server's spans and logs: adds its header to
+ * `Headers.CurrentRedactedNames` (the server span records a captured header listed there as
+ * `<redacted>`, and so does a logged `Headers`). A server reads it from its own context, so
+ * provide this to the server: `HttpRouter.serve(routes).pipe(Layer.provide(
+ * Idempotency.layerRedactKeyHeader(options)), Layer.provide(NodeHttpServer.layer(...)))`.
+ * Give it the `header` option the middleware has.
+ */
+export const layerRedactKeyHeader = (options: Pick<Options, "header"> = {}): Layer.Layer<never> =>
+  Layer.effect(
+    Headers.CurrentRedactedNames,
+    Effect.map(Headers.CurrentRedactedNames, (names) => {
+      const header = (options.header ?? Defaults.header).toLowerCase()
+      return names.some((name) => typeof name === "string" && name.toLowerCase() === header) ? names : [...names, header]
+    })
+  )
 
 /** Wraps plain handlers; `required` and `optional` say whether the key must be sent. */
 export interface Wrapper {
@@ -170,35 +206,35 @@ export interface Wrapper {
 export interface WrapOptions {
   /**
    * The route pattern that names the operation (with the method), e.g. `/transfers/:id`.
-   * Default: the pattern of the router route the handler runs in (`RouteContext`); a handler
-   * outside a router (a whole `HttpApp`) must give it.
+   * Default: the pattern of the router route the handler runs in (`RouteContext`, its prefix
+   * included); a handler outside a router (a whole `HttpEffect`) must give it.
    */
   readonly route?: string
 }
 
 /**
- * For plain handlers: `HttpRouter.post(path, wrapper.required(handler))`, `HttpLayerRouter.route`,
- * or a whole `HttpApp` with `{ route }`. Execution begins when the handler is called: every
- * response it gives below 500 is stored; validate by failing (`HttpServerRequest.schemaBodyJson`),
- * not by answering 400, to keep a refusal from being stored. The request needs a `Subject`.
+ * For plain handlers: `HttpRouter.add("POST", path, wrapper.required(handler))`,
+ * `HttpRouter.route`, or a whole `HttpEffect` with `{ route }`. Execution begins when the
+ * handler is called: every response it gives below 500 is stored; validate by failing
+ * (`HttpServerRequest.schemaBodyJson`), not by answering 400, to keep a refusal from being
+ * stored. The request needs a `Subject` (`Subject.identify(verify)`).
  */
 export const wrapper = (
   options: Options = {}
 ): Effect.Effect<Wrapper, DurableConfigError, SqlClient.SqlClient | MutationLedger.MutationLedger> =>
   Effect.gen(function*() {
     const settings = yield* Options_.decode(options)
-    yield* redactKeyHeader(settings.header)
     const run = yield* IdempotentRequest.make(settings)
     const routeOf = (wrap: WrapOptions) =>
       wrap.route !== undefined ? Effect.succeed(wrap.route) : Effect.flatMap(
-        Effect.serviceOption(HttpLayerRouter.RouteContext),
+        Effect.serviceOption(HttpRouter.RouteContext),
         Option.match({
-          onSome: ({ route }) => Effect.succeed(route.path),
-          onNone: () => Effect.dieMessage("Idempotency.wrapper: a handler outside a router route needs { route }")
+          onSome: ({ route }) => Effect.succeed(route.path as string),
+          onNone: () => Effect.die(new Error("Idempotency.wrapper: a handler outside a router route needs { route }"))
         })
       )
     const wrap = (required: boolean) =>
     <E, R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>, wrapOptions: WrapOptions = {}) =>
-      Effect.flatMap(routeOf(wrapOptions), (route) => run({ required }, route, "entry", handler))
+      Effect.flatMap(routeOf(wrapOptions), (route) => run({ required }, route, handler))
     return { required: wrap(true), optional: wrap(false) }
   })

@@ -11,7 +11,7 @@
  *
  * @since 0.1.0
  */
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 
 export interface Bounds {
   /** Fewest characters a key may have, at least 1. */
@@ -32,39 +32,39 @@ export interface Refusal {
 // base64 padding. No space, comma, semicolon, quote or backslash.
 const BARE = /^[A-Za-z0-9!#$%&'*+\-.^_`|~:/=]+$/
 
-const refuse = (reason: string): Either.Either<string, Refusal> => Either.left({ reason })
+const refuse = (reason: string): Result.Result<string, Refusal> => Result.fail({ reason })
 
 /** The String of a quoted sf-string that starts the value, and what follows it. */
-const quoted = (value: string): Either.Either<{ readonly key: string; readonly rest: string }, Refusal> => {
+const quoted = (value: string): Result.Result<{ readonly key: string; readonly rest: string }, Refusal> => {
   let key = ""
   for (let i = 1; i < value.length; i++) {
     const char = value[i]!
     if (char === "\\") {
       const next = value[i + 1]
-      if (next !== "\"" && next !== "\\") return Either.left({ reason: "a backslash escapes only \" and \\" })
+      if (next !== "\"" && next !== "\\") return Result.fail({ reason: "a backslash escapes only \" and \\" })
       key += next
       i++
     } else if (char === "\"") {
-      return Either.right({ key, rest: value.slice(i + 1) })
+      return Result.succeed({ key, rest: value.slice(i + 1) })
     } else {
       const code = char.charCodeAt(0)
-      if (code < 0x20 || code > 0x7e) return Either.left({ reason: "a key holds printable ASCII characters only" })
+      if (code < 0x20 || code > 0x7e) return Result.fail({ reason: "a key holds printable ASCII characters only" })
       key += char
     }
   }
-  return Either.left({ reason: "the quoted string is not closed" })
+  return Result.fail({ reason: "the quoted string is not closed" })
 }
 
 /** The key a field value carries, or why it carries none. */
-export const parse = (value: string, bounds: Bounds = defaultBounds): Either.Either<string, Refusal> => {
+export const parse = (value: string, bounds: Bounds = defaultBounds): Result.Result<string, Refusal> => {
   const trimmed = value.replace(/^[ \t]+|[ \t]+$/g, "")
   let key: string
   if (trimmed.startsWith("\"")) {
     const read = quoted(trimmed)
-    if (Either.isLeft(read)) return Either.left(read.left)
-    if (read.right.rest.startsWith(";")) return refuse("parameters are not defined for this field")
-    if (read.right.rest.length > 0) return refuse("one key expected: a list or a repeated field line is not a key")
-    key = read.right.key
+    if (Result.isFailure(read)) return Result.fail(read.failure)
+    if (read.success.rest.startsWith(";")) return refuse("parameters are not defined for this field")
+    if (read.success.rest.length > 0) return refuse("one key expected: a list or a repeated field line is not a key")
+    key = read.success.key
   } else if (trimmed.length === 0) {
     return refuse("the key is empty")
   } else if (BARE.test(trimmed)) {
@@ -76,5 +76,5 @@ export const parse = (value: string, bounds: Bounds = defaultBounds): Either.Eit
   if (key.trim().length === 0) return refuse("the key is blank")
   if (key.length > bounds.maxLength) return refuse(`a key has at most ${bounds.maxLength} characters`)
   if (key.length < bounds.minLength) return refuse(`a key has at least ${bounds.minLength} characters`)
-  return Either.right(key)
+  return Result.succeed(key)
 }

@@ -6,8 +6,8 @@
  *
  * @since 0.1.0
  */
-import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Schema from "effect/Schema"
 
 /** Every problem the middleware answers with: its status, code and title. */
@@ -62,7 +62,7 @@ export const response = (
   problem: Problem,
   headers: Readonly<Record<string, string>> = {}
 ): HttpServerResponse.HttpServerResponse =>
-  HttpServerResponse.unsafeJson(problem, {
+  HttpServerResponse.jsonUnsafe(problem, {
     status: problem.status,
     contentType: "application/problem+json",
     headers: { "content-language": "en", ...headers }
@@ -74,7 +74,10 @@ export const make = (name: ProblemName, detail: string, typeBase: string = DEFAU
   return { type: `${typeBase}${code}`, title, status, detail, code }
 }
 
-/** A problem document for OpenAPI (`endpoint.addError(Problem.schema("keyInFlight"))`); never produced by a handler. */
+/**
+ * A problem document as a `Schema`, for OpenAPI and typed clients (the `Idempotency`
+ * middleware declares these as its errors); never produced by a handler.
+ */
 export const schema = <Name extends ProblemName>(name: Name) => {
   type Entry = (typeof Problems)[Name]
   const status: Entry["status"] = Problems[name].status
@@ -88,7 +91,7 @@ export const schema = <Name extends ProblemName>(name: Name) => {
     detail: Schema.String,
     code: Schema.Literal(code)
   }).pipe(
-    HttpApiSchema.withEncoding({ kind: "Json", contentType: "application/problem+json" }),
-    Schema.annotations(HttpApiSchema.annotations({ status, identifier, description: title }))
-  )
+    HttpApiSchema.asJson({ contentType: "application/problem+json" }),
+    HttpApiSchema.status(status)
+  ).annotate({ identifier, description: title })
 }

@@ -4,7 +4,7 @@
 // so the counts are exact, not a matter of timing.
 import { describe, expect, layer } from "@effect/vitest"
 import { eventually } from "@effect-durable/testing/Eventually"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
@@ -17,10 +17,11 @@ const N = 32
 const sendAll = (n: number, path: string, call: Call) =>
   Effect.gen(function*() {
     const done = yield* Ref.make(0)
+    // Forked one after another from this fiber (a fork is instant; the requests run at once):
+    // a child forked inside a concurrent forEach would end with the forEach's own fiber.
     const fibers = yield* Effect.forEach(
       Array.from({ length: n }),
-      () => Effect.fork(Effect.tap(send(path, call), () => Ref.update(done, (k) => k + 1))),
-      { concurrency: "unbounded" }
+      () => Effect.forkChild(Effect.tap(send(path, call), () => Ref.update(done, (k) => k + 1)))
     )
     return { done, all: Fiber.joinAll(fibers) }
   })
@@ -73,7 +74,7 @@ describe("concurrent requests with one key", () => {
         const account = freshAccount()
         const held = yield* gate(account)
         const path = `/v1/accounts/${account}/transfers`
-        const original = yield* Effect.fork(send(path, { body: `{"amount":5}`, key: "racing", user: "alice" }))
+        const original = yield* Effect.forkChild(send(path, { body: `{"amount":5}`, key: "racing", user: "alice" }))
         yield* eventually(Effect.sync(() => executions(account)), (n) => n === 1)
         const during = yield* send(path, { body: `{"amount":6}`, key: "racing", user: "alice" })
         expect(during.status).toBe(409)
@@ -114,7 +115,7 @@ describe("concurrent requests with one key", () => {
         const account = freshAccount()
         const held = yield* gate(account)
         const path = `/v1/accounts/${account}/transfers`
-        const original = yield* Effect.fork(send(path, { body: `{"amount":5}`, key: "slow", user: "alice" }))
+        const original = yield* Effect.forkChild(send(path, { body: `{"amount":5}`, key: "slow", user: "alice" }))
         yield* eventually(Effect.sync(() => executions(account)), (n) => n === 1)
         const impatient = yield* send(path, { body: `{"amount":5}`, key: "slow", user: "alice" })
         expect(impatient.status).toBe(409)

@@ -5,7 +5,7 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Redacted from "effect/Redacted"

@@ -2,8 +2,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Http from "node:http"
@@ -14,7 +14,7 @@ const Payments = Layer.effectDiscard(
   Effect.flatMap(SqlClient.SqlClient, (sql) => sql`CREATE TABLE payments (id serial PRIMARY KEY, amount int NOT NULL)`)
 )
 
-const Served = HttpLayerRouter.serve(PaymentsRoutes, { disableLogger: true, disableListenLog: true }).pipe(
+const Served = HttpRouter.serve(PaymentsRoutes, { disableLogger: true, disableListenLog: true }).pipe(
   Layer.provideMerge(NodeHttpServer.layer(Http.createServer, { port: 0, host: "127.0.0.1" })),
   Layer.provide(Payments),
   Layer.provideMerge(TestSubstrate.layer())

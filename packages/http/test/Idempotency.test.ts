@@ -2,7 +2,7 @@
 // Each test uses accounts of its own; "runs" counts handler invocations (rolled back or not),
 // the transfers table the effects that stayed.
 import { describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Net from "node:net"
 import {
@@ -205,16 +205,25 @@ describe("Idempotency-Key on an HttpApi", () => {
         Effect.gen(function*() {
           const account = freshAccount()
           yield* transfer(account, `{"amount":3}`, "private")
-          const anonymous = yield* send(`/v1/accounts/${account}/transfers`, { body: `{"amount":3}`, key: "private" })
+          // The API's own security wraps the middleware: it refuses them before any lookup.
+          for (const headers of [{}, { authorization: "Bearer forged" }]) {
+            const refused = yield* send(`/v1/accounts/${account}/transfers`, { body: `{"amount":3}`, key: "private", headers })
+            expect([refused.status, refused.headers["idempotent-replayed"]]).toEqual([401, undefined])
+          }
+          // Where the subject comes from a middleware that never refuses (Subject.Identify), the
+          // idempotency middleware refuses them itself.
+          const other = freshAccount()
+          const tip = (headers: Readonly<Record<string, string>>) =>
+            send(`/v1/public/${other}/tips`, { body: `{"amount":3}`, key: "private", headers })
+          expect((yield* send(`/v1/public/${other}/tips`, { body: `{"amount":3}`, key: "private", user: "alice" })).status)
+            .toBe(200)
+          const anonymous = yield* tip({})
           expectProblem(anonymous, 401, "unauthenticated")
-          const forged = yield* send(`/v1/accounts/${account}/transfers`, {
-            body: `{"amount":3}`,
-            key: "private",
-            headers: { authorization: "Bearer forged" }
-          })
+          const forged = yield* tip({ authorization: "Bearer forged" })
           expectProblem(forged, 401, "unauthenticated")
-          expect(executions(account)).toBe(1)
+          expect([executions(account), executions(other)]).toEqual([1, 1])
           expect(yield* recordsOf(TRANSFER, "private")).toBe(1)
+          expect(yield* recordsOf("POST /v1/public/:account/tips", "private")).toBe(1)
         }))
 
       it.effect("JSON matches by its canonical form: member order, whitespace and 100 vs 1e2 replay", () =>
@@ -401,6 +410,26 @@ describe("Idempotency-Key on an HttpApi", () => {
           expect(executions(account)).toBe(2)
         }))
 
+      it.effect("a typed error with a key is the very response HttpApi gives it without one, and replays", () =>
+        Effect.gen(function*() {
+          const account = freshAccount()
+          const deposit = (key?: string) =>
+            send(`/v1/accounts/${account}/deposits`, { body: `{"amount":5000}`, user: "alice", ...(key === undefined ? {} : { key }) })
+          const plain = yield* deposit()
+          expect([plain.status, json(plain)]).toEqual([402, { balance: 1000, _tag: "InsufficientFunds" }])
+          const first = yield* deposit("rich")
+          const again = yield* deposit("rich")
+          for (const reply of [first, again]) {
+            expect(reply.status).toBe(402)
+            expect(reply.body.equals(plain.body)).toBe(true)
+            expect(reply.headers["content-type"]).toBe(plain.headers["content-type"])
+          }
+          expect([first.headers["idempotent-replayed"], again.headers["idempotent-replayed"]]).toEqual([undefined, "true"])
+          expect(executions(account)).toBe(2)
+          // The rejections' writes committed with them; the replay wrote nothing.
+          expect(yield* transfersOf(account)).toBe(2)
+        }))
+
       it.effect("text, bytes and form bodies reach the handler and replay byte-identical", () =>
         Effect.gen(function*() {
           const account = freshAccount()
@@ -429,7 +458,8 @@ describe("Idempotency-Key on an HttpApi", () => {
           const account = freshAccount()
           const bad = yield* transfer(account, `{"amount":"five"}`, "fix-me")
           expect(bad.status).toBe(400)
-          expect(json(bad)).toMatchObject({ _tag: "HttpApiDecodeError" })
+          // HttpApi's own refusal (rendered by ProblemDetails, which wraps the middleware).
+          expect(json(bad)).toMatchObject({ status: 400, title: "Bad Request", errors: [{ path: ["payload", "amount"] }] })
           expect(yield* recordsOf(TRANSFER, "fix-me")).toBe(0)
           const fixed = yield* transfer(account, `{"amount":5}`, "fix-me")
           expect([fixed.status, fixed.headers["idempotent-replayed"]]).toEqual([201, undefined])
@@ -437,6 +467,22 @@ describe("Idempotency-Key on an HttpApi", () => {
           expect(invalidJson.status).toBe(400)
           expect((yield* transfer(account, `{"amount":6}`, "broken-json")).status).toBe(201)
           expect(executions(account)).toBe(2)
+        }))
+
+      it.effect("a Content-Type the endpoint does not decode is 415 and not stored: the corrected retry with the same key runs", () =>
+        Effect.gen(function*() {
+          const account = freshAccount()
+          const wrong = yield* send(`/v1/accounts/${account}/transfers`, {
+            body: `{"amount":5}`,
+            key: "typed",
+            user: "alice",
+            headers: { "content-type": "text/plain" }
+          })
+          expect(wrong.status).toBe(415)
+          expect(yield* recordsOf(TRANSFER, "typed")).toBe(0)
+          const fixed = yield* transfer(account, `{"amount":5}`, "typed")
+          expect([fixed.status, fixed.headers["idempotent-replayed"]]).toEqual([201, undefined])
+          expect(executions(account)).toBe(1)
         }))
 
       it.effect("the API's own security refusing the request (a revoked token) is 401 and not stored", () =>
@@ -461,7 +507,7 @@ describe("Idempotency-Key on an HttpApi", () => {
           expect(executions(account)).toBe(0)
         }))
 
-      it.effect("a handler without Idempotency.executing commits but stores nothing: every retry runs", () =>
+      it.effect("an endpoint without the Idempotency middleware commits but stores nothing: every retry runs", () =>
         Effect.gen(function*() {
           const account = freshAccount()
           for (let i = 0; i < 2; i++) {

@@ -2,7 +2,7 @@
 // whether or not it declares its length; a response over `maxResponseBytes` is never
 // "committed but not replayable": it is rolled back and answered 500.
 import { describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import { executions, freshAccount, json, recordsOf, send, server, transfersOf } from "./support.js"
 

@@ -1,22 +1,18 @@
 // The options: decoded when the middleware is built (a bad one is a DurableConfigError
 // naming it), and each one taking effect on a real server.
 import { describe, expect, layer } from "@effect/vitest"
-import * as HttpApi from "@effect/platform/HttpApi"
-import * as HttpApiEndpoint from "@effect/platform/HttpApiEndpoint"
-import * as HttpApiGroup from "@effect/platform/HttpApiGroup"
+import * as HttpApi from "effect/http-api/HttpApi"
+import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
+import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Idempotency from "../src/Idempotency.js"
-import * as Subject from "../src/Subject.js"
 import { executions, freshAccount, json, send, server, TestApi } from "./support.js"
-
-const Anonymous = Subject.identify(() => Effect.succeed(Option.none()))
 
 class PutApi extends HttpApi.make("put").add(
   HttpApiGroup.make("g").add(
-    HttpApiEndpoint.put("replace")`/things`.addSuccess(Schema.String).pipe(Idempotency.endpoint({ required: true }))
+    HttpApiEndpoint.put("replace", "/things", { success: Schema.String }).pipe(Idempotency.endpoint({ required: true }))
   )
 ) {}
 
@@ -25,7 +21,7 @@ describe("options", () => {
     it.effect("a bad option fails the middleware when it is built, with DurableConfigError naming the option", () =>
       Effect.gen(function*() {
         const build = (options: Idempotency.Options) =>
-          Effect.flip(Effect.scoped(Layer.build(Idempotency.middleware(TestApi, options).combine(Anonymous).layer)))
+          Effect.flip(Effect.scoped(Layer.build(Idempotency.layer(TestApi, options))))
         const cases: ReadonlyArray<readonly [Idempotency.Options, string]> = [
           [{ header: "Idempotency Key" }, "idempotency.header"],
           [{ maxKeyLength: 256 }, "idempotency.maxKeyLength"],
@@ -38,11 +34,11 @@ describe("options", () => {
         for (const [options, field] of cases) {
           expect(yield* build(options)).toMatchObject({ _tag: "DurableConfigError", field })
         }
-        const put = yield* Effect.flip(Effect.scoped(Layer.build(Idempotency.middleware(PutApi).combine(Anonymous).layer)))
+        const put = yield* Effect.flip(Effect.scoped(Layer.build(Idempotency.layer(PutApi))))
         expect(put).toMatchObject({ _tag: "DurableConfigError", field: "g.replace" })
         expect(put.rule).toContain("PUT /things")
         // With PUT among the methods it builds.
-        yield* Effect.scoped(Layer.build(Idempotency.middleware(PutApi, { methods: ["PUT"] }).combine(Anonymous).layer))
+        yield* Effect.scoped(Layer.build(Idempotency.layer(PutApi, { methods: ["PUT"] })))
         const wrapper = yield* Effect.flip(Idempotency.wrapper({ retryAfterSeconds: -1 }))
         expect(wrapper).toMatchObject({ _tag: "DurableConfigError", field: "idempotency.retryAfterSeconds" })
       }))

@@ -4,7 +4,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
@@ -39,7 +39,7 @@ describe("retention", () => {
         const account = freshAccount()
         const held = yield* gate(account)
         const path = `/v1/accounts/${account}/transfers`
-        const inFlight = yield* Effect.fork(send(path, { body: `{"amount":1}`, key: "flying", user: "alice" }))
+        const inFlight = yield* Effect.forkChild(send(path, { body: `{"amount":1}`, key: "flying", user: "alice" }))
         yield* eventually(Effect.sync(() => executions(account)), (n) => n === 1)
         expect(yield* ledger.purge({ olderThan: "1 hour" })).toBe(0)
         const [before] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.mutation_records`

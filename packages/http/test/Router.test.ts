@@ -1,21 +1,22 @@
-// Idempotency.wrapper on the classic HttpRouter (the operation is the full route pattern, mounts
-// included) and on a whole HttpApp outside any router (the operation's route given by hand).
+// Idempotency.wrapper on an HttpRouter route added under a prefix (the operation is the full
+// route pattern, the prefix included) and on a whole HttpEffect outside any router (the
+// operation's route given by hand).
 import { describe, expect, layer } from "@effect/vitest"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import * as HttpRouter from "@effect/platform/HttpRouter"
-import * as HttpServer from "@effect/platform/HttpServer"
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServer from "effect/http/HttpServer"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Http from "node:http"
 import * as Idempotency from "../src/Idempotency.js"
 import { Subject } from "../src/Subject.js"
-import { recordsOf, send, verify } from "./support.js"
+import { recordsOf, send, serve, verify } from "./support.js"
 
-/** Provides the request's Subject to a handler (the classic router has no route middleware). */
+/** Provides the request's Subject to a handler (a whole HttpEffect has no route middleware). */
 const identified = <E, R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
   Effect.provideServiceEffect(
     handler,
@@ -36,25 +37,26 @@ const Echoes = Layer.effectDiscard(
   Effect.flatMap(SqlClient.SqlClient, (sql) => sql`CREATE TABLE echoes (id serial PRIMARY KEY)`)
 )
 
-const served = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
-  HttpServer.serve(app).pipe(Layer.provideMerge(NodeHttpServer.layer(Http.createServer, { port: 0, host: "127.0.0.1" })))
-
-const ClassicRouter = Layer.unwrapEffect(Effect.gen(function*() {
-  const idempotent = yield* Idempotency.wrapper()
-  const router = HttpRouter.empty.pipe(
-    HttpRouter.mount("/v2", HttpRouter.empty.pipe(HttpRouter.post("/accounts/:account/echo", identified(idempotent.required(echo)))))
+const PrefixedRoute = serve(
+  HttpRouter.addAll(
+    Effect.map(Idempotency.wrapper(), (idempotent) => [
+      HttpRouter.route("POST", "/accounts/:account/echo", identified(idempotent.required(echo)))
+    ]),
+    { prefix: "/v2" }
   )
-  return served(router)
-})).pipe(Layer.provide(Echoes), Layer.provideMerge(TestSubstrate.layer()))
+).pipe(Layer.provide(Echoes), Layer.provideMerge(TestSubstrate.layer()))
 
-const WholeApp = Layer.unwrapEffect(Effect.gen(function*() {
+const WholeApp = Layer.unwrap(Effect.gen(function*() {
   const idempotent = yield* Idempotency.wrapper()
-  return served(identified(idempotent.optional(echo, { route: "/anything" })))
+  return HttpServer.serve(identified(idempotent.optional(echo, { route: "/anything" }))).pipe(
+    Layer.provide(Idempotency.layerRedactKeyHeader()),
+    Layer.provideMerge(NodeHttpServer.layer(Http.createServer, { port: 0, host: "127.0.0.1" }))
+  )
 })).pipe(Layer.provide(Echoes), Layer.provideMerge(TestSubstrate.layer()))
 
-describe("Idempotency.wrapper outside HttpLayerRouter", () => {
-  layer(ClassicRouter, { timeout: "2 minutes" })((it) => {
-    it.effect("a classic HttpRouter route, under a mount: first, replay, 422; the operation is the full pattern", () =>
+describe("Idempotency.wrapper on a prefixed HttpRouter route and on a whole HttpEffect", () => {
+  layer(PrefixedRoute, { timeout: "2 minutes" })((it) => {
+    it.effect("an HttpRouter route under a prefix: first, replay, 422; the operation is the full pattern", () =>
       Effect.gen(function*() {
         const call = (body: string) =>
           send("/v2/accounts/7/echo", { body, key: "classic", user: "alice", headers: { "content-type": "text/plain" } })
@@ -69,7 +71,7 @@ describe("Idempotency.wrapper outside HttpLayerRouter", () => {
   })
 
   layer(WholeApp, { timeout: "2 minutes" })((it) => {
-    it.effect("a whole HttpApp with its route given: keyed requests replay, others run every time", () =>
+    it.effect("a whole HttpEffect with its route given: keyed requests replay, others run every time", () =>
       Effect.gen(function*() {
         const call = (path: string, key?: string) =>
           send(path, { body: "hi", user: "alice", headers: { "content-type": "text/plain" }, ...(key === undefined ? {} : { key }) })

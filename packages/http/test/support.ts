@@ -6,19 +6,20 @@ import * as Subject from "../src/Subject.js"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import * as HttpApi from "@effect/platform/HttpApi"
-import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
-import * as HttpApiEndpoint from "@effect/platform/HttpApiEndpoint"
-import * as HttpApiError from "@effect/platform/HttpApiError"
-import * as HttpApiGroup from "@effect/platform/HttpApiGroup"
-import * as HttpApiMiddleware from "@effect/platform/HttpApiMiddleware"
-import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
-import * as HttpApiSecurity from "@effect/platform/HttpApiSecurity"
-import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
-import * as HttpServer from "@effect/platform/HttpServer"
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as HttpApi from "effect/http-api/HttpApi"
+import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
+import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
+import * as HttpApiError from "effect/http-api/HttpApiError"
+import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
+import * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
+import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
+import * as HttpApiSecurity from "effect/http-api/HttpApiSecurity"
+import * as HttpMiddleware from "effect/http/HttpMiddleware"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServer from "effect/http/HttpServer"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
@@ -31,87 +32,94 @@ import * as Http from "node:http"
 
 // --- the test API ---------------------------------------------------------------------
 
-export class CurrentUser extends Context.Tag("test/CurrentUser")<CurrentUser, string>() {}
+export class CurrentUser extends Context.Service<CurrentUser, string>()("test/CurrentUser") {}
 
 /** `Bearer user-<name>` is `<name>`; anything else is anonymous. */
 export const verify = (authorization: string | undefined): Option.Option<string> =>
   authorization?.startsWith("Bearer user-") === true ? Option.some(authorization.slice("Bearer user-".length)) : Option.none()
 
-export class Authorization extends HttpApiMiddleware.Tag<Authorization>()("test/Authorization", {
-  failure: HttpApiError.Unauthorized,
-  provides: CurrentUser,
-  security: { bearer: HttpApiSecurity.bearer }
-}) {}
+/**
+ * The API's own security. It wraps the idempotency middleware (a group middleware, added after
+ * the endpoints'), so a refused credential never reaches the ledger, and it provides the
+ * `Subject` the idempotency middleware keys its records by.
+ */
+export class Authorization extends HttpApiMiddleware.Service<Authorization, { provides: CurrentUser | Subject.Subject }>()(
+  "test/Authorization",
+  {
+    error: HttpApiError.Unauthorized,
+    security: { bearer: HttpApiSecurity.bearer }
+  }
+) {}
 
 export class InsufficientFunds extends Schema.TaggedError<InsufficientFunds>()(
   "InsufficientFunds",
   { balance: Schema.Number },
-  HttpApiSchema.annotations({ status: 402 })
+  { httpApiStatus: 402 }
 ) {}
 
-const AccountId = HttpApiSchema.param("account", Schema.NumberFromString)
+const params = { account: Schema.Number }
 const Amount = Schema.Struct({ amount: Schema.Number })
 const Transfer = Schema.Struct({ id: Schema.Number, account: Schema.Number, amount: Schema.Number, by: Schema.String })
+const Text = Schema.String.pipe(HttpApiSchema.asText())
+const Bytes = Schema.Uint8Array.pipe(HttpApiSchema.asUint8Array())
 
 export class Bank extends HttpApiGroup.make("bank")
   .add(
-    HttpApiEndpoint.post("transfer")`/accounts/${AccountId}/transfers`
-      .setPayload(Amount)
-      .addSuccess(Transfer, { status: 201 })
-      .addError(InsufficientFunds)
-      .addError(HttpApiError.NotFound)
-      .pipe(Idempotency.endpoint({ required: true }))
+    HttpApiEndpoint.post("transfer", "/accounts/:account/transfers", {
+      params,
+      payload: Amount,
+      success: Transfer.pipe(HttpApiSchema.status(201)),
+      error: [InsufficientFunds, HttpApiError.NotFoundNoContent]
+    }).pipe(Idempotency.endpoint({ required: true })),
+    HttpApiEndpoint.patch("adjust", "/accounts/:account/transfers", { params, payload: Amount, success: Transfer })
+      .pipe(Idempotency.endpoint({ required: true })),
+    HttpApiEndpoint.post("deposit", "/accounts/:account/deposits", {
+      params,
+      payload: Amount,
+      success: Transfer.pipe(HttpApiSchema.status(201)),
+      error: InsufficientFunds
+    }).pipe(Idempotency.endpoint({ required: false })),
+    // `.middleware(Idempotency)` alone: the key is required.
+    HttpApiEndpoint.post("boom", "/accounts/:account/boom", { params }).middleware(Idempotency.Idempotency),
+    HttpApiEndpoint.post("unavailable", "/accounts/:account/unavailable", { params }).pipe(Idempotency.endpoint({ required: true })),
+    HttpApiEndpoint.post("note", "/accounts/:account/notes", { params, payload: Text, success: Text })
+      .pipe(Idempotency.endpoint({ required: true })),
+    HttpApiEndpoint.post("bytes", "/accounts/:account/bytes", { params, payload: Bytes, success: Bytes })
+      .pipe(Idempotency.endpoint({ required: true })),
+    HttpApiEndpoint.post("form", "/accounts/:account/forms", {
+      params,
+      payload: Schema.Struct({ text: Schema.String }).pipe(HttpApiSchema.asFormUrlEncoded()),
+      success: Schema.String
+    }).pipe(Idempotency.endpoint({ required: true })),
+    HttpApiEndpoint.post("stream", "/accounts/:account/streams", { params }).pipe(Idempotency.endpoint({ required: true })),
+    HttpApiEndpoint.post("large", "/accounts/:account/large", { params }).pipe(Idempotency.endpoint({ required: true })),
+    HttpApiEndpoint.post("headers", "/accounts/:account/headers", { params }).pipe(Idempotency.endpoint({ required: true })),
+    // Without the middleware: its key is ignored.
+    HttpApiEndpoint.post("unmarked", "/accounts/:account/unmarked", {
+      params,
+      success: Schema.String.pipe(HttpApiSchema.status(201))
+    }),
+    HttpApiEndpoint.post("violate", "/accounts/:account/violations", { params }).pipe(Idempotency.endpoint({ required: true })),
+    HttpApiEndpoint.get("count", "/accounts/:account/transfers", { params, success: Schema.Number }),
+    HttpApiEndpoint.put("rename", "/accounts/:account", { params, payload: Amount, success: Schema.Number }),
+    HttpApiEndpoint.delete("close", "/accounts/:account", { params, success: Schema.Number })
   )
-  .add(
-    HttpApiEndpoint.patch("adjust")`/accounts/${AccountId}/transfers`
-      .setPayload(Amount)
-      .addSuccess(Transfer)
-      .pipe(Idempotency.endpoint({ required: true }))
-  )
-  .add(
-    HttpApiEndpoint.post("deposit")`/accounts/${AccountId}/deposits`
-      .setPayload(Amount)
-      .addSuccess(Transfer, { status: 201 })
-      .pipe(Idempotency.endpoint({ required: false }))
-  )
-  .add(HttpApiEndpoint.post("boom")`/accounts/${AccountId}/boom`.pipe(Idempotency.endpoint({ required: true })))
-  .add(HttpApiEndpoint.post("unavailable")`/accounts/${AccountId}/unavailable`.pipe(Idempotency.endpoint({ required: true })))
-  .add(
-    HttpApiEndpoint.post("note")`/accounts/${AccountId}/notes`
-      .setPayload(HttpApiSchema.Text())
-      .addSuccess(HttpApiSchema.Text())
-      .pipe(Idempotency.endpoint({ required: true }))
-  )
-  .add(
-    HttpApiEndpoint.post("bytes")`/accounts/${AccountId}/bytes`
-      .setPayload(HttpApiSchema.Uint8Array())
-      .addSuccess(HttpApiSchema.Uint8Array())
-      .pipe(Idempotency.endpoint({ required: true }))
-  )
-  .add(
-    HttpApiEndpoint.post("form")`/accounts/${AccountId}/forms`
-      .setPayload(Schema.Struct({ text: Schema.String }).pipe(HttpApiSchema.withEncoding({ kind: "UrlParams" })))
-      .addSuccess(Schema.String)
-      .pipe(Idempotency.endpoint({ required: true }))
-  )
-  .add(HttpApiEndpoint.post("stream")`/accounts/${AccountId}/streams`.pipe(Idempotency.endpoint({ required: true })))
-  .add(HttpApiEndpoint.post("large")`/accounts/${AccountId}/large`.pipe(Idempotency.endpoint({ required: true })))
-  .add(HttpApiEndpoint.post("headers")`/accounts/${AccountId}/headers`.pipe(Idempotency.endpoint({ required: true })))
-  .add(
-    HttpApiEndpoint.post("unmarked")`/accounts/${AccountId}/unmarked`
-      .addSuccess(Schema.String, { status: 201 })
-      .pipe(Idempotency.endpoint({ required: true }))
-  )
-  .add(HttpApiEndpoint.post("violate")`/accounts/${AccountId}/violations`.pipe(Idempotency.endpoint({ required: true })))
-  .add(HttpApiEndpoint.get("count")`/accounts/${AccountId}/transfers`.addSuccess(Schema.Number))
-  .add(HttpApiEndpoint.put("rename")`/accounts/${AccountId}`.setPayload(Amount).addSuccess(Schema.Number))
-  .add(HttpApiEndpoint.del("close")`/accounts/${AccountId}`.addSuccess(Schema.Number))
   .middleware(Authorization)
 {}
 
-export class Health extends HttpApiGroup.make("health").add(HttpApiEndpoint.get("health")`/health`.addSuccess(Schema.String)) {}
+/** An idempotent endpoint without the API's security: its subject comes from `Subject.Identify`, which never refuses. */
+export class Public extends HttpApiGroup.make("public")
+  .add(
+    HttpApiEndpoint.post("tip", "/public/:account/tips", { params, payload: Amount, success: Schema.Number })
+      .pipe(Idempotency.endpoint({ required: true }))
+  )
+  .middleware(Subject.Identify)
+{}
 
-export class TestApi extends HttpApi.make("test").add(Bank).add(Health).prefix("/v1") {}
+export class Health extends HttpApiGroup.make("health").add(HttpApiEndpoint.get("health", "/health", { success: Schema.String })) {}
+
+/** `ProblemDetails` wraps every endpoint: a request that does not decode is a 400 problem, never stored. */
+export class TestApi extends HttpApi.make("test").add(Bank, Public, Health).prefix("/v1").middleware(HttpApiMiddleware.ProblemDetails) {}
 
 // --- what the handlers did ----------------------------------------------------------------
 
@@ -145,157 +153,119 @@ const BankLive = HttpApiBuilder.group(TestApi, "bank", (handlers) =>
         Effect.orDie
       )
     return handlers
-      .handle(
-        "transfer",
-        Idempotency.executing(({ path, payload }) =>
-          Effect.gen(function*() {
-            yield* ran(path.account)
-            const by = yield* CurrentUser
-            if (payload.amount === 404) return yield* new HttpApiError.NotFound()
-            const id = yield* insert(path.account, payload.amount, by)
-            yield* Effect.orDie(outbox.enqueue(TRANSFER_TOPIC, { transfer: id }))
-            yield* passGate(path.account)
-            // A rejection after a write: stored (and so are its writes).
-            if (payload.amount > 1000) return yield* new InsufficientFunds({ balance: 1000 })
-            return { id, account: path.account, amount: payload.amount, by }
-          })
-        )
-      )
-      .handle(
-        "adjust",
-        Idempotency.executing(({ path, payload }) =>
-          Effect.gen(function*() {
-            yield* ran(path.account)
-            const id = yield* insert(path.account, payload.amount, "adjust")
-            return { id, account: path.account, amount: payload.amount, by: "adjust" }
-          })
-        )
-      )
-      .handle(
-        "deposit",
-        Idempotency.executing(({ path, payload }) =>
-          Effect.gen(function*() {
-            yield* ran(path.account)
-            const id = yield* insert(path.account, payload.amount, "deposit")
-            return { id, account: path.account, amount: payload.amount, by: "deposit" }
-          })
-        )
-      )
-      .handle(
-        "boom",
-        Idempotency.executing(({ path }) =>
-          Effect.gen(function*() {
-            yield* ran(path.account)
-            yield* insert(path.account, 1, "boom")
-            return yield* Effect.die(new Error("kaboom"))
-          })
-        )
-      )
-      .handle(
-        "unavailable",
-        Idempotency.executing(({ path }) =>
-          Effect.gen(function*() {
-            yield* ran(path.account)
-            yield* insert(path.account, 1, "unavailable")
-            yield* Effect.orDie(outbox.enqueue(TRANSFER_TOPIC, { unavailable: path.account }))
-            return HttpServerResponse.text("try later", { status: 503 })
-          })
-        )
-      )
-      .handle(
-        "note",
-        Idempotency.executing(({ path, payload }) =>
-          Effect.as(ran(path.account), `noted ${payload.length} characters`)
-        )
-      )
-      .handle(
-        "bytes",
-        Idempotency.executing(({ path, payload }) => Effect.as(ran(path.account), new Uint8Array([...payload, 255])))
-      )
-      .handle(
-        "form",
-        Idempotency.executing(({ path, payload }) => Effect.as(ran(path.account), `form ${payload.text}`))
-      )
-      .handle(
-        "stream",
-        Idempotency.executing(({ path }) =>
-          Effect.as(
-            ran(path.account),
-            HttpServerResponse.stream(Stream.make("a", "b", "c").pipe(Stream.encodeText), { contentType: "text/plain", status: 201 })
-          )
-        )
-      )
-      .handle(
-        "large",
-        Idempotency.executing(({ path }) =>
-          Effect.gen(function*() {
-            yield* ran(path.account)
-            yield* insert(path.account, 1, "large")
-            return HttpServerResponse.text("x".repeat(70 * 1024), { status: 201 })
-          })
-        )
-      )
-      .handle(
-        "headers",
-        Idempotency.executing(({ path }) =>
-          Effect.gen(function*() {
-            yield* ran(path.account)
-            const id = yield* insert(path.account, 1, "headers")
-            // {"z":1,"a":2}: member order is kept byte for byte.
-            return HttpServerResponse.text(`{"z":1,"a":2,"id":${id}}`, {
-              status: 201,
-              contentType: "application/json",
-              headers: { location: `/v1/transfers/${id}`, etag: `"r${id}"`, "x-request-id": `req-${id}` }
-            }).pipe(HttpServerResponse.unsafeSetCookie("session", `s-${id}`))
-          })
-        )
-      )
-      .handle(
-        "violate",
-        Idempotency.executing(({ path }) =>
-          Effect.gen(function*() {
-            yield* ran(path.account)
-            yield* insert(path.account, 1, "violate")
-            // A deferred foreign key: the statement passes, COMMIT fails.
-            yield* Effect.orDie(sql`INSERT INTO children (parent) VALUES (${-path.account})`)
-          })
-        )
-      )
-      .handle("unmarked", ({ path }) => Effect.as(ran(path.account), "ran without executing"))
-      .handle("count", ({ path }) =>
-        sql<{ n: number }>`SELECT count(*)::int AS n FROM transfers WHERE account = ${path.account}`.pipe(
+      .handle("transfer", ({ params, payload }) =>
+        Effect.gen(function*() {
+          yield* ran(params.account)
+          const by = yield* CurrentUser
+          if (payload.amount === 404) return yield* new HttpApiError.NotFound()
+          const id = yield* insert(params.account, payload.amount, by)
+          yield* Effect.orDie(outbox.enqueue(TRANSFER_TOPIC, { transfer: id }))
+          yield* passGate(params.account)
+          // A rejection after a write: stored (and so are its writes).
+          if (payload.amount > 1000) return yield* new InsufficientFunds({ balance: 1000 })
+          return { id, account: params.account, amount: payload.amount, by }
+        }))
+      .handle("adjust", ({ params, payload }) =>
+        Effect.gen(function*() {
+          yield* ran(params.account)
+          const id = yield* insert(params.account, payload.amount, "adjust")
+          return { id, account: params.account, amount: payload.amount, by: "adjust" }
+        }))
+      .handle("deposit", ({ params, payload }) =>
+        Effect.gen(function*() {
+          yield* ran(params.account)
+          const id = yield* insert(params.account, payload.amount, "deposit")
+          if (payload.amount > 1000) return yield* new InsufficientFunds({ balance: 1000 })
+          return { id, account: params.account, amount: payload.amount, by: "deposit" }
+        }))
+      .handle("boom", ({ params }) =>
+        Effect.gen(function*() {
+          yield* ran(params.account)
+          yield* insert(params.account, 1, "boom")
+          return yield* Effect.die(new Error("kaboom"))
+        }))
+      .handle("unavailable", ({ params }) =>
+        Effect.gen(function*() {
+          yield* ran(params.account)
+          yield* insert(params.account, 1, "unavailable")
+          yield* Effect.orDie(outbox.enqueue(TRANSFER_TOPIC, { unavailable: params.account }))
+          return HttpServerResponse.text("try later", { status: 503 })
+        }))
+      .handle("note", ({ params, payload }) => Effect.as(ran(params.account), `noted ${payload.length} characters`))
+      .handle("bytes", ({ params, payload }) => Effect.as(ran(params.account), new Uint8Array([...payload, 255])))
+      .handle("form", ({ params, payload }) => Effect.as(ran(params.account), `form ${payload.text}`))
+      .handle("stream", ({ params }) =>
+        Effect.as(
+          ran(params.account),
+          HttpServerResponse.stream(Stream.make("a", "b", "c").pipe(Stream.encodeText), { contentType: "text/plain", status: 201 })
+        ))
+      .handle("large", ({ params }) =>
+        Effect.gen(function*() {
+          yield* ran(params.account)
+          yield* insert(params.account, 1, "large")
+          return HttpServerResponse.text("x".repeat(70 * 1024), { status: 201 })
+        }))
+      .handle("headers", ({ params }) =>
+        Effect.gen(function*() {
+          yield* ran(params.account)
+          const id = yield* insert(params.account, 1, "headers")
+          // {"z":1,"a":2}: member order is kept byte for byte.
+          return HttpServerResponse.text(`{"z":1,"a":2,"id":${id}}`, {
+            status: 201,
+            contentType: "application/json",
+            headers: { location: `/v1/transfers/${id}`, etag: `"r${id}"`, "x-request-id": `req-${id}` }
+          }).pipe(HttpServerResponse.setCookieUnsafe("session", `s-${id}`))
+        }))
+      .handle("violate", ({ params }) =>
+        Effect.gen(function*() {
+          yield* ran(params.account)
+          yield* insert(params.account, 1, "violate")
+          // A deferred foreign key: the statement passes, COMMIT fails.
+          yield* Effect.orDie(sql`INSERT INTO children (parent) VALUES (${-params.account})`)
+        }))
+      .handle("unmarked", ({ params }) => Effect.as(ran(params.account), "ran without the middleware"))
+      .handle("count", ({ params }) =>
+        sql<{ n: number }>`SELECT count(*)::int AS n FROM transfers WHERE account = ${params.account}`.pipe(
           Effect.map((rows) => rows[0]!.n),
           Effect.orDie
         ))
-      .handle("rename", ({ path }) => Effect.as(ran(path.account), executions(path.account)))
-      .handle("close", ({ path }) => Effect.as(ran(path.account), executions(path.account)))
+      .handle("rename", ({ params }) => Effect.as(ran(params.account), executions(params.account)))
+      .handle("close", ({ params }) => Effect.as(ran(params.account), executions(params.account)))
   }))
+
+const PublicLive = HttpApiBuilder.group(
+  TestApi,
+  "public",
+  (handlers) => handlers.handle("tip", ({ params, payload }) => Effect.as(ran(params.account), payload.amount))
+)
 
 const HealthLive = HttpApiBuilder.group(TestApi, "health", (handlers) => handlers.handle("health", () => Effect.succeed("ok")))
 
-/** The API's own security: `user-revoked` passes `Subject.identify` but not this (a token revoked since). */
+/** `user-revoked` is a user `verify` knows, whose token this refuses (revoked since). */
 const AuthorizationLive = Layer.succeed(
   Authorization,
   Authorization.of({
-    bearer: (token) => {
-      const user = verify(`Bearer ${Redacted.value(token)}`)
+    bearer: (httpEffect, { credential }) => {
+      const user = verify(`Bearer ${Redacted.value(credential)}`)
       return Option.isSome(user) && user.value !== "revoked"
-        ? Effect.succeed(user.value)
+        ? httpEffect.pipe(Effect.provideService(CurrentUser, user.value), Effect.provideService(Subject.Subject, user))
         : Effect.fail(new HttpApiError.Unauthorized())
     }
   })
 )
 
+const IdentifyLive = Subject.layerIdentify((request) => Effect.succeed(verify(request.headers.authorization)))
+
 const Identify = Subject.identify((request) => Effect.succeed(verify(request.headers.authorization)))
 
 /** A plain route (any method) through `Idempotency.wrapper`: echoes the body, counts its runs. */
 const plainRoutes = (options: Idempotency.Options) =>
-  HttpLayerRouter.addAll(Effect.gen(function*() {
+  HttpRouter.addAll(Effect.gen(function*() {
     const idempotent = yield* Idempotency.wrapper(options)
     const sql = yield* SqlClient.SqlClient
     const handler = Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
-      const { params } = yield* HttpLayerRouter.RouteContext
+      const { params } = yield* HttpRouter.RouteContext
       const account = Number(params.account)
       yield* ran(account)
       yield* Effect.orDie(sql`INSERT INTO transfers (account, amount, by_user) VALUES (${account}, 1, 'plain')`)
@@ -303,7 +273,7 @@ const plainRoutes = (options: Idempotency.Options) =>
       if (body === "fail") return yield* Effect.fail(new Error("a plain failure"))
       return HttpServerResponse.text(`${request.method} ${body}`, { status: body === "reject" ? 409 : 200 })
     })
-    return [HttpLayerRouter.route("*", "/plain/:account", idempotent.required(handler))]
+    return [HttpRouter.route("*", "/plain/:account", idempotent.required(handler))]
   })).pipe(Layer.provide(Identify.layer))
 
 const Tables = Layer.effectDiscard(Effect.gen(function*() {
@@ -317,18 +287,40 @@ const Tables = Layer.effectDiscard(Effect.gen(function*() {
 /** Every route of the test server, over a substrate provided from outside. */
 export const routes = (options: Idempotency.Options = {}) =>
   Layer.mergeAll(
-    HttpLayerRouter.addHttpApi(TestApi, { openapiPath: "/openapi.json" }).pipe(
-      Layer.provide([BankLive, HealthLive]),
-      Layer.provide(AuthorizationLive),
-      Layer.provide(Idempotency.middleware(TestApi, options).combine(Identify).layer)
+    HttpApiBuilder.layer(TestApi, { openapiPath: "/openapi.json" }).pipe(
+      Layer.provide([BankLive, PublicLive, HealthLive]),
+      Layer.provide([
+        AuthorizationLive,
+        IdentifyLive,
+        HttpApiMiddleware.layerProblemDetails({ includeDetails: true }),
+        Idempotency.layer(TestApi, options)
+      ])
     ),
     plainRoutes(options)
   ).pipe(Layer.provide(Tables))
 
+/** The server span records every request and response header (redacted names as `<redacted>`). */
+const RecordHeaders = Layer.succeed(HttpMiddleware.TracerHeaderFilter)(() => true)
+
+export interface ServeOptions {
+  /** The platform's request log (`Sent HTTP response` per request). Default off. */
+  readonly logRequests?: boolean
+}
+
+/** Serves `routes` as the suites' servers are served: on 127.0.0.1, port 0, the key's header redacted. */
+export const serve = <A, E, R>(routes: Layer.Layer<A, E, R>, options: Idempotency.Options = {}, serveOptions: ServeOptions = {}) =>
+  HttpRouter.serve(routes, { disableLogger: serveOptions.logRequests !== true, disableListenLog: true }).pipe(
+    Layer.provide([Idempotency.layerRedactKeyHeader(options), RecordHeaders]),
+    Layer.provideMerge(NodeHttpServer.layer(Http.createServer, { port: 0, host: "127.0.0.1" }))
+  )
+
 /** The test API and the plain route on 127.0.0.1, port 0, over a fresh substrate; the `HttpServer` stays in the output. */
-export const server = (options: Idempotency.Options = {}, substrate: TestSubstrate.Options = {}) =>
-  HttpLayerRouter.serve(routes(options), { disableLogger: true, disableListenLog: true }).pipe(
-    Layer.provideMerge(NodeHttpServer.layer(Http.createServer, { port: 0, host: "127.0.0.1" })),
+export const server = (
+  options: Idempotency.Options = {},
+  substrate: TestSubstrate.Options = {},
+  serveOptions: ServeOptions = {}
+) =>
+  serve(routes(options), options, serveOptions).pipe(
     Layer.provideMerge(
       TestSubstrate.layer({ ...substrate, database: { maxConnections: 40, applicationName: "http-test", ...substrate.database } })
     )
@@ -382,7 +374,7 @@ export const request = (port: number, path: string, call: Call = {}): Promise<Re
   })
 
 /** The server's port. */
-export const port = Effect.map(HttpServer.HttpServer, (server) => (server.address as HttpServer.TcpAddress).port)
+export const port = Effect.map(HttpServer.HttpServer, ({ address }) => ("port" in address ? address.port : 0))
 
 /** `request` on the test server, as an Effect. */
 export const send = (path: string, call: Call = {}) => Effect.flatMap(port, (p) => Effect.promise(() => request(p, path, call)))

@@ -3,7 +3,7 @@
 import * as JetStreamInbox from "@effect-durable/nats/JetStreamInbox"
 import * as JetStreamPublisher from "@effect-durable/nats/JetStreamPublisher"
 import * as Nats from "@effect-durable/nats/Nats"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 

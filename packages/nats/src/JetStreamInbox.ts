@@ -12,6 +12,7 @@ import { AckPolicy, type JsMsg } from "@nats-io/jetstream"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
 import { Nats, NatsError, reason } from "./Nats.js"
 
 export interface Delivery {
@@ -32,7 +33,7 @@ export interface ConsumeOptions<E, R> {
   readonly filterSubject?: string
   readonly handle: (delivery: Delivery) => Effect.Effect<void, E, R>
   /** Redelivery delay after a failed handler. Default 1 s. */
-  readonly retryDelay?: Duration.DurationInput
+  readonly retryDelay?: Duration.Input
   /** Messages fetched per pull. Default 100. */
   readonly batch?: number
 }
@@ -66,7 +67,7 @@ export const consume = <E, R>(
   Effect.gen(function*() {
     const { jetstream, manager } = yield* Nats
     const inbox = yield* Inbox.Inbox
-    const retryDelay = Duration.toMillis(Duration.decode(options.retryDelay ?? "1 second"))
+    const retryDelay = Duration.toMillis(Duration.fromInputUnsafe(options.retryDelay ?? "1 second"))
     yield* Effect.tryPromise({
       try: () =>
         manager.consumers.add(options.stream, {
@@ -80,32 +81,30 @@ export const consume = <E, R>(
       try: () => jetstream.consumers.get(options.stream, options.durable),
       catch: (error) => new NatsError({ operation: "get consumer", reason: reason(error) })
     })
-    const apply = (message: JsMsg) => {
+    // Per message, on the hot path: no span or stack frame of its own.
+    const apply = Effect.fnUntraced(function*(message: JsMsg) {
       const delivery = toDelivery(message)
-      return inbox.handle(options.durable, delivery.id, options.handle(delivery)).pipe(
+      yield* inbox.handle(options.durable, delivery.id, options.handle(delivery)).pipe(
         // Ack only after the inbox transaction committed (Processed) or found the receipt (Duplicate).
-        Effect.zipRight(Effect.sync(() => message.ack())),
-        Effect.catchAll((error) =>
-          Effect.zipRight(
+        Effect.andThen(Effect.sync(() => message.ack())),
+        Effect.catch((error) =>
+          Effect.andThen(
             Effect.logWarning(`effect-durable inbox ${options.durable}: ${delivery.id} failed, redelivering: ${String(error)}`),
             Effect.sync(() => message.nak(retryDelay))
           )
         )
       )
-    }
-    yield* Effect.gen(function*() {
-      const messages = yield* Effect.acquireRelease(
-        Effect.tryPromise({
-          try: () => consumer.consume({ max_messages: options.batch ?? 100 }),
-          catch: (error) => new NatsError({ operation: "consume", reason: reason(error) })
-        }),
-        (messages) => Effect.promise(() => messages.close().then(() => undefined, () => undefined))
-      )
-      const iterator = messages[Symbol.asyncIterator]()
-      while (true) {
-        const next = yield* Effect.promise(() => iterator.next())
-        if (next.done === true) return
-        yield* apply(next.value)
-      }
-    }).pipe(Effect.forkScoped)
+    })
+    const messages = yield* Effect.acquireRelease(
+      Effect.tryPromise({
+        try: () => consumer.consume({ max_messages: options.batch ?? 100 }),
+        catch: (error) => new NatsError({ operation: "consume", reason: reason(error) })
+      }),
+      (messages) => Effect.promise(() => messages.close().then(() => undefined, () => undefined))
+    )
+    // One message at a time, in the order the consumer hands them over, until the scope closes.
+    yield* Stream.fromAsyncIterable(messages, (error) => new NatsError({ operation: "consume", reason: reason(error) })).pipe(
+      Stream.runForEach(apply),
+      Effect.forkScoped
+    )
   })

@@ -20,16 +20,16 @@ export class NatsError extends Schema.TaggedError<NatsError>("@effect-durable/Na
   }
 }
 
-export class Nats extends Context.Tag("@effect-durable/nats/Nats")<Nats, {
+export class Nats extends Context.Service<Nats, {
   readonly connection: NatsConnection
   readonly jetstream: JetStreamClient
   readonly manager: JetStreamManager
-}>() {}
+}>()("@effect-durable/nats/Nats") {}
 
 export const reason = (error: unknown): string => error instanceof Error ? error.message : String(error)
 
 export const layer = (options: { readonly servers: string | ReadonlyArray<string>; readonly name?: string }) =>
-  Layer.scoped(
+  Layer.effect(
     Nats,
     Effect.gen(function*() {
       const connection = yield* Effect.acquireRelease(

@@ -8,11 +8,12 @@ import type { PublishError } from "@effect-durable/projector/Publisher"
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as NatsServer from "@effect-durable/testing/NatsServer"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import { RetentionPolicy, StorageType } from "@nats-io/jetstream"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as TestServices from "effect/TestServices"
+import * as TestClock from "effect/testing/TestClock"
 import * as JetStreamExample from "../examples/jetstream.js"
 import * as JetStreamInbox from "../src/JetStreamInbox.js"
 import * as JetStreamPublisher from "../src/JetStreamPublisher.js"
@@ -24,7 +25,7 @@ if (!nats.available) {
   console.warn(`NATS suite not run: ${nats.reason}`)
 }
 
-const NatsLive = Layer.unwrapEffect(
+const NatsLive = Layer.unwrap(
   Effect.map(NatsServer.NatsServer, (server) => Nats.layer({ servers: server.url }))
 ).pipe(Layer.provideMerge(NatsServer.layer))
 
@@ -33,7 +34,7 @@ const Live = Layer.mergeAll(
   Durable.layerOver({ migrate: true }).pipe(Layer.provideMerge(TestDatabase.layerFresh({ maxConnections: 16 })))
 )
 
-const live = <A, E, R>(effect: Effect.Effect<A, E, R>) => TestServices.provideLive(effect)
+const live = <A, E, R>(effect: Effect.Effect<A, E, R>) => TestClock.withLive(effect)
 
 const addStream = (name: string, subjects: Array<string>) =>
   Effect.flatMap(Nats.Nats, ({ manager }) =>
@@ -99,7 +100,7 @@ describe.skipIf(!nats.available)("NATS JetStream (real nats-server)", () => {
         yield* addStream("CLOSED", ["closed.>"])
         const error = yield* Effect.scoped(Effect.gen(function*() {
           const context = yield* Layer.build(Nats.layer({ servers: server.url }))
-          const own = context.pipe((c) => c.unsafeMap.get(Nats.Nats.key) as Nats.Nats["Type"])
+          const own = Context.get(context, Nats.Nats)
           yield* Effect.promise(() => own.connection.close())
           const publisher = yield* JetStreamPublisher.make().pipe(Effect.provide(context))
           return (yield* Effect.flip(publisher.publish(message("1", "closed.x", {})))) as PublishError
@@ -107,7 +108,7 @@ describe.skipIf(!nats.available)("NATS JetStream (real nats-server)", () => {
         expect(error.retryable).toBe(true)
       }))
 
-    it.scoped("the consumer applies each delivery once through the inbox, acking after commit; a failure is redelivered", () =>
+    it.effect("the consumer applies each delivery once through the inbox, acking after commit; a failure is redelivered", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         yield* sql`CREATE TABLE consumed (message_id text, n int)`
@@ -141,7 +142,7 @@ describe.skipIf(!nats.available)("NATS JetStream (real nats-server)", () => {
         expect(failedOnce).toBe(true)
       }))
 
-    it.scoped("the README example: a committed order reaches the invoicing consumer once through JetStream", () =>
+    it.effect("the README example: a committed order reaches the invoicing consumer once through JetStream", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const outbox = yield* Outbox.Outbox
@@ -156,7 +157,7 @@ describe.skipIf(!nats.available)("NATS JetStream (real nats-server)", () => {
         expect(rows).toEqual([{ order_id: 41 }])
       }))
 
-    it.scoped("end to end: 10,000 messages from business transactions (some rolled back) reach the inbox exactly once", () =>
+    it.effect("end to end: 10,000 messages from business transactions (some rolled back) reach the inbox exactly once", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const outbox = yield* Outbox.Outbox
@@ -190,7 +191,7 @@ describe.skipIf(!nats.available)("NATS JetStream (real nats-server)", () => {
           stream: "E2E",
           durable: "e2e-applier",
           handle: (delivery) =>
-            Effect.zipRight(
+            Effect.andThen(
               Effect.sync(() => seen.set(delivery.id, (seen.get(delivery.id) ?? 0) + 1)),
               sql`INSERT INTO applied VALUES (${delivery.id})`
             )

@@ -1,6 +1,6 @@
 // README "CAS": two editors load revision 1 of a document; only the first save wins.
 import * as Cas from "@effect-durable/pg/Cas"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 

@@ -4,9 +4,10 @@
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import * as Durable from "@effect-durable/pg/Durable"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
+import * as Predicate from "effect/Predicate"
 
 interface Charge {
   readonly card: string
@@ -36,7 +37,8 @@ export const program = Effect.gen(function*() {
   const first = yield* chargeCard("acme", "req-1", { card: "4242", cents: 500 })
   const retry = yield* chargeCard("acme", "req-1", { card: "4242", cents: 500 })
   const changed = yield* Effect.flip(chargeCard("acme", "req-1", { card: "4242", cents: 900 })).pipe(
-    Effect.filterOrDieMessage((error) => error._tag === "MutationConflict", "expected a conflict")
+    Effect.filterOrFail(Predicate.isTagged("MutationConflict"), () => new Error("expected a conflict")),
+    Effect.orDie
   )
   yield* Console.log(first._tag, first.response) // First { chargeId: 1 }
   yield* Console.log(retry._tag, retry.response) // Replay { chargeId: 1 }

@@ -1,7 +1,7 @@
 // README "Migrations": migrate (idempotent, safe with several runners), check for drift, and
 // give the application's runtime role exactly what it uses. Run as the owner role.
 import * as Migrations from "@effect-durable/pg/Migrations"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 
 export const program = Effect.gen(function*() {

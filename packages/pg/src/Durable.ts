@@ -11,7 +11,7 @@ import * as Cursor from "@effect-durable/core/Cursor"
 import { type DatabaseError, DurableConfigError, SchemaVersionMismatch } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import type * as SqlClient from "@effect/sql/SqlClient"
+import type * as SqlClient from "effect/sql/SqlClient"
 import * as Config from "effect/Config"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -28,6 +28,7 @@ import {
   Variables
 } from "./DurableConfig.js"
 import { classify } from "./ErrorClassification.js"
+import { mapError } from "./internal/layer.js"
 import * as Inbox from "./Inbox.js"
 import * as InboxAdmin from "./InboxAdmin.js"
 import * as InboxWorker from "./InboxWorker.js"
@@ -97,7 +98,7 @@ export const layerOver = (
   DurableConfigError | DatabaseError | SchemaVersionMismatch,
   SqlClient.SqlClient
 > =>
-  Layer.unwrapEffect(
+  Layer.unwrap(
     Effect.map(decode(options), ({ codec, settings }) => {
       const settingsLayer = Layer.succeed(DurableSettings, settings)
       // Migrate when asked, then check the version: the app never serves on a schema it does not know.
@@ -125,7 +126,7 @@ export const layerOver = (
 
 /** A `PgClient` built from the connection settings, and the whole substrate over it. */
 export const layer = (options: Options): Layer.Layer<Services, DurableConfigError | DatabaseError | SchemaVersionMismatch> =>
-  Layer.unwrapEffect(
+  Layer.unwrap(
     Effect.gen(function*() {
       const connection = yield* makeConnection(options.connection)
       // Everything else is decoded before a connection is opened.
@@ -135,8 +136,9 @@ export const layer = (options: Options): Layer.Layer<Services, DurableConfigErro
         maxConnections: connection.poolSize,
         connectTimeout: connection.connectTimeout,
         idleTimeout: connection.idleTimeout,
-        applicationName: connection.applicationName
-      }).pipe(Layer.mapError(classify("Durable.layer")))
+        applicationName: connection.applicationName,
+        prepare: connection.preparedStatements
+      }).pipe(mapError(classify("Durable.layer")))
       const { connection: _, ...rest } = options
       return layerOver(rest).pipe(Layer.provideMerge(client))
     })
@@ -150,7 +152,7 @@ export const layer = (options: Options): Layer.Layer<Services, DurableConfigErro
 export const layerConfig = (
   options: { readonly migrate?: boolean; readonly checkSchemaVersion?: boolean } = {}
 ): Layer.Layer<Services, DurableConfigError | DatabaseError | SchemaVersionMismatch> =>
-  Layer.unwrapEffect(
+  Layer.unwrap(
     Effect.gen(function*() {
       const [{ connection, outbox, settings }, keys] = yield* Effect.mapError(
         Config.all([config, Config.option(Cursor.keyringConfig)]),
@@ -159,7 +161,7 @@ export const layerConfig = (
       const full: Options = { connection, settings, outbox, ...options, ...(Option.isSome(keys) ? { cursorKeys: keys.value } : {}) }
       // The same checks `layer` makes, here so that a failure names the variable, not the field.
       yield* Effect.mapError(
-        Effect.zipRight(makeConnection(connection), decode(full)),
+        Effect.andThen(makeConnection(connection), decode(full)),
         (error) =>
           error.field.startsWith("cursor.")
             ? Input.fromVariable(new DurableConfigError({ field: "cursor", rule: `${error.field}: ${error.rule}` }), { cursor: "CURSOR_KEYS" }, Variables)

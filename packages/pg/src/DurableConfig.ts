@@ -26,6 +26,7 @@ export const Defaults = {
   connectTimeout: "10 seconds",
   idleTimeout: "30 seconds",
   applicationName: "effect-durable",
+  preparedStatements: true,
   synchronousWorkerCommits: true
 } as const
 
@@ -34,9 +35,9 @@ export interface SettingsInput {
   /** Schema of every substrate table; quoted, so mixed case is kept. Default `durable`. */
   readonly schema?: string
   /** Longest wait for a row or advisory lock inside a substrate transaction. Default 5 s. */
-  readonly lockTimeout?: Duration.DurationInput
+  readonly lockTimeout?: Duration.Input
   /** Longest run of one statement inside a substrate transaction. Default: the server's. */
-  readonly statementTimeout?: Duration.DurationInput
+  readonly statementTimeout?: Duration.Input
   /**
    * Whether a worker's claims, marks, renewals and give-backs (outside any transaction of
    * yours) wait for their WAL flush. `false` trades a few duplicate deliveries after a
@@ -58,15 +59,15 @@ export interface Settings {
   readonly table: (name: string) => string
 }
 
-export class DurableSettings extends Context.Tag("@effect-durable/pg/DurableSettings")<DurableSettings, Settings>() {}
+export class DurableSettings extends Context.Service<DurableSettings, Settings>()("@effect-durable/pg/DurableSettings") {}
 
 const Timeout = Input.DurationIn({ max: "1 day" })
 
 const SettingsSchema = Schema.Struct({
-  schema: Schema.optionalWith(Input.MixedCaseIdentifier, { default: () => Defaults.schema }),
-  lockTimeout: Schema.optionalWith(Timeout, { default: () => Duration.decode(Defaults.lockTimeout) }),
-  statementTimeout: Schema.optionalWith(Timeout, { as: "Option" }),
-  synchronousWorkerCommits: Schema.optionalWith(Schema.Boolean, { default: () => Defaults.synchronousWorkerCommits })
+  schema: Input.MixedCaseIdentifier.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.schema))),
+  lockTimeout: Timeout.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Duration.fromInputUnsafe(Defaults.lockTimeout)))),
+  statementTimeout: Schema.OptionFromOptional(Timeout),
+  synchronousWorkerCommits: Schema.Boolean.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.synchronousWorkerCommits)))
 })
 const decodeSettings = Input.options(SettingsSchema)
 
@@ -93,11 +94,17 @@ export interface ConnectionInput {
   /** Most connections the pool opens. Default 10. */
   readonly poolSize?: number
   /** Longest wait to open a connection. Default 10 s. */
-  readonly connectTimeout?: Duration.DurationInput
+  readonly connectTimeout?: Duration.Input
   /** How long an unused connection stays open. Default 30 s. */
-  readonly idleTimeout?: Duration.DurationInput
+  readonly idleTimeout?: Duration.Input
   /** Shown in `pg_stat_activity`. Default `effect-durable`. */
   readonly applicationName?: string
+  /**
+   * Whether statements are prepared (named, cached per connection). Default true. Set false
+   * behind a transaction-mode pooler that cannot keep named statements (PgBouncer before 1.21,
+   * or without `max_prepared_statements`).
+   */
+  readonly preparedStatements?: boolean
 }
 
 export interface Connection {
@@ -106,26 +113,21 @@ export interface Connection {
   readonly connectTimeout: Duration.Duration
   readonly idleTimeout: Duration.Duration
   readonly applicationName: string
+  readonly preparedStatements: boolean
 }
 
-const Url = Schema.RedactedFromSelf(Schema.String).pipe(
-  Schema.filter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url).trim()), {
-    message: () => "a PostgreSQL URL (postgres://user:password@host:port/database)"
-  })
-)
+const Url = Schema.Redacted(Schema.String).check(Schema.makeFilter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url).trim()), { message: "a PostgreSQL URL (postgres://user:password@host:port/database)" }))
 
 const ConnectionSchema = Schema.Struct({
   url: Url,
-  poolSize: Schema.optionalWith(Input.Count(1000), { default: () => Defaults.poolSize }),
-  connectTimeout: Schema.optionalWith(Timeout, { default: () => Duration.decode(Defaults.connectTimeout) }),
-  idleTimeout: Schema.optionalWith(Timeout, { default: () => Duration.decode(Defaults.idleTimeout) }),
+  poolSize: Input.Count(1000).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.poolSize))),
+  connectTimeout: Timeout.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Duration.fromInputUnsafe(Defaults.connectTimeout)))),
+  idleTimeout: Timeout.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Duration.fromInputUnsafe(Defaults.idleTimeout)))),
   // PostgreSQL truncates application_name at 63 bytes and replaces non-ASCII with '?'.
-  applicationName: Schema.optionalWith(
-    Schema.String.pipe(Schema.filter((name) => /^[\x20-\x7e]{1,63}$/.test(name), {
-      message: () => "1-63 printable ASCII characters"
-    })),
-    { default: () => Defaults.applicationName }
-  )
+  applicationName: Schema.String.check(
+    Schema.makeFilter((name) => /^[\x20-\x7e]{1,63}$/.test(name), { message: "1-63 printable ASCII characters" })
+  ).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.applicationName))),
+  preparedStatements: Schema.Boolean.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.preparedStatements)))
 })
 
 export const makeConnection: (input: ConnectionInput) => Effect.Effect<Connection, DurableConfigError> = Input.options(
@@ -139,6 +141,10 @@ export const Variables: Readonly<Record<string, Input.VariableHint>> = {
   DURABLE_CONNECT_TIMEOUT: { purpose: "the longest wait to open or acquire a connection", example: "10 seconds" },
   DURABLE_IDLE_TIMEOUT: { purpose: "how long an unused connection stays open", example: "30 seconds" },
   DURABLE_APPLICATION_NAME: { purpose: "application_name shown in pg_stat_activity", example: "orders-api" },
+  DURABLE_PREPARED_STATEMENTS: {
+    purpose: "whether statements are prepared; false behind a transaction pooler without prepared-statement support",
+    example: "false"
+  },
   DURABLE_SCHEMA: { purpose: "the schema of the substrate's tables", example: "durable" },
   DURABLE_LOCK_TIMEOUT: { purpose: "the longest lock wait inside a substrate transaction", example: "5 seconds" },
   DURABLE_STATEMENT_TIMEOUT: { purpose: "the longest statement inside a substrate transaction", example: "30 seconds" },
@@ -161,6 +167,7 @@ export const FieldVariables: Readonly<Record<string, string>> = {
   connectTimeout: "DURABLE_CONNECT_TIMEOUT",
   idleTimeout: "DURABLE_IDLE_TIMEOUT",
   applicationName: "DURABLE_APPLICATION_NAME",
+  preparedStatements: "DURABLE_PREPARED_STATEMENTS",
   schema: "DURABLE_SCHEMA",
   lockTimeout: "DURABLE_LOCK_TIMEOUT",
   statementTimeout: "DURABLE_STATEMENT_TIMEOUT",
@@ -176,8 +183,8 @@ const present = <A extends Record<string, unknown>>(record: A) =>
       Option.isOption(value) ? (Option.isSome(value) ? [[key, value.value]] : []) : [[key, value]]
     )
   )
-const variable = <A>(config: Config.Config<A>, description: string) =>
-  Config.option(config).pipe(Config.withDescription(description))
+// What each variable is for is said once, in `Variables` (errors quote it).
+const variable = <A>(config: Config.Config<A>) => Config.option(config)
 
 /** Everything `Durable.layerConfig` reads; unset variables take the defaults above. */
 export const config: Config.Config<{
@@ -186,26 +193,21 @@ export const config: Config.Config<{
   readonly outbox: { readonly maxPayloadBytes?: number; readonly maxAttempts?: number }
 }> = Config.all({
   outbox: Config.all({
-    maxPayloadBytes: variable(Config.integer("DURABLE_OUTBOX_MAX_PAYLOAD_BYTES"), "largest outbox payload, as canonical JSON bytes"),
-    maxAttempts: variable(Config.integer("DURABLE_OUTBOX_MAX_ATTEMPTS"), "failed deliveries before an outbox message is dead")
+    maxPayloadBytes: variable(Config.Int("DURABLE_OUTBOX_MAX_PAYLOAD_BYTES")),
+    maxAttempts: variable(Config.Int("DURABLE_OUTBOX_MAX_ATTEMPTS"))
   }).pipe(Config.map(present)),
   connection: Config.all({
-    url: Config.redacted("DATABASE_URL").pipe(Config.withDescription("PostgreSQL URL")),
-    poolSize: variable(Config.integer("DURABLE_POOL_SIZE"), "most connections in the pool"),
-    connectTimeout: variable(Config.string("DURABLE_CONNECT_TIMEOUT"), "longest wait to open or acquire a connection"),
-    idleTimeout: variable(Config.string("DURABLE_IDLE_TIMEOUT"), "how long an unused connection stays open"),
-    applicationName: variable(Config.string("DURABLE_APPLICATION_NAME"), "application_name shown in pg_stat_activity")
+    url: Config.Redacted("DATABASE_URL"),
+    poolSize: variable(Config.Int("DURABLE_POOL_SIZE")),
+    connectTimeout: variable(Config.String("DURABLE_CONNECT_TIMEOUT")),
+    idleTimeout: variable(Config.String("DURABLE_IDLE_TIMEOUT")),
+    applicationName: variable(Config.String("DURABLE_APPLICATION_NAME")),
+    preparedStatements: variable(Config.Boolean("DURABLE_PREPARED_STATEMENTS"))
   }).pipe(Config.map(present)),
   settings: Config.all({
-    schema: variable(Config.string("DURABLE_SCHEMA"), "schema of the substrate tables"),
-    lockTimeout: variable(Config.string("DURABLE_LOCK_TIMEOUT"), "longest lock wait inside a substrate transaction"),
-    statementTimeout: variable(
-      Config.string("DURABLE_STATEMENT_TIMEOUT"),
-      "longest statement inside a substrate transaction (default: the server's)"
-    ),
-    synchronousWorkerCommits: variable(
-      Config.boolean("DURABLE_SYNCHRONOUS_WORKER_COMMITS"),
-      "whether claims, marks and renewals wait for their WAL flush"
-    )
+    schema: variable(Config.String("DURABLE_SCHEMA")),
+    lockTimeout: variable(Config.String("DURABLE_LOCK_TIMEOUT")),
+    statementTimeout: variable(Config.String("DURABLE_STATEMENT_TIMEOUT")),
+    synchronousWorkerCommits: variable(Config.Boolean("DURABLE_SYNCHRONOUS_WORKER_COMMITS"))
   }).pipe(Config.map(present))
 }) as Config.Config<any>

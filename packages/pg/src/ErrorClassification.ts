@@ -5,9 +5,9 @@
  * @since 0.1.0
  */
 import { DatabaseError } from "@effect-durable/core/Errors"
-import { SqlError } from "@effect/sql/SqlError"
-import * as Cause from "effect/Cause"
+import { SqlError } from "effect/sql/SqlError"
 import * as Effect from "effect/Effect"
+import * as Predicate from "effect/Predicate"
 
 /** SQLSTATEs after which a retry of the whole transaction can succeed. */
 export const RETRYABLE_SQLSTATES: ReadonlySet<string> = new Set([
@@ -21,7 +21,7 @@ export const RETRYABLE_SQLSTATES: ReadonlySet<string> = new Set([
   "53300" // too_many_connections
 ])
 
-// Socket-level failures from the driver carry a Node error code instead of a SQLSTATE.
+// Socket-level failures carry a Node error code instead of a SQLSTATE.
 const RETRYABLE_NODE_CODES: ReadonlySet<string> = new Set([
   "ECONNREFUSED",
   "ECONNRESET",
@@ -31,24 +31,42 @@ const RETRYABLE_NODE_CODES: ReadonlySet<string> = new Set([
   "ENETUNREACH"
 ])
 
-const CONNECTION_LOST = /Connection terminated|connection ended|Client has encountered a connection error|timeout exceeded when trying to connect/i
-
 export const isRetryableCode = (code: string): boolean => RETRYABLE_SQLSTATES.has(code) || code.startsWith("08")
 
+const codeOf = (cause: unknown): unknown => Predicate.hasProperty(cause, "code") ? cause.code : undefined
+
 const sqlState = (cause: unknown): string | null => {
-  const code = (cause as { code?: unknown } | null)?.code
+  const code = codeOf(cause)
   return typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) ? code : null
 }
 
-/** Classifies any failure of a statement issued on behalf of `operation`. */
+/**
+ * The SQLSTATE of a failure: a driver `SqlError` (its reason's cause carries the server's
+ * fields), a classified `DatabaseError`, or a raw server error; `null` when there is none.
+ */
+export const sqlStateOf = (error: unknown): string | null =>
+  error instanceof SqlError
+    ? sqlState(error.reason.cause)
+    : error instanceof DatabaseError
+    ? error.code
+    : sqlState(error)
+
+/**
+ * Classifies any failure of a statement issued on behalf of `operation`. The driver names
+ * its reason (`ConnectionError`, `LockTimeoutError`...), but the SQLSTATE decides here: a
+ * terminated backend (57P01) arrives as an `UnknownError` and is as retryable as a lost socket.
+ */
 export const classify = (operation: string) => (error: unknown): DatabaseError => {
-  const cause = error instanceof SqlError ? error.cause : error
+  const reason = error instanceof SqlError ? error.reason : undefined
+  const cause = reason === undefined ? error : reason.cause
   const code = sqlState(cause)
-  const nodeCode = (cause as { code?: unknown } | null)?.code
-  const detail = cause instanceof Error ? cause.message : error instanceof Error ? error.message : String(cause)
+  const nodeCode = codeOf(cause)
+  const detail = cause instanceof Error
+    ? cause.message
+    : reason?.message ?? (error instanceof Error ? error.message : String(error))
   const retryable = code !== null
     ? isRetryableCode(code)
-    : (typeof nodeCode === "string" && RETRYABLE_NODE_CODES.has(nodeCode)) || CONNECTION_LOST.test(detail)
+    : reason?._tag === "ConnectionError" || (typeof nodeCode === "string" && RETRYABLE_NODE_CODES.has(nodeCode))
   return new DatabaseError({ code, retryable, operation, detail, cause })
 }
 
@@ -64,16 +82,3 @@ export const classifySqlErrors = (operation: string) =>
     (error): error is SqlError => error instanceof SqlError,
     (error) => Effect.fail(classify(operation)(error))
   ) as Effect.Effect<A, Exclude<E, SqlError> | DatabaseError, R>
-
-/**
- * `@effect/sql` 0.52 turns a failed COMMIT into a defect; a serialization failure or a
- * lost connection at commit is an expected, classified failure for us.
- */
-export const classifyCommitDefects = (operation: string) =>
-<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | DatabaseError, R> =>
-  Effect.catchAllCause(effect, (cause): Effect.Effect<never, E | DatabaseError> => {
-    const defect = Cause.dieOption(cause)
-    return defect._tag === "Some" && defect.value instanceof SqlError && !Cause.isInterrupted(cause)
-      ? Effect.fail(classify(operation)(defect.value))
-      : Effect.failCause(cause)
-  })

@@ -20,16 +20,15 @@ import {
 } from "@effect-durable/core/Errors"
 import { canonicalize, canonicalizeWithin } from "@effect-durable/core/Fingerprint"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import { bounded } from "./internal/transaction.js"
-import { traced } from "./internal/traced.js"
 
 /** Every default of the inbox, read by the options schema. */
 export const Defaults = {
@@ -47,8 +46,8 @@ export interface InboxOptions {
 }
 
 const OptionsSchema = Schema.Struct({
-  maxPayloadBytes: Schema.optionalWith(Input.Count(64 * 1024 * 1024), { default: () => Defaults.maxPayloadBytes }),
-  maxAttempts: Schema.optionalWith(Input.Count(10_000), { default: () => Defaults.maxAttempts })
+  maxPayloadBytes: Input.Count(64 * 1024 * 1024).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxPayloadBytes))),
+  maxAttempts: Input.Count(10_000).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxAttempts)))
 })
 
 /** Decodes the options (`Durable.layer` calls it before connecting). */
@@ -58,7 +57,7 @@ export type HandleOutcome<A> =
   | { readonly _tag: "Processed"; readonly value: A }
   | { readonly _tag: "Duplicate" }
 
-export class Inbox extends Context.Tag("@effect-durable/pg/Inbox")<Inbox, {
+export class Inbox extends Context.Service<Inbox, {
   /**
    * Records the receipt of `messageId` for `consumer` and runs `effect`, in one transaction
    * (a savepoint inside a caller's). A delivery already received is `Duplicate`; `effect`
@@ -76,51 +75,49 @@ export class Inbox extends Context.Tag("@effect-durable/pg/Inbox")<Inbox, {
     payload: unknown,
     headers?: Readonly<Record<string, string>>
   ) => Effect.Effect<"New" | "Duplicate", InvalidInput | DatabaseError | PayloadTooLarge | UnsupportedJsonValue>
-}>() {}
+}>()("@effect-durable/pg/Inbox") {}
 
 const decodeConsumer = Input.argument("consumer", Input.Text(128))
 const decodeMessageId = Input.argument("messageId", Input.Text(256))
-const decodeHeaders = Input.argument("headers", Schema.Record({ key: Input.Text(256), value: Input.OptionalText(16 * 1024) }))
+const decodeHeaders = Input.argument("headers", Schema.Record(Input.Text(256), Input.OptionalText(16 * 1024)))
 
-const identity = (consumer: string, messageId: string) => Effect.zipRight(decodeConsumer(consumer), decodeMessageId(messageId))
+const identity = (consumer: string, messageId: string) => Effect.andThen(decodeConsumer(consumer), decodeMessageId(messageId))
 
 export const make = (
   options: InboxOptions = {}
-): Effect.Effect<Inbox["Type"], DurableConfigError, SqlClient.SqlClient | DurableSettings> =>
+): Effect.Effect<Inbox["Service"], DurableConfigError, SqlClient.SqlClient | DurableSettings> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
     const { maxAttempts, maxPayloadBytes } = yield* decodeOptions(options)
     const table = sql.literal(settings.table("inbox"))
 
-    const handle = <A, E, R>(consumer: string, messageId: string, effect: Effect.Effect<A, E, R>) =>
-      Effect.zipRight(
-        identity(consumer, messageId),
-        bounded(
-          sql,
-          settings,
-          "Inbox.handle",
-          Effect.gen(function*() {
-            // The timeouts are in force before the insert runs: a concurrent delivery of the
-            // same message waits on the unique key, bounded by the lock timeout.
-            const inserted = yield* sql<{ id: string }>`
-              INSERT INTO ${table} (consumer, message_id, processed_at)
-              VALUES (${consumer}, ${messageId}, now())
-              ON CONFLICT (consumer, message_id) DO NOTHING
-              RETURNING id::text AS id`
-            if (inserted.length === 0) return { _tag: "Duplicate" } as HandleOutcome<A>
-            return { _tag: "Processed", value: yield* classifySqlErrors("Inbox.handle")(effect) } as HandleOutcome<A>
-          })
-        )
+    const handle = Effect.fn("Inbox.handle")(function*<A, E, R>(consumer: string, messageId: string, effect: Effect.Effect<A, E, R>) {
+      yield* identity(consumer, messageId)
+      return yield* bounded(
+        sql,
+        settings,
+        "Inbox.handle",
+        Effect.gen(function*() {
+          // The timeouts are in force before the insert runs: a concurrent delivery of the
+          // same message waits on the unique key, bounded by the lock timeout.
+          const inserted = yield* sql<{ id: string }>`
+            INSERT INTO ${table} (consumer, message_id, processed_at)
+            VALUES (${consumer}, ${messageId}, now())
+            ON CONFLICT (consumer, message_id) DO NOTHING
+            RETURNING id::text AS id`
+          if (inserted.length === 0) return { _tag: "Duplicate" } as HandleOutcome<A>
+          return { _tag: "Processed", value: yield* classifySqlErrors("Inbox.handle")(effect) } as HandleOutcome<A>
+        })
       )
+    })
 
-    const receive = (consumer: string, messageId: string, payload: unknown, headers: Readonly<Record<string, string>> = {}) =>
-      Effect.gen(function*() {
+    const receive = Effect.fn("Inbox.receive")(function*(consumer: string, messageId: string, payload: unknown, headers: Readonly<Record<string, string>> = {}) {
         yield* identity(consumer, messageId)
-        const json = yield* Either.mapLeft(
+        const json = yield* Effect.fromResult(Result.mapError(
           canonicalizeWithin(payload, maxPayloadBytes),
           (error) => error._tag === "PayloadTooLarge" ? new PayloadTooLarge({ ...error, topic: consumer }) : error
-        )
+        ))
         const headersJson = yield* canonicalize(yield* decodeHeaders(headers))
         const inserted = yield* sql<{ id: string }>`
           INSERT INTO ${table} (consumer, message_id, payload, headers, max_attempts)
@@ -130,7 +127,7 @@ export const make = (
         return inserted.length === 0 ? "Duplicate" as const : "New" as const
       })
 
-    return Inbox.of(traced("Inbox", { handle, receive }))
+    return Inbox.of({ handle, receive })
   })
 
 export const layer = (

@@ -7,7 +7,7 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -16,7 +16,6 @@ import { DurableSettings } from "./DurableConfig.js"
 import { inboxClaimQuery } from "./internal/migrations/0008_leases_pauses_lookup.js"
 import * as QueueAdmin from "./internal/queue/admin.js"
 import { specFor } from "./internal/queue/spec.js"
-import { traced } from "./internal/traced.js"
 import type { ClaimOptions } from "./InboxWorker.js"
 import type * as LeasedQueue from "./LeasedQueue.js"
 
@@ -37,7 +36,7 @@ export interface ConsumerStats {
 /** Retention floor of `purge`: receipts younger than this are never deleted. */
 export const PURGE_FLOOR = "1 hour"
 
-export class InboxAdmin extends Context.Tag("@effect-durable/pg/InboxAdmin")<InboxAdmin, {
+export class InboxAdmin extends Context.Service<InboxAdmin, {
   readonly deadLetters: (options: {
     readonly consumer?: string
     readonly limit: number
@@ -54,9 +53,9 @@ export class InboxAdmin extends Context.Tag("@effect-durable/pg/InboxAdmin")<Inb
   readonly purge: LeasedQueue.Purge
   /** The query plan of a stored-mode claim (`EXPLAIN (FORMAT JSON)`); claims nothing. */
   readonly explainClaim: (options: ClaimOptions) => Effect.Effect<unknown, InvalidInput | DatabaseError>
-}>() {}
+}>()("@effect-durable/pg/InboxAdmin") {}
 
-export const make: Effect.Effect<InboxAdmin["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
+export const make: Effect.Effect<InboxAdmin["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
@@ -65,25 +64,33 @@ export const make: Effect.Effect<InboxAdmin["Type"], never, SqlClient.SqlClient 
       claimQuery: inboxClaimQuery,
       purgeFloor: PURGE_FLOOR
     })
-    return InboxAdmin.of(traced("InboxAdmin", {
-      deadLetters: (options: { readonly consumer?: string; readonly limit: number; readonly before?: string }) =>
-        Effect.flatMap(options.consumer === undefined ? Effect.succeed(undefined) : decodeConsumer(options.consumer), (consumer) =>
-          queue.deadLetters(
-            options,
-            consumer === undefined ? sql`true` : sql`consumer = ${consumer}`,
-            sql`consumer, message_id AS "messageId"`,
-            { consumer: Schema.String, messageId: Schema.String }
-          )),
-      redrive: queue.redrive,
-      discard: queue.discard,
+    const deadLetters = Effect.fn("InboxAdmin.deadLetters")(function*(
+      options: { readonly consumer?: string; readonly limit: number; readonly before?: string }
+    ) {
+      const consumer = options.consumer === undefined ? undefined : yield* decodeConsumer(options.consumer)
+      return yield* queue.deadLetters(
+        options,
+        consumer === undefined ? sql`true` : sql`consumer = ${consumer}`,
+        sql`consumer, message_id AS "messageId"`,
+        { consumer: Schema.String, messageId: Schema.String }
+      )
+    })
+
+    const explainClaim = Effect.fn("InboxAdmin.explainClaim")(function*(options: ClaimOptions) {
+      return yield* queue.explainClaim(options, yield* decodeConsumer(options.consumer))
+    })
+
+    return InboxAdmin.of({
+      deadLetters,
+      redrive: (ids) => Effect.withSpan(queue.redrive(ids), "InboxAdmin.redrive"),
+      discard: (ids) => Effect.withSpan(queue.discard(ids), "InboxAdmin.discard"),
       stats: Effect.map(
         queue.counts("consumer"),
         (rows) => rows.map(({ done, group, ...counts }): ConsumerStats => ({ consumer: group, ...counts, processed: done }))
-      ),
-      purge: queue.purge,
-      explainClaim: (options: ClaimOptions) =>
-        Effect.flatMap(decodeConsumer(options.consumer), (consumer) => queue.explainClaim(options, consumer))
-    }))
+      ).pipe(Effect.withSpan("InboxAdmin.stats")),
+      purge: (options) => Effect.withSpan(queue.purge(options), "InboxAdmin.purge"),
+      explainClaim
+    })
   }
 )
 

@@ -7,7 +7,7 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -15,7 +15,6 @@ import * as Layer from "effect/Layer"
 import { DurableSettings } from "./DurableConfig.js"
 import { specFor } from "./internal/queue/spec.js"
 import * as QueueWorker from "./internal/queue/worker.js"
-import { traced } from "./internal/traced.js"
 import type * as LeasedQueue from "./LeasedQueue.js"
 
 export interface InboxEntry {
@@ -34,12 +33,12 @@ export interface ClaimOptions {
   readonly consumer: string
   readonly worker: string
   readonly limit: number
-  readonly lease: Duration.DurationInput
+  readonly lease: Duration.Input
   /** Leases an entry may lose (its worker died or stalled) before it is dead. Default 10. */
   readonly maxLeaseExpiries?: number
 }
 
-export class InboxWorker extends Context.Tag("@effect-durable/pg/InboxWorker")<InboxWorker, {
+export class InboxWorker extends Context.Service<InboxWorker, {
   readonly claim: (options: ClaimOptions) => Effect.Effect<ReadonlyArray<InboxEntry>, InvalidInput | DatabaseError>
   /** Marks a claimed entry processed; idempotent for this claim. */
   readonly complete: LeasedQueue.Complete
@@ -50,7 +49,7 @@ export class InboxWorker extends Context.Tag("@effect-durable/pg/InboxWorker")<I
   readonly renewLeases: LeasedQueue.RenewLeases
   /** Unclaims rows whose delivery never started (or is abandoned on shutdown): nothing is counted. */
   readonly giveBack: LeasedQueue.GiveBack
-}>() {}
+}>()("@effect-durable/pg/InboxWorker") {}
 
 const decodeConsumer = Input.argument("consumer", Input.Text(128))
 
@@ -65,14 +64,13 @@ interface ClaimedRow {
   readonly received_at: string
 }
 
-export const make: Effect.Effect<InboxWorker["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
+export const make: Effect.Effect<InboxWorker["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
     const queue = QueueWorker.make(sql, settings, specFor(settings, "inbox"), "InboxWorker")
 
-    const claim = (options: ClaimOptions) =>
-      Effect.gen(function*() {
+    const claim = Effect.fn("InboxWorker.claim")(function*(options: ClaimOptions) {
         const rows = yield* queue.claim<ClaimedRow>(options, yield* decodeConsumer(options.consumer))
         return rows.map((row): InboxEntry => ({
           id: row.id,
@@ -85,16 +83,16 @@ export const make: Effect.Effect<InboxWorker["Type"], never, SqlClient.SqlClient
           claim: { messageId: row.id, worker: options.worker, generation: Number(row.generation) }
         }))
       })
-
-    return InboxWorker.of(traced("InboxWorker", {
+    // Each operation's span is named here; the queue implementation is shared with the outbox.
+    return InboxWorker.of({
       claim,
-      complete: queue.complete,
-      completeMany: queue.completeMany,
-      release: queue.release,
-      renewLease: queue.renew,
-      renewLeases: queue.renewMany,
-      giveBack: queue.giveBack
-    }))
+      complete: (claim) => Effect.withSpan(queue.complete(claim), "InboxWorker.complete"),
+      completeMany: (claims) => Effect.withSpan(queue.completeMany(claims), "InboxWorker.completeMany"),
+      release: (claim, options) => Effect.withSpan(queue.release(claim, options), "InboxWorker.release"),
+      renewLease: (claim, lease) => Effect.withSpan(queue.renew(claim, lease), "InboxWorker.renewLease"),
+      renewLeases: (claims, lease) => Effect.withSpan(queue.renewMany(claims, lease), "InboxWorker.renewLeases"),
+      giveBack: (claims) => Effect.withSpan(queue.giveBack(claims), "InboxWorker.giveBack")
+    })
   }
 )
 

@@ -15,8 +15,8 @@ import {
   type InvalidCursor,
   type InvalidInput
 } from "@effect-durable/core/Errors"
-import * as SqlClient from "@effect/sql/SqlClient"
-import type * as Statement from "@effect/sql/Statement"
+import * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -24,7 +24,6 @@ import * as Catalog from "./internal/keyset/catalog.js"
 import { unencodable } from "./internal/keyset/positions.js"
 import * as Request from "./internal/keyset/request.js"
 import { readPage } from "./internal/keyset/statement.js"
-import { traced } from "./internal/traced.js"
 
 /** An equality filter's value; `null` means `IS NULL`. */
 export type FilterValue = string | number | boolean | null
@@ -74,9 +73,9 @@ export interface Page<Row> {
 
 export type PageError = InvalidCursor | CursorBindingMismatch | InvalidInput | DatabaseError | DurableConfigError
 
-export class Keyset extends Context.Tag("@effect-durable/pg/Keyset")<Keyset, {
+export class Keyset extends Context.Service<Keyset, {
   readonly page: <Row = Record<string, unknown>>(request: PageRequest) => Effect.Effect<Page<Row>, PageError>
-}>() {}
+}>()("@effect-durable/pg/Keyset") {}
 
 /** The order a request without `order` gets, and the largest page. */
 export const Defaults = {
@@ -88,16 +87,15 @@ export const Defaults = {
 
 const decode = Request.decoder(Defaults)
 
-export const make: Effect.Effect<Keyset["Type"], never, SqlClient.SqlClient | Cursor.CursorCodec> = Effect.gen(
+export const make: Effect.Effect<Keyset["Service"], never, SqlClient.SqlClient | Cursor.CursorCodec> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
     const codec = yield* Cursor.CursorCodec
     const catalog = yield* Catalog.make(sql)
 
-    const page = <Row>(request: PageRequest): Effect.Effect<Page<Row>, PageError> =>
-      Effect.gen(function*() {
-        const query = yield* decode(request)
-        const binding = yield* Request.binding(sql, query)
+    const page = Effect.fn("Keyset.page")(function*<Row>(request: PageRequest): Effect.fn.Return<Page<Row>, PageError> {
+        const query = yield* Effect.fromResult(decode(request))
+        const binding = yield* Effect.fromResult(Request.binding(sql, query))
         // Checked before any SQL: a foreign cursor learns nothing about the table.
         const cursor = request.cursor === undefined
           ? undefined
@@ -119,7 +117,7 @@ export const make: Effect.Effect<Keyset["Type"], never, SqlClient.SqlClient | Cu
         return { items, nextCursor }
       })
 
-    return Keyset.of(traced("Keyset", { page }))
+    return Keyset.of({ page })
   }
 )
 

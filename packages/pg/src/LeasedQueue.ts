@@ -31,7 +31,7 @@ export interface ReleaseOptions {
   /** Recorded as `last_error` (at most 4 KiB are kept). Counts as a failed delivery. */
   readonly error: string
   /** Not claimable again before now + retryDelay (database clock); zero to 365 days. */
-  readonly retryDelay: Duration.DurationInput
+  readonly retryDelay: Duration.Input
   /** Straight to the dead letters, whatever the attempts left. */
   readonly permanent?: boolean
 }
@@ -39,7 +39,7 @@ export interface ReleaseOptions {
 /** Which done rows a purge deletes, and how many per statement. */
 export interface PurgeOptions {
   /** Rows done for longer than this are deleted; each queue documents its floor. */
-  readonly olderThan: Duration.DurationInput
+  readonly olderThan: Duration.Input
   /** Rows per DELETE; default 1000. */
   readonly batchSize?: number
 }
@@ -92,13 +92,13 @@ export type Release = (
 /** Extends the lease of a row still held by this claim. */
 export type RenewLease = (
   claim: Claim,
-  lease: Duration.DurationInput
+  lease: Duration.Input
 ) => Effect.Effect<void, SettleFailure | InvalidInput | DatabaseError>
 
 /** Extends the leases of many claims in one statement; stale or missing ones are reported. */
 export type RenewLeases = (
   claims: ReadonlyArray<Claim>,
-  lease: Duration.DurationInput
+  lease: Duration.Input
 ) => Effect.Effect<ManyResult, InvalidInput | DatabaseError>
 
 /**

@@ -9,7 +9,7 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import { DurableSettings, type Settings } from "./DurableConfig.js"
@@ -94,20 +94,19 @@ export const migrate = (
     return yield* transact(sql, "Migrations.migrate", body)
   }).pipe(Effect.withSpan("Migrations.migrate"))
 
-/** The versions recorded in the schema (empty when it was never migrated). */
+/**
+ * The versions recorded in the schema (empty when it was never migrated). The table is looked
+ * up first rather than its absence caught: a failed statement would leave a caller's
+ * transaction aborted.
+ */
 export const appliedVersions: Effect.Effect<ReadonlyArray<number>, DatabaseError, SqlClient.SqlClient | DurableSettings> =
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
-    const rows = yield* sql<{ version: number }>`SELECT version FROM ${
-      sql.literal(settings.table("schema_migrations"))
-    } ORDER BY version`.pipe(
-      // undefined_table or invalid_schema_name: never migrated.
-      Effect.catchIf(
-        (error) => ["42P01", "3F000"].includes((error.cause as { code?: string })?.code ?? ""),
-        () => Effect.succeed([])
-      )
-    )
+    const history = settings.table("schema_migrations")
+    const [found] = yield* sql<{ present: boolean }>`SELECT to_regclass(${history}) IS NOT NULL AS present`
+    if (found?.present !== true) return []
+    const rows = yield* sql<{ version: number }>`SELECT version FROM ${sql.literal(history)} ORDER BY version`
     return rows.map((row) => row.version)
   }).pipe(classifySqlErrors("Migrations.appliedVersions"))
 

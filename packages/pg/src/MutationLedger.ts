@@ -24,7 +24,7 @@ import {
 } from "@effect-durable/core/Errors"
 import type { RequestFingerprint } from "@effect-durable/core/Fingerprint"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -35,7 +35,6 @@ import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import * as Ledger from "./internal/ledger.js"
 import { isoUtc } from "./internal/timestamps.js"
-import { traced } from "./internal/traced.js"
 import { inCallerTransaction, restoreTimeouts, transact } from "./internal/transaction.js"
 
 export interface MutationIdentity {
@@ -130,7 +129,7 @@ export type ExecuteError =
 export type BeginError = MutationConflict | MutationInProgress | InvalidInput | DatabaseError
 export type RecordError = UnsupportedJsonValue | PayloadTooLarge | DatabaseError
 
-export class MutationLedger extends Context.Tag("@effect-durable/pg/MutationLedger")<MutationLedger, {
+export class MutationLedger extends Context.Service<MutationLedger, {
   /**
    * Runs `decide` once per identity and stores its outcome, in one transaction (a savepoint
    * inside a caller's transaction). If `decide` fails, nothing it wrote and no record remain.
@@ -159,10 +158,10 @@ export class MutationLedger extends Context.Tag("@effect-durable/pg/MutationLedg
    * record is gone runs its effect again), `batchSize` at a time; returns how many.
    */
   readonly purge: (options: PurgeOptions) => Effect.Effect<number, DatabaseError | InvalidInput>
-}>() {}
+}>()("@effect-durable/pg/MutationLedger") {}
 
 export interface PurgeOptions {
-  readonly olderThan: Duration.DurationInput
+  readonly olderThan: Duration.Input
   /** Records per DELETE; default 1000. */
   readonly batchSize?: number
 }
@@ -171,7 +170,7 @@ export interface PurgeOptions {
 export const PURGE_FLOOR = "1 hour"
 
 const Bytes = (rule: string, valid: (bytes: Uint8Array) => boolean) =>
-  Schema.Uint8ArrayFromSelf.pipe(Schema.filter(valid, { message: () => rule }))
+  Schema.Uint8Array.check(Schema.makeFilter(valid, { message: rule }))
 
 const decodeIdentity = Input.argument(
   "identity",
@@ -189,9 +188,9 @@ const decodeOlderThan = Input.argument("olderThan", Input.DurationIn({ min: PURG
 const decodeBatchSize = Input.argument("batchSize", Input.Count(100_000))
 
 const validate = (identity: MutationIdentity, request: MutationRequest) =>
-  Effect.zipRight(decodeIdentity(identity), decodeRequest(request))
+  Effect.andThen(decodeIdentity(identity), decodeRequest(request))
 
-export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
+export const make: Effect.Effect<MutationLedger["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
@@ -218,7 +217,7 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
         if (!found.locked) return yield* new MutationInProgress(identity)
         const record = (decision: Decision) =>
           Effect.gen(function*() {
-            const encoded = yield* Ledger.encodeDecision(identity, decision)
+            const encoded = yield* Effect.fromResult(Ledger.encodeDecision(identity, decision))
             const recordedAt = yield* storage.insert(identity, request, decision.status, encoded)
             yield* giveBack
             return { _tag: "First", status: decision.status, ...encoded, recordedAt } satisfies MutationOutcome
@@ -226,15 +225,14 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
         return { _tag: "Claimed", record } as const
       }).pipe(classifySqlErrors("MutationLedger.begin"))
 
-    const execute = <E, R>(
+    const execute = Effect.fn("MutationLedger.execute")(function*<E, R>(
       identity: MutationIdentity,
       request: MutationRequest,
       decide: Effect.Effect<Decision, E, R>,
       options: ExecuteOptions = {}
-    ): Effect.Effect<MutationOutcome, E | ExecuteError, R> =>
-      Effect.gen(function*() {
+    ): Effect.fn.Return<MutationOutcome, E | ExecuteError, R> {
         yield* validate(identity, request)
-        const inside = yield* inCallerTransaction
+        const inside = yield* inCallerTransaction(sql)
         return yield* transact(
           sql,
           "MutationLedger.execute",
@@ -246,10 +244,9 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
         )
       })
 
-    const begin = (identity: MutationIdentity, request: MutationRequest, options: ExecuteOptions = {}) =>
-      Effect.gen(function*() {
+    const begin = Effect.fn("MutationLedger.begin")(function*(identity: MutationIdentity, request: MutationRequest, options: ExecuteOptions = {}) {
         yield* validate(identity, request)
-        if (!(yield* inCallerTransaction)) {
+        if (!(yield* inCallerTransaction(sql))) {
           return yield* new InvalidInput({
             argument: "transaction",
             rule: "begin runs inside sql.withTransaction, and its record in the same transaction"
@@ -258,8 +255,7 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
         return yield* steps(identity, request, options.wait !== false, true)
       })
 
-    const lookup = (identity: MutationIdentity) =>
-      Effect.gen(function*() {
+    const lookup = Effect.fn("MutationLedger.lookup")(function*(identity: MutationIdentity) {
         const { key, operation, subject } = yield* decodeIdentity(identity)
         const rows = yield* sql`
           SELECT true AS locked, '' AS previous_lock_timeout, '' AS previous_statement_timeout, kind, eligibility,
@@ -268,13 +264,12 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
             FROM ${records} WHERE subject = ${subject} AND operation = ${operation} AND key = ${key}`.pipe(
           classifySqlErrors("MutationLedger.lookup")
         )
-        return yield* Option.match(Option.fromNullable(rows[0]), {
+        return yield* Option.match(Option.fromNullishOr(rows[0]), {
           onNone: () => Effect.succeed(Option.none()),
           onSome: (row) => Effect.map(Effect.orDie(Ledger.decodeLookup(row)), (found) => Option.some(Ledger.storedOf(found)))
         })
       })
-    const purge = (options: PurgeOptions) =>
-      Effect.gen(function*() {
+    const purge = Effect.fn("MutationLedger.purge")(function*(options: PurgeOptions) {
         const seconds = Duration.toMillis(yield* decodeOlderThan(options.olderThan)) / 1000
         const batchSize = yield* decodeBatchSize(options.batchSize ?? 1000)
         let total = 0
@@ -294,7 +289,7 @@ export const make: Effect.Effect<MutationLedger["Type"], never, SqlClient.SqlCli
         }
       })
 
-    return MutationLedger.of(traced("MutationLedger", { execute, begin, lookup, purge }))
+    return MutationLedger.of({ execute, begin, lookup, purge })
   }
 )
 

@@ -15,18 +15,18 @@ import {
 } from "@effect-durable/core/Errors"
 import { canonicalize, canonicalizeWithin } from "@effect-durable/core/Fingerprint"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { createHash } from "node:crypto"
 import { DurableSettings } from "./DurableConfig.js"
+import { arrayLiteral } from "./internal/sqlText.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import { traced } from "./internal/traced.js"
 
 /** Every default of the outbox, read by the options schema, `Durable`'s config and a test of the DDL. */
 export const Defaults = {
@@ -50,9 +50,9 @@ export interface OutboxOptions {
 
 const Attempts = Input.Count(10_000)
 const OptionsSchema = Schema.Struct({
-  maxPayloadBytes: Schema.optionalWith(Input.Count(64 * 1024 * 1024), { default: () => Defaults.maxPayloadBytes }),
-  maxAttempts: Schema.optionalWith(Attempts, { default: () => Defaults.maxAttempts }),
-  maxAttemptsByTopic: Schema.optionalWith(Schema.Record({ key: Input.Text(128), value: Attempts }), { default: () => ({}) })
+  maxPayloadBytes: Input.Count(64 * 1024 * 1024).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxPayloadBytes))),
+  maxAttempts: Attempts.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxAttempts))),
+  maxAttemptsByTopic: Schema.Record(Input.Text(128), Attempts).pipe(Schema.withDecodingDefaultType(Effect.sync(() => ({}))))
 })
 
 /** Decodes the options (`Durable.layer` calls it before connecting). */
@@ -60,7 +60,7 @@ export const decodeOptions = Input.options(OptionsSchema)
 
 export interface EnqueueOptions {
   /** Not deliverable before now + delay, on the database clock (zero to 365 days). */
-  readonly delay?: Duration.DurationInput
+  readonly delay?: Duration.Input
   /** Messages with the same key are delivered one at a time, in id order. */
   readonly orderingKey?: string
   /** String headers; the current span's W3C `traceparent` is added. */
@@ -76,14 +76,14 @@ export interface NewMessage {
 
 export type EnqueueError = PayloadTooLarge | UnsupportedJsonValue | InvalidInput | DatabaseError
 
-export class Outbox extends Context.Tag("@effect-durable/pg/Outbox")<Outbox, {
+export class Outbox extends Context.Service<Outbox, {
   /** Adds a message in the current transaction; returns its id. */
   readonly enqueue: (topic: string, payload: unknown, options?: EnqueueOptions) => Effect.Effect<string, EnqueueError>
   /** Adds many messages in one statement (at most 100,000); ids in the order given. */
   readonly enqueueMany: (messages: ReadonlyArray<NewMessage>) => Effect.Effect<ReadonlyArray<string>, EnqueueError>
   /** The NOTIFY channel an enqueue wakes at commit. */
   readonly channel: string
-}>() {}
+}>()("@effect-durable/pg/Outbox") {}
 
 /** The NOTIFY channel of a schema's outbox (channel names are at most 63 bytes). */
 export const channelFor = (schema: string): string => {
@@ -99,12 +99,12 @@ const traceparent = Effect.map(Effect.currentSpan, (span) => `00-${span.traceId}
 const decodeTopic = Input.argument("topic", Input.Text(128))
 const decodeOrderingKey = Input.argument("orderingKey", Input.Text(256))
 const decodeDelay = Input.argument("delay", Input.DurationIn({ min: 0, max: "365 days" }))
-const decodeHeaders = Input.argument("headers", Schema.Record({ key: Input.Text(256), value: Input.OptionalText(MAX_HEADER_BYTES) }))
+const decodeHeaders = Input.argument("headers", Schema.Record(Input.Text(256), Input.OptionalText(MAX_HEADER_BYTES)))
 const decodeCount = Input.argument("messages", Input.Count(100_000))
 
 export const make = (
   options: OutboxOptions = {}
-): Effect.Effect<Outbox["Type"], DurableConfigError, SqlClient.SqlClient | DurableSettings> =>
+): Effect.Effect<Outbox["Service"], DurableConfigError, SqlClient.SqlClient | DurableSettings> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
@@ -118,10 +118,10 @@ export const make = (
         yield* decodeTopic(topic)
         const orderingKey = enqueueOptions.orderingKey === undefined ? null : yield* decodeOrderingKey(enqueueOptions.orderingKey)
         const delay = enqueueOptions.delay === undefined ? Duration.zero : yield* decodeDelay(enqueueOptions.delay)
-        const json = yield* Either.mapLeft(
+        const json = yield* Effect.fromResult(Result.mapError(
           canonicalizeWithin(payload, maxPayloadBytes),
           (error) => error._tag === "PayloadTooLarge" ? new PayloadTooLarge({ ...error, topic }) : error
-        )
+        ))
         const headers: Record<string, string> = { ...(yield* decodeHeaders(enqueueOptions.headers ?? {})) }
         if (Option.isSome(trace) && headers.traceparent === undefined) headers.traceparent = trace.value
         const headersJson = yield* canonicalize(headers)
@@ -140,8 +140,7 @@ export const make = (
 
     // One statement, no transaction of its own: it joins the caller's, and pg_notify's
     // wake-up is delivered only if that transaction commits.
-    const enqueue = (topic: string, payload: unknown, enqueueOptions: EnqueueOptions = {}) =>
-      Effect.gen(function*() {
+    const enqueue = Effect.fn("Outbox.enqueue")(function*(topic: string, payload: unknown, enqueueOptions: EnqueueOptions = {}) {
         const row = yield* prepare(topic, payload, enqueueOptions, yield* traceparent)
         const inserted = yield* sql<{ id: string }>`
           WITH m AS (
@@ -155,8 +154,7 @@ export const make = (
         return inserted[0]!.id
       })
 
-    const enqueueMany = (messages: ReadonlyArray<NewMessage>) =>
-      Effect.gen(function*() {
+    const enqueueMany = Effect.fn("Outbox.enqueueMany")(function*(messages: ReadonlyArray<NewMessage>) {
         if (messages.length === 0) return []
         yield* decodeCount(messages.length)
         const trace = yield* traceparent
@@ -165,9 +163,9 @@ export const make = (
           WITH m AS (
             INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts)
             SELECT t, k, p::jsonb, h::jsonb, now() + make_interval(secs => d), a
-              FROM unnest(${rows.map((r) => r.topic)}::text[], ${rows.map((r) => r.orderingKey)}::text[],
+              FROM unnest(${rows.map((r) => r.topic)}::text[], ${arrayLiteral(rows.map((r) => r.orderingKey))}::text[],
                           ${rows.map((r) => r.payload)}::text[], ${rows.map((r) => r.headers)}::text[],
-                          ${rows.map((r) => r.delaySeconds)}::float8[], ${rows.map((r) => r.maxAttempts)}::int[])
+                          ${arrayLiteral(rows.map((r) => r.delaySeconds))}::float8[], ${arrayLiteral(rows.map((r) => r.maxAttempts))}::int[])
                    WITH ORDINALITY AS u(t, k, p, h, d, a, n)
              ORDER BY n
             RETURNING id, topic),
@@ -180,7 +178,7 @@ export const make = (
         return inserted.map((row) => BigInt(row.id)).sort((a, b) => (a < b ? -1 : 1)).map(String)
       })
 
-    return Outbox.of(traced("Outbox", { enqueue, enqueueMany, channel }))
+    return Outbox.of({ enqueue, enqueueMany, channel })
   })
 
 export const layer = (

@@ -8,7 +8,7 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -20,7 +20,6 @@ import * as QueueAdmin from "./internal/queue/admin.js"
 import { specFor } from "./internal/queue/spec.js"
 import { decodeRows } from "./internal/rows.js"
 import { isoUtc } from "./internal/timestamps.js"
-import { traced } from "./internal/traced.js"
 import type * as LeasedQueue from "./LeasedQueue.js"
 import { channelFor } from "./Outbox.js"
 import { type ClaimOptions, decodeTopics } from "./OutboxWorker.js"
@@ -57,7 +56,7 @@ export interface PausedTopic {
 /** Retention floor of `purge`: projected messages younger than this are never deleted. */
 export const PURGE_FLOOR = "1 minute"
 
-export class OutboxAdmin extends Context.Tag("@effect-durable/pg/OutboxAdmin")<OutboxAdmin, {
+export class OutboxAdmin extends Context.Service<OutboxAdmin, {
   /** Dead messages, newest first (of one topic, or all), `limit` (1-1000) per page. */
   readonly deadLetters: (options: {
     readonly topic?: string
@@ -92,9 +91,9 @@ export class OutboxAdmin extends Context.Tag("@effect-durable/pg/OutboxAdmin")<O
   readonly purge: LeasedQueue.Purge
   /** The query plan of a claim with these options (`EXPLAIN (FORMAT JSON)`); claims nothing. */
   readonly explainClaim: (options: ClaimOptions) => Effect.Effect<unknown, InvalidInput | DatabaseError>
-}>() {}
+}>()("@effect-durable/pg/OutboxAdmin") {}
 
-export const make: Effect.Effect<OutboxAdmin["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
+export const make: Effect.Effect<OutboxAdmin["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
@@ -113,68 +112,83 @@ export const make: Effect.Effect<OutboxAdmin["Type"], never, SqlClient.SqlClient
       purgeFloor: PURGE_FLOOR
     })
 
-    return OutboxAdmin.of(traced("OutboxAdmin", {
-      deadLetters: (options: { readonly topic?: string; readonly limit: number; readonly before?: string }) =>
-        Effect.flatMap(options.topic === undefined ? Effect.succeed(undefined) : decodeTopic(options.topic), (topic) =>
-          queue.deadLetters(
-            options,
-            topic === undefined ? sql`true` : sql`topic = ${topic}`,
-            sql`topic`,
-            { topic: Schema.String }
-          )),
-      redrive: queue.redrive,
-      replay: queue.replay,
-      discard: queue.discard,
-      stats: Effect.map(Effect.all([queue.counts("topic"), paused]), ([rows, pausedList]) => {
-        const pausedSet = new Set(pausedList.map((p) => p.topic))
-        const stats = rows.map(({ done, group, ...counts }): TopicStats => ({
-          topic: group,
-          ...counts,
-          projected: done,
-          paused: pausedSet.has(group)
-        }))
-        const empty = pausedList.filter((p) => !stats.some((s) => s.topic === p.topic)).map((p): TopicStats => ({
-          topic: p.topic,
-          ready: 0,
-          delayed: 0,
-          claimed: 0,
-          dead: 0,
-          projected: 0,
-          oldestReadySeconds: null,
-          paused: true
-        }))
-        return [...stats, ...empty].sort((a, b) => (a.topic < b.topic ? -1 : a.topic > b.topic ? 1 : 0))
-      }),
-      pause: (topic: string, options: { readonly by?: string } = {}) =>
-        Effect.gen(function*() {
-          const decoded = yield* decodeTopic(topic)
-          const by = options.by === undefined ? null : yield* decodeBy(options.by)
-          const rows = yield* sql`INSERT INTO ${pausedTopics} (topic, paused_by) VALUES (${decoded}, ${by})
-                                  ON CONFLICT (topic) DO NOTHING RETURNING topic`.pipe(classifySqlErrors("OutboxAdmin.pause"))
-          return rows.length > 0
-        }),
-      resume: (topic: string) =>
-        Effect.gen(function*() {
-          const decoded = yield* decodeTopic(topic)
-          // The wake-up is sent at commit, so projectors claim right after the flag is gone.
-          const rows = yield* sql`
-            WITH gone AS (DELETE FROM ${pausedTopics} WHERE topic = ${decoded} RETURNING topic)
-            SELECT pg_notify(${channel}, topic) IS NULL AS notified FROM gone`.pipe(classifySqlErrors("OutboxAdmin.resume"))
-          return rows.length > 0
-        }),
-      paused,
-      unprojectedCount: (topic?: string) =>
-        Effect.flatMap(topic === undefined ? Effect.succeed(undefined) : decodeTopic(topic), (decoded) =>
-          sql<{ n: number }>`SELECT count(*)::int AS n FROM ${table}
-                              WHERE projected_at IS NULL AND dead_at IS NULL
-                              ${decoded === undefined ? sql`` : sql`AND topic = ${decoded}`}`.pipe(
-            Effect.map((rows) => rows[0]!.n),
-            classifySqlErrors("OutboxAdmin.unprojectedCount")
-          )),
-      purge: queue.purge,
-      explainClaim: (options: ClaimOptions) =>
-        Effect.flatMap(decodeTopics(options.topics ?? null), (topics) => queue.explainClaim(options, topics))
-    }))
+    const deadLetters = Effect.fn("OutboxAdmin.deadLetters")(function*(
+      options: { readonly topic?: string; readonly limit: number; readonly before?: string }
+    ) {
+      const topic = options.topic === undefined ? undefined : yield* decodeTopic(options.topic)
+      return yield* queue.deadLetters(
+        options,
+        topic === undefined ? sql`true` : sql`topic = ${topic}`,
+        sql`topic`,
+        { topic: Schema.String }
+      )
+    })
+
+    const stats = Effect.map(Effect.all([queue.counts("topic"), paused]), ([rows, pausedList]) => {
+      const pausedSet = new Set(pausedList.map((p) => p.topic))
+      const stats = rows.map(({ done, group, ...counts }): TopicStats => ({
+        topic: group,
+        ...counts,
+        projected: done,
+        paused: pausedSet.has(group)
+      }))
+      const empty = pausedList.filter((p) => !stats.some((s) => s.topic === p.topic)).map((p): TopicStats => ({
+        topic: p.topic,
+        ready: 0,
+        delayed: 0,
+        claimed: 0,
+        dead: 0,
+        projected: 0,
+        oldestReadySeconds: null,
+        paused: true
+      }))
+      return [...stats, ...empty].sort((a, b) => (a.topic < b.topic ? -1 : a.topic > b.topic ? 1 : 0))
+    }).pipe(Effect.withSpan("OutboxAdmin.stats"))
+
+    const pause = Effect.fn("OutboxAdmin.pause")(function*(topic: string, options: { readonly by?: string } = {}) {
+      const decoded = yield* decodeTopic(topic)
+      const by = options.by === undefined ? null : yield* decodeBy(options.by)
+      const rows = yield* sql`INSERT INTO ${pausedTopics} (topic, paused_by) VALUES (${decoded}, ${by})
+                              ON CONFLICT (topic) DO NOTHING RETURNING topic`.pipe(classifySqlErrors("OutboxAdmin.pause"))
+      return rows.length > 0
+    })
+
+    const resume = Effect.fn("OutboxAdmin.resume")(function*(topic: string) {
+      const decoded = yield* decodeTopic(topic)
+      // The wake-up is sent at commit, so projectors claim right after the flag is gone.
+      const rows = yield* sql`
+        WITH gone AS (DELETE FROM ${pausedTopics} WHERE topic = ${decoded} RETURNING topic)
+        SELECT pg_notify(${channel}, topic) IS NULL AS notified FROM gone`.pipe(classifySqlErrors("OutboxAdmin.resume"))
+      return rows.length > 0
+    })
+
+    const unprojectedCount = Effect.fn("OutboxAdmin.unprojectedCount")(function*(topic?: string) {
+      const decoded = topic === undefined ? undefined : yield* decodeTopic(topic)
+      const rows = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${table}
+                                             WHERE projected_at IS NULL AND dead_at IS NULL
+                                             ${decoded === undefined ? sql`` : sql`AND topic = ${decoded}`}`.pipe(
+        classifySqlErrors("OutboxAdmin.unprojectedCount")
+      )
+      return rows[0]!.n
+    })
+
+    const explainClaim = Effect.fn("OutboxAdmin.explainClaim")(function*(options: ClaimOptions) {
+      return yield* queue.explainClaim(options, yield* decodeTopics(options.topics ?? null))
+    })
+
+    return OutboxAdmin.of({
+      deadLetters,
+      redrive: (ids) => Effect.withSpan(queue.redrive(ids), "OutboxAdmin.redrive"),
+      replay: (ids) => Effect.withSpan(queue.replay(ids), "OutboxAdmin.replay"),
+      discard: (ids) => Effect.withSpan(queue.discard(ids), "OutboxAdmin.discard"),
+      stats,
+      pause,
+      resume,
+      paused: Effect.withSpan(paused, "OutboxAdmin.paused"),
+      unprojectedCount,
+      purge: (options) => Effect.withSpan(queue.purge(options), "OutboxAdmin.purge"),
+      explainClaim
+    })
   }
 )
 

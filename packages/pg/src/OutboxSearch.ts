@@ -10,8 +10,8 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
-import type * as Statement from "@effect/sql/Statement"
+import * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -25,7 +25,6 @@ import { MAX_BATCH, MessageId } from "./internal/queue/spec.js"
 import { decodeRows } from "./internal/rows.js"
 import { decodeFilter, ERROR_GROUP, MessageState, predicate, STATE_OF_ROW } from "./internal/search/filter.js"
 import { isoUtc } from "./internal/timestamps.js"
-import { traced } from "./internal/traced.js"
 import { bounded } from "./internal/transaction.js"
 
 export { MessageState } from "./internal/search/filter.js"
@@ -40,9 +39,9 @@ export interface MessageFilter {
   /** Deliveries attempted, at least. */
   readonly minAttempts?: number
   /** Created longer ago than this. */
-  readonly olderThan?: Duration.DurationInput
+  readonly olderThan?: Duration.Input
   /** Dead for longer than this (only dead messages match). */
-  readonly deadFor?: Duration.DurationInput
+  readonly deadFor?: Duration.Input
   /** An error group, as `deadLetterGroups` names it (the last error, digits as `#`). */
   readonly error?: string
   /** Values inside the payload: the value at `path`, as text (`42` matches the number and the string). */
@@ -146,7 +145,7 @@ export interface BulkOptions {
   /** Leave rows newer than this id alone (the `maxId` of the count the operator confirmed). */
   readonly upTo?: string
   /** Longest run of one batch's statement (each batch is then its own bounded transaction). */
-  readonly statementTimeout?: Duration.DurationInput
+  readonly statementTimeout?: Duration.Input
 }
 
 /** What a bulk action has done so far, after each committed batch. */
@@ -157,7 +156,7 @@ export interface BulkProgress {
   readonly total: number
 }
 
-export class OutboxSearch extends Context.Tag("@effect-durable/pg/OutboxSearch")<OutboxSearch, {
+export class OutboxSearch extends Context.Service<OutboxSearch, {
   /** Messages matching the filter, newest first, `limit` (1-1000) a page. */
   readonly messages: (
     filter: MessageFilter,
@@ -174,7 +173,7 @@ export class OutboxSearch extends Context.Tag("@effect-durable/pg/OutboxSearch")
   /** Deliveries, deaths and lag over the last `window`, in `buckets` intervals (of one topic, or all). */
   readonly history: (options: {
     readonly topic?: string
-    readonly window: Duration.DurationInput
+    readonly window: Duration.Input
     readonly buckets: number
   }) => Effect.Effect<ReadonlyArray<HistoryBucket>, InvalidInput | DatabaseError>
   /**
@@ -191,7 +190,7 @@ export class OutboxSearch extends Context.Tag("@effect-durable/pg/OutboxSearch")
     filter: MessageFilter,
     options?: BulkOptions
   ) => Stream.Stream<BulkProgress, InvalidInput | DatabaseError>
-}>() {}
+}>()("@effect-durable/pg/OutboxSearch") {}
 
 const SummaryFields = {
   id: Schema.String,
@@ -211,7 +210,7 @@ const SummaryRow = Schema.Struct(SummaryFields)
 const DetailRow = Schema.Struct({
   ...SummaryFields,
   payload: Schema.Unknown,
-  headers: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+  headers: Schema.Record(Schema.String, Schema.Unknown),
   maxAttempts: Schema.Number,
   claimedBy: Schema.NullOr(Schema.String),
   claimGeneration: Schema.String,
@@ -255,7 +254,7 @@ const decodeBulk = Input.argument(
   })
 )
 
-export const make: Effect.Effect<OutboxSearch["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
+export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
@@ -270,8 +269,7 @@ export const make: Effect.Effect<OutboxSearch["Type"], never, SqlClient.SqlClien
 
     const where = (filter: MessageFilter) => Effect.map(decodeFilter(filter), (decoded) => predicate(sql, decoded))
 
-    const messages = (filter: MessageFilter, page: { readonly limit: number; readonly before?: string }) =>
-      Effect.gen(function*() {
+    const messages = Effect.fn("OutboxSearch.messages")(function*(filter: MessageFilter, page: { readonly limit: number; readonly before?: string }) {
         const matches = yield* where(filter)
         const { before, limit } = yield* decodePage(page)
         const rows = yield* sql`
@@ -282,8 +280,7 @@ export const make: Effect.Effect<OutboxSearch["Type"], never, SqlClient.SqlClien
         return { items, next: rows.length > limit ? items[items.length - 1]!.id : undefined }
       })
 
-    const count = (filter: MessageFilter) =>
-      Effect.gen(function*() {
+    const count = Effect.fn("OutboxSearch.count")(function*(filter: MessageFilter) {
         const matches = yield* where(filter)
         const [row] = yield* sql<{ count: number; maxId: string | null }>`
           SELECT count(*)::int AS count, max(id)::text AS "maxId" FROM ${table} WHERE ${matches}`.pipe(
@@ -292,19 +289,17 @@ export const make: Effect.Effect<OutboxSearch["Type"], never, SqlClient.SqlClien
         return { count: row!.count, maxId: row!.maxId }
       })
 
-    const message = (id: string) =>
-      Effect.gen(function*() {
+    const message = Effect.fn("OutboxSearch.message")(function*(id: string) {
         const decoded = yield* decodeId(id)
         const rows = yield* sql`
           SELECT ${columns("last_error")}, payload, headers, max_attempts AS "maxAttempts",
                  claimed_by AS "claimedBy", claim_generation::text AS "claimGeneration", ${iso("claimed_until")} AS "claimedUntil",
                  coalesce(failures, '[]') AS "failureHistory"
             FROM ${table} WHERE id = ${decoded}`.pipe(decodeRows(DetailRow), classifySqlErrors("OutboxSearch.message"))
-        return Option.fromNullable(rows[0])
+        return Option.fromNullishOr(rows[0])
       })
 
-    const deadLetterGroups = (options: { readonly topic?: string; readonly limit: number }) =>
-      Effect.gen(function*() {
+    const deadLetterGroups = Effect.fn("OutboxSearch.deadLetterGroups")(function*(options: { readonly topic?: string; readonly limit: number }) {
         const { limit, topic } = yield* decodeGroups(options)
         return yield* sql`
           SELECT topic, ${sql.literal(ERROR_GROUP)} AS error, count(*)::int AS count,
@@ -318,8 +313,7 @@ export const make: Effect.Effect<OutboxSearch["Type"], never, SqlClient.SqlClien
         )
       })
 
-    const history = (options: { readonly topic?: string; readonly window: Duration.DurationInput; readonly buckets: number }) =>
-      Effect.gen(function*() {
+    const history = Effect.fn("OutboxSearch.history")(function*(options: { readonly topic?: string; readonly window: Duration.Input; readonly buckets: number }) {
         const decoded = yield* decodeHistory(options)
         const step = Duration.toMillis(decoded.window) / 1000 / decoded.buckets
         const topic = decoded.topic === undefined ? sql`` : sql`AND topic = ${decoded.topic}`
@@ -365,14 +359,14 @@ export const make: Effect.Effect<OutboxSearch["Type"], never, SqlClient.SqlClien
                WHERE dead_at IS NOT NULL AND id > ${state.after}::bigint ${upTo === undefined ? sql`` : sql`AND id <= ${upTo}::bigint`}
                  AND ${matches}
                ORDER BY id LIMIT ${batchSize} FOR UPDATE SKIP LOCKED`)),
-            (rows): readonly [BulkProgress, Option.Option<{ readonly after: string; readonly total: number }>] => {
+            (rows): readonly [ReadonlyArray<BulkProgress>, Option.Option<{ readonly after: string; readonly total: number }>] => {
               const ids = rows.map((row) => row.id)
               const total = state.total + ids.length
               const last = ids.length === 0 ? state.after : ids.reduce((a, b) => (BigInt(a) > BigInt(b) ? a : b))
-              return [{ ids, total }, ids.length < batchSize ? Option.none() : Option.some({ after: last, total })]
+              return [[{ ids, total }], ids.length < batchSize ? Option.none() : Option.some({ after: last, total })]
             }
           )
-        return Stream.paginateEffect({ after: "0", total: 0 }, step)
+        return Stream.paginate({ after: "0", total: 0 }, step)
       }))
 
     // The same reset as `OutboxAdmin.redrive`: fresh attempts, deliverable now.
@@ -387,7 +381,7 @@ export const make: Effect.Effect<OutboxSearch["Type"], never, SqlClient.SqlClien
       sql<{ id: string }>`DELETE FROM ${table} WHERE id = ANY(ARRAY(${batch})) AND dead_at IS NOT NULL
                           RETURNING id::text AS id`)
 
-    return OutboxSearch.of(traced("OutboxSearch", {
+    return OutboxSearch.of({
       messages,
       count,
       message,
@@ -395,7 +389,7 @@ export const make: Effect.Effect<OutboxSearch["Type"], never, SqlClient.SqlClien
       history,
       redriveMatching,
       discardMatching
-    }))
+    })
   }
 )
 

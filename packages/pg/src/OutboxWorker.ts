@@ -10,7 +10,7 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -19,7 +19,6 @@ import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
 import { specFor } from "./internal/queue/spec.js"
 import * as QueueWorker from "./internal/queue/worker.js"
-import { traced } from "./internal/traced.js"
 import type * as LeasedQueue from "./LeasedQueue.js"
 
 export interface OutboxMessage {
@@ -42,12 +41,12 @@ export interface ClaimOptions {
   /** At most this many messages (1-1000). */
   readonly limit: number
   /** How long the claim holds before another worker may take the message (up to 1 day). */
-  readonly lease: Duration.DurationInput
+  readonly lease: Duration.Input
   /** Leases a message may lose (its worker died or stalled) before it is dead. Default 10. */
   readonly maxLeaseExpiries?: number
 }
 
-export class OutboxWorker extends Context.Tag("@effect-durable/pg/OutboxWorker")<OutboxWorker, {
+export class OutboxWorker extends Context.Service<OutboxWorker, {
   /** Claims up to `limit` ready messages in id order (optionally of some topics only). */
   readonly claim: (options: ClaimOptions) => Effect.Effect<ReadonlyArray<OutboxMessage>, InvalidInput | DatabaseError>
   /** Marks a claimed message delivered; idempotent for this claim. */
@@ -61,12 +60,12 @@ export class OutboxWorker extends Context.Tag("@effect-durable/pg/OutboxWorker")
   readonly renewLeases: LeasedQueue.RenewLeases
   /** Unclaims rows whose delivery never started (or is abandoned on shutdown): nothing is counted. */
   readonly giveBack: LeasedQueue.GiveBack
-}>() {}
+}>()("@effect-durable/pg/OutboxWorker") {}
 
 /** The claim function's fourth argument: the topics, decoded, or `null` for all. */
 export const decodeTopics = Input.argument(
   "topics",
-  Schema.NullOr(Schema.Array(Input.Text(128)).pipe(Schema.minItems(1), Schema.maxItems(1000)))
+  Schema.NullOr(Schema.Array(Input.Text(128)).check(Schema.isMinLength(1), Schema.isMaxLength(1000)))
 )
 
 interface ClaimedRow {
@@ -80,14 +79,13 @@ interface ClaimedRow {
   readonly created_at: string
 }
 
-export const make: Effect.Effect<OutboxWorker["Type"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
+export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
     const queue = QueueWorker.make(sql, settings, specFor(settings, "outbox"), "OutboxWorker")
 
-    const claim = (options: ClaimOptions) =>
-      Effect.gen(function*() {
+    const claim = Effect.fn("OutboxWorker.claim")(function*(options: ClaimOptions) {
         // Per-key order, paused topics and the topic filter live in the claim function (migration 8).
         const rows = yield* queue.claim<ClaimedRow>(options, yield* decodeTopics(options.topics ?? null))
         return rows.map((row): OutboxMessage => ({
@@ -101,16 +99,16 @@ export const make: Effect.Effect<OutboxWorker["Type"], never, SqlClient.SqlClien
           claim: { messageId: row.id, worker: options.worker, generation: Number(row.generation) }
         }))
       })
-
-    return OutboxWorker.of(traced("OutboxWorker", {
+    // Each operation's span is named here; the queue implementation is shared with the inbox.
+    return OutboxWorker.of({
       claim,
-      markProjected: queue.complete,
-      markProjectedMany: queue.completeMany,
-      release: queue.release,
-      renewLease: queue.renew,
-      renewLeases: queue.renewMany,
-      giveBack: queue.giveBack
-    }))
+      markProjected: (claim) => Effect.withSpan(queue.complete(claim), "OutboxWorker.markProjected"),
+      markProjectedMany: (claims) => Effect.withSpan(queue.completeMany(claims), "OutboxWorker.markProjectedMany"),
+      release: (claim, options) => Effect.withSpan(queue.release(claim, options), "OutboxWorker.release"),
+      renewLease: (claim, lease) => Effect.withSpan(queue.renew(claim, lease), "OutboxWorker.renewLease"),
+      renewLeases: (claims, lease) => Effect.withSpan(queue.renewMany(claims, lease), "OutboxWorker.renewLeases"),
+      giveBack: (claims) => Effect.withSpan(queue.giveBack(claims), "OutboxWorker.giveBack")
+    })
   }
 )
 

@@ -8,7 +8,7 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import { DurableSettings } from "./DurableConfig.js"
@@ -42,7 +42,7 @@ const decoders = {
 /** How many rows `purge({ olderThan })` of `target` would delete now. */
 export const purgeable = (
   target: Target,
-  olderThan: Duration.DurationInput
+  olderThan: Duration.Input
 ): Effect.Effect<number, InvalidInput | DatabaseError, SqlClient.SqlClient | DurableSettings> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient

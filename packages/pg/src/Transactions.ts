@@ -9,8 +9,8 @@
 import type { DatabaseError } from "@effect-durable/core/Errors"
 import { InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "@effect/sql/SqlClient"
-import type { SqlError } from "@effect/sql/SqlError"
+import * as SqlClient from "effect/sql/SqlClient"
+import type { SqlError } from "effect/sql/SqlError"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
@@ -27,8 +27,8 @@ const decodeKey = Input.argument("key", Input.Text(1024))
  * longer than `statementTimeout` too (57014). SQL errors of `effect` come back classified.
  */
 export const withTimeouts = (options: {
-  readonly lockTimeout: Duration.DurationInput
-  readonly statementTimeout?: Duration.DurationInput
+  readonly lockTimeout: Duration.Input
+  readonly statementTimeout?: Duration.Input
 }) =>
 <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, Exclude<E, SqlError> | InvalidInput | DatabaseError, R | SqlClient.SqlClient> =>
   Effect.gen(function*() {
@@ -55,7 +55,7 @@ export const advisoryLock = (
     const sql = yield* SqlClient.SqlClient
     yield* decodeKey(namespace)
     yield* decodeKey(key)
-    if (!(yield* inCallerTransaction)) {
+    if (!(yield* inCallerTransaction(sql))) {
       return yield* new InvalidInput({ argument: "transaction", rule: "advisoryLock runs inside sql.withTransaction" })
     }
     const lockKey = advisoryKey("effect-durable/app", namespace, key)

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Cas from "../src/Cas.js"
@@ -9,7 +9,7 @@ import { barrier, substrate } from "./support.js"
 
 const Live = Layer.effectDiscard(
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    Effect.zipRight(
+    Effect.andThen(
       sql`CREATE TABLE accounts (id bigint PRIMARY KEY, balance int NOT NULL, note text, revision bigint NOT NULL DEFAULT 1)`,
       sql`CREATE TABLE victims (id int PRIMARY KEY)`
     ))
@@ -56,7 +56,7 @@ describe("Cas", () => {
         const cas = yield* Cas.Cas
         const id = yield* newAccount
         const failed = sql.withTransaction(
-          Effect.zipRight(cas.update({ table: "accounts", id, expectedRevision: 1, set: { balance: 1 } }), Effect.fail("abort" as const))
+          Effect.andThen(cas.update({ table: "accounts", id, expectedRevision: 1, set: { balance: 1 } }), Effect.fail("abort" as const))
         )
         expect(yield* Effect.flip(failed)).toBe("abort")
         expect(yield* account(id)).toEqual({ balance: 100, note: null, revision: "1" })
@@ -69,16 +69,15 @@ describe("Cas", () => {
         const gate = yield* barrier
         const fibers = yield* Effect.forEach(
           Array.from({ length: 8 }, (_, i) => i),
-          (i) => Effect.fork(Effect.zipRight(gate.wait, Effect.either(cas.update({ table: "accounts", id, expectedRevision: 1, set: { balance: i } })))),
-          { concurrency: "unbounded" }
+          (i) => Effect.forkChild(Effect.andThen(gate.wait, Effect.result(cas.update({ table: "accounts", id, expectedRevision: 1, set: { balance: i } }))))
         )
         yield* gate.open
         const results = yield* Fiber.joinAll(fibers)
-        const winners = results.filter(Either.isRight)
-        expect(winners.map((w) => w.right)).toEqual([2n])
-        const losers = results.filter(Either.isLeft)
+        const winners = results.filter(Result.isSuccess)
+        expect(winners.map((w) => w.success)).toEqual([2n])
+        const losers = results.filter(Result.isFailure)
         expect(losers).toHaveLength(7)
-        expect(losers.every((l) => l.left._tag === "CasConflict" && l.left.actualRevision === 2n)).toBe(true)
+        expect(losers.every((l) => l.failure._tag === "CasConflict" && l.failure.actualRevision === 2n)).toBe(true)
         expect((yield* account(id))!.revision).toBe("2")
       }))
 

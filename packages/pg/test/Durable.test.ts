@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -14,7 +14,7 @@ import { database } from "./support.js"
 
 const build = <E>(layer: Layer.Layer<Durable.Services, E>) => Effect.scoped(Layer.build(layer))
 const withEnv = (entries: Record<string, string>) =>
-  Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(entries))))
+  Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord(entries))
 
 describe("Durable.layer configuration", () => {
   it.effect("bad configuration fails at layer construction with DurableConfigError naming the field", () =>
@@ -51,6 +51,7 @@ describe("Durable.layer configuration", () => {
         [{ DATABASE_URL: url, DURABLE_LOCK_TIMEOUT: "-5 seconds" }, "DURABLE_LOCK_TIMEOUT"],
         [{ DATABASE_URL: url, DURABLE_OUTBOX_MAX_PAYLOAD_BYTES: "0" }, "DURABLE_OUTBOX_MAX_PAYLOAD_BYTES"],
         [{ DATABASE_URL: url, DURABLE_OUTBOX_MAX_ATTEMPTS: "-1" }, "DURABLE_OUTBOX_MAX_ATTEMPTS"],
+        [{ DATABASE_URL: url, DURABLE_PREPARED_STATEMENTS: "sometimes" }, "DURABLE_PREPARED_STATEMENTS"],
         [{ DATABASE_URL: url, CURSOR_KEYS: "k1=short" }, "CURSOR_KEYS"]
       ]
       for (const [env, field] of cases) {
@@ -97,6 +98,26 @@ describe("Durable.layer configuration", () => {
         const rows = yield* sql`SELECT key FROM from_config.mutation_records`
         expect(rows).toEqual([{ key: "k" }])
         expect(yield* sql`SELECT topic, payload FROM from_config.outbox`).toEqual([{ topic: "configured", payload: { ok: true } }])
+      }))
+
+    it.effect("DURABLE_PREPARED_STATEMENTS=false sends every statement unprepared (for a transaction pooler)", () =>
+      Effect.gen(function*() {
+        const db = yield* TestDatabase.TestDatabase
+        const preparedAfterQueries = (prepared: string) =>
+          Effect.gen(function*() {
+            const sql = yield* SqlClient.SqlClient
+            // Two statements on one connection: a named one would be kept in pg_prepared_statements.
+            return yield* sql.withTransaction(Effect.gen(function*() {
+              yield* sql`SELECT 1 AS one`
+              const [row] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_prepared_statements`
+              return row!.n
+            }))
+          }).pipe(
+            Effect.provide(Durable.layerConfig({ migrate: true })),
+            withEnv({ DATABASE_URL: Redacted.value(db.url), DURABLE_SCHEMA: "prepared_cfg", DURABLE_PREPARED_STATEMENTS: prepared })
+          )
+        expect(yield* preparedAfterQueries("false")).toBe(0)
+        expect(yield* preparedAfterQueries("true")).toBeGreaterThan(0)
       }))
   })
 })

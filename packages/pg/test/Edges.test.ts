@@ -6,7 +6,9 @@ import type * as Errors from "@effect-durable/core/Errors"
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import * as Telemetry from "@effect-durable/testing/Telemetry"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
+import * as Cause from "effect/Cause"
+import * as Exit from "effect/Exit"
 import * as Effect from "effect/Effect"
 import * as Cas from "../src/Cas.js"
 import * as Inbox from "../src/Inbox.js"
@@ -208,7 +210,8 @@ describe("the substrate at its edges", () => {
         // statement timeout (150 ms here) cancels it.
         const error = yield* Effect.flip(Effect.scoped(Effect.gen(function*() {
           const holder = yield* sql.reserve
-          yield* holder.executeUnprepared("BEGIN; SELECT * FROM edge_locked FOR UPDATE", [], undefined)
+          yield* holder.executeUnprepared("BEGIN", [], undefined)
+          yield* holder.executeUnprepared("SELECT * FROM edge_locked FOR UPDATE", [], undefined)
           yield* Effect.addFinalizer(() => Effect.ignore(holder.executeUnprepared("ROLLBACK", [], undefined)))
           return yield* ledger.execute(
             { subject: "s", operation: "locked", key: "k" },
@@ -219,6 +222,23 @@ describe("the substrate at its edges", () => {
         expect(error).toMatchObject({ _tag: "DatabaseError", code: "57014", retryable: true, operation: "MutationLedger.execute" })
         expect((error as { cause?: { code?: string } }).cause?.code).toBe("57014")
         expect(yield* sql`SELECT 1 FROM durable.mutation_records WHERE operation = 'locked'`).toEqual([])
+      }))
+
+    it.effect("a transaction whose connection dies inside it fails typed and retryable, never as a defect (its ROLLBACK fails too)", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const ledger = yield* MutationLedger.MutationLedger
+        // decide's own statement kills its session: the statement fails, and so does the ROLLBACK after it.
+        const exit = yield* Effect.exit(ledger.execute(
+          { subject: "s", operation: "dies", key: "k" },
+          yield* request(),
+          Effect.as(sql`SELECT pg_terminate_backend(pg_backend_pid())`, MutationLedger.accept(1))
+        ))
+        expect(Exit.isFailure(exit) && Cause.hasDies(exit.cause)).toBe(false)
+        expect(Exit.isFailure(exit) && Cause.findErrorOption(exit.cause)).toMatchObject({
+          value: { _tag: "DatabaseError", retryable: true, operation: "MutationLedger.execute" }
+        })
+        expect(yield* sql`SELECT 1 FROM durable.mutation_records WHERE operation = 'dies'`).toEqual([])
       }))
 
     it.effect("spans carry no request data: subjects, keys and payloads never reach span attributes", () =>

@@ -3,13 +3,13 @@ import type { DatabaseError } from "@effect-durable/core/Errors"
 import * as Faults from "@effect-durable/testing/Faults"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
-import * as Reactivity from "@effect/experimental/Reactivity"
+import * as Reactivity from "effect/reactivity/Reactivity"
 import { classifySqlErrors } from "../src/ErrorClassification.js"
 import * as MutationLedger from "../src/MutationLedger.js"
 import { substrate } from "./support.js"
@@ -43,10 +43,10 @@ describe("PostgreSQL errors are classified in one place", () => {
         yield* sql`INSERT INTO uniq VALUES (2)`
         const locked = yield* Deferred.make<void>()
         const release = yield* Deferred.make<void>()
-        const holder = yield* Effect.fork(sql.withTransaction(
+        const holder = yield* Effect.forkChild(sql.withTransaction(
           sql`SELECT * FROM uniq WHERE id = 2 FOR UPDATE`.pipe(
-            Effect.zipRight(Deferred.succeed(locked, undefined)),
-            Effect.zipRight(Deferred.await(release))
+            Effect.andThen(Deferred.succeed(locked, undefined)),
+            Effect.andThen(Deferred.await(release))
           )
         ))
         yield* Deferred.await(locked)
@@ -54,7 +54,7 @@ describe("PostgreSQL errors are classified in one place", () => {
         yield* Deferred.succeed(release, undefined)
         yield* Fiber.join(holder)
         const timedOut = yield* run(sql.withTransaction(
-          Effect.zipRight(sql`SET LOCAL statement_timeout = 50`, sql`SELECT pg_sleep(2)`)
+          Effect.andThen(sql`SET LOCAL statement_timeout = 50`, sql`SELECT pg_sleep(2)`)
         ))
         expect(timedOut).toMatchObject({ code: "57014", retryable: true })
       }))
@@ -65,11 +65,11 @@ describe("PostgreSQL errors are classified in one place", () => {
         const db = yield* TestDatabase.TestDatabase
         // A pool of its own, so the suite's pool never holds the killed connection.
         const victim = yield* PgClient.make({ url: db.url, applicationName: "classification-victim", maxConnections: 1 }).pipe(
-          Effect.provide(Reactivity.layer)
+          Effect.provide([Reactivity.layer, TestDatabase.liveClock])
         )
         const started = yield* Deferred.make<void>()
-        const sleeper = yield* Effect.fork(run(
-          Effect.zipRight(Deferred.succeed(started, undefined), victim`SELECT pg_sleep(30)`)
+        const sleeper = yield* Effect.forkChild(run(
+          Effect.andThen(Deferred.succeed(started, undefined), victim`SELECT pg_sleep(30)`)
         ))
         yield* Deferred.await(started)
         // Wait until the sleep is really running on the server, then end that backend.
@@ -86,7 +86,9 @@ describe("PostgreSQL errors are classified in one place", () => {
     it.effect("a refused connection is retryable", () =>
       Effect.gen(function*() {
         const error = yield* Effect.flip(
+          // The pool connects on first use: the first statement meets the refusal.
           PgClient.make({ url: Redacted.make("postgres://nobody@127.0.0.1:1/none"), connectTimeout: "2 seconds" }).pipe(
+            Effect.flatMap((client) => client`SELECT 1`),
             Effect.provide(Reactivity.layer),
             Effect.scoped,
             classifySqlErrors("connect")
@@ -99,7 +101,7 @@ describe("PostgreSQL errors are classified in one place", () => {
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const ledger = yield* MutationLedger.MutationLedger
-        const decide = Effect.zipRight(
+        const decide = Effect.andThen(
           sql`INSERT INTO deferred_uniq VALUES (7), (7)`,
           Effect.succeed(MutationLedger.accept("ok"))
         ).pipe(Effect.orDie)

@@ -65,10 +65,10 @@ describe("the README's application database and migrations", () => {
     it.effect("database: with DATABASE_URL set, the layer migrates that database and serves the substrate", () =>
       Effect.gen(function*() {
         const db = yield* TestDatabase.TestDatabase
-        const provider = ConfigProvider.fromMap(new Map([["DATABASE_URL", Redacted.value(db.url)]]))
+        const provider = ConfigProvider.fromEnvRecord({ ["DATABASE_URL"]: Redacted.value(db.url) })
         const answer = yield* DatabaseExample.program.pipe(
           Effect.provide(DatabaseExample.Database),
-          Effect.withConfigProvider(provider)
+          Effect.provideService(ConfigProvider.ConfigProvider, provider)
         )
         expect(answer).toBe("function")
       }))

@@ -3,7 +3,7 @@
 // pooler (the CI pass through PgBouncer runs this file), where a statement outside a
 // transaction may land on a server connection another client gets next.
 import { describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as InboxAdmin from "../src/InboxAdmin.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"

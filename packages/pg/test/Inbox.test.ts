@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
@@ -57,7 +57,7 @@ const suite = (schema: string) => {
       Effect.gen(function*() {
         const inbox = yield* inboxServices
         const id = messageId()
-        const failing = Effect.zipRight(apply(id, "half"), Effect.fail("downstream refused" as const))
+        const failing = Effect.andThen(apply(id, "half"), Effect.fail("downstream refused" as const))
         expect(yield* Effect.flip(inbox.handle("billing", id, failing))).toBe("downstream refused")
         expect(yield* receipt("billing", id)).toBeUndefined()
         expect(yield* applications(id)).toBe(0)
@@ -71,11 +71,10 @@ const suite = (schema: string) => {
         const id = messageId()
         const gate = yield* barrier
         let runs = 0
-        const effect = Effect.zipRight(Effect.sync(() => runs++), apply(id))
+        const effect = Effect.andThen(Effect.sync(() => runs++), apply(id))
         const fibers = yield* Effect.forEach(
           Array.from({ length: 8 }),
-          () => Effect.fork(Effect.zipRight(gate.wait, inbox.handle("billing", id, effect))),
-          { concurrency: "unbounded" }
+          () => Effect.forkChild(Effect.andThen(gate.wait, inbox.handle("billing", id, effect)))
         )
         yield* gate.open
         const outcomes = yield* Fiber.joinAll(fibers)

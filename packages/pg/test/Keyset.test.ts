@@ -2,12 +2,12 @@ import { describe, expect, it } from "@effect/vitest"
 import * as Cursor from "@effect-durable/core/Cursor"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as SqlClient from "@effect/sql/SqlClient"
-import * as Statement from "@effect/sql/Statement"
+import * as SqlClient from "effect/sql/SqlClient"
+import * as Statement from "effect/sql/Statement"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
-import * as FastCheck from "effect/FastCheck"
+import * as Result from "effect/Result"
+import * as FastCheck from "fast-check"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Keyset from "../src/Keyset.js"
@@ -16,14 +16,14 @@ import { database } from "./support.js"
 const keys = (secret: string) => Cursor.layer([{ id: "k1", secret: Redacted.make(secret) }])
 const codec = keys("keyset-test-secret-32-bytes-long")
 
-type KeysetService = Keyset.Keyset["Type"]
+type KeysetService = Keyset.Keyset["Service"]
 
 // A second pool on the suite's database whose sessions live in São Paulo time (UTC-3, with
 // clock changes in its history) and print dates day first: nothing they show looks like UTC.
-class Elsewhere extends Context.Tag("test/Keyset/Elsewhere")<Elsewhere, {
+class Elsewhere extends Context.Service<Elsewhere, {
   readonly sql: SqlClient.SqlClient
   readonly keyset: KeysetService
-}>() {}
+}>()("test/Keyset/Elsewhere") {}
 
 const inSaoPaulo = (url: string) => {
   const parsed = new URL(url)
@@ -35,8 +35,8 @@ const ElsewhereLive = Layer.effect(
   Elsewhere,
   Effect.all({ sql: SqlClient.SqlClient, keyset: Keyset.make })
 ).pipe(
-  Layer.provide(Layer.unwrapEffect(Effect.map(TestDatabase.TestDatabase, (db) =>
-    PgClient.layer({ url: inSaoPaulo(Redacted.value(db.url)), maxConnections: 2 })))),
+  Layer.provide(Layer.unwrap(Effect.map(TestDatabase.TestDatabase, (db) =>
+    PgClient.layer({ url: inSaoPaulo(Redacted.value(db.url)), maxConnections: 2 }).pipe(Layer.provide(TestDatabase.liveClock))))),
   Layer.provide(codec)
 )
 
@@ -171,7 +171,7 @@ const traverse = (request: Omit<Keyset.PageRequest, "cursor">, traversal: Traver
       cursor = page.nextCursor
       if (traversal.between !== undefined) yield* traversal.between(pages, seen)
       // A traversal that stops moving fails here rather than at the test's timeout.
-      if (pages > 500) return yield* Effect.dieMessage(`no end after ${pages} pages`)
+      if (pages > 500) return yield* Effect.die(new Error(`no end after ${pages} pages`))
     } while (cursor !== undefined)
     return { seen, pages }
   })
@@ -181,19 +181,19 @@ const countingStatements = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.gen(function*() {
     let statements = 0
     const result = yield* effect.pipe(
-      Statement.withTransformer((statement) => {
+      Effect.provideService(Statement.CurrentTransformer, (statement) => {
         statements++
         return Effect.succeed(statement)
       }),
-      Effect.either
+      Effect.result
     )
     return { result, statements }
   })
 
 const refusal = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.map(countingStatements(effect), ({ result, statements }) => {
-    if (Either.isRight(result)) throw new Error("expected a refusal")
-    return { error: result.left, statements }
+    if (Result.isSuccess(result)) throw new Error("expected a refusal")
+    return { error: result.failure, statements }
   })
 
 describe("Keyset traversals", () => {
@@ -512,7 +512,7 @@ describe("Keyset inputs", () => {
         }
         const first = yield* countingStatements(keyset.page(request))
         expect(first.statements).toBe(2)
-        const cursor = Either.getOrThrow(first.result).nextCursor!
+        const cursor = Result.getOrThrow(first.result).nextCursor!
         expect((yield* countingStatements(keyset.page({ ...request, cursor }))).statements).toBe(1)
         expect((yield* countingStatements(keyset.page({ ...request, subject: "t" }))).statements).toBe(1)
       }))
@@ -546,17 +546,21 @@ describe("Keyset inputs", () => {
 
 describe("Keyset property", () => {
   it.layer(Live)((it) => {
-    it.effect.prop(
-      "any rows, page size, direction and tie-breaker, pages from any session: the traversal is ORDER BY over the same rows",
-      {
+it.effect("any rows, page size, direction and tie-breaker, pages from any session: the traversal is ORDER BY over the same rows", () =>
+      Effect.gen(function*() {
+        // Each case runs with the block's services; fast-check drives the cases and shrinks.
+        const services = yield* Effect.context<SqlClient.SqlClient | Keyset.Keyset | Elsewhere>()
+        yield* Effect.promise(() =>
+          FastCheck.assert(
+            FastCheck.asyncProperty(FastCheck.record({
         type: FastCheck.constantFrom(...PROPERTY_TYPES),
         values: FastCheck.array(FastCheck.integer({ min: -6, max: 6 }), { maxLength: 40 }),
         limit: FastCheck.integer({ min: 1, max: 9 }),
         direction: FastCheck.constantFrom("asc" as const, "desc" as const),
         tieBreaker: FastCheck.constantFrom("id", "k"),
         elsewhere: FastCheck.array(FastCheck.boolean(), { minLength: 1, maxLength: 6 })
-      },
-      ({ direction, elsewhere, limit, tieBreaker, type, values }) =>
+            }), ({ direction, elsewhere, limit, tieBreaker, type, values }) =>
+              Effect.runPromise(Effect.provideContext(
         Effect.gen(function*() {
           const sql = yield* SqlClient.SqlClient
           const there = yield* Elsewhere
@@ -570,7 +574,11 @@ describe("Keyset property", () => {
           expect(seen).toEqual(yield* orderedIds(table, order))
           expect(pages).toBe(Math.max(1, Math.ceil(values.length / limit)))
         }),
-      { fastCheck: { numRuns: 60 } }
-    )
+                services
+              ))),
+            { numRuns: 60 }
+          )
+        )
+      }))
   })
 })

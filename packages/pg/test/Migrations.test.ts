@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { createHash } from "node:crypto"
 import * as TestRole from "@effect-durable/testing/TestRole"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { DurableSettings, layerSettings } from "../src/DurableConfig.js"
@@ -20,7 +20,8 @@ const RELEASED_DDL: Readonly<Record<number, string>> = {
   6: "179c8b0332018e5e022682599f9728279319d4cf76d39a31d231d2b2896a1ca6",
   7: "1454302a9aab37aee515961c371e6fec25372651ea525355a702851276ac1508",
   8: "8b096428db9c013b2b625151451557000a3760b76f5e9f43faeeabfffc43c448",
-  9: "447ad7e943eaa403a117ba883494ffa80ef8f6e062779cc9b3ba26cee24b3011"
+  9: "447ad7e943eaa403a117ba883494ffa80ef8f6e062779cc9b3ba26cee24b3011",
+  10: "cbb9648342ea566e66fcf7bf640acc857af6a132c51bcedc79344003dbc5397f"
 }
 
 describe("released migrations", () => {
@@ -52,12 +53,22 @@ describe("Migrations", () => {
         expect(yield* Migrations.verifySchema).toEqual([])
       }).pipe(inSchema("m_clean")))
 
+    it.effect("a schema never migrated has no versions, and a caller's transaction around the check stays usable", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const [versions, after] = yield* sql.withTransaction(
+          Effect.all([Migrations.appliedVersions, sql<{ one: number }>`SELECT 1 AS one`])
+        )
+        expect(versions).toEqual([])
+        expect(after).toEqual([{ one: 1 }])
+      }).pipe(inSchema("m_never")))
+
     it.effect("four concurrent runners: exactly one applies each version", () =>
       Effect.gen(function*() {
         const reports = yield* Effect.all(Array.from({ length: 4 }, () => Migrations.migrate()), {
           concurrency: "unbounded"
         })
-        const applied = reports.flatMap((report) => report.applied.map((m) => m.version)).sort()
+        const applied = reports.flatMap((report) => report.applied.map((m) => m.version)).sort((a, b) => a - b)
         expect(applied).toEqual(Migrations.migrations.map((m) => m.version))
         expect(reports.every((report) => report.version === Migrations.latestVersion)).toBe(true)
         expect(yield* Migrations.verifySchema).toEqual([])

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import * as TestRole from "@effect-durable/testing/TestRole"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -42,14 +42,14 @@ const recordsFor = (id: MutationLedger.MutationIdentity) =>
   })
 
 /** Starts a first request whose decide waits for `hold`; returns once it is deciding (holding the lock). */
-const firstRequestInFlight = (ledger: MutationLedger.MutationLedger["Type"], id: MutationLedger.MutationIdentity) =>
+const firstRequestInFlight = (ledger: MutationLedger.MutationLedger["Service"], id: MutationLedger.MutationIdentity) =>
   Effect.gen(function*() {
     const hold = yield* Deferred.make<void>()
     const deciding = yield* Deferred.make<void>()
-    const first = yield* Effect.fork(ledger.execute(
+    const first = yield* Effect.forkChild(ledger.execute(
       id,
       request(),
-      Effect.zipRight(Effect.zipRight(Deferred.succeed(deciding, undefined), Deferred.await(hold)), placeOrder(id.key))
+      Effect.andThen(Effect.andThen(Deferred.succeed(deciding, undefined), Deferred.await(hold)), placeOrder(id.key))
     ))
     yield* Deferred.await(deciding)
     return { first, hold }
@@ -68,7 +68,7 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
         const ledger = yield* MutationLedger.MutationLedger
         const id = identity()
         let runs = 0
-        const decide = Effect.zipRight(Effect.sync(() => runs++), placeOrder(id.key))
+        const decide = Effect.andThen(Effect.sync(() => runs++), placeOrder(id.key))
         const first = yield* ledger.execute(id, request(), decide)
         expect(first).toMatchObject({ _tag: "First", status: "accepted", response: { order: id.key, total: 42 } })
         const replay = yield* ledger.execute(id, request(), decide)
@@ -125,7 +125,7 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
         expect(again).toMatchObject({ _tag: "Replay", outcome: { _tag: "Replay", response: { order: id.key } } })
         // Rolled back after begin: no record, so the next request is a first one again.
         const other = identity()
-        yield* Effect.flip(sql.withTransaction(Effect.zipRight(ledger.begin(other, request()), Effect.fail("handler failed"))))
+        yield* Effect.flip(sql.withTransaction(Effect.andThen(ledger.begin(other, request()), Effect.fail("handler failed"))))
         expect((yield* sql.withTransaction(ledger.begin(other, request())))._tag).toBe("Claimed")
         expect(yield* Effect.flip(ledger.begin(identity(), request()))).toMatchObject({ _tag: "InvalidInput", argument: "transaction" })
         expect(yield* ordersFor(id.key)).toBe(1)
@@ -195,7 +195,7 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
       Effect.gen(function*() {
         const ledger = yield* MutationLedger.MutationLedger
         const id = identity()
-        const failing = Effect.zipRight(placeOrder(id.key), Effect.fail("payment declined" as const))
+        const failing = Effect.andThen(placeOrder(id.key), Effect.fail("payment declined" as const))
         const error = yield* Effect.flip(ledger.execute(id, request(), failing))
         expect(error).toBe("payment declined")
         expect(yield* recordsFor(id)).toEqual([])
@@ -222,7 +222,7 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
         const ledger = yield* MutationLedger.MutationLedger
         const id = identity()
         const outer = sql.withTransaction(
-          Effect.zipRight(ledger.execute(id, request(), placeOrder(id.key)), Effect.fail("later step failed" as const))
+          Effect.andThen(ledger.execute(id, request(), placeOrder(id.key)), Effect.fail("later step failed" as const))
         )
         expect(yield* Effect.flip(outer)).toBe("later step failed")
         expect(yield* recordsFor(id)).toEqual([])
@@ -239,14 +239,13 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
         const gate = yield* barrier
         let decisions = 0
         // The winner decides only once the other seven wait on the identity's lock.
-        const decide = Effect.zipRight(
-          Effect.zipRight(Effect.sync(() => decisions++), waitersOnAdvisoryLocks(7)),
+        const decide = Effect.andThen(
+          Effect.andThen(Effect.sync(() => decisions++), waitersOnAdvisoryLocks(7)),
           placeOrder(id.key)
         )
         const fibers = yield* Effect.forEach(
           Array.from({ length: 8 }),
-          () => Effect.fork(Effect.zipRight(gate.wait, ledger.execute(id, request(), decide))),
-          { concurrency: "unbounded" }
+          () => Effect.forkChild(Effect.andThen(gate.wait, ledger.execute(id, request(), decide)))
         )
         yield* gate.open
         const outcomes = yield* Fiber.joinAll(fibers)
@@ -262,17 +261,17 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
         const ledger = yield* MutationLedger.MutationLedger
         const id = identity()
         const deciding = yield* Deferred.make<void>()
-        const winner = yield* Effect.fork(ledger.execute(
+        const winner = yield* Effect.forkChild(ledger.execute(
           id,
           request(),
           placeOrder(id.key).pipe(
-            Effect.zipRight(Deferred.succeed(deciding, undefined)),
-            Effect.zipRight(waitersOnAdvisoryLocks(1)),
-            Effect.zipRight(Effect.fail("crashed" as const))
+            Effect.andThen(Deferred.succeed(deciding, undefined)),
+            Effect.andThen(waitersOnAdvisoryLocks(1)),
+            Effect.andThen(Effect.fail("crashed" as const))
           )
         ))
         yield* Deferred.await(deciding)
-        const waiter = yield* Effect.fork(ledger.execute(id, request(), placeOrder(id.key)))
+        const waiter = yield* Effect.forkChild(ledger.execute(id, request(), placeOrder(id.key)))
         expect(yield* Effect.flip(Fiber.join(winner))).toBe("crashed")
         const outcome = yield* Fiber.join(waiter)
         expect(outcome._tag).toBe("First")
@@ -317,7 +316,7 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
         const sql = yield* SqlClient.SqlClient
         const id = identity()
         const strict = MutationLedger.layer.pipe(Layer.provide(layerSettings({ schema, statementTimeout: "100 millis" })))
-        const slow = Effect.zipRight(placeOrder(id.key), Effect.as(sql`SELECT pg_sleep(2)`, MutationLedger.accept(null)))
+        const slow = Effect.andThen(placeOrder(id.key), Effect.as(sql`SELECT pg_sleep(2)`, MutationLedger.accept(null)))
         const error = yield* Effect.flip(
           Effect.flatMap(MutationLedger.MutationLedger, (l) => l.execute(id, request(), slow)).pipe(Effect.provide(strict))
         )
@@ -371,7 +370,8 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
         const runtime = yield* TestRole.make("ledger_runtime")
         yield* Migrations.grantRuntimeAccess(runtime.name)
         const sql = yield* SqlClient.SqlClient
-        yield* sql.unsafe(`GRANT INSERT, SELECT ON orders TO "${runtime.name}"; GRANT USAGE ON SEQUENCE orders_id_seq TO "${runtime.name}"`)
+        yield* sql.unsafe(`GRANT INSERT, SELECT ON orders TO "${runtime.name}"`)
+        yield* sql.unsafe(`GRANT USAGE ON SEQUENCE orders_id_seq TO "${runtime.name}"`)
         const settings = yield* DurableSettings
         const asRuntime = MutationLedger.layer.pipe(
           Layer.provideMerge(Layer.merge(Layer.succeed(SqlClient.SqlClient, runtime.sql), Layer.succeed(DurableSettings, settings)))

@@ -1,17 +1,15 @@
 import { describe, expect, it } from "@effect/vitest"
-import * as Reactivity from "@effect/experimental/Reactivity"
+import * as Reactivity from "effect/reactivity/Reactivity"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as SqlClient from "@effect/sql/SqlClient"
-import * as Chunk from "effect/Chunk"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
-import * as Option from "effect/Option"
-import * as Stream from "effect/Stream"
-import * as TestServices from "effect/TestServices"
+import * as Queue from "effect/Queue"
+import * as TestClock from "effect/testing/TestClock"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import { DurableSettings, layerSettings } from "../src/DurableConfig.js"
@@ -60,10 +58,9 @@ const rowOf = (id: string) => Effect.map(rowsOf([id]), (rows) => rows[0])
 // Each test works on its own topics so that claims never see another test's messages.
 const freshTopic = TestSubstrate.freshName
 
-const claimAll = (worker: string, topic: string, lease: Duration.DurationInput = "30 seconds") =>
+const claimAll = (worker: string, topic: string, lease: Duration.Input = "30 seconds") =>
   Effect.flatMap(OutboxWorker.OutboxWorker, (outbox) => outbox.claim({ worker, topics: [topic], limit: 100, lease }))
 
-const liveSleep = (ms: number) => TestServices.provideLive(Effect.sleep(ms))
 
 const suite = (schema: string) => {
   const Live = substrate({ schema, lockTimeout: "5 seconds" }, {}, { maxAttemptsByTopic: { fragile: 2 } })
@@ -91,35 +88,30 @@ const suite = (schema: string) => {
         expect(row.delay_seconds).toBe(0)
       }))
 
-    it.scoped("the wake-up notification is delivered at commit and never for a rolled-back enqueue", () =>
+    it.effect("the wake-up notification is delivered at commit and never for a rolled-back enqueue", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const database = yield* TestDatabase.TestDatabase
         // A transaction pooler cannot carry a LISTEN: behind one, listen on a direct client.
         const pg = TestDatabase.isPooled(database)
-          ? yield* PgClient.make({ url: database.url, maxConnections: 1 }).pipe(Effect.provide(Reactivity.layer))
+          ? yield* PgClient.make({ url: database.url, maxConnections: 1 }).pipe(Effect.provide([Reactivity.layer, TestDatabase.liveClock]))
           : yield* PgClient.PgClient
         const outbox = yield* outboxServices
         const topic = freshTopic("notify")
-        const listening = yield* Deferred.make<void>()
-        const heard = yield* pg.listen(outbox.channel).pipe(
-          Stream.filter((payload) => payload === topic),
-          Stream.take(1),
-          Stream.runCollect,
-          Effect.fork
-        )
-        // LISTEN is issued when the stream starts; wait until the server has the listener.
-        yield* eventually(
-          sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'LISTEN %'`,
-          (rows) => rows[0]!.n > 0
-        )
-        yield* Deferred.succeed(listening, undefined)
-        yield* Effect.flip(sql.withTransaction(Effect.zipRight(outbox.enqueue(topic, {}), Effect.fail("rollback"))))
-        yield* liveSleep(300)
-        expect(Option.isNone(yield* Fiber.poll(heard))).toBe(true)
+        // listen resolves once the server has the listener; notifications arrive in commit order.
+        const heard = yield* pg.listen(outbox.channel)
+        yield* Effect.flip(sql.withTransaction(Effect.andThen(outbox.enqueue(topic, {}), Effect.fail("rollback"))))
         yield* sql.withTransaction(outbox.enqueue(topic, {}))
-        const payloads = yield* Fiber.join(heard).pipe(Effect.timeout("10 seconds"), TestServices.provideLive)
-        expect(Chunk.toReadonlyArray(payloads)).toEqual([topic])
+        // A sentinel committed last: everything sent before it has been heard when it is.
+        const sentinel = `${topic}-sentinel`
+        yield* sql`SELECT pg_notify(${outbox.channel}, ${sentinel})`
+        const payloads: Array<string> = []
+        while (payloads.at(-1) !== sentinel) {
+          const notification = yield* Queue.take(heard).pipe(Effect.timeout("10 seconds"), TestClock.withLive)
+          if (notification.payload === topic || notification.payload === sentinel) payloads.push(notification.payload)
+        }
+        // One wake-up for the committed enqueue, none for the rolled-back one.
+        expect(payloads).toEqual([topic, sentinel])
       }))
 
     it.effect("a payload that is not JSON, too large, or a bad topic fails typed and writes nothing", () =>
@@ -228,7 +220,7 @@ const suite = (schema: string) => {
         const [held, free] = yield* outbox.enqueueMany([{ topic, payload: 1 }, { topic, payload: 2 }])
         const locked = yield* Deferred.make<void>()
         const done = yield* Deferred.make<void>()
-        const holder = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
+        const holder = yield* Effect.forkChild(sql.withTransaction(Effect.gen(function*() {
           yield* sql`SELECT id FROM ${sql.literal(yield* table)} WHERE id = ${held!} FOR UPDATE`
           yield* Deferred.succeed(locked, undefined)
           yield* Deferred.await(done)
@@ -459,7 +451,7 @@ const suite = (schema: string) => {
         yield* claim("w1") // each worker "dies" holding it
         yield* eventually(claim("w2"), (claimed) => claimed.length === 1)
         const last = yield* eventually(
-          Effect.zipRight(claim("w3"), Effect.map(rowOf(id), (row) => row!)),
+          Effect.andThen(claim("w3"), Effect.map(rowOf(id), (row) => row!)),
           (row) => row.dead
         )
         expect(last).toMatchObject({ dead: true, attempt_count: 2, claim_generation: "2" })
@@ -507,10 +499,13 @@ const suite = (schema: string) => {
         const replayed = ids.filter((_, i) => i % 4 === 0)
         // Purge and replay race from a barrier; each replayed row must survive, however they interleave.
         const gate = yield* barrier
-        const [purged, replayedIds] = yield* Effect.all([
-          Effect.zipRight(gate.wait, outbox.purge({ olderThan: "1 day", batchSize: 7 })),
-          Effect.zipRight(gate.wait, outbox.replay(replayed))
-        ], { concurrency: "unbounded" }).pipe(Effect.zipLeft(gate.open, { concurrent: true }))
+        const [[purged, replayedIds]] = yield* Effect.all([
+          Effect.all([
+            Effect.andThen(gate.wait, outbox.purge({ olderThan: "1 day", batchSize: 7 })),
+            Effect.andThen(gate.wait, outbox.replay(replayed))
+          ], { concurrency: "unbounded" }),
+          gate.open
+        ], { concurrency: "unbounded" })
         const left = yield* rowsOf(ids)
         // Every replayed row either was replayed before purge could take it (and survives,
         // open again) or was purged before the replay (and replay did not return it).
@@ -536,7 +531,7 @@ const suite = (schema: string) => {
         )
         const locked = yield* Deferred.make<void>()
         const done = yield* Deferred.make<void>()
-        const holder = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
+        const holder = yield* Effect.forkChild(sql.withTransaction(Effect.gen(function*() {
           yield* sql.unsafe(`LOCK TABLE ${settings.table("outbox")} IN ACCESS EXCLUSIVE MODE`)
           yield* Deferred.succeed(locked, undefined)
           yield* Deferred.await(done)
@@ -582,12 +577,12 @@ const suite = (schema: string) => {
           [{ worker: "w", limit: 0, lease: "1 minute" }, "limit"],
           [{ worker: "w", limit: 1001, lease: "1 minute" }, "limit"],
           [{ worker: "w", limit: 1, lease: 0 }, "lease"],
-          [{ worker: "w", limit: 1, lease: "soon" as Duration.DurationInput }, "lease"],
+          [{ worker: "w", limit: 1, lease: "soon" as Duration.Input }, "lease"],
           [{ worker: "w", limit: 1, lease: "1 minute", topics: [""] }, "topics[0]"]
         ] as const
         for (const [options, field] of cases) {
-          const result = yield* Effect.either(outbox.claim(options))
-          expect(Either.isLeft(result) && result.left).toMatchObject({ _tag: "InvalidInput", argument: field })
+          const result = yield* Effect.result(outbox.claim(options))
+          expect(Result.isFailure(result) && result.failure).toMatchObject({ _tag: "InvalidInput", argument: field })
         }
       }))
   })

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import { DurableSettings } from "../src/DurableConfig.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"

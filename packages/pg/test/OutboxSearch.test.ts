@@ -1,7 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
-import * as SqlClient from "@effect/sql/SqlClient"
-import * as Chunk from "effect/Chunk"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
@@ -162,7 +161,7 @@ describe("OutboxSearch", () => {
           yield* sql`UPDATE ${sql.literal(yield* outboxTable)} SET topic = ${topic} WHERE id = ${late.ids[0]!}::bigint`
         })
         yield* kill(topic, () => "bad")
-        const progress = Chunk.toReadonlyArray(
+        const progress = Array.from(
           yield* Stream.runCollect(search.redriveMatching({ topic }, { batchSize: 3, statementTimeout: "5 seconds", ...(maxId === null ? {} : { upTo: maxId }) }))
         )
         expect(progress.map((p) => [p.ids.length, p.total])).toEqual([[3, 3], [3, 6], [1, 7]])
@@ -178,14 +177,14 @@ describe("OutboxSearch", () => {
         const alive = yield* seed([{ payload: { tenant: "acme" } }])
         const filter = { payload: [{ path: ["tenant"], value: "acme" }] }
         const taken = yield* Stream.runCollect(search.discardMatching({ topic, ...filter }, { batchSize: 2 }))
-        expect(Chunk.toReadonlyArray(taken).flatMap((p) => p.ids)).toEqual([ids[0], ids[2], ids[4]])
+        expect(Array.from(taken).flatMap((p) => p.ids)).toEqual([ids[0], ids[2], ids[4]])
         expect((yield* stateOf(ids)).map((r) => r.id)).toEqual([ids[1], ids[3], ids[5]])
         expect(yield* stateOf(alive.ids)).toHaveLength(1)
         // Stopped after its first batch: that batch is gone, the rest untouched.
         const fiber = yield* Stream.runForEach(
           search.discardMatching({ topic }, { batchSize: 1 }),
           () => Effect.never
-        ).pipe(Effect.fork)
+        ).pipe(Effect.forkChild)
         yield* eventually(stateOf(ids), (rows) => rows.length === 2)
         yield* Fiber.interrupt(fiber)
         expect((yield* stateOf(ids)).map((r) => r.id)).toEqual([ids[3], ids[5]])

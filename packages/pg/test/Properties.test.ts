@@ -6,11 +6,11 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import * as FastCheck from "effect/FastCheck"
+import * as FastCheck from "fast-check"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Cursor from "@effect-durable/core/Cursor"
@@ -126,7 +126,7 @@ const operations = FastCheck.oneof<Array<FastCheck.Arbitrary<Operation>>>(
   })),
   FastCheck.tuple(text, optionalBag(text)).map(([topic, by]) => ({
     name: "pause",
-    run: Effect.flatMap(OutboxAdmin.OutboxAdmin, (o) => Effect.zipRight(o.pause(topic, { by } as never), o.resume(topic)))
+    run: Effect.flatMap(OutboxAdmin.OutboxAdmin, (o) => Effect.andThen(o.pause(topic, { by } as never), o.resume(topic)))
   })),
   FastCheck.tuple(text, text, text, text, json, FastCheck.boolean()).map(([subject, operation, key, kind, response, wait]) => ({
     name: "ledger.execute",
@@ -205,8 +205,8 @@ describe("every public operation, any argument", () => {
                   const before = yield* rowCounts
                   const exit = yield* Effect.exit(op.run)
                   if (Exit.isFailure(exit)) {
-                    expect(Cause.isDie(exit.cause), `${op.name} died: ${Cause.pretty(exit.cause)}`).toBe(false)
-                    const failure = Cause.failureOption(exit.cause)
+                    expect(Cause.hasDies(exit.cause), `${op.name} died: ${Cause.pretty(exit.cause)}`).toBe(false)
+                    const failure = Cause.findErrorOption(exit.cause)
                     const tag = failure._tag === "Some" ? (failure.value as { _tag?: string })._tag : undefined
                     const allowed = TYPED.has(tag ?? "") || (tag === "DatabaseError" && op.mayReachDatabase === true)
                     expect(allowed, `${op.name} failed with ${tag}: ${Cause.pretty(exit.cause)}`).toBe(true)
@@ -218,7 +218,7 @@ describe("every public operation, any argument", () => {
               })
               // The caller's transaction is rolled back at the end: the property runs leave no rows.
               yield* inTransaction
-                ? Effect.flip(sql.withTransaction(Effect.zipRight(body, Effect.fail("rollback" as const))))
+                ? Effect.flip(sql.withTransaction(Effect.andThen(body, Effect.fail("rollback" as const))))
                 : body
             }),
             context

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
-import * as FastCheck from "effect/FastCheck"
+import * as FastCheck from "fast-check"
 import { literal } from "../src/internal/sqlText.js"
 import { database } from "./support.js"
 

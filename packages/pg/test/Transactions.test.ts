@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
@@ -15,7 +15,8 @@ describe("Transactions (the substrate's primitives, for applications)", () => {
         yield* sql`INSERT INTO tx_rows VALUES (1, 0)`
         const error = yield* Effect.flip(Effect.scoped(Effect.gen(function*() {
           const holder = yield* sql.reserve
-          yield* holder.executeUnprepared("BEGIN; SELECT * FROM tx_rows FOR UPDATE", [], undefined)
+          yield* holder.executeUnprepared("BEGIN", [], undefined)
+          yield* holder.executeUnprepared("SELECT * FROM tx_rows FOR UPDATE", [], undefined)
           yield* Effect.addFinalizer(() => Effect.ignore(holder.executeUnprepared("ROLLBACK", [], undefined)))
           return yield* sql`UPDATE tx_rows SET n = n + 1`.pipe(Transactions.withTimeouts({ lockTimeout: "100 millis" }))
         })))
@@ -38,7 +39,7 @@ describe("Transactions (the substrate's primitives, for applications)", () => {
         const sql = yield* SqlClient.SqlClient
         const held = yield* Deferred.make<void>()
         const release = yield* Deferred.make<void>()
-        const first = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
+        const first = yield* Effect.forkChild(sql.withTransaction(Effect.gen(function*() {
           expect(yield* Transactions.advisoryLock("billing", "invoice-7")).toBe(true)
           yield* Deferred.succeed(held, undefined)
           yield* Deferred.await(release)

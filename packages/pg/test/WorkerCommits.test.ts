@@ -5,7 +5,7 @@ import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Durable from "../src/Durable.js"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Outbox from "../src/Outbox.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
@@ -38,11 +38,11 @@ const cycle = Effect.gen(function*() {
 // The test server runs with synchronous_commit off; these sessions turn it back on, so that
 // what the worker's statements change is visible.
 const substrate = (settings: { readonly synchronousWorkerCommits?: boolean }) =>
-  Layer.unwrapEffect(Effect.map(TestDatabase.TestDatabase, (db) => {
+  Layer.unwrap(Effect.map(TestDatabase.TestDatabase, (db) => {
     const url = new URL(Redacted.value(db.url))
     url.searchParams.set("options", "-c synchronous_commit=on")
     return Durable.layerOver({ settings, migrate: true }).pipe(
-      Layer.provideMerge(PgClient.layer({ url: Redacted.make(url.toString()), maxConnections: 4 }))
+      Layer.provideMerge(PgClient.layer({ url: Redacted.make(url.toString()), maxConnections: 4 }).pipe(Layer.provide(TestDatabase.liveClock)))
     )
   })).pipe(Layer.provideMerge(TestDatabase.layerFresh()))
 

@@ -1,13 +1,14 @@
 // What pg suites share beyond `@effect-durable/testing`: a plain fresh database (for suites
 // that migrate themselves), barriers the database decides, and the SQLSTATE of a failure.
+import { sqlStateOf } from "../src/ErrorClassification.js"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 export { eventually } from "@effect-durable/testing/Eventually"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
-import * as TestServices from "effect/TestServices"
+import * as TestClock from "effect/testing/TestClock"
 import type { SettingsInput } from "../src/DurableConfig.js"
 import type * as Outbox from "../src/Outbox.js"
 
@@ -28,8 +29,8 @@ export const waitersOnAdvisoryLocks = (n: number) =>
       .pipe(
         Effect.map((rows) => rows[0]!.waiting),
         Effect.repeat({ until: (waiting) => waiting >= n, schedule: Schedule.spaced("10 millis") }),
-        Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error(`fewer than ${n} lock waiters`) }),
-        TestServices.provideLive
+        Effect.timeoutOrElse({ duration: "20 seconds", orElse: () => Effect.fail(new Error(`fewer than ${n} lock waiters`)) }),
+        TestClock.withLive
       ))
 
 /** Releases `n` fibers at once; each awaits the returned gate before it starts. */
@@ -38,5 +39,5 @@ export const barrier = Effect.map(Deferred.make<void>(), (gate) => ({
   open: Deferred.succeed(gate, undefined)
 }))
 
-/** The SQLSTATE in a failure from `@effect/sql`. */
-export const sqlState = (error: unknown): string | undefined => (error as { cause?: { code?: string } })?.cause?.code
+/** The SQLSTATE of a failure (a driver `SqlError` or a classified `DatabaseError`). */
+export const sqlState = (error: unknown): string | undefined => sqlStateOf(error) ?? undefined

@@ -1,7 +1,7 @@
 // README "Webhook": deliver each message as a signed POST; receivers check the signature
 // against the raw body with Webhook.verify.
 import * as Webhook from "@effect-durable/projector/Webhook"
-import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
+import * as FetchHttpClient from "effect/http/FetchHttpClient"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 

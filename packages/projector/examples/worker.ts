@@ -5,15 +5,15 @@
 import * as Durable from "@effect-durable/pg/Durable"
 import * as Projector from "@effect-durable/projector/Projector"
 import * as Webhook from "@effect-durable/projector/Webhook"
-import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
+import * as FetchHttpClient from "effect/http/FetchHttpClient"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Config from "effect/Config"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 
-const Deliver = Layer.unwrapEffect(
+const Deliver = Layer.unwrap(
   Effect.map(
-    Config.all({ url: Config.string("WEBHOOK_URL"), secret: Config.redacted("WEBHOOK_SECRET") }),
+    Config.all({ url: Config.String("WEBHOOK_URL"), secret: Config.Redacted("WEBHOOK_SECRET") }),
     (webhook) => Webhook.layer(webhook).pipe(Layer.provide(FetchHttpClient.layer))
   )
 )

@@ -49,17 +49,17 @@ export interface ProjectorOptions {
    */
   readonly batchesInFlight?: number
   /** Lease of a claim; renewed every third of it while a batch is delivered. Default 30 s. */
-  readonly lease?: Duration.DurationInput
+  readonly lease?: Duration.Input
   /** Longest sleep between claims when no NOTIFY arrives. Default 1 s. */
-  readonly pollInterval?: Duration.DurationInput
+  readonly pollInterval?: Duration.Input
   /** Retry delay: exponential in the attempt with full jitter, between min and max. Default 1 s – 5 min. */
-  readonly backoff?: { readonly min?: Duration.DurationInput; readonly max?: Duration.DurationInput }
+  readonly backoff?: { readonly min?: Duration.Input; readonly max?: Duration.Input }
   /** A delivery taking longer fails retryable. Default 10 s. */
-  readonly deliveryTimeout?: Duration.DurationInput
+  readonly deliveryTimeout?: Duration.Input
   /** How long closing waits for in-flight deliveries before releasing them. Default 10 s. */
-  readonly shutdownDeadline?: Duration.DurationInput
+  readonly shutdownDeadline?: Duration.Input
   /** Payload schemas by topic: a payload that does not decode goes to the dead letters at once. */
-  readonly schemas?: Readonly<Record<string, Schema.Schema<any, any, never>>>
+  readonly schemas?: Readonly<Record<string, Schema.Decoder<unknown>>>
   /** Leases a message may lose (its worker died or stalled) before it is dead. Default 10. */
   readonly maxLeaseExpiries?: number
   /**
@@ -80,11 +80,11 @@ export interface Counts {
   readonly stale: number
 }
 
-export class Projector extends Context.Tag("@effect-durable/projector/Projector")<Projector, {
+export class Projector extends Context.Service<Projector, {
   readonly workerId: string
   /** Totals since the projector started. */
   readonly counts: Effect.Effect<Counts>
-}>() {}
+}>()("@effect-durable/projector/Projector") {}
 
 /**
  * Runs the projector in the layer's scope. It needs the outbox (`Outbox` for its NOTIFY
@@ -94,7 +94,7 @@ export class Projector extends Context.Tag("@effect-durable/projector/Projector"
 export const layer = (
   options: ProjectorOptions = {}
 ): Layer.Layer<Projector, DurableConfigError, Outbox.Outbox | OutboxWorker.OutboxWorker | Publisher> =>
-  Layer.scoped(
+  Layer.effect(
     Projector,
     Effect.gen(function*() {
       const settings = yield* decodeOptions(options)
@@ -128,7 +128,7 @@ const keeperOutbox = (pg: Option.Option<PgClient.PgClient>) =>
       Effect.flatMap((client) =>
         OutboxWorker.make.pipe(Effect.provide(client), Effect.provideService(DurableSettings, settings.value))
       ),
-      Effect.catchAll((error) =>
+      Effect.catch((error) =>
         Effect.as(
           Effect.logWarning(`effect-durable projector: no connection of its own for lease renewals (${error.message}); using the shared pool`),
           undefined
@@ -141,19 +141,22 @@ const keeperOutbox = (pg: Option.Option<PgClient.PgClient>) =>
 export const KEEPER_APPLICATION_NAME = "effect-durable-keeper"
 
 /** Delivers until no message is ready, then returns what happened (tests, one-shot jobs). */
-export const drain = (
-  options: ProjectorOptions = {}
-): Effect.Effect<Counts, DatabaseError | DurableConfigError | InvalidInput, OutboxWorker.OutboxWorker | Publisher> =>
-  Effect.gen(function*() {
-    const batches = yield* makeBatches(yield* decodeOptions(options))
-    yield* Effect.forkScoped(batches.keeper)
-    let totals = noCounts
-    while (true) {
-      const counts = yield* batches.deliverBatch
-      totals = addCounts(totals, counts)
-      if (counts.claimed === 0) return totals
-    }
-  }).pipe(Effect.scoped)
+export const drain: (
+  options?: ProjectorOptions
+) => Effect.Effect<Counts, DatabaseError | DurableConfigError | InvalidInput, OutboxWorker.OutboxWorker | Publisher> = Effect
+  .fn("Projector.drain")(
+    function*(options: ProjectorOptions = {}) {
+      const batches = yield* makeBatches(yield* decodeOptions(options))
+      yield* Effect.forkScoped(batches.keeper)
+      let totals = noCounts
+      while (true) {
+        const counts = yield* batches.deliverBatch
+        totals = addCounts(totals, counts)
+        if (counts.claimed === 0) return totals
+      }
+    },
+    Effect.scoped
+  )
 
 /** Projector options from the `PROJECTOR_*` variables, for `layerConfig`. */
 export const optionsConfig = config
@@ -162,7 +165,7 @@ export const optionsConfig = config
 export const layerConfig = (
   overrides: ProjectorOptions = {}
 ): Layer.Layer<Projector, DurableConfigError, Outbox.Outbox | OutboxWorker.OutboxWorker | Publisher> =>
-  Layer.unwrapEffect(
+  Layer.unwrap(
     Effect.gen(function*() {
       const options = { ...yield* Effect.mapError(config, (error) => Input.configError(error, Variables)), ...overrides }
       // Checked here too, so that a bad value names its variable rather than the option.

@@ -30,14 +30,14 @@ export const permanent = (reason: string): PublishError => new PublishError({ re
 
 export type Publish = (message: OutboxMessage) => Effect.Effect<void, PublishError>
 
-export class Publisher extends Context.Tag("@effect-durable/projector/Publisher")<Publisher, {
+export class Publisher extends Context.Service<Publisher, {
   readonly publish: Publish
   /**
    * Optional, for many publishes in a row (a projector lane): runs `use` with what the
    * publishes need set up once, handing it a `publish` that does not set it up again.
    */
   readonly session?: <A, E>(use: (publish: Publish) => Effect.Effect<A, E>) => Effect.Effect<A, E>
-}>() {}
+}>()("@effect-durable/projector/Publisher") {}
 
 /** A publisher that runs a handler; its requirements come from the layer's context. */
 export const layerHandler = <R>(
@@ -50,7 +50,7 @@ export const layerHandler = <R>(
       // lanes share one): merging on every message was a tenth of a drain's time.
       const merged = new WeakMap<Context.Context<never>, Context.Context<R>>()
       const provide = <A, E>(effect: Effect.Effect<A, E, R>) =>
-        Effect.mapInputContext(effect, (caller: Context.Context<never>) => {
+        Effect.updateContext(effect, (caller: Context.Context<never>) => {
           let both = merged.get(caller)
           if (both === undefined) merged.set(caller, both = Context.merge(caller, context))
           return both

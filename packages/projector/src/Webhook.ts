@@ -1,5 +1,5 @@
 /**
- * An HTTP webhook publisher on `@effect/platform`'s `HttpClient`: each message is POSTed as
+ * An HTTP webhook publisher on Effect's `HttpClient`: each message is POSTed as
  * JSON with its id as the `Idempotency-Key` and an HMAC-SHA256 signature over the timestamp
  * and body, so the receiver can authenticate it and drop redeliveries. A 2xx response is a
  * delivery; 408, 429, 5xx, network errors and timeouts are retryable (honouring
@@ -11,16 +11,18 @@
  * @since 0.1.0
  */
 import { DurableConfigError } from "@effect-durable/core/Errors"
-import { canonicalizeEither } from "@effect-durable/core/Fingerprint"
+import { canonicalizeResult } from "@effect-durable/core/Fingerprint"
 import type { OutboxMessage } from "@effect-durable/pg/OutboxWorker"
-import * as HttpClient from "@effect/platform/HttpClient"
-import type * as HttpClientError from "@effect/platform/HttpClientError"
-import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
+import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as HttpClient from "effect/http/HttpClient"
+import type * as HttpClientError from "effect/http/HttpClientError"
+import * as HttpClientRequest from "effect/http/HttpClientRequest"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
+import * as Result from "effect/Result"
 import { createHmac, timingSafeEqual } from "node:crypto"
 import { permanent, Publisher, type PublishError, retryable } from "./Publisher.js"
 
@@ -30,7 +32,7 @@ export interface WebhookOptions {
   /** Signs every request; at least 16 bytes. */
   readonly secret: Redacted.Redacted<string>
   /** Longest wait for a response. Default 10 s. */
-  readonly timeout?: Duration.DurationInput
+  readonly timeout?: Duration.Input
   /** Extra request headers. */
   readonly headers?: Readonly<Record<string, string>>
 }
@@ -44,6 +46,7 @@ export const sign = (secret: Redacted.Redacted<string>, body: string, unixSecond
 /**
  * For receivers: checks a signature header against the raw body, in constant time, and
  * refuses timestamps further than `toleranceSeconds` from now (replays of old requests).
+ * A plain function for any HTTP server: `now` (unix seconds) defaults to the system clock.
  */
 export const verify = (
   secret: Redacted.Redacted<string>,
@@ -88,31 +91,41 @@ const splitCredentials = (url: string): { readonly url: string; readonly authori
   return { url: parsed.toString(), authorization: `Basic ${Buffer.from(`${user}:${password}`).toString("base64")}` }
 }
 
-/** Retry-After as seconds or an HTTP date, in milliseconds. */
-const retryAfter = (value: string | undefined): number | undefined => {
+/** Retry-After as seconds or an HTTP date (against `now`, in milliseconds), in milliseconds. */
+const retryAfter = (value: string | undefined, now: number): number | undefined => {
   if (value === undefined) return undefined
   const seconds = Number(value)
   if (Number.isFinite(seconds) && seconds >= 0) return seconds * 1000
   const date = Date.parse(value)
-  return Number.isNaN(date) ? undefined : Math.max(0, date - Date.now())
+  return Number.isNaN(date) ? undefined : Math.max(0, date - now)
 }
 
-const classify = (status: number, retryAfterHeader: string | undefined, shown: string): PublishError | undefined => {
+const classify = (status: number, retryAfterHeader: string | undefined, shown: string, now: number): PublishError | undefined => {
   if (status >= 200 && status < 300) return undefined
   if (status === 408 || status === 429 || status >= 500) {
-    return retryable(`webhook ${shown} answered ${status}`, retryAfter(retryAfterHeader))
+    return retryable(`webhook ${shown} answered ${status}`, retryAfter(retryAfterHeader, now))
   }
   return permanent(`webhook ${shown} answered ${status}`)
 }
 
-/** Why a request failed, without the URL the platform's own message carries. */
-const transportFailure = (error: HttpClientError.RequestError, shown: string) => {
-  const code = (error.cause as { cause?: { code?: unknown }; code?: unknown } | undefined)
-  const detail = [code?.code, code?.cause?.code].find((c): c is string => typeof c === "string")
-  return retryable(`webhook ${shown} unreachable: ${error.reason}${detail === undefined ? "" : ` (${detail})`}`)
+/** Why a request or its response failed, without the URL the platform's own message carries. */
+const clientFailure = ({ reason }: HttpClientError.HttpClientError, shown: string): PublishError => {
+  // "TransportError" -> "Transport": what failed, not how the platform names it.
+  const kind = reason._tag.replace(/Error$/, "")
+  switch (reason._tag) {
+    case "TransportError":
+    case "EncodeError":
+    case "InvalidUrlError": {
+      const cause = reason.cause as { cause?: { code?: unknown }; code?: unknown } | undefined
+      const detail = [cause?.code, cause?.cause?.code].find((c): c is string => typeof c === "string")
+      return retryable(`webhook ${shown} unreachable: ${kind}${detail === undefined ? "" : ` (${detail})`}`)
+    }
+    default:
+      return retryable(`webhook ${redactUrl(reason.request.url)} response failed: ${kind}`)
+  }
 }
 
-export const make = (options: WebhookOptions): Effect.Effect<Publisher["Type"], DurableConfigError, HttpClient.HttpClient> =>
+export const make = (options: WebhookOptions): Effect.Effect<Publisher["Service"], DurableConfigError, HttpClient.HttpClient> =>
   Effect.gen(function*() {
     if (Buffer.byteLength(Redacted.value(options.secret), "utf8") < 16) {
       return yield* new DurableConfigError({ field: "webhook.secret", rule: "at least 16 bytes" })
@@ -120,13 +133,16 @@ export const make = (options: WebhookOptions): Effect.Effect<Publisher["Type"], 
     if (typeof options.url === "string" && !/^https?:\/\//.test(options.url)) {
       return yield* new DurableConfigError({ field: "webhook.url", rule: "an http:// or https:// URL" })
     }
-    const timeout = Duration.decode(options.timeout ?? "10 seconds")
-    // The platform's own request span records the full URL: ours records it redacted.
-    const client = HttpClient.withTracerDisabledWhen(yield* HttpClient.HttpClient, () => true)
+    const timeout = Duration.fromInputUnsafe(options.timeout ?? "10 seconds")
+    // The platform's own request span records the full URL: ours (`webhook.post`) records it
+    // redacted. Each request is scoped, so that closing the scope releases its connection.
+    const client = HttpClient.withScope(yield* HttpClient.HttpClient)
+    const send = (request: HttpClientRequest.HttpClientRequest) =>
+      client.execute(request).pipe(Effect.provideService(HttpClient.TracerDisabledWhen, () => true))
 
-    const publish = (message: OutboxMessage) =>
-      Effect.gen(function*() {
-        const body = Either.getOrThrow(canonicalizeEither({
+    const publish = Effect.fn("webhook.post", { kind: "client", attributes: { "http.request.method": "POST" } })(
+      function*(message: OutboxMessage) {
+        const body = Result.getOrThrow(canonicalizeResult({
           id: message.id,
           topic: message.topic,
           orderingKey: message.orderingKey,
@@ -141,41 +157,37 @@ export const make = (options: WebhookOptions): Effect.Effect<Publisher["Type"], 
           try: () => splitCredentials(target),
           catch: () => permanent(`webhook URL ${shown} is not a URL`)
         })
-        const span = yield* Effect.currentSpan.pipe(Effect.option)
+        const span = yield* Effect.option(Effect.currentSpan)
+        const now = yield* Clock.currentTimeMillis
         const request = HttpClientRequest.post(url).pipe(
           HttpClientRequest.setHeaders({
             ...options.headers,
             ...(authorization === undefined ? {} : { authorization }),
-            // The receiver continues the trace of the span this runs in (projector.deliver,
-            // whose parent is the producer's span).
-            ...(span._tag === "Some"
-              ? { traceparent: `00-${span.value.traceId}-${span.value.spanId}-${span.value.sampled ? "01" : "00"}` }
-              : {}),
+            // The receiver continues the trace of the span this runs in (webhook.post, a child
+            // of projector.deliver, whose parent is the producer's span).
+            ...Option.match(span, {
+              onNone: () => ({}),
+              onSome: (span) => ({ traceparent: `00-${span.traceId}-${span.spanId}-${span.sampled ? "01" : "00"}` })
+            }),
             "idempotency-key": message.id,
             "x-effect-durable-topic": message.topic,
             "x-effect-durable-attempt": String(message.attempt),
-            [SIGNATURE_HEADER]: sign(options.secret, body, Math.floor(Date.now() / 1000))
+            [SIGNATURE_HEADER]: sign(options.secret, body, Math.floor(now / 1000))
           }),
           HttpClientRequest.bodyText(body, "application/json")
         )
-        const response = yield* client.execute(request).pipe(
-          Effect.timeoutFail({
+        const response = yield* send(request).pipe(
+          Effect.timeoutOrElse({
             duration: timeout,
-            onTimeout: () => retryable(`webhook ${shown} did not answer in ${Duration.format(timeout)}`)
+            orElse: () => Effect.fail(retryable(`webhook ${shown} did not answer in ${Duration.format(timeout)}`))
           }),
-          Effect.catchTag("RequestError", (error) => Effect.fail(transportFailure(error, shown))),
+          Effect.catchTag("HttpClientError", (error) => Effect.fail(clientFailure(error, shown))),
           Effect.scoped
         )
-        const failure = classify(response.status, response.headers["retry-after"], shown)
+        const failure = classify(response.status, response.headers["retry-after"], shown, now)
         if (failure !== undefined) return yield* failure
-      }).pipe(
-        Effect.catchTag("ResponseError", (error) => Effect.fail(retryable(`webhook ${redactUrl(error.request.url)} response failed: ${error.reason}`))),
-        Effect.withSpan("webhook.post", {
-          kind: "client",
-          captureStackTrace: false,
-          attributes: { "http.request.method": "POST" }
-        })
-      )
+      }
+    )
 
     return Publisher.of({ publish })
   })

@@ -1,16 +1,15 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
-import * as TestServices from "effect/TestServices"
 import { spawn } from "node:child_process"
 import { fileURLToPath } from "node:url"
 import * as Projector from "../src/Projector.js"
 import * as Publisher from "../src/Publisher.js"
-import { eventually, projectedCount, substrate } from "./support.js"
+import { eventually, projectedCount, substrate, withLayerLive } from "./support.js"
 
 const doomed = fileURLToPath(new URL("./fixtures/doomed-worker.ts", import.meta.url))
 
@@ -51,8 +50,7 @@ describe("a projector process killed mid-delivery", () => {
             Effect.asVoid(sql`INSERT INTO deliveries (message_id, worker) VALUES (${message.id}, 'survivor')`).pipe(Effect.orDie)
           ))
         )
-        yield* Effect.scoped(Effect.zipRight(Layer.build(survivor), eventually(projectedCount(ids), (n) => n === ids.length, 60)))
-          .pipe(TestServices.provideLive)
+        yield* withLayerLive(survivor, eventually(projectedCount(ids), (n) => n === ids.length, 60))
 
         const delivered = yield* sql<{ message_id: string }>`SELECT DISTINCT message_id FROM deliveries`
         expect(delivered.map((row) => row.message_id).sort()).toEqual([...ids].sort())

@@ -2,14 +2,13 @@ import { describe, expect, it } from "@effect/vitest"
 import { DatabaseError } from "@effect-durable/core/Errors"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as TestServices from "effect/TestServices"
 import * as Projector from "../src/Projector.js"
 import * as Publisher from "../src/Publisher.js"
-import { eventually, projectedCount, substrate } from "./support.js"
+import { eventually, projectedCount, substrate, withLayerLive } from "./support.js"
 
 type Operation = "claim" | "markProjectedMany" | "release"
 type Fault = "fail" | "stall"
@@ -18,7 +17,7 @@ type Fault = "fail" | "stall"
  * Wraps the outbox so that chosen calls (1-based, per operation) fail with a retryable
  * database error or stall for a while before going through: a deterministic fault schedule.
  */
-const faulty = (outbox: OutboxWorker.OutboxWorker["Type"], schedule: Partial<Record<Operation, Record<number, Fault>>>) => {
+const faulty = (outbox: OutboxWorker.OutboxWorker["Service"], schedule: Partial<Record<Operation, Record<number, Fault>>>) => {
   const calls: Record<Operation, number> = { claim: 0, markProjectedMany: 0, release: 0 }
   const inject = <A, E>(operation: Operation, effect: Effect.Effect<A, E>): Effect.Effect<A, E | DatabaseError> =>
     Effect.suspend((): Effect.Effect<A, E | DatabaseError> => {
@@ -26,7 +25,8 @@ const faulty = (outbox: OutboxWorker.OutboxWorker["Type"], schedule: Partial<Rec
       if (fault === "fail") {
         return Effect.fail(new DatabaseError({ code: "57P01", retryable: true, operation, detail: "injected fault" }))
       }
-      if (fault === "stall") return Effect.zipRight(TestServices.provideLive(Effect.sleep("300 millis")), effect)
+      // Called by the projector's fibers, which run on the live clock.
+      if (fault === "stall") return Effect.andThen(Effect.sleep("300 millis"), effect)
       return effect
     })
   return {
@@ -74,10 +74,7 @@ describe("Projector under store faults", () => {
           pollInterval: "50 millis",
           backoff: { min: "20 millis", max: "50 millis" }
         }).pipe(Layer.provide(Layer.merge(publisher, Layer.succeed(OutboxWorker.OutboxWorker, broken))))
-        yield* Effect.scoped(Effect.zipRight(
-          Layer.build(projector),
-          eventually(projectedCount(ids), (n) => n === ids.length, 60)
-        )).pipe(TestServices.provideLive)
+        yield* withLayerLive(projector, eventually(projectedCount(ids), (n) => n === ids.length, 60))
         expect(calls.claim).toBeGreaterThanOrEqual(4)
         expect(calls.markProjectedMany).toBeGreaterThanOrEqual(3)
         expect(calls.release).toBeGreaterThanOrEqual(1)
@@ -101,10 +98,7 @@ describe("Projector under store faults", () => {
         // after 30 s, past this test's wait.
         const projector = Projector.layer({ topics: ["lost-mark"], batchSize: 20, lease: "30 seconds", pollInterval: "50 millis" })
           .pipe(Layer.provide(Layer.merge(publisher, Layer.succeed(OutboxWorker.OutboxWorker, broken))))
-        yield* Effect.scoped(Effect.zipRight(
-          Layer.build(projector),
-          eventually(projectedCount(ids), (n) => n === ids.length, 10)
-        )).pipe(TestServices.provideLive)
+        yield* withLayerLive(projector, eventually(projectedCount(ids), (n) => n === ids.length, 10))
         expect(calls.markProjectedMany).toBeGreaterThanOrEqual(3)
         expect([...deliveries.keys()].sort()).toEqual([...ids].sort())
         expect([...deliveries.values()].every((n) => n === 1)).toBe(true)
@@ -117,7 +111,7 @@ describe("Projector under store faults", () => {
         const held = yield* Deferred.make<void>()
         const deliveries = new Map<string, number>()
         const publisher = Publisher.layerHandler((message) =>
-          Effect.zipRight(
+          Effect.andThen(
             Effect.sync(() => void deliveries.set(message.id, (deliveries.get(message.id) ?? 0) + 1)),
             (message.payload as { i: number }).i === 5 ? Deferred.await(held) : Effect.void
           )
@@ -130,16 +124,25 @@ describe("Projector under store faults", () => {
           deliveryTimeout: "1 minute",
           pollInterval: "50 millis"
         }).pipe(Layer.provide(publisher))
-        yield* Effect.scoped(Effect.gen(function*() {
-          yield* Layer.build(projector)
+        const sql = yield* SqlClient.SqlClient
+        const sixth = (since: string) =>
+          sql<{ past: boolean; held: boolean; claim_generation: string }>`
+            SELECT now() > ${since}::timestamptz + interval '3 seconds' AS past, claimed_until > now() AS held,
+                   claim_generation::text FROM durable.outbox WHERE id = ${ids[5]!}`
+        yield* withLayerLive(projector, Effect.gen(function*() {
           // Marked within about a second (a third of the lease, at most a second), the sixth still held.
           yield* eventually(projectedCount(ids.slice(0, 5)), (n) => n === 5, 10)
           expect(yield* projectedCount(ids.slice(5))).toBe(0)
-          // Held past two leases: the sixth's lease is renewed, the five are not claimed again.
-          yield* Effect.sleep("7 seconds")
+          // Held past two leases (the database's clock decides: a lease after the end of the one
+          // it holds now), by its first claim: the sixth's lease is renewed, the five are not
+          // claimed again.
+          const [{ until }] = (yield* sql<{ until: string }>`
+            SELECT claimed_until::text AS until FROM durable.outbox WHERE id = ${ids[5]!}`) as [{ until: string }]
+          const [row] = yield* eventually(sixth(until), (rows) => rows[0]!.past || !rows[0]!.held, 20)
+          expect(row).toMatchObject({ past: true, held: true, claim_generation: "1" })
           yield* Deferred.succeed(held, undefined)
           yield* eventually(projectedCount(ids), (n) => n === ids.length, 10)
-        })).pipe(TestServices.provideLive)
+        }))
         expect([...deliveries.keys()].sort()).toEqual([...ids].sort())
         expect([...deliveries.values()].every((n) => n === 1)).toBe(true)
       }))

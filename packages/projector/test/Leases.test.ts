@@ -1,27 +1,23 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
-import * as TestServices from "effect/TestServices"
 import * as Projector from "../src/Projector.js"
 import * as Publisher from "../src/Publisher.js"
-import { Deliveries, eventually, freshName, outboxRows, recording } from "./support.js"
+import { Deliveries, eventually, freshName, outboxRows, recording, withLayerLive } from "./support.js"
 
 const withProjector = <A, E, R>(
   options: Projector.ProjectorOptions,
   publisher: Layer.Layer<Publisher.Publisher>,
   body: Effect.Effect<A, E, R>
-) =>
-  Effect.scoped(
-    Effect.flatMap(Layer.build(Projector.layer(options).pipe(Layer.provide(publisher))), (context) =>
-      Effect.provide(body, context))
-  ).pipe(TestServices.provideLive)
+) => withLayerLive(Projector.layer(options).pipe(Layer.provide(publisher)), body)
 
-const count = (counter: Metric.Metric.Counter<number>) => Effect.map(Metric.value(counter), (state) => state.count)
+const count = (counter: Metric.Counter<number>) => Effect.map(Metric.value(counter), (state) => state.count)
 
 /** A publisher that records each delivery and holds the first one until `release` completes. */
 const holdingFirst = Effect.gen(function*() {
@@ -31,7 +27,7 @@ const holdingFirst = Effect.gen(function*() {
   // Decided when the publish runs (after it is recorded), not when it is built.
   const publisher = recording(deliveries, () =>
     Effect.suspend(() =>
-      deliveries.seen.length === 1 ? Effect.zipRight(Deferred.succeed(started, undefined), Deferred.await(release)) : Effect.void
+      deliveries.seen.length === 1 ? Effect.andThen(Deferred.succeed(started, undefined), Deferred.await(release)) : Effect.void
     ))
   return { deliveries, started, release, publisher }
 })
@@ -89,7 +85,7 @@ describe("Projector leases", () => {
           Effect.gen(function*() {
             yield* Deferred.await(started)
             // A table lock makes the next renewal time out: the batch's leases are in doubt.
-            const holder = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
+            const holder = yield* Effect.forkChild(sql.withTransaction(Effect.gen(function*() {
               yield* sql`LOCK TABLE durable.outbox IN ACCESS EXCLUSIVE MODE`
               yield* Deferred.succeed(locked, undefined)
               yield* Deferred.await(unlock)
@@ -97,7 +93,7 @@ describe("Projector leases", () => {
             yield* Deferred.await(locked)
             yield* eventually(count(Projector.metrics.renewalFailures), (n) => n > failures)
             yield* Deferred.succeed(unlock, undefined)
-            yield* Effect.fromFiber(holder)
+            yield* Fiber.join(holder)
             yield* Deferred.succeed(release, undefined)
             yield* eventually(outboxRows(ids), (rows) => rows.every((row) => row.projected))
           })

@@ -31,7 +31,7 @@ describe("Projector observability", () => {
         )
         // The first drain fails once and may deliver the retry itself, if its delay has passed
         // by its next claim; later drains deliver it otherwise. Either way: until it is projected.
-        yield* eventually(Effect.zipRight(observed(drain), projectedCount([id])), (n) => n === 1)
+        yield* eventually(Effect.andThen(observed(drain), projectedCount([id])), (n) => n === 1)
 
         const names = spans.map((span) => span.name)
         expect(names).toContain("projector.claim")
@@ -50,9 +50,9 @@ describe("Projector observability", () => {
       Effect.gen(function*() {
         const outbox = yield* Outbox.Outbox
         const topic = "metered"
-        const delivered = Metric.tagged(Projector.metrics.delivered, "topic", topic)
-        const dead = Metric.tagged(Projector.metrics.dead, "topic", topic)
-        const lag = Metric.tagged(Projector.metrics.lag, "topic", topic)
+        const delivered = Metric.withAttributes(Projector.metrics.delivered, { ["topic"]: topic })
+        const dead = Metric.withAttributes(Projector.metrics.dead, { ["topic"]: topic })
+        const lag = Metric.withAttributes(Projector.metrics.lag, { ["topic"]: topic })
         const before = { delivered: (yield* Metric.value(delivered)).count, dead: (yield* Metric.value(dead)).count }
         yield* outbox.enqueueMany([{ topic, payload: { ok: true } }, { topic, payload: { ok: true } }, { topic, payload: { ok: false } }])
         const publisher = Publisher.layerHandler((message) =>

@@ -5,35 +5,31 @@ import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Faults from "@effect-durable/testing/Faults"
 import * as Telemetry from "@effect-durable/testing/Telemetry"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as Schema from "effect/Schema"
-import * as Supervisor from "effect/Supervisor"
-import * as TestServices from "effect/TestServices"
+import * as TestClock from "effect/testing/TestClock"
 import { APPLICATION_NAME } from "../src/internal/listener.js"
 import * as Projector from "../src/Projector.js"
 import * as Publisher from "../src/Publisher.js"
-import { Deliveries, eventually, freshName, listenDirect, outboxRows, projectedCount, recording, substrate } from "./support.js"
+import { Deliveries, eventually, freshName, listenDirect, outboxRows, projectedCount, recording, substrate, withLayerLive } from "./support.js"
 
 /**
  * Runs `body` while a projector with `options` and `publisher` runs; stops it after. The
  * projector runs on the live clock (its poll, backoff, lease renewal and shutdown deadline
- * are real time; the TestClock of `it.effect` would never let them pass).
+ * are real time; the TestClock of `it.effect` would never let them pass); `body` on the test's.
  */
 const withProjector = <A, E, R>(
   options: Projector.ProjectorOptions,
   publisher: Layer.Layer<Publisher.Publisher>,
   body: Effect.Effect<A, E, R>
-) =>
-  Effect.scoped(
-    Effect.flatMap(Layer.build(Projector.layer(options).pipe(Layer.provide(publisher))), (context) =>
-      Effect.provide(body, context))
-  ).pipe(TestServices.provideLive)
+) => withLayerLive(Projector.layer(options).pipe(Layer.provide(publisher)), body)
 
 const freshTopic = () => freshName("p")
 
@@ -54,7 +50,7 @@ describe("Projector", () => {
             for (let i = 0; i < 40; i++) {
               if (i % 4 === 3) {
                 yield* Effect.flip(sql.withTransaction(
-                  Effect.zipRight(Effect.tap(outbox.enqueue(topic, { i }), (id) => Effect.sync(() => rolledBack.push(id))), Effect.fail("rollback"))
+                  Effect.andThen(Effect.tap(outbox.enqueue(topic, { i }), (id) => Effect.sync(() => rolledBack.push(id))), Effect.fail("rollback"))
                 ))
               } else {
                 committed.push(yield* sql.withTransaction(outbox.enqueue(topic, { i })))
@@ -85,7 +81,7 @@ describe("Projector", () => {
               (rows) => rows[0]!.n > 0
             )
             const committedAt = yield* Effect.map(sql.withTransaction(outbox.enqueue(topic, {})), () => Date.now())
-            const deliveredAt = yield* Deferred.await(delivered).pipe(Effect.timeout("10 seconds"), TestServices.provideLive)
+            const deliveredAt = yield* Deferred.await(delivered).pipe(Effect.timeout("10 seconds"), TestClock.withLive)
             return deliveredAt - committedAt
           })
         )
@@ -170,7 +166,7 @@ describe("Projector", () => {
         const later = yield* eventually(
           Projector.drain({ topics: [topic], backoff: { min: "500 millis", max: "500 millis" } }).pipe(
             Effect.provide(recording(deliveries, behaviour)),
-            Effect.zipRight(outboxRows([flaky!]))
+            Effect.andThen(outboxRows([flaky!]))
           ),
           (rows) => rows[0]!.projected
         )
@@ -194,7 +190,7 @@ describe("Projector", () => {
           topics: [topic],
           deliveryTimeout: "200 millis",
           backoff: { min: "1 minute", max: "1 minute" }
-        }).pipe(Effect.provide(publisher), TestServices.provideLive)
+        }).pipe(Effect.provide(publisher), TestClock.withLive)
         expect(counts).toMatchObject({ claimed: 3, delivered: 1, retried: 2 })
         const rows = yield* outboxRows([hangs!, dies!, fine!])
         expect(rows[0]!.last_error).toBe("delivery timed out after 200ms")
@@ -206,7 +202,7 @@ describe("Projector", () => {
       Effect.gen(function*() {
         const outbox = yield* Outbox.Outbox
         const topic = freshTopic()
-        class Sink extends Context.Tag("test/Sink")<Sink, Array<unknown>>() {}
+        class Sink extends Context.Service<Sink, Array<unknown>>()("test/Sink") {}
         const sink: Array<unknown> = []
         const publisher = Publisher.layerHandler((message) => Effect.map(Sink, (seen) => void seen.push(message.payload))).pipe(
           Layer.provide(Layer.succeed(Sink, sink))
@@ -216,8 +212,8 @@ describe("Projector", () => {
         expect(counts).toMatchObject({ claimed: 3, delivered: 3 })
         const direct = yield* Effect.flatMap(Publisher.Publisher, (p) =>
           p.publish({ id: "0", topic, orderingKey: null, payload: 4, headers: {}, createdAt: "", attempt: 1, claim: { messageId: "0", worker: "w", generation: 1 } })
-        ).pipe(Effect.provide(publisher), Effect.either)
-        expect(direct._tag).toBe("Right")
+        ).pipe(Effect.provide(publisher), Effect.result)
+        expect(direct._tag).toBe("Success")
         expect([...sink].sort()).toEqual([1, 2, 3, 4])
       }))
 
@@ -237,7 +233,7 @@ describe("Projector", () => {
           concurrency: 1,
           deliveryTimeout: "100 millis",
           backoff: { min: "1 minute", max: "1 minute" }
-        }).pipe(Effect.provide(publisher), TestServices.provideLive)
+        }).pipe(Effect.provide(publisher), TestClock.withLive)
         expect(counts).toMatchObject({ claimed: 5, delivered: 3, retried: 2, stale: 0 })
         const rows = yield* outboxRows(ids)
         expect(rows.map((row) => row.projected)).toEqual([false, true, false, true, true])
@@ -289,7 +285,7 @@ describe("Projector", () => {
         const id = yield* outbox.enqueue(topic, {})
         const started = yield* Deferred.make<void>()
         const proceed = yield* Deferred.make<void>()
-        const publisher = Publisher.layerHandler(() => Effect.zipRight(Deferred.succeed(started, undefined), Deferred.await(proceed)))
+        const publisher = Publisher.layerHandler(() => Effect.andThen(Deferred.succeed(started, undefined), Deferred.await(proceed)))
         const counts = yield* withProjector(
           { topics: [topic], lease: "1 minute", pollInterval: "50 millis" },
           publisher,
@@ -325,7 +321,7 @@ describe("Projector", () => {
             inFlight++
             maxInFlight = Math.max(maxInFlight, inFlight)
             order.get(key)!.push(seq)
-            yield* Effect.yieldNow()
+            yield* Effect.yieldNow
             inFlight--
           })
         )
@@ -344,21 +340,51 @@ describe("Projector", () => {
         expect(maxInFlight).toBeGreaterThan(1)
       }), 180_000)
 
-    // Deliveries run at once, with a barrier: each waits until `target` run together (or
-    // 300 ms pass); returns the most that ever ran at once.
+    // Deliveries run at once, with a barrier: each waits until `target` run together, or until
+    // no other can start — no claim under way and every claimed message's delivery started
+    // (the projector's claims are watched through its worker); returns the most that ever ran
+    // at once.
     const mostAtOnce = (options: Projector.ProjectorOptions, messages: number, target: number) =>
       Effect.gen(function*() {
         const outbox = yield* Outbox.Outbox
+        const worker = yield* OutboxWorker.OutboxWorker
         const topic = freshTopic()
         const ids = yield* outbox.enqueueMany(Array.from({ length: messages }, (_, i) => ({ topic, payload: i })))
         let inFlight = 0
         let most = 0
-        const reached = yield* Deferred.make<void>()
+        let reached = false
+        let claiming = 0
+        let unstarted = 0
+        const held: Array<Deferred.Deferred<void>> = []
+        const release = () => {
+          if (!reached && (claiming > 0 || unstarted > 0)) return
+          for (const deferred of held.splice(0)) Deferred.doneUnsafe(deferred, Exit.void)
+        }
+        const watched = OutboxWorker.OutboxWorker.of({
+          ...worker,
+          claim: (claimOptions) =>
+            Effect.suspend(() => {
+              claiming++
+              return worker.claim(claimOptions).pipe(
+                Effect.onExit((exit) =>
+                  Effect.sync(() => {
+                    claiming--
+                    if (Exit.isSuccess(exit)) unstarted += exit.value.length
+                    release()
+                  })
+                )
+              )
+            })
+        })
         const publisher = Publisher.layerHandler(() =>
           Effect.gen(function*() {
+            unstarted--
             most = Math.max(most, ++inFlight)
-            if (inFlight >= target) yield* Deferred.succeed(reached, undefined)
-            yield* TestServices.provideLive(Effect.timeout(Deferred.await(reached), "300 millis")).pipe(Effect.ignore)
+            if (inFlight >= target) reached = true
+            const deferred = yield* Deferred.make<void>()
+            held.push(deferred)
+            release()
+            yield* Deferred.await(deferred)
             inFlight--
           })
         )
@@ -366,7 +392,7 @@ describe("Projector", () => {
           { topics: [topic], pollInterval: "20 millis", ...options },
           publisher,
           eventually(projectedCount(ids), (count) => count === ids.length, 30)
-        )
+        ).pipe(Effect.provideService(OutboxWorker.OutboxWorker, watched))
         return most
       })
 
@@ -390,7 +416,8 @@ describe("Projector", () => {
         const id = yield* outbox.enqueue(topic, {})
         const started = yield* Deferred.make<void>()
         const publisher = Publisher.layerHandler(() =>
-          Effect.zipRight(Deferred.succeed(started, undefined), TestServices.provideLive(Effect.sleep("300 millis")))
+          // The projector's lanes run on the live clock.
+          Effect.andThen(Deferred.succeed(started, undefined), Effect.sleep("300 millis"))
         )
         yield* withProjector({ topics: [topic], pollInterval: "50 millis", shutdownDeadline: "5 seconds" }, publisher, Deferred.await(started))
         expect((yield* outboxRows([id]))[0]).toMatchObject({ projected: true })
@@ -402,7 +429,7 @@ describe("Projector", () => {
         const topic = freshTopic()
         const ids = yield* outbox.enqueueMany([1, 2, 3].map((i) => ({ topic, payload: i })))
         const started = yield* Deferred.make<void>()
-        const stuck = Publisher.layerHandler(() => Effect.zipRight(Deferred.succeed(started, undefined), Effect.never))
+        const stuck = Publisher.layerHandler(() => Effect.andThen(Deferred.succeed(started, undefined), Effect.never))
         yield* withProjector(
           { topics: [topic], pollInterval: "50 millis", shutdownDeadline: "200 millis", lease: "1 hour", concurrency: 1 },
           stuck,
@@ -421,15 +448,22 @@ describe("Projector", () => {
           sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database()`,
           (rows) => rows[0]!.n
         )
-        const supervisor = yield* Supervisor.track
+        // Every fiber started under the tracker (the projectors' and all they fork) is counted
+        // when it starts and when it ends.
+        let live = 0
+        const tracker: Metric.FiberRuntimeMetricsService = {
+          recordFiberStart: () => void live++,
+          recordFiberEnd: () => void live--
+        }
         const publisher = recording(new Deliveries())
         yield* withProjector({ pollInterval: "50 millis" }, publisher, Effect.void)
         const baseline = yield* connections
         for (let i = 0; i < 200; i++) {
-          yield* withProjector({ pollInterval: "50 millis" }, publisher, Effect.yieldNow()).pipe(Effect.supervised(supervisor))
+          yield* withProjector({ pollInterval: "50 millis" }, publisher, Effect.yieldNow).pipe(
+            Effect.provideService(Metric.FiberRuntimeMetrics, tracker)
+          )
         }
-        const live = yield* supervisor.value
-        expect(live.filter((fiber) => fiber.unsafePoll() === null)).toEqual([])
+        expect(live).toEqual(0)
         // The listener's connection closes asynchronously; wait for the count to settle.
         const settled = yield* eventually(connections, (n) => n <= baseline, 10)
         expect(settled).toBeLessThanOrEqual(baseline)
@@ -467,7 +501,7 @@ describe("Projector.layerConfig", () => {
   it.effect("reads PROJECTOR_* settings and refuses bad ones with a typed error", () =>
     Effect.gen(function*() {
       const withEnv = (env: Record<string, string>) =>
-        Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+        Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord(env))
       const options = yield* Projector.optionsConfig.pipe(withEnv({ PROJECTOR_TOPICS: "a,b", PROJECTOR_BATCH_SIZE: "7", PROJECTOR_LEASE: "5 seconds" }))
       expect(options).toMatchObject({ topics: ["a", "b"], batchSize: 7 })
       // The options are refused before the outbox is touched: a placeholder stands in for it.

@@ -6,7 +6,10 @@ import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 export { eventually } from "@effect-durable/testing/Eventually"
 export { freshName, outboxRows, projectedCount } from "@effect-durable/testing/TestSubstrate"
 import * as Effect from "effect/Effect"
-import * as Redacted from "effect/Redacted"
+import * as Layer from "effect/Layer"
+import type * as Redacted from "effect/Redacted"
+import type * as Scope from "effect/Scope"
+import * as TestClock from "effect/testing/TestClock"
 import type { PublishError } from "../src/Publisher.js"
 import * as Publisher from "../src/Publisher.js"
 
@@ -38,5 +41,18 @@ export const recording = (
   behaviour: (message: OutboxWorker.OutboxMessage) => Effect.Effect<void, PublishError> = () => Effect.void
 ) =>
   Publisher.layerHandler((message) =>
-    Effect.zipRight(Effect.sync(() => deliveries.seen.push(message)), behaviour(message))
+    Effect.andThen(Effect.sync(() => deliveries.seen.push(message)), behaviour(message))
   )
+
+/**
+ * Runs `body` with the services of `layer`, built on the live clock: what the layer forks (a
+ * projector's loops, keeper and listener, their polls and backoffs) and its finalizers (the
+ * shutdown deadline) run in real time — the TestClock of `it.effect` would never let them
+ * pass. `body` keeps the caller's clock (`eventually` waits on the live clock by itself; a
+ * `TestClock.withLive` inside another one fails).
+ */
+export const withLayerLive = <ROut, E, RIn, A, E2, R>(
+  layer: Layer.Layer<ROut, E, RIn>,
+  body: Effect.Effect<A, E2, R>
+): Effect.Effect<A, E | E2, Exclude<RIn | Exclude<R, ROut>, Scope.Scope>> =>
+  Effect.scoped(Effect.flatMap(TestClock.withLive(Layer.build(layer)), (context) => Effect.provide(body, context)))

@@ -29,17 +29,17 @@ export class NatsUnavailable extends Schema.TaggedError<NatsUnavailable>("@effec
   }
 }
 
-export class NatsServer extends Context.Tag("@effect-durable/testing/NatsServer")<NatsServer, {
+export class NatsServer extends Context.Service<NatsServer, {
   readonly url: string
   readonly provider: "url" | "binary"
-}>() {}
+}>()("@effect-durable/testing/NatsServer") {}
 
 export const INSTALL_HINT = "install it (Debian: apt-get install nats-server) or set NATS_URL"
 
 const NatsConfig = Config.all({
-  url: Config.option(Config.string("NATS_URL")),
-  binary: Config.string("NATS_SERVER_BIN").pipe(Config.withDefault("nats-server")),
-  required: Config.boolean("EFFECT_DURABLE_REQUIRE_NATS").pipe(Config.withDefault(false))
+  url: Config.option(Config.String("NATS_URL")),
+  binary: Config.String("NATS_SERVER_BIN").pipe(Config.withDefault("nats-server")),
+  required: Config.Boolean("EFFECT_DURABLE_REQUIRE_NATS").pipe(Config.withDefault(false))
 })
 
 const findBinary = (name: string): string | undefined => {
@@ -101,7 +101,7 @@ const startBinary = (binary: string) =>
       })
   )
 
-export const layer: Layer.Layer<NatsServer, NatsUnavailable> = Layer.scoped(
+export const layer: Layer.Layer<NatsServer, NatsUnavailable> = Layer.effect(
   NatsServer,
   Effect.gen(function*() {
     const config = yield* Effect.mapError(NatsConfig, (error) => new NatsUnavailable({ reason: String(error) }))

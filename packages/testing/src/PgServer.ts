@@ -30,7 +30,7 @@ export interface RestartOptions {
    */
   readonly mode?: "fast" | "immediate"
   /** How long the server stays down between stop and start. Default none. */
-  readonly downtime?: Duration.DurationInput
+  readonly downtime?: Duration.Input
 }
 
 /** The server could not be started, reached or driven. */
@@ -43,7 +43,7 @@ export class PgServerError extends Schema.TaggedError<PgServerError>("@effect-du
   }
 }
 
-export class PgServer extends Context.Tag("@effect-durable/testing/PgServer")<PgServer, {
+export class PgServer extends Context.Service<PgServer, {
   readonly provider: Provider
   /** Whether this scope started the server (and may therefore restart it). */
   readonly owned: boolean
@@ -57,7 +57,7 @@ export class PgServer extends Context.Tag("@effect-durable/testing/PgServer")<Pg
   readonly restart: Effect.Effect<void, PgServerError>
   /** `restart` with a shutdown mode and a downtime. */
   readonly restartWith: (options: RestartOptions) => Effect.Effect<void, PgServerError>
-}>() {}
+}>()("@effect-durable/testing/PgServer") {}
 
 /** Name of the variable through which the vitest global setup shares its server. */
 export const SHARED_SERVER_VARIABLE = "EFFECT_DURABLE_TEST_SERVER_URL"
@@ -89,7 +89,7 @@ export const layerUrl = (url: Redacted.Redacted<string>, provider: Provider = "u
 
 /** An embedded PostgreSQL owned by this scope: started on acquire, stopped and deleted on release. */
 export const layerEmbedded = (options: EmbeddedOptions = {}): Layer.Layer<PgServer, PgServerError> =>
-  Layer.scoped(
+  Layer.effect(
     PgServer,
     Effect.map(
       Effect.acquireRelease(
@@ -115,7 +115,7 @@ export const layerEmbedded = (options: EmbeddedOptions = {}): Layer.Layer<PgServ
           owned: true,
           url: (database) => withDatabase(base, database),
           dataDir: Option.some(server.dataDir),
-          postmasterPid: Effect.sync(() => Option.fromNullable(server.postmasterPid())),
+          postmasterPid: Effect.sync(() => Option.fromNullishOr(server.postmasterPid())),
           restart: restartWith({}),
           restartWith
         })
@@ -128,7 +128,7 @@ export const layerEmbedded = (options: EmbeddedOptions = {}): Layer.Layer<PgServ
  * a Docker engine fails at once with a message that says so instead of hanging.
  */
 export const layerTestcontainers = (image = "postgres:18-alpine"): Layer.Layer<PgServer, PgServerError> =>
-  Layer.scoped(
+  Layer.effect(
     PgServer,
     Effect.gen(function*() {
       const fail = (reason: string) => new PgServerError({ provider: "testcontainers", reason })
@@ -143,7 +143,7 @@ export const layerTestcontainers = (image = "postgres:18-alpine"): Layer.Layer<P
           fail(`no container runtime: a Docker engine is needed for EFFECT_DURABLE_TEST_PG=testcontainers (${
             error instanceof Error ? error.message : String(error)
           })`)
-      }).pipe(Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => fail("the container runtime did not answer in 20 s") }))
+      }).pipe(Effect.timeoutOrElse({ duration: "20 seconds", orElse: () => Effect.fail(fail("the container runtime did not answer in 20 s")) }))
       const container = yield* Effect.acquireRelease(
         Effect.tryPromise({ try: () => new PostgreSqlContainer(image).start(), catch: (error) => fail(String(error)) }),
         (started) => Effect.promise(() => started.stop())
@@ -170,20 +170,15 @@ export const layerTestcontainers = (image = "postgres:18-alpine"): Layer.Layer<P
 
 /** The settings that choose a provider, read through Effect `Config` (environment by default). */
 export const ProviderConfig = Config.all({
-  databaseUrl: Config.option(Config.redacted("DATABASE_URL")).pipe(
-    Config.withDescription("an existing PostgreSQL for the tests; each suite creates and drops its own database")
+  databaseUrl: Config.option(Config.Redacted("DATABASE_URL")),
+  provider: Config.Literals(["embedded", "testcontainers"], "EFFECT_DURABLE_TEST_PG").pipe(
+    Config.withDefault("embedded" as const)
   ),
-  provider: Config.literal("embedded", "testcontainers")("EFFECT_DURABLE_TEST_PG").pipe(
-    Config.withDefault("embedded" as const),
-    Config.withDescription("which server to start when DATABASE_URL is not set")
-  ),
-  shared: Config.option(Config.redacted(SHARED_SERVER_VARIABLE)).pipe(
-    Config.withDescription("set by the vitest global setup: the embedded server shared by a test run")
-  )
+  shared: Config.option(Config.Redacted(SHARED_SERVER_VARIABLE))
 })
 
 /** The provider chosen by configuration (see the module comment for the order). */
-export const layer: Layer.Layer<PgServer, PgServerError> = Layer.unwrapEffect(
+export const layer: Layer.Layer<PgServer, PgServerError> = Layer.unwrap(
   Effect.map(
     Effect.mapError(ProviderConfig, (error) => new PgServerError({ provider: "config", reason: String(error) })),
     ({ databaseUrl, provider, shared }): Layer.Layer<PgServer, PgServerError> =>

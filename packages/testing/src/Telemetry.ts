@@ -10,6 +10,7 @@ import * as Effect from "effect/Effect"
 import type * as Exit from "effect/Exit"
 import * as Logger from "effect/Logger"
 import * as Option from "effect/Option"
+import * as References from "effect/References"
 import * as Tracer from "effect/Tracer"
 
 /** An in-memory span: what a tracer exporter would receive. */
@@ -21,23 +22,22 @@ export class RecordedSpan implements Tracer.Span {
   readonly events: Array<[string, Record<string, unknown> | undefined]> = []
   links: Array<Tracer.SpanLink>
   status: Tracer.SpanStatus
-  constructor(
-    readonly name: string,
-    readonly parent: Option.Option<Tracer.AnySpan>,
-    readonly context: Context.Context<never>,
-    links: ReadonlyArray<Tracer.SpanLink>,
-    startTime: bigint,
-    readonly kind: Tracer.SpanKind
-  ) {
-    this.traceId = Option.match(parent, {
+  readonly name: string
+  readonly parent: Option.Option<Tracer.AnySpan>
+  readonly annotations: Context.Context<never>
+  readonly kind: Tracer.SpanKind
+  readonly sampled = true
+  constructor(options: Parameters<Tracer.Tracer["span"]>[0]) {
+    this.name = options.name
+    this.parent = options.parent
+    this.annotations = options.annotations
+    this.kind = options.kind
+    this.traceId = Option.match(options.parent, {
       onNone: () => Math.random().toString(16).slice(2).padEnd(32, "0").slice(0, 32),
       onSome: (p) => p.traceId
     })
-    this.links = [...links]
-    this.status = { _tag: "Started", startTime }
-  }
-  get sampled() {
-    return true
+    this.links = [...options.links]
+    this.status = { _tag: "Started", startTime: options.startTime }
   }
   end(endTime: bigint, exit: Exit.Exit<unknown, unknown>) {
     this.status = { _tag: "Ended", startTime: (this.status as { startTime: bigint }).startTime, endTime, exit }
@@ -58,18 +58,18 @@ export const make = () => {
   const spans: Array<RecordedSpan> = []
   const logs: Array<string> = []
   const tracer = Tracer.make({
-    span: (name, parent, context, links, startTime, kind) => {
-      const span = new RecordedSpan(name, parent, context, links, startTime, kind)
+    span: (options) => {
+      const span = new RecordedSpan(options)
       spans.push(span)
       return span
-    },
-    context: (f) => f()
+    }
   })
-  const logger = Logger.make(({ annotations, cause, message }) => {
-    logs.push(JSON.stringify([message, [...annotations], String(cause)]))
+  const logger = Logger.make(({ cause, fiber, message }) => {
+    const annotations = Object.entries(fiber.getRef(References.CurrentLogAnnotations))
+    logs.push(JSON.stringify([message, annotations, String(cause)]))
   })
   const observed = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-    effect.pipe(Effect.withTracer(tracer), Effect.provide(Logger.replace(Logger.defaultLogger, logger)))
+    effect.pipe(Effect.withTracer(tracer), Effect.provide(Logger.layer([logger])))
   /** Every span name, attribute, event and log line as one text, to search for canaries. */
   const everything = () =>
     JSON.stringify(

@@ -5,17 +5,17 @@
  *
  * @since 0.1.0
  */
-import * as Reactivity from "@effect/experimental/Reactivity"
+import * as Reactivity from "effect/reactivity/Reactivity"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import type * as SqlClient from "@effect/sql/SqlClient"
-import type { SqlError } from "@effect/sql/SqlError"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type { SqlError } from "effect/sql/SqlError"
 import * as Effect from "effect/Effect"
 import * as Redacted from "effect/Redacted"
 import type * as Scope from "effect/Scope"
 import { randomBytes } from "node:crypto"
 import { quoteIdentifier, uniqueSuffix, withAdmin } from "./internal/admin.js"
 import type { PgServerError } from "./PgServer.js"
-import { TestDatabase } from "./TestDatabase.js"
+import { isPooled, liveClock, TestDatabase } from "./TestDatabase.js"
 
 export interface TestRole {
   /** The role's actual (unique) name: `<base>_<suffix>`. */
@@ -53,7 +53,8 @@ export const make = (
     const sql = yield* PgClient.make({
       url: Redacted.make(url.toString()),
       applicationName: options.applicationName ?? name,
-      maxConnections: 4
-    }).pipe(Effect.provide(Reactivity.layer))
+      maxConnections: 4,
+      prepare: !isPooled(database)
+    }).pipe(Effect.provide([Reactivity.layer, liveClock]))
     return { name, sql }
   })

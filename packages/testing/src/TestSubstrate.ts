@@ -8,7 +8,7 @@
  */
 import * as Durable from "@effect-durable/pg/Durable"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as TestDatabase from "./TestDatabase.js"

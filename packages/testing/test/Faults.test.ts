@@ -1,10 +1,10 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as TestServices from "effect/TestServices"
+import * as TestClock from "effect/testing/TestClock"
 import * as Faults from "../src/Faults.js"
 import * as PgServer from "../src/PgServer.js"
 import * as TestDatabase from "../src/TestDatabase.js"
@@ -71,6 +71,6 @@ describe("PgServer restartWith immediate", () => {
           Effect.retry({ times: 5 })
         )
         expect(rows[0]!.n).toBe(1000)
-      }).pipe(TestServices.provideLive), 120_000)
+      }).pipe(TestClock.withLive), 120_000)
   })
 })

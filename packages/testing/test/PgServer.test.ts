@@ -9,7 +9,7 @@ import { withAdmin } from "../src/internal/admin.js"
 import * as PgServer from "../src/PgServer.js"
 
 const withEnv = (entries: Record<string, string>) =>
-  Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(entries))))
+  Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord(entries))
 
 describe("PgServer provider choice", () => {
   it.effect("DATABASE_URL wins over every other provider", () =>

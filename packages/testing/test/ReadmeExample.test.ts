@@ -1,6 +1,6 @@
 import { expect, it } from "@effect/vitest"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 
 it.layer(TestDatabase.layerFresh())((it) => {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as ConfigProvider from "effect/ConfigProvider"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { createServer, connect, type Socket } from "node:net"
@@ -29,8 +30,8 @@ describe("TestDatabase", () => {
         Effect.gen(function*() {
           const a = yield* Layer.build(TestDatabase.layer({ prefix: "ed_iso" }))
           const b = yield* Layer.build(TestDatabase.layer({ prefix: "ed_iso" }))
-          const sqlA = a.unsafeMap.get(SqlClient.SqlClient.key) as SqlClient.SqlClient
-          const sqlB = b.unsafeMap.get(SqlClient.SqlClient.key) as SqlClient.SqlClient
+          const sqlA = Context.get(a, SqlClient.SqlClient)
+          const sqlB = Context.get(b, SqlClient.SqlClient)
           const nameA = (yield* sqlA<{ name: string }>`SELECT current_database() AS name`)[0]!.name
           const nameB = (yield* sqlB<{ name: string }>`SELECT current_database() AS name`)[0]!.name
           expect(nameA).not.toBe(nameB)
@@ -70,7 +71,7 @@ describe("TestDatabase", () => {
       const direct = new URL(Redacted.value(server.url()))
       // A stand-in pooler: a TCP relay to the server that remembers the ports of its upstream connections.
       const relay = yield* Effect.acquireRelease(
-        Effect.async<{ port: number; upstreamPorts: () => Array<number>; close: () => void }>((resume) => {
+        Effect.callback<{ port: number; upstreamPorts: () => Array<number>; close: () => void }>((resume) => {
           const sockets = new Set<Socket>()
           const upstreamPorts: Array<number> = []
           const listener = createServer((client) => {
@@ -101,10 +102,10 @@ describe("TestDatabase", () => {
       pooler.port = String(relay.port)
       {
         const context = yield* Layer.build(TestDatabase.layer({ prefix: "ed_pooled" })).pipe(
-          Effect.withConfigProvider(ConfigProvider.fromMap(new Map([[TestDatabase.POOLER_VARIABLE, pooler.toString()]])))
+          Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord({ [TestDatabase.POOLER_VARIABLE]: pooler.toString() }))
         )
-        const database = context.unsafeMap.get(TestDatabase.TestDatabase.key) as TestDatabase.TestDatabase["Type"]
-        const sql = context.unsafeMap.get(SqlClient.SqlClient.key) as SqlClient.SqlClient
+        const database = Context.get(context, TestDatabase.TestDatabase)
+        const sql = Context.get(context, SqlClient.SqlClient)
         expect(new URL(Redacted.value(database.url)).port).toBe(direct.port)
         const expected = new URL(pooler)
         expected.pathname = `/${database.name}`

@@ -1,10 +1,11 @@
 import { describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "@effect/sql/SqlClient"
+import { sqlStateOf } from "@effect-durable/pg/ErrorClassification"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as TestDatabase from "../src/TestDatabase.js"
 import * as TestRole from "../src/TestRole.js"
 
-const sqlState = (error: unknown): string | undefined => (error as any)?.cause?.code
+const sqlState = (error: unknown) => sqlStateOf(error)
 
 describe("TestRole", () => {
   it.layer(TestDatabase.layerFresh())((it) => {

@@ -1,12 +1,12 @@
 /**
- * The `effect-durable` command tree. Global options (`--database-url`, `--schema`,
- * `--verbose`) belong to the root and go before the command or after all of its own options.
+ * The `effect-durable` command tree. Global flags (`--database-url`, `--schema`,
+ * `--verbose`) belong to the root and go before the command or after it.
  * Every command's logs go to stderr, scrubbed of secrets.
  */
-import { Command } from "@effect/cli"
-import * as Effect from "effect/Effect"
+import * as Command from "effect/cli/Command"
+import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
-import * as LogLevel from "effect/LogLevel"
+import * as References from "effect/References"
 import { createRequire } from "node:module"
 import { dashboard } from "./commands/dashboard.js"
 import { deadLetters } from "./commands/deadLetters.js"
@@ -22,9 +22,16 @@ import { usage } from "./errors.js"
 import { stderrLogger } from "./output.js"
 
 // With rootDir src, a JSON import of ../package.json would leave the compiled tree.
-const version: string = createRequire(import.meta.url)("../../package.json").version
+export const version: string = createRequire(import.meta.url)("../../package.json").version
 
-export const command = root.pipe(
+/** Every command logs through `stderrLogger`; `--verbose` adds the debug logs. */
+const logging = (verbose: boolean) =>
+  Layer.mergeAll(
+    Logger.layer([stderrLogger]),
+    verbose ? Layer.succeed(References.MinimumLogLevel, "Debug") : Layer.empty
+  )
+
+const tree = root.pipe(
   Command.withHandler(() => usage("name a command; run effect-durable --help for the list")),
   Command.withSubcommands([
     migrate,
@@ -39,13 +46,10 @@ export const command = root.pipe(
     resume,
     doctor,
     dashboard
-  ]),
-  Command.transformHandler((effect, { verbose }) =>
-    effect.pipe(
-      verbose ? Logger.withMinimumLogLevel(LogLevel.Debug) : (self) => self,
-      Effect.provide(Logger.replace(Logger.defaultLogger, stderrLogger))
-    )
-  )
+  ])
 )
 
-export const run = Command.run(command, { name: "effect-durable", version })
+export const command = Command.provide(tree, ({ verbose }) => logging(verbose))
+
+/** Runs the command line (the arguments after the script's path). */
+export const run = Command.runWith(command, { version })

@@ -7,11 +7,10 @@
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Migrations from "@effect-durable/pg/Migrations"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
-import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
-import * as Stream from "effect/Stream"
+import * as Queue from "effect/Queue"
 import { randomBytes } from "node:crypto"
 import { age, count, plural } from "./output.js"
 
@@ -27,7 +26,7 @@ const fail = (name: string, detail: string): Check => ({ name, status: "fail", d
 
 /** A check whose own failure (permissions, a timeout) is reported as a warning. */
 const guarded = <R>(name: string, check: Effect.Effect<Check, unknown, R>): Effect.Effect<Check, never, R> =>
-  Effect.catchAll(check, (error) =>
+  Effect.catch(check, (error) =>
     Effect.succeed(warn(name, `could not check: ${(error as { message?: string })?.message ?? String(error)}`)))
 
 const version = guarded(
@@ -60,28 +59,23 @@ const drift = guarded(
 
 const listen = guarded(
   "LISTEN/NOTIFY",
-  Effect.gen(function*() {
+  Effect.scoped(Effect.gen(function*() {
     const client = yield* Effect.serviceOption(PgClient.PgClient)
     if (Option.isNone(client)) return warn("LISTEN/NOTIFY", "not checked: the SqlClient is not @effect/sql-pg's PgClient")
     const pg = client.value
     const sql = yield* SqlClient.SqlClient
     const channel = `effect_durable_doctor_${randomBytes(6).toString("hex")}`
-    const heard = yield* pg.listen(channel).pipe(Stream.take(1), Stream.runHead, Effect.fork)
-    // The listener registers when the stream starts; notify until it hears one, for 3 seconds.
-    const notify = sql`SELECT pg_notify(${channel}, 'ping')`.pipe(Effect.zipRight(Effect.sleep("200 millis")))
-    const result = yield* Fiber.join(heard).pipe(
-      Effect.raceFirst(Effect.forever(notify).pipe(Effect.as(Option.none()))),
-      Effect.timeout("3 seconds"),
-      Effect.option
-    )
-    yield* Fiber.interrupt(heard)
-    return Option.isSome(result) && Option.isSome(result.value)
+    // `listen` returns once PostgreSQL confirmed the LISTEN: one NOTIFY (on another session) must arrive.
+    const notifications = yield* pg.listen(channel)
+    yield* sql`SELECT pg_notify(${channel}, 'ping')`
+    const heard = yield* Queue.take(notifications).pipe(Effect.timeout("3 seconds"), Effect.option)
+    return Option.isSome(heard)
       ? ok("LISTEN/NOTIFY", "a notification arrived: projectors wake at commit")
       : warn(
         "LISTEN/NOTIFY",
         "no notification within 3 s (a transaction pooler in between?): projectors fall back to their poll interval; give them a direct listenUrl"
       )
-  })
+  }))
 )
 
 const pooler = guarded(

@@ -16,11 +16,11 @@ const UNITS: Readonly<Record<string, string>> = {
 }
 
 /** `1 minute`, `2 minutes`: how the library reads it, and how it reads in a message. */
-const spelled = (amount: string, unit: string): Duration.DurationInput =>
-  `${amount} ${Number(amount) === 1 ? unit.replace(/s$/, "") : unit.endsWith("s") ? unit : `${unit}s`}` as Duration.DurationInput
+const spelled = (amount: string, unit: string): Duration.Input =>
+  `${amount} ${Number(amount) === 1 ? unit.replace(/s$/, "") : unit.endsWith("s") ? unit : `${unit}s`}` as Duration.Input
 
 /** `7d` -> `7 days`; `"2 days"` stays; anything else is `undefined`. */
-export const parseDuration = (text: string): Duration.DurationInput | undefined => {
+export const parseDuration = (text: string): Duration.Input | undefined => {
   const short = /^(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h|d|w)$/.exec(text.trim())
   if (short !== null) return spelled(short[1]!, UNITS[short[2]!]!)
   const long = /^(\d+(?:\.\d+)?)\s+(millis?|seconds?|minutes?|hours?|days?|weeks?)$/.exec(text.trim())

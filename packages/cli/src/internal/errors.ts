@@ -1,10 +1,10 @@
 /**
- * What the command reports when it fails: every expected failure becomes one `CliError`
+ * What the command reports when it fails: every expected failure becomes one `CommandError`
  * with an exit code and one readable line, the library's typed errors included (named
  * after the flag the user typed, not the library's argument). The cause stays attached for
  * `--verbose`.
  */
-import { ValidationError } from "@effect/cli"
+import * as CliError from "effect/cli/CliError"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 
@@ -27,16 +27,22 @@ export const ExitCode = {
   interrupted: 130
 } as const
 
-export class CliError extends Data.TaggedError("CliError")<{
+export class CommandError extends Data.TaggedError("CommandError")<{
   readonly exitCode: number
   readonly message: string
   readonly cause?: unknown
 }> {}
 
-export const usage = (message: string, cause?: unknown) => new CliError({ exitCode: ExitCode.usage, message, cause })
-export const checkFailed = (message: string) => new CliError({ exitCode: ExitCode.checkFailed, message })
+export const usage = (message: string, cause?: unknown) => new CommandError({ exitCode: ExitCode.usage, message, cause })
+export const checkFailed = (message: string) => new CommandError({ exitCode: ExitCode.checkFailed, message })
 
-export const isCliError = (u: unknown): u is CliError => u instanceof CliError
+export const isCommandError = (u: unknown): u is CommandError => u instanceof CommandError
+
+/**
+ * What a flag's or argument's own check fails with: the runner shows it like any parse
+ * error (exit 2, the usage on stderr), in the words given here.
+ */
+export const invalidValue = (message: string) => new CliError.ValidationError({ message })
 
 /** The flag a library argument came from, to name what the user typed. */
 const FLAGS: Readonly<Record<string, string>> = {
@@ -70,9 +76,9 @@ const flagOf = (argument: string): string => {
 
 const SESSION_CODES = /^(08|28|3D)/
 
-/** The library's typed failures as `CliError`s; anything else passes through unchanged. */
+/** The library's typed failures as `CommandError`s; anything else passes through unchanged. */
 export const fromLibrary = (error: unknown): unknown => {
-  if (isCliError(error) || ValidationError.isValidationError(error)) return error
+  if (isCommandError(error) || CliError.isCliError(error)) return error
   const tag = (error as { _tag?: unknown } | null)?._tag
   switch (tag) {
     case "InvalidInput": {
@@ -85,7 +91,7 @@ export const fromLibrary = (error: unknown): unknown => {
     }
     case "SchemaVersionMismatch": {
       const e = error as { schema: string; found: number; needed: number }
-      return new CliError({
+      return new CommandError({
         exitCode: ExitCode.schemaVersion,
         message: e.found < e.needed
           ? `schema ${e.schema} is at version ${e.found}; this release needs ${e.needed}: run effect-durable migrate`
@@ -99,8 +105,8 @@ export const fromLibrary = (error: unknown): unknown => {
         /ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ECONNRESET|timeout exceeded when trying to connect|Connection terminated/i
           .test(e.detail)
       return lost
-        ? new CliError({ exitCode: ExitCode.unreachable, message: `cannot reach the database: ${e.detail}`, cause: error })
-        : new CliError({
+        ? new CommandError({ exitCode: ExitCode.unreachable, message: `cannot reach the database: ${e.detail}`, cause: error })
+        : new CommandError({
           exitCode: ExitCode.databaseError,
           message: `${e.operation} failed${e.code === null ? "" : ` [${e.code}]`}: ${e.detail}`,
           cause: error
@@ -111,6 +117,6 @@ export const fromLibrary = (error: unknown): unknown => {
   }
 }
 
-/** Maps the library's typed failures of `effect` to `CliError`s. */
-export const mapLibraryErrors = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, CliError | E, R> =>
-  Effect.mapError(effect, (error) => fromLibrary(error) as CliError | E)
+/** Maps the library's typed failures of `effect` to `CommandError`s. */
+export const mapLibraryErrors = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, CommandError | E, R> =>
+  Effect.mapError(effect, (error) => fromLibrary(error) as CommandError | E)

@@ -6,7 +6,7 @@
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import * as Logger from "effect/Logger"
-import * as LogLevel from "effect/LogLevel"
+import * as References from "effect/References"
 
 const secrets = new Set<string>()
 
@@ -35,19 +35,26 @@ export const scrub = (text: string): string => {
   return out
 }
 
+/**
+ * JSON text of a value. A `bigint` (PostgreSQL's int8, as the driver decodes it) is written as
+ * a string, as the library types its ids: `JSON.stringify` alone throws on one.
+ */
+export const stringify = (value: unknown, indent?: number): string =>
+  JSON.stringify(value, (_key, v: unknown) => (typeof v === "bigint" ? v.toString() : v), indent)
+
 /** A line of the result, on stdout. */
 export const line = (text: string) => Console.log(scrub(text))
 /** The result as JSON, on stdout. */
 export const json = (value: unknown, options: { readonly compact?: boolean } = {}) =>
-  Console.log(scrub(JSON.stringify(value, null, options.compact === true ? undefined : 2)))
+  Console.log(scrub(stringify(value, options.compact === true ? undefined : 2)))
 /** Progress and notes, on stderr: never mixed into a result a script parses. */
 export const note = (text: string) => Console.error(scrub(text))
 
 /** Logs (the library's and ours) on stderr, one line each, scrubbed. */
 export const stderrLogger = Logger.make(({ logLevel, message }) => {
-  const text = (Array.isArray(message) ? message : [message]).map((part) => (typeof part === "string" ? part : JSON.stringify(part)))
+  const text = (Array.isArray(message) ? message : [message]).map((part) => (typeof part === "string" ? part : stringify(part)))
     .join(" ")
-  process.stderr.write(`${scrub(`[${logLevel.label.toLowerCase()}] ${text}`)}\n`)
+  process.stderr.write(`${scrub(`[${logLevel.toLowerCase()}] ${text}`)}\n`)
 })
 
 export interface Column<Row> {
@@ -105,13 +112,12 @@ export const plural = (n: number, thing: string, things = `${thing}s`) => `${cou
  */
 export const withProgressLogs = <A, E, R>(prefix: string, effect: Effect.Effect<A, E, R>) =>
   effect.pipe(
-    Logger.withMinimumLogLevel(LogLevel.Debug),
-    // The command's logger is `stderrLogger` (installed for every command by the command tree).
-    Effect.provide(Logger.replace(
-      stderrLogger,
+    Effect.provideService(References.MinimumLogLevel, "Debug"),
+    // In place of the command's logger (`stderrLogger`, installed for every command by the command tree).
+    Effect.provide(Logger.layer([
       Logger.make(({ message }) => {
         const text = (Array.isArray(message) ? message : [message]).map(String).join(" ").replace(/^effect-durable: /, "")
         process.stderr.write(`${scrub(`${prefix}: ${text}`)}\n`)
       })
-    ))
+    ]))
   )

@@ -1,46 +1,94 @@
 /**
- * The idempotent endpoints of an `HttpApi`, read once from their annotations and keyed by
- * `METHOD /route/:pattern` — what `RouteContext.route` names at request time.
+ * The idempotent endpoints of an `HttpApi` (those with the `Idempotency` middleware), checked
+ * once when the middleware's layer is built, and each endpoint's part in idempotency.
  */
 import { DurableConfigError } from "@effect-durable/core/Errors"
-import * as HttpApi from "@effect/platform/HttpApi"
-import type * as HttpApiGroup from "@effect/platform/HttpApiGroup"
+import * as HttpApi from "effect/http-api/HttpApi"
+import type * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
+import type * as HttpApiGroup from "effect/http-api/HttpApiGroup"
+import type * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
+import * as HttpMethod from "effect/http/HttpMethod"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import type * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as ByteSize from "effect/ByteSize"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Option from "effect/Option"
-import type { IdempotentEndpoint } from "../Idempotency.js"
 import type { Settings } from "./options.js"
 
 /** The ledger names an operation in at most 128 bytes. */
 const MAX_OPERATION_BYTES = 128
 
-export const fromApi = <Id extends string, Groups extends HttpApiGroup.HttpApiGroup.Any, E, R>(
-  api: HttpApi.HttpApi<Id, Groups, E, R>,
-  annotation: Context.Tag<any, IdempotentEndpoint>,
+/** What an endpoint's annotation says; an endpoint with the middleware but no annotation requires the key. */
+export interface Part {
+  readonly required: boolean
+}
+
+/** The annotation's value on an endpoint (merged over its group's and API's), or the default. */
+export const partOf = (
+  annotation: Context.Key<any, Part>,
+  annotations: Context.Context<never>
+): Part => Context.getOrUndefined(annotations, annotation) ?? { required: true }
+
+/** Why an endpoint cannot be idempotent with these settings, if it cannot. */
+export const refusal = (
+  group: HttpApiGroup.Top,
+  endpoint: HttpApiEndpoint.Top,
   settings: Settings
-): Effect.Effect<ReadonlyMap<string, IdempotentEndpoint>, DurableConfigError> =>
+): DurableConfigError | undefined => {
+  const operation = `${endpoint.method} ${endpoint.path}`
+  const field = `${group.identifier}.${endpoint.identifier}`
+  if (!settings.methods.has(endpoint.method)) {
+    return new DurableConfigError({
+      field,
+      rule: `idempotent endpoints use ${[...settings.methods].join(", ")} (the methods option); ${operation} would ignore its key`
+    })
+  }
+  if (Buffer.byteLength(operation, "utf8") > MAX_OPERATION_BYTES) {
+    return new DurableConfigError({ field, rule: `method and route pattern in at most ${MAX_OPERATION_BYTES} bytes` })
+  }
+  return undefined
+}
+
+/** Fails with the first endpoint of `api` that carries `middleware` and cannot be idempotent. */
+export const check = <Id extends string, Groups extends HttpApiGroup.Constraint>(
+  api: HttpApi.HttpApi<Id, Groups>,
+  middleware: Context.Key<any, any>,
+  settings: Settings
+): Effect.Effect<void, DurableConfigError> =>
   Effect.suspend(() => {
-    const endpoints = new Map<string, IdempotentEndpoint>()
-    const refused: Array<DurableConfigError> = []
+    let refused: DurableConfigError | undefined
     HttpApi.reflect(api, {
       onGroup: () => {},
-      onEndpoint: ({ endpoint, group, mergedAnnotations }) => {
-        const found = Context.getOption(mergedAnnotations, annotation)
-        if (Option.isNone(found)) return
-        const operation = `${endpoint.method} ${endpoint.path}`
-        const field = `${group.identifier}.${endpoint.name}`
-        if (!settings.methods.has(endpoint.method)) {
-          refused.push(
-            new DurableConfigError({
-              field,
-              rule: `idempotent endpoints use ${[...settings.methods].join(", ")} (the methods option); ${operation} would ignore its key`
-            })
-          )
-        } else if (Buffer.byteLength(operation, "utf8") > MAX_OPERATION_BYTES) {
-          refused.push(new DurableConfigError({ field, rule: `method and route pattern in at most ${MAX_OPERATION_BYTES} bytes` }))
-        }
-        endpoints.set(operation, found.value)
+      onEndpoint: ({ endpoint, group, middleware: middlewares }) => {
+        if (refused === undefined && middlewares.has(middleware as HttpApiMiddleware.AnyService)) refused = refusal(group, endpoint, settings)
       }
     })
-    return refused.length > 0 ? Effect.fail(refused[0]!) : Effect.succeed(endpoints)
+    return refused === undefined ? Effect.void : Effect.fail(refused)
   })
+
+/** `text/plain; charset=UTF-8` is `text/plain`, as HttpApi matches payload encodings. */
+const mediaType = (contentType: string) => contentType.toLowerCase().split(";")[0]!.trim()
+
+/**
+ * The answers HttpApi gives a request before its handler runs that are responses, not
+ * failures: a Content-Type the endpoint has no payload for (415), and a declared length over
+ * a streaming payload's `maxBytes` (413). The middleware gives them itself, the same, so that
+ * they are never stored as the handler's. `undefined`: HttpApi decodes the request (a decoding
+ * failure arrives as `HttpApiSchemaError`). A raw handler (`handleRaw`) gets the 415 too.
+ */
+export const answerBeforeHandler = (
+  endpoint: HttpApiEndpoint.Top
+): (request: HttpServerRequest.HttpServerRequest) => HttpServerResponse.HttpServerResponse | undefined => {
+  if (endpoint.payload.size === 0) return () => undefined
+  return (request) => {
+    if (!HttpMethod.hasBody(request.method)) return undefined
+    const contentType = mediaType(request.headers["content-type"] ?? "application/json")
+    const payload = endpoint.payload.get(contentType)
+    if (payload === undefined) return HttpServerResponse.text(`Unsupported content-type: ${contentType}`, { status: 415 })
+    if (payload.encoding._tag !== "Stream") return undefined
+    const maxBytes = (payload.schemas[0] as { readonly maxBytes?: ByteSize.ByteSize | undefined }).maxBytes
+    return maxBytes !== undefined && Number(request.headers["content-length"]) > ByteSize.toNumberUnsafe(maxBytes)
+      ? HttpServerResponse.empty({ status: 413, headers: { connection: "close" } })
+      : undefined
+  }
+}

@@ -4,7 +4,7 @@
  */
 import { DurableConfigError } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as Either from "effect/Either"
+import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import type { Options } from "../Idempotency.js"
 import type { Bounds } from "../IdempotencyKey.js"
@@ -41,31 +41,21 @@ export const NEVER_STORED: ReadonlySet<string> = new Set([
   "upgrade"
 ])
 
-const HeaderName = Schema.String.pipe(
-  Schema.filter((name) => /^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}$/.test(name), {
-    message: () => "an HTTP header name (token characters, at most 64)"
-  })
-)
-const StoredHeader = HeaderName.pipe(
-  Schema.filter((name) => !NEVER_STORED.has(name.toLowerCase()), {
-    message: () => "not Set-Cookie, Date, Content-Length or a connection header: those are never replayed"
-  })
-)
+const HeaderName = Schema.String.check(Schema.makeFilter((name) => /^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}$/.test(name), { message: "an HTTP header name (token characters, at most 64)" }))
+const StoredHeader = HeaderName.check(Schema.makeFilter((name) => !NEVER_STORED.has(name.toLowerCase()), { message: "not Set-Cookie, Date, Content-Length or a connection header: those are never replayed" }))
 
 const OptionsSchema = Schema.Struct({
-  header: Schema.optionalWith(HeaderName, { default: () => Defaults.header }),
-  minKeyLength: Schema.optionalWith(Input.Count(255), { default: () => Defaults.minKeyLength }),
-  maxKeyLength: Schema.optionalWith(Input.Count(255), { default: () => Defaults.maxKeyLength }),
-  methods: Schema.optionalWith(Schema.Array(Schema.Literal("POST", "PATCH", "PUT", "DELETE")).pipe(Schema.minItems(1)), {
-    default: () => Defaults.methods
-  }),
-  maxRequestBytes: Schema.optionalWith(Input.Count(64 * 1024 * 1024, 0), { default: () => Defaults.maxRequestBytes }),
-  maxResponseBytes: Schema.optionalWith(Input.Count(MAX_RESPONSE_BYTES, 0), { default: () => Defaults.maxResponseBytes }),
-  storedHeaders: Schema.optionalWith(Schema.Array(StoredHeader), { default: () => Defaults.storedHeaders }),
-  replayHeader: Schema.optionalWith(HeaderName, { default: () => Defaults.replayHeader }),
-  inFlight: Schema.optionalWith(Schema.Literal("conflict", "wait"), { default: () => Defaults.inFlight }),
-  retryAfterSeconds: Schema.optionalWith(Input.Count(3600, 0), { default: () => Defaults.retryAfterSeconds }),
-  problemTypeBase: Schema.optionalWith(Input.Text(512), { default: () => Defaults.problemTypeBase })
+  header: HeaderName.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.header))),
+  minKeyLength: Input.Count(255).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.minKeyLength))),
+  maxKeyLength: Input.Count(255).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxKeyLength))),
+  methods: Schema.Array(Schema.Literals(["POST", "PATCH", "PUT", "DELETE"])).check(Schema.isMinLength(1)).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.methods))),
+  maxRequestBytes: Input.Count(64 * 1024 * 1024, 0).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxRequestBytes))),
+  maxResponseBytes: Input.Count(MAX_RESPONSE_BYTES, 0).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxResponseBytes))),
+  storedHeaders: Schema.Array(StoredHeader).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.storedHeaders))),
+  replayHeader: HeaderName.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.replayHeader))),
+  inFlight: Schema.Literals(["conflict", "wait"]).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.inFlight))),
+  retryAfterSeconds: Input.Count(3600, 0).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.retryAfterSeconds))),
+  problemTypeBase: Input.Text(512).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.problemTypeBase)))
 })
 
 export interface Settings {
@@ -88,14 +78,12 @@ export interface Settings {
 
 const decodeSchema = Input.options(OptionsSchema, "idempotency")
 
-export const decode = (options: Options): Either.Either<Settings, DurableConfigError> =>
-  Either.flatMap(decodeSchema(options), (decoded) => {
+export const decode = (options: Options): Effect.Effect<Settings, DurableConfigError> =>
+  Effect.flatMap(decodeSchema(options), (decoded) => {
     if (decoded.minKeyLength > decoded.maxKeyLength) {
-      return Either.left(
-        new DurableConfigError({ field: "idempotency.minKeyLength", rule: "at most maxKeyLength" })
-      )
+      return Effect.fail(new DurableConfigError({ field: "idempotency.minKeyLength", rule: "at most maxKeyLength" }))
     }
-    return Either.right({
+    return Effect.succeed({
       header: decoded.header.toLowerCase(),
       headerName: decoded.header,
       bounds: { minLength: decoded.minKeyLength, maxLength: decoded.maxKeyLength },

@@ -1,18 +1,17 @@
 /**
  * The request body, read once and bounded, and a request that serves it to the handler.
  *
- * Why not `request.arrayBuffer`: on Node only `text` is cached per request, so a body read
- * here could not be read again by the handler (HttpApi reads binary payloads with
- * `arrayBuffer`); and `withMaxBodySize` destroys the socket on overflow, so no 413 could be
- * sent. On Node the `IncomingMessage` is read directly: an overflow stops buffering and drains
- * the rest (up to a cap, then the connection is cut), so the 413 can still be written.
+ * Why not `request.arrayBuffer`: over `MaxBodySize` it fails without reading the rest, so no
+ * 413 could be written on a connection whose client is still sending. The request's stream is
+ * read (which also answers `Expect: 100-continue`) while under the limit; on an overflow the
+ * rest of a Node body is drained (up to a cap, then the connection is cut), so the 413 can
+ * still be written.
  */
-import * as HttpServerError from "@effect/platform/HttpServerError"
-import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as UrlParams from "@effect/platform/UrlParams"
-import * as Chunk from "effect/Chunk"
+import * as HttpServerError from "effect/http/HttpServerError"
+import type * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as UrlParams from "effect/http/UrlParams"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Stream from "effect/Stream"
 import type { Readable } from "node:stream"
 
@@ -28,11 +27,13 @@ const isNodeReadable = (source: unknown): source is Readable =>
   typeof source === "object" && source !== null && typeof (source as Readable).on === "function" &&
   typeof (source as Readable).resume === "function"
 
-const transportError = (request: HttpServerRequest.HttpServerRequest, cause: unknown) =>
-  new HttpServerError.RequestError({ request, reason: "Transport", cause })
+const requestError = (request: HttpServerRequest.HttpServerRequest, description: string, cause: unknown) =>
+  new HttpServerError.HttpServerError({ reason: new HttpServerError.RequestParseError({ request, description, cause }) })
 
 /** Discards the rest of an oversized body so the response can be written; cuts the connection past the cap. */
-const drain = (source: Readable) => {
+const drain = (request: HttpServerRequest.HttpServerRequest) => {
+  const source = request.source
+  if (!isNodeReadable(source)) return
   let drained = 0
   source.on("data", (chunk: Buffer) => {
     drained += chunk.byteLength
@@ -41,63 +42,36 @@ const drain = (source: Readable) => {
   source.resume()
 }
 
-const readNode = (request: HttpServerRequest.HttpServerRequest, source: Readable, limit: number) =>
-  Effect.async<Either.Either<Uint8Array, TooLarge>, HttpServerError.RequestError>((resume) => {
-    const chunks: Array<Buffer> = []
-    let size = 0
-    const cleanup = () => {
-      source.off("data", onData)
-      source.off("end", onEnd)
-      source.off("error", onError)
-    }
-    const onData = (chunk: Buffer) => {
-      size += chunk.byteLength
-      if (size <= limit) return void chunks.push(chunk)
-      cleanup()
-      drain(source)
-      resume(Effect.succeed(Either.left(new TooLarge())))
-    }
-    const onEnd = () => {
-      cleanup()
-      // A copy: a small Buffer may be a view into Node's shared 8 KiB pool.
-      resume(Effect.succeed(Either.right(new Uint8Array(Buffer.concat(chunks)))))
-    }
-    const onError = (cause: unknown) => {
-      cleanup()
-      resume(Effect.fail(transportError(request, cause)))
-    }
-    source.on("data", onData)
-    source.once("end", onEnd)
-    source.once("error", onError)
-    return Effect.sync(cleanup)
-  })
-
-/** Any other platform: the request's stream, folded while under the limit. */
-const readStream = (request: HttpServerRequest.HttpServerRequest, limit: number) =>
-  request.stream.pipe(
-    Stream.runFoldWhile(
-      { size: 0, chunks: Chunk.empty<Uint8Array>() },
-      (read) => read.size <= limit,
-      (read, chunk) => ({ size: read.size + chunk.byteLength, chunks: Chunk.append(read.chunks, chunk) })
-    ),
-    Effect.map(({ chunks, size }) =>
-      size > limit ? Either.left(new TooLarge()) : Either.right(new Uint8Array(Buffer.concat(Chunk.toArray(chunks))))
-    ),
-    Effect.mapError((cause) => transportError(request, cause))
-  )
-
 /** Reads the whole body, or reports that it exceeds `limit` bytes (a `Content-Length` over it is refused unread). */
 export const read = (
   request: HttpServerRequest.HttpServerRequest,
   limit: number
-): Effect.Effect<Either.Either<Uint8Array, TooLarge>, HttpServerError.RequestError> => {
-  const source = request.source
+): Effect.Effect<Result.Result<Uint8Array, TooLarge>, HttpServerError.HttpServerError> => {
   const declared = Number(request.headers["content-length"] ?? Number.NaN)
   if (declared > limit) {
-    if (isNodeReadable(source)) drain(source)
-    return Effect.succeed(Either.left(new TooLarge()))
+    drain(request)
+    return Effect.succeed(Result.fail(new TooLarge()))
   }
-  return isNodeReadable(source) ? readNode(request, source, limit) : readStream(request, limit)
+  return Effect.suspend(() => {
+    const chunks: Array<Uint8Array> = []
+    let size = 0
+    return request.stream.pipe(
+      Stream.runForEachWhile((chunk) =>
+        Effect.sync(() => {
+          size += chunk.byteLength
+          if (size > limit) return false
+          chunks.push(chunk)
+          return true
+        })
+      ),
+      Effect.mapError((cause) => requestError(request, "the request body could not be read", cause)),
+      Effect.map(() => {
+        if (size <= limit) return Result.succeed(new Uint8Array(Buffer.concat(chunks)))
+        drain(request)
+        return Result.fail(new TooLarge())
+      })
+    )
+  })
 }
 
 /** The same request, its body accessors serving `bytes` (multipart excepted: refused before this). */
@@ -105,17 +79,22 @@ export const buffered = (
   request: HttpServerRequest.HttpServerRequest,
   bytes: Uint8Array
 ): HttpServerRequest.HttpServerRequest => {
-  const decodeError = (cause: unknown) => new HttpServerError.RequestError({ request, reason: "Decode", cause })
+  const decodeError = (cause: unknown) => requestError(request, "the request body could not be decoded", cause)
   const text = Effect.sync(() => new TextDecoder().decode(bytes))
   const json = Effect.flatMap(text, (body) =>
-    Effect.try({ try: (): unknown => (body === "" ? null : JSON.parse(body)), catch: decodeError }))
+    Effect.try({ try: (): any => (body === "" ? null : JSON.parse(body)), catch: decodeError }))
   const urlParamsBody = Effect.flatMap(text, (body) =>
-    Effect.try({ try: () => UrlParams.fromInput(new URLSearchParams(body)), catch: decodeError }))
+    Effect.try({
+      // A leading "?" is form data; URLSearchParams would drop it as a query prefix (as the platform reads it).
+      try: () => UrlParams.fromInput(new URLSearchParams(body.replace(/^\?/, "%3F"))),
+      catch: decodeError
+    }))
   return Object.create(request, {
     text: { value: text },
     json: { value: json },
     urlParamsBody: { value: urlParamsBody },
     arrayBuffer: { value: Effect.sync(() => new Uint8Array(bytes).buffer) },
-    stream: { get: () => Stream.succeed(bytes) }
+    stream: { get: () => Stream.succeed(bytes) },
+    modify: { value: (options: Parameters<HttpServerRequest.HttpServerRequest["modify"]>[0]) => buffered(request.modify(options), bytes) }
   }) as HttpServerRequest.HttpServerRequest
 }

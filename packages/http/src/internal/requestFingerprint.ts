@@ -9,7 +9,7 @@
  */
 import { canonicalizeWithin, fingerprint, type RequestFingerprint } from "@effect-durable/core/Fingerprint"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import { createHash } from "node:crypto"
 
 const sha256 = (data: Uint8Array | string) => createHash("sha256").update(data).digest("hex")
@@ -97,7 +97,7 @@ const canonicalJson = (body: Uint8Array): string | undefined => {
     return undefined
   }
   if (!lossless(text)) return undefined
-  return Either.getOrUndefined(canonicalizeWithin(value, Number.POSITIVE_INFINITY))
+  return Result.getOrUndefined(canonicalizeWithin(value, Number.POSITIVE_INFINITY))
 }
 
 /** What a body contributes to the fingerprint. */

@@ -4,9 +4,8 @@
  * and are never read here; headers added after the middleware (pre-response handlers, the
  * server's Date) are not seen, so they are never stored either.
  */
-import * as HttpBody from "@effect/platform/HttpBody"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import * as Chunk from "effect/Chunk"
+import * as HttpBody from "effect/http/HttpBody"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
@@ -15,7 +14,7 @@ import * as Stream from "effect/Stream"
 /** What is stored beside the body (the ledger's JSON meta). */
 export const StoredMeta = Schema.Struct({
   status: Schema.Int,
-  headers: Schema.Record({ key: Schema.String, value: Schema.String })
+  headers: Schema.Record(Schema.String, Schema.String)
 })
 export type StoredMeta = typeof StoredMeta.Type
 
@@ -60,22 +59,28 @@ const bodyBytes = (
     case "FormData":
       // Its multipart boundary is chosen when the server writes it: bytes taken now would differ.
       return Effect.succeed(Option.none())
-    case "Stream":
+    case "Stream": {
       // Consumable once: buffer it (bounded) and send the buffered bytes instead.
+      const chunks: Array<Uint8Array> = []
+      let size = 0
       return body.stream.pipe(
-        Stream.runFoldWhile(
-          { size: 0, chunks: Chunk.empty<Uint8Array>() },
-          (read) => read.size <= maxBytes,
-          (read, chunk) => ({ size: read.size + chunk.byteLength, chunks: Chunk.append(read.chunks, chunk) })
+        Stream.runForEachWhile((chunk) =>
+          Effect.sync(() => {
+            size += chunk.byteLength
+            if (size > maxBytes) return false
+            chunks.push(chunk)
+            return true
+          })
         ),
-        Effect.map(({ chunks, size }) => {
+        Effect.map(() => {
           if (size > maxBytes) return Option.none()
-          const bytes = new Uint8Array(Buffer.concat(Chunk.toArray(chunks)))
+          const bytes = new Uint8Array(Buffer.concat(chunks))
           const buffered = HttpServerResponse.setBody(response, HttpBody.uint8Array(bytes, body.contentType))
           return Option.some({ bytes, response: buffered })
         }),
         Effect.orElseSucceed(() => Option.none())
       )
+    }
   }
 }
 

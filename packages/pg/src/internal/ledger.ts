@@ -5,10 +5,10 @@
  */
 import { type DatabaseError, PayloadTooLarge, type UnsupportedJsonValue } from "@effect-durable/core/Errors"
 import { canonicalizeWithin } from "@effect-durable/core/Fingerprint"
-import type * as SqlClient from "@effect/sql/SqlClient"
-import type { SqlError } from "@effect/sql/SqlError"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type { SqlError } from "effect/sql/SqlError"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import type { Settings } from "../DurableConfig.js"
 import type { Decision, MutationIdentity, MutationOutcome, MutationRequest, StoredMutation } from "../MutationLedger.js"
@@ -23,16 +23,16 @@ const Lookup = Schema.Struct({
   previous_lock_timeout: Schema.String,
   previous_statement_timeout: Schema.String,
   kind: Schema.NullOr(Schema.String),
-  eligibility: Schema.NullOr(Schema.Uint8ArrayFromSelf),
-  request_fingerprint: Schema.NullOr(Schema.Uint8ArrayFromSelf),
-  status: Schema.NullOr(Schema.Literal("accepted", "rejected")),
+  eligibility: Schema.NullOr(Schema.Uint8Array),
+  request_fingerprint: Schema.NullOr(Schema.Uint8Array),
+  status: Schema.NullOr(Schema.Literals(["accepted", "rejected"])),
   response: Schema.Unknown,
-  response_body: Schema.NullOr(Schema.Uint8ArrayFromSelf),
+  response_body: Schema.NullOr(Schema.Uint8Array),
   response_meta: Schema.Unknown,
   recorded_at: Schema.NullOr(Schema.String)
 })
 export type Lookup = typeof Lookup.Type
-export const decodeLookup = Schema.decodeUnknown(Lookup)
+export const decodeLookup = Schema.decodeUnknownEffect(Lookup)
 
 /** A raw body's meta is stored wrapped, so that a record says which kind of response it holds. */
 interface BytesMeta {
@@ -75,21 +75,21 @@ export const differences = (stored: StoredMutation, request: MutationRequest) =>
 export const encodeDecision = (
   identity: MutationIdentity,
   decision: Decision
-): Either.Either<
+): Result.Result<
   { readonly body: Uint8Array; readonly meta: unknown; readonly response: unknown },
   UnsupportedJsonValue | PayloadTooLarge
 > => {
   const tooLarge = (bytes: number) => new PayloadTooLarge({ topic: identity.operation, bytes, limit: MAX_RESPONSE_BYTES })
   if (decision._tag === "Bytes") {
-    if (decision.body.length > MAX_RESPONSE_BYTES) return Either.left(tooLarge(decision.body.length))
-    return Either.map(canonicalizeWithin(decision.meta, 64 * 1024), () => ({
+    if (decision.body.length > MAX_RESPONSE_BYTES) return Result.fail(tooLarge(decision.body.length))
+    return Result.map(canonicalizeWithin(decision.meta, 64 * 1024), () => ({
       body: decision.body,
       meta: { format: "bytes", meta: decision.meta } satisfies BytesMeta,
       response: null
     }))
   }
-  return Either.map(
-    Either.mapLeft(canonicalizeWithin(decision.response, MAX_RESPONSE_BYTES), (error) =>
+  return Result.map(
+    Result.mapError(canonicalizeWithin(decision.response, MAX_RESPONSE_BYTES), (error) =>
       error._tag === "PayloadTooLarge" ? tooLarge(error.bytes) : error),
     // Validated by the canonical walk; stored as given, so its key order is replayed.
     () => ({ body: utf8.encode(JSON.stringify(decision.response)), meta: null, response: decision.response })

@@ -6,8 +6,8 @@
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 
-export const decodeRows = <A, I>(row: Schema.Schema<A, I, never>) => {
-  const decode = Schema.decodeUnknown(Schema.Array(row))
+export const decodeRows = <A>(row: Schema.Decoder<A>) => {
+  const decode = Schema.decodeUnknownEffect(Schema.Array(row))
   return <E, R>(self: Effect.Effect<ReadonlyArray<unknown>, E, R>): Effect.Effect<ReadonlyArray<A>, E, R> =>
     Effect.flatMap(self, (rows) => Effect.orDie(decode(rows)))
 }

@@ -3,7 +3,7 @@
  * schema inside a transaction that is always rolled back, and the two catalogs (tables,
  * columns, indexes, constraints, functions) are compared object by object.
  */
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import { randomBytes } from "node:crypto"
 import { DurableSettings } from "../DurableConfig.js"

@@ -8,14 +8,15 @@
  * failure rolls the savepoint back, which undoes them by itself).
  */
 import type { DatabaseError } from "@effect-durable/core/Errors"
-import * as SqlClient from "@effect/sql/SqlClient"
-import { SqlError } from "@effect/sql/SqlError"
+import * as SqlClient from "effect/sql/SqlClient"
+import { SqlError } from "effect/sql/SqlError"
+import * as Cause from "effect/Cause"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { createHash } from "node:crypto"
 import type { Settings } from "../DurableConfig.js"
-import { classify, classifyCommitDefects, classifySqlErrors } from "../ErrorClassification.js"
+import { classify, classifySqlErrors } from "../ErrorClassification.js"
 
 /** The bounds a substrate transaction runs under (the settings' `lockTimeout` and `statementTimeout`). */
 export type Timeouts = Pick<Settings, "lockTimeout" | "statementTimeout">
@@ -80,11 +81,9 @@ export const restoreTimeouts = (sql: SqlClient.SqlClient, previous: PreviousTime
   Effect.asVoid(sql`SELECT set_config('lock_timeout', ${previous.lock_timeout}, true),
                            set_config('statement_timeout', ${previous.statement_timeout}, true)`)
 
-/** Whether the caller has a transaction open around this call. */
-export const inCallerTransaction: Effect.Effect<boolean> = Effect.map(
-  Effect.serviceOption(SqlClient.TransactionConnection),
-  Option.isSome
-)
+/** Whether the caller has a transaction of this client open around this call. */
+export const inCallerTransaction = (sql: SqlClient.SqlClient): Effect.Effect<boolean> =>
+  Effect.map(Effect.serviceOption(sql.transactionService), Option.isSome)
 
 /** The statement that takes a transaction-scoped advisory lock (waiting or not): one row, `locked`. */
 const lockStatement = (sql: SqlClient.SqlClient, settings: Timeouts, lockKey: bigint, wait: boolean) =>
@@ -104,7 +103,8 @@ export const advisoryKey = (...parts: ReadonlyArray<string>): bigint =>
   createHash("sha256").update(parts.join("\u0000"), "utf8").digest().readBigInt64BE(0)
 
 // Failures of the body travel through the transaction boxed, so that only the failures of
-// BEGIN, COMMIT and ROLLBACK are classified here and a caller's own errors stay as they are.
+// BEGIN and COMMIT are classified here and a caller's own errors stay as they are. (A failed
+// COMMIT is a typed SqlError in Effect 4's sql, as it should be; a failed ROLLBACK is a defect.)
 class BodyFailure<E> {
   constructor(readonly error: E) {}
 }
@@ -116,12 +116,20 @@ export const transact = <A, E, R>(
   body: Effect.Effect<A, E, R>
 ): Effect.Effect<A, E | DatabaseError, R> =>
   sql.withTransaction(Effect.mapError(body, (error) => new BodyFailure(error))).pipe(
-    classifyCommitDefects(operation),
-    Effect.catchAll((error): Effect.Effect<never, E | DatabaseError> =>
-      error instanceof BodyFailure
-        ? Effect.fail(error.error as E)
-        : Effect.fail(error instanceof SqlError ? classify(operation)(error) : error as DatabaseError)
-    )
+    Effect.catchCause((cause): Effect.Effect<never, E | DatabaseError> => {
+      // The body's own failure wins. A ROLLBACK that failed beside it (the connection is gone,
+      // so the server discards the transaction anyway) arrives as a defect next to it, and
+      // Effect turns the whole cause into defects then: look for the box among both.
+      for (const reason of cause.reasons) {
+        const value = Cause.isFailReason(reason) ? reason.error : Cause.isDieReason(reason) ? reason.defect : undefined
+        if (value instanceof BodyFailure) return Effect.fail(value.error as E)
+      }
+      // BEGIN or COMMIT failed: classified.
+      for (const reason of cause.reasons) {
+        if (Cause.isFailReason(reason) && reason.error instanceof SqlError) return Effect.fail(classify(operation)(reason.error))
+      }
+      return Effect.failCause(cause as Cause.Cause<never>)
+    })
   )
 
 /**
@@ -135,11 +143,11 @@ export const bounded = <A, E, R>(
   operation: string,
   body: Effect.Effect<A, E | SqlError, R>
 ): Effect.Effect<A, Exclude<E, SqlError> | DatabaseError, R> =>
-  Effect.flatMap(inCallerTransaction, (inside) =>
+  Effect.flatMap(inCallerTransaction(sql), (inside) =>
     transact(
       sql,
       operation,
       (inside
         ? Effect.flatMap(swapTimeouts(sql, settings), (previous) => Effect.tap(body, () => restoreTimeouts(sql, previous)))
-        : Effect.zipRight(timeoutSettings(sql, settings), body)).pipe(classifySqlErrors(operation))
+        : Effect.andThen(timeoutSettings(sql, settings), body)).pipe(classifySqlErrors(operation))
     ))

@@ -7,16 +7,17 @@
  */
 import { DatabaseError, type InvalidInput } from "@effect-durable/core/Errors"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
-import * as FiberRef from "effect/FiberRef"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Random from "effect/Random"
 import * as Ref from "effect/Ref"
+import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
+import * as Semaphore from "effect/Semaphore"
 import type { Counts } from "../Projector.js"
 import { type Publish, Publisher, type PublishError } from "../Publisher.js"
 import { makeKeeper } from "./keeper.js"
@@ -44,7 +45,7 @@ const storable = (reason: string) => reason.replace(/\u0000/g, "\uFFFD")
  * `deliverBatch` claims once and settles what it claimed; `keeper` must run beside it.
  * `keeperOutbox` is the keeper's own (one connection of its own), when the projector has one.
  */
-export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.OutboxWorker["Type"]) =>
+export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.OutboxWorker["Service"]) =>
   Effect.gen(function*() {
     const outbox = yield* OutboxWorker.OutboxWorker
     const publisher = yield* Publisher
@@ -62,9 +63,8 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
     // A worker killed or frozen mid-batch leaves at most this much of its deliveries unmarked
     // (each delivered again after its lease); a batch shorter than this costs no extra statement.
     const markEvery = Duration.min(Duration.seconds(1), Duration.divide(settings.lease, 3).pipe(Option.getOrElse(() => Duration.seconds(1))))
-    const settleRetry = Schedule.exponential(Duration.millis(100)).pipe(
-      Schedule.union(Schedule.spaced(Duration.seconds(1))),
-      Schedule.upTo(settings.lease)
+    const settleRetry = Schedule.min([Schedule.exponential(Duration.millis(100)), Schedule.spaced(Duration.seconds(1))]).pipe(
+      Schedule.upTo({ duration: settings.lease })
     )
 
     // Exponential in the attempt with full jitter, within [min, max]; `Retry-After` wins when longer.
@@ -75,23 +75,24 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         return Math.max(random * ceiling, min / 2, error.retryAfterMillis ?? 0)
       })
 
-    const settleFailure = (message: OutboxWorker.OutboxMessage, error: PublishError) =>
-      Effect.gen(function*() {
+    const settleFailure = Effect.fnUntraced(
+      function*(message: OutboxWorker.OutboxMessage, error: PublishError) {
         const retryDelay = error.retryable ? yield* backoff(message.attempt, error) : 0
         const released = yield* settling(outbox.release(message.claim, {
           error: storable(error.reason),
           retryDelay: Duration.millis(Math.min(retryDelay, Duration.toMillis(Duration.days(365)))),
           permanent: !error.retryable
-        })).pipe(Effect.either)
-        if (Either.isLeft(released)) {
-          if (released.left._tag !== "DatabaseError") return "stale" as const
+        })).pipe(Effect.result)
+        if (Result.isFailure(released)) {
+          if (released.failure._tag !== "DatabaseError") return "stale" as const
           // The release itself failed: the message keeps its lease and is retried once it
           // expires. The rest of the batch is not held back by it.
-          yield* Effect.logWarning(`effect-durable projector: release of ${message.id} failed: ${released.left.message}`)
+          yield* Effect.logWarning(`effect-durable projector: release of ${message.id} failed: ${released.failure.message}`)
           return "retried" as const
         }
-        return released.right.dead ? "dead" as const : "retried" as const
-      })
+        return released.success.dead ? "dead" as const : "retried" as const
+      }
+    )
 
     /**
      * Marks, releases and give-backs are fenced (worker and claim generation), so they are
@@ -114,7 +115,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
      */
     const makeMarks = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, delivery: Delivery) => {
       const marked = new Set<string>()
-      const oneAtATime = Effect.unsafeMakeSemaphore(1)
+      const oneAtATime = Semaphore.makeUnsafe(1)
       const flush = oneAtATime.withPermits(1)(Effect.suspend(() => {
         const taken = delivery.published.splice(0).filter((i) => !delivery.stale.has(claimed[i]!.id))
         if (taken.length === 0) return Effect.void
@@ -135,37 +136,43 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
       return { flush, marked }
     }
 
+    const claimOptions: OutboxWorker.ClaimOptions = {
+      worker: settings.workerId,
+      ...(settings.topics === undefined ? {} : { topics: settings.topics }),
+      limit: settings.batchSize,
+      lease: settings.lease,
+      maxLeaseExpiries: settings.maxLeaseExpiries
+    }
+    /** One claim of up to `batchSize` messages (the worker asked anew each time), in a `projector.claim` span. */
+    const claim = Effect.suspend(() => outbox.claim(claimOptions)).pipe(
+      Effect.withSpan("projector.claim", { attributes: { "effect_durable.worker": settings.workerId } })
+    )
+
     /** Claims one batch and settles every message in it; returns what happened. */
     const deliverBatch: Effect.Effect<Counts, DatabaseError | InvalidInput> = Effect.gen(function*() {
-      const claimed = yield* outbox.claim({
-        worker: settings.workerId,
-        ...(settings.topics === undefined ? {} : { topics: settings.topics }),
-        limit: settings.batchSize,
-        lease: settings.lease,
-        maxLeaseExpiries: settings.maxLeaseExpiries
-      }).pipe(Effect.withSpan("projector.claim", { attributes: { "effect_durable.worker": settings.workerId } }))
+      const claimed = yield* claim
       if (claimed.length === 0) return noCounts
       yield* Ref.update(inFlight, (map) => {
         for (const message of claimed) map.set(message.id, message.claim)
         return map
       })
-      yield* Metric.incrementBy(metrics.claimed, claimed.length)
+      yield* Metric.update(metrics.claimed, claimed.length)
       yield* Metric.update(metrics.batchSize, claimed.length)
-      // Per-message metrics are updated directly (what `Metric.update` does, with the fiber's
-      // metric labels), not as one effect per message.
-      const labels = yield* FiberRef.get(FiberRef.currentMetricLabels)
-      const now = Date.now()
+      // Per-message metrics are updated directly (what `Metric.update` does, in the fiber's
+      // context: its registry and metric attributes), not as one effect per message.
+      const context = yield* Effect.context<never>()
+      const now = yield* Clock.currentTimeMillis
       for (const message of claimed) {
-        forTopic(metrics.lag, message.topic).unsafeUpdate(Math.max(0, (now - Date.parse(message.createdAt)) / 1000), labels)
+        forTopic(metrics.lag, message.topic).updateUnsafe(Math.max(0, (now - Date.parse(message.createdAt)) / 1000), context)
       }
       const spans = yield* tracing
       const settled = Effect.gen(function*() {
-        const delivery = makeDelivery(claimed, settings)
+        const delivery = makeDelivery(claimed, settings, now)
         const marks = makeMarks(claimed, delivery)
         // Successes are marked as they accumulate while the batch runs, not only at its end.
         const published = yield* keeper.watching(
           delivery,
-          Effect.scoped(Effect.zipRight(
+          Effect.scoped(Effect.andThen(
             Effect.forkScoped(Effect.repeat(Effect.ignore(marks.flush), Schedule.spaced(markEvery))),
             lanes.publishAll(claimed, delivery, spans)
           ))
@@ -177,7 +184,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
             ? "published"
             : delivery.stale.has(message.id) || delivery.skipped.has(message.id)
             ? "stale"
-            : Either.isRight(published[i]!)
+            : Result.isSuccess(published[i]!)
             ? "published"
             : "retried"
         )
@@ -185,7 +192,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         if (unstarted.length > 0) yield* Effect.ignore(settling(outbox.giveBack(unstarted.map((m) => m.claim))))
         const failures = claimed.flatMap((_, i) => {
           const result = published[i]!
-          return results[i] === "retried" && Either.isLeft(result) ? [[i, result.left] as const] : []
+          return results[i] === "retried" && Result.isFailure(result) ? [[i, result.failure] as const] : []
         })
         yield* Effect.forEach(
           failures,
@@ -199,13 +206,13 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
           const result = results[i]!
           const outcome: Outcome = result === "published" ? (marks.marked.has(message.id) ? "delivered" : "stale") : result
           tally[outcome]++
-          forTopic(metrics[outcome], message.topic).unsafeUpdate(1, labels)
+          forTopic(metrics[outcome], message.topic).updateUnsafe(1, context)
         }
         return tally
       })
       // Interrupted (shutdown): the claims stay listed for `releaseInFlight`. Otherwise they are settled.
       return yield* settled.pipe(
-        Effect.onExit((exit) => Exit.isInterrupted(exit) ? Effect.void : forget(claimed.map((message) => message.id)))
+        Effect.onExit((exit) => Exit.hasInterrupts(exit) ? Effect.void : forget(claimed.map((message) => message.id)))
       )
     })
 

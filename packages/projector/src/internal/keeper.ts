@@ -6,11 +6,14 @@
  * keeper's own when it has one, so busy handlers cannot starve it — in a fiber of its own so
  * that a stalled database cannot hold up the deadlines. A claim a renewal finds stale is
  * never published (if not started) and its outcome never written; a renewal that fails puts
- * the whole batch's leases in doubt, and its messages not yet started are not published.
+ * the whole batch's leases in doubt, and its messages not yet started are not published. So
+ * does one still unanswered when the leases it renews would lapse (two thirds of the lease:
+ * a stalled connection, a lock wait no timeout bounds), which is then given up.
  * Both are logged and counted. A batch leaves the set when it ends, however it ends: nothing
  * keeps its leases alive after that.
  */
 import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type * as Fiber from "effect/Fiber"
@@ -20,30 +23,35 @@ import type { Delivery } from "./lanes.js"
 import type { Settings } from "./options.js"
 import { metrics } from "./telemetry.js"
 
-export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker["Type"]) => {
+export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker["Service"]) => {
   const deliveries = new Set<Delivery>()
   const renewEvery = Duration.toMillis(settings.lease) / 3
+  const renewalDeadline = Duration.millis(2 * renewEvery)
 
   const renew = (delivery: Delivery) => {
     const claims = [...delivery.pending.values()]
     if (claims.length === 0) return Effect.void
     return outbox.renewLeases(claims, settings.lease).pipe(
+      Effect.timeoutOrElse({
+        duration: renewalDeadline,
+        orElse: () => Effect.fail(new Error(`no answer in ${Duration.format(renewalDeadline)}`))
+      }),
       Effect.flatMap(({ rejected }) => {
         if (rejected.length === 0) return Effect.void
         for (const failure of rejected) {
           delivery.stale.add(failure.messageId)
           delivery.pending.delete(failure.messageId)
         }
-        return Effect.zipRight(
-          Metric.incrementBy(metrics.leasesLost, rejected.length),
+        return Effect.andThen(
+          Metric.update(metrics.leasesLost, rejected.length),
           Effect.logWarning(`effect-durable projector: ${rejected.length} leases were lost before their renewal (a stall longer than the lease?); those messages are left to their new holders`)
         )
       }),
-      Effect.catchAll((error) =>
-        Effect.zipRight(
+      Effect.catch((error) =>
+        Effect.andThen(
           Effect.sync(() => void (delivery.abandoned = true)),
-          Effect.zipRight(
-            Metric.increment(metrics.renewalFailures),
+          Effect.andThen(
+            Metric.update(metrics.renewalFailures, 1),
             Effect.logWarning(`effect-durable projector: lease renewal failed (${error.message}); the batch's messages not yet started are given back`)
           )
         )
@@ -51,23 +59,22 @@ export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker
     )
   }
 
-  const run = Effect.withFiberRuntime<void>((self) => {
-    let renewing: Fiber.RuntimeFiber<void> | undefined
-    const tick = Effect.suspend(() => {
-      const now = Date.now()
+  const run = Effect.withFiber<void>((self) => {
+    let renewing: Fiber.Fiber<void> | undefined
+    const tick = Effect.flatMap(Clock.currentTimeMillis, (now) => {
       const due: Array<Delivery> = []
       for (const delivery of deliveries) {
         for (const [id, { at, fiber }] of delivery.deadlines) {
-          if (at <= now && fiber.unsafePoll() === null && !delivery.expired.has(id)) {
+          if (at <= now && fiber.pollUnsafe() === undefined && !delivery.expired.has(id)) {
             delivery.expired.add(id)
-            fiber.unsafeInterruptAsFork(self.id())
+            fiber.interruptUnsafe(self.id)
           }
         }
         if (delivery.renewAt <= now) due.push(delivery)
       }
-      if (due.length === 0 || (renewing !== undefined && renewing.unsafePoll() === null)) return Effect.void
+      if (due.length === 0 || (renewing !== undefined && renewing.pollUnsafe() === undefined)) return Effect.void
       for (const delivery of due) delivery.renewAt = now + renewEvery
-      return Effect.map(Effect.fork(Effect.forEach(due, renew, { discard: true })), (fiber) => void (renewing = fiber))
+      return Effect.map(Effect.forkChild(Effect.forEach(due, renew, { discard: true })), (fiber) => void (renewing = fiber))
     })
     // Often enough for both: a deadline is cut within a quarter of the timeout, a lease
     // renewed within half of its third.

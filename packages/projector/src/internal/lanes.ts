@@ -6,14 +6,16 @@
  */
 import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import type * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
+import * as Semaphore from "effect/Semaphore"
 import { permanent, type Publish, type PublishError, retryable } from "../Publisher.js"
 import type { Settings } from "./options.js"
 import { deliverySpan } from "./telemetry.js"
@@ -39,13 +41,14 @@ export interface Delivery {
   /** Indexes (in the batch) of messages published and not yet taken to be marked. */
   readonly published: Array<number>
   /** Publishes running, by message id, with their lane and deadline. */
-  readonly deadlines: Map<string, { readonly fiber: Fiber.RuntimeFiber<unknown, unknown>; readonly at: number }>
+  readonly deadlines: Map<string, { readonly fiber: Fiber.Fiber<unknown, unknown>; readonly at: number }>
   /** Ids of the messages whose publish the keeper interrupted. */
   readonly expired: Set<string>
   renewAt: number
 }
 
-export const makeDelivery = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, settings: Settings): Delivery => ({
+/** A batch claimed at `now` (the `Clock`'s milliseconds). */
+export const makeDelivery = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, settings: Settings, now: number): Delivery => ({
   pending: new Map(claimed.map((message) => [message.id, message.claim] as const)),
   stale: new Set(),
   abandoned: false,
@@ -53,15 +56,15 @@ export const makeDelivery = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>,
   published: [],
   deadlines: new Map(),
   expired: new Set(),
-  renewAt: Date.now() + Duration.toMillis(settings.lease) / 3
+  renewAt: now + Duration.toMillis(settings.lease) / 3
 })
 
 /** What a publish fiber's exit means for its message. */
-const publishOutcome = (exit: Exit.Exit<void, PublishError>): Either.Either<void, PublishError> =>
+const publishOutcome = (exit: Exit.Exit<void, PublishError>): Result.Result<void, PublishError> =>
   Exit.isSuccess(exit)
-    ? Either.void
-    : Either.left(Option.getOrElse(
-      Cause.failureOption(exit.cause),
+    ? Result.void
+    : Result.fail(Option.getOrElse(
+      Cause.findErrorOption(exit.cause),
       () => retryable(`the publisher died: ${Cause.pretty(exit.cause).slice(0, 500)}`)
     ))
 
@@ -70,16 +73,16 @@ export const makeLanes = (
   settings: Settings,
   session: <A, E>(use: (publish: Publish) => Effect.Effect<A, E>) => Effect.Effect<A, E>
 ) =>
-  Effect.map(Effect.makeSemaphore(settings.concurrency), (permits) => {
+  Effect.map(Semaphore.make(settings.concurrency), (permits) => {
     const deliveryTimeoutMillis = Duration.toMillis(settings.deliveryTimeout)
 
     // A payload that does not decode with its topic's schema is dead at once, never published.
-    const checkPayload = (message: OutboxWorker.OutboxMessage): Either.Either<void, string> => {
+    const checkPayload = (message: OutboxWorker.OutboxMessage): Result.Result<void, string> => {
       const schema = settings.schemas[message.topic]
-      if (schema === undefined) return Either.void
-      return Either.mapBoth(Schema.decodeUnknownEither(schema)(message.payload), {
-        onLeft: (error) => `payload does not decode: ${error.message.slice(0, 500)}`,
-        onRight: () => undefined
+      if (schema === undefined) return Result.void
+      return Result.mapBoth(Schema.decodeUnknownResult(schema)(message.payload), {
+        onFailure: (error) => `payload does not decode: ${error.message.slice(0, 500)}`,
+        onSuccess: () => undefined
       })
     }
 
@@ -88,20 +91,21 @@ export const makeLanes = (
      * just as its publish finished may take the next message down with it: that one is
      * released for a retry (at least once, never lost).
      */
-    const publishAll = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, delivery: Delivery, spans: boolean) =>
-      Effect.gen(function*() {
-        const results: Array<Either.Either<void, PublishError> | undefined> = new Array(claimed.length)
+    const publishAll = Effect.fnUntraced(
+      function*(claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, delivery: Delivery, spans: boolean) {
+        const results: Array<Result.Result<void, PublishError> | undefined> = new Array(claimed.length)
         /** The message each lane is publishing (-1: none). */
         const current: Array<number> = []
         let next = 0
-        const settle = (i: number, result: Either.Either<void, PublishError>) => {
+        const settle = (i: number, result: Result.Result<void, PublishError>) => {
           results[i] = result
-          if (Either.isRight(result)) delivery.published.push(i)
+          if (Result.isSuccess(result)) delivery.published.push(i)
           delivery.deadlines.delete(claimed[i]!.id)
         }
         const lane = (id: number) =>
           session((publish) =>
-            Effect.withFiberRuntime<void>((fiber) => {
+            Effect.withFiber<void>((fiber) => {
+              const clock = fiber.getRef(Clock.Clock)
               const step = (): Effect.Effect<void> => {
                 current[id] = -1
                 if (next >= claimed.length) return Effect.void
@@ -109,16 +113,16 @@ export const makeLanes = (
                 const message = claimed[i]!
                 if (delivery.abandoned || delivery.stale.has(message.id)) {
                   delivery.skipped.add(message.id)
-                  settle(i, Either.left(retryable("not started: the lease was lost or in doubt")))
+                  settle(i, Result.fail(retryable("not started: the lease was lost or in doubt")))
                   return Effect.suspend(step)
                 }
                 const decoded = checkPayload(message)
-                if (Either.isLeft(decoded)) {
-                  settle(i, Either.left(permanent(decoded.left)))
+                if (Result.isFailure(decoded)) {
+                  settle(i, Result.fail(permanent(decoded.failure)))
                   return Effect.suspend(step)
                 }
                 current[id] = i
-                delivery.deadlines.set(message.id, { fiber, at: Date.now() + deliveryTimeoutMillis })
+                delivery.deadlines.set(message.id, { fiber, at: clock.currentTimeMillisUnsafe() + deliveryTimeoutMillis })
                 const publishing = spans ? deliverySpan(message, publish(message)) : publish(message)
                 return Effect.flatMap(Effect.exit(publishing), (exit) => {
                   settle(i, publishOutcome(exit))
@@ -135,7 +139,7 @@ export const makeLanes = (
           const id = lanes++
           running++
           // A lane holds a permit while it runs: lanes across all batches are at most `concurrency`.
-          return Effect.fork(Effect.onExit(permits.withPermits(1)(lane(id)), () => Queue.offer(ended, id)))
+          return Effect.forkChild(Effect.onExit(permits.withPermits(1)(lane(id)), () => Queue.offer(ended, id)))
         })
         for (let k = 0; k < Math.min(settings.concurrency, claimed.length); k++) yield* startLane
         while (running > 0) {
@@ -146,7 +150,7 @@ export const makeLanes = (
             // The lane was cut mid-publish.
             settle(
               i,
-              Either.left(retryable(
+              Result.fail(retryable(
                 delivery.expired.has(claimed[i]!.id)
                   ? `delivery timed out after ${Duration.format(settings.deliveryTimeout)}`
                   : "delivery interrupted with a timed-out one on its lane"
@@ -155,8 +159,9 @@ export const makeLanes = (
           }
           if (next < claimed.length) yield* startLane
         }
-        return results as Array<Either.Either<void, PublishError>>
-      })
+        return results as Array<Result.Result<void, PublishError>>
+      }
+    )
 
     return { publishAll }
   })

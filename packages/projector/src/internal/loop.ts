@@ -3,14 +3,14 @@
  * the layer's scope. A NOTIFY wakes one idle loop; a loop that claimed a full batch wakes the
  * next (more is likely waiting) — waking all at once would have them race for one message.
  * A store failure (the database restarting, a missing table) backs off on a capped schedule
- * and carries on; closing the scope stops claiming, waits for in-flight batches up to the
- * shutdown deadline and releases what is left.
+ * (started over by the next success) and carries on; closing the scope stops claiming, waits
+ * for in-flight batches up to the shutdown deadline and releases what is left.
  */
 import { DatabaseError, type InvalidInput } from "@effect-durable/core/Errors"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
@@ -24,9 +24,8 @@ import type { Settings } from "./options.js"
 import { metrics } from "./telemetry.js"
 
 /** Store failures: 100 ms doubling, jittered, capped at 30 s; reset by the next success. */
-const storeBackoff = Schedule.exponential(Duration.millis(100)).pipe(
-  Schedule.union(Schedule.spaced(Duration.seconds(30))),
-  Schedule.jittered
+const storeBackoff = Schedule.jittered(
+  Schedule.min([Schedule.exponential(Duration.millis(100)), Schedule.spaced(Duration.seconds(30))])
 )
 
 /** What an operator must do about a failure that waiting alone will not cure. */
@@ -60,32 +59,35 @@ export const runLoops = (
     const idle = Effect.raceFirst(Effect.raceFirst(Queue.take(wake), Effect.sleep(settings.pollInterval)), stopped)
 
     const loop = Effect.gen(function*() {
-      const backoff = yield* Schedule.driver(storeBackoff)
+      // The store backoff's steps while claims or settlements keep failing; a success drops
+      // it, so the next failure starts the schedule over.
+      let backoff: ((error: DatabaseError | InvalidInput) => Effect.Effect<unknown, unknown>) | undefined
       while (!(yield* Deferred.isDone(stop))) {
-        const result = yield* Effect.either(batches.deliverBatch)
-        if (Either.isLeft(result)) {
-          const error = result.left
+        const result = yield* Effect.result(batches.deliverBatch)
+        if (Result.isFailure(result)) {
+          const error = result.failure
           const fix = remedy(error)
-          yield* Metric.increment(metrics.storeErrors)
+          yield* Metric.update(metrics.storeErrors, 1)
           yield* (fix === undefined
             ? Effect.logWarning(`effect-durable projector: ${error.message}; retrying`)
             : Effect.logError(`effect-durable projector: ${error.message}; ${fix}`))
+          backoff ??= yield* Schedule.toStepWithSleep(storeBackoff)
           // Sleeps the schedule's next delay, unless the projector stops first.
-          yield* Effect.raceFirst(Effect.ignore(backoff.next(error)), stopped)
+          yield* Effect.raceFirst(Effect.ignore(backoff(error)), stopped)
           continue
         }
-        yield* backoff.reset
-        yield* Ref.update(totals, (t) => addCounts(t, result.right))
-        if (result.right.claimed === settings.batchSize) yield* Queue.offer(wake, undefined)
+        backoff = undefined
+        yield* Ref.update(totals, (t) => addCounts(t, result.success))
+        if (result.success.claimed === settings.batchSize) yield* Queue.offer(wake, undefined)
         // Only an empty claim means there is nothing to do: a short batch can be short because
         // of per-key order (one message per key at a time), with the next heads ready now.
-        if (result.right.claimed === 0) yield* idle
+        if (result.success.claimed === 0) yield* idle
       }
     })
 
     // The keeper (deadlines, lease renewals) runs until every loop is done.
-    const keeper = yield* Effect.forkDaemon(batches.keeper)
-    const fiber = yield* Effect.forkDaemon(
+    const keeper = yield* Effect.forkDetach(batches.keeper)
+    const fiber = yield* Effect.forkDetach(
       Effect.all(Array.from({ length: settings.batchesInFlight }, () => loop), { concurrency: "unbounded", discard: true })
     )
     yield* Effect.addFinalizer(() =>
@@ -101,5 +103,5 @@ export const runLoops = (
         yield* batches.releaseInFlight
       })
     )
-    return { wake: () => Queue.unsafeOffer(wake, undefined), counts: Ref.get(totals) }
+    return { wake: () => Queue.offerUnsafe(wake, undefined), counts: Ref.get(totals) }
   })

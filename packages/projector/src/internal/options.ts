@@ -46,40 +46,27 @@ export interface Settings {
   readonly shutdownDeadline: Duration.Duration
   readonly maxLeaseExpiries: number
   readonly listenUrl: Redacted.Redacted<string> | undefined
-  readonly schemas: Readonly<Record<string, Schema.Schema<any, any, never>>>
+  readonly schemas: Readonly<Record<string, Schema.Decoder<unknown>>>
 }
 
 const Span = (max: string, fallback: string) =>
-  Schema.optionalWith(Input.DurationIn({ max }), { default: () => Duration.decode(fallback as Duration.DurationInput) })
+  Input.DurationIn({ max }).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Duration.fromInputUnsafe(fallback as Duration.Input))))
 
 const OptionsSchema = Schema.Struct({
   // The same rule as `Outbox.enqueue`'s topics: a topic the outbox refuses is refused here.
-  topics: Schema.optional(Schema.Array(Input.Text(128)).pipe(Schema.minItems(1), Schema.maxItems(1000))),
-  workerId: Schema.optional(Schema.String.pipe(Schema.filter((id) => /^[\x21-\x7e]{1,128}$/.test(id), {
-    message: () => "1-128 printable ASCII characters without spaces"
-  }))),
-  batchSize: Schema.optionalWith(Input.Count(1000), { default: () => Defaults.batchSize }),
-  concurrency: Schema.optionalWith(Input.Count(1000), { default: () => Defaults.concurrency }),
-  batchesInFlight: Schema.optionalWith(Input.Count(64), { default: () => Defaults.batchesInFlight }),
+  topics: Schema.optional(Schema.Array(Input.Text(128)).check(Schema.isMinLength(1), Schema.isMaxLength(1000))),
+  workerId: Schema.optional(Schema.String.check(Schema.makeFilter((id) => /^[\x21-\x7e]{1,128}$/.test(id), { message: "1-128 printable ASCII characters without spaces" }))),
+  batchSize: Input.Count(1000).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.batchSize))),
+  concurrency: Input.Count(1000).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.concurrency))),
+  batchesInFlight: Input.Count(64).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.batchesInFlight))),
   lease: Span("1 day", Defaults.lease),
   pollInterval: Span("1 hour", Defaults.pollInterval),
-  backoff: Schema.optionalWith(
-    Schema.Struct({ min: Span("1 day", Defaults.backoffMin), max: Span("30 days", Defaults.backoffMax) }).pipe(
-      Schema.filter((backoff) => Duration.lessThanOrEqualTo(backoff.min, backoff.max), {
-        message: () => "min must not exceed max"
-      })
-    ),
-    { default: () => ({ min: Duration.decode(Defaults.backoffMin), max: Duration.decode(Defaults.backoffMax) }) }
-  ),
+  backoff: Schema.Struct({ min: Span("1 day", Defaults.backoffMin), max: Span("30 days", Defaults.backoffMax) }).check(Schema.makeFilter((backoff) => Duration.isLessThanOrEqualTo(backoff.min, backoff.max), { message: "min must not exceed max" })).pipe(Schema.withDecodingDefaultType(Effect.sync(() => ({ min: Duration.fromInputUnsafe(Defaults.backoffMin), max: Duration.fromInputUnsafe(Defaults.backoffMax) })))),
   deliveryTimeout: Span("1 day", Defaults.deliveryTimeout),
   shutdownDeadline: Span("1 hour", Defaults.shutdownDeadline),
-  maxLeaseExpiries: Schema.optionalWith(Input.Count(1000), { default: () => Defaults.maxLeaseExpiries }),
-  listenUrl: Schema.optional(Schema.RedactedFromSelf(Schema.String).pipe(
-    Schema.filter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url)), {
-      message: () => "a PostgreSQL URL (postgres://user:password@host:port/database), straight to the server"
-    })
-  )),
-  schemas: Schema.optionalWith(Schema.Record({ key: Schema.String, value: Schema.Any }), { default: () => ({}) })
+  maxLeaseExpiries: Input.Count(1000).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxLeaseExpiries))),
+  listenUrl: Schema.optional(Schema.Redacted(Schema.String).check(Schema.makeFilter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url)), { message: "a PostgreSQL URL (postgres://user:password@host:port/database), straight to the server" }))),
+  schemas: Schema.Record(Schema.String, Schema.Any).pipe(Schema.withDecodingDefaultType(Effect.sync(() => ({}))))
 })
 
 const decode = Input.options(OptionsSchema)
@@ -94,9 +81,6 @@ export const decodeOptions = (options: ProjectorOptions): Effect.Effect<Settings
     backoffMin: backoff.min,
     backoffMax: backoff.max
   }))
-
-const variable = <A>(config: Config.Config<A>, description: string) =>
-  Config.option(config).pipe(Config.withDescription(description))
 
 /** Every `PROJECTOR_*` variable: what it is for and a value that works (said when one is wrong). */
 export const Variables: Readonly<Record<string, Input.VariableHint>> = {
@@ -131,24 +115,21 @@ export const FieldVariables: Readonly<Record<string, string>> = {
   backoff: "PROJECTOR_BACKOFF_MIN"
 }
 
-/** The `PROJECTOR_*` variables; unset ones take the defaults above. */
+/** The `PROJECTOR_*` variables (what each is for is in `Variables`); unset ones take the defaults above. */
 export const config: Config.Config<ProjectorOptions> = Config.all({
-  topics: variable(Config.array(Config.string(), "PROJECTOR_TOPICS"), "comma-separated topics to deliver (default: all)"),
-  workerId: variable(Config.string("PROJECTOR_WORKER_ID"), "worker id stored with each claim (default host:pid:random)"),
-  batchSize: variable(Config.integer("PROJECTOR_BATCH_SIZE"), "messages per claim"),
-  concurrency: variable(Config.integer("PROJECTOR_CONCURRENCY"), "deliveries in flight at once"),
-  batchesInFlight: variable(Config.integer("PROJECTOR_BATCHES_IN_FLIGHT"), "batches claimed and delivered at once"),
-  lease: variable(Config.string("PROJECTOR_LEASE"), "claim lease"),
-  pollInterval: variable(Config.string("PROJECTOR_POLL_INTERVAL"), "longest sleep when no NOTIFY arrives"),
-  backoffMin: variable(Config.string("PROJECTOR_BACKOFF_MIN"), "shortest retry delay"),
-  backoffMax: variable(Config.string("PROJECTOR_BACKOFF_MAX"), "longest retry delay"),
-  deliveryTimeout: variable(Config.string("PROJECTOR_DELIVERY_TIMEOUT"), "a slower delivery fails retryable"),
-  shutdownDeadline: variable(Config.string("PROJECTOR_SHUTDOWN_DEADLINE"), "how long closing waits for deliveries"),
-  maxLeaseExpiries: variable(Config.integer("PROJECTOR_MAX_LEASE_EXPIRIES"), "leases a message may lose before it is dead"),
-  listenUrl: variable(
-    Config.redacted("PROJECTOR_LISTEN_URL"),
-    "a URL straight to PostgreSQL for LISTEN when the pool goes through a transaction pooler"
-  )
+  topics: Config.option(Config.Array(Schema.String, "PROJECTOR_TOPICS")),
+  workerId: Config.option(Config.String("PROJECTOR_WORKER_ID")),
+  batchSize: Config.option(Config.Int("PROJECTOR_BATCH_SIZE")),
+  concurrency: Config.option(Config.Int("PROJECTOR_CONCURRENCY")),
+  batchesInFlight: Config.option(Config.Int("PROJECTOR_BATCHES_IN_FLIGHT")),
+  lease: Config.option(Config.String("PROJECTOR_LEASE")),
+  pollInterval: Config.option(Config.String("PROJECTOR_POLL_INTERVAL")),
+  backoffMin: Config.option(Config.String("PROJECTOR_BACKOFF_MIN")),
+  backoffMax: Config.option(Config.String("PROJECTOR_BACKOFF_MAX")),
+  deliveryTimeout: Config.option(Config.String("PROJECTOR_DELIVERY_TIMEOUT")),
+  shutdownDeadline: Config.option(Config.String("PROJECTOR_SHUTDOWN_DEADLINE")),
+  maxLeaseExpiries: Config.option(Config.Int("PROJECTOR_MAX_LEASE_EXPIRIES")),
+  listenUrl: Config.option(Config.Redacted("PROJECTOR_LISTEN_URL"))
 }).pipe(Config.map(({ backoffMax, backoffMin, ...rest }): ProjectorOptions => {
   const options: Record<string, unknown> = {}
   for (const [key, value] of Object.entries(rest) as Array<[string, Option.Option<unknown>]>) {

@@ -1,16 +1,14 @@
 /**
- * What the projector reports: Effect metrics tagged by topic, and a span per delivery that
- * continues the producer's trace (from the W3C `traceparent` stored with the message) — made
- * only when a real tracer is installed. Payloads never go into spans, metrics or logs.
+ * What the projector reports: Effect metrics with a `topic` attribute, and a span per delivery
+ * that continues the producer's trace (from the W3C `traceparent` stored with the message) —
+ * made only when a real tracer is installed. Payloads never go into spans, metrics or logs.
  */
 import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Effect from "effect/Effect"
 import * as Metric from "effect/Metric"
-import * as MetricBoundaries from "effect/MetricBoundaries"
-import * as Option from "effect/Option"
 import * as Tracer from "effect/Tracer"
 
-/** Effect metrics of the projector, tagged by topic where a message is concerned. */
+/** Effect metrics of the projector, with a `topic` attribute where a message is concerned. */
 export const metrics = {
   claimed: Metric.counter("effect_durable_projector_claimed_total", { description: "messages claimed" }),
   delivered: Metric.counter("effect_durable_projector_delivered_total", { description: "messages delivered and marked" }),
@@ -26,47 +24,45 @@ export const metrics = {
   storeErrors: Metric.counter("effect_durable_projector_store_errors_total", {
     description: "claims or settlements that failed in the database (each is retried)"
   }),
-  batchSize: Metric.histogram(
-    "effect_durable_projector_batch_size",
-    MetricBoundaries.fromIterable([1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]),
-    "messages per claim"
-  ),
-  lag: Metric.histogram(
-    "effect_durable_projector_lag_seconds",
-    MetricBoundaries.exponential({ start: 0.001, factor: 2, count: 20 }),
-    "enqueue to delivery, seconds"
-  )
+  batchSize: Metric.histogram("effect_durable_projector_batch_size", {
+    boundaries: Metric.boundariesFromIterable([1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]),
+    description: "messages per claim"
+  }),
+  lag: Metric.histogram("effect_durable_projector_lag_seconds", {
+    boundaries: Metric.exponentialBoundaries({ start: 0.001, factor: 2, count: 20 }),
+    description: "enqueue to delivery, seconds"
+  })
 }
 
-// Tagging a metric builds a new key; the projector tags per topic, so it keeps them.
-const tagged = new WeakMap<object, Map<string, any>>()
+// An attribute makes a new metric (and key); the projector sets one per topic, so it keeps them.
+const byMetric = new WeakMap<object, Map<string, Metric.Metric<any, any>>>()
 
-/** The metric tagged with a topic, built once per metric and topic. */
-export const forTopic = <M extends Metric.Metric<any, any, any>>(metric: M, topic: string): M => {
-  let byTopic = tagged.get(metric)
-  if (byTopic === undefined) tagged.set(metric, byTopic = new Map())
+/** The metric with a `topic` attribute, made once per metric and topic. */
+export const forTopic = <M extends Metric.Metric<any, any>>(metric: M, topic: string): M => {
+  let byTopic = byMetric.get(metric)
+  if (byTopic === undefined) byMetric.set(metric, byTopic = new Map())
   let found = byTopic.get(topic)
-  if (found === undefined) byTopic.set(topic, found = Metric.tagged(metric, "topic", topic))
-  return found
+  if (found === undefined) byTopic.set(topic, found = Metric.withAttributes(metric, { topic }))
+  return found as M
 }
 
-/** Effect's built-in tracer, which records nothing: spans are skipped while it is the one in use. */
-const nativeTracer = Effect.runSync(Effect.tracer)
+/** Whether spans would be recorded by anyone (a tracer other than Effect's built-in one, which exports nothing). */
+export const tracing: Effect.Effect<boolean> = Effect.map(Effect.tracer, (tracer) => tracer !== Tracer.nativeTracer)
 
-/** Whether spans would be recorded by anyone (a tracer other than the built-in no-op one). */
-export const tracing: Effect.Effect<boolean> = Effect.map(Effect.tracer, (tracer) => tracer !== nativeTracer)
+const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/
 
 /** The span a producer was in when it enqueued, from the stored W3C `traceparent`. */
-const producerSpan = (headers: Readonly<Record<string, string>>): Option.Option<Tracer.ExternalSpan> => {
-  const match = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/.exec(headers.traceparent ?? "")
+const producerSpan = (headers: Readonly<Record<string, string>>): Tracer.ExternalSpan | undefined => {
+  const match = TRACEPARENT.exec(headers.traceparent ?? "")
   return match === null
-    ? Option.none()
-    : Option.some(Tracer.externalSpan({ traceId: match[1]!, spanId: match[2]!, sampled: (parseInt(match[3]!, 16) & 1) === 1 }))
+    ? undefined
+    : Tracer.externalSpan({ traceId: match[1]!, spanId: match[2]!, sampled: (parseInt(match[3]!, 16) & 1) === 1 })
 }
 
 /** A delivery in a `projector.deliver` span, a child of the producer's span. */
-export const deliverySpan = <A, E, R>(message: OutboxWorker.OutboxMessage, publish: Effect.Effect<A, E, R>) =>
-  Effect.withSpan(publish, "projector.deliver", {
+export const deliverySpan = <A, E, R>(message: OutboxWorker.OutboxMessage, publish: Effect.Effect<A, E, R>) => {
+  const parent = producerSpan(message.headers)
+  return Effect.withSpan(publish, "projector.deliver", {
     captureStackTrace: false,
     kind: "producer",
     attributes: {
@@ -74,5 +70,6 @@ export const deliverySpan = <A, E, R>(message: OutboxWorker.OutboxMessage, publi
       "messaging.destination.name": message.topic,
       "effect_durable.attempt": message.attempt
     },
-    ...Option.match(producerSpan(message.headers), { onNone: () => ({}), onSome: (parent) => ({ parent }) })
+    ...(parent === undefined ? {} : { parent })
   })
+}

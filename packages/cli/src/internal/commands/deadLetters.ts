@@ -6,34 +6,36 @@
  * bounded batches that each commit, with progress on stderr: Ctrl-C leaves whole batches
  * done and the rest untouched.
  */
-import { Args, Command, Options } from "@effect/cli"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import * as Argument from "effect/cli/Argument"
+import * as Command from "effect/cli/Command"
+import * as Flag from "effect/cli/Flag"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
-import { confirm, duration, ids, json, positive, yes } from "../arguments.js"
+import { confirm, duration, ids, json, positive, toggle, yes } from "../arguments.js"
 import { withDatabase } from "../connection.js"
 import { checkFailed, usage } from "../errors.js"
 import * as Output from "../output.js"
 
-const topic = Options.text("topic").pipe(Options.optional, Options.withDescription("Only this outbox topic"))
-const olderThan = duration("older-than").pipe(Options.optional, Options.withDescription("Dead for longer than this (30m, 12h, 7d)"))
-const error = Options.text("error").pipe(
-  Options.optional,
-  Options.withDescription("Only this error group (the last error with digits as #, as the admin page groups them)")
+const topic = Flag.String("topic").pipe(Flag.optional, Flag.withDescription("Only this outbox topic"))
+const olderThan = duration("older-than").pipe(Flag.optional, Flag.withDescription("Dead for longer than this (30m, 12h, 7d)"))
+const error = Flag.String("error").pipe(
+  Flag.optional,
+  Flag.withDescription("Only this error group (the last error with digits as #, as the admin page groups them)")
 )
-const consumer = Options.text("consumer").pipe(
-  Options.optional,
-  Options.withDescription("The stored inbox's dead entries of this consumer, instead of the outbox")
+const consumer = Flag.String("consumer").pipe(
+  Flag.optional,
+  Flag.withDescription("The stored inbox's dead entries of this consumer, instead of the outbox")
 )
 const filters = { topic, ids, olderThan, error, consumer }
 
 interface Filters {
   readonly topic: Option.Option<string>
   readonly ids: ReadonlyArray<string>
-  readonly olderThan: Option.Option<Duration.DurationInput>
+  readonly olderThan: Option.Option<Duration.Input>
   readonly error: Option.Option<string>
   readonly consumer: Option.Option<string>
 }
@@ -65,9 +67,14 @@ const describe = (f: Filters) => {
 
 const list = Command.make(
   "list",
-  { ...filters, limit: positive("limit", 50, 1000), before: Options.text("before").pipe(Options.optional), json },
-  (args) =>
-    withDatabase()(Effect.gen(function*() {
+  {
+    ...filters,
+    limit: positive("limit", 50, 1000, "Rows per page"),
+    before: Flag.String("before").pipe(Flag.optional, Flag.withDescription("The page after this id (printed as 'more: --before ...')")),
+    json
+  },
+  Effect.fn("effect-durable.dead-letters.list")(
+    function*(args) {
       const page = { limit: args.limit, ...Option.match(args.before, { onNone: () => ({}), onSome: (before) => ({ before }) }) }
       if (Option.isSome(args.consumer)) {
         yield* inboxOnly(args)
@@ -96,14 +103,16 @@ const list = Command.make(
         { header: "LAST ERROR", value: (m) => Output.clip(m.lastError) }
       ], result.items))
       if (result.next !== undefined) yield* Output.note(`more: --before ${result.next}`)
-    }))
+    },
+    withDatabase()
+  )
 ).pipe(Command.withDescription("List dead letters, newest first"))
 
 const show = Command.make(
   "show",
-  { id: Args.text({ name: "id" }).pipe(Args.withDescription("The outbox message's id")), json },
-  (args) =>
-    withDatabase()(Effect.gen(function*() {
+  { id: Argument.String("id").pipe(Argument.withDescription("The outbox message's id")), json },
+  Effect.fn("effect-durable.dead-letters.show")(
+    function*(args) {
       const search = yield* OutboxSearch.OutboxSearch
       const found = yield* search.message(args.id)
       if (Option.isNone(found)) return yield* checkFailed(`no outbox message ${args.id}`)
@@ -127,11 +136,13 @@ const show = Command.make(
           ...m.failureHistory.map((f) => `  attempt ${f.attempt}  ${f.at}  ${f.worker ?? "-"}  ${f.error}`)
         ]),
         "headers:",
-        JSON.stringify(m.headers, null, 2),
+        Output.stringify(m.headers, 2),
         "payload:",
-        JSON.stringify(m.payload, null, 2)
+        Output.stringify(m.payload, 2)
       ].join("\n"))
-    }))
+    },
+    withDatabase()
+  )
 ).pipe(Command.withDescription("One message in full: payload, headers, attempts, lease holder, last error, each failed delivery's error"))
 
 type Verb = "redrive" | "discard"
@@ -142,13 +153,13 @@ const act = (verb: Verb) =>
     verb,
     {
       ...filters,
-      all: Options.boolean("all").pipe(Options.withDescription("Every dead letter matching the filters")),
-      batchSize: positive("batch-size", 500, 10_000),
+      all: toggle("all", "Every dead letter matching the filters"),
+      batchSize: positive("batch-size", 500, 10_000, "Rows per committed batch"),
       yes,
       json
     },
-    (args) =>
-      withDatabase()(Effect.gen(function*() {
+    Effect.fn(`effect-durable.dead-letters.${verb}`)(
+      function*(args) {
         if (args.ids.length === 0 && !args.all) {
           return yield* usage(`${verb}: name the messages with --id, or pass --all for every dead letter matching the filters`)
         }
@@ -202,7 +213,9 @@ const act = (verb: Verb) =>
           }
         ).pipe(interrupted)
         yield* report(done)
-      }))
+      },
+      withDatabase()
+    )
   ).pipe(Command.withDescription(
     verb === "redrive"
       ? "Make dead letters deliverable again with fresh attempts (asks first unless --yes)"

@@ -3,9 +3,9 @@
  * pooler mode, dead tuples of the substrate's tables, the oldest snapshot holding back
  * vacuum. Exit 1 when a check fails (with `--strict`, also on a warning).
  */
-import { Command, Options } from "@effect/cli"
+import * as Command from "effect/cli/Command"
 import * as Effect from "effect/Effect"
-import { json } from "../arguments.js"
+import { json, toggle } from "../arguments.js"
 import { withDatabase } from "../connection.js"
 import { runChecks } from "../diagnostics.js"
 import { checkFailed } from "../errors.js"
@@ -15,13 +15,15 @@ const MARK = { ok: "ok  ", warn: "WARN", fail: "FAIL" } as const
 
 export const doctor = Command.make(
   "doctor",
-  { json, strict: Options.boolean("strict").pipe(Options.withDescription("Exit 1 on warnings too")) },
-  (args) =>
-    withDatabase({ anyVersion: true, poolSize: 3 })(Effect.gen(function*() {
+  { json, strict: toggle("strict", "Exit 1 on warnings too") },
+  Effect.fn("effect-durable.doctor")(
+    function*(args) {
       const checks = yield* runChecks
       if (args.json) yield* Output.json({ checks })
       else yield* Output.line(checks.map((c) => `${MARK[c.status]}  ${c.name}: ${c.detail}`).join("\n"))
       const failed = checks.filter((c) => c.status === "fail" || (args.strict && c.status === "warn"))
       if (failed.length > 0) return yield* checkFailed(`doctor: ${failed.map((c) => c.name).join(", ")}`)
-    }))
+    },
+    withDatabase({ anyVersion: true, poolSize: 3 })
+  )
 ).pipe(Command.withDescription("Check the schema, LISTEN/NOTIFY, the pooler, table bloat and vacuum's horizon"))

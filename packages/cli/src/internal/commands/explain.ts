@@ -3,9 +3,10 @@
  * of a claim with these options, as the claim function runs it (generic plan), without
  * claiming anything. Needs a session of its own: behind a transaction pooler, connect direct.
  */
-import { Command, Options } from "@effect/cli"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
+import * as Command from "effect/cli/Command"
+import * as Flag from "effect/cli/Flag"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { json, positive } from "../arguments.js"
@@ -40,13 +41,13 @@ export const renderPlan = (plan: unknown): string => {
 export const explain = Command.make(
   "explain",
   {
-    topic: Options.text("topic").pipe(Options.repeated, Options.withDescription("A topic the claim takes (repeatable; default all)")),
-    consumer: Options.text("consumer").pipe(Options.optional, Options.withDescription("Explain the stored inbox's claim for this consumer")),
-    limit: positive("limit", 500, 1000),
+    topic: Flag.String("topic").pipe(Flag.atLeast(0), Flag.withDescription("A topic the claim takes (repeatable; default all)")),
+    consumer: Flag.String("consumer").pipe(Flag.optional, Flag.withDescription("Explain the stored inbox's claim for this consumer")),
+    limit: positive("limit", 500, 1000, "Rows the explained claim takes"),
     json
   },
-  (args) =>
-    withDatabase({ poolSize: 1 })(Effect.gen(function*() {
+  Effect.fn("effect-durable.explain")(
+    function*(args) {
       const claim = { worker: "effect-durable-explain", limit: args.limit, lease: "30 seconds" as const }
       let plan: unknown
       const consumer = args.consumer
@@ -60,5 +61,7 @@ export const explain = Command.make(
         )
       }
       yield* args.json ? Output.json(plan) : Output.line(renderPlan(plan))
-    }))
+    },
+    withDatabase({ poolSize: 1 })
+  )
 ).pipe(Command.withDescription("Show the query plan of a claim (nothing is claimed)"))

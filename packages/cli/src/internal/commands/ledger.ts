@@ -4,8 +4,9 @@
  * and eligibility claim a retry must match (any difference is a conflict), and the stored
  * response. Exit 1 when there is no record.
  */
-import { Args, Command } from "@effect/cli"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
+import * as Argument from "effect/cli/Argument"
+import * as Command from "effect/cli/Command"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { json } from "../arguments.js"
@@ -31,13 +32,13 @@ export const recordJson = (identity: MutationLedger.MutationIdentity, record: Mu
 const show = Command.make(
   "show",
   {
-    subject: Args.text({ name: "subject" }),
-    operation: Args.text({ name: "operation" }),
-    key: Args.text({ name: "key" }),
+    subject: Argument.String("subject").pipe(Argument.withDescription("The ledger's subject (the tenant or resource)")),
+    operation: Argument.String("operation").pipe(Argument.withDescription("The operation's name")),
+    key: Argument.String("key").pipe(Argument.withDescription("The idempotency key")),
     json
   },
-  (args) =>
-    withDatabase({ poolSize: 1 })(Effect.gen(function*() {
+  Effect.fn("effect-durable.ledger.show")(
+    function*(args) {
       const ledger = yield* MutationLedger.MutationLedger
       const identity = { subject: args.subject, operation: args.operation, key: args.key }
       const found = yield* ledger.lookup(identity)
@@ -52,11 +53,13 @@ const show = Command.make(
         field("recorded", r.recordedAt),
         field("fingerprint", r.fingerprint),
         field("eligibility", r.eligibility === "" ? "(empty)" : r.eligibility),
-        field("response", r.response === null && r.bodyBytes > 0 ? `${r.bodyBytes} bytes` : JSON.stringify(r.response)),
-        ...(r.meta === null ? [] : [field("meta", JSON.stringify(r.meta))]),
+        field("response", r.response === null && r.bodyBytes > 0 ? `${r.bodyBytes} bytes` : Output.stringify(r.response)),
+        ...(r.meta === null ? [] : [field("meta", Output.stringify(r.meta))]),
         "A retry with another kind, eligibility or fingerprint is a conflict; an exact one replays the response."
       ].join("\n"))
-    }))
+    },
+    withDatabase({ poolSize: 1 })
+  )
 ).pipe(Command.withDescription("Show the ledger's record of an idempotency key"))
 
 export const ledger = Command.make("ledger", {}, () => usage("ledger: name a subcommand: show")).pipe(

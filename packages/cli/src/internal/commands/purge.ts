@@ -4,17 +4,21 @@
  * library's floor), in batches that each commit; progress on stderr. `--dry-run` counts.
  * Ctrl-C stops between batches (a batch is one statement: never half deleted).
  */
-import { Args, Command, Options } from "@effect/cli"
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as Retention from "@effect-durable/pg/Retention"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as Argument from "effect/cli/Argument"
+import * as Command from "effect/cli/Command"
+import * as Flag from "effect/cli/Flag"
 import * as Effect from "effect/Effect"
-import { duration, json, positive } from "../arguments.js"
+import { duration, json, positive, toggle } from "../arguments.js"
 import { withDatabase } from "../connection.js"
 import * as Output from "../output.js"
+
+const TARGETS: ReadonlyArray<Retention.Target> = ["outbox", "inbox", "ledger"]
 
 const WHAT: Readonly<Record<Retention.Target, { readonly rows: string; readonly one: string }>> = {
   outbox: { rows: "projected outbox messages", one: "projected outbox message" },
@@ -25,16 +29,16 @@ const WHAT: Readonly<Record<Retention.Target, { readonly rows: string; readonly 
 export const purge = Command.make(
   "purge",
   {
-    target: Args.choice<Retention.Target>([["outbox", "outbox"], ["inbox", "inbox"], ["ledger", "ledger"]], { name: "target" }),
+    target: Argument.Literals("target", TARGETS).pipe(Argument.withDescription("What to purge: outbox, inbox or ledger")),
     olderThan: duration("older-than").pipe(
-      Options.withDescription("Retention: delete what is older (outbox at least 1m, inbox and ledger at least 1h)")
+      Flag.withDescription("Retention: delete what is older (outbox at least 1m, inbox and ledger at least 1h)")
     ),
-    batchSize: positive("batch-size", 1000, 10_000),
-    dryRun: Options.boolean("dry-run").pipe(Options.withDescription("Count what would be deleted; delete nothing")),
+    batchSize: positive("batch-size", 1000, 10_000, "Rows deleted per committed batch"),
+    dryRun: toggle("dry-run", "Count what would be deleted; delete nothing"),
     json
   },
-  (args) =>
-    withDatabase({ poolSize: 1 })(Effect.gen(function*() {
+  Effect.fn("effect-durable.purge")(
+    function*(args) {
       const settings = yield* DurableSettings
       const what = WHAT[args.target]
       const result = (n: number, key: "wouldDelete" | "deleted") =>
@@ -58,5 +62,7 @@ export const purge = Command.make(
         )
       )
       yield* result(deleted, "deleted")
-    }))
+    },
+    withDatabase({ poolSize: 1 })
+  )
 ).pipe(Command.withDescription("Delete projected outbox messages, processed inbox receipts or ledger records past a retention"))

@@ -3,11 +3,12 @@
  * `verify` (drift from what the migrations build; exit 1 on drift) and `grant <role>`
  * (what a runtime role needs, and nothing more). Run them as the owner role.
  */
-import { Args, Command, Options } from "@effect/cli"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Migrations from "@effect-durable/pg/Migrations"
+import * as Argument from "effect/cli/Argument"
+import * as Command from "effect/cli/Command"
 import * as Effect from "effect/Effect"
-import { json } from "../arguments.js"
+import { json, toggle } from "../arguments.js"
 import { withDatabase } from "../connection.js"
 import { checkFailed } from "../errors.js"
 import * as Output from "../output.js"
@@ -28,9 +29,9 @@ const newerNote = (version: number) =>
 
 export const migrate = Command.make(
   "migrate",
-  { dryRun: Options.boolean("dry-run").pipe(Options.withDescription("List the pending versions; change nothing")), json },
-  (args) =>
-    withDatabase({ anyVersion: true, poolSize: 1 })(Effect.gen(function*() {
+  { dryRun: toggle("dry-run", "List the pending versions; change nothing"), json },
+  Effect.fn("effect-durable.migrate")(
+    function*(args) {
       if (args.dryRun) {
         const p = yield* plan
         if (args.json) return yield* Output.json(p)
@@ -53,11 +54,15 @@ export const migrate = Command.make(
           ? `schema ${settings.schema} is at version ${report.version}: nothing to apply`
           : `${report.applied.map((m) => `applied ${m.version}  ${m.name}`).join("\n")}\nschema ${settings.schema} is at version ${report.version}`
       )
-    }))
+    },
+    withDatabase({ anyVersion: true, poolSize: 1 })
+  )
 ).pipe(Command.withDescription("Apply the pending migrations (--dry-run lists them)"))
 
-export const verify = Command.make("verify", { json }, (args) =>
-  withDatabase({ anyVersion: true, poolSize: 1 })(Effect.gen(function*() {
+export const verify = Command.make(
+  "verify",
+  { json },
+  Effect.fn("effect-durable.verify")(function*(args) {
     const settings = yield* DurableSettings
     const drift = yield* Migrations.verifySchema
     const version = Math.max(0, ...(yield* Migrations.appliedVersions))
@@ -74,16 +79,19 @@ export const verify = Command.make("verify", { json }, (args) =>
     if (drift.length > 0) {
       return yield* checkFailed(`schema ${settings.schema}: ${Output.plural(drift.length, "difference")} from the migrations`)
     }
-  }))).pipe(Command.withDescription("Compare the schema with what the migrations build; exit 1 on drift"))
+  }, withDatabase({ anyVersion: true, poolSize: 1 }))
+).pipe(Command.withDescription("Compare the schema with what the migrations build; exit 1 on drift"))
 
 export const grant = Command.make(
   "grant",
-  { role: Args.text({ name: "role" }).pipe(Args.withDescription("An existing role (CREATE ROLE app_runtime LOGIN ...)")), json },
-  (args) =>
-    withDatabase({ poolSize: 1 })(Effect.gen(function*() {
+  { role: Argument.String("role").pipe(Argument.withDescription("An existing role (CREATE ROLE app_runtime LOGIN ...)")), json },
+  Effect.fn("effect-durable.grant")(
+    function*(args) {
       const settings = yield* DurableSettings
       yield* Migrations.grantRuntimeAccess(args.role)
       if (args.json) return yield* Output.json({ schema: settings.schema, role: args.role, granted: true })
       yield* Output.line(`granted ${args.role} runtime access to schema ${settings.schema} (later migrations extend it)`)
-    }))
+    },
+    withDatabase({ poolSize: 1 })
+  )
 ).pipe(Command.withDescription("Grant a runtime role what the substrate needs, and nothing more"))

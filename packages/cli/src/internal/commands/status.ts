@@ -3,15 +3,16 @@
  * consumer, what is ready, delayed, claimed, dead and done, and how long the oldest ready
  * message has waited. `--watch` repeats until Ctrl-C (JSON: one line per refresh).
  */
-import { Command, Options } from "@effect/cli"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as Migrations from "@effect-durable/pg/Migrations"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as Command from "effect/cli/Command"
+import * as Flag from "effect/cli/Flag"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
-import { duration, json } from "../arguments.js"
+import { duration, json, toggle } from "../arguments.js"
 import { withDatabase } from "../connection.js"
 import * as Output from "../output.js"
 
@@ -24,7 +25,7 @@ export const snapshot = Effect.gen(function*() {
   return { schema: settings.schema, version: Migrations.latestVersion, at: new Date().toISOString(), topics, consumers }
 })
 
-type Snapshot = Effect.Effect.Success<typeof snapshot>
+type Snapshot = Effect.Success<typeof snapshot>
 
 const render = (s: Snapshot): string => {
   const topics = s.topics.length === 0
@@ -57,10 +58,10 @@ export const status = Command.make(
   "status",
   {
     json,
-    watch: Options.boolean("watch").pipe(Options.withDescription("Refresh until Ctrl-C")),
-    interval: duration("interval").pipe(Options.withDefault("2 seconds"), Options.withDescription("Time between refreshes with --watch"))
+    watch: toggle("watch", "Refresh until Ctrl-C"),
+    interval: duration("interval").pipe(Flag.withDefault("2 seconds"), Flag.withDescription("Time between refreshes with --watch"))
   },
-  (args) => {
+  Effect.fn("effect-durable.status")(function*(args) {
     const once = Effect.flatMap(snapshot, (s) => {
       if (args.json) return Output.json(s, { compact: args.watch })
       if (!args.watch) return Output.line(render(s))
@@ -69,8 +70,8 @@ export const status = Command.make(
       return Output.line(`${clear}${render(s)}`)
     })
     const run = args.watch
-      ? Effect.repeat(once, Schedule.spaced(Duration.decode(args.interval as Duration.DurationInput))).pipe(Effect.asVoid)
+      ? Effect.repeat(once, Schedule.spaced(Duration.fromInputUnsafe(args.interval))).pipe(Effect.asVoid)
       : once
-    return withDatabase()(run)
-  }
+    yield* withDatabase()(run)
+  })
 ).pipe(Command.withDescription("Counts per outbox topic and inbox consumer; --watch refreshes them"))

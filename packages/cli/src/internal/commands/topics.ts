@@ -2,8 +2,10 @@
  * `effect-durable pause <topic>` / `resume <topic>`: a durable flag every claim honours.
  * Projectors keep running and deliver the other topics; resuming wakes them at once.
  */
-import { Args, Command, Options } from "@effect/cli"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
+import * as Argument from "effect/cli/Argument"
+import * as Command from "effect/cli/Command"
+import * as Flag from "effect/cli/Flag"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { userInfo } from "node:os"
@@ -11,7 +13,7 @@ import { json } from "../arguments.js"
 import { withDatabase } from "../connection.js"
 import * as Output from "../output.js"
 
-const topic = Args.text({ name: "topic" })
+const topic = Argument.String("topic").pipe(Argument.withDescription("The outbox topic"))
 
 /** Who is acting, as recorded with a pause: the OS user, marked as coming from the command line. */
 export const operatorName = (): string => {
@@ -24,23 +26,31 @@ export const operatorName = (): string => {
 
 export const pause = Command.make(
   "pause",
-  { topic, by: Options.text("by").pipe(Options.optional, Options.withDescription("Who pauses it (default: your user name)")), json },
-  (args) =>
-    withDatabase({ poolSize: 1 })(Effect.gen(function*() {
+  { topic, by: Flag.String("by").pipe(Flag.optional, Flag.withDescription("Who pauses it (default: your user name)")), json },
+  Effect.fn("effect-durable.pause")(
+    function*(args) {
       const admin = yield* OutboxAdmin.OutboxAdmin
       const by = Option.getOrElse(args.by, operatorName)
       const changed = yield* admin.pause(args.topic, { by })
       yield* Effect.logInfo(`operator action: pause topic ${args.topic} by ${by}`)
       if (args.json) return yield* Output.json({ topic: args.topic, paused: true, changed })
       yield* Output.line(changed ? `paused topic ${args.topic}: claims skip it until it is resumed` : `topic ${args.topic} was already paused`)
-    }))
+    },
+    withDatabase({ poolSize: 1 })
+  )
 ).pipe(Command.withDescription("Pause a topic: projectors deliver the others and skip it until it is resumed"))
 
-export const resume = Command.make("resume", { topic, json }, (args) =>
-  withDatabase({ poolSize: 1 })(Effect.gen(function*() {
-    const admin = yield* OutboxAdmin.OutboxAdmin
-    const changed = yield* admin.resume(args.topic)
-    yield* Effect.logInfo(`operator action: resume topic ${args.topic} by ${operatorName()}`)
-    if (args.json) return yield* Output.json({ topic: args.topic, paused: false, changed })
-    yield* Output.line(changed ? `resumed topic ${args.topic}: projectors were woken` : `topic ${args.topic} was not paused`)
-  }))).pipe(Command.withDescription("Resume a paused topic and wake the projectors"))
+export const resume = Command.make(
+  "resume",
+  { topic, json },
+  Effect.fn("effect-durable.resume")(
+    function*(args) {
+      const admin = yield* OutboxAdmin.OutboxAdmin
+      const changed = yield* admin.resume(args.topic)
+      yield* Effect.logInfo(`operator action: resume topic ${args.topic} by ${operatorName()}`)
+      if (args.json) return yield* Output.json({ topic: args.topic, paused: false, changed })
+      yield* Output.line(changed ? `resumed topic ${args.topic}: projectors were woken` : `topic ${args.topic} was not paused`)
+    },
+    withDatabase({ poolSize: 1 })
+  )
+).pipe(Command.withDescription("Resume a paused topic and wake the projectors"))

@@ -37,8 +37,8 @@ export const parse = (params: URLSearchParams): OutboxSearch.MessageFilter => {
     ...(state === undefined ? {} : { state: state as OutboxSearch.MessageState }),
     ...(attempts === undefined ? {} : { minAttempts: Number(attempts) }),
     // What is not a duration goes to the library as it is, which refuses it naming the field.
-    ...(older === undefined ? {} : { olderThan: parseDuration(older) ?? (older as Duration.DurationInput) }),
-    ...(dead === undefined ? {} : { deadFor: parseDuration(dead) ?? (dead as Duration.DurationInput) }),
+    ...(older === undefined ? {} : { olderThan: parseDuration(older) ?? (older as Duration.Input) }),
+    ...(dead === undefined ? {} : { deadFor: parseDuration(dead) ?? (dead as Duration.Input) }),
     ...(error === undefined || error === "" ? {} : { error }),
     ...(many("payload").length === 0 ? {} : { payload: many("payload").map(match) }),
     ...(many("header").length === 0 ? {} : { headers: many("header").map(match) })

@@ -40,42 +40,41 @@ export const make = Effect.gen(function*() {
       return next
     })
 
-  const start = <E>(
+  const start = Effect.fnUntraced(function*<E>(
     action: string,
     who: string,
     total: number,
     stream: Stream.Stream<OutboxSearch.BulkProgress, E>
-  ) =>
-    Effect.gen(function*() {
-      const id = randomBytes(8).toString("hex")
-      const job: Job = { id, action, who, total, done: 0, state: "running", startedAt: new Date().toISOString() }
-      yield* Ref.update(jobs, (map) => {
-        const next = new Map([...map].slice(-(KEEP - 1)))
-        next.set(id, job)
-        return next
-      })
-      const run = Stream.runForEach(stream, (progress) => update(id, (j) => ({ ...j, done: progress.total }))).pipe(
-        Effect.zipRight(update(id, (j) => ({ ...j, state: "done" }))),
-        Effect.tap(() =>
-          Effect.flatMap(Ref.get(jobs), (map) =>
-            Effect.logInfo(`effect-durable admin: ${action} finished: ${map.get(id)?.done ?? 0} of ${total}`).pipe(
-              Effect.annotateLogs({ who, job: id })
-            ))
-        ),
-        Effect.catchAllCause((cause) =>
-          Effect.zipRight(
-            update(id, (j) => ({ ...j, state: "failed", error: messageOf(Cause.squash(cause)) })),
-            Effect.logWarning(`effect-durable admin: ${action} failed`, cause).pipe(Effect.annotateLogs({ who, job: id }))
-          )
-        ),
-        Effect.onInterrupt(() => update(id, (j) => ({ ...j, state: "interrupted" })))
-      )
-      yield* FiberSet.run(fibers, run)
-      return id
+  ) {
+    const id = randomBytes(8).toString("hex")
+    const job: Job = { id, action, who, total, done: 0, state: "running", startedAt: new Date().toISOString() }
+    yield* Ref.update(jobs, (map) => {
+      const next = new Map([...map].slice(-(KEEP - 1)))
+      next.set(id, job)
+      return next
     })
+    const run = Stream.runForEach(stream, (progress) => update(id, (j) => ({ ...j, done: progress.total }))).pipe(
+      Effect.andThen(update(id, (j) => ({ ...j, state: "done" }))),
+      Effect.tap(() =>
+        Effect.flatMap(Ref.get(jobs), (map) =>
+          Effect.logInfo(`effect-durable admin: ${action} finished: ${map.get(id)?.done ?? 0} of ${total}`).pipe(
+            Effect.annotateLogs({ who, job: id })
+          ))
+      ),
+      Effect.catchCause((cause) =>
+        Effect.andThen(
+          update(id, (j) => ({ ...j, state: "failed", error: messageOf(Cause.squash(cause)) })),
+          Effect.logWarning(`effect-durable admin: ${action} failed`, cause).pipe(Effect.annotateLogs({ who, job: id }))
+        )
+      ),
+      Effect.onInterrupt(() => update(id, (j) => ({ ...j, state: "interrupted" })))
+    )
+    yield* FiberSet.run(fibers, run)
+    return id
+  })
 
   const get = (id: string) => Effect.map(Ref.get(jobs), (map) => map.get(id))
   return { start, get }
 })
 
-export type Jobs = Effect.Effect.Success<typeof make>
+export type Jobs = Effect.Success<typeof make>

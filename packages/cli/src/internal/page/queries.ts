@@ -4,13 +4,14 @@
  * `DatabaseError` the page shows, instead of holding a connection of the application's pool.
  */
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import { classifySqlErrors } from "@effect-durable/pg/ErrorClassification"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as Migrations from "@effect-durable/pg/Migrations"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
 import * as Transactions from "@effect-durable/pg/Transactions"
-import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import { runChecks } from "../diagnostics.js"
@@ -29,13 +30,28 @@ export interface Receipt {
   readonly lastError: string | null
 }
 
-export const makeQueries = (statementTimeout: Duration.DurationInput) => {
+/**
+ * The applied versions, inside the page's transaction: a schema nobody migrated has none. Its
+ * history table is looked up first, as a failed SELECT would abort the transaction (and fail
+ * its COMMIT) even though `Migrations.appliedVersions` takes the failure for "none".
+ */
+const appliedVersions = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const settings = yield* DurableSettings
+  const [history] = yield* sql<{ readonly present: boolean }>`
+    SELECT to_regclass(${settings.table("schema_migrations")}) IS NOT NULL AS present`.pipe(
+    classifySqlErrors("AdminPage.appliedVersions")
+  )
+  return history?.present === true ? yield* Migrations.appliedVersions : []
+})
+
+export const makeQueries = (statementTimeout: Duration.Input) => {
   const timed = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
     Transactions.withTimeouts({ lockTimeout: "2 seconds", statementTimeout })(effect)
 
   const version = Effect.gen(function*() {
     const settings = yield* DurableSettings
-    const versions = yield* Migrations.appliedVersions
+    const versions = yield* appliedVersions
     return { schema: settings.schema, version: versions.length === 0 ? 0 : Math.max(...versions), latest: Migrations.latestVersion }
   })
 
@@ -98,7 +114,7 @@ export const makeQueries = (statementTimeout: Duration.DurationInput) => {
   const schema = (options: { readonly drift: boolean; readonly checks: boolean }) =>
     Effect.gen(function*() {
       const v = yield* timed(version)
-      const applied = new Set(yield* timed(Migrations.appliedVersions))
+      const applied = new Set(yield* timed(appliedVersions))
       const pending = Migrations.migrations.filter((m) => !applied.has(m.version)).map(({ name, version }) => ({ version, name }))
       const drift = options.drift ? yield* timed(Migrations.verifySchema) : undefined
       // The checks bound themselves (LISTEN waits up to 3 s; a reserved session for the pooler).

@@ -10,10 +10,11 @@ import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import type * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
-import * as HttpRouter from "@effect/platform/HttpRouter"
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import type * as SqlClient from "@effect/sql/SqlClient"
+import * as HttpMethod from "effect/http/HttpMethod"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import type * as SqlClient from "effect/sql/SqlClient"
 import * as Cause from "effect/Cause"
 import type * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
@@ -22,6 +23,7 @@ import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
+import { stringify } from "../output.js"
 import * as Assets from "./assets.js"
 import type { Sample } from "./chart.js"
 import * as Filters from "./filters.js"
@@ -35,7 +37,7 @@ import * as Views from "./views.js"
 export interface PageOptions {
   readonly policy: Policy
   readonly showPayloads: boolean
-  readonly statementTimeout: Duration.DurationInput
+  readonly statementTimeout: Duration.Input
   readonly basePath: string | undefined
   readonly batchSize: number
 }
@@ -50,7 +52,7 @@ interface Request {
 }
 
 const IdsBody = Schema.Struct({
-  ids: Schema.Array(Schema.String).pipe(Schema.minItems(1), Schema.maxItems(1000)),
+  ids: Schema.Array(Schema.String).check(Schema.isMinLength(1), Schema.isMaxLength(1000)),
   consumer: Schema.optional(Schema.String)
 })
 const FilterBody = Schema.Struct({
@@ -58,21 +60,21 @@ const FilterBody = Schema.Struct({
   upTo: Schema.optional(Schema.NullOr(Schema.String)),
   expected: Schema.optional(Schema.Number)
 })
-const ActionBody = Schema.Union(IdsBody, FilterBody)
+const ActionBody = Schema.Union([IdsBody, FilterBody])
 const TopicBody = Schema.Struct({ topic: Schema.String })
 
 /** A failure as the page shows it: the typed error's message and a status. */
 const describe = (cause: Cause.Cause<unknown>): { readonly status: number; readonly message: string } => {
-  const failure = Cause.failureOption(cause)
+  const failure = Cause.findErrorOption(cause)
   if (Option.isSome(failure)) {
     const error = failure.value as { _tag?: string; message?: string }
     switch (error._tag) {
       case "InvalidInput":
-      case "ParseError":
+      case "SchemaError":
         return { status: 400, message: error.message ?? "invalid request" }
       case "DatabaseError":
         return { status: 503, message: error.message ?? "database error" }
-      case "RequestError":
+      case "HttpServerError":
         return { status: 400, message: "the request body is not JSON" }
     }
   }
@@ -81,7 +83,8 @@ const describe = (cause: Cause.Cause<unknown>): { readonly status: number; reado
 
 const htmlResponse = (body: Html, status = 200) =>
   HttpServerResponse.text(body.value, { status, contentType: "text/html; charset=utf-8" })
-const jsonResponse = (body: unknown, status = 200) => HttpServerResponse.unsafeJson(body, { status })
+const jsonResponse = (body: unknown, status = 200) =>
+  HttpServerResponse.text(stringify(body), { status, contentType: "application/json" })
 
 /** Where the page is mounted, from the part of the path the router took off. */
 const basePathOf = (request: HttpServerRequest.HttpServerRequest): string => {
@@ -104,250 +107,260 @@ export type Requirements =
   | MutationLedger.MutationLedger
   | OutboxSearch.OutboxSearch
 
-export const make = (options: PageOptions, context: Context.Context<Requirements>) =>
-  Effect.gen(function*() {
-    const jobs = yield* Jobs.make
-    const queries = makeQueries(options.statementTimeout)
-    const samples = yield* Ref.make(new Map<string, ReadonlyArray<Sample>>())
+/**
+ * The page's routes, unprefixed (`HttpRouter.addAll` puts them under a mount). Every handler
+ * runs on `context` (the services the page was made with), in the scope of `make` for the
+ * bulk actions it starts.
+ */
+export const make = Effect.fnUntraced(function*(options: PageOptions, context: Context.Context<Requirements>) {
+  const jobs = yield* Jobs.make
+  const queries = makeQueries(options.statementTimeout)
+  const samples = yield* Ref.make(new Map<string, ReadonlyArray<Sample>>())
 
-    const record = (topics: ReadonlyArray<{ readonly topic: string; readonly ready: number; readonly dead: number }>) =>
-      Ref.update(samples, (map) => {
-        const now = Date.now()
-        const next = new Map(map)
-        for (const t of topics) {
-          const series = (next.get(t.topic) ?? []).filter((s) => now - s.at <= SAMPLE_KEEP)
-          const last = series[series.length - 1]
-          if (last === undefined || now - last.at >= SAMPLE_EVERY) next.set(t.topic, [...series, { at: now, ready: t.ready, dead: t.dead }])
-        }
-        return next
-      })
-
-    /** Runs a route: the policy first, then the handler; failures become a page or JSON. */
-    const route = <E>(
-      kind: Kind,
-      respond: "html" | "json",
-      handler: (r: Request) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, Requirements | HttpServerRequest.HttpServerRequest>
-    ) =>
-      Effect.gen(function*() {
-        const request = yield* HttpServerRequest.HttpServerRequest
-        const verdict = yield* check(options.policy, request, kind)
-        if (verdict._tag === "Denied") {
-          const response = respond === "json" || kind === "write"
-            ? jsonResponse({ error: verdict.message }, verdict.status)
-            : HttpServerResponse.text(`${verdict.status} ${verdict.message}\n`, { status: verdict.status })
-          return verdict.challenge === undefined ? response : HttpServerResponse.setHeader(response, "www-authenticate", verdict.challenge)
-        }
-        const base = options.basePath ?? basePathOf(request)
-        const version = kind === "health" || respond === "json"
-          ? undefined
-          : Option.getOrUndefined(yield* Effect.option(queries.version))
-        const view: Views.ViewContext = {
-          base,
-          readOnly: options.policy.readOnly,
-          showPayloads: options.showPayloads,
-          who: verdict.who,
-          version
-        }
-        const url = new URL(request.url, "http://page")
-        return yield* handler({ request, url, who: verdict.who, view }).pipe(
-          Effect.catchAllCause((cause) =>
-            Effect.gen(function*() {
-              const { message, status } = describe(cause)
-              if (status === 500) yield* Effect.logError("effect-durable admin: request failed", cause)
-              return respond === "json" ? jsonResponse({ error: message }, status) : htmlResponse(Views.errorPage(view, "Error", message), status)
-            })
-          )
-        )
-      }).pipe(Effect.map(secured), Effect.provide(context))
-
-    /** An operator action, logged with who did it and from where. */
-    const audit = (r: Request, action: string, fields: Record<string, unknown>) =>
-      Effect.logInfo(`effect-durable admin: ${action} by ${r.who} from ${addressOf(r.request)}`).pipe(
-        Effect.annotateLogs({ who: r.who, address: addressOf(r.request), action, ...fields })
-      )
-
-    const body = <A, I>(schema: Schema.Schema<A, I>) =>
-      Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => Effect.flatMap(request.json, Schema.decodeUnknown(schema)))
-
-    const overviewData = Effect.gen(function*() {
-      const data = yield* queries.overview
-      yield* record(data.topics)
-      return { data, samples: yield* Ref.get(samples) }
+  const record = (topics: ReadonlyArray<{ readonly topic: string; readonly ready: number; readonly dead: number }>) =>
+    Ref.update(samples, (map) => {
+      const now = Date.now()
+      const next = new Map(map)
+      for (const t of topics) {
+        const series = (next.get(t.topic) ?? []).filter((s) => now - s.at <= SAMPLE_KEEP)
+        const last = series[series.length - 1]
+        if (last === undefined || now - last.at >= SAMPLE_EVERY) next.set(t.topic, [...series, { at: now, ready: t.ready, dead: t.dead }])
+      }
+      return next
     })
 
-    const byIds = (verb: "redrive" | "discard", queue: "outbox" | "inbox") => (r: Request) =>
-      Effect.gen(function*() {
-        const input = yield* body(ActionBody)
-        if (!("ids" in input)) {
-          if (queue === "inbox") return jsonResponse({ error: "the inbox acts on ids" }, 400)
-          // Everything matching the filter, dead ones only, up to the newest the operator counted.
-          const filter: OutboxSearch.MessageFilter = { ...Filters.parse(new URLSearchParams(input.filter)), state: "dead" }
-          const search = yield* OutboxSearch.OutboxSearch
-          const counted = yield* queries.deadCount(filter)
-          const upTo = input.upTo ?? counted.maxId
-          const stream = (verb === "redrive" ? search.redriveMatching : search.discardMatching)(filter, {
-            batchSize: options.batchSize,
-            statementTimeout: options.statementTimeout,
-            ...(upTo === null ? {} : { upTo })
+  /** Runs a route: the policy first, then the handler; failures become a page or JSON. */
+  const route = <E>(
+    kind: Kind,
+    respond: "html" | "json",
+    handler: (r: Request) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, Requirements | HttpServerRequest.HttpServerRequest>
+  ): Effect.Effect<HttpServerResponse.HttpServerResponse, never, HttpServerRequest.HttpServerRequest> =>
+    Effect.gen(function*() {
+      const request = yield* HttpServerRequest.HttpServerRequest
+      const verdict = yield* check(options.policy, request, kind)
+      if (verdict._tag === "Denied") {
+        const response = respond === "json" || kind === "write"
+          ? jsonResponse({ error: verdict.message }, verdict.status)
+          : HttpServerResponse.text(`${verdict.status} ${verdict.message}\n`, { status: verdict.status })
+        return verdict.challenge === undefined ? response : HttpServerResponse.setHeader(response, "www-authenticate", verdict.challenge)
+      }
+      const base = options.basePath ?? basePathOf(request)
+      const version = kind === "health" || respond === "json"
+        ? undefined
+        : Option.getOrUndefined(yield* Effect.option(queries.version))
+      const view: Views.ViewContext = {
+        base,
+        readOnly: options.policy.readOnly,
+        showPayloads: options.showPayloads,
+        who: verdict.who,
+        version
+      }
+      const url = new URL(request.url, "http://page")
+      return yield* handler({ request, url, who: verdict.who, view }).pipe(
+        Effect.catchCause((cause) =>
+          Effect.gen(function*() {
+            const { message, status } = describe(cause)
+            if (status === 500) yield* Effect.logError("effect-durable admin: request failed", cause)
+            return respond === "json" ? jsonResponse({ error: message }, status) : htmlResponse(Views.errorPage(view, "Error", message), status)
           })
-          const id = yield* jobs.start(`${verb} of all matching`, r.who, counted.count, stream as Stream.Stream<OutboxSearch.BulkProgress, unknown>)
-          yield* audit(r, `${verb} of all matching (${counted.count} dead messages)`, { filter: input.filter, job: id, count: counted.count })
-          return jsonResponse({ job: id, total: counted.count })
-        }
-        const run: Effect.Effect<
-          ReadonlyArray<string>,
-          InvalidInput | DatabaseError,
-          OutboxAdmin.OutboxAdmin | InboxAdmin.InboxAdmin
-        > = queue === "outbox"
-          ? Effect.flatMap(OutboxAdmin.OutboxAdmin, (admin) => admin[verb](input.ids))
-          : Effect.flatMap(InboxAdmin.InboxAdmin, (admin) => admin[verb](input.ids))
-        const applied = yield* queries.timed(run)
-        yield* audit(r, `${verb} of ${applied.length} ${queue} message(s) ${applied.join(",")}`, { queue, ids: applied.length })
-        return jsonResponse({ ids: applied })
-      })
-
-    const topicAction = (verb: "pause" | "resume") => (r: Request) =>
-      Effect.gen(function*() {
-        const { topic } = yield* body(TopicBody)
-        const admin = yield* OutboxAdmin.OutboxAdmin
-        const changed = yield* queries.timed(verb === "pause" ? admin.pause(topic, { by: r.who.slice(0, 128) }) : admin.resume(topic))
-        yield* audit(r, `${verb} topic ${topic}`, { topic, changed })
-        return jsonResponse({ topic, changed })
-      })
-
-    const refuseOther = (r: Request) =>
-      Effect.succeed(
-        r.request.method === "GET" || r.request.method === "HEAD"
-          ? htmlResponse(Views.errorPage(r.view, "Not found", `no page at ${r.url.pathname}`), 404)
-          : options.policy.readOnly
-          ? jsonResponse({ error: "the admin page is read-only" }, 403)
-          : jsonResponse({ error: `${r.request.method} ${r.url.pathname} is not an action of this page` }, 405)
+        )
       )
+    }).pipe(Effect.map(secured), Effect.provideContext(context))
 
-    const routes = HttpRouter.empty.pipe(
-      HttpRouter.get("/health/live", route("health", "json", () => Effect.succeed(jsonResponse({ status: "live" })))),
-      HttpRouter.get(
-        "/health/ready",
-        route("health", "json", () =>
-          Effect.match(queries.version, {
-            onFailure: () => jsonResponse({ status: "unavailable", reason: "database unreachable" }, 503),
-            onSuccess: (v) =>
-              v.version === v.latest
-                ? jsonResponse({ status: "ready", version: v.version })
-                : jsonResponse({ status: "unavailable", reason: `schema at version ${v.version}, this release needs ${v.latest}` }, 503)
-          }))
-      ),
-      HttpRouter.get("/assets/app.css", route("read", "html", () => Effect.succeed(HttpServerResponse.text(Assets.css, { contentType: "text/css; charset=utf-8" })))),
-      HttpRouter.get("/assets/app.js", route("read", "html", () => Effect.succeed(HttpServerResponse.text(Assets.js, { contentType: "text/javascript; charset=utf-8" })))),
-      HttpRouter.get(
-        "/",
-        route("read", "html", (r) =>
-          Effect.map(overviewData, ({ data, samples }) => htmlResponse(Views.overviewPage(r.view, Views.overviewFragment(r.view, data, samples)))))
-      ),
-      HttpRouter.get(
-        "/fragments/overview",
-        route("read", "html", (r) => Effect.map(overviewData, ({ data, samples }) => htmlResponse(Views.overviewFragment(r.view, data, samples))))
-      ),
-      HttpRouter.get(
-        "/messages",
-        route("read", "html", (r) =>
-          Effect.gen(function*() {
-            const filter = Filters.parse(r.url.searchParams)
-            const before = r.url.searchParams.get("before") ?? undefined
-            const result = yield* Effect.either(queries.messages(filter, { limit: 100, ...(before === undefined ? {} : { before }) }))
-            const data: Views.MessagesData = {
-              params: r.url.searchParams,
-              filterQuery: Filters.filterQuery(r.url.searchParams),
-              page: result._tag === "Right" ? result.right[0] : undefined,
-              count: result._tag === "Right" ? result.right[1] : undefined,
-              error: result._tag === "Left" ? result.left.message : undefined
-            }
-            // A bad filter or a failed query is shown in place of the list, with the form to fix it.
-            const status = result._tag === "Right" ? 200 : result.left._tag === "InvalidInput" ? 400 : 503
-            return htmlResponse(Views.messagesPage(r.view, data), status)
-          }))
-      ),
-      HttpRouter.get(
-        "/messages/:id",
-        route("read", "html", (r) =>
-          Effect.gen(function*() {
-            const id = r.url.pathname.split("/").pop() ?? ""
-            const found = yield* queries.message(decodeURIComponent(id))
-            return Option.isNone(found)
-              ? htmlResponse(Views.errorPage(r.view, "Not found", `no outbox message ${id}`), 404)
-              : htmlResponse(Views.messagePage(r.view, found.value))
-          }))
-      ),
-      HttpRouter.get(
-        "/dead-letters",
-        route("read", "html", (r) => {
-          const topic = r.url.searchParams.get("topic") || undefined
-          return Effect.map(queries.groups(topic), (groups) => htmlResponse(Views.deadLettersPage(r.view, groups, topic)))
-        })
-      ),
-      HttpRouter.get(
-        "/inbox",
-        route("read", "html", (r) => {
-          const consumer = r.url.searchParams.get("consumer") || undefined
-          return Effect.map(queries.inbox(consumer), (data) => htmlResponse(StoreViews.inboxPage(r.view, { ...data, consumer })))
-        })
-      ),
-      HttpRouter.get(
-        "/ledger",
-        route("read", "html", (r) =>
-          Effect.gen(function*() {
-            const p = r.url.searchParams
-            const subject = p.get("subject")
-            const operation = p.get("operation")
-            const key = p.get("key")
-            if (subject === null || operation === null || key === null) {
-              return htmlResponse(StoreViews.ledgerPage(r.view, { identity: undefined, record: undefined, error: undefined }))
-            }
-            const identity = { subject, operation, key }
-            const found = yield* Effect.either(queries.ledger(identity))
-            return htmlResponse(
-              StoreViews.ledgerPage(r.view, {
-                identity,
-                record: found._tag === "Right" ? Option.getOrUndefined(found.right) : undefined,
-                error: found._tag === "Left" ? found.left.message : undefined
-              }),
-              found._tag === "Left" ? 400 : 200
-            )
-          }))
-      ),
-      HttpRouter.get(
-        "/schema",
-        route("read", "html", (r) =>
-          Effect.map(
-            queries.schema({ drift: r.url.searchParams.has("drift"), checks: r.url.searchParams.has("checks") }),
-            (data) => htmlResponse(StoreViews.schemaPage(r.view, data))
-          ))
-      ),
+  /** An operator action, logged with who did it and from where. */
+  const audit = (r: Request, action: string, fields: Record<string, unknown>) =>
+    Effect.logInfo(`effect-durable admin: ${action} by ${r.who} from ${addressOf(r.request)}`).pipe(
+      Effect.annotateLogs({ who: r.who, address: addressOf(r.request), action, ...fields })
     )
-    return routes.pipe(
-      HttpRouter.get(
-        "/api/stats",
-        route("read", "json", () =>
-          Effect.map(queries.overview, (data) =>
-            jsonResponse({ topics: data.topics, consumers: data.consumers, history: Object.fromEntries(data.histories), window: HISTORY })))
-      ),
-      HttpRouter.get(
-        "/api/count",
-        route("read", "json", (r) => Effect.map(queries.deadCount(Filters.parse(r.url.searchParams)), (count) => jsonResponse(count)))
-      ),
-      HttpRouter.get(
-        "/api/jobs/:id",
-        route("read", "json", (r) =>
-          Effect.map(jobs.get(r.url.pathname.split("/").pop() ?? ""), (job) =>
-            job === undefined ? jsonResponse({ error: "no such job" }, 404) : jsonResponse(job)))
-      ),
-      HttpRouter.post("/actions/redrive", route("write", "json", byIds("redrive", "outbox"))),
-      HttpRouter.post("/actions/discard", route("write", "json", byIds("discard", "outbox"))),
-      HttpRouter.post("/actions/pause", route("write", "json", topicAction("pause"))),
-      HttpRouter.post("/actions/resume", route("write", "json", topicAction("resume"))),
-      HttpRouter.post("/inbox/actions/redrive", route("write", "json", byIds("redrive", "inbox"))),
-      HttpRouter.post("/inbox/actions/discard", route("write", "json", byIds("discard", "inbox"))),
-      // Anything else: not found, or not an action (403 on a read-only page: every write is refused).
-      HttpRouter.all("*", route("read", "html", refuseOther))
-    )
+
+  const body = <A>(schema: Schema.Decoder<A>) =>
+    Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => Effect.flatMap(request.json, Schema.decodeUnknownEffect(schema)))
+
+  const overviewData = Effect.gen(function*() {
+    const data = yield* queries.overview
+    yield* record(data.topics)
+    return { data, samples: yield* Ref.get(samples) }
   })
+
+  const byIds = (verb: "redrive" | "discard", queue: "outbox" | "inbox") =>
+    Effect.fnUntraced(function*(r: Request) {
+      const input = yield* body(ActionBody)
+      if (!("ids" in input)) {
+        if (queue === "inbox") return jsonResponse({ error: "the inbox acts on ids" }, 400)
+        // Everything matching the filter, dead ones only, up to the newest the operator counted.
+        const filter: OutboxSearch.MessageFilter = { ...Filters.parse(new URLSearchParams(input.filter)), state: "dead" }
+        const search = yield* OutboxSearch.OutboxSearch
+        const counted = yield* queries.deadCount(filter)
+        const upTo = input.upTo ?? counted.maxId
+        const stream = (verb === "redrive" ? search.redriveMatching : search.discardMatching)(filter, {
+          batchSize: options.batchSize,
+          statementTimeout: options.statementTimeout,
+          ...(upTo === null ? {} : { upTo })
+        })
+        const id = yield* jobs.start(`${verb} of all matching`, r.who, counted.count, stream as Stream.Stream<OutboxSearch.BulkProgress, unknown>)
+        yield* audit(r, `${verb} of all matching (${counted.count} dead messages)`, { filter: input.filter, job: id, count: counted.count })
+        return jsonResponse({ job: id, total: counted.count })
+      }
+      const run: Effect.Effect<
+        ReadonlyArray<string>,
+        InvalidInput | DatabaseError,
+        OutboxAdmin.OutboxAdmin | InboxAdmin.InboxAdmin
+      > = queue === "outbox"
+        ? Effect.flatMap(OutboxAdmin.OutboxAdmin, (admin) => admin[verb](input.ids))
+        : Effect.flatMap(InboxAdmin.InboxAdmin, (admin) => admin[verb](input.ids))
+      const applied = yield* queries.timed(run)
+      yield* audit(r, `${verb} of ${applied.length} ${queue} message(s) ${applied.join(",")}`, { queue, ids: applied.length })
+      return jsonResponse({ ids: applied })
+    })
+
+  const topicAction = (verb: "pause" | "resume") =>
+    Effect.fnUntraced(function*(r: Request) {
+      const { topic } = yield* body(TopicBody)
+      const admin = yield* OutboxAdmin.OutboxAdmin
+      const changed = yield* queries.timed(verb === "pause" ? admin.pause(topic, { by: r.who.slice(0, 128) }) : admin.resume(topic))
+      yield* audit(r, `${verb} topic ${topic}`, { topic, changed })
+      return jsonResponse({ topic, changed })
+    })
+
+  const refuseOther = (r: Request) =>
+    Effect.succeed(
+      r.request.method === "GET" || r.request.method === "HEAD"
+        ? htmlResponse(Views.errorPage(r.view, "Not found", `no page at ${r.url.pathname}`), 404)
+        : options.policy.readOnly
+        ? jsonResponse({ error: "the admin page is read-only" }, 403)
+        : jsonResponse({ error: `${r.request.method} ${r.url.pathname} is not an action of this page` }, 405)
+    )
+
+  const fallback = route("read", "html", (r) =>
+    r.url.pathname === "/" && (r.request.method === "GET" || r.request.method === "HEAD")
+      ? Effect.map(overviewData, ({ data, samples }) => htmlResponse(Views.overviewPage(r.view, Views.overviewFragment(r.view, data, samples))))
+      : refuseOther(r))
+
+  const get = (path: HttpRouter.PathInput, handler: Effect.Effect<HttpServerResponse.HttpServerResponse, never, HttpServerRequest.HttpServerRequest>) =>
+    HttpRouter.route("GET", path, handler)
+  const post = (path: HttpRouter.PathInput, handler: Effect.Effect<HttpServerResponse.HttpServerResponse, never, HttpServerRequest.HttpServerRequest>) =>
+    HttpRouter.route("POST", path, handler)
+
+  return [
+    get("/health/live", route("health", "json", () => Effect.succeed(jsonResponse({ status: "live" })))),
+    get(
+      "/health/ready",
+      route("health", "json", () =>
+        Effect.match(queries.version, {
+          onFailure: () => jsonResponse({ status: "unavailable", reason: "database unreachable" }, 503),
+          onSuccess: (v) =>
+            v.version === v.latest
+              ? jsonResponse({ status: "ready", version: v.version })
+              : jsonResponse({ status: "unavailable", reason: `schema at version ${v.version}, this release needs ${v.latest}` }, 503)
+        }))
+    ),
+    get("/assets/app.css", route("read", "html", () => Effect.succeed(HttpServerResponse.text(Assets.css, { contentType: "text/css; charset=utf-8" })))),
+    get("/assets/app.js", route("read", "html", () => Effect.succeed(HttpServerResponse.text(Assets.js, { contentType: "text/javascript; charset=utf-8" })))),
+    get(
+      "/fragments/overview",
+      route("read", "html", (r) => Effect.map(overviewData, ({ data, samples }) => htmlResponse(Views.overviewFragment(r.view, data, samples))))
+    ),
+    get(
+      "/messages",
+      route("read", "html", (r) =>
+        Effect.gen(function*() {
+          const filter = Filters.parse(r.url.searchParams)
+          const before = r.url.searchParams.get("before") ?? undefined
+          const result = yield* Effect.result(queries.messages(filter, { limit: 100, ...(before === undefined ? {} : { before }) }))
+          const data: Views.MessagesData = {
+            params: r.url.searchParams,
+            filterQuery: Filters.filterQuery(r.url.searchParams),
+            page: result._tag === "Success" ? result.success[0] : undefined,
+            count: result._tag === "Success" ? result.success[1] : undefined,
+            error: result._tag === "Failure" ? result.failure.message : undefined
+          }
+          // A bad filter or a failed query is shown in place of the list, with the form to fix it.
+          const status = result._tag === "Success" ? 200 : result.failure._tag === "InvalidInput" ? 400 : 503
+          return htmlResponse(Views.messagesPage(r.view, data), status)
+        }))
+    ),
+    get(
+      "/messages/:id",
+      route("read", "html", (r) =>
+        Effect.gen(function*() {
+          const id = r.url.pathname.split("/").pop() ?? ""
+          const found = yield* queries.message(decodeURIComponent(id))
+          return Option.isNone(found)
+            ? htmlResponse(Views.errorPage(r.view, "Not found", `no outbox message ${id}`), 404)
+            : htmlResponse(Views.messagePage(r.view, found.value))
+        }))
+    ),
+    get(
+      "/dead-letters",
+      route("read", "html", (r) => {
+        const topic = r.url.searchParams.get("topic") || undefined
+        return Effect.map(queries.groups(topic), (groups) => htmlResponse(Views.deadLettersPage(r.view, groups, topic)))
+      })
+    ),
+    get(
+      "/inbox",
+      route("read", "html", (r) => {
+        const consumer = r.url.searchParams.get("consumer") || undefined
+        return Effect.map(queries.inbox(consumer), (data) => htmlResponse(StoreViews.inboxPage(r.view, { ...data, consumer })))
+      })
+    ),
+    get(
+      "/ledger",
+      route("read", "html", (r) =>
+        Effect.gen(function*() {
+          const p = r.url.searchParams
+          const subject = p.get("subject")
+          const operation = p.get("operation")
+          const key = p.get("key")
+          if (subject === null || operation === null || key === null) {
+            return htmlResponse(StoreViews.ledgerPage(r.view, { identity: undefined, record: undefined, error: undefined }))
+          }
+          const identity = { subject, operation, key }
+          const found = yield* Effect.result(queries.ledger(identity))
+          return htmlResponse(
+            StoreViews.ledgerPage(r.view, {
+              identity,
+              record: found._tag === "Success" ? Option.getOrUndefined(found.success) : undefined,
+              error: found._tag === "Failure" ? found.failure.message : undefined
+            }),
+            found._tag === "Failure" ? 400 : 200
+          )
+        }))
+    ),
+    get(
+      "/schema",
+      route("read", "html", (r) =>
+        Effect.map(
+          queries.schema({ drift: r.url.searchParams.has("drift"), checks: r.url.searchParams.has("checks") }),
+          (data) => htmlResponse(StoreViews.schemaPage(r.view, data))
+        ))
+    ),
+    get(
+      "/api/stats",
+      route("read", "json", () =>
+        Effect.map(queries.overview, (data) =>
+          jsonResponse({ topics: data.topics, consumers: data.consumers, history: Object.fromEntries(data.histories), window: HISTORY })))
+    ),
+    get(
+      "/api/count",
+      route("read", "json", (r) => Effect.map(queries.deadCount(Filters.parse(r.url.searchParams)), (count) => jsonResponse(count)))
+    ),
+    get(
+      "/api/jobs/:id",
+      route("read", "json", (r) =>
+        Effect.map(jobs.get(r.url.pathname.split("/").pop() ?? ""), (job) =>
+          job === undefined ? jsonResponse({ error: "no such job" }, 404) : jsonResponse(job)))
+    ),
+    post("/actions/redrive", route("write", "json", byIds("redrive", "outbox"))),
+    post("/actions/discard", route("write", "json", byIds("discard", "outbox"))),
+    post("/actions/pause", route("write", "json", topicAction("pause"))),
+    post("/actions/resume", route("write", "json", topicAction("resume"))),
+    post("/inbox/actions/redrive", route("write", "json", byIds("redrive", "inbox"))),
+    post("/inbox/actions/discard", route("write", "json", byIds("discard", "inbox"))),
+    // The overview, at the page's root; anything else: not found, or not an action (403 on a
+    // read-only page: every write is refused). One wildcard route per method serves both: under
+    // a prefix, the router gives "*" the prefix itself too, where a route of its own for "/"
+    // would clash. None for HEAD, which the router answers from the GET routes.
+    ...Array.from(HttpMethod.all).filter((method) => method !== "HEAD").map((method) => HttpRouter.route(method, "*", fallback))
+  ]
+})

@@ -5,8 +5,8 @@
  * (403 on every write), and writes only as same-origin JSON POSTs (`Sec-Fetch-Site`, then
  * `Origin`, checked: no CSRF). Every response carries a strict Content-Security-Policy.
  */
-import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import type * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"

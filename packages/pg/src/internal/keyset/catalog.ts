@@ -5,9 +5,8 @@
  * support is refused before its first page; refusals are not kept (a migration may fix them).
  */
 import { type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
-import type * as SqlClient from "@effect/sql/SqlClient"
+import type * as SqlClient from "effect/sql/SqlClient"
 import * as Cache from "effect/Cache"
-import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -113,13 +112,13 @@ const CAPACITY = 1024
 /** The catalog of one `Keyset` service: layouts looked up once, refusals looked up again. */
 export const make = (sql: SqlClient.SqlClient) =>
   Effect.map(
-    Cache.makeWith({
+    Cache.makeWith((target: Target) => lookup(sql, target), {
       capacity: CAPACITY,
-      lookup: (target: Target) => lookup(sql, target),
       timeToLive: Exit.match({ onFailure: () => Duration.zero, onSuccess: () => Duration.infinity })
     }),
     (cache) => ({
+      // A plain record as the key: Effect 4 compares and hashes records by their fields.
       layout: ({ column, schema, table, tieBreaker }: Target): Effect.Effect<Layout, InvalidInput | DatabaseError> =>
-        cache.get(Data.struct({ schema, table, column, tieBreaker }))
+        Cache.get(cache, { schema, table, column, tieBreaker })
     })
   )

@@ -5,8 +5,8 @@
  */
 import { MAX_POSITION_BYTES } from "@effect-durable/core/Cursor"
 import { InvalidInput } from "@effect-durable/core/Errors"
-import type * as SqlClient from "@effect/sql/SqlClient"
-import type * as Statement from "@effect/sql/Statement"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 
 /** The built-in types (`pg_type.typname`) a position carries exactly. */
 export const POSITION_TYPES = ["timestamptz", "timestamp", "date", "int2", "int4", "int8", "numeric", "text", "varchar", "uuid"] as const

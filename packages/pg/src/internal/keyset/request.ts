@@ -6,11 +6,12 @@
  */
 import * as Cursor from "@effect-durable/core/Cursor"
 import { InvalidInput } from "@effect-durable/core/Errors"
-import { canonicalizeEither, fingerprintOfCanonical, type RequestFingerprint } from "@effect-durable/core/Fingerprint"
+import { canonicalizeResult, fingerprintOfCanonical, type RequestFingerprint } from "@effect-durable/core/Fingerprint"
 import * as Input from "@effect-durable/core/Input"
-import type * as SqlClient from "@effect/sql/SqlClient"
-import * as Statement from "@effect/sql/Statement"
-import * as Either from "effect/Either"
+import type * as SqlClient from "effect/sql/SqlClient"
+import * as Statement from "effect/sql/Statement"
+import * as Result from "effect/Result"
+import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import type { Defaults, FilterValue, PageRequest } from "../../Keyset.js"
 import type { Target } from "./catalog.js"
@@ -32,48 +33,48 @@ const FilterValueSchema = Schema.declare(
     value === null || typeof value === "boolean" ||
     (typeof value === "number" && Number.isFinite(value)) ||
     (typeof value === "string" && !value.includes("\u0000") && !LONE_SURROGATE.test(value))
-).annotations({ message: () => "a string without NUL or lone surrogates, a finite number, a boolean or null" })
+).annotate({ message: "a string without NUL or lone surrogates, a finite number, a boolean or null" })
 
 const Direction = Schema.declare((value: unknown): value is "asc" | "desc" => value === "asc" || value === "desc")
-  .annotations({ message: () => `"asc" or "desc"` })
+  .annotate({ message: `"asc" or "desc"` })
 
 /**
  * The decoder of page requests under these defaults: every argument checked by its rule, the
  * first broken one reported. Build it once; its schemas are compiled here.
  */
 export const decoder = (defaults: typeof Defaults) => {
-  const decodeSchema = Input.argument("schema", Input.Identifier)
-  const decodeTable = Input.argument("table", Input.Identifier)
-  const decodeSubject = Input.argument("subject", Cursor.Subject)
-  const decodeOrder = Input.argument(
+  const decodeSchema = Input.argumentResult("schema", Input.Identifier)
+  const decodeTable = Input.argumentResult("table", Input.Identifier)
+  const decodeSubject = Input.argumentResult("subject", Cursor.Subject)
+  const decodeOrder = Input.argumentResult(
     "order",
     Schema.Struct({
-      column: Schema.optionalWith(Input.Identifier, { default: () => defaults.column }),
-      tieBreaker: Schema.optionalWith(Input.Identifier, { default: () => defaults.tieBreaker }),
-      direction: Schema.optionalWith(Direction, { default: () => defaults.direction })
+      column: Input.Identifier.pipe(Schema.withDecodingDefaultType(Effect.sync(() => defaults.column))),
+      tieBreaker: Input.Identifier.pipe(Schema.withDecodingDefaultType(Effect.sync(() => defaults.tieBreaker))),
+      direction: Direction.pipe(Schema.withDecodingDefaultType(Effect.sync(() => defaults.direction)))
     })
   )
   // Column by column: a record schema would drop a key that is no identifier, not refuse it.
-  const decodeColumn = Input.argument("where", Input.Identifier)
-  const decodeValue = Input.argument("where", FilterValueSchema)
+  const decodeColumn = Input.argumentResult("where", Input.Identifier)
+  const decodeValue = Input.argumentResult("where", FilterValueSchema)
   const decodeWhere = (where: Readonly<Record<string, unknown>>) =>
-    Either.all(Object.entries(where).map(([column, value]) =>
-      Either.mapLeft(
-        Either.all([decodeColumn(column), decodeValue(value)] as const),
+    Result.all(Object.entries(where).map(([column, value]) =>
+      Result.mapError(
+        Result.all([decodeColumn(column), decodeValue(value)] as const),
         (error) => new InvalidInput({ argument: `where.${column}`, rule: error.rule })
       )
     ))
-  const decodeLimit = Input.argument("limit", Input.Count(defaults.maxLimit))
+  const decodeLimit = Input.argumentResult("limit", Input.Count(defaults.maxLimit))
 
-  return (request: PageRequest): Either.Either<Query, InvalidInput> =>
-    Either.gen(function*() {
+  return (request: PageRequest): Result.Result<Query, InvalidInput> =>
+    Result.gen(function*() {
       const schema = request.schema === undefined ? null : yield* decodeSchema(request.schema)
       const table = yield* decodeTable(request.table)
       const subject = yield* decodeSubject(request.subject)
       const order = yield* decodeOrder(request.order ?? {})
       const where = yield* decodeWhere(request.where ?? {})
       if (request.filter !== undefined && !Statement.isFragment(request.filter)) {
-        return yield* Either.left(
+        return yield* Result.fail(
           new InvalidInput({ argument: "filter", rule: "an SQL fragment written with the request's SqlClient (sql`...`)" })
         )
       }
@@ -93,43 +94,43 @@ export const decoder = (defaults: typeof Defaults) => {
 }
 
 const refuseParameter = (index: number, rule: string) =>
-  Either.left(new InvalidInput({ argument: "filter", rule: `parameter $${index + 1}: ${rule}` }))
+  Result.fail(new InvalidInput({ argument: "filter", rule: `parameter $${index + 1}: ${rule}` }))
 
 // Parameter values as JSON can carry them. Dates, bigints and bytes become the text the
 // database reads them as, so equal filters always fingerprint alike.
-const parameterValue = (value: unknown, index: number): Either.Either<unknown, InvalidInput> => {
-  if (value === null || value === undefined) return Either.right(null)
+const parameterValue = (value: unknown, index: number): Result.Result<unknown, InvalidInput> => {
+  if (value === null || value === undefined) return Result.succeed(null)
   if (typeof value === "string") {
     return value.includes("\u0000")
       ? refuseParameter(index, "a string without NUL (PostgreSQL text cannot hold it)")
-      : Either.right(value)
+      : Result.succeed(value)
   }
-  if (typeof value === "number") return Either.right(Number.isFinite(value) ? value : String(value))
-  if (typeof value === "bigint") return Either.right(value.toString())
+  if (typeof value === "number") return Result.succeed(Number.isFinite(value) ? value : String(value))
+  if (typeof value === "bigint") return Result.succeed(value.toString())
   if (value instanceof Date) {
-    return Number.isNaN(value.getTime()) ? refuseParameter(index, "a valid Date") : Either.right(value.toISOString())
+    return Number.isNaN(value.getTime()) ? refuseParameter(index, "a valid Date") : Result.succeed(value.toISOString())
   }
-  if (value instanceof Uint8Array) return Either.right(`\\x${Buffer.from(value).toString("hex")}`)
-  if (Array.isArray(value)) return Either.all(value.map((element) => parameterValue(element, index)))
-  return Either.right(value)
+  if (value instanceof Uint8Array) return Result.succeed(`\\x${Buffer.from(value).toString("hex")}`)
+  if (Array.isArray(value)) return Result.all(value.map((element) => parameterValue(element, index)))
+  return Result.succeed(value)
 }
 
 const filterBinding = (sql: SqlClient.SqlClient, filter: Statement.Fragment) =>
-  Either.gen(function*() {
-    const [text, parameters] = yield* Either.try({
+  Result.gen(function*() {
+    const [text, parameters] = yield* Result.try({
       try: () => sql`${filter}`.compile(),
       catch: (error) =>
         new InvalidInput({ argument: "filter", rule: `an SQL fragment this client compiles (${String(error)})` })
     })
-    return { text, parameters: yield* Either.all(parameters.map(parameterValue)) }
+    return { text, parameters: yield* Result.all(parameters.map(parameterValue)) }
   })
 
 /** The fingerprint a cursor is bound to (with its subject): same query, same fingerprint. */
-export const binding = (sql: SqlClient.SqlClient, query: Query): Either.Either<RequestFingerprint, InvalidInput> =>
-  Either.gen(function*() {
+export const binding = (sql: SqlClient.SqlClient, query: Query): Result.Result<RequestFingerprint, InvalidInput> =>
+  Result.gen(function*() {
     const filter = query.filter === undefined ? null : yield* filterBinding(sql, query.filter)
-    const canonical = yield* Either.mapLeft(
-      canonicalizeEither({
+    const canonical = yield* Result.mapError(
+      canonicalizeResult({
         schema: query.schema,
         table: query.table,
         order: { column: query.column, tieBreaker: query.tieBreaker, direction: query.direction },

@@ -6,8 +6,8 @@
  */
 import type * as Cursor from "@effect-durable/core/Cursor"
 import type { DatabaseError } from "@effect-durable/core/Errors"
-import type * as SqlClient from "@effect/sql/SqlClient"
-import type * as Statement from "@effect/sql/Statement"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import { classifySqlErrors } from "../../ErrorClassification.js"
@@ -24,7 +24,7 @@ const HIGH_WATER = "effectdurablehighwater"
 const PositionColumns = Schema.Struct({
   [VALUE]: Schema.String,
   [TIE_BREAKER]: Schema.String,
-  [HIGH_WATER]: Schema.optional(Schema.NullOr(Schema.Tuple(Schema.String, Schema.String)))
+  [HIGH_WATER]: Schema.optional(Schema.NullOr(Schema.Tuple([Schema.String, Schema.String])))
 })
 const decodePositions = Schema.decodeUnknownSync(PositionColumns)
 

@@ -13,6 +13,7 @@ import { migration as v6 } from "./0006_fillfactor.js"
 import { migration as v7 } from "./0007_claim_functions.js"
 import { migration as v8 } from "./0008_leases_pauses_lookup.js"
 import { migration as v9 } from "./0009_failure_history.js"
+import { migration as v10 } from "./0010_fenced_batch_writes.js"
 
 export const released: Readonly<Record<string, Migration>> = {
   "0001_mutation_ledger": v1,
@@ -23,5 +24,6 @@ export const released: Readonly<Record<string, Migration>> = {
   "0006_fillfactor": v6,
   "0007_claim_functions": v7,
   "0008_leases_pauses_lookup": v8,
-  "0009_failure_history": v9
+  "0009_failure_history": v9,
+  "0010_fenced_batch_writes": v10
 }

@@ -5,8 +5,8 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import type * as SqlClient from "@effect/sql/SqlClient"
-import type * as Statement from "@effect/sql/Statement"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
@@ -88,7 +88,7 @@ export const make = (
         ))
         const rows = yield* Effect.ensuring(
           explain,
-          Effect.ignore(Effect.zipRight(run("ROLLBACK TO SAVEPOINT explain"), run(`DEALLOCATE ${name}`)))
+          Effect.ignore(Effect.andThen(run("ROLLBACK TO SAVEPOINT explain"), run(`DEALLOCATE ${name}`)))
         )
         return (rows[0] as { "QUERY PLAN": unknown })["QUERY PLAN"]
       })).pipe(classifySqlErrors(op("explainClaim"))))
@@ -110,7 +110,7 @@ export const make = (
            ${before === undefined ? sql`` : sql`AND id < ${before}`}
          ORDER BY id DESC
          LIMIT ${limit + 1}`.pipe(
-        decodeRows(Schema.Struct({ ...DeadLetterRow.fields, ...extra }) as unknown as Schema.Schema<DeadLetter & Schema.Struct.Type<Fields>>),
+        decodeRows(Schema.Struct({ ...DeadLetterRow.fields, ...extra }) as unknown as Schema.Decoder<DeadLetter & Schema.Struct.Type<Fields>>),
         classifySqlErrors(op("deadLetters"))
       )
       const items = rows.slice(0, limit)

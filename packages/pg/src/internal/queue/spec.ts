@@ -16,6 +16,8 @@ export interface QueueSpec {
   /** Qualified, quoted name of the queue's claim function (migration 8), and the type of its filter argument. */
   readonly claimFunction: string
   readonly filterType: "text" | "text[]"
+  /** Qualified, quoted names of the queue's fenced batch writes (migration 10). */
+  readonly batchWrites: { readonly completeMany: string; readonly renewMany: string; readonly giveBackMany: string }
   /** The column that marks a row done; our constant. */
   readonly done: "projected_at" | "processed_at"
   readonly mismatch: (claim: Claim) => ClaimMismatch
@@ -37,6 +39,11 @@ export const specFor = (settings: Settings, queue: QueueName): QueueSpec => ({
   table: settings.table(queue),
   claimFunction: settings.table(`${queue}_claim`),
   filterType: queue === "outbox" ? "text[]" : "text",
+  batchWrites: {
+    completeMany: settings.table(`${queue}_complete_many`),
+    renewMany: settings.table(`${queue}_renew_many`),
+    giveBackMany: settings.table(`${queue}_give_back_many`)
+  },
   done: queue === "outbox" ? "projected_at" : "processed_at",
   // A malformed claim token is a mismatch too; its parts are shown as safely as they can be.
   mismatch: (claim) =>
@@ -53,9 +60,7 @@ export const specFor = (settings: Settings, queue: QueueName): QueueSpec => ({
 export const MAX_BATCH = 10_000
 
 /** A row id: a positive bigint in decimal, no leading zeros. */
-export const MessageId = Schema.String.pipe(Schema.filter((id) => /^[1-9][0-9]{0,18}$/.test(id), {
-  message: () => "a message id (a positive integer, as a string)"
-}))
+export const MessageId = Schema.String.check(Schema.makeFilter((id) => /^[1-9][0-9]{0,18}$/.test(id), { message: "a message id (a positive integer, as a string)" }))
 export const isMessageId = Schema.is(MessageId)
 
 export const decodeWorker = Input.argument("worker", Input.Text(128))
@@ -63,6 +68,6 @@ export const decodeLimit = Input.argument("limit", Input.Count(1000))
 export const decodeLease = Input.argument("lease", Input.DurationIn({ max: "1 day" }))
 export const decodeRetryDelay = Input.argument("retryDelay", Input.DurationIn({ min: 0, max: "365 days" }))
 export const decodeError = Input.argument("error", Input.OptionalText(64 * 1024))
-export const decodeIds = Input.argument("ids", Schema.Array(MessageId).pipe(Schema.maxItems(MAX_BATCH)))
+export const decodeIds = Input.argument("ids", Schema.Array(MessageId).check(Schema.isMaxLength(MAX_BATCH)))
 export const decodeBatchSize = Input.argument("batchSize", Input.Count(MAX_BATCH))
 export const decodeMaxLeaseExpiries = Input.argument("maxLeaseExpiries", Input.Count(1000))

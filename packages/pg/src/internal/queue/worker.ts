@@ -6,11 +6,11 @@
  * was lost and whose row was claimed again can change nothing.
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
-import type * as SqlClient from "@effect/sql/SqlClient"
-import type * as Statement from "@effect/sql/Statement"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import type { Settings } from "../../DurableConfig.js"
 import { classifySqlErrors } from "../../ErrorClassification.js"
 import {
@@ -21,9 +21,9 @@ import {
   type ReleaseOptions,
   type SettleFailure
 } from "../../LeasedQueue.js"
-import { boundedStatement, TextCache } from "../oneRoundTrip.js"
+import { type Bounded, boundedStatement } from "../oneRoundTrip.js"
 import { isoUtc } from "../timestamps.js"
-import { bounded, workerSettings } from "../transaction.js"
+import { bounded } from "../transaction.js"
 import {
   decodeError,
   decodeLease,
@@ -52,7 +52,7 @@ const inIdOrder = <Row extends { readonly id: string }>(rows: Array<Row>): Array
 export interface ClaimOptions {
   readonly worker: string
   readonly limit: number
-  readonly lease: Duration.DurationInput
+  readonly lease: Duration.Input
   /** Leases a row may lose before it is dead; default `Defaults.maxLeaseExpiries`. */
   readonly maxLeaseExpiries?: number
 }
@@ -93,17 +93,10 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
   const done = sql.literal(spec.done)
   const op = (name: string) => `${operationPrefix}.${name}`
 
-  // The projector's hot path (claim, completeMany): one round trip outside a transaction.
-  const boundedOne = <Row>(name: string, statement: Statement.Statement<Row>, cacheKey?: string) =>
-    boundedStatement(
-      sql,
-      workerSettings(sql, settings),
-      statement,
-      bounded(sql, settings, op(name), statement),
-      cacheKey === undefined ? undefined : { cache: claimTexts, key: cacheKey }
-    ).pipe(classifySqlErrors(op(name)))
-  // A projector claims with the same options every time: its claim's text is built once.
-  const claimTexts = new TextCache()
+  // The projector's hot path (claim, completeMany, renewals, give-backs): one round trip
+  // outside a transaction.
+  const boundedOne = <Row extends object>(name: string, statement: Bounded<Row>) =>
+    boundedStatement(sql, settings, op(name), statement).pipe(classifySqlErrors(op(name)))
 
   const claimFunction = sql.literal(spec.claimFunction)
   const filterType = sql.literal(spec.filterType)
@@ -114,11 +107,10 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
    */
   const claim = <Row>(options: ClaimOptions, filter: unknown) =>
     Effect.flatMap(decodeClaim(options), ({ leaseSeconds, limit, maxLeaseExpiries, worker }) =>
-      boundedOne(
-        "claim",
+      boundedOne("claim", (settingsApplied) =>
         sql<Row & { readonly id: string; readonly generation: string; readonly attempt: number; readonly exhausted: boolean }>`
-          SELECT * FROM ${claimFunction}(${worker}::text, ${limit}::integer, ${leaseSeconds}::float8, ${filter}::${filterType}, ${maxLeaseExpiries}::integer)`,
-        JSON.stringify([worker, limit, leaseSeconds, filter, maxLeaseExpiries])
+          SELECT * FROM ${claimFunction}(CASE WHEN ${settingsApplied} THEN ${worker}::text END, ${limit}::integer,
+                                         ${leaseSeconds}::float8, ${filter}::${filterType}, ${maxLeaseExpiries}::integer)`
       ).pipe(
         // UPDATE ... RETURNING does not promise an order; the caller gets id order.
         Effect.map((rows) => inIdOrder(rows.filter((row) => !row.exhausted)))
@@ -135,12 +127,12 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
 
   // Why a fenced write changed nothing. A row this very claim already completed is not an
   // error for `complete` (idempotent), and is for every other operation.
-  const explain = (claim: Claim, row: RowState | undefined, completing: boolean): Either.Either<void, SettleFailure> =>
+  const explain = (claim: Claim, row: RowState | undefined, completing: boolean): Result.Result<void, SettleFailure> =>
     row === undefined
-      ? Either.left(spec.missing(claim.messageId))
+      ? Result.fail(spec.missing(claim.messageId))
       : completing && row.done && row.claimed_by === claim.worker && row.claim_generation === String(claim.generation)
-      ? Either.void
-      : Either.left(spec.mismatch(claim))
+      ? Result.void
+      : Result.fail(spec.mismatch(claim))
 
   const settle = <A>(
     name: string,
@@ -156,7 +148,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
         Effect.flatMap(update, (rows) =>
           rows.length > 0
             ? Effect.succeed(rows)
-            : Effect.flatMap(stateOf([claim.messageId]), (found) => Effect.as(explain(claim, found[0], completing), rows)))
+            : Effect.flatMap(stateOf([claim.messageId]), (found) => Effect.as(Effect.fromResult(explain(claim, found[0], completing)), rows)))
       )
       : Effect.fail(spec.mismatch(claim))
 
@@ -187,13 +179,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
       // jsonb map (a binary search), never by joining the claims: a join was planned as a
       // nested loop over every claimed row times every claim once the statistics said
       // "nothing is claimed" (150 ms for 500 claims).
-      const updated = yield* boundedOne(
-        "completeMany",
-        sql<{ id: string }>`
-          UPDATE ${table} q SET ${done} = now(), claimed_until = NULL, last_error = NULL
-           WHERE ${fencedMany(valid)}
-          RETURNING q.id::text AS id`
-      )
+      const updated = yield* batchWrite("completeMany", spec.batchWrites.completeMany, valid)
       const completed = new Set(updated.map((row) => row.id))
       const unsettled = valid.filter((c) => !completed.has(c.messageId))
       if (unsettled.length === 0) return { completed: [...completed], rejected: malformed }
@@ -203,7 +189,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
       const rejected: Array<SettleFailure> = [...malformed]
       for (const claim of unsettled) {
         const outcome = explain(claim, states.get(claim.messageId), true)
-        if (Either.isLeft(outcome)) rejected.push(outcome.left)
+        if (Result.isFailure(outcome)) rejected.push(outcome.failure)
         else completed.add(claim.messageId)
       }
       return { completed: [...completed], rejected }
@@ -244,27 +230,30 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
       return { dead: rows[0]?.dead === true }
     })
 
-  /** The rows of `claims` each still held by its own claim (primary-key probes, a jsonb map of fences). */
-  const fencedMany = (claims: ReadonlyArray<Claim>) => {
+  /**
+   * One fenced batch write (migration 10's functions) over `claims`, in one statement: the
+   * function's own UPDATE is planned, and takes its table lock, after the settings applied.
+   * Each row is found through the primary key and checked against its own claim in a jsonb
+   * map of fences; returns the ids it changed.
+   */
+  const batchWrite = (name: string, write: string, claims: ReadonlyArray<Claim>, extra?: Statement.Fragment) => {
     const fences = JSON.stringify(Object.fromEntries(claims.map((c) => [c.messageId, [c.worker, c.generation]])))
-    return sql`q.id = ANY(${claims.map((c) => c.messageId)}::bigint[])
-             AND ${fences}::jsonb -> q.id::text = jsonb_build_array(q.claimed_by, q.claim_generation)
-             AND q.claimed_until IS NOT NULL AND q.${done} IS NULL AND q.dead_at IS NULL`
+    const ids = claims.map((c) => c.messageId)
+    return boundedOne(name, (settingsApplied) =>
+      sql<{ id: string }>`SELECT id FROM ${sql.literal(write)}(
+        CASE WHEN ${settingsApplied} THEN ${ids}::bigint[] END, ${fences}::jsonb${extra ?? sql``}) AS id`)
   }
 
   /**
    * One fenced statement over many claims (`renewLeases`, `giveBack`): the ones it did not
    * apply to are reported as stale or missing, never failed.
    */
-  const many = (name: string, claims: ReadonlyArray<Claim>, set: Statement.Fragment) =>
+  const many = (name: string, write: string, claims: ReadonlyArray<Claim>, extra?: Statement.Fragment) =>
     Effect.gen(function*() {
       const valid = claims.filter(wellFormed)
       const rejected: Array<SettleFailure> = claims.filter((c) => !wellFormed(c)).map(spec.mismatch)
       if (valid.length === 0) return { applied: [], rejected } satisfies ManyResult
-      const updated = yield* boundedOne(
-        name,
-        sql<{ id: string }>`UPDATE ${table} q SET ${set} WHERE ${fencedMany(valid)} RETURNING q.id::text AS id`
-      )
+      const updated = yield* batchWrite(name, write, valid, extra)
       const applied = new Set(updated.map((row) => row.id))
       const unapplied = valid.filter((c) => !applied.has(c.messageId))
       if (unapplied.length > 0) {
@@ -273,22 +262,22 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
         )
         for (const claim of unapplied) {
           const outcome = explain(claim, states.get(claim.messageId), false)
-          if (Either.isLeft(outcome)) rejected.push(outcome.left)
+          if (Result.isFailure(outcome)) rejected.push(outcome.failure)
         }
       }
       return { applied: [...applied], rejected } satisfies ManyResult
     })
 
   /** Extends the leases of many claims in one statement (the projector's keeper). */
-  const renewMany = (claims: ReadonlyArray<Claim>, lease: Duration.DurationInput) =>
+  const renewMany = (claims: ReadonlyArray<Claim>, lease: Duration.Input) =>
     Effect.flatMap(decodeLease(lease), (decoded) =>
-      many("renewLeases", claims, sql`claimed_until = now() + make_interval(secs => ${Duration.toMillis(decoded) / 1000})`))
+      many("renewLeases", spec.batchWrites.renewMany, claims, sql`, ${Duration.toMillis(decoded) / 1000}::float8`))
 
   /** Unclaims rows whose work never started, or is abandoned on shutdown: nothing is counted. */
-  const giveBack = (claims: ReadonlyArray<Claim>) => many("giveBack", claims, sql`claimed_until = NULL`)
+  const giveBack = (claims: ReadonlyArray<Claim>) => many("giveBack", spec.batchWrites.giveBackMany, claims)
 
   /** Extends the lease of a row still held by this claim (a heartbeat for slow work). */
-  const renew = (claim: Claim, lease: Duration.DurationInput) =>
+  const renew = (claim: Claim, lease: Duration.Input) =>
     Effect.flatMap(decodeLease(lease), (decoded) =>
       settle(
         "renewLease",

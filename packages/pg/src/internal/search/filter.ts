@@ -5,25 +5,25 @@
  * operator confirms is what the action touches.
  */
 import * as Input from "@effect-durable/core/Input"
-import type * as SqlClient from "@effect/sql/SqlClient"
-import type * as Statement from "@effect/sql/Statement"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import * as Duration from "effect/Duration"
 import * as Schema from "effect/Schema"
 import { MAX_BATCH, MessageId } from "../queue/spec.js"
 
 /** A message's state, as the counts of `OutboxAdmin.stats` define them. */
-export const MessageState = Schema.Literal("ready", "delayed", "claimed", "dead", "projected")
+export const MessageState = Schema.Literals(["ready", "delayed", "claimed", "dead", "projected"])
 export type MessageState = typeof MessageState.Type
 
 const JsonMatch = Schema.Struct({
-  path: Schema.Array(Input.Text(128)).pipe(Schema.minItems(1), Schema.maxItems(16)),
+  path: Schema.Array(Input.Text(128)).check(Schema.isMinLength(1), Schema.isMaxLength(16)),
   value: Input.OptionalText(1024)
 })
 
 const Age = Input.DurationIn({ min: 0, max: "520 weeks" })
 
 export const FilterSchema = Schema.Struct({
-  ids: Schema.optional(Schema.Array(MessageId).pipe(Schema.maxItems(MAX_BATCH))),
+  ids: Schema.optional(Schema.Array(MessageId).check(Schema.isMaxLength(MAX_BATCH))),
   topic: Schema.optional(Input.Text(128)),
   orderingKey: Schema.optional(Input.Text(256)),
   state: Schema.optional(MessageState),
@@ -31,8 +31,8 @@ export const FilterSchema = Schema.Struct({
   olderThan: Schema.optional(Age),
   deadFor: Schema.optional(Age),
   error: Schema.optional(Input.Text(1024)),
-  payload: Schema.optional(Schema.Array(JsonMatch).pipe(Schema.maxItems(8))),
-  headers: Schema.optional(Schema.Array(JsonMatch).pipe(Schema.maxItems(8)))
+  payload: Schema.optional(Schema.Array(JsonMatch).check(Schema.isMaxLength(8))),
+  headers: Schema.optional(Schema.Array(JsonMatch).check(Schema.isMaxLength(8)))
 })
 export type DecodedFilter = typeof FilterSchema.Type
 
