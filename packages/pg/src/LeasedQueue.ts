@@ -28,7 +28,10 @@ export interface Claim {
 
 /** How a claimed row is given back. */
 export interface ReleaseOptions {
-  /** Recorded as `last_error` (at most 4 KiB are kept). Counts as a failed delivery. */
+  /**
+   * Recorded as `last_error`, whatever its length: past 4,096 characters it is cut, saying how
+   * long it was; NUL becomes U+FFFD. Counts as a failed delivery.
+   */
   readonly error: string
   /** Not claimable again before now + retryDelay (database clock); zero to 365 days. */
   readonly retryDelay: Duration.Input

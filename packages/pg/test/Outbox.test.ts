@@ -294,6 +294,24 @@ const suite = (schema: string) => {
         expect((yield* Effect.flip(outbox.markProjected(message!.claim)))._tag).toBe("ClaimMismatch")
       }))
 
+    it.effect("release stores any error text: NUL replaced, a long one cut at 4,096 characters saying how long it was", () =>
+      Effect.gen(function*() {
+        const outbox = yield* outboxServices
+        const topic = freshTopic()
+        const [long, nul] = [yield* outbox.enqueue(topic, {}), yield* outbox.enqueue(topic, {})]
+        const claimed = yield* claimAll("w1", topic)
+        const byId = new Map(claimed.map((m) => [m.id, m.claim]))
+        // 100,000 characters, then a pair that must not be split at the cut.
+        expect(yield* outbox.release(byId.get(long)!, { error: "E".repeat(100_000) + "😀", retryDelay: 0, permanent: true }))
+          .toEqual({ dead: true })
+        yield* outbox.release(byId.get(nul)!, { error: "bad\u0000byte", retryDelay: 0 })
+        const stored = (yield* rowOf(long))!.last_error!
+        expect(stored.startsWith("E".repeat(4000))).toBe(true)
+        expect(stored).toContain("[truncated: 100002 characters]")
+        expect(stored.length).toBeLessThanOrEqual(4096 + " (dead: a permanent failure)".length)
+        expect((yield* rowOf(nul))!.last_error).toBe("bad\uFFFDbyte")
+      }))
+
     it.effect("renewLease extends a live claim; a stale token cannot renew", () =>
       Effect.gen(function*() {
         const outbox = yield* outboxServices

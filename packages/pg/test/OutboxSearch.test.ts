@@ -9,6 +9,7 @@ import * as Stream from "effect/Stream"
 import { DurableSettings } from "../src/DurableConfig.js"
 import * as Outbox from "../src/Outbox.js"
 import * as OutboxSearch from "../src/OutboxSearch.js"
+import * as OutboxAdmin from "../src/OutboxAdmin.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
 import * as Retention from "../src/Retention.js"
 import { eventually, substrate } from "./support.js"
@@ -212,6 +213,15 @@ describe("OutboxSearch", () => {
         const search = yield* OutboxSearch.OutboxSearch
         expect(yield* Effect.flip(search.count({ state: "gone" as never }))).toMatchObject({ _tag: "InvalidInput", argument: "filter.state" })
         expect(yield* Effect.flip(search.count({ ids: ["0"] }))).toMatchObject({ _tag: "InvalidInput", argument: "filter.ids[0]" })
+        // Past PostgreSQL's bigint: bad input, not a database error.
+        for (const id of ["9223372036854775808", "9999999999999999999"]) {
+          expect(yield* Effect.flip(search.count({ ids: [id] }))).toMatchObject({ _tag: "InvalidInput", argument: "filter.ids[0]" })
+          expect(yield* Effect.flip(search.message(id))).toMatchObject({ _tag: "InvalidInput", argument: "id" })
+          expect(yield* Effect.flip(search.messages({}, { limit: 1, before: id }))).toMatchObject({ _tag: "InvalidInput" })
+          const admin = yield* OutboxAdmin.OutboxAdmin
+          expect(yield* Effect.flip(admin.redrive([id]))).toMatchObject({ _tag: "InvalidInput", argument: "ids[0]" })
+        }
+        expect(Option.isNone(yield* search.message("9223372036854775807"))).toBe(true)
         expect(yield* Effect.flip(search.count({ topic: "a\u0000" }))).toMatchObject({ _tag: "InvalidInput", argument: "filter.topic" })
         expect(yield* Effect.flip(search.count({ olderThan: "-1 days" }))).toMatchObject({ _tag: "InvalidInput", argument: "filter.olderThan" })
         expect(yield* Effect.flip(search.count({ payload: [{ path: [], value: "x" }] }))).toMatchObject({

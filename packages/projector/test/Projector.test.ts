@@ -129,6 +129,24 @@ describe("Projector", () => {
         expect(deliveries.ids()).toEqual([id])
       }))
 
+    it.effect("a permanent failure with a 100,000-character error goes dead at once, its error stored cut, never delivered again", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic()
+        const id = yield* outbox.enqueue(topic, {})
+        const deliveries = new Deliveries()
+        const counts = yield* Projector.drain({ topics: [topic] }).pipe(
+          Effect.provide(recording(deliveries, () => Effect.fail(Publisher.permanent("E".repeat(100_000)))))
+        )
+        expect(counts).toMatchObject({ claimed: 1, dead: 1, stale: 0 })
+        const [row] = yield* outboxRows([id])
+        expect(row).toMatchObject({ dead: true, attempt_count: 1 })
+        expect(row!.last_error).toContain("[truncated: 100000 characters]")
+        // Dead: a second drain claims nothing.
+        expect(yield* Projector.drain({ topics: [topic] }).pipe(Effect.provide(recording(deliveries)))).toMatchObject({ claimed: 0 })
+        expect(deliveries.ids()).toEqual([id])
+      }))
+
     it.effect("retryable failures are released with backoff and retried; permanent ones and exhausted attempts go dead", () =>
       Effect.gen(function*() {
         const outbox = yield* Outbox.Outbox

@@ -37,9 +37,6 @@ export const addCounts = (a: Counts, b: Counts): Counts => ({
   stale: a.stale + b.stale
 })
 
-// A release's error text must be storable: PostgreSQL text holds no NUL.
-const storable = (reason: string) => reason.replace(/\u0000/g, "\uFFFD")
-
 /**
  * One projector's machinery over the `OutboxWorker` and `Publisher` in context:
  * `deliverBatch` claims once and settles what it claimed; `keeper` must run beside it.
@@ -79,12 +76,18 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
       function*(message: OutboxWorker.OutboxMessage, error: PublishError) {
         const retryDelay = error.retryable ? yield* backoff(message.attempt, error) : 0
         const released = yield* settling(outbox.release(message.claim, {
-          error: storable(error.reason),
+          error: error.reason,
           retryDelay: Duration.millis(Math.min(retryDelay, Duration.toMillis(Duration.days(365)))),
           permanent: !error.retryable
         })).pipe(Effect.result)
         if (Result.isFailure(released)) {
-          if (released.failure._tag !== "DatabaseError") return "stale" as const
+          if (released.failure._tag !== "DatabaseError") {
+            // Refused: the claim went stale (another holder now), or the row is gone. Said once.
+            yield* Effect.logWarning("effect-durable projector: release refused").pipe(
+              Effect.annotateLogs({ messageId: message.id, topic: message.topic, reason: released.failure.message })
+            )
+            return "stale" as const
+          }
           // The release itself failed: the message keeps its lease and is retried once it
           // expires. The rest of the batch is not held back by it.
           yield* Effect.logWarning(`effect-durable projector: release of ${message.id} failed: ${released.failure.message}`)

@@ -5,6 +5,7 @@
  */
 import { ClaimMismatch, MessageMissing, type QueueName } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
+import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import type { Settings } from "../../DurableConfig.js"
 import type { Claim } from "../../LeasedQueue.js"
@@ -59,15 +60,40 @@ export const specFor = (settings: Settings, queue: QueueName): QueueSpec => ({
 /** Most rows one call may name (ids, claims). */
 export const MAX_BATCH = 10_000
 
-/** A row id: a positive bigint in decimal, no leading zeros. */
-export const MessageId = Schema.String.check(Schema.makeFilter((id) => /^[1-9][0-9]{0,18}$/.test(id), { message: "a message id (a positive integer, as a string)" }))
+const MAX_BIGINT = 9223372036854775807n
+
+/** A row id: a positive bigint in decimal, no leading zeros, within PostgreSQL's `bigint`. */
+export const MessageId = Schema.String.check(Schema.makeFilter(
+  (id) => /^[1-9][0-9]{0,18}$/.test(id) && BigInt(id) <= MAX_BIGINT,
+  { message: "a message id (a positive integer up to 9223372036854775807, as a string)" }
+))
 export const isMessageId = Schema.is(MessageId)
 
 export const decodeWorker = Input.argument("worker", Input.Text(128))
 export const decodeLimit = Input.argument("limit", Input.Count(1000))
 export const decodeLease = Input.argument("lease", Input.DurationIn({ max: "1 day" }))
 export const decodeRetryDelay = Input.argument("retryDelay", Input.DurationIn({ min: 0, max: "365 days" }))
-export const decodeError = Input.argument("error", Input.OptionalText(64 * 1024))
+/** The longest error text a release stores, in characters; a longer one is cut, with a marker. */
+export const MAX_ERROR_CHARS = 4096
+
+/**
+ * Any error text a failed delivery reports is stored: it is a diagnostic, and refusing it
+ * would leave the message without its release (delivered again and again, the real error
+ * lost). NUL (which PostgreSQL text cannot hold) becomes U+FFFD; past `MAX_ERROR_CHARS` the
+ * text is cut at a character boundary and says how long it was.
+ */
+export const storableError = (error: string): string => {
+  const text = error.replace(/\u0000/g, "\uFFFD")
+  if (text.length <= MAX_ERROR_CHARS) return text
+  const marker = ` … [truncated: ${text.length} characters]`
+  let cut = MAX_ERROR_CHARS - marker.length
+  // Never split a surrogate pair.
+  if (/[\uD800-\uDBFF]/.test(text[cut - 1]!)) cut--
+  return text.slice(0, cut) + marker
+}
+
+const decodeErrorText = Input.argument("error", Schema.String)
+export const decodeError = (error: unknown) => Effect.map(decodeErrorText(error), storableError)
 export const decodeIds = Input.argument("ids", Schema.Array(MessageId).check(Schema.isMaxLength(MAX_BATCH)))
 export const decodeBatchSize = Input.argument("batchSize", Input.Count(MAX_BATCH))
 export const decodeMaxLeaseExpiries = Input.argument("maxLeaseExpiries", Input.Count(1000))

@@ -203,7 +203,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
    */
   const release = (claim: Claim, options: ReleaseOptions) =>
     Effect.gen(function*() {
-      const error = (yield* decodeError(options.error)).slice(0, 4096)
+      const error = yield* decodeError(options.error)
       const retrySeconds = Duration.toMillis(yield* decodeRetryDelay(options.retryDelay)) / 1000
       const permanent = options.permanent === true
       const rows = yield* settle(
