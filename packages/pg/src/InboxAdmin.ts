@@ -13,7 +13,6 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
-import { inboxClaimQuery } from "./internal/migrations/0008_leases_pauses_lookup.js"
 import * as QueueAdmin from "./internal/queue/admin.js"
 import { specFor } from "./internal/queue/spec.js"
 import type { ClaimOptions } from "./InboxWorker.js"
@@ -59,9 +58,8 @@ export const make: Effect.Effect<InboxAdmin["Service"], never, SqlClient.SqlClie
   function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
-    const queue = QueueAdmin.make(sql, settings, specFor(settings, "inbox"), {
+    const queue = QueueAdmin.make(sql, specFor(settings, "inbox"), {
       operationPrefix: "InboxAdmin",
-      claimQuery: inboxClaimQuery,
       purgeFloor: PURGE_FLOOR
     })
     const deadLetters = Effect.fn("InboxAdmin.deadLetters")(function*(

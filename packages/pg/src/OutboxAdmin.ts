@@ -15,7 +15,6 @@ import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import { outboxClaimQuery } from "./internal/migrations/0008_leases_pauses_lookup.js"
 import * as QueueAdmin from "./internal/queue/admin.js"
 import { specFor } from "./internal/queue/spec.js"
 import { decodeRows } from "./internal/rows.js"
@@ -106,9 +105,8 @@ export const make: Effect.Effect<OutboxAdmin["Service"], never, SqlClient.SqlCli
       decodeRows(PausedTopicRow),
       classifySqlErrors("OutboxAdmin.paused")
     )
-    const queue = QueueAdmin.make(sql, settings, specFor(settings, "outbox"), {
+    const queue = QueueAdmin.make(sql, specFor(settings, "outbox"), {
       operationPrefix: "OutboxAdmin",
-      claimQuery: outboxClaimQuery,
       purgeFloor: PURGE_FLOOR
     })
 

@@ -21,7 +21,8 @@ const RELEASED_DDL: Readonly<Record<number, string>> = {
   7: "1454302a9aab37aee515961c371e6fec25372651ea525355a702851276ac1508",
   8: "8b096428db9c013b2b625151451557000a3760b76f5e9f43faeeabfffc43c448",
   9: "447ad7e943eaa403a117ba883494ffa80ef8f6e062779cc9b3ba26cee24b3011",
-  10: "cbb9648342ea566e66fcf7bf640acc857af6a132c51bcedc79344003dbc5397f"
+  10: "cbb9648342ea566e66fcf7bf640acc857af6a132c51bcedc79344003dbc5397f",
+  11: "9b3d0fec0093188d47b5df9efada6d8effdc31a26f7ca1da21017e378aa6e5bc"
 }
 
 describe("released migrations", () => {
@@ -63,6 +64,20 @@ describe("Migrations", () => {
         expect(after).toEqual([{ one: 1 }])
       }).pipe(inSchema("m_never")))
 
+    it.effect("the database holds one claim function per queue: the one the worker calls and explainClaim reads", () =>
+      Effect.gen(function*() {
+        yield* Migrations.migrate()
+        const sql = yield* SqlClient.SqlClient
+        const rows = yield* sql<{ name: string; args: string }>`
+          SELECT p.proname AS name, pg_get_function_identity_arguments(p.oid) AS args
+            FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+           WHERE n.nspname = 'm_claims' AND p.proname LIKE '%_claim' ORDER BY 1`
+        expect(rows).toEqual([
+          { name: "inbox_claim", args: "text, integer, double precision, text, integer" },
+          { name: "outbox_claim", args: "text, integer, double precision, text[], integer" }
+        ])
+      }).pipe(inSchema("m_claims")))
+
     it.effect("four concurrent runners: exactly one applies each version", () =>
       Effect.gen(function*() {
         const reports = yield* Effect.all(Array.from({ length: 4 }, () => Migrations.migrate()), {
@@ -103,19 +118,19 @@ describe("Migrations", () => {
         yield* sql`ALTER TABLE m_drift.mutation_records ALTER COLUMN kind TYPE varchar(10)`
         yield* sql`ALTER TABLE m_drift.mutation_records ADD COLUMN note text`
         // A claim function replaced by a hand-edited one, another dropped.
-        yield* sql.unsafe(`CREATE OR REPLACE FUNCTION m_drift.inbox_claim(text, integer, double precision, text)
+        yield* sql.unsafe(`CREATE OR REPLACE FUNCTION m_drift.inbox_claim(text, integer, double precision, text, integer)
           RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean, consumer text, message_id text,
                          payload jsonb, headers jsonb, received_at text)
           LANGUAGE sql AS 'SELECT NULL::text, NULL::text, 0, false, NULL::text, NULL::text, NULL::jsonb, NULL::jsonb, NULL::text WHERE false'`)
-        yield* sql`DROP FUNCTION m_drift.outbox_claim(text, integer, double precision, text[])`
+        yield* sql`DROP FUNCTION m_drift.outbox_claim(text, integer, double precision, text[], integer)`
         const drift = yield* Migrations.verifySchema
         expect(drift).toEqual(expect.arrayContaining([
           expect.objectContaining({ kind: "missing-index", object: "mutation_records_created_at_idx" }),
           expect.objectContaining({ kind: "missing-constraint", object: "mutation_records.mutation_records_fingerprint_length" }),
           { kind: "column-type", object: "mutation_records.kind", expected: "text NOT NULL", actual: "character varying(10) NOT NULL" },
           expect.objectContaining({ kind: "unexpected-column", object: "mutation_records.note" }),
-          expect.objectContaining({ kind: "function-definition", object: "inbox_claim(text, integer, double precision, text)" }),
-          expect.objectContaining({ kind: "missing-function", object: "outbox_claim(text, integer, double precision, text[])" })
+          expect.objectContaining({ kind: "function-definition", object: "inbox_claim(text, integer, double precision, text, integer)" }),
+          expect.objectContaining({ kind: "missing-function", object: "outbox_claim(text, integer, double precision, text[], integer)" })
         ]))
         expect(drift).toHaveLength(6)
         yield* sql`DROP TABLE m_drift.mutation_records`

@@ -14,6 +14,7 @@ import { migration as v7 } from "./0007_claim_functions.js"
 import { migration as v8 } from "./0008_leases_pauses_lookup.js"
 import { migration as v9 } from "./0009_failure_history.js"
 import { migration as v10 } from "./0010_fenced_batch_writes.js"
+import { migration as v11 } from "./0011_drop_superseded_claims.js"
 
 export const released: Readonly<Record<string, Migration>> = {
   "0001_mutation_ledger": v1,
@@ -25,5 +26,6 @@ export const released: Readonly<Record<string, Migration>> = {
   "0007_claim_functions": v7,
   "0008_leases_pauses_lookup": v8,
   "0009_failure_history": v9,
-  "0010_fenced_batch_writes": v10
+  "0010_fenced_batch_writes": v10,
+  "0011_drop_superseded_claims": v11
 }

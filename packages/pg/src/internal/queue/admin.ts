@@ -11,7 +11,6 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import { randomBytes } from "node:crypto"
-import type { Settings } from "../../DurableConfig.js"
 import { classifySqlErrors } from "../../ErrorClassification.js"
 import type { DeadLetter, DeadLetterPage, PurgeOptions } from "../../LeasedQueue.js"
 import { decodeRows } from "../rows.js"
@@ -43,14 +42,15 @@ const decodeDeadLetterPage = Input.argument(
   Schema.Struct({ limit: Input.Count(1000), before: Schema.optional(MessageId) })
 )
 
+/** The query a claim function returns (`RETURN QUERY <query>;`), from its deployed source. */
+const deployedQuery = (source: string | undefined): string | undefined =>
+  source === undefined ? undefined : /RETURN QUERY\s+([\s\S]*?);\s*END\s*$/.exec(source)?.[1]
+
 export const make = (
   sql: SqlClient.SqlClient,
-  settings: Settings,
   spec: QueueSpec,
   options: {
     readonly operationPrefix: string
-    /** The claim function's query (of the latest migration that defines it), with its `$n` arguments. */
-    readonly claimQuery: (t: (table: string) => string) => string
     /** Purges refuse a retention shorter than this. */
     readonly purgeFloor: string
   }
@@ -62,7 +62,9 @@ export const make = (
 
   /**
    * The plan the claim function runs for these arguments: `EXPLAIN (FORMAT JSON)` of its
-   * query, prepared with the function's generic plan (nothing is claimed). Every statement
+   * query as the database holds it (read from the deployed function, so the plan shown is
+   * the one that runs, whichever migration defined it), prepared with the function's generic
+   * plan (nothing is claimed). Every statement
    * runs inside one transaction on one reserved connection, so a transaction pooler keeps
    * them on one server connection; the setting is `SET LOCAL` and the prepared statement is
    * deallocated before the transaction ends (a `PREPARE` outlives a rollback), so nothing is
@@ -76,9 +78,14 @@ export const make = (
         const run = (text: string) => connection.executeUnprepared(text, [], undefined)
         yield* Effect.acquireRelease(run("BEGIN"), () => Effect.ignore(run("ROLLBACK")))
         yield* run("SET LOCAL plan_cache_mode = force_generic_plan")
-        yield* run(
-          `PREPARE ${name}(text, integer, double precision, ${spec.filterType}, integer) AS ${options.claimQuery(settings.table)}`
-        )
+        // On the reserved connection: the pool may be all taken by other explains.
+        const [deployed] = yield* run(inline(
+          sql`SELECT prosrc AS source FROM pg_proc WHERE oid = ${`${spec.claimFunction}(${spec.claimArguments})`}::regprocedure`
+        ))
+        const query = deployedQuery((deployed as { source?: string } | undefined)?.source)
+        // Only a function some migration did not deploy (drift) has another shape.
+        if (query === undefined) return yield* Effect.die(new Error("the claim function is not in its deployed form (RETURN QUERY ...; END)"))
+        yield* run(`PREPARE ${name}(${spec.claimArguments}) AS ${query}`)
         // A failed EXPLAIN aborts the transaction: back to the savepoint, so DEALLOCATE runs.
         yield* run("SAVEPOINT explain")
         const explain = run(inline(

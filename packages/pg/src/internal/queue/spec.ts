@@ -17,6 +17,8 @@ export interface QueueSpec {
   /** Qualified, quoted name of the queue's claim function (migration 8), and the type of its filter argument. */
   readonly claimFunction: string
   readonly filterType: "text" | "text[]"
+  /** The claim's argument types, in order: what the worker calls and `explainClaim` prepares. */
+  readonly claimArguments: string
   /** Qualified, quoted names of the queue's fenced batch writes (migration 10). */
   readonly batchWrites: { readonly completeMany: string; readonly renewMany: string; readonly giveBackMany: string }
   /** The column that marks a row done; our constant. */
@@ -40,6 +42,7 @@ export const specFor = (settings: Settings, queue: QueueName): QueueSpec => ({
   table: settings.table(queue),
   claimFunction: settings.table(`${queue}_claim`),
   filterType: queue === "outbox" ? "text[]" : "text",
+  claimArguments: `text, integer, double precision, ${queue === "outbox" ? "text[]" : "text"}, integer`,
   batchWrites: {
     completeMany: settings.table(`${queue}_complete_many`),
     renewMany: settings.table(`${queue}_renew_many`),
