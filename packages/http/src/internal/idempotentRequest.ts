@@ -132,7 +132,7 @@ export const make = Effect.fnUntraced(function*(settings: Settings) {
     if (Result.isFailure(read)) return answer(HttpServerResponse.empty({ status: 400 }))
     const body = read.success
     if (Result.isFailure(body)) {
-      // The rest of the body is discarded, not read: the connection cannot be reused.
+      // Answered once the rest was received and discarded (bounded): the close cannot reset it.
       return answer(problem(
         "bodyTooLarge",
         `A request with ${header} has a body of at most ${settings.maxRequestBytes} bytes.`,

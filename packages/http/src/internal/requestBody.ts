@@ -3,9 +3,18 @@
  *
  * Why not `request.arrayBuffer`: over `MaxBodySize` it fails without reading the rest, so no
  * 413 could be written on a connection whose client is still sending. The request's stream is
- * read (which also answers `Expect: 100-continue`) while under the limit; on an overflow the
- * rest of a Node body is drained (up to a cap, then the connection is cut), so the 413 can
- * still be written.
+ * read (which also answers `Expect: 100-continue`) while under the limit.
+ *
+ * A body over the limit is answered 413 once it has been received whole: the rest is read and
+ * discarded, up to `DRAIN_BYTES` past the limit, before the 413 is written. The 413 closes the
+ * connection, and Node closes it soon after the response is flushed (NodeHttpServer: a FIN, then
+ * a destroy 500 ms later); a socket closed while the client's bytes are still arriving is reset,
+ * and the reset fails the client's next write (EPIPE) or drops the 413 it has not read yet — for
+ * every client that sends its whole body before it reads, or whose upload outlasts the grace.
+ * A request received whole leaves nothing to reset: its close is an ordinary FIN. Past the
+ * bound, the 413 is answered at once and the rest discarded while the server closes (a client
+ * still sending after that can see a reset). A declared length over the limit with
+ * `Expect: 100-continue` is answered at once: the body was never asked for.
  */
 import * as HttpServerError from "effect/http/HttpServerError"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
@@ -20,8 +29,8 @@ export class TooLarge {
   readonly _tag = "TooLarge"
 }
 
-/** Bytes drained after an overflow before the connection is cut. */
-const DRAIN_CAP = 8 * 1024 * 1024
+/** Bytes past the limit read and discarded before a 413, so that it is answered on a request received whole. */
+export const DRAIN_BYTES = 8 * 1024 * 1024
 
 const isNodeReadable = (source: unknown): source is Readable =>
   typeof source === "object" && source !== null && typeof (source as Readable).on === "function" &&
@@ -30,27 +39,66 @@ const isNodeReadable = (source: unknown): source is Readable =>
 const requestError = (request: HttpServerRequest.HttpServerRequest, description: string, cause: unknown) =>
   new HttpServerError.HttpServerError({ reason: new HttpServerError.RequestParseError({ request, description, cause }) })
 
-/** Discards the rest of an oversized body so the response can be written; cuts the connection past the cap. */
-const drain = (request: HttpServerRequest.HttpServerRequest) => {
-  const source = request.source
-  if (!isNodeReadable(source)) return
-  let drained = 0
-  source.on("data", (chunk: Buffer) => {
-    drained += chunk.byteLength
-    if (drained > DRAIN_CAP) source.destroy()
+const expectsContinue = (request: HttpServerRequest.HttpServerRequest) =>
+  request.headers.expect?.toLowerCase().includes("100-continue") === true
+
+/**
+ * Reads and discards the rest of the body, up to `budget` bytes: `true` when it ended within
+ * them. A body that breaks off (the client went away) counts as not ended.
+ */
+const discard = (request: HttpServerRequest.HttpServerRequest, budget: number): Effect.Effect<boolean> =>
+  Effect.suspend(() => {
+    let discarded = 0
+    return request.stream.pipe(
+      Stream.runForEachWhile((chunk) =>
+        Effect.sync(() => {
+          discarded += chunk.byteLength
+          return discarded <= budget
+        })
+      ),
+      Effect.map(() => discarded <= budget),
+      Effect.orElseSucceed(() => false)
+    )
   })
+
+/**
+ * A body that did not end within the bound: the rest of a Node body is discarded while the
+ * 413 is written and the server closes the connection, up to `DRAIN_BYTES` more; then it is
+ * left unread (the server's close cuts it).
+ */
+const discardWhileClosing = (request: HttpServerRequest.HttpServerRequest) => {
+  const source = request.source
+  if (!isNodeReadable(source) || source.readableEnded || source.destroyed) return
+  let discarded = 0
+  const onData = (chunk: Buffer) => {
+    discarded += chunk.byteLength
+    if (discarded > DRAIN_BYTES) {
+      source.off("data", onData)
+      source.pause()
+    }
+  }
+  source.on("data", onData)
   source.resume()
 }
 
-/** Reads the whole body, or reports that it exceeds `limit` bytes (a `Content-Length` over it is refused unread). */
+const tooLarge = (request: HttpServerRequest.HttpServerRequest, ended: boolean): Result.Result<never, TooLarge> => {
+  if (!ended) discardWhileClosing(request)
+  return Result.fail(new TooLarge())
+}
+
+/**
+ * Reads the whole body, or reports that it exceeds `limit` bytes once the rest has been
+ * discarded (up to `DRAIN_BYTES`; a `Content-Length` over the limit is never kept).
+ */
 export const read = (
   request: HttpServerRequest.HttpServerRequest,
   limit: number
 ): Effect.Effect<Result.Result<Uint8Array, TooLarge>, HttpServerError.HttpServerError> => {
   const declared = Number(request.headers["content-length"] ?? Number.NaN)
   if (declared > limit) {
-    drain(request)
-    return Effect.succeed(Result.fail(new TooLarge()))
+    if (expectsContinue(request)) return Effect.succeed(Result.fail(new TooLarge()))
+    if (declared > limit + DRAIN_BYTES) return Effect.succeed(tooLarge(request, false))
+    return Effect.map(discard(request, declared), (ended) => tooLarge(request, ended))
   }
   return Effect.suspend(() => {
     const chunks: Array<Uint8Array> = []
@@ -65,11 +113,11 @@ export const read = (
         })
       ),
       Effect.mapError((cause) => requestError(request, "the request body could not be read", cause)),
-      Effect.map(() => {
-        if (size <= limit) return Result.succeed(new Uint8Array(Buffer.concat(chunks)))
-        drain(request)
-        return Result.fail(new TooLarge())
-      })
+      Effect.flatMap((): Effect.Effect<Result.Result<Uint8Array, TooLarge>> =>
+        size <= limit
+          ? Effect.succeed(Result.succeed(new Uint8Array(Buffer.concat(chunks))))
+          : Effect.map(discard(request, limit + DRAIN_BYTES - size), (ended) => tooLarge(request, ended))
+      )
     )
   })
 }
