@@ -1,0 +1,67 @@
+/**
+ * The outbox in memory: `Outbox` and `OutboxWorker` over one in-process store with the
+ * PostgreSQL queue's semantics — claim tokens that fence every write, leases and retry
+ * delays on Effect's `Clock`, per-key order, lease expiries and dead letters. For tests of
+ * logic that is not about SQL (a projector's leases, deadlines and shutdown on `TestClock`,
+ * in milliseconds); what only PostgreSQL can show (locks, commits, crashes) stays in the
+ * suites that run against it. Nothing is durable.
+ *
+ * @since 0.2.0
+ */
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Memory from "./internal/queue/memory.js"
+import { Outbox } from "./Outbox.js"
+import { OutboxWorker } from "./OutboxWorker.js"
+
+/** A message as the in-memory outbox holds it; times are `Clock` milliseconds. */
+export interface MemoryRow {
+  readonly id: string
+  readonly topic: string
+  readonly orderingKey: string | null
+  readonly payload: unknown
+  readonly headers: Readonly<Record<string, string>>
+  readonly createdAt: number
+  readonly maxAttempts: number
+  readonly availableAt: number
+  readonly claimedBy: string | null
+  /** The lease's end; `null` when not claimed. */
+  readonly claimedUntil: number | null
+  readonly generation: number
+  readonly attempts: number
+  readonly failureCount: number
+  readonly leaseExpiries: number
+  readonly projectedAt: number | null
+  readonly deadAt: number | null
+  readonly lastError: string | null
+  readonly failures: ReadonlyArray<{ readonly attempt: number; readonly worker: string | null; readonly at: string; readonly error: string }>
+}
+
+export class OutboxMemory extends Context.Service<OutboxMemory, {
+  /** Every message, in id order. */
+  readonly rows: Effect.Effect<ReadonlyArray<MemoryRow>>
+}>()("@effect-durable/pg/OutboxMemory") {}
+
+export interface Options {
+  /** Failed deliveries before a message is dead. Default 25, as the outbox's. */
+  readonly maxAttempts?: number
+}
+
+/** `Outbox`, `OutboxWorker` and `OutboxMemory` over one store, empty at build. */
+export const layer = (options: Options = {}): Layer.Layer<Outbox | OutboxWorker | OutboxMemory> =>
+  Layer.effectContext(Effect.sync(() => {
+    const store = Memory.make(options)
+    return Context.make(Outbox, Outbox.of({ enqueue: store.enqueue, enqueueMany: store.enqueueMany, channel: "memory" })).pipe(
+      Context.add(OutboxWorker, OutboxWorker.of({
+        claim: store.claim,
+        markProjected: store.complete,
+        markProjectedMany: store.completeMany,
+        release: store.release,
+        renewLease: store.renew,
+        renewLeases: store.renewMany,
+        giveBack: store.giveBack
+      })),
+      Context.add(OutboxMemory, OutboxMemory.of({ rows: store.inspect }))
+    )
+  }))

@@ -1,0 +1,206 @@
+/**
+ * The outbox in memory, for logic that is not about SQL (the projector's leases, deadlines,
+ * marks and shutdown, on `TestClock`): the same claim tokens, fences, per-key order, lease
+ * expiries, retries and dead letters as the PostgreSQL queue, with time from Effect's
+ * `Clock`. One process, no durability: a test double with the queue's semantics, not a store.
+ */
+import { ClaimMismatch, type InvalidInput, MessageMissing } from "@effect-durable/core/Errors"
+import { canonicalize } from "@effect-durable/core/Fingerprint"
+import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import type * as LeasedQueue from "../../LeasedQueue.js"
+import type { EnqueueOptions, NewMessage } from "../../Outbox.js"
+import type { MemoryRow } from "../../OutboxMemory.js"
+import type { ClaimOptions, OutboxMessage } from "../../OutboxWorker.js"
+import { FAILURE_HISTORY } from "./worker.js"
+import { decodeClaim } from "./worker.js"
+import { decodeError, decodeLease, decodeRetryDelay, isMessageId } from "./spec.js"
+
+/** A row of the outbox, as the table holds it (mutable here, read-only to tests). */
+type Row = { -readonly [K in keyof MemoryRow]: MemoryRow[K] }
+
+const iso = (millis: number) => new Date(millis).toISOString()
+
+export const make = (options: { readonly maxAttempts?: number } = {}) => {
+  const rows = new Map<string, Row>()
+  let nextId = 0
+  const open = (row: Row) => row.projectedAt === null && row.deadAt === null
+
+  const enqueue = Effect.fnUntraced(function*(topic: string, payload: unknown, enqueueOptions: EnqueueOptions = {}) {
+    // As stored: canonical JSON, read back (a value JSON cannot carry is refused).
+    const json = JSON.parse(yield* canonicalize(payload)) as unknown
+    const now = yield* Clock.currentTimeMillis
+    const delay = enqueueOptions.delay === undefined ? 0 : Duration.toMillis(Duration.fromInputUnsafe(enqueueOptions.delay))
+    const id = String(++nextId)
+    rows.set(id, {
+      id,
+      topic,
+      orderingKey: enqueueOptions.orderingKey ?? null,
+      payload: json,
+      headers: enqueueOptions.headers ?? {},
+      createdAt: now,
+      maxAttempts: options.maxAttempts ?? 25,
+      availableAt: now + delay,
+      claimedBy: null,
+      claimedUntil: null,
+      generation: 0,
+      attempts: 0,
+      failureCount: 0,
+      leaseExpiries: 0,
+      projectedAt: null,
+      deadAt: null,
+      lastError: null,
+      failures: []
+    })
+    return id
+  })
+
+  const enqueueMany = (messages: ReadonlyArray<NewMessage>) =>
+    Effect.forEach(messages, (m) => enqueue(m.topic, m.payload, m.options ?? {}))
+
+  /** Ready rows in id order, the head of each ordering key only (the claim function's rule). */
+  const claim = Effect.fnUntraced(function*(claimOptions: ClaimOptions) {
+    const { leaseSeconds, limit, maxLeaseExpiries, worker } = yield* decodeClaim(claimOptions)
+    const now = yield* Clock.currentTimeMillis
+    const all = [...rows.values()]
+    const blocked = (row: Row) =>
+      row.orderingKey !== null &&
+      all.some((other) => other.orderingKey === row.orderingKey && Number(other.id) < Number(row.id) && open(other))
+    const ready = all.filter((row) =>
+      open(row) && row.availableAt <= now && (row.claimedUntil === null || row.claimedUntil <= now) &&
+      (claimOptions.topics === undefined || claimOptions.topics.includes(row.topic)) && !blocked(row)
+    ).slice(0, limit)
+    const claimed: Array<OutboxMessage> = []
+    for (const row of ready) {
+      const expired = row.claimedUntil !== null
+      if (expired) row.leaseExpiries++
+      if (expired && row.leaseExpiries >= maxLeaseExpiries) {
+        row.claimedUntil = null
+        row.deadAt = now
+        row.lastError = [row.lastError, `dead: its lease ran out ${row.leaseExpiries} times (a worker died or stalled while delivering it)`]
+          .filter((part) => part !== null).join("; ")
+        continue
+      }
+      row.claimedBy = worker
+      row.claimedUntil = now + leaseSeconds * 1000
+      row.generation++
+      row.attempts++
+      claimed.push({
+        id: row.id,
+        topic: row.topic,
+        orderingKey: row.orderingKey,
+        payload: row.payload,
+        headers: row.headers,
+        createdAt: iso(row.createdAt),
+        attempt: row.attempts,
+        claim: { messageId: row.id, worker, generation: row.generation }
+      })
+    }
+    return claimed as ReadonlyArray<OutboxMessage>
+  })
+
+  const fenced = (claim: LeasedQueue.Claim): Row | undefined => {
+    const row = rows.get(claim.messageId)
+    return row !== undefined && row.claimedBy === claim.worker && row.generation === claim.generation &&
+        row.claimedUntil !== null && open(row)
+      ? row
+      : undefined
+  }
+
+  /** Why a fenced write changed nothing: as the PostgreSQL queue explains it. */
+  const refusal = (claim: LeasedQueue.Claim, completing: boolean): LeasedQueue.SettleFailure | undefined => {
+    const malformed = typeof claim !== "object" || claim === null || !isMessageId(claim.messageId)
+    const row = malformed ? undefined : rows.get(claim.messageId)
+    if (!malformed && row === undefined) return new MessageMissing({ queue: "outbox", messageId: claim.messageId })
+    if (completing && row !== undefined && row.projectedAt !== null && row.claimedBy === claim.worker && row.generation === claim.generation) {
+      return undefined
+    }
+    return new ClaimMismatch({
+      queue: "outbox",
+      messageId: String(claim?.messageId),
+      worker: String(claim?.worker),
+      generation: typeof claim?.generation === "number" ? claim.generation : Number.NaN
+    })
+  }
+
+  const complete = (claim: LeasedQueue.Claim) =>
+    Effect.flatMap(Clock.currentTimeMillis, (now) => {
+      const row = fenced(claim)
+      if (row !== undefined) {
+        row.projectedAt = now
+        row.claimedUntil = null
+        row.lastError = null
+        return Effect.void
+      }
+      const failure = refusal(claim, true)
+      return failure === undefined ? Effect.void : Effect.fail(failure)
+    })
+
+  const completeMany = (claims: ReadonlyArray<LeasedQueue.Claim>) =>
+    Effect.map(Effect.forEach(claims, (claim) => Effect.result(complete(claim))), (results) => ({
+      completed: claims.filter((_, i) => results[i]!._tag === "Success").map((claim) => claim.messageId),
+      rejected: results.flatMap((result) => result._tag === "Failure" ? [result.failure] : [])
+    }))
+
+  const release = (claim: LeasedQueue.Claim, releaseOptions: LeasedQueue.ReleaseOptions) =>
+    Effect.gen(function*() {
+      const error = yield* decodeError(releaseOptions.error)
+      const retryDelay = yield* decodeRetryDelay(releaseOptions.retryDelay)
+      const now = yield* Clock.currentTimeMillis
+      const row = fenced(claim)
+      if (row === undefined) return yield* Effect.fail(refusal(claim, false)!)
+      const permanent = releaseOptions.permanent === true
+      row.failureCount++
+      row.failures = [...row.failures, { attempt: row.attempts, worker: row.claimedBy, at: iso(now), error: error.slice(0, 500) }]
+        .slice(-FAILURE_HISTORY)
+      row.claimedUntil = null
+      row.availableAt = now + Duration.toMillis(retryDelay)
+      const dead = permanent || row.failureCount >= row.maxAttempts
+      row.deadAt = dead ? now : null
+      row.lastError = permanent
+        ? `${error} (dead: a permanent failure)`
+        : dead
+        ? `${error} (dead: ${row.failureCount} failed deliveries)`
+        : error
+      return { dead }
+    })
+
+  const renew = (claim: LeasedQueue.Claim, lease: Duration.Input): Effect.Effect<void, LeasedQueue.SettleFailure | InvalidInput> =>
+    Effect.gen(function*() {
+      const decoded = yield* decodeLease(lease)
+      const now = yield* Clock.currentTimeMillis
+      const row = fenced(claim)
+      if (row === undefined) return yield* Effect.fail(refusal(claim, false)!)
+      row.claimedUntil = now + Duration.toMillis(decoded)
+    })
+
+  const many = (claims: ReadonlyArray<LeasedQueue.Claim>, apply: (row: Row) => void) =>
+    Effect.sync((): LeasedQueue.ManyResult => {
+      const applied: Array<string> = []
+      const rejected: Array<LeasedQueue.SettleFailure> = []
+      for (const claim of claims) {
+        const row = fenced(claim)
+        if (row === undefined) rejected.push(refusal(claim, false)!)
+        else {
+          apply(row)
+          applied.push(row.id)
+        }
+      }
+      return { applied, rejected }
+    })
+
+  const renewMany = (claims: ReadonlyArray<LeasedQueue.Claim>, lease: Duration.Input) =>
+    Effect.gen(function*() {
+      const decoded = yield* decodeLease(lease)
+      const now = yield* Clock.currentTimeMillis
+      return yield* many(claims, (row) => void (row.claimedUntil = now + Duration.toMillis(decoded)))
+    })
+
+  const giveBack = (claims: ReadonlyArray<LeasedQueue.Claim>) => many(claims, (row) => void (row.claimedUntil = null))
+
+  /** Every row, in id order, as the table would show it. */
+  const inspect = Effect.sync((): ReadonlyArray<MemoryRow> => [...rows.values()].map((row) => ({ ...row })))
+
+  return { enqueue, enqueueMany, claim, complete, completeMany, release, renew, renewMany, giveBack, inspect }
+}

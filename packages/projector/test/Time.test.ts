@@ -1,0 +1,150 @@
+// The projector's time-driven logic on TestClock, over the in-memory outbox (the PostgreSQL
+// queue's claims, fences and leases, on Effect's Clock): lease renewal, the delivery
+// deadline, marks while a batch runs, the shutdown deadline. Minutes of projector time in
+// milliseconds; the suites on PostgreSQL keep what only PostgreSQL shows (locks, commits, crashes).
+import { describe, expect, it } from "@effect/vitest"
+import * as OutboxMemory from "@effect-durable/pg/OutboxMemory"
+import * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Scope from "effect/Scope"
+import * as TestClock from "effect/testing/TestClock"
+import * as Projector from "../src/Projector.js"
+import * as Publisher from "../src/Publisher.js"
+
+/** Moves the TestClock `millis` forward in small steps, letting every fiber run between them. */
+const advance = (millis: number, step = 50) =>
+  Effect.forEach(Array.from({ length: Math.ceil(millis / step) }), () => TestClock.adjust(step), { discard: true })
+
+/** Advances until `condition` holds (at most `millis` of test time). */
+const advanceUntil = <E, R>(condition: Effect.Effect<boolean, E, R>, millis = 60_000, step = 50) =>
+  Effect.gen(function*() {
+    for (let spent = 0; spent <= millis; spent += step) {
+      if (yield* condition) return
+      yield* TestClock.adjust(step)
+    }
+    return yield* Effect.die(new Error(`not reached in ${millis} ms of test time`))
+  })
+
+const rowOf = (id: string) =>
+  Effect.map(OutboxMemory.OutboxMemory, (memory) => memory.rows).pipe(
+    Effect.flatten,
+    Effect.map((rows) => rows.find((row) => row.id === id)!)
+  )
+
+/** The projector built into a scope the test closes itself (to watch the shutdown). */
+const startProjector = (options: Projector.ProjectorOptions, publish: Publisher.Publish) =>
+  Effect.gen(function*() {
+    const scope = yield* Scope.make()
+    const context = yield* Layer.buildWithScope(
+      Projector.layer(options).pipe(Layer.provide(Publisher.layerHandler(publish))),
+      scope
+    )
+    return { scope, context }
+  })
+
+describe("the projector on TestClock (in-memory outbox)", () => {
+  it.layer(OutboxMemory.layer())((it) => {
+    it.effect("a slow delivery keeps its lease by renewal: past several leases no other worker can claim it", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const worker = yield* OutboxWorker.OutboxWorker
+        const id = yield* outbox.enqueue("slow", {})
+        const started = yield* Deferred.make<void>()
+        const finish = yield* Deferred.make<void>()
+        const { scope } = yield* startProjector(
+          { topics: ["slow"], lease: "3 seconds", deliveryTimeout: "1 minute", pollInterval: "1 second", workerId: "slow-a" },
+          () => Effect.andThen(Deferred.succeed(started, undefined), Deferred.await(finish))
+        )
+        yield* advanceUntil(Deferred.isDone(started))
+        const first = yield* rowOf(id)
+        // Four leases later the row is still held by the first claim, its lease ahead of the clock.
+        for (let lease = 0; lease < 4; lease++) {
+          yield* advance(3_000)
+          const row = yield* rowOf(id)
+          expect(row).toMatchObject({ claimedBy: "slow-a", generation: first.generation })
+          expect(row.claimedUntil!).toBeGreaterThan(yield* Clock.currentTimeMillis)
+          expect(yield* worker.claim({ worker: "slow-b", topics: ["slow"], limit: 10, lease: "1 minute" })).toEqual([])
+        }
+        yield* Deferred.succeed(finish, undefined)
+        yield* advanceUntil(Effect.map(rowOf(id), (row) => row.projectedAt !== null))
+        expect(yield* rowOf(id)).toMatchObject({ attempts: 1, generation: 1, failureCount: 0 })
+        yield* Scope.close(scope, Exit.void)
+      }))
+
+    it.effect("a delivery past its deadline is cut and released for a retry, its lane moving on", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const [stuck, next] = [yield* outbox.enqueue("deadline", { stuck: true }), yield* outbox.enqueue("deadline", {})]
+        const interrupted = yield* Deferred.make<void>()
+        const { scope } = yield* startProjector(
+          { topics: ["deadline"], concurrency: 1, deliveryTimeout: "2 seconds", pollInterval: "1 second", backoff: { min: "1 minute" } },
+          (message) =>
+            (message.payload as { stuck?: boolean }).stuck === true
+              ? Effect.onInterrupt(Effect.never, () => Deferred.succeed(interrupted, undefined))
+              : Effect.void
+        )
+        yield* advanceUntil(Effect.map(rowOf(next), (row) => row.projectedAt !== null), 10_000)
+        // The handler saw the interruption; the message is released, retryable, not dead.
+        expect(yield* Deferred.isDone(interrupted)).toBe(true)
+        const row = yield* rowOf(stuck)
+        expect(row).toMatchObject({ failureCount: 1, deadAt: null, claimedUntil: null, projectedAt: null })
+        expect(row.lastError).toMatch(/timed out after 2s/)
+        expect(row.availableAt).toBeGreaterThan(yield* Clock.currentTimeMillis)
+        yield* Scope.close(scope, Exit.void)
+      }))
+
+    it.effect("the successes of a batch are marked while its slowest delivery runs, none delivered twice", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const ids = yield* outbox.enqueueMany(Array.from({ length: 6 }, (_, i) => ({ topic: "tail", payload: { i } })))
+        const held = yield* Deferred.make<void>()
+        const deliveries = new Map<string, number>()
+        const { scope } = yield* startProjector(
+          { topics: ["tail"], batchSize: 6, concurrency: 2, lease: "3 seconds", deliveryTimeout: "1 minute", pollInterval: "1 second" },
+          (message) =>
+            Effect.andThen(
+              Effect.sync(() => void deliveries.set(message.id, (deliveries.get(message.id) ?? 0) + 1)),
+              (message.payload as { i: number }).i === 5 ? Deferred.await(held) : Effect.void
+            )
+        )
+        const marked = Effect.flatMap(OutboxMemory.OutboxMemory, (memory) =>
+          Effect.map(memory.rows, (rows) => rows.filter((row) => ids.includes(row.id) && row.projectedAt !== null).length))
+        // Marked within a second (a third of the lease, at most a second), the sixth still running.
+        yield* advanceUntil(Effect.map(marked, (n) => n === 5), 2_000)
+        // Three leases on: the sixth is held by its first claim, the five were not claimed again.
+        yield* advance(9_000)
+        expect(yield* rowOf(ids[5]!)).toMatchObject({ generation: 1, projectedAt: null })
+        expect((yield* rowOf(ids[5]!)).claimedUntil!).toBeGreaterThan(yield* Clock.currentTimeMillis)
+        yield* Deferred.succeed(held, undefined)
+        yield* advanceUntil(Effect.map(marked, (n) => n === 6), 5_000)
+        expect([...deliveries.values()]).toEqual([1, 1, 1, 1, 1, 1])
+        yield* Scope.close(scope, Exit.void)
+      }))
+
+    it.effect("closing waits for an in-flight delivery up to the shutdown deadline, then gives it back, counting nothing", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const id = yield* outbox.enqueue("shutdown", {})
+        const started = yield* Deferred.make<void>()
+        const { scope } = yield* startProjector(
+          { topics: ["shutdown"], shutdownDeadline: "5 seconds", deliveryTimeout: "1 minute", pollInterval: "1 second" },
+          () => Effect.andThen(Deferred.succeed(started, undefined), Effect.never)
+        )
+        yield* advanceUntil(Deferred.isDone(started))
+        const closing = yield* Effect.forkChild(Scope.close(scope, Exit.void), { startImmediately: true })
+        // Within the deadline it still waits for the delivery.
+        yield* advance(4_000)
+        expect(closing.pollUnsafe()).toBeUndefined()
+        yield* advance(2_000)
+        yield* Fiber.join(closing)
+        // Given back: claimable again at once, no failure, no lost lease.
+        expect(yield* rowOf(id)).toMatchObject({ claimedUntil: null, failureCount: 0, leaseExpiries: 0, projectedAt: null })
+      }))
+  })
+})
