@@ -33,7 +33,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs"
 import { createServer } from "node:http"
 import { join } from "node:path"
 
-const PACKAGES = ["core", "embedded", "pg", "projector", "nats", "http", "testing", "cli"]
+const PACKAGES = ["core", "embedded", "pg", "projector", "nats", "webhook", "http", "testing", "cli"]
 
 // 1. Every module the exports map offers, and nothing under internal/.
 let modules = 0

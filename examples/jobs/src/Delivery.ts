@@ -1,12 +1,12 @@
 /**
  * The projector, a fiber of this process: it claims `transfer-completed` messages from the
  * outbox after their transaction committed and POSTs each to the notification service's
- * webhook (signed; `Idempotency-Key` = the message id), retrying with backoff until it
- * answers 2xx. It starts after the server listens (the receiver is in this process) and stops
- * before it.
+ * webhook (signed in the Standard Webhooks format; `webhook-id` and `Idempotency-Key` = the
+ * message id), retrying with backoff until it answers 2xx. It starts after the server listens
+ * (the receiver is in this process) and stops before it.
  */
 import * as Projector from "@effect-durable/projector/Projector"
-import * as Webhook from "@effect-durable/projector/Webhook"
+import * as WebhookPublisher from "@effect-durable/webhook/WebhookPublisher"
 import * as FetchHttpClient from "effect/http/FetchHttpClient"
 import * as Config from "effect/Config"
 import * as Effect from "effect/Effect"
@@ -20,7 +20,7 @@ export const DeliveryLive = Layer.unwrap(
     const url = yield* baseUrl
     const secret = yield* Config.Redacted("WEBHOOK_SECRET")
     return Projector.layer({ topics: [TRANSFER_COMPLETED], pollInterval: "1 second" }).pipe(
-      Layer.provide(Webhook.layer({ url: `${url}${WEBHOOK_PATH}`, secret })),
+      Layer.provide(WebhookPublisher.layer({ url: `${url}${WEBHOOK_PATH}`, secret })),
       Layer.provide(FetchHttpClient.layer)
     )
   })

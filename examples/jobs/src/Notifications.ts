@@ -1,12 +1,13 @@
 /**
  * The notification service, a webhook receiver (in this process for the demo; in real life
  * another service). The projector POSTs every `transfer-completed` message here through the
- * webhook publisher: signed, at least once. The receiver checks the signature against the
- * raw body, then applies the delivery once through the inbox: a redelivery (a projector that
- * retried after a lost answer, or an operator's replay) finds its receipt and changes nothing.
+ * webhook publisher: signed (Standard Webhooks headers), at least once. The receiver checks the
+ * signature against the raw body, then applies the delivery once through the inbox: a
+ * redelivery (a projector that retried after a lost answer, or an operator's replay) finds its
+ * receipt and changes nothing.
  */
 import * as Inbox from "@effect-durable/pg/Inbox"
-import * as Webhook from "@effect-durable/projector/Webhook"
+import * as WebhookSignature from "@effect-durable/webhook/WebhookSignature"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
@@ -38,7 +39,7 @@ export const ReceiverLive = HttpRouter.use(
     const receive = Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
       const body = yield* request.text
-      if (!Webhook.verify(secret, request.headers[Webhook.SIGNATURE_HEADER] ?? "", body)) {
+      if (!WebhookSignature.verify(secret, request.headers, body)) {
         return HttpServerResponse.text("signature does not verify", { status: 401 })
       }
       const delivery = yield* decode(body)

@@ -1,7 +1,9 @@
 /**
  * Where the projector delivers: a `Publisher` takes one outbox message and succeeds once the
  * destination has it, or fails with a `PublishError` that says whether trying again can help.
- * Adapters: `layerHandler` (any Effect), `Webhook` (HTTP), `@effect-durable/nats` (JetStream).
+ * Adapters: `layerHandler` (any Effect) here; transports in packages of their own,
+ * `@effect-durable/webhook` (HTTP) and `@effect-durable/nats` (JetStream), on one template
+ * (docs/publishers.md).
  *
  * @since 0.1.0
  */

@@ -4,7 +4,7 @@
 //   node dist/worker.js        (or: node --import tsx examples/worker.ts)
 import * as Durable from "@effect-durable/pg/Durable"
 import * as Projector from "@effect-durable/projector/Projector"
-import * as Webhook from "@effect-durable/projector/Webhook"
+import * as WebhookPublisher from "@effect-durable/webhook/WebhookPublisher"
 import * as FetchHttpClient from "effect/http/FetchHttpClient"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Config from "effect/Config"
@@ -14,7 +14,7 @@ import * as Layer from "effect/Layer"
 const Deliver = Layer.unwrap(
   Effect.map(
     Config.all({ url: Config.String("WEBHOOK_URL"), secret: Config.Redacted("WEBHOOK_SECRET") }),
-    (webhook) => Webhook.layer(webhook).pipe(Layer.provide(FetchHttpClient.layer))
+    (webhook) => WebhookPublisher.layer(webhook).pipe(Layer.provide(FetchHttpClient.layer))
   )
 )
 

@@ -1,50 +1,23 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as Outbox from "@effect-durable/pg/Outbox"
-import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import * as Projector from "@effect-durable/projector/Projector"
+import type * as Publisher from "@effect-durable/projector/Publisher"
 import * as Telemetry from "@effect-durable/testing/Telemetry"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as FetchHttpClient from "effect/http/FetchHttpClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
-import { createServer, type IncomingMessage, type ServerResponse } from "node:http"
-import type { AddressInfo } from "node:net"
-import * as Projector from "../src/Projector.js"
-import * as Publisher from "../src/Publisher.js"
-import * as Webhook from "../src/Webhook.js"
-import { eventually, outboxRows, substrate } from "./support.js"
-
-interface Received {
-  readonly url: string
-  readonly headers: IncomingMessage["headers"]
-  readonly body: string
-}
-
-/** A real HTTP server on 127.0.0.1 that records requests and answers with `respond`. */
-const server = (respond: (request: Received, res: ServerResponse) => void) =>
-  Effect.acquireRelease(
-    Effect.callback<{ url: string; received: Array<Received> }>((resume) => {
-      const received: Array<Received> = []
-      const http = createServer((req, res) => {
-        let body = ""
-        req.on("data", (chunk) => (body += chunk))
-        req.on("end", () => {
-          const request = { url: req.url ?? "", headers: req.headers, body }
-          received.push(request)
-          respond(request, res)
-        })
-      })
-      http.listen(0, "127.0.0.1", () =>
-        resume(Effect.succeed({ url: `http://127.0.0.1:${(http.address() as AddressInfo).port}/hook`, received, http } as never)))
-    }),
-    (s) => Effect.promise(() => new Promise<void>((resolve) => {
-      const http = (s as unknown as { http: import("node:http").Server }).http
-      http.closeAllConnections()
-      http.close(() => resolve())
-    }))
-  )
+import * as TestClock from "effect/testing/TestClock"
+import { Webhook, WebhookVerificationError } from "standardwebhooks"
+import * as WebhookPublisher from "../src/WebhookPublisher.js"
+import * as WebhookSignature from "../src/WebhookSignature.js"
+import { eventually, outboxRows, server, substrate } from "./support.js"
 
 const secret = Redacted.make("webhook-secret-of-enough-bytes")
+/** A secret in the Standard Webhooks form: `whsec_` and the base64 of a 24-byte key. */
+const whsec = `whsec_${Buffer.from("twenty-four bytes of key").toString("base64")}`
 const message = (id: string): OutboxWorker.OutboxMessage => ({
   id,
   topic: "order-placed",
@@ -56,14 +29,15 @@ const message = (id: string): OutboxWorker.OutboxMessage => ({
   claim: { messageId: id, worker: "w", generation: 1 }
 })
 
-const publishTo = (url: string, options: Partial<Webhook.WebhookOptions> = {}) => (m: OutboxWorker.OutboxMessage) =>
-  Effect.flatMap(Webhook.make({ url, secret, ...options }), (publisher) => publisher.publish(m)).pipe(
+const publishTo = (url: string, options: Partial<WebhookPublisher.WebhookPublisherOptions> = {}) =>
+(m: OutboxWorker.OutboxMessage) =>
+  Effect.flatMap(WebhookPublisher.make({ url, secret, ...options }), (publisher) => publisher.publish(m)).pipe(
     Effect.provide(FetchHttpClient.layer)
   )
 
 describe("Webhook publisher", () => {
   // On the live clock: the signature is dated by Effect's `Clock`, and checked against the system clock.
-  it.live("POSTs the message as JSON with its id as Idempotency-Key and a verifiable signature", () =>
+  it.live("POSTs the message as JSON with its id as Idempotency-Key and webhook-id, signed in the Standard Webhooks format", () =>
     Effect.gen(function*() {
       const { received, url } = yield* server((_, res) => res.writeHead(204).end())
       yield* publishTo(url)(message("41"))
@@ -71,12 +45,48 @@ describe("Webhook publisher", () => {
       expect(JSON.parse(request!.body)).toMatchObject({ id: "41", topic: "order-placed", attempt: 1, payload: { orderId: 7, total: 42 } })
       expect(request!.headers["content-type"]).toMatch(/application\/json/)
       expect(request!.headers["idempotency-key"]).toBe("41")
+      expect(request!.headers["webhook-id"]).toBe("41")
+      expect(Math.abs(Number(request!.headers["webhook-timestamp"]) - Date.now() / 1000)).toBeLessThan(60)
+      expect(request!.headers["webhook-signature"]).toMatch(/^v1,[A-Za-z0-9+/]{43}=$/)
       expect(request!.headers.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$/)
-      const signature = request!.headers[Webhook.SIGNATURE_HEADER] as string
-      expect(Webhook.verify(secret, signature, request!.body)).toBe(true)
-      expect(Webhook.verify(secret, signature, request!.body.replace("42", "43"))).toBe(false)
-      expect(Webhook.verify(Redacted.make("another secret of 16+ bytes"), signature, request!.body)).toBe(false)
-      expect(Webhook.verify(secret, signature, request!.body, { now: Math.floor(Date.now() / 1000) + 3600 })).toBe(false)
+      expect(WebhookSignature.verify(secret, request!.headers, request!.body)).toBe(true)
+      expect(WebhookSignature.verify(secret, request!.headers, request!.body.replace("42", "43"))).toBe(false)
+      expect(WebhookSignature.verify(secret, { ...request!.headers, "webhook-id": "42" }, request!.body)).toBe(false)
+      expect(WebhookSignature.verify(Redacted.make("another secret of 16+ bytes"), request!.headers, request!.body)).toBe(false)
+    }))
+
+  it.live("a receiver verifies a delivery with the standardwebhooks package itself, for a whsec_ secret and for a raw one", () =>
+    Effect.gen(function*() {
+      const { received, url } = yield* server((_, res) => res.writeHead(200).end())
+      yield* publishTo(url, { secret: Redacted.make(whsec) })(message("51"))
+      yield* publishTo(url)(message("52"))
+      const [standard, raw] = received
+      // Exactly as a receiver does: the secret as configured, the raw body, the headers as received.
+      const headers = (request: typeof standard) => request!.headers as Record<string, string>
+      expect(new Webhook(whsec).verify(standard!.body, headers(standard))).toMatchObject({ id: "51", payload: { orderId: 7 } })
+      expect(new Webhook(Redacted.value(secret), { format: "raw" }).verify(raw!.body, headers(raw))).toMatchObject({ id: "52" })
+      // Each secret verifies only its own deliveries, and only their bodies.
+      expect(() => new Webhook(whsec).verify(raw!.body, headers(raw))).toThrow(WebhookVerificationError)
+      expect(() => new Webhook(whsec).verify(standard!.body.replace("7", "8"), headers(standard))).toThrow(WebhookVerificationError)
+      expect(WebhookSignature.verify(Redacted.make(whsec), standard!.headers, standard!.body)).toBe(true)
+      expect(WebhookSignature.verify(secret, standard!.headers, standard!.body)).toBe(false)
+    }))
+
+  it.effect("the signature is dated by Effect's Clock: one dated an hour from the receiver's clock is refused as a replay", () =>
+    Effect.gen(function*() {
+      const { received, url } = yield* server((_, res) => res.writeHead(200).end())
+      const now = Date.now()
+      yield* TestClock.setTime(now - 3_600_000)
+      yield* publishTo(url)(message("61"))
+      yield* TestClock.setTime(now)
+      yield* publishTo(url)(message("62"))
+      const [old, current] = received
+      expect(old!.headers["webhook-timestamp"]).toBe(String(Math.floor((now - 3_600_000) / 1000)))
+      expect(current!.headers["webhook-timestamp"]).toBe(String(Math.floor(now / 1000)))
+      expect(WebhookSignature.verify(secret, old!.headers, old!.body)).toBe(false)
+      expect(() => new Webhook(Redacted.value(secret), { format: "raw" }).verify(old!.body, old!.headers as Record<string, string>))
+        .toThrow(/too old/)
+      expect(WebhookSignature.verify(secret, current!.headers, current!.body)).toBe(true)
     }))
 
   it.effect("408, 429 and 5xx are retryable (Retry-After honoured); other 4xx are permanent", () =>
@@ -116,11 +126,14 @@ describe("Webhook publisher", () => {
       expect(closed.reason).toMatch(/unreachable/)
     }).pipe(Effect.scoped))
 
-  it.effect("a short secret or a malformed URL is a typed configuration error", () =>
+  it.effect("a short secret, a whsec_ secret that is not the base64 of 16+ bytes, or a malformed URL is a typed configuration error", () =>
     Effect.gen(function*() {
-      const short = yield* Effect.flip(Webhook.make({ url: "http://127.0.0.1/x", secret: Redacted.make("short") }))
-      expect(short).toMatchObject({ _tag: "DurableConfigError", field: "webhook.secret" })
-      const url = yield* Effect.flip(Webhook.make({ url: "ftp://x", secret }))
+      const refused = (secret: string) =>
+        Effect.flip(WebhookPublisher.make({ url: "http://127.0.0.1/x", secret: Redacted.make(secret) }))
+      expect(yield* refused("short")).toMatchObject({ _tag: "DurableConfigError", field: "webhook.secret" })
+      expect(yield* refused("whsec_not base64 at all!")).toMatchObject({ field: "webhook.secret" })
+      expect(yield* refused(`whsec_${Buffer.from("eight by").toString("base64")}`)).toMatchObject({ field: "webhook.secret" })
+      const url = yield* Effect.flip(WebhookPublisher.make({ url: "ftp://x", secret }))
       expect(url).toMatchObject({ field: "webhook.url" })
     }).pipe(Effect.provide(FetchHttpClient.layer)))
 
@@ -137,7 +150,7 @@ describe("Webhook publisher", () => {
         const id = yield* outbox.enqueue("webhook-canary", {})
         const telemetry = Telemetry.make()
         const drain = Projector.drain({ topics: ["webhook-canary"], backoff: { min: "10 millis", max: "10 millis" } }).pipe(
-          Effect.provide(Webhook.layer({ url: secretUrl, secret }).pipe(Layer.provide(FetchHttpClient.layer))),
+          Effect.provide(WebhookPublisher.layer({ url: secretUrl, secret }).pipe(Layer.provide(FetchHttpClient.layer))),
           telemetry.observed
         )
         const first = yield* drain
@@ -173,7 +186,7 @@ describe("Webhook publisher", () => {
         })
         const outbox = yield* Outbox.Outbox
         const id = yield* outbox.enqueue("webhook-e2e", { hello: "world" })
-        const publisher = Webhook.layer({ url, secret }).pipe(Layer.provide(FetchHttpClient.layer))
+        const publisher = WebhookPublisher.layer({ url, secret }).pipe(Layer.provide(FetchHttpClient.layer))
         // The retry waits at least half the minimum backoff (250 ms): the first drain ends before it.
         const drain = Projector.drain({ topics: ["webhook-e2e"], backoff: { min: "500 millis", max: "500 millis" } }).pipe(
           Effect.provide(publisher)
@@ -185,6 +198,8 @@ describe("Webhook publisher", () => {
         expect(second).toMatchObject({ claimed: 1, delivered: 1 })
         expect(received.map((r) => JSON.parse(r.body).id)).toEqual([id, id])
         expect(received.map((r) => JSON.parse(r.body).attempt)).toEqual([1, 2])
+        // Every delivery of one message carries the same webhook-id: the receiver's dedup key.
+        expect(received.map((r) => r.headers["webhook-id"])).toEqual([id, id])
       }))
   })
 })

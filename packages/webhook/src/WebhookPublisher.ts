@@ -1,66 +1,45 @@
 /**
- * An HTTP webhook publisher on Effect's `HttpClient`: each message is POSTed as
- * JSON with its id as the `Idempotency-Key` and an HMAC-SHA256 signature over the timestamp
- * and body, so the receiver can authenticate it and drop redeliveries. A 2xx response is a
- * delivery; 408, 429, 5xx, network errors and timeouts are retryable (honouring
- * `Retry-After`); any other status is permanent.
+ * The projector's HTTP webhook publisher, on Effect's `HttpClient`: each message is POSTed as
+ * JSON, signed in the Standard Webhooks format (`webhook-id` = the message id,
+ * `webhook-timestamp`, `webhook-signature`; see `WebhookSignature`) and with its id as the
+ * `Idempotency-Key` too, so the receiver can authenticate it with a stock library and drop
+ * redeliveries. A 2xx response is a delivery; 408, 429, 5xx, network errors and timeouts are
+ * retryable (honouring `Retry-After`); any other status is permanent.
  *
  * A URL's credentials and query are secrets: credentials travel as an `Authorization` header,
  * and wherever the URL is shown (errors, `last_error`, spans, logs) it is redacted.
  *
- * @since 0.1.0
+ * @since 0.2.0
  */
 import { DurableConfigError } from "@effect-durable/core/Errors"
 import { canonicalizeResult } from "@effect-durable/core/Fingerprint"
 import type { OutboxMessage } from "@effect-durable/pg/OutboxWorker"
+import { permanent, Publisher, type PublishError, retryable } from "@effect-durable/projector/Publisher"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as HttpClient from "effect/http/HttpClient"
 import type * as HttpClientError from "effect/http/HttpClientError"
 import * as HttpClientRequest from "effect/http/HttpClientRequest"
+import * as HttpTraceContext from "effect/http/HttpTraceContext"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as Redacted from "effect/Redacted"
+import type * as Redacted from "effect/Redacted"
 import * as Result from "effect/Result"
-import { createHmac, timingSafeEqual } from "node:crypto"
-import { permanent, Publisher, type PublishError, retryable } from "./Publisher.js"
+import * as WebhookSignature from "./WebhookSignature.js"
 
-export interface WebhookOptions {
+export interface WebhookPublisherOptions {
   /** Where to POST; a function picks the URL per message (e.g. by topic). */
   readonly url: string | ((message: OutboxMessage) => string)
-  /** Signs every request; at least 16 bytes. */
+  /**
+   * Signs every request: `whsec_<base64>` (the Standard Webhooks form) or any other string of
+   * at least 16 bytes, used as the key's raw bytes (see `WebhookSignature`).
+   */
   readonly secret: Redacted.Redacted<string>
   /** Longest wait for a response. Default 10 s. */
   readonly timeout?: Duration.Input
   /** Extra request headers. */
   readonly headers?: Readonly<Record<string, string>>
-}
-
-export const SIGNATURE_HEADER = "x-effect-durable-signature"
-
-/** `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`, the value of the signature header. */
-export const sign = (secret: Redacted.Redacted<string>, body: string, unixSeconds: number): string =>
-  `t=${unixSeconds},v1=${createHmac("sha256", Redacted.value(secret)).update(`${unixSeconds}.${body}`).digest("hex")}`
-
-/**
- * For receivers: checks a signature header against the raw body, in constant time, and
- * refuses timestamps further than `toleranceSeconds` from now (replays of old requests).
- * A plain function for any HTTP server: `now` (unix seconds) defaults to the system clock.
- */
-export const verify = (
-  secret: Redacted.Redacted<string>,
-  header: string,
-  body: string,
-  options: { readonly toleranceSeconds?: number; readonly now?: number } = {}
-): boolean => {
-  const match = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(header)
-  if (match === null) return false
-  const t = Number(match[1])
-  const now = options.now ?? Math.floor(Date.now() / 1000)
-  if (Math.abs(now - t) > (options.toleranceSeconds ?? 300)) return false
-  const expected = Buffer.from(sign(secret, body, t).slice(-64), "hex")
-  return timingSafeEqual(expected, Buffer.from(match[2]!, "hex"))
 }
 
 /**
@@ -125,11 +104,9 @@ const clientFailure = ({ reason }: HttpClientError.HttpClientError, shown: strin
   }
 }
 
-export const make = (options: WebhookOptions): Effect.Effect<Publisher["Service"], DurableConfigError, HttpClient.HttpClient> =>
+export const make = (options: WebhookPublisherOptions): Effect.Effect<Publisher["Service"], DurableConfigError, HttpClient.HttpClient> =>
   Effect.gen(function*() {
-    if (Buffer.byteLength(Redacted.value(options.secret), "utf8") < 16) {
-      return yield* new DurableConfigError({ field: "webhook.secret", rule: "at least 16 bytes" })
-    }
+    const signer = yield* WebhookSignature.make(options.secret, "webhook.secret")
     if (typeof options.url === "string" && !/^https?:\/\//.test(options.url)) {
       return yield* new DurableConfigError({ field: "webhook.url", rule: "an http:// or https:// URL" })
     }
@@ -158,21 +135,19 @@ export const make = (options: WebhookOptions): Effect.Effect<Publisher["Service"
           catch: () => permanent(`webhook URL ${shown} is not a URL`)
         })
         const span = yield* Effect.option(Effect.currentSpan)
+        // Effect's Clock, so that a TestClock dates the signature.
         const now = yield* Clock.currentTimeMillis
         const request = HttpClientRequest.post(url).pipe(
           HttpClientRequest.setHeaders({
             ...options.headers,
             ...(authorization === undefined ? {} : { authorization }),
             // The receiver continues the trace of the span this runs in (webhook.post, a child
-            // of projector.deliver, whose parent is the producer's span).
-            ...Option.match(span, {
-              onNone: () => ({}),
-              onSome: (span) => ({ traceparent: `00-${span.traceId}-${span.spanId}-${span.sampled ? "01" : "00"}` })
-            }),
+            // of projector.deliver, whose parent is the producer's span): `traceparent` and `b3`.
+            ...Option.match(span, { onNone: () => ({}), onSome: HttpTraceContext.toHeaders }),
             "idempotency-key": message.id,
             "x-effect-durable-topic": message.topic,
             "x-effect-durable-attempt": String(message.attempt),
-            [SIGNATURE_HEADER]: sign(options.secret, body, Math.floor(now / 1000))
+            ...signer.sign(message.id, now, body)
           }),
           HttpClientRequest.bodyText(body, "application/json")
         )
@@ -192,5 +167,5 @@ export const make = (options: WebhookOptions): Effect.Effect<Publisher["Service"
     return Publisher.of({ publish })
   })
 
-export const layer = (options: WebhookOptions): Layer.Layer<Publisher, DurableConfigError, HttpClient.HttpClient> =>
+export const layer = (options: WebhookPublisherOptions): Layer.Layer<Publisher, DurableConfigError, HttpClient.HttpClient> =>
   Layer.effect(Publisher, make(options))
