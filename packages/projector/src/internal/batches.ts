@@ -21,7 +21,8 @@ import * as Semaphore from "effect/Semaphore"
 import type { Counts } from "../Projector.js"
 import { type Publish, Publisher, type PublishError } from "../Publisher.js"
 import { makeKeeper } from "./keeper.js"
-import { type Delivery, makeDelivery, makeLanes } from "./lanes.js"
+import { Delivery } from "./delivery.js"
+import { makeLanes } from "./lanes.js"
 import type { Settings } from "./options.js"
 import { forTopic, metrics, tracing } from "./telemetry.js"
 
@@ -120,19 +121,15 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
       const marked = new Set<string>()
       const oneAtATime = Semaphore.makeUnsafe(1)
       const flush = oneAtATime.withPermits(1)(Effect.suspend(() => {
-        const taken = delivery.published.splice(0).filter((i) => !delivery.stale.has(claimed[i]!.id))
-        if (taken.length === 0) return Effect.void
         // Taken out of the renewals while marked (a renewal would find a marked row gone).
-        for (const i of taken) delivery.pending.delete(claimed[i]!.id)
+        const taken = delivery.takePublished()
+        if (taken.length === 0) return Effect.void
         return markProjected(taken.map((i) => claimed[i]!.claim)).pipe(
           Effect.map(({ completed }) => {
             for (const id of completed) marked.add(id)
           }),
           Effect.onExit((exit) =>
-            Exit.isSuccess(exit) ? Effect.void : Effect.sync(() => {
-              delivery.published.push(...taken)
-              for (const i of taken) delivery.pending.set(claimed[i]!.id, claimed[i]!.claim)
-            })
+            Exit.isSuccess(exit) ? Effect.void : Effect.sync(() => delivery.putBack(taken))
           )
         )
       }))
@@ -170,7 +167,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
       }
       const spans = yield* tracing
       const settled = Effect.gen(function*() {
-        const delivery = makeDelivery(claimed, settings, now)
+        const delivery = new Delivery(claimed, Duration.toMillis(settings.renewEvery), now)
         const marks = makeMarks(claimed, delivery)
         // Successes are marked as they accumulate while the batch runs, not only at its end.
         const published = yield* keeper.watching(
@@ -185,13 +182,13 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         const results: Array<Outcome | "published"> = claimed.map((message, i) =>
           marks.marked.has(message.id)
             ? "published"
-            : delivery.stale.has(message.id) || delivery.skipped.has(message.id)
+            : delivery.isStale(message.id) || delivery.wasSkipped(message.id)
             ? "stale"
             : Result.isSuccess(published[i]!)
             ? "published"
             : "retried"
         )
-        const unstarted = claimed.filter((m) => delivery.skipped.has(m.id) && !delivery.stale.has(m.id))
+        const unstarted = claimed.filter((m) => delivery.wasSkipped(m.id) && !delivery.isStale(m.id))
         if (unstarted.length > 0) yield* Effect.ignore(settling(outbox.giveBack(unstarted.map((m) => m.claim))))
         const failures = claimed.flatMap((_, i) => {
           const result = published[i]!

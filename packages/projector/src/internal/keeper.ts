@@ -19,17 +19,18 @@ import * as Effect from "effect/Effect"
 import type * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Schedule from "effect/Schedule"
-import type { Delivery } from "./lanes.js"
+import type { Delivery } from "./delivery.js"
 import type { Settings } from "./options.js"
 import { metrics } from "./telemetry.js"
 
 export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker["Service"]) => {
   const deliveries = new Set<Delivery>()
-  const renewEvery = Duration.toMillis(settings.lease) / 3
-  const renewalDeadline = Duration.millis(2 * renewEvery)
+  const renewEvery = Duration.toMillis(settings.renewEvery)
+  // Unanswered when the leases it renews would lapse (two renewals late): given up.
+  const renewalDeadline = Duration.times(settings.renewEvery, 2)
 
   const renew = (delivery: Delivery) => {
-    const claims = [...delivery.pending.values()]
+    const claims = delivery.leases()
     if (claims.length === 0) return Effect.void
     return outbox.renewLeases(claims, settings.lease).pipe(
       Effect.timeoutOrElse({
@@ -38,10 +39,7 @@ export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker
       }),
       Effect.flatMap(({ rejected }) => {
         if (rejected.length === 0) return Effect.void
-        for (const failure of rejected) {
-          delivery.stale.add(failure.messageId)
-          delivery.pending.delete(failure.messageId)
-        }
+        delivery.lost(rejected.map((failure) => failure.messageId))
         return Effect.andThen(
           Metric.update(metrics.leasesLost, rejected.length),
           Effect.logWarning(`effect-durable projector: ${rejected.length} leases were lost before their renewal (a stall longer than the lease?); those messages are left to their new holders`)
@@ -49,7 +47,7 @@ export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker
       }),
       Effect.catch((error) =>
         Effect.andThen(
-          Effect.sync(() => void (delivery.abandoned = true)),
+          Effect.sync(() => delivery.doubt()),
           Effect.andThen(
             Metric.update(metrics.renewalFailures, 1),
             Effect.logWarning(`effect-durable projector: lease renewal failed (${error.message}); the batch's messages not yet started are given back`)
@@ -63,17 +61,13 @@ export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker
     let renewing: Fiber.Fiber<void> | undefined
     const tick = Effect.flatMap(Clock.currentTimeMillis, (now) => {
       const due: Array<Delivery> = []
+      const busy = renewing !== undefined && renewing.pollUnsafe() === undefined
       for (const delivery of deliveries) {
-        for (const [id, { at, fiber }] of delivery.deadlines) {
-          if (at <= now && fiber.pollUnsafe() === undefined && !delivery.expired.has(id)) {
-            delivery.expired.add(id)
-            fiber.interruptUnsafe(self.id)
-          }
-        }
-        if (delivery.renewAt <= now) due.push(delivery)
+        delivery.cutOverdue(now, self.id)
+        // A renewal still running: the next tick asks again.
+        if (!busy && delivery.renewalDue(now)) due.push(delivery)
       }
-      if (due.length === 0 || (renewing !== undefined && renewing.pollUnsafe() === undefined)) return Effect.void
-      for (const delivery of due) delivery.renewAt = now + renewEvery
+      if (due.length === 0) return Effect.void
       return Effect.map(Effect.forkChild(Effect.forEach(due, renew, { discard: true })), (fiber) => void (renewing = fiber))
     })
     // Often enough for both: a deadline is cut within a quarter of the timeout, a lease

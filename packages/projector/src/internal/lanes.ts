@@ -10,54 +10,15 @@ import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import type * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import * as Semaphore from "effect/Semaphore"
 import { permanent, type Publish, type PublishError, retryable } from "../Publisher.js"
+import type { Delivery } from "./delivery.js"
 import type { Settings } from "./options.js"
 import { deliverySpan } from "./telemetry.js"
-
-/** A batch in delivery: what its lanes and the keeper share. */
-export interface Delivery {
-  /**
-   * Claims whose lease still matters: every claim of the batch until it is taken to be
-   * marked, found stale, or the batch ends. The keeper renews their leases: a success waiting
-   * for its mark, or a failure waiting for its release, must not lapse and be claimed again
-   * behind a slow delivery of the same batch.
-   */
-  readonly pending: Map<string, OutboxWorker.OutboxMessage["claim"]>
-  /** Ids whose claim a renewal found stale: never published if not started, their outcome never written. */
-  readonly stale: Set<string>
-  /**
-   * A renewal failed: the leases are in doubt, so messages not started yet are not published
-   * (they are given back for others); those under way finish and are settled if still fenced.
-   */
-  abandoned: boolean
-  /** Ids never published because of the two above. */
-  readonly skipped: Set<string>
-  /** Indexes (in the batch) of messages published and not yet taken to be marked. */
-  readonly published: Array<number>
-  /** Publishes running, by message id, with their lane and deadline. */
-  readonly deadlines: Map<string, { readonly fiber: Fiber.Fiber<unknown, unknown>; readonly at: number }>
-  /** Ids of the messages whose publish the keeper interrupted. */
-  readonly expired: Set<string>
-  renewAt: number
-}
-
-/** A batch claimed at `now` (the `Clock`'s milliseconds). */
-export const makeDelivery = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, settings: Settings, now: number): Delivery => ({
-  pending: new Map(claimed.map((message) => [message.id, message.claim] as const)),
-  stale: new Set(),
-  abandoned: false,
-  skipped: new Set(),
-  published: [],
-  deadlines: new Map(),
-  expired: new Set(),
-  renewAt: now + Duration.toMillis(settings.lease) / 3
-})
 
 /** What a publish fiber's exit means for its message. */
 const publishOutcome = (exit: Exit.Exit<void, PublishError>): Result.Result<void, PublishError> =>
@@ -99,8 +60,7 @@ export const makeLanes = (
         let next = 0
         const settle = (i: number, result: Result.Result<void, PublishError>) => {
           results[i] = result
-          if (Result.isSuccess(result)) delivery.published.push(i)
-          delivery.deadlines.delete(claimed[i]!.id)
+          delivery.finished(i, Result.isSuccess(result))
         }
         const lane = (id: number) =>
           session((publish) =>
@@ -111,8 +71,8 @@ export const makeLanes = (
                 if (next >= claimed.length) return Effect.void
                 const i = next++
                 const message = claimed[i]!
-                if (delivery.abandoned || delivery.stale.has(message.id)) {
-                  delivery.skipped.add(message.id)
+                if (!delivery.mayStart(message.id)) {
+                  delivery.skip(message.id)
                   settle(i, Result.fail(retryable("not started: the lease was lost or in doubt")))
                   return Effect.suspend(step)
                 }
@@ -122,7 +82,7 @@ export const makeLanes = (
                   return Effect.suspend(step)
                 }
                 current[id] = i
-                delivery.deadlines.set(message.id, { fiber, at: clock.currentTimeMillisUnsafe() + deliveryTimeoutMillis })
+                delivery.started(message.id, fiber, clock.currentTimeMillisUnsafe() + deliveryTimeoutMillis)
                 const publishing = spans ? deliverySpan(message, publish(message)) : publish(message)
                 return Effect.flatMap(Effect.exit(publishing), (exit) => {
                   settle(i, publishOutcome(exit))
@@ -151,7 +111,7 @@ export const makeLanes = (
             settle(
               i,
               Result.fail(retryable(
-                delivery.expired.has(claimed[i]!.id)
+                delivery.timedOut(claimed[i]!.id)
                   ? `delivery timed out after ${Duration.format(settings.deliveryTimeout)}`
                   : "delivery interrupted with a timed-out one on its lane"
               ))

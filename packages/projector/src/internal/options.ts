@@ -39,6 +39,8 @@ export interface Settings {
   readonly concurrency: number
   readonly batchesInFlight: number
   readonly lease: Duration.Duration
+  /** How often a batch's leases are renewed: a third of the lease, so two renewals may fail before it lapses. */
+  readonly renewEvery: Duration.Duration
   readonly pollInterval: Duration.Duration
   readonly backoffMin: Duration.Duration
   readonly backoffMax: Duration.Duration
@@ -79,7 +81,8 @@ export const decodeOptions = (options: ProjectorOptions): Effect.Effect<Settings
     listenUrl,
     workerId: workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString("hex")}`,
     backoffMin: backoff.min,
-    backoffMax: backoff.max
+    backoffMax: backoff.max,
+    renewEvery: Duration.divideUnsafe(rest.lease, 3)
   }))
 
 /** Every `PROJECTOR_*` variable: what it is for and a value that works (said when one is wrong). */

@@ -1,0 +1,123 @@
+/**
+ * One claimed batch while it is delivered: the state its lanes, the keeper and its marks
+ * share, in one place, changed only through the named operations below. Each says what it
+ * means for the batch's messages; every read the three roles need is a question here.
+ */
+import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import type * as Fiber from "effect/Fiber"
+
+type Claim = OutboxWorker.OutboxMessage["claim"]
+
+export class Delivery {
+  /**
+   * Claims whose lease still matters: every claim of the batch until it is taken to be
+   * marked, found stale, or the batch ends. The keeper renews their leases: a success
+   * waiting for its mark, or a failure waiting for its release, must not lapse and be claimed
+   * again behind a slow delivery of the same batch.
+   */
+  private readonly leased: Map<string, Claim>
+  /** Ids whose claim a renewal found stale: never published if not started, their outcome never written. */
+  private readonly stale = new Set<string>()
+  /** A renewal failed: the leases are in doubt, so messages not started yet are not published. */
+  private inDoubt = false
+  /** Ids never published because of the two above. */
+  private readonly skipped = new Set<string>()
+  /** Indexes (in the batch) of messages published and not yet taken to be marked. */
+  private published: Array<number> = []
+  /** Publishes running, by message id: their lane and deadline. */
+  private readonly running = new Map<string, { readonly lane: Fiber.Fiber<unknown, unknown>; readonly deadline: number }>()
+  /** Ids whose publish the keeper cut at its deadline. */
+  private readonly expired = new Set<string>()
+  private renewAt: number
+
+  constructor(
+    private readonly claimed: ReadonlyArray<OutboxWorker.OutboxMessage>,
+    private readonly renewEveryMillis: number,
+    now: number
+  ) {
+    this.leased = new Map(claimed.map((message) => [message.id, message.claim] as const))
+    this.renewAt = now + renewEveryMillis
+  }
+
+  // The lanes.
+
+  /** Whether a message not started yet may be published: its lease is neither lost nor in doubt. */
+  mayStart(id: string): boolean {
+    return !this.inDoubt && !this.stale.has(id)
+  }
+  /** A message left unpublished because its lease was lost or in doubt. */
+  skip(id: string): void {
+    this.skipped.add(id)
+  }
+  /** A publish began on `lane`; the keeper cuts it at `deadline` (Clock milliseconds). */
+  started(id: string, lane: Fiber.Fiber<unknown, unknown>, deadline: number): void {
+    this.running.set(id, { lane, deadline })
+  }
+  /** A publish ended; a success waits for its mark. */
+  finished(index: number, succeeded: boolean): void {
+    if (succeeded) this.published.push(index)
+    this.running.delete(this.claimed[index]!.id)
+  }
+  /** Whether the keeper cut this message's publish at its deadline. */
+  timedOut(id: string): boolean {
+    return this.expired.has(id)
+  }
+
+  // The keeper.
+
+  /** Interrupts every publish past its deadline, once, in one synchronous step (by the fiber `keeper`). */
+  cutOverdue(now: number, keeper: number): void {
+    for (const [id, { deadline, lane }] of this.running) {
+      if (deadline <= now && lane.pollUnsafe() === undefined && !this.expired.has(id)) {
+        this.expired.add(id)
+        lane.interruptUnsafe(keeper)
+      }
+    }
+  }
+  /** Whether the leases are due for renewal at `now`; if so, the next one is scheduled. */
+  renewalDue(now: number): boolean {
+    if (this.renewAt > now) return false
+    this.renewAt = now + this.renewEveryMillis
+    return true
+  }
+  /** The claims whose leases a renewal extends. */
+  leases(): ReadonlyArray<Claim> {
+    return [...this.leased.values()]
+  }
+  /** A renewal found these claims taken over: their messages are left to the new holders. */
+  lost(ids: ReadonlyArray<string>): void {
+    for (const id of ids) {
+      this.stale.add(id)
+      this.leased.delete(id)
+    }
+  }
+  /** A renewal failed or did not answer in time: the leases are in doubt. */
+  doubt(): void {
+    this.inDoubt = true
+  }
+
+  // The marks.
+
+  /** The published claims to mark now (never a stale one), out of the renewals while marked. */
+  takePublished(): ReadonlyArray<number> {
+    const taken = this.published.splice(0).filter((i) => !this.stale.has(this.claimed[i]!.id))
+    for (const i of taken) this.leased.delete(this.claimed[i]!.id)
+    return taken
+  }
+  /** A mark that failed: its claims wait for the next one, their leases renewed again. */
+  putBack(taken: ReadonlyArray<number>): void {
+    this.published.push(...taken)
+    for (const i of taken) this.leased.set(this.claimed[i]!.id, this.claimed[i]!.claim)
+  }
+
+  // The batch's end.
+
+  /** Never published: the lease was lost or in doubt. */
+  wasSkipped(id: string): boolean {
+    return this.skipped.has(id)
+  }
+  /** The claim went stale: its outcome is never written. */
+  isStale(id: string): boolean {
+    return this.stale.has(id)
+  }
+}
