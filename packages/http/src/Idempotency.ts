@@ -53,6 +53,12 @@ export interface Options {
   readonly methods?: ReadonlyArray<"POST" | "PATCH" | "PUT" | "DELETE">
   /** Largest request body read for a request with a key; a larger one is 413. Default 1 MiB. */
   readonly maxRequestBytes?: number
+  /**
+   * Deepest nesting of arrays and objects in a JSON body, at most 512; a deeper one is 400
+   * `request-body-too-deep` before the handler (a recursive schema would overflow the stack
+   * decoding it). Default 64.
+   */
+  readonly maxJsonDepth?: number
   /** Largest response stored, at most 4 MiB; a larger one is rolled back and answered 500. Default 1 MiB. */
   readonly maxResponseBytes?: number
   /** Response headers stored and replayed with the body. Never Set-Cookie, Date or Content-Length. */
@@ -105,6 +111,7 @@ export class Idempotency extends HttpApiMiddleware.Service<Idempotency, { requir
     error: [
       Problem.schema("keyMissing"),
       Problem.schema("keyInvalid"),
+      Problem.schema("bodyTooDeep"),
       Problem.schema("keyInFlight"),
       Problem.schema("bodyTooLarge"),
       Problem.schema("bodyUnsupported"),
@@ -160,7 +167,8 @@ export const layer = <Id extends string, Groups extends HttpApiGroup.Constraint>
         const annotations = Context.merge(Context.merge(apiAnnotations, group.annotations), endpoint.annotations)
         const route: IdempotentRequest.Route = {
           required: Endpoints.partOf(Idempotent, annotations).required,
-          answerBeforeHandler: Endpoints.answerBeforeHandler(endpoint)
+          answerBeforeHandler: Endpoints.answerBeforeHandler(endpoint),
+          parsesJson: Endpoints.parsesJson(endpoint)
         }
         const encode = ErrorResponse.encoder(group, endpoint, apiAnnotations)
         // A typed error the endpoint declares is its answer: its response is stored (below 500).

@@ -21,6 +21,7 @@ export const Problems = {
     title: "A request is outstanding for this Idempotency-Key"
   },
   bodyTooLarge: { status: 413, code: "request-body-too-large", title: "The request body is too large" },
+  bodyTooDeep: { status: 400, code: "request-body-too-deep", title: "The JSON request body is nested too deeply" },
   bodyUnsupported: {
     status: 415,
     code: "request-body-unsupported",

@@ -18,6 +18,9 @@ interface Outcome {
   readonly error: string | undefined
 }
 
+/** `{"tree": ...}` with `levels` nested children: 1 + 2 × levels arrays and objects deep. */
+const treeBody = (levels: number) => `{"tree":${`{"children":[`.repeat(levels)}${"]}".repeat(levels)}}`
+
 const headersFor = (key: string) => ({
   "content-type": "application/json",
   "idempotency-key": key,
@@ -171,6 +174,49 @@ describe("size limits", () => {
         )
         expect(outcome).toEqual({ status: 413, continued: false })
         expect(executions(account)).toBe(0)
+      }))
+
+    it.effect("a JSON body nested 3,000 deep in a decoded field is 400 request-body-too-deep before the handler, never stored: the retry with a valid body runs once", () =>
+      Effect.gen(function*() {
+        const account = freshAccount()
+        const path = `/v1/accounts/${account}/trees`
+        const refused = yield* send(path, { body: treeBody(3000), key: "deep", user: "alice" })
+        expect([refused.status, refused.text.length > 0, executions(account)]).toEqual([400, true, 0])
+        expect(json(refused)).toMatchObject({ code: "request-body-too-deep", status: 400 })
+        expect(refused.headers["content-type"]).toBe("application/problem+json")
+        expect(executions(account)).toBe(0)
+        expect(yield* recordsOf("POST /v1/accounts/:account/trees", "deep")).toBe(0)
+        // The key is free: the corrected retry runs, once, and its answer replays.
+        const valid = treeBody(2)
+        const first = yield* send(path, { body: valid, key: "deep", user: "alice" })
+        const replay = yield* send(path, { body: valid, key: "deep", user: "alice" })
+        expect([first.status, first.text]).toEqual([201, "1"])
+        expect([replay.status, replay.headers["idempotent-replayed"], replay.text]).toEqual([201, "true", "1"])
+        expect(executions(account)).toBe(1)
+        expect(yield* transfersOf(account)).toBe(1)
+      }))
+
+    it.effect("without a key the same body is the same 400, never a 500; nesting up to maxJsonDepth (64) decodes", () =>
+      Effect.gen(function*() {
+        const account = freshAccount()
+        const path = `/v1/accounts/${account}/trees`
+        for (const body of [treeBody(3000), treeBody(20_000)]) {
+          const refused = yield* send(path, { body, user: "alice" })
+          expect([refused.status, refused.text.length > 0]).toEqual([400, true])
+          expect(json(refused)).toMatchObject({ code: "request-body-too-deep" })
+        }
+        // Through a plain route (Idempotency.wrapper), with a key: refused before its handler reads it.
+        const plain = yield* send(`/plain/${account}`, { body: treeBody(3000), key: "deep-plain", user: "alice" })
+        expect([plain.status, plain.text.length > 0]).toEqual([400, true])
+        expect(json(plain)).toMatchObject({ code: "request-body-too-deep" })
+        expect(executions(account)).toBe(0)
+        // 64 levels (the default bound) pass, with or without a key; 65 do not. Strings do not count.
+        const padded = (levels: number) => `{"tree":{"children":[]},"pad":${"[".repeat(levels - 1)}"[[{{"${"]".repeat(levels - 1)}}`
+        expect((yield* send(path, { body: padded(64), user: "alice" })).status).toBe(201)
+        expect((yield* send(path, { body: padded(64), key: "at-the-bound", user: "alice" })).status).toBe(201)
+        expect(json(yield* send(path, { body: padded(65), user: "alice" }))).toMatchObject({ code: "request-body-too-deep" })
+        expect(json(yield* send(path, { body: padded(65), key: "past-the-bound", user: "alice" }))).toMatchObject({ code: "request-body-too-deep" })
+        expect(executions(account)).toBe(2)
       }))
 
     it.effect("a response over the store limit is rolled back and answered 500; the retry runs again", () =>

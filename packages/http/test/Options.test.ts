@@ -27,6 +27,8 @@ describe("options", () => {
           [{ maxKeyLength: 256 }, "idempotency.maxKeyLength"],
           [{ minKeyLength: 10, maxKeyLength: 5 }, "idempotency.minKeyLength"],
           [{ maxResponseBytes: 8 * 1024 * 1024 }, "idempotency.maxResponseBytes"],
+          [{ maxJsonDepth: 513 }, "idempotency.maxJsonDepth"],
+          [{ maxJsonDepth: 0 }, "idempotency.maxJsonDepth"],
           [{ storedHeaders: ["content-type", "Set-Cookie"] }, "idempotency.storedHeaders[1]"],
           [{ methods: ["GET" as "POST"] }, "idempotency.methods[0]"],
           [{ inFlight: "later" as "wait" }, "idempotency.inFlight"]

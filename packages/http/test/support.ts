@@ -60,6 +60,11 @@ export class InsufficientFunds extends Schema.TaggedError<InsufficientFunds>()(
 const params = { account: Schema.Number }
 const Amount = Schema.Struct({ amount: Schema.Number })
 const Transfer = Schema.Struct({ id: Schema.Number, account: Schema.Number, amount: Schema.Number, by: Schema.String })
+/** A recursive field: HttpApi decodes it level by level, so a deep enough one overflows the stack. */
+export interface Tree {
+  readonly children: ReadonlyArray<Tree>
+}
+const Tree: Schema.Codec<Tree> = Schema.Struct({ children: Schema.Array(Schema.suspend((): Schema.Codec<Tree> => Tree)) })
 const Text = Schema.String.pipe(HttpApiSchema.asText())
 const Bytes = Schema.Uint8Array.pipe(HttpApiSchema.asUint8Array())
 
@@ -91,6 +96,11 @@ export class Bank extends HttpApiGroup.make("bank")
       payload: Schema.Struct({ text: Schema.String }).pipe(HttpApiSchema.asFormUrlEncoded()),
       success: Schema.String
     }).pipe(Idempotency.endpoint({ required: true })),
+    HttpApiEndpoint.post("plant", "/accounts/:account/trees", {
+      params,
+      payload: Schema.Struct({ tree: Tree }),
+      success: Schema.Number.pipe(HttpApiSchema.status(201))
+    }).pipe(Idempotency.endpoint({ required: false })),
     HttpApiEndpoint.post("stream", "/accounts/:account/streams", { params }).pipe(Idempotency.endpoint({ required: true })),
     HttpApiEndpoint.post("large", "/accounts/:account/large", { params }).pipe(Idempotency.endpoint({ required: true })),
     HttpApiEndpoint.post("headers", "/accounts/:account/headers", { params }).pipe(Idempotency.endpoint({ required: true })),
@@ -194,6 +204,12 @@ const BankLive = HttpApiBuilder.group(TestApi, "bank", (handlers) =>
       .handle("note", ({ params, payload }) => Effect.as(ran(params.account), `noted ${payload.length} characters`))
       .handle("bytes", ({ params, payload }) => Effect.as(ran(params.account), new Uint8Array([...payload, 255])))
       .handle("form", ({ params, payload }) => Effect.as(ran(params.account), `form ${payload.text}`))
+      .handle("plant", ({ params, payload }) =>
+        Effect.gen(function*() {
+          yield* ran(params.account)
+          yield* insert(params.account, payload.tree.children.length, "plant")
+          return executions(params.account)
+        }))
       .handle("stream", ({ params }) =>
         Effect.as(
           ran(params.account),

@@ -92,3 +92,14 @@ export const answerBeforeHandler = (
       : undefined
   }
 }
+
+/**
+ * Whether HttpApi decodes the request's body as JSON: its Content-Type (JSON when it has
+ * none, as HttpApi reads it) is one the endpoint has a JSON payload for.
+ */
+export const parsesJson = (endpoint: HttpApiEndpoint.Top): (request: HttpServerRequest.HttpServerRequest) => boolean => {
+  if (endpoint.payload.size === 0) return () => false
+  return (request) =>
+    HttpMethod.hasBody(request.method) &&
+    endpoint.payload.get(mediaType(request.headers["content-type"] ?? "application/json"))?.encoding._tag === "Json"
+}

@@ -1,6 +1,6 @@
 /**
  * One request with an Idempotency-Key, through the ledger. Everything refused before the
- * handler (key, subject, body) is answered without a transaction. Then, in one transaction:
+ * handler (key, subject, body size, JSON nested too deep) is answered without a transaction. Then, in one transaction:
  * the ledger's claim (an exact repeat replays, another request with the key is 422, one in
  * flight is 409), the handler — its writes and outbox messages join the transaction — and
  * the stored response. The transaction commits only when the response is stored; a failure
@@ -23,6 +23,7 @@ import * as Result from "effect/Result"
 import * as IdempotencyKey from "../IdempotencyKey.js"
 import * as Problem from "../Problem.js"
 import { Subject } from "../Subject.js"
+import * as JsonDepth from "./jsonDepth.js"
 import type { Settings } from "./options.js"
 import * as RequestBody from "./requestBody.js"
 import * as RequestFingerprint from "./requestFingerprint.js"
@@ -38,6 +39,11 @@ export interface Route {
    * found free (another request with the key is still 422), and rolled back, never stored.
    */
   readonly answerBeforeHandler?: (request: HttpServerRequest.HttpServerRequest) => HttpServerResponse.HttpServerResponse | undefined
+  /**
+   * Whether the route parses this request's body as JSON, whose depth is then bounded
+   * (`maxJsonDepth`). Default: a JSON Content-Type (`application/json`, `*+json`).
+   */
+  readonly parsesJson?: (request: HttpServerRequest.HttpServerRequest) => boolean
 }
 
 /** Every HTTP record has this kind and no eligibility claim: the fingerprint carries the request. */
@@ -83,6 +89,9 @@ export const make = Effect.fnUntraced(function*(settings: Settings) {
     `The first request with this ${header} has not completed; retry the same request later.`,
     retryAfter
   )
+  const tooDeep = problem("bodyTooDeep", `A JSON body nests arrays and objects at most ${settings.maxJsonDepth} deep.`)
+  const parsesJson = (route: Route, request: HttpServerRequest.HttpServerRequest) =>
+    route.parsesJson?.(request) ?? JsonDepth.isJsonContentType(request.headers["content-type"])
   const databaseProblem = (error: { readonly retryable: boolean }) =>
     error.retryable
       ? problem("databaseUnavailable", "The database could not complete the request; retry it.", retryAfter)
@@ -139,9 +148,29 @@ export const make = Effect.fnUntraced(function*(settings: Settings) {
         { connection: "close" }
       ))
     }
+    // Refused before anything parses it: a recursive decoder would overflow the stack (a 500).
+    if (parsesJson(route, request) && JsonDepth.exceeds(new TextDecoder().decode(body.success), settings.maxJsonDepth)) {
+      return answer(tooDeep)
+    }
     const admitted: Admission = { _tag: "Admitted", key: key.success, subject: subject.value, contentType, body: body.success }
     return admitted
   })
+
+  /**
+   * A request that runs without the ledger (no key, or a method the ledger ignores): the
+   * handler reads the body itself, and a JSON body nested too deep is refused all the same,
+   * 400, when it is read (HttpApi makes that read's failure a defect; it becomes the 400).
+   */
+  const unkeyed = <E, R>(
+    request: HttpServerRequest.HttpServerRequest,
+    route: Route,
+    handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>
+  ): Effect.Effect<HttpServerResponse.HttpServerResponse, E, R> =>
+    !parsesJson(route, request) ? handler : Effect.provideService(
+      handler,
+      HttpServerRequest.HttpServerRequest,
+      RequestBody.depthGuarded(request, settings.maxJsonDepth)
+    ).pipe(Effect.catchCauseIf((cause: Cause.Cause<E>) => RequestBody.isTooDeep(cause), () => Effect.succeed(tooDeep)))
 
   /** `Answer`s and the failures of BEGIN or COMMIT become responses; the rest is the handler's own. */
   const settle = <E, R>(
@@ -207,10 +236,10 @@ export const make = Effect.fnUntraced(function*(settings: Settings) {
   ) {
     yield* Effect.annotateCurrentSpan("http.route", path)
     const request = yield* HttpServerRequest.HttpServerRequest
-    if (!settings.methods.has(request.method)) return yield* handler
+    if (!settings.methods.has(request.method)) return yield* unkeyed(request, route, handler)
     const admitted = yield* admit(request, route)
     if (admitted._tag === "Answer") return admitted.response
-    if (admitted._tag === "Pass") return yield* handler
+    if (admitted._tag === "Pass") return yield* unkeyed(request, route, handler)
     const { body, contentType, key, subject } = admitted
     const identity = { subject, operation: `${request.method} ${path}`, key }
     const fingerprint = yield* RequestFingerprint.of(request.method, targetOf(request), contentType, body)

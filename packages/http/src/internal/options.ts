@@ -17,6 +17,7 @@ export const Defaults = {
   maxKeyLength: 255,
   methods: ["POST", "PATCH"],
   maxRequestBytes: 1024 * 1024,
+  maxJsonDepth: 64,
   maxResponseBytes: 1024 * 1024,
   storedHeaders: ["content-type", "content-language", "location", "etag", "last-modified"],
   replayHeader: "Idempotent-Replayed",
@@ -27,6 +28,9 @@ export const Defaults = {
 
 /** The ledger stores at most 4 MiB per record. */
 const MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+
+/** The most `maxJsonDepth` may be: decoding a recursive schema overflowed the stack from about 1,000 levels. */
+const MAX_JSON_DEPTH = 512
 
 /** Headers that belong to one response, or to the connection, and are never stored or replayed. */
 export const NEVER_STORED: ReadonlySet<string> = new Set([
@@ -50,6 +54,7 @@ const OptionsSchema = Schema.Struct({
   maxKeyLength: Input.Count(255).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxKeyLength))),
   methods: Schema.Array(Schema.Literals(["POST", "PATCH", "PUT", "DELETE"])).check(Schema.isMinLength(1)).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.methods))),
   maxRequestBytes: Input.Count(64 * 1024 * 1024, 0).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxRequestBytes))),
+  maxJsonDepth: Input.Count(MAX_JSON_DEPTH).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxJsonDepth))),
   maxResponseBytes: Input.Count(MAX_RESPONSE_BYTES, 0).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxResponseBytes))),
   storedHeaders: Schema.Array(StoredHeader).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.storedHeaders))),
   replayHeader: HeaderName.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.replayHeader))),
@@ -66,6 +71,7 @@ export interface Settings {
   readonly bounds: Bounds
   readonly methods: ReadonlySet<string>
   readonly maxRequestBytes: number
+  readonly maxJsonDepth: number
   readonly maxResponseBytes: number
   /** Lower case, without the never-stored ones. */
   readonly storedHeaders: ReadonlyArray<string>
@@ -89,6 +95,7 @@ export const decode = (options: Options): Effect.Effect<Settings, DurableConfigE
       bounds: { minLength: decoded.minKeyLength, maxLength: decoded.maxKeyLength },
       methods: new Set(decoded.methods),
       maxRequestBytes: decoded.maxRequestBytes,
+      maxJsonDepth: decoded.maxJsonDepth,
       maxResponseBytes: decoded.maxResponseBytes,
       storedHeaders: [...new Set(decoded.storedHeaders.map((name) => name.toLowerCase()))].filter((name) =>
         name !== decoded.replayHeader.toLowerCase()

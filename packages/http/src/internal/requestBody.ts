@@ -19,10 +19,12 @@
 import * as HttpServerError from "effect/http/HttpServerError"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as UrlParams from "effect/http/UrlParams"
+import type * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
 import * as Stream from "effect/Stream"
 import type { Readable } from "node:stream"
+import * as JsonDepth from "./jsonDepth.js"
 
 /** The body exceeded the limit; nothing of it is kept. */
 export class TooLarge {
@@ -146,3 +148,45 @@ export const buffered = (
     modify: { value: (options: Parameters<HttpServerRequest.HttpServerRequest["modify"]>[0]) => buffered(request.modify(options), bytes) }
   }) as HttpServerRequest.HttpServerRequest
 }
+
+/** A JSON body nested deeper than the bound: the cause of the read failure `depthGuarded` gives. */
+export class TooDeep {
+  readonly _tag = "TooDeep"
+}
+
+/**
+ * The same request, for a handler that reads the body itself (a request without a key):
+ * its `text` and `json` fail, with a `RequestParseError` caused by `TooDeep`, when the body
+ * nests deeper than `maxDepth`, before anything parses it. HttpApi makes a body it cannot
+ * read a defect; `isTooDeep` finds that cause.
+ */
+export const depthGuarded = (
+  request: HttpServerRequest.HttpServerRequest,
+  maxDepth: number
+): HttpServerRequest.HttpServerRequest => {
+  const text = Effect.flatMap(request.text, (body) =>
+    JsonDepth.exceeds(body, maxDepth)
+      ? Effect.fail(requestError(request, `the JSON body is nested more than ${maxDepth} deep`, new TooDeep()))
+      : Effect.succeed(body))
+  const json = Effect.flatMap(text, (body) =>
+    Effect.try({
+      try: (): any => (body === "" ? null : JSON.parse(body)),
+      catch: (cause) => requestError(request, "the request body could not be decoded", cause)
+    }))
+  return Object.create(request, {
+    text: { value: text },
+    json: { value: json },
+    modify: {
+      value: (options: Parameters<HttpServerRequest.HttpServerRequest["modify"]>[0]) =>
+        depthGuarded(request.modify(options), maxDepth)
+    }
+  }) as HttpServerRequest.HttpServerRequest
+}
+
+/** Whether `cause` holds the failure of a `depthGuarded` read, as an error or as a defect. */
+export const isTooDeep = (cause: Cause.Cause<unknown>): boolean =>
+  cause.reasons.some((reason) => {
+    const error = reason._tag === "Fail" ? reason.error : reason._tag === "Die" ? reason.defect : undefined
+    return HttpServerError.isHttpServerError(error) && error.reason._tag === "RequestParseError" &&
+      error.reason.cause instanceof TooDeep
+  })
