@@ -16,6 +16,7 @@ import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import * as QueueAdmin from "./internal/queue/admin.js"
+import * as Lifecycle from "./internal/queue/lifecycle.js"
 import { specFor } from "./internal/queue/spec.js"
 import { decodeRows } from "./internal/rows.js"
 import { isoUtc } from "./internal/timestamps.js"
@@ -105,7 +106,9 @@ export const make: Effect.Effect<OutboxAdmin["Service"], never, SqlClient.SqlCli
       decodeRows(PausedTopicRow),
       classifySqlErrors("OutboxAdmin.paused")
     )
-    const queue = QueueAdmin.make(sql, specFor(settings, "outbox"), {
+    const spec = specFor(settings, "outbox")
+    const lifecycle = Lifecycle.make(spec)
+    const queue = QueueAdmin.make(sql, spec, {
       operationPrefix: "OutboxAdmin",
       purgeFloor: PURGE_FLOOR
     })
@@ -163,7 +166,7 @@ export const make: Effect.Effect<OutboxAdmin["Service"], never, SqlClient.SqlCli
     const unprojectedCount = Effect.fn("OutboxAdmin.unprojectedCount")(function*(topic?: string) {
       const decoded = topic === undefined ? undefined : yield* decodeTopic(topic)
       const rows = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM ${table}
-                                             WHERE projected_at IS NULL AND dead_at IS NULL
+                                             WHERE ${sql.literal(lifecycle.open)}
                                              ${decoded === undefined ? sql`` : sql`AND topic = ${decoded}`}`.pipe(
         classifySqlErrors("OutboxAdmin.unprojectedCount")
       )

@@ -21,6 +21,7 @@ import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
+import * as Lifecycle from "./internal/queue/lifecycle.js"
 import { MAX_BATCH, MessageId } from "./internal/queue/spec.js"
 import { decodeRows } from "./internal/rows.js"
 import { decodeFilter, ERROR_GROUP, MessageState, predicate, STATE_OF_ROW } from "./internal/search/filter.js"
@@ -259,6 +260,7 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
     const table = sql.literal(settings.table("outbox"))
+    const lifecycle = Lifecycle.make({ queue: "outbox", done: "projected_at" })
     const iso = (column: string) => sql.literal(isoUtc(column))
     const columns = (lastError: string) =>
       sql`
@@ -306,7 +308,7 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
                  (array_agg(left(last_error, 300) ORDER BY id DESC))[1] AS example, max(id)::text AS "latestId",
                  ${iso("min(dead_at)")} AS "firstDeadAt", ${iso("max(dead_at)")} AS "lastDeadAt"
             FROM ${table}
-           WHERE dead_at IS NOT NULL ${topic === undefined ? sql`` : sql`AND topic = ${topic}`}
+           WHERE ${sql.literal(lifecycle.is.dead)} ${topic === undefined ? sql`` : sql`AND topic = ${topic}`}
            GROUP BY 1, 2 ORDER BY count DESC, topic, error LIMIT ${limit}`.pipe(
           decodeRows(GroupRow),
           classifySqlErrors("OutboxSearch.deadLetterGroups")
@@ -356,7 +358,7 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
           Effect.map(
             run(statement(sql`
               SELECT id FROM ${table}
-               WHERE dead_at IS NOT NULL AND id > ${state.after}::bigint ${upTo === undefined ? sql`` : sql`AND id <= ${upTo}::bigint`}
+               WHERE ${sql.literal(lifecycle.is.dead)} AND id > ${state.after}::bigint ${upTo === undefined ? sql`` : sql`AND id <= ${upTo}::bigint`}
                  AND ${matches}
                ORDER BY id LIMIT ${batchSize} FOR UPDATE SKIP LOCKED`)),
             (rows): readonly [ReadonlyArray<BulkProgress>, Option.Option<{ readonly after: string; readonly total: number }>] => {
@@ -369,16 +371,16 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
         return Stream.paginate({ after: "0", total: 0 }, step)
       }))
 
-    // The same reset as `OutboxAdmin.redrive`: fresh attempts, deliverable now.
+    // The lifecycle's transitions, as `OutboxAdmin.redrive` and `discard` make them.
+    const { discard, redrive } = lifecycle.transitions
     const redriveMatching = bulk("redriveMatching", (batch) =>
       sql<{ id: string }>`
-        UPDATE ${table} SET dead_at = NULL, attempt_count = 0, failure_count = 0, lease_expiries = 0,
-               available_at = now(), claimed_until = NULL
-         WHERE id = ANY(ARRAY(${batch})) AND dead_at IS NOT NULL
+        UPDATE ${table} SET ${sql.literal(redrive.set)}
+         WHERE id = ANY(ARRAY(${batch})) AND ${sql.literal(redrive.from)}
         RETURNING id::text AS id`)
 
     const discardMatching = bulk("discardMatching", (batch) =>
-      sql<{ id: string }>`DELETE FROM ${table} WHERE id = ANY(ARRAY(${batch})) AND dead_at IS NOT NULL
+      sql<{ id: string }>`DELETE FROM ${table} WHERE id = ANY(ARRAY(${batch})) AND ${sql.literal(discard.from)}
                           RETURNING id::text AS id`)
 
     return OutboxSearch.of({

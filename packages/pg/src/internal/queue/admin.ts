@@ -15,6 +15,7 @@ import { classifySqlErrors } from "../../ErrorClassification.js"
 import type { DeadLetter, DeadLetterPage, PurgeOptions } from "../../LeasedQueue.js"
 import { decodeRows } from "../rows.js"
 import { inline, quote } from "../sqlText.js"
+import * as Lifecycle from "./lifecycle.js"
 import { isoUtc } from "../timestamps.js"
 import { type ClaimOptions, decodeClaim } from "./worker.js"
 import { decodeBatchSize, decodeIds, MessageId, type QueueSpec } from "./spec.js"
@@ -57,6 +58,7 @@ export const make = (
 ) => {
   const table = sql.literal(spec.table)
   const done = sql.literal(spec.done)
+  const lifecycle = Lifecycle.make(spec)
   const op = (name: string) => `${options.operationPrefix}.${name}`
   const decodeOlderThan = Input.argument("olderThan", Input.DurationIn({ min: options.purgeFloor, max: "520 weeks" }))
 
@@ -113,7 +115,7 @@ export const make = (
         SELECT id::text AS id, attempt_count AS attempts, last_error AS "lastError",
                ${sql.literal(isoUtc("dead_at"))} AS "deadAt", ${returning}
           FROM ${table}
-         WHERE dead_at IS NOT NULL AND ${where}
+         WHERE ${sql.literal(lifecycle.is.dead)} AND ${where}
            ${before === undefined ? sql`` : sql`AND id < ${before}`}
          ORDER BY id DESC
          LIMIT ${limit + 1}`.pipe(
@@ -134,25 +136,22 @@ export const make = (
           classifySqlErrors(op(name))
         ))
 
+  const { redrive: toReady, replay: again, discard: gone } = lifecycle.transitions
+  /** A transition of the rows named, those in its `from` state only. */
+  const move = (transition: { readonly from: string; readonly set: string }) => (ids: ReadonlyArray<string>) =>
+    sql<{ id: string }>`UPDATE ${table} SET ${sql.literal(transition.set)}
+                         WHERE id = ANY(${ids}::bigint[]) AND ${sql.literal(transition.from)}
+                        RETURNING id::text AS id`
+
   /** Makes dead rows ready again with fresh attempts; returns the ids redriven. */
-  const redrive = byIds("redrive", (ids) =>
-    sql<{ id: string }>`
-      UPDATE ${table} SET dead_at = NULL, attempt_count = 0, failure_count = 0, lease_expiries = 0,
-             available_at = now(), claimed_until = NULL
-       WHERE id = ANY(${ids}::bigint[]) AND dead_at IS NOT NULL
-      RETURNING id::text AS id`)
+  const redrive = byIds("redrive", move(toReady))
 
   /** Makes done rows ready again (deliver once more); returns the ids replayed. */
-  const replay = byIds("replay", (ids) =>
-    sql<{ id: string }>`
-      UPDATE ${table} SET ${done} = NULL, attempt_count = 0, failure_count = 0, lease_expiries = 0,
-             available_at = now(), claimed_until = NULL
-       WHERE id = ANY(${ids}::bigint[]) AND ${done} IS NOT NULL
-      RETURNING id::text AS id`)
+  const replay = byIds("replay", move(again))
 
   /** Deletes dead rows; returns the ids deleted. */
   const discard = byIds("discard", (ids) =>
-    sql<{ id: string }>`DELETE FROM ${table} WHERE id = ANY(${ids}::bigint[]) AND dead_at IS NOT NULL
+    sql<{ id: string }>`DELETE FROM ${table} WHERE id = ANY(${ids}::bigint[]) AND ${sql.literal(gone.from)}
                         RETURNING id::text AS id`)
 
   /**
@@ -179,21 +178,13 @@ export const make = (
       }
     })
 
-  /** Counts per value of `group` (a column of ours: topic, consumer). */
+  /** Counts per value of `group` (a column of ours: topic, consumer), one per state. */
   const counts = (group: "topic" | "consumer") =>
     sql`
       SELECT ${sql.literal(quote(group))} AS "group",
-             count(*) FILTER (WHERE open AND live_lease IS NOT TRUE AND available_at <= now())::int AS ready,
-             count(*) FILTER (WHERE open AND live_lease IS NOT TRUE AND available_at > now())::int AS delayed,
-             count(*) FILTER (WHERE open AND live_lease)::int AS claimed,
-             count(*) FILTER (WHERE dead_at IS NOT NULL)::int AS dead,
-             count(*) FILTER (WHERE ${done} IS NOT NULL)::int AS done,
-             extract(epoch FROM now() - min(available_at) FILTER (
-               WHERE open AND live_lease IS NOT TRUE AND available_at <= now()))::float8 AS "oldestReadySeconds"
-        FROM (SELECT ${sql.literal(quote(group))}, available_at, dead_at, ${done},
-                     ${done} IS NULL AND dead_at IS NULL AS open,
-                     claimed_until > now() AS live_lease
-                FROM ${table}) o
+             ${sql.literal(lifecycle.counts)},
+             ${sql.literal(lifecycle.oldestReadySeconds)} AS "oldestReadySeconds"
+        FROM ${table}
        GROUP BY 1
        ORDER BY 1`.pipe(decodeRows(GroupCounts), classifySqlErrors(op("stats")))
 

@@ -22,6 +22,7 @@ import {
   type SettleFailure
 } from "../../LeasedQueue.js"
 import { type Bounded, boundedStatement } from "../oneRoundTrip.js"
+import * as Lifecycle from "./lifecycle.js"
 import { isoUtc } from "../timestamps.js"
 import { bounded } from "../transaction.js"
 import {
@@ -91,6 +92,8 @@ const wellFormed = (claim: Claim) =>
 export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSpec, operationPrefix: string) => {
   const table = sql.literal(spec.table)
   const done = sql.literal(spec.done)
+  const lifecycle = Lifecycle.make(spec)
+  const open = sql.literal(lifecycle.open)
   const op = (name: string) => `${operationPrefix}.${name}`
 
   // The projector's hot path (claim, completeMany, renewals, give-backs): one round trip
@@ -118,11 +121,11 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
 
   const fence = (claim: Claim) =>
     sql`id = ${claim.messageId} AND claimed_by = ${claim.worker} AND claim_generation = ${claim.generation}
-        AND claimed_until IS NOT NULL AND ${done} IS NULL AND dead_at IS NULL`
+        AND claimed_until IS NOT NULL AND ${open}`
 
   const stateOf = (ids: ReadonlyArray<string>) =>
     sql<RowState>`SELECT id::text AS id, claimed_by, claim_generation::text AS claim_generation,
-                         ${done} IS NOT NULL AS done, dead_at IS NOT NULL AS dead
+                         ${sql.literal(lifecycle.is.done)} AS done, ${sql.literal(lifecycle.is.dead)} AS dead
                     FROM ${table} WHERE id = ANY(${ids}::bigint[])`
 
   // Why a fenced write changed nothing. A row this very claim already completed is not an

@@ -9,6 +9,7 @@ import type * as SqlClient from "effect/sql/SqlClient"
 import type * as Statement from "effect/sql/Statement"
 import * as Duration from "effect/Duration"
 import * as Schema from "effect/Schema"
+import * as Lifecycle from "../queue/lifecycle.js"
 import { MAX_BATCH, MessageId } from "../queue/spec.js"
 
 /** A message's state, as the counts of `OutboxAdmin.stats` define them. */
@@ -38,21 +39,19 @@ export type DecodedFilter = typeof FilterSchema.Type
 
 export const decodeFilter = Input.argument("filter", FilterSchema)
 
-const OPEN = "projected_at IS NULL AND dead_at IS NULL"
-const UNLEASED = "(claimed_until IS NULL OR claimed_until <= now())"
+const lifecycle = Lifecycle.make({ queue: "outbox", done: "projected_at" })
 
 /** SQL for each state; `ready` and `delayed` exclude live leases, as the stats do. */
 export const STATE_SQL: Readonly<Record<MessageState, string>> = {
-  ready: `${OPEN} AND ${UNLEASED} AND available_at <= now()`,
-  delayed: `${OPEN} AND ${UNLEASED} AND available_at > now()`,
-  claimed: `${OPEN} AND claimed_until > now()`,
-  dead: "dead_at IS NOT NULL",
-  projected: "projected_at IS NOT NULL"
+  ready: lifecycle.is.ready,
+  delayed: lifecycle.is.delayed,
+  claimed: lifecycle.is.claimed,
+  dead: lifecycle.is.dead,
+  projected: lifecycle.is.done
 }
 
 /** The state of the row, as one of `MessageState`. */
-export const STATE_OF_ROW = `CASE WHEN dead_at IS NOT NULL THEN 'dead' WHEN projected_at IS NOT NULL THEN 'projected'
-  WHEN claimed_until > now() THEN 'claimed' WHEN available_at > now() THEN 'delayed' ELSE 'ready' END`
+export const STATE_OF_ROW = lifecycle.stateOf
 
 /**
  * The error group of a row: its last error with every run of digits as `#` (ids, counts and

@@ -1,0 +1,63 @@
+/**
+ * The life of a queue row, in one place: its states as SQL over the row's columns, the
+ * transitions operators make (redrive, replay, discard), and the counters. A row is
+ *
+ *   ready      open, unleased, due          (claimable)
+ *   delayed    open, unleased, not yet due  (a retry's backoff, an enqueue's delay)
+ *   claimed    open, leased                 (a worker holds it until the lease's end)
+ *   dead       dead_at set                  (a permanent failure, out of attempts or leases)
+ *   done       the done column set          (`projected` in the outbox, `processed` in the inbox)
+ *
+ * Everything that asks "which rows are in state S" or moves rows between states reads it
+ * from here: the stats, the operators' filters, the fences, bulk actions, retention, the
+ * admin page, the test substrate and chaos. A new state is a migration (its column or
+ * value), a line in `STATES` with its predicate and, where operators act on it, a transition.
+ */
+import type { QueueSpec } from "./spec.js"
+
+/** The states, in the order counts and the page list them. */
+export const STATES = ["ready", "delayed", "claimed", "dead", "done"] as const
+export type State = typeof STATES[number]
+
+/** What each queue calls its done state. */
+export const doneName = (queue: QueueSpec["queue"]): "projected" | "processed" =>
+  queue === "outbox" ? "projected" : "processed"
+
+/** The lifecycle of one queue's rows, as SQL text over its columns (optionally of `alias`). */
+export const make = (spec: Pick<QueueSpec, "done" | "queue">, alias?: string) => {
+  const c = (column: string) => alias === undefined ? column : `${alias}.${column}`
+  const open = `${c(spec.done)} IS NULL AND ${c("dead_at")} IS NULL`
+  const liveLease = `${c("claimed_until")} > now()`
+  const unleased = `(${c("claimed_until")} IS NULL OR ${c("claimed_until")} <= now())`
+  const is: Readonly<Record<State, string>> = {
+    ready: `${open} AND ${unleased} AND ${c("available_at")} <= now()`,
+    delayed: `${open} AND ${unleased} AND ${c("available_at")} > now()`,
+    claimed: `${open} AND ${liveLease}`,
+    dead: `${c("dead_at")} IS NOT NULL`,
+    done: `${c(spec.done)} IS NOT NULL`
+  }
+  /** Fresh attempts, deliverable now, no lease: where a redriven or replayed row starts again. */
+  const restart = "attempt_count = 0, failure_count = 0, lease_expiries = 0, available_at = now(), claimed_until = NULL"
+  return {
+    is,
+    /** Neither done nor dead: a row still to be delivered (ready, delayed or claimed). */
+    open,
+    /** A row's state as text: one of `STATES`, the done state by the queue's name for it. */
+    stateOf: `CASE WHEN ${is.dead} THEN 'dead' WHEN ${is.done} THEN '${doneName(spec.queue)}' WHEN ${liveLease} THEN 'claimed'
+      WHEN ${c("available_at")} > now() THEN 'delayed' ELSE 'ready' END`,
+    /** One `count(*) FILTER` per state, as columns named after them. */
+    counts: STATES.map((state) => `count(*) FILTER (WHERE ${is[state]})::int AS ${state}`).join(",\n       "),
+    /** The oldest ready row's wait, in seconds. */
+    oldestReadySeconds: `extract(epoch FROM now() - min(${c("available_at")}) FILTER (WHERE ${is.ready}))::float8`,
+    transitions: {
+      /** dead -> ready, with fresh attempts. */
+      redrive: { from: is.dead, set: `dead_at = NULL, ${restart}` },
+      /** done -> ready: deliver once more. */
+      replay: { from: is.done, set: `${spec.done} = NULL, ${restart}` },
+      /** dead -> gone. */
+      discard: { from: is.dead }
+    }
+  } as const
+}
+
+export type Lifecycle = ReturnType<typeof make>
