@@ -1,12 +1,12 @@
 /**
  * One request with an Idempotency-Key, through the ledger. Everything refused before the
- * handler (key, subject, body size, JSON nested too deep) is answered without a transaction. Then, in one transaction:
- * the ledger's claim (an exact repeat replays, another request with the key is 422, one in
- * flight is 409), the handler — its writes and outbox messages join the transaction — and
- * the stored response. The transaction commits only when the response is stored; a failure
- * (a request that does not decode, a defect, an error with no response below 500), a 5xx, an
- * interruption or a response that cannot be stored rolls everything back. The response is
- * sent after COMMIT returned.
+ * handler (key, subject, body size, JSON nested too deep) is answered without a transaction.
+ * Then, in one transaction: the ledger's claim (an exact repeat replays, another request
+ * with the key is 422, one in flight is 409), the handler — its writes and outbox messages
+ * join the transaction — and the stored response. The transaction commits only when the
+ * response is stored; a failure (a request that does not decode, a defect, an error with no
+ * response below 500), a 5xx, an interruption or a response that cannot be stored rolls
+ * everything back. The response is sent after COMMIT returned.
  */
 import type { RequestFingerprint as Fingerprint } from "@effect-durable/core/Fingerprint"
 import type { BeginError, RecordError } from "@effect-durable/pg/MutationLedger"

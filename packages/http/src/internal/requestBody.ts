@@ -32,7 +32,7 @@ export class TooLarge {
 }
 
 /** Bytes past the limit read and discarded before a 413, so that it is answered on a request received whole. */
-export const DRAIN_BYTES = 8 * 1024 * 1024
+const DRAIN_BYTES = 8 * 1024 * 1024
 
 const isNodeReadable = (source: unknown): source is Readable =>
   typeof source === "object" && source !== null && typeof (source as Readable).on === "function" &&
