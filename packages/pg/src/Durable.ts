@@ -37,6 +37,7 @@ import * as Migrations from "./Migrations.js"
 import * as MutationLedger from "./MutationLedger.js"
 import * as Outbox from "./Outbox.js"
 import * as OutboxAdmin from "./OutboxAdmin.js"
+import * as OutboxSearch from "./OutboxSearch.js"
 import * as OutboxWorker from "./OutboxWorker.js"
 
 export interface Options {
@@ -69,16 +70,7 @@ export type Services =
   | InboxAdmin.InboxAdmin
   | Cas.Cas
   | Keyset.Keyset
-
-/** The schema's recorded version is the one this code needs, or `SchemaVersionMismatch`. */
-const checkVersion = Effect.gen(function*() {
-  const settings = yield* DurableSettings
-  const versions = yield* Migrations.appliedVersions
-  const found = versions.length === 0 ? 0 : Math.max(...versions)
-  if (found !== Migrations.latestVersion) {
-    return yield* new SchemaVersionMismatch({ schema: settings.schema, found, needed: Migrations.latestVersion })
-  }
-})
+  | OutboxSearch.OutboxSearch
 
 /** Decodes every option; the first one broken is a `DurableConfigError` naming it. */
 const decode = (options: Omit<Options, "connection">) =>
@@ -104,7 +96,7 @@ export const layerOver = (
       // Migrate when asked, then check the version: the app never serves on a schema it does not know.
       const migrated = Layer.effectDiscard(Effect.gen(function*() {
         if (options.migrate === true) yield* Migrations.migrate()
-        if (options.checkSchemaVersion !== false) yield* checkVersion
+        if (options.checkSchemaVersion !== false) yield* Migrations.checkSchemaVersion
       })).pipe(Layer.provide(settingsLayer))
       const keyset = codec === undefined
         ? Keyset.layerWithoutKeys
@@ -119,6 +111,7 @@ export const layerOver = (
         Layer.fresh(InboxWorker.layer),
         Layer.fresh(InboxAdmin.layer),
         Layer.fresh(Cas.layer),
+        Layer.fresh(OutboxSearch.layer),
         Layer.fresh(keyset)
       ).pipe(Layer.provideMerge(Layer.merge(settingsLayer, migrated)))
     })

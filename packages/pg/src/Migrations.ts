@@ -7,7 +7,7 @@
  *
  * @since 0.1.0
  */
-import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import { type DatabaseError, type InvalidInput, SchemaVersionMismatch } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as Duration from "effect/Duration"
@@ -109,6 +109,22 @@ export const appliedVersions: Effect.Effect<ReadonlyArray<number>, DatabaseError
     const rows = yield* sql<{ version: number }>`SELECT version FROM ${sql.literal(history)} ORDER BY version`
     return rows.map((row) => row.version)
   }).pipe(classifySqlErrors("Migrations.appliedVersions"))
+
+/** The schema's recorded version (0: never migrated) beside the one this code needs. */
+export const schemaVersion: Effect.Effect<
+  { readonly schema: string; readonly found: number; readonly needed: number },
+  DatabaseError,
+  SqlClient.SqlClient | DurableSettings
+> = Effect.gen(function*() {
+  const settings = yield* DurableSettings
+  const versions = yield* appliedVersions
+  return { schema: settings.schema, found: versions.length === 0 ? 0 : Math.max(...versions), needed: latestVersion }
+})
+
+/** The schema is at the version this code needs, or `SchemaVersionMismatch` (older: migrate; newer: a rollback). */
+export const checkSchemaVersion: Effect.Effect<void, SchemaVersionMismatch | DatabaseError, SqlClient.SqlClient | DurableSettings> =
+  Effect.flatMap(schemaVersion, (version) =>
+    version.found === version.needed ? Effect.void : Effect.fail(new SchemaVersionMismatch(version)))
 
 const decodeRole = Input.argument("role", Input.Identifier)
 
