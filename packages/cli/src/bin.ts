@@ -22,6 +22,7 @@ import { inspect } from "node:util"
 import { run } from "./internal/cli.js"
 import { ExitCode, fromLibrary, isCommandError } from "./internal/errors.js"
 import { scrub } from "./internal/output.js"
+import { printableLines } from "./internal/printable.js"
 
 // `effect-durable status --watch | head -1`: the reader went away; end quietly.
 for (const stream of [process.stdout, process.stderr]) {
@@ -48,7 +49,7 @@ const exitCodeOf = (exit: Exit.Exit<unknown, unknown>): number => {
   return ExitCode.internal
 }
 
-const write = (text: string) => process.stderr.write(`${scrub(text)}\n`)
+const write = (text: string) => process.stderr.write(`${printableLines(scrub(text))}\n`)
 
 /** The chain of causes, one line each: name, message and the driver's codes; no stack. */
 const describeCause = (cause: unknown): string => {
@@ -97,13 +98,13 @@ const presenter: CliOutput.Presenter = {
   present: (event) => {
     if (event._tag !== "InvalidInvocation") return CliOutput.defaultPresenter.present(event)
     const command = event.commandPath.join(" ")
-    return Console.error(scrub([
+    return Console.error(printableLines(scrub([
       ...event.errors.map((error) => `effect-durable: ${error.message}`),
       `Usage: ${event.helpDoc.usage}`,
       event.commandPath.length <= 1
         ? "Run 'effect-durable --help' for every command and flag."
         : `Run '${command} --help' for its flags, or 'effect-durable --help' for every command.`
-    ].join("\n")))
+    ].join("\n"))))
   }
 }
 

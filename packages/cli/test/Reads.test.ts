@@ -5,7 +5,9 @@ import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import * as Inbox from "@effect-durable/pg/Inbox"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
+import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 import { cliOn, deadLetters, enqueue, freshTopic, json, Substrate } from "./support.js"
 
 describe("effect-durable read commands", () => {
@@ -97,6 +99,56 @@ describe("effect-durable read commands", () => {
         const bad = yield* cliOn(["dead-letters", "show", "abc"])
         expect(bad.code).toBe(2)
         expect(bad.stderr).toContain("invalid <id>")
+      }))
+
+    it.effect("dead-letters list, show and status print a stored value's control characters as escapes: no terminal is driven", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const table = sql.literal((yield* DurableSettings).table("outbox"))
+        // A window title, a cleared screen, a link, a bidi override, and a line of its own.
+        const topic = `${freshTopic("escape")}\u001b]0;pwned\u0007\u001b[2J\u001b]8;;http://evil.example\u0007x\u001b]8;;\u0007\u202egnp.exe`
+        const error = "fail\nstate:           projected\u009b31m\u2028"
+        const [id] = yield* enqueue(topic, 1)
+        yield* sql`UPDATE ${table} SET dead_at = now(), last_error = ${error}, ordering_key = ${"k\u001b[1m"} WHERE id = ${id!}::bigint`
+        const outputs = [
+          yield* cliOn(["dead-letters", "list", "--topic", topic]),
+          yield* cliOn(["dead-letters", "show", id!]),
+          yield* cliOn(["status"])
+        ]
+        for (const output of outputs) {
+          expect(output.code).toBe(0)
+          expect(output.stdout + output.stderr).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069\u2028\u2029]/)
+          expect(output.stdout).toContain("\\u001b]0;pwned\\u0007\\u001b[2J")
+        }
+        const shown = outputs[1]!.stdout
+        expect(shown).toContain("\\u202egnp.exe")
+        expect(shown).toMatch(/^last error:\s+fail\\nstate: +projected\\u009b31m\\u2028$/m)
+        expect(shown).not.toMatch(/^state:\s+projected$/m)
+        // As JSON, the value is the same, every control character escaped.
+        const asJson = yield* cliOn(["dead-letters", "show", id!, "--json"])
+        expect(asJson.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2028\u2029]/)
+        expect(json(asJson)).toMatchObject({ topic, lastError: error })
+      }))
+
+    it.effect("ids past PostgreSQL's bigint exit 2 naming the flag or argument, never 5", () =>
+      Effect.gen(function*() {
+        const big = "9999999999999999999"
+        const cases: ReadonlyArray<readonly [ReadonlyArray<string>, string]> = [
+          [["dead-letters", "list", "--id", big], "--id expects a message id"],
+          [["dead-letters", "list", "--id", "9223372036854775808"], "--id expects a message id"],
+          [["dead-letters", "show", big], "invalid <id>"],
+          [["dead-letters", "list", "--before", big], "invalid --before"],
+          [["dead-letters", "redrive", "--id", big, "--yes"], "--id expects a message id"],
+          [["dead-letters", "discard", "--all", "--consumer", "billing", "--id", big, "--yes"], "--id expects a message id"]
+        ]
+        for (const [args, message] of cases) {
+          const result = yield* cliOn(args)
+          expect(result.code, args.join(" ")).toBe(2)
+          expect(result.stderr, args.join(" ")).toContain(message)
+        }
+        // The largest id there can be is an id: nothing has it.
+        const largest = yield* cliOn(["dead-letters", "show", "9223372036854775807"])
+        expect(largest.code).toBe(1)
       }))
 
     it.effect("explain shows the claim's plan and claims nothing", () =>

@@ -9,6 +9,8 @@ import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import { parseDuration } from "./durations.js"
 import { invalidValue, usage } from "./errors.js"
+import { isMessageId, MAX_MESSAGE_ID } from "./ids.js"
+import { printable } from "./printable.js"
 
 export const json = Flag.Boolean("json").pipe(
   Flag.withDefault(false),
@@ -41,10 +43,10 @@ export const duration = (name: string) =>
 export const ids = Flag.String("id").pipe(
   Flag.atLeast(0),
   Flag.mapEffect((raw) => {
-    const bad = raw.find((id) => !/^[1-9][0-9]{0,18}$/.test(id))
+    const bad = raw.find((id) => !isMessageId(id))
     return bad === undefined
       ? Effect.succeed(raw)
-      : Effect.fail(invalidValue(`--id expects a message id (a positive integer), got '${bad}'`))
+      : Effect.fail(invalidValue(`--id expects a message id (a positive integer up to ${MAX_MESSAGE_ID}), got '${printable(bad)}'`))
   }),
   Flag.withMetavar("ID"),
   Flag.withDescription("A message id; repeat it for several (--id 12 --id 13)")

@@ -63,6 +63,8 @@ const FLAGS: Readonly<Record<string, string>> = {
   "filter.deadFor": "--older-than",
   "filter.error": "--error",
   "options.before": "--before",
+  "page.before": "--before",
+  "page.limit": "--limit",
   "options.limit": "--limit",
   "options.batchSize": "--batch-size"
 }

@@ -1,12 +1,17 @@
 /**
  * Everything the command prints goes through here: results on stdout (text tables or JSON),
  * progress and logs on stderr, and every line scrubbed of the secrets this process knows
- * (the database password, dashboard credentials), so no output ever carries them.
+ * (the database password, dashboard credentials), so no output ever carries them. A stored
+ * value's control characters are printed as escapes (`\u001b`), so a topic or an error text
+ * cannot drive the terminal (set its title, clear it, plant links) nor forge a line.
  */
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import * as Logger from "effect/Logger"
 import * as References from "effect/References"
+import { printable, printableJson, printableLines } from "./printable.js"
+
+export { printable } from "./printable.js"
 
 const secrets = new Set<string>()
 
@@ -42,19 +47,21 @@ export const scrub = (text: string): string => {
 export const stringify = (value: unknown, indent?: number): string =>
   JSON.stringify(value, (_key, v: unknown) => (typeof v === "bigint" ? v.toString() : v), indent)
 
-/** A line of the result, on stdout. */
-export const line = (text: string) => Console.log(scrub(text))
-/** The result as JSON, on stdout. */
+/** Lines of the result, on stdout (a stored value in them: `printable` it, or a newline in it starts a line). */
+export const line = (text: string) => Console.log(printableLines(scrub(text)))
+/** The screen cleared, then lines of the result: `status --watch` on a terminal. */
+export const redraw = (text: string) => Console.log(`\x1b[2J\x1b[H${printableLines(scrub(text))}`)
+/** The result as JSON, on stdout (with the controls JSON leaves raw escaped too: the same JSON). */
 export const json = (value: unknown, options: { readonly compact?: boolean } = {}) =>
-  Console.log(scrub(stringify(value, options.compact === true ? undefined : 2)))
+  Console.log(printableJson(scrub(stringify(value, options.compact === true ? undefined : 2))))
 /** Progress and notes, on stderr: never mixed into a result a script parses. */
-export const note = (text: string) => Console.error(scrub(text))
+export const note = (text: string) => Console.error(printableLines(scrub(text)))
 
 /** Logs (the library's and ours) on stderr, one line each, scrubbed. */
 export const stderrLogger = Logger.make(({ logLevel, message }) => {
   const text = (Array.isArray(message) ? message : [message]).map((part) => (typeof part === "string" ? part : stringify(part)))
     .join(" ")
-  process.stderr.write(`${scrub(`[${logLevel.toLowerCase()}] ${text}`)}\n`)
+  process.stderr.write(`${printable(scrub(`[${logLevel.toLowerCase()}] ${text}`))}\n`)
 })
 
 export interface Column<Row> {
@@ -76,7 +83,7 @@ export const table = <Row>(columns: ReadonlyArray<Column<Row>>, rows: ReadonlyAr
 }
 
 const cell = (value: string | number | null): string =>
-  value === null ? "-" : typeof value === "number" ? count(value) : value.replace(/[\r\n\t]+/g, " ")
+  value === null ? "-" : typeof value === "number" ? count(value) : printable(value.replace(/[\r\n\t]+/g, " "))
 
 /** 12,345 */
 export const count = (n: number): string => (Number.isInteger(n) ? n.toLocaleString("en-US") : n.toFixed(2))
@@ -117,7 +124,7 @@ export const withProgressLogs = <A, E, R>(prefix: string, effect: Effect.Effect<
     Effect.provide(Logger.layer([
       Logger.make(({ message }) => {
         const text = (Array.isArray(message) ? message : [message]).map(String).join(" ").replace(/^effect-durable: /, "")
-        process.stderr.write(`${scrub(`${prefix}: ${text}`)}\n`)
+        process.stderr.write(`${printable(scrub(`${prefix}: ${text}`))}\n`)
       })
     ]))
   )

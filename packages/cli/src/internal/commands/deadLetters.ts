@@ -62,7 +62,7 @@ const describe = (f: Filters) => {
     ...Option.toArray(Option.map(f.olderThan, (d) => `dead for more than ${d}`)),
     ...Option.toArray(Option.map(f.error, (e) => `error "${Output.clip(e, 40)}"`))
   ]
-  return parts.length === 0 ? "" : ` (${parts.join("; ")})`
+  return parts.length === 0 ? "" : ` (${Output.printable(parts.join("; "))})`
 }
 
 const list = Command.make(
@@ -118,7 +118,8 @@ const show = Command.make(
       if (Option.isNone(found)) return yield* checkFailed(`no outbox message ${args.id}`)
       const m = found.value
       if (args.json) return yield* Output.json(m)
-      const field = (name: string, value: string | number | null) => `${`${name}:`.padEnd(16)}${value ?? "-"}`
+      // Stored values on one line each, their control characters escaped.
+      const field = (name: string, value: string | number | null) => `${`${name}:`.padEnd(16)}${value === null ? "-" : Output.printable(String(value))}`
       yield* Output.line([
         field("id", m.id),
         field("topic", m.topic),
@@ -133,7 +134,7 @@ const show = Command.make(
         field("last error", m.lastError),
         ...(m.failureHistory.length === 0 ? [] : [
           "failed deliveries (the last 10, oldest first):",
-          ...m.failureHistory.map((f) => `  attempt ${f.attempt}  ${f.at}  ${f.worker ?? "-"}  ${f.error}`)
+          ...m.failureHistory.map((f) => Output.printable(`  attempt ${f.attempt}  ${f.at}  ${f.worker ?? "-"}  ${f.error}`))
         ]),
         "headers:",
         Output.stringify(m.headers, 2),

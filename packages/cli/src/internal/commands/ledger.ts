@@ -45,7 +45,7 @@ const show = Command.make(
       if (Option.isNone(found)) return yield* checkFailed(`no ledger record for ${args.subject} / ${args.operation} / ${args.key}`)
       const r = recordJson(identity, found.value)
       if (args.json) return yield* Output.json(r)
-      const field = (name: string, value: string | number) => `${`${name}:`.padEnd(14)}${value}`
+      const field = (name: string, value: string | number) => `${`${name}:`.padEnd(14)}${Output.printable(String(value))}`
       yield* Output.line([
         field("identity", `${r.subject} / ${r.operation} / ${r.key}`),
         field("status", `${r.status} (effect ${r.status === "accepted" ? "applied" : "not applied"})`),

@@ -66,8 +66,7 @@ export const status = Command.make(
       if (args.json) return Output.json(s, { compact: args.watch })
       if (!args.watch) return Output.line(render(s))
       // A terminal is redrawn in place; a pipe gets one block per refresh.
-      const clear = process.stdout.isTTY ? "\x1b[2J\x1b[H" : `--- ${s.at}\n`
-      return Output.line(`${clear}${render(s)}`)
+      return process.stdout.isTTY ? Output.redraw(render(s)) : Output.line(`--- ${s.at}\n${render(s)}`)
     })
     const run = args.watch
       ? Effect.repeat(once, Schedule.spaced(Duration.fromInputUnsafe(args.interval))).pipe(Effect.asVoid)

@@ -34,7 +34,8 @@ export const pause = Command.make(
       const changed = yield* admin.pause(args.topic, { by })
       yield* Effect.logInfo(`operator action: pause topic ${args.topic} by ${by}`)
       if (args.json) return yield* Output.json({ topic: args.topic, paused: true, changed })
-      yield* Output.line(changed ? `paused topic ${args.topic}: claims skip it until it is resumed` : `topic ${args.topic} was already paused`)
+      const shown = Output.printable(args.topic)
+      yield* Output.line(changed ? `paused topic ${shown}: claims skip it until it is resumed` : `topic ${shown} was already paused`)
     },
     withDatabase({ poolSize: 1 })
   )
@@ -49,7 +50,8 @@ export const resume = Command.make(
       const changed = yield* admin.resume(args.topic)
       yield* Effect.logInfo(`operator action: resume topic ${args.topic} by ${operatorName()}`)
       if (args.json) return yield* Output.json({ topic: args.topic, paused: false, changed })
-      yield* Output.line(changed ? `resumed topic ${args.topic}: projectors were woken` : `topic ${args.topic} was not paused`)
+      const shown = Output.printable(args.topic)
+      yield* Output.line(changed ? `resumed topic ${shown}: projectors were woken` : `topic ${shown} was not paused`)
     },
     withDatabase({ poolSize: 1 })
   )
