@@ -1,6 +1,9 @@
 // The command line itself, no database needed: usage errors exit 2 with the usage, a
 // database that cannot be reached exits 3 in one line, and neither ever prints a secret.
 import { describe, expect, it } from "@effect/vitest"
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { runCli } from "./support.js"
 
 const USAGE = "Usage: effect-durable"
@@ -69,15 +72,49 @@ describe("effect-durable usage", () => {
       runCli(["--verbose", "--database-url", url, "doctor"])
     ])
     expect(result).toMatchObject({ code: 3, stdout: "" })
+    // The password on the command line is warned about; the failure is one line.
     const lines = result.stderr.trim().split("\n")
-    expect(lines).toHaveLength(1)
-    expect(lines[0]).toMatch(/^effect-durable: cannot reach the database: .*ECONNREFUSED/)
+    expect(lines).toHaveLength(2)
+    expect(lines[0]).toMatch(/^effect-durable: warning: --database-url puts the password on the command line/)
+    expect(lines[1]).toMatch(/^effect-durable: cannot reach the database: .*ECONNREFUSED/)
     expect(fromEnv.code).toBe(3)
+    expect(fromEnv.stderr.trim().split("\n")).toHaveLength(1)
     expect(verbose.code).toBe(3)
     expect(verbose.stderr).toContain("cause:")
     for (const output of [result, fromEnv, verbose]) {
       expect(output.stdout + output.stderr).not.toContain("s3cret-Pa55word")
       expect(output.stderr).not.toMatch(/\n\s+at /) // no stack trace
+    }
+  })
+
+  it("--database-url warns that its password shows on the command line; DATABASE_URL and --database-url-file do not", async () => {
+    const url = "postgres://operator:s3cret-Pa55word@127.0.0.1:1/app"
+    const dir = mkdtempSync(join(tmpdir(), "effect-durable-url-"))
+    const file = join(dir, "database-url")
+    writeFileSync(file, `${url}\n`, { mode: 0o600 })
+    try {
+      const [flag, env, fromFile, noPassword, both, missing] = await Promise.all([
+        runCli(["--database-url", url, "status"]),
+        runCli(["status"], { env: { DATABASE_URL: url } }),
+        runCli(["--database-url-file", file, "status"]),
+        runCli(["--database-url", "postgres://operator@127.0.0.1:1/app", "status"]),
+        runCli(["--database-url", url, "--database-url-file", file, "status"]),
+        runCli(["--database-url-file", join(dir, "nothing-here"), "status"])
+      ])
+      const WARNING = /^effect-durable: warning: --database-url puts the password on the command line, where other users of this machine can read it \(ps, \/proc\/<pid>\/cmdline\): set DATABASE_URL, or pass --database-url-file <path>/m
+      expect(flag.stderr).toMatch(WARNING)
+      expect(flag.stderr.match(/warning/g)).toHaveLength(1)
+      for (const quiet of [env, fromFile, noPassword]) expect(quiet.stderr).not.toContain("warning")
+      // The file's URL is used (the database there does not answer: 3), and never printed.
+      expect(fromFile.code).toBe(3)
+      expect(fromFile.stderr).toMatch(/^effect-durable: cannot reach the database: .*ECONNREFUSED/)
+      expect(both.code).toBe(2)
+      expect(both.stderr).toContain("pass --database-url or --database-url-file, not both")
+      expect(missing.code).toBe(2)
+      expect(missing.stderr).toContain("--database-url-file")
+      for (const output of [flag, env, fromFile, noPassword, both, missing]) expect(output.stdout + output.stderr).not.toContain("s3cret-Pa55word")
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
     }
   })
 

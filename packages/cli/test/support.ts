@@ -64,9 +64,9 @@ export const Substrate = TestSubstrate.layer()
 /** The suite's database URL (a superuser's). */
 export const databaseUrl = Effect.map(TestDatabase.TestDatabase, (db) => Redacted.value(db.url))
 
-/** `effect-durable --database-url <the suite's> ...args`. */
+/** `effect-durable ...args` on the suite's database (its URL in DATABASE_URL, as an operator would give it). */
 export const cliOn = (args: ReadonlyArray<string>, options: RunOptions = {}) =>
-  Effect.flatMap(databaseUrl, (url) => cli(["--database-url", url, ...args], options))
+  Effect.flatMap(databaseUrl, (url) => cli(args, { ...options, env: { DATABASE_URL: url, ...options.env } }))
 
 export const freshTopic = TestSubstrate.freshName
 

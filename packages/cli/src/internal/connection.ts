@@ -1,6 +1,6 @@
 /**
- * Where the command connects and with what settings: `--database-url`, then `DATABASE_URL`;
- * `--schema`, then `DURABLE_SCHEMA`; every other setting from the library's own variables
+ * Where the command connects and with what settings: `--database-url` (or the URL in
+ * `--database-url-file`), then `DATABASE_URL`; `--schema`, then `DURABLE_SCHEMA`; every other setting from the library's own variables
  * (`DURABLE_CONNECT_TIMEOUT`, `DURABLE_STATEMENT_TIMEOUT`, ...), read and checked by
  * `Durable.layerConfig` itself. The flags are laid over the environment as a
  * `ConfigProvider`, so there is one reading of the configuration, the library's.
@@ -24,12 +24,19 @@ import * as Redacted from "effect/Redacted"
 import * as SqlClient from "effect/sql/SqlClient"
 import { toggle } from "./arguments.js"
 import { CommandError, fromLibrary, isCommandError, usage } from "./errors.js"
-import { registerUrlSecrets } from "./output.js"
+import { note, registerUrlSecrets } from "./output.js"
 
 const databaseUrl = Flag.Redacted("database-url").pipe(
   Flag.withMetavar("URL"),
   Flag.optional,
-  Flag.withDescription("PostgreSQL URL (default: $DATABASE_URL); its password is never printed")
+  Flag.withDescription(
+    "PostgreSQL URL (default: $DATABASE_URL); never printed, but other users of the machine see a command line: prefer DATABASE_URL or --database-url-file"
+  )
+)
+const databaseUrlFile = Flag.FileText("database-url-file").pipe(
+  Flag.withMetavar("PATH"),
+  Flag.optional,
+  Flag.withDescription("A file holding the PostgreSQL URL (one line), instead of --database-url")
 )
 const schema = Flag.String("schema").pipe(
   Flag.withMetavar("NAME"),
@@ -43,7 +50,7 @@ const verbose = toggle("verbose", "Debug logs on stderr, and the cause of an err
  * by every command with `yield* root`.
  */
 export const root = Command.make("effect-durable").pipe(
-  Command.withSharedFlags({ databaseUrl, schema, verbose }),
+  Command.withSharedFlags({ databaseUrl, databaseUrlFile, schema, verbose }),
   Command.withDescription("Operate an effect-durable substrate: its schema, messages, dead letters, retention and admin page")
 )
 
@@ -64,7 +71,14 @@ const configValues = Effect.gen(function*() {
   const flags = yield* root
   const values: Record<string, string> = { ...CLI_DEFAULTS }
   for (const [key, value] of Object.entries(process.env)) if (value !== undefined) values[key] = value
-  if (Option.isSome(flags.databaseUrl)) values.DATABASE_URL = Redacted.value(flags.databaseUrl.value)
+  if (Option.isSome(flags.databaseUrl) && Option.isSome(flags.databaseUrlFile)) {
+    return yield* usage("pass --database-url or --database-url-file, not both")
+  }
+  if (Option.isSome(flags.databaseUrl)) {
+    values.DATABASE_URL = Redacted.value(flags.databaseUrl.value)
+    yield* warnCommandLinePassword(values.DATABASE_URL)
+  }
+  if (Option.isSome(flags.databaseUrlFile)) values.DATABASE_URL = flags.databaseUrlFile.value.trim()
   if (Option.isSome(flags.schema)) values.DURABLE_SCHEMA = flags.schema.value
   const url = values.DATABASE_URL?.trim() ?? ""
   if (url === "") return yield* usage("no database: pass --database-url <url> or set DATABASE_URL")
@@ -72,8 +86,39 @@ const configValues = Effect.gen(function*() {
   return values
 })
 
-/** `configValues` as the `ConfigProvider` the library's `Config`s read. */
-export const configProvider = Effect.map(configValues, (values) => ConfigProvider.fromEnvRecord(values))
+let warned = false
+
+/**
+ * A password on the command line is never printed here, but every user of the machine can
+ * read it while the command runs (`ps`, `/proc/<pid>/cmdline`); the environment and a file
+ * are the owner's only. Said once per run, on stderr.
+ */
+const warnCommandLinePassword = (url: string) =>
+  Effect.suspend(() => {
+    if (warned || !hasPassword(url)) return Effect.void
+    warned = true
+    return note(
+      "effect-durable: warning: --database-url puts the password on the command line, where other users of this machine " +
+        "can read it (ps, /proc/<pid>/cmdline): set DATABASE_URL, or pass --database-url-file <path> (a file only you can read)"
+    )
+  })
+
+const hasPassword = (url: string): boolean => {
+  try {
+    return new URL(url).password !== ""
+  } catch {
+    // Not a URL (the library says so): it may still hold one; say it.
+    return url.includes("@")
+  }
+}
+
+/**
+ * `configValues` as the `ConfigProvider` the library's `Config`s read. With `keepEmpty`, a
+ * variable set to the empty string is there, empty (a dashboard secret set to nothing is an
+ * error, not a page without credentials); otherwise it counts as not set.
+ */
+export const configProvider = (options: { readonly keepEmpty?: boolean } = {}) =>
+  Effect.map(configValues, (values) => ConfigProvider.fromEnvRecord(values, { preserveEmptyStrings: options.keepEmpty === true }))
 
 /** The substrate (and `OutboxSearch`) on the configured database; connects when built. */
 const databaseLayer = (values: Readonly<Record<string, string>>, options: { readonly poolSize?: number }) =>
@@ -90,10 +135,16 @@ const databaseLayer = (values: Readonly<Record<string, string>>, options: { read
 /** A configuration error of a variable the user gave as a flag names the flag. */
 const named = (error: CommandError, flags: ReadonlySet<string>): CommandError => {
   const invalid = /^invalid (DATABASE_URL|DURABLE_SCHEMA): (.*?)( — .*)?$/s.exec(error.message)
-  if (invalid === null || !flags.has(invalid[1]!)) return error
-  return new CommandError({ exitCode: error.exitCode, message: `invalid ${FLAG_OF[invalid[1]!]}: ${invalid[2]}`, cause: error.cause })
+  if (invalid === null) return error
+  const variable = invalid[1] === "DATABASE_URL" && flags.has("DATABASE_URL_FILE") ? "DATABASE_URL_FILE" : invalid[1]!
+  if (!flags.has(variable)) return error
+  return new CommandError({ exitCode: error.exitCode, message: `invalid ${FLAG_OF[variable]}: ${invalid[2]}`, cause: error.cause })
 }
-const FLAG_OF: Readonly<Record<string, string>> = { DATABASE_URL: "--database-url", DURABLE_SCHEMA: "--schema" }
+const FLAG_OF: Readonly<Record<string, string>> = {
+  DATABASE_URL: "--database-url",
+  DATABASE_URL_FILE: "--database-url-file",
+  DURABLE_SCHEMA: "--schema"
+}
 
 /** Fails with `SchemaVersionMismatch` (exit 4) unless the schema is at this release's version. */
 export const requireCurrentSchema = Effect.gen(function*() {
@@ -120,6 +171,7 @@ export const withDatabase = (options: { readonly anyVersion?: boolean; readonly 
     const flags = yield* root
     const given = new Set([
       ...(Option.isSome(flags.databaseUrl) ? ["DATABASE_URL"] : []),
+      ...(Option.isSome(flags.databaseUrlFile) ? ["DATABASE_URL_FILE"] : []),
       ...(Option.isSome(flags.schema) ? ["DURABLE_SCHEMA"] : [])
     ])
     return yield* Effect.gen(function*() {

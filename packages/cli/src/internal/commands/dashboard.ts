@@ -47,7 +47,7 @@ export const dashboard = Command.make(
     if (!Number.isInteger(args.port) || args.port < 0 || args.port > 65535) {
       return yield* usage(`--port expects 0 to 65535, got ${args.port}`)
     }
-    const provider = yield* configProvider
+    const provider = yield* configProvider()
     const security = yield* AdminPage.config.pipe(
       Effect.provideService(ConfigProvider.ConfigProvider, provider),
       Effect.mapError((error) => usage(`dashboard credentials: ${error.message}`))
