@@ -11,9 +11,12 @@
  *
  * Security: without `auth` the page trusts whoever reaches it (mount it behind your app's
  * authentication, and say who the operator is with `operator`); with `auth` it asks for basic
- * credentials or a bearer token. `readOnly` refuses every write (403). Writes are same-origin
- * JSON POSTs only (CSRF). Payloads and stored responses are hidden unless `showPayloads`.
- * Every page query runs under `statementTimeout`. The page loads nothing from elsewhere.
+ * credentials or a bearer token (of at least 16 characters). `readOnly` refuses every write
+ * and every check that runs statements beyond reads (403). Writes are same-origin JSON POSTs
+ * only (CSRF); another site's page cannot make it read either (only navigations pass). It
+ * answers only at its own paths, exactly as mounted (case, slashes). Payloads and stored
+ * responses are hidden unless `showPayloads`, and so is the payload filter. Every page query
+ * runs under `statementTimeout`. The page loads nothing from elsewhere.
  *
  * @since 0.1.0
  */
@@ -33,13 +36,23 @@ import * as HttpRouter from "effect/http/HttpRouter"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import type * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import type * as Redacted from "effect/Redacted"
+import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import * as SchemaIssue from "effect/SchemaIssue"
 import type * as Scope from "effect/Scope"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as Routes from "./internal/page/routes.js"
-import type { Auth } from "./internal/page/security.js"
+import {
+  type Auth,
+  AuthSchema,
+  authText,
+  isPassword,
+  isToken,
+  isUser,
+  PASSWORD_RULE,
+  TOKEN_RULE,
+  USER_RULE
+} from "./internal/page/security.js"
 
 export { LOOPBACK_HOSTS } from "./internal/page/security.js"
 export type { Auth } from "./internal/page/security.js"
@@ -51,7 +64,10 @@ export const Defaults = {
 } as const
 
 export interface Options {
-  /** Credentials the page asks for (basic and/or bearer). Default: none, for a page behind your app's own auth. */
+  /**
+   * Credentials the page asks for (basic and/or bearer; a password or token of at least 16
+   * characters). Default: none, for a page behind your app's own auth.
+   */
   readonly auth?: Auth
   /** Refuse every write (403): a page for people who may look but not act. Default false. */
   readonly readOnly?: boolean
@@ -65,17 +81,26 @@ export interface Options {
   readonly allowedHosts?: ReadonlyArray<string>
   /** Who the operator is, from your app's authentication; logged with every action. */
   readonly operator?: (request: HttpServerRequest.HttpServerRequest) => Effect.Effect<string | undefined>
-  /** The page's path prefix as the browser sees it, when a proxy strips it; default: found from the mount. */
+  /** The page's path prefix as the browser sees it, when a proxy strips it (`/admin/durable`); default: found from the mount. */
   readonly basePath?: string
 }
 
 /** The services the page runs on: what `Durable.layer` (or `layerOver`) provides. */
 export type Requirements = Exclude<Routes.Requirements, OutboxSearch.OutboxSearch>
 
+/**
+ * A path prefix the page's links start with: segments of URL path characters, none empty
+ * and none `.` or `..`. So never `//host` (a link to another site) nor a trailing slash.
+ */
+const BASE_PATH = /^(?:\/(?!\.{1,2}(?:\/|$))[A-Za-z0-9\-._~!$&'()*+,;=:@%]+)+$/
+
 const OptionsSchema = Schema.Struct({
   statementTimeout: Input.DurationIn({ max: "10 minutes" }).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Duration.fromInputUnsafe(Defaults.statementTimeout)))),
   batchSize: Input.Count(10_000).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.batchSize))),
-  basePath: Schema.optional(Schema.String.check(Schema.makeFilter((p) => p === "" || /^\/[^?#]*[^/]$/.test(p), { message: "a path prefix such as /admin/durable (no trailing slash), or empty" })))
+  basePath: Schema.optional(Schema.String.check(Schema.makeFilter((p) => p === "" || BASE_PATH.test(p), {
+    message: "a path prefix such as /admin/durable (segments of URL path characters, none empty, no trailing slash), or empty"
+  }))),
+  auth: Schema.optional(AuthSchema)
 })
 const decodeOptions = Input.options(OptionsSchema)
 
@@ -92,7 +117,8 @@ export const make = Effect.fn("AdminPage.make")(function*(
   const decoded = yield* decodeOptions({
     ...(options.statementTimeout === undefined ? {} : { statementTimeout: options.statementTimeout }),
     ...(options.batchSize === undefined ? {} : { batchSize: options.batchSize }),
-    ...(options.basePath === undefined ? {} : { basePath: options.basePath })
+    ...(options.basePath === undefined ? {} : { basePath: options.basePath }),
+    ...(options.auth === undefined ? {} : { auth: authText(options.auth) })
   })
   const search = yield* OutboxSearch.make
   // Exactly the services the page runs on, so a request keeps its own span, logger and scope.
@@ -133,10 +159,17 @@ export interface LayerOptions extends Options {
 export const layer = (options: LayerOptions = {}): Layer.Layer<never, DurableConfigError, HttpRouter.HttpRouter | Requirements> =>
   HttpRouter.addAll(make(options), { prefix: options.mount === "/" ? undefined : options.mount })
 
+const invalid = (variable: string, message: string) =>
+  new Config.ConfigError(
+    new Schema.SchemaError(new SchemaIssue.Pointer([variable], new SchemaIssue.InvalidValue({ message })))
+  )
+
 /**
  * The page's security settings from the environment, as `effect-durable dashboard` reads
  * them: `DURABLE_DASHBOARD_USER` and `DURABLE_DASHBOARD_PASSWORD` (basic),
- * `DURABLE_DASHBOARD_TOKEN` (bearer), `DURABLE_DASHBOARD_READ_ONLY`.
+ * `DURABLE_DASHBOARD_TOKEN` (bearer), `DURABLE_DASHBOARD_READ_ONLY`. A password or token that
+ * is set but empty, blank or shorter than 16 characters is an error naming the variable,
+ * never a credential (read them with a provider that keeps empty strings to see `TOKEN=`).
  */
 export const config: Config.Config<{ readonly auth: Auth | undefined; readonly readOnly: boolean }> = Config.all({
   user: Config.option(Config.String("DURABLE_DASHBOARD_USER")),
@@ -146,19 +179,13 @@ export const config: Config.Config<{ readonly auth: Auth | undefined; readonly r
 }).pipe(
   Config.mapEffect(({ password, readOnly, token, user }) => {
     if (Option.isSome(user) !== Option.isSome(password)) {
-      return Effect.fail(
-        new Config.ConfigError(
-          new Schema.SchemaError(
-            new SchemaIssue.Pointer(
-              ["DURABLE_DASHBOARD_PASSWORD"],
-              new SchemaIssue.InvalidValue({
-                message: "set both DURABLE_DASHBOARD_USER and DURABLE_DASHBOARD_PASSWORD, or neither"
-              })
-            )
-          )
-        )
-      )
+      return Effect.fail(invalid("DURABLE_DASHBOARD_PASSWORD", "set both DURABLE_DASHBOARD_USER and DURABLE_DASHBOARD_PASSWORD, or neither"))
     }
+    if (Option.isSome(user) && !isUser(user.value)) return Effect.fail(invalid("DURABLE_DASHBOARD_USER", USER_RULE))
+    if (Option.isSome(password) && !isPassword(Redacted.value(password.value))) {
+      return Effect.fail(invalid("DURABLE_DASHBOARD_PASSWORD", PASSWORD_RULE))
+    }
+    if (Option.isSome(token) && !isToken(Redacted.value(token.value))) return Effect.fail(invalid("DURABLE_DASHBOARD_TOKEN", TOKEN_RULE))
     const basic = Option.isSome(user) && Option.isSome(password) ? { user: user.value, password: password.value } : undefined
     const bearer: Redacted.Redacted<string> | undefined = Option.getOrUndefined(token)
     const auth: Auth | undefined = basic === undefined && bearer === undefined

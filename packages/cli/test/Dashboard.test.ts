@@ -37,6 +37,23 @@ const withDashboard = <A>(args: ReadonlyArray<string>, env: Record<string, strin
       return { used, result: await finished }
     }))
 
+/** Runs the dashboard to its end: stopped at once (Ctrl-C) if it starts serving, so a test never hangs on one that should not have started. */
+const startOrEnd = (args: ReadonlyArray<string>, env: Record<string, string>) =>
+  Effect.flatMap(databaseUrl, (database) =>
+    Effect.promise(async () => {
+      let started = false
+      const result = await runCli(["dashboard", "--port", "0", ...args], {
+        env: { DATABASE_URL: database, ...env },
+        onStderr: (stderr, child) => {
+          if (!started && /effect-durable dashboard: http:\/\//.test(stderr)) {
+            started = true
+            child.kill("SIGINT")
+          }
+        }
+      })
+      return { started, result }
+    }))
+
 describe("effect-durable dashboard", () => {
   it.layer(Substrate, { timeout: "120 seconds" })((it) => {
     it.effect("without credentials it serves on loopback only: the page, the health endpoints, loopback Host names", () =>
@@ -74,6 +91,42 @@ describe("effect-durable dashboard", () => {
         const half = yield* cliOn(["dashboard", "--port", "0"], { env: { DURABLE_DASHBOARD_USER: "ops" } })
         expect(half.code).toBe(2)
         expect(half.stderr).toContain("set both DURABLE_DASHBOARD_USER and DURABLE_DASHBOARD_PASSWORD")
+      }))
+
+    it.effect("an empty, blank or short dashboard secret stops it at start (exit 2) naming the variable, never a page without credentials", () =>
+      Effect.gen(function*() {
+        const cases: ReadonlyArray<readonly [ReadonlyArray<string>, Record<string, string>, string]> = [
+          [[], { DURABLE_DASHBOARD_TOKEN: "" }, "DURABLE_DASHBOARD_TOKEN"],
+          [["--host", "0.0.0.0"], { DURABLE_DASHBOARD_TOKEN: "" }, "DURABLE_DASHBOARD_TOKEN"],
+          [[], { DURABLE_DASHBOARD_TOKEN: "                    " }, "DURABLE_DASHBOARD_TOKEN"],
+          [[], { DURABLE_DASHBOARD_TOKEN: "tok-short" }, "DURABLE_DASHBOARD_TOKEN"],
+          [[], { DURABLE_DASHBOARD_USER: "ops", DURABLE_DASHBOARD_PASSWORD: "" }, "DURABLE_DASHBOARD_PASSWORD"],
+          [["--host", "0.0.0.0"], { DURABLE_DASHBOARD_USER: "ops", DURABLE_DASHBOARD_PASSWORD: "hunter2" }, "DURABLE_DASHBOARD_PASSWORD"],
+          [[], { DURABLE_DASHBOARD_USER: "", DURABLE_DASHBOARD_PASSWORD: "correct-horse-battery" }, "DURABLE_DASHBOARD_USER"],
+          [[], { DURABLE_DASHBOARD_READ_ONLY: "" }, "DURABLE_DASHBOARD_READ_ONLY"]
+        ]
+        for (const [args, env, variable] of cases) {
+          const { result, started } = yield* startOrEnd(args, env)
+          const name = `${args.join(" ")} ${JSON.stringify(env)}`
+          expect(started, name).toBe(false)
+          expect(result.code, name).toBe(2)
+          expect(result.stderr, name).toContain(`effect-durable: invalid ${variable}: `)
+          expect(result.stderr, name).not.toContain("tok-short")
+          expect(result.stderr, name).not.toContain("hunter2")
+        }
+        const { result } = yield* startOrEnd([], { DURABLE_DASHBOARD_TOKEN: "tok-short" })
+        expect(result.stderr).toContain("at least 16 characters")
+      }))
+
+    it.effect("--host 127.255.255.254 answers to its own address as Host, and still refuses other names", () =>
+      Effect.gen(function*() {
+        const { result, used } = yield* withDashboard(["--host", "127.255.255.254"], {}, async (url) => {
+          const own = await fetch(url)
+          return { url, own: own.status, rebound: await statusWithHost(url, "attacker.example"), loopback: await statusWithHost(url, "localhost") }
+        })
+        expect(used.url).toMatch(/^http:\/\/127\.255\.255\.254:\d+\/$/)
+        expect(used).toMatchObject({ own: 200, rebound: 403, loopback: 200 })
+        expect(result.code).toBe(130)
       }))
 
     it.effect("with credentials from the environment it asks for them (401), takes basic and bearer, and never prints them", () =>

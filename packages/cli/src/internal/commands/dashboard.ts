@@ -1,8 +1,10 @@
 /**
  * `effect-durable dashboard [--port 8080] [--host 127.0.0.1]`: serves the admin page. Without
  * credentials (`DURABLE_DASHBOARD_USER` + `DURABLE_DASHBOARD_PASSWORD`, or
- * `DURABLE_DASHBOARD_TOKEN`) it listens on loopback only and answers to loopback Host names
- * only; `--read-only` (or `DURABLE_DASHBOARD_READ_ONLY=true`) refuses every write.
+ * `DURABLE_DASHBOARD_TOKEN`, a password or token of at least 16 characters: an empty or short
+ * one stops it) it listens on loopback only and answers to loopback Host names (and the
+ * address it listens on) only; `--read-only` (or `DURABLE_DASHBOARD_READ_ONLY=true`) refuses
+ * every write.
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as Command from "effect/cli/Command"
@@ -14,6 +16,7 @@ import * as HttpServer from "effect/http/HttpServer"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import { createServer } from "node:http"
+import * as Input from "@effect-durable/core/Input"
 import * as AdminPage from "../../AdminPage.js"
 import { duration, toggle } from "../arguments.js"
 import { configProvider, withDatabase } from "../connection.js"
@@ -21,6 +24,9 @@ import { CommandError, ExitCode, usage } from "../errors.js"
 import * as Output from "../output.js"
 
 const isLoopback = (host: string) => host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host)
+
+/** The Host header's name for a listening address: `::1` is written `[::1]`. */
+const hostNameOf = (host: string) => (host.includes(":") ? `[${host.toLowerCase()}]` : host.toLowerCase())
 
 /** `http://127.0.0.1:8080/`: where a browser opens the page. */
 const urlOf = (address: HttpServer.HttpServer["Service"]["address"]): string => {
@@ -47,10 +53,11 @@ export const dashboard = Command.make(
     if (!Number.isInteger(args.port) || args.port < 0 || args.port > 65535) {
       return yield* usage(`--port expects 0 to 65535, got ${args.port}`)
     }
-    const provider = yield* configProvider()
+    // Empty strings kept: `DURABLE_DASHBOARD_TOKEN=` is a mistake to report, not "no credentials".
+    const provider = yield* configProvider({ keepEmpty: true })
     const security = yield* AdminPage.config.pipe(
       Effect.provideService(ConfigProvider.ConfigProvider, provider),
-      Effect.mapError((error) => usage(`dashboard credentials: ${error.message}`))
+      Effect.mapError((error) => usage(Input.configError(error).message))
     )
     if (security.auth?.basic !== undefined) Output.registerSecret(Redacted.value(security.auth.basic.password))
     if (security.auth?.bearer !== undefined) Output.registerSecret(Redacted.value(security.auth.bearer))
@@ -61,8 +68,10 @@ export const dashboard = Command.make(
       )
     }
     const readOnly = args.readOnly || security.readOnly
+    // Without credentials, the loopback names and the address it listens on (127.255.255.254).
+    const allowedHosts = [...new Set([...AdminPage.LOOPBACK_HOSTS, hostNameOf(args.host)])]
     const page = AdminPage.layer({
-      ...(security.auth === undefined ? { allowedHosts: AdminPage.LOOPBACK_HOSTS } : { auth: security.auth }),
+      ...(security.auth === undefined ? { allowedHosts } : { auth: security.auth }),
       readOnly,
       showPayloads: args.showPayloads,
       statementTimeout: args.statementTimeout

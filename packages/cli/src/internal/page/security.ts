@@ -1,15 +1,19 @@
 /**
  * Who may use the admin page, and how: credentials (HTTP basic or a bearer token, held as
- * `Redacted`, compared in constant time), an optional Host allow-list (a page without
+ * `Redacted`, at least `MIN_SECRET_LENGTH` characters, compared in constant time, the header
+ * read whole: nothing may follow them), an optional Host allow-list (a page without
  * credentials on loopback refuses other Host names: no DNS rebinding), a read-only switch
- * (403 on every write), and writes only as same-origin JSON POSTs (`Sec-Fetch-Site`, then
- * `Origin`, checked: no CSRF). Every response carries a strict Content-Security-Policy.
+ * (403 on every write), writes only as same-origin JSON POSTs (`Sec-Fetch-Site`, then
+ * `Origin`, checked: no CSRF), and no cross-site reads but navigations (another site's
+ * `<img>` or `<script>` cannot make the page run its queries). Every response carries a
+ * strict Content-Security-Policy.
  */
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
 import { createHash, timingSafeEqual } from "node:crypto"
 
 export interface Auth {
@@ -39,7 +43,41 @@ const digest = (text: string) => createHash("sha256").update(text, "utf8").diges
 /** Equal in constant time (over digests: the lengths never leak). */
 export const sameSecret = (given: string, expected: string): boolean => timingSafeEqual(digest(given), digest(expected))
 
-const hostName = (host: string): string => {
+/** The shortest password or token the page accepts: a guessable secret is no credential. */
+export const MIN_SECRET_LENGTH = 16
+
+/** The rule a password meets (the browser sends any text). */
+export const PASSWORD_RULE = `at least ${MIN_SECRET_LENGTH} characters, not only spaces, without control characters`
+/** The rule a bearer token meets: what `Authorization: Bearer` can carry (RFC 6750's b64token). */
+export const TOKEN_RULE = `at least ${MIN_SECRET_LENGTH} characters of A-Z a-z 0-9 - . _ ~ + / (then = at the end)`
+/** The rule a basic user name meets: basic credentials are `user:password`. */
+export const USER_RULE = "a non-empty name without ':' or control characters"
+
+const CONTROLS = /[\u0000-\u001f\u007f-\u009f]/
+const TOKEN68 = /^[A-Za-z0-9\-._~+/]+=*$/
+
+export const isPassword = (text: string): boolean =>
+  text.length >= MIN_SECRET_LENGTH && text.trim().length > 0 && !CONTROLS.test(text)
+export const isToken = (text: string): boolean => text.length >= MIN_SECRET_LENGTH && TOKEN68.test(text)
+export const isUser = (text: string): boolean => text.length > 0 && !text.includes(":") && !CONTROLS.test(text)
+
+const rule = (holds: (text: string) => boolean, message: string) =>
+  Schema.String.check(Schema.makeFilter((text: string) => (holds(text) ? undefined : message), { message }))
+
+/** `Auth` as plain text, decoded by `AdminPage.make` (the secrets unwrapped only to be checked). */
+export const AuthSchema = Schema.Struct({
+  basic: Schema.optional(Schema.Struct({ user: rule(isUser, USER_RULE), password: rule(isPassword, PASSWORD_RULE) })),
+  bearer: Schema.optional(rule(isToken, TOKEN_RULE))
+})
+
+/** What `AuthSchema` decodes: the secrets' text, never kept. */
+export const authText = (auth: Auth) => ({
+  ...(auth.basic === undefined ? {} : { basic: { user: auth.basic.user, password: Redacted.value(auth.basic.password) } }),
+  ...(auth.bearer === undefined ? {} : { bearer: Redacted.value(auth.bearer) })
+})
+
+/** `localhost:8080` -> `localhost`, `[::1]:8080` -> `[::1]`, lowercased: a Host header's name. */
+export const hostName = (host: string): string => {
   const bracket = /^\[([^\]]+)\](?::\d+)?$/.exec(host)
   if (bracket !== null) return `[${bracket[1]!.toLowerCase()}]`
   return host.replace(/:\d+$/, "").toLowerCase()
@@ -48,11 +86,23 @@ const hostName = (host: string): string => {
 /** The names a loopback-only page answers to. */
 export const LOOPBACK_HOSTS: ReadonlyArray<string> = ["localhost", "127.0.0.1", "[::1]"]
 
+/**
+ * `Authorization: <scheme> <credentials>`, read whole: one scheme, one token68 and nothing
+ * after it (`Bearer TOKEN junk` is no credential), basic credentials in canonical base64.
+ */
+const CREDENTIALS = /^([A-Za-z]+) +([A-Za-z0-9\-._~+/]+=*)$/
+
 const authenticate = (auth: Auth, header: string | undefined): string | undefined => {
   if (header === undefined) return undefined
-  const [scheme, value = ""] = header.split(/\s+/, 2) as [string, string?]
-  if (auth.basic !== undefined && scheme.toLowerCase() === "basic") {
-    const decoded = Buffer.from(value, "base64").toString("utf8")
+  const parsed = CREDENTIALS.exec(header.trim())
+  if (parsed === null) return undefined
+  const scheme = parsed[1]!.toLowerCase()
+  const value = parsed[2]!
+  if (auth.basic !== undefined && scheme === "basic") {
+    const bytes = Buffer.from(value, "base64")
+    // Node's decoder skips what is not base64; only the canonical text of the bytes counts.
+    if (bytes.toString("base64") !== value) return undefined
+    const decoded = bytes.toString("utf8")
     const colon = decoded.indexOf(":")
     if (colon === -1) return undefined
     const user = decoded.slice(0, colon)
@@ -62,10 +112,26 @@ const authenticate = (auth: Auth, header: string | undefined): string | undefine
     const passwordOk = sameSecret(password, Redacted.value(auth.basic.password))
     return userOk && passwordOk ? user : undefined
   }
-  if (auth.bearer !== undefined && scheme.toLowerCase() === "bearer") {
+  if (auth.bearer !== undefined && scheme === "bearer") {
     return sameSecret(value, Redacted.value(auth.bearer)) ? "bearer token" : undefined
   }
   return undefined
+}
+
+/**
+ * A read another site's page makes the browser send: an `<img>`, `<script>`, `<iframe>` or
+ * `fetch` from elsewhere (`Sec-Fetch-Site: cross-site` or `same-site`), anything but a
+ * top-level navigation (a link followed to the page). Browsers that send no `Sec-Fetch-*`
+ * headers, and scripts, are not refused: credentials are their barrier.
+ */
+const crossSiteRead = (headers: HttpServerRequest.HttpServerRequest["headers"]): string | undefined => {
+  const site = headers["sec-fetch-site"]
+  if (site !== "cross-site" && site !== "same-site") return undefined
+  const mode = headers["sec-fetch-mode"]
+  const dest = headers["sec-fetch-dest"]
+  return mode === "navigate" && (dest === undefined || dest === "document")
+    ? undefined
+    : `cross-site request refused (Sec-Fetch-Site: ${site}, Sec-Fetch-Mode: ${mode ?? "missing"}): open the page itself`
 }
 
 /** Decides whether a request may go on, and who makes it. */
@@ -96,6 +162,10 @@ export const check = (
       who = user
     }
     if (policy.operator !== undefined) who = (yield* policy.operator(request)) ?? who
+    if (kind === "read") {
+      const refused = crossSiteRead(headers)
+      if (refused !== undefined) return denied(403, refused)
+    }
     if (kind === "write") {
       if (policy.readOnly) return denied(403, "the admin page is read-only")
       const site = headers["sec-fetch-site"]
