@@ -4,6 +4,7 @@
 // checked in the database; pause and resume against a running projector.
 import { describe, expect, it } from "@effect/vitest"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
+import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as Inbox from "@effect-durable/pg/Inbox"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
@@ -15,6 +16,8 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServer from "effect/http/HttpServer"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
@@ -39,10 +42,39 @@ const auth = { basic: { user: USER, password: Redacted.make(PASSWORD) } }
 const OUTPUT = join(PACKAGE, "build", "test-output")
 const DOCS = join(PACKAGE, "..", "..", "docs")
 
-/** The application's server: the page mounted twice (writable, read-only), on a free port. */
+/**
+ * The application's server: the page mounted twice with credentials (writable, read-only),
+ * once without (read-only, for another site's page to try), and a page of "another site"
+ * (served as http://localhost:port, which is not the site http://127.0.0.1:port) that embeds it.
+ */
+/** What the server answered, and the `Sec-Fetch-*` headers the browser sent with it. */
+const served: Array<{ readonly url: string; readonly status: number; readonly site: string | undefined; readonly mode: string | undefined; readonly dest: string | undefined }> = []
+const Recorder = HttpRouter.middleware((httpEffect) =>
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
+    Effect.tap(httpEffect, (response) =>
+      Effect.sync(() =>
+        void served.push({
+          url: request.url,
+          status: response.status,
+          site: request.headers["sec-fetch-site"],
+          mode: request.headers["sec-fetch-mode"],
+          dest: request.headers["sec-fetch-dest"]
+        })
+      )))
+, { global: true })
+
 const Server = HttpRouter.serve(Layer.mergeAll(
+  Recorder,
   AdminPage.layer({ mount: "/ops/durable", auth, showPayloads: true, batchSize: 2 }),
-  AdminPage.layer({ mount: "/ro/durable", auth, readOnly: true })
+  AdminPage.layer({ mount: "/ro/durable", auth, readOnly: true }),
+  AdminPage.layer({ mount: "/open/durable", readOnly: true }),
+  HttpRouter.add("GET", "/elsewhere", (request) => {
+    const target = new URL(request.url, "http://x").searchParams.get("target") ?? ""
+    return Effect.succeed(HttpServerResponse.text(
+      `<!doctype html><html><body><img id="probe" src="${target}/open/durable/schema?drift=1&checks=1"><a id="link" href="${target}/open/durable/schema">the page</a></body></html>`,
+      { contentType: "text/html; charset=utf-8" }
+    ))
+  })
 )).pipe(Layer.provideMerge(NodeHttpServer.layer(() => createServer(), { port: 0, host: "127.0.0.1" })))
 
 class Browser extends Context.Service<Browser, PlaywrightBrowser>()("test/Browser") {}
@@ -306,6 +338,71 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
         const put = yield* raw(`${base}/ro/durable/messages`, { method: "DELETE", headers: { authorization: basic } })
         expect(put.status).toBe(403)
         expect((yield* rowsOf(topic))[0]!.dead).toBe(true)
+      }))
+
+    it.effect("bidi controls and escape characters in stored values are marked where they are shown; actions still get the value as it is", () =>
+      Effect.gen(function*() {
+        const topic = `${freshTopic("bidi")}\u202egnp.exe\u001b[2J`
+        yield* deadLetters(topic, 1, () => "refund \u202e0001$\u202c to \u2066x\u2069")
+        const seen = yield* withPage(async (page, base) => {
+          await page.goto(`${base}/ops/durable/messages?topic=${encodeURIComponent(topic)}`)
+          await page.locator("#messages tbody tr").waitFor()
+          // In the page (no DOM types here): the row's marks and cells as shown.
+          const list = await page.evaluate(() => {
+            const row = (globalThis as any).document.querySelector("#messages tbody tr")
+            return {
+              marks: Array.from(row.querySelectorAll("mark.control"), (m: any) => m.textContent as string),
+              topic: row.cells[2].innerText as string,
+              error: row.cells[7].innerText as string
+            }
+          })
+          await page.goto(`${base}/ops/durable/`)
+          const found = await page.waitForFunction((t) => {
+            const rows: Array<any> = Array.from((globalThis as any).document.querySelectorAll("#topics tr[data-topic]"))
+            const row = rows.find((r) => r.dataset.topic === t)
+            return row === undefined ? undefined : { marks: Array.from(row.querySelectorAll("mark.control"), (m: any) => m.textContent as string) }
+          }, topic)
+          const overview = (await found.jsonValue()) as { marks: ReadonlyArray<string> }
+          await page.evaluate((t) => {
+            const rows: Array<any> = Array.from((globalThis as any).document.querySelectorAll("#topics tr[data-topic]"))
+            rows.find((r) => r.dataset.topic === t).querySelector("button[data-action=pause]").click()
+          }, topic)
+          await status(page, "paused")
+          return { list, overview }
+        })
+        expect(seen.list.marks).toEqual(["U+202E", "U+001B", "U+202E", "U+202C", "U+2066", "U+2069"])
+        expect(seen.list.topic).toContain("U+202Egnp.exeU+001B[2J")
+        expect(seen.list.error).toContain("refund U+202E0001$U+202C to U+2066xU+2069")
+        expect(seen.overview.marks).toEqual(["U+202E", "U+001B"])
+        // The button sent the topic as stored, not as shown.
+        const paused = yield* Effect.flatMap(OutboxAdmin.OutboxAdmin, (admin) => admin.paused)
+        expect(paused.some((p) => p.topic === topic)).toBe(true)
+      }))
+
+    it.effect("another site's <img> of the page is refused (403) in Chromium, a link followed to it is served, and drift is an action", () =>
+      Effect.gen(function*() {
+        const seen = yield* withPage(async (page, base) => {
+          const elsewhere = base.replace("127.0.0.1", "localhost")
+          // Another site's page (localhost is not the site 127.0.0.1) with an <img> of the page.
+          await page.goto(`${elsewhere}/elsewhere?target=${encodeURIComponent(base)}`)
+          await page.evaluate(async (url) => {
+            await fetch(url, { mode: "no-cors", credentials: "include" }).catch(() => undefined)
+          }, `${base}/open/durable/messages`)
+          await page.click("#link")
+          await page.waitForURL(`${base}/open/durable/schema`)
+          const readOnlyButtons = await page.locator("button[data-action=drift]").count()
+          await page.goto(`${base}/ops/durable/schema`)
+          await page.getByRole("button", { name: "Compare with the migrations" }).click()
+          const drift = await page.locator("#drift").innerText()
+          return { readOnlyButtons, drift }
+        })
+        const answered = (url: string) => served.filter((s) => s.url === url).map(({ dest, mode, site, status }) => ({ status, site, mode, dest }))
+        // What Chromium sent for each, and what the page answered.
+        expect(answered("/open/durable/schema?drift=1&checks=1")).toEqual([{ status: 403, site: "cross-site", mode: "no-cors", dest: "image" }])
+        expect(answered("/open/durable/messages")).toEqual([{ status: 403, site: "cross-site", mode: "no-cors", dest: "empty" }])
+        expect(answered("/open/durable/schema")).toEqual([{ status: 200, site: "cross-site", mode: "navigate", dest: "document" }])
+        expect(seen.readOnlyButtons).toBe(0)
+        expect(seen.drift).toBe("No drift: the schema is what the migrations build.")
       }))
 
     it.effect("a cross-site write is refused (Sec-Fetch-Site, Origin) even with credentials, and nothing changes", () =>

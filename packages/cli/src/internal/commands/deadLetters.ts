@@ -3,8 +3,8 @@
  * delivered. Filters: `--topic`, `--id` (repeatable), `--older-than` (dead for longer than),
  * `--error` (an error group); `--consumer` works on the stored inbox's dead entries instead.
  * Redrive and discard count what matches, ask before acting (unless `--yes`) and act in
- * bounded batches that each commit, with progress on stderr: Ctrl-C leaves whole batches
- * done and the rest untouched.
+ * bounded batches that each commit, with progress on stderr, on no more than the count asked
+ * about: Ctrl-C leaves whole batches done and the rest untouched.
  */
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
@@ -16,6 +16,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import { confirm, duration, ids, json, positive, toggle, yes } from "../arguments.js"
+import { held } from "../bulk.js"
 import { withDatabase } from "../connection.js"
 import { checkFailed, usage } from "../errors.js"
 import * as Output from "../output.js"
@@ -203,11 +204,11 @@ const act = (verb: Verb) =>
         const filter = outboxFilter(args)
         const matching = yield* search.count(filter)
         total = matching.count
-        if (total === 0) return yield* report(0)
+        if (total === 0 || matching.maxId === null) return yield* report(0)
         yield* confirm(args.yes, `${verb} ${Output.plural(total, "dead letter")}${describe(args)}?`)
-        const stream = verb === "redrive" ? search.redriveMatching : search.discardMatching
+        // No more than the count confirmed, none newer than the newest counted, none twice.
         yield* Stream.runForEach(
-          stream(filter, { batchSize: args.batchSize, ...(matching.maxId === null ? {} : { upTo: matching.maxId }) }),
+          held({ verb, filter, upTo: matching.maxId, expected: total, batchSize: args.batchSize, batch: (batch) => batch }),
           (progress) => {
             done = progress.total
             return progress.ids.length === 0 ? Effect.void : Output.note(`${verb}: ${Output.count(done)}/${Output.count(total)}`)

@@ -1,7 +1,8 @@
 /**
  * The page's only assets, served by the page itself: one stylesheet and one script (no
  * framework, no external font or CDN: it works with no network). The script refreshes the
- * overview, asks before every action, posts it as JSON and shows a bulk action's progress.
+ * overview, asks before every action, posts it as JSON and shows a bulk action's progress;
+ * the schema's drift and checks are actions too (POST), their answer shown in place.
  */
 
 export const css = `
@@ -62,6 +63,7 @@ dl.fields dt { color: var(--muted); } dl.fields dd { margin: 0; word-break: brea
 #status { position: fixed; bottom: 1rem; right: 1rem; max-width: 28rem; padding: .5rem .8rem; background: #102a43; color: #fff; border-radius: .3rem; display: none; }
 #status.shown { display: block; } #status.failed { background: var(--danger); }
 #status progress { width: 100%; }
+mark.control { background: #fde68a; color: #92400e; font: .75em ui-monospace, "DejaVu Sans Mono", monospace; padding: 0 .15em; border-radius: .2em; }
 .check-ok { color: var(--ok); font-weight: 600; } .check-warn { color: var(--warn); font-weight: 600; } .check-fail { color: var(--danger); font-weight: 600; }
 `
 
@@ -151,6 +153,13 @@ export const js = `"use strict";
       return request("POST", "/actions/" + action, { topic: topic }).then(function (result) {
         say((action === "pause" ? "paused " : "resumed ") + topic + (result.changed ? "" : " (no change)"));
         return refresh();
+      });
+    }
+    if (action === "drift" || action === "checks") {
+      say(action === "drift" ? "comparing with the migrations..." : "running the checks...");
+      return request("POST", "/schema/" + action, {}).then(function (result) {
+        document.getElementById(action + "-result").innerHTML = result.html;
+        say(action === "drift" ? "compared with the migrations" : "checks done");
       });
     }
     var verb = action.replace("inbox-", "");

@@ -11,6 +11,7 @@ import * as FiberSet from "effect/FiberSet"
 import * as Ref from "effect/Ref"
 import * as Stream from "effect/Stream"
 import { randomBytes } from "node:crypto"
+import { printable } from "../printable.js"
 
 export interface Job {
   readonly id: string
@@ -53,20 +54,28 @@ export const make = Effect.gen(function*() {
       next.set(id, job)
       return next
     })
+    const doneSoFar = Effect.map(Ref.get(jobs), (map) => map.get(id)?.done ?? 0)
     const run = Stream.runForEach(stream, (progress) => update(id, (j) => ({ ...j, done: progress.total }))).pipe(
       Effect.andThen(update(id, (j) => ({ ...j, state: "done" }))),
-      Effect.tap(() =>
-        Effect.flatMap(Ref.get(jobs), (map) =>
-          Effect.logInfo(`effect-durable admin: ${action} finished: ${map.get(id)?.done ?? 0} of ${total}`).pipe(
-            Effect.annotateLogs({ who, job: id })
-          ))
-      ),
-      Effect.catchCause((cause) =>
-        Effect.andThen(
-          update(id, (j) => ({ ...j, state: "failed", error: messageOf(Cause.squash(cause)) })),
-          Effect.logWarning(`effect-durable admin: ${action} failed`, cause).pipe(Effect.annotateLogs({ who, job: id }))
+      Effect.andThen(doneSoFar),
+      Effect.flatMap((done) =>
+        Effect.logInfo(`effect-durable admin: ${printable(action)} by ${printable(who)} finished: ${done} of ${total} (job ${id})`).pipe(
+          Effect.annotateLogs({ who, job: id })
         )
       ),
+      Effect.catchCause((cause) => {
+        if (Cause.hasInterruptsOnly(cause)) return Effect.failCause(cause)
+        const reason = messageOf(Cause.squash(cause))
+        return Effect.gen(function*() {
+          yield* update(id, (j) => ({ ...j, state: "failed", error: reason }))
+          const done = yield* doneSoFar
+          // The reason in the line itself: a logger that prints messages only still says why.
+          yield* Effect.logWarning(
+            `effect-durable admin: ${printable(action)} by ${printable(who)} failed after ${done} of ${total} (job ${id}): ${printable(reason)}`,
+            cause
+          ).pipe(Effect.annotateLogs({ who, job: id, reason }))
+        })
+      }),
       Effect.onInterrupt(() => update(id, (j) => ({ ...j, state: "interrupted" })))
     )
     yield* FiberSet.run(fibers, run)

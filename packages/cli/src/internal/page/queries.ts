@@ -111,18 +111,19 @@ export const makeQueries = (statementTimeout: Duration.Input) => {
   const ledger = (identity: MutationLedger.MutationIdentity) =>
     timed(Effect.flatMap(MutationLedger.MutationLedger, (l) => l.lookup(identity)))
 
-  const schema = (options: { readonly drift: boolean; readonly checks: boolean }) =>
-    Effect.gen(function*() {
-      const v = yield* timed(version)
-      const applied = new Set(yield* timed(appliedVersions))
-      const pending = Migrations.migrations.filter((m) => !applied.has(m.version)).map(({ name, version }) => ({ version, name }))
-      const drift = options.drift ? yield* timed(Migrations.verifySchema) : undefined
-      // The checks bound themselves (LISTEN waits up to 3 s; a reserved session for the pooler).
-      const checks = options.checks ? yield* runChecks : undefined
-      return { ...v, pending, drift, checks }
-    })
+  const schema = Effect.gen(function*() {
+    const v = yield* timed(version)
+    const applied = new Set(yield* timed(appliedVersions))
+    const pending = Migrations.migrations.filter((m) => !applied.has(m.version)).map(({ name, version }) => ({ version, name }))
+    return { ...v, pending }
+  })
 
-  return { timed, version: timed(version), overview, messages, message, deadCount, groups, inbox, ledger, schema }
+  /** The migrations applied to a scratch schema in a transaction rolled back, compared with this one. */
+  const drift = timed(Migrations.verifySchema)
+  // The checks bound themselves (LISTEN waits up to 3 s; a reserved session for the pooler).
+  const checks = runChecks
+
+  return { timed, version: timed(version), overview, messages, message, deadCount, groups, inbox, ledger, schema, drift, checks }
 }
 
 export type Queries = ReturnType<typeof makeQueries>

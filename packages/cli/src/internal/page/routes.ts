@@ -1,8 +1,11 @@
 /**
  * The admin page's routes: the views (GET), the JSON the page's script reads, the actions
- * (same-origin JSON POSTs), the health endpoints and the two assets. Every route goes through
- * the security policy first; every operator action is logged with who did it and from where
- * (ids and counts, never payloads).
+ * (same-origin JSON POSTs, bodies bounded in size and depth), the health endpoints and the two
+ * assets. A route answers only at its own path exactly as mounted (the router matches case
+ * and slashes loosely; a proxy's prefix rule must not be stepped around), then goes through
+ * the security policy; every operator action is logged with who did it and from where (ids
+ * and counts, never payloads; stored values escaped, so no line can be forged). A bad input
+ * is a 4xx, a database that does not answer a 503.
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import type { DurableSettings } from "@effect-durable/pg/DurableConfig"
@@ -10,6 +13,9 @@ import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import type * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import * as ByteSize from "effect/ByteSize"
+import * as Data from "effect/Data"
+import * as HttpIncomingMessage from "effect/http/HttpIncomingMessage"
 import * as HttpMethod from "effect/http/HttpMethod"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
@@ -23,7 +29,10 @@ import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
+import { held } from "../bulk.js"
+import { isMessageId, MESSAGE_ID_RULE } from "../ids.js"
 import { stringify } from "../output.js"
+import { printable } from "../printable.js"
 import * as Assets from "./assets.js"
 import type { Sample } from "./chart.js"
 import * as Filters from "./filters.js"
@@ -51,34 +60,71 @@ interface Request {
   readonly view: Views.ViewContext
 }
 
+/** A failure the page answers with its own status (too large, too deep, a set that moved). */
+class PageError extends Data.TaggedError("PageError")<{ readonly status: number; readonly message: string }> {}
+
+/** Action bodies are ids (1,000 at most) or a filter and a count: this is many times enough. */
+const MAX_BODY_BYTES = 64 * 1024
+/** `{ "ids": [...] }` is two levels deep: deeper JSON is refused before it is parsed. */
+const MAX_BODY_DEPTH = 4
+
+const MessageIdText = Schema.String.check(Schema.makeFilter((id) => isMessageId(id), { message: MESSAGE_ID_RULE }))
+
 const IdsBody = Schema.Struct({
   ids: Schema.Array(Schema.String).check(Schema.isMinLength(1), Schema.isMaxLength(1000)),
   consumer: Schema.optional(Schema.String)
 })
 const FilterBody = Schema.Struct({
   filter: Schema.String,
-  upTo: Schema.optional(Schema.NullOr(Schema.String)),
-  expected: Schema.optional(Schema.Number)
+  /** The newest id of the count the operator confirmed (null: none matched). */
+  upTo: Schema.optional(Schema.NullOr(MessageIdText)),
+  /** The count the operator confirmed: the action does no more than this, and refuses (409) if the set moved. */
+  expected: Schema.Number.check(Schema.makeFilter((n) => Number.isInteger(n) && n >= 1 && n <= 100_000_000, {
+    message: "the count the operator confirmed (an integer from 1)"
+  }))
 })
 const ActionBody = Schema.Union([IdsBody, FilterBody])
 const TopicBody = Schema.Struct({ topic: Schema.String })
+
+/** Whether JSON text nests arrays and objects deeper than `max` (strings skipped, escapes too). */
+const nestedDeeperThan = (text: string, max: number): boolean => {
+  let depth = 0
+  let inString = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (inString) {
+      if (c === 92) i++
+      else if (c === 34) inString = false
+    } else if (c === 34) inString = true
+    else if (c === 91 || c === 123) {
+      if (++depth > max) return true
+    } else if (c === 93 || c === 125) depth--
+  }
+  return false
+}
 
 /** A failure as the page shows it: the typed error's message and a status. */
 const describe = (cause: Cause.Cause<unknown>): { readonly status: number; readonly message: string } => {
   const failure = Cause.findErrorOption(cause)
   if (Option.isSome(failure)) {
-    const error = failure.value as { _tag?: string; message?: string }
+    const error = failure.value as { _tag?: string; message?: string; status?: number }
     switch (error._tag) {
+      case "PageError":
+        return { status: error.status ?? 400, message: error.message ?? "invalid request" }
       case "InvalidInput":
       case "SchemaError":
         return { status: 400, message: error.message ?? "invalid request" }
       case "DatabaseError":
         return { status: 503, message: error.message ?? "database error" }
-      case "HttpServerError":
-        return { status: 400, message: "the request body is not JSON" }
     }
   }
   return { status: 500, message: "internal error (logged on the server)" }
+}
+
+/** A failure's reason on one line, for a log line. */
+const reasonOf = (cause: Cause.Cause<unknown>): string => {
+  const error = Cause.squash(cause)
+  return printable(error instanceof Error ? `${error.name}: ${error.message}` : String(error))
 }
 
 const htmlResponse = (body: Html, status = 200) =>
@@ -86,14 +132,48 @@ const htmlResponse = (body: Html, status = 200) =>
 const jsonResponse = (body: unknown, status = 200) =>
   HttpServerResponse.text(stringify(body), { status, contentType: "application/json" })
 
+/** The path of a request as it was sent: undecoded, unnormalized, without the query. */
+const rawPath = (originalUrl: string): string => {
+  const path = originalUrl.replace(/^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/, "")
+  const end = path.search(/[?#]/)
+  return end === -1 ? path : path.slice(0, end)
+}
+
+/**
+ * Whether `path` (as sent) is exactly what the route's `pattern` (its prefix included)
+ * describes: every static segment with its case, a parameter any non-empty segment, no empty
+ * segment (`//`), no trailing slash but at the page's root. The router itself is looser
+ * (case-insensitive, slashes collapsed), which would let `/ADMIN/DURABLE/` or
+ * `//admin/durable/` past a proxy's rule for `/admin/durable/`.
+ */
+const exactlyAt = (pattern: string, path: string): boolean => {
+  if (!path.startsWith("/")) return false
+  const wildcard = pattern === "*" || pattern.endsWith("/*")
+  const base = pattern === "*" ? "" : wildcard ? pattern.slice(0, -2) : pattern
+  const want = base === "" || base === "/" ? [] : base.split("/").slice(1)
+  const got = path.split("/").slice(1)
+  if (got.length < want.length) return false
+  for (let i = 0; i < want.length; i++) {
+    const segment = got[i]!
+    if (want[i]!.includes(":") ? segment === "" : segment !== want[i]) return false
+  }
+  const rest = got.slice(want.length)
+  // `/prefix`, `/prefix/` and `/prefix/a/b` for a wildcard; nothing more for a route.
+  return wildcard
+    ? rest.every((segment, i) => segment !== "" || i === rest.length - 1)
+    : rest.length === 0 || (want.length === 0 && rest.length === 1 && rest[0] === "")
+}
+
 /** Where the page is mounted, from the part of the path the router took off. */
-const basePathOf = (request: HttpServerRequest.HttpServerRequest): string => {
-  const original = new URL(request.originalUrl, "http://page").pathname
-  const path = new URL(request.url, "http://page").pathname
+const basePathOf = (original: string, request: HttpServerRequest.HttpServerRequest): string => {
+  const path = rawPath(request.url)
   if (original === path) return ""
   if (path === "/" && !original.endsWith("/")) return original
   return original.endsWith(path) ? original.slice(0, original.length - path.length) : ""
 }
+
+/** What the router gives every route's handler. */
+type RouteRequirements = HttpServerRequest.HttpServerRequest | HttpRouter.RouteContext
 
 const SAMPLE_EVERY = 4_000
 const SAMPLE_KEEP = 15 * 60_000
@@ -134,9 +214,14 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
     kind: Kind,
     respond: "html" | "json",
     handler: (r: Request) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, Requirements | HttpServerRequest.HttpServerRequest>
-  ): Effect.Effect<HttpServerResponse.HttpServerResponse, never, HttpServerRequest.HttpServerRequest> =>
+  ): Effect.Effect<HttpServerResponse.HttpServerResponse, never, RouteRequirements> =>
     Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
+      const original = rawPath(request.originalUrl)
+      const { route: matched } = yield* HttpRouter.RouteContext
+      if (!exactlyAt(matched.path, original)) {
+        return HttpServerResponse.text("404 not found\n", { status: 404 })
+      }
       const verdict = yield* check(options.policy, request, kind)
       if (verdict._tag === "Denied") {
         const response = respond === "json" || kind === "write"
@@ -144,7 +229,7 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
           : HttpServerResponse.text(`${verdict.status} ${verdict.message}\n`, { status: verdict.status })
         return verdict.challenge === undefined ? response : HttpServerResponse.setHeader(response, "www-authenticate", verdict.challenge)
       }
-      const base = options.basePath ?? basePathOf(request)
+      const base = options.basePath ?? basePathOf(original, request)
       const version = kind === "health" || respond === "json"
         ? undefined
         : Option.getOrUndefined(yield* Effect.option(queries.version))
@@ -160,21 +245,55 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
         Effect.catchCause((cause) =>
           Effect.gen(function*() {
             const { message, status } = describe(cause)
-            if (status === 500) yield* Effect.logError("effect-durable admin: request failed", cause)
+            if (status === 500) {
+              yield* Effect.logError(`effect-durable admin: ${request.method} ${printable(url.pathname)} failed: ${reasonOf(cause)}`, cause)
+            }
             return respond === "json" ? jsonResponse({ error: message }, status) : htmlResponse(Views.errorPage(view, "Error", message), status)
           })
         )
       )
     }).pipe(Effect.map(secured), Effect.provideContext(context))
 
-  /** An operator action, logged with who did it and from where. */
+  /**
+   * An operator action, logged with who did it and from where: the line with every stored or
+   * sent value escaped (a topic holding a newline cannot write a line of its own), the values
+   * as they are in the annotations.
+   */
   const audit = (r: Request, action: string, fields: Record<string, unknown>) =>
-    Effect.logInfo(`effect-durable admin: ${action} by ${r.who} from ${addressOf(r.request)}`).pipe(
+    Effect.logInfo(`effect-durable admin: ${printable(action)} by ${printable(r.who)} from ${printable(addressOf(r.request))}`).pipe(
       Effect.annotateLogs({ who: r.who, address: addressOf(r.request), action, ...fields })
     )
 
+  /** An action's JSON body: at most `MAX_BODY_BYTES` read (413), `MAX_BODY_DEPTH` deep, then decoded (400). */
   const body = <A>(schema: Schema.Decoder<A>) =>
-    Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => Effect.flatMap(request.json, Schema.decodeUnknownEffect(schema)))
+    Effect.gen(function*() {
+      const request = yield* HttpServerRequest.HttpServerRequest
+      const text = yield* request.text.pipe(
+        Effect.provideService(HttpIncomingMessage.MaxBodySize, ByteSize.bytes(MAX_BODY_BYTES)),
+        Effect.mapError((error) =>
+          error.reason._tag === "RequestParseError" && error.reason.reason === "BodyTooLarge"
+            ? new PageError({ status: 413, message: `an action's body is at most ${MAX_BODY_BYTES / 1024} KiB` })
+            : new PageError({ status: 400, message: "the request body could not be read" })
+        )
+      )
+      if (nestedDeeperThan(text, MAX_BODY_DEPTH)) {
+        return yield* new PageError({ status: 400, message: `an action's body is JSON nested at most ${MAX_BODY_DEPTH} levels` })
+      }
+      const json = yield* Effect.try({
+        try: (): unknown => JSON.parse(text),
+        catch: () => new PageError({ status: 400, message: "the request body is not JSON" })
+      })
+      return yield* Schema.decodeUnknownEffect(schema)(json)
+    })
+
+  /**
+   * The message filter of a query string. With payloads hidden, a filter on their values would
+   * tell them one guess at a time (one row for the right value, none for a wrong one): refused.
+   */
+  const filterOf = (params: URLSearchParams): Effect.Effect<OutboxSearch.MessageFilter, PageError> =>
+    !options.showPayloads && params.getAll("payload").some((value) => value.trim() !== "")
+      ? Effect.fail(new PageError({ status: 400, message: "invalid filter.payload: payloads are hidden on this page, and so is the filter on them" }))
+      : Effect.succeed(Filters.parse(params))
 
   const overviewData = Effect.gen(function*() {
     const data = yield* queries.overview
@@ -187,19 +306,21 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
       const input = yield* body(ActionBody)
       if (!("ids" in input)) {
         if (queue === "inbox") return jsonResponse({ error: "the inbox acts on ids" }, 400)
-        // Everything matching the filter, dead ones only, up to the newest the operator counted.
-        const filter: OutboxSearch.MessageFilter = { ...Filters.parse(new URLSearchParams(input.filter)), state: "dead" }
-        const search = yield* OutboxSearch.OutboxSearch
+        // Everything matching the filter, dead ones only, held to what the operator confirmed.
+        const filter: OutboxSearch.MessageFilter = { ...(yield* filterOf(new URLSearchParams(input.filter))), state: "dead" }
         const counted = yield* queries.deadCount(filter)
         const upTo = input.upTo ?? counted.maxId
-        const stream = (verb === "redrive" ? search.redriveMatching : search.discardMatching)(filter, {
-          batchSize: options.batchSize,
-          statementTimeout: options.statementTimeout,
-          ...(upTo === null ? {} : { upTo })
-        })
-        const id = yield* jobs.start(`${verb} of all matching`, r.who, counted.count, stream as Stream.Stream<OutboxSearch.BulkProgress, unknown>)
-        yield* audit(r, `${verb} of all matching (${counted.count} dead messages)`, { filter: input.filter, job: id, count: counted.count })
-        return jsonResponse({ job: id, total: counted.count })
+        if (counted.count !== input.expected || counted.maxId !== upTo || upTo === null) {
+          return jsonResponse({
+            error: `the dead messages matching this filter changed since they were counted (${counted.count} now, ${input.expected} confirmed): count them again`,
+            count: counted.count,
+            maxId: counted.maxId
+          }, 409)
+        }
+        const stream = held({ verb, filter, upTo, expected: input.expected, batchSize: options.batchSize, batch: queries.timed })
+        const id = yield* jobs.start(`${verb} of all matching`, r.who, input.expected, stream as Stream.Stream<OutboxSearch.BulkProgress, unknown>)
+        yield* audit(r, `${verb} of all matching (${input.expected} dead messages)`, { filter: input.filter, job: id, count: input.expected })
+        return jsonResponse({ job: id, total: input.expected })
       }
       const run: Effect.Effect<
         ReadonlyArray<string>,
@@ -211,6 +332,13 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
       const applied = yield* queries.timed(run)
       yield* audit(r, `${verb} of ${applied.length} ${queue} message(s) ${applied.join(",")}`, { queue, ids: applied.length })
       return jsonResponse({ ids: applied })
+    })
+
+  /** The path's last segment, decoded (`/messages/:id`); one that does not decode is a 400. */
+  const lastSegment = (r: Request) =>
+    Effect.try({
+      try: () => decodeURIComponent(r.url.pathname.split("/").pop() ?? ""),
+      catch: () => new PageError({ status: 400, message: "the path is not valid percent-encoding" })
     })
 
   const topicAction = (verb: "pause" | "resume") =>
@@ -236,9 +364,9 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
       ? Effect.map(overviewData, ({ data, samples }) => htmlResponse(Views.overviewPage(r.view, Views.overviewFragment(r.view, data, samples))))
       : refuseOther(r))
 
-  const get = (path: HttpRouter.PathInput, handler: Effect.Effect<HttpServerResponse.HttpServerResponse, never, HttpServerRequest.HttpServerRequest>) =>
+  const get = (path: HttpRouter.PathInput, handler: Effect.Effect<HttpServerResponse.HttpServerResponse, never, RouteRequirements>) =>
     HttpRouter.route("GET", path, handler)
-  const post = (path: HttpRouter.PathInput, handler: Effect.Effect<HttpServerResponse.HttpServerResponse, never, HttpServerRequest.HttpServerRequest>) =>
+  const post = (path: HttpRouter.PathInput, handler: Effect.Effect<HttpServerResponse.HttpServerResponse, never, RouteRequirements>) =>
     HttpRouter.route("POST", path, handler)
 
   return [
@@ -264,9 +392,11 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
       "/messages",
       route("read", "html", (r) =>
         Effect.gen(function*() {
-          const filter = Filters.parse(r.url.searchParams)
           const before = r.url.searchParams.get("before") ?? undefined
-          const result = yield* Effect.result(queries.messages(filter, { limit: 100, ...(before === undefined ? {} : { before }) }))
+          const result = yield* Effect.result(Effect.flatMap(
+            filterOf(r.url.searchParams),
+            (filter) => queries.messages(filter, { limit: 100, ...(before === undefined ? {} : { before }) })
+          ))
           const data: Views.MessagesData = {
             params: r.url.searchParams,
             filterQuery: Filters.filterQuery(r.url.searchParams),
@@ -275,7 +405,7 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
             error: result._tag === "Failure" ? result.failure.message : undefined
           }
           // A bad filter or a failed query is shown in place of the list, with the form to fix it.
-          const status = result._tag === "Success" ? 200 : result.failure._tag === "InvalidInput" ? 400 : 503
+          const status = result._tag === "Success" ? 200 : result.failure._tag === "DatabaseError" ? 503 : 400
           return htmlResponse(Views.messagesPage(r.view, data), status)
         }))
     ),
@@ -283,8 +413,8 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
       "/messages/:id",
       route("read", "html", (r) =>
         Effect.gen(function*() {
-          const id = r.url.pathname.split("/").pop() ?? ""
-          const found = yield* queries.message(decodeURIComponent(id))
+          const id = yield* lastSegment(r)
+          const found = yield* queries.message(id)
           return Option.isNone(found)
             ? htmlResponse(Views.errorPage(r.view, "Not found", `no outbox message ${id}`), 404)
             : htmlResponse(Views.messagePage(r.view, found.value))
@@ -323,18 +453,13 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
               record: found._tag === "Success" ? Option.getOrUndefined(found.success) : undefined,
               error: found._tag === "Failure" ? found.failure.message : undefined
             }),
-            found._tag === "Failure" ? 400 : 200
+            // A key that breaks a rule is the request's fault; a database that does not answer is not.
+            found._tag === "Success" ? 200 : found.failure._tag === "DatabaseError" ? 503 : 400
           )
         }))
     ),
-    get(
-      "/schema",
-      route("read", "html", (r) =>
-        Effect.map(
-          queries.schema({ drift: r.url.searchParams.has("drift"), checks: r.url.searchParams.has("checks") }),
-          (data) => htmlResponse(StoreViews.schemaPage(r.view, data))
-        ))
-    ),
+    // Version and pending migrations only: drift and the doctor's checks are actions below.
+    get("/schema", route("read", "html", (r) => Effect.map(queries.schema, (data) => htmlResponse(StoreViews.schemaPage(r.view, data))))),
     get(
       "/api/stats",
       route("read", "json", () =>
@@ -343,12 +468,13 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
     ),
     get(
       "/api/count",
-      route("read", "json", (r) => Effect.map(queries.deadCount(Filters.parse(r.url.searchParams)), (count) => jsonResponse(count)))
+      route("read", "json", (r) =>
+        Effect.map(Effect.flatMap(filterOf(r.url.searchParams), queries.deadCount), (count) => jsonResponse(count)))
     ),
     get(
       "/api/jobs/:id",
       route("read", "json", (r) =>
-        Effect.map(jobs.get(r.url.pathname.split("/").pop() ?? ""), (job) =>
+        Effect.map(Effect.flatMap(lastSegment(r), jobs.get), (job) =>
           job === undefined ? jsonResponse({ error: "no such job" }, 404) : jsonResponse(job)))
     ),
     post("/actions/redrive", route("write", "json", byIds("redrive", "outbox"))),
@@ -357,6 +483,18 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
     post("/actions/resume", route("write", "json", topicAction("resume"))),
     post("/inbox/actions/redrive", route("write", "json", byIds("redrive", "inbox"))),
     post("/inbox/actions/discard", route("write", "json", byIds("discard", "inbox"))),
+    // They apply the migrations to a scratch schema (rolled back), or LISTEN and reserve
+    // sessions: not for a read-only page, nor for another site's page to set off.
+    post(
+      "/schema/drift",
+      route("write", "json", (r) =>
+        Effect.map(queries.drift, (drift) => jsonResponse({ html: StoreViews.driftFragment(r.view, drift).value })))
+    ),
+    post(
+      "/schema/checks",
+      route("write", "json", (r) =>
+        Effect.map(queries.checks, (checks) => jsonResponse({ html: StoreViews.checksFragment(r.view, checks).value })))
+    ),
     // The overview, at the page's root; anything else: not found, or not an action (403 on a
     // read-only page: every write is refused). One wildcard route per method serves both: under
     // a prefix, the router gives "*" the prefix itself too, where a route of its own for "/"

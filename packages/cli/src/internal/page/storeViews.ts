@@ -10,7 +10,7 @@ import type * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import type { Check } from "../diagnostics.js"
 import { Html, html } from "./html.js"
 import type { Receipt } from "./queries.js"
-import { badge, consumersTable, layout, link, num, time, type ViewContext } from "./views.js"
+import { badge, consumersTable, layout, num, time, type ViewContext } from "./views.js"
 
 export interface InboxData {
   readonly consumers: ReadonlyArray<ConsumerStats>
@@ -105,9 +105,32 @@ export interface SchemaData {
   readonly version: number
   readonly latest: number
   readonly pending: ReadonlyArray<{ readonly version: number; readonly name: string }>
-  readonly drift: ReadonlyArray<SchemaDrift> | undefined
-  readonly checks: ReadonlyArray<Check> | undefined
 }
+
+/** What the schema's drift check found (the answer to its action). */
+export const driftFragment = (_ctx: ViewContext, drift: ReadonlyArray<SchemaDrift>): Html =>
+  drift.length === 0
+    ? html`<p class="check-ok" id="drift">No drift: the schema is what the migrations build.</p>`
+    : html`<table id="drift"><thead><tr><th>Kind</th><th>Object</th><th>Expected</th><th>Actual</th></tr></thead><tbody>${
+      drift.map((d) => html`<tr><td>${d.kind}</td><td>${d.object}</td><td><code>${d.expected ?? "-"}</code></td><td><code>${d.actual ?? "-"}</code></td></tr>`)
+    }</tbody></table>`
+
+/** What the doctor's checks found (the answer to their action). */
+export const checksFragment = (_ctx: ViewContext, checks: ReadonlyArray<Check>): Html =>
+  html`<table id="checks"><tbody>${
+    checks.map((c) => html`<tr><td class="check-${c.status}">${c.status}</td><td>${c.name}</td><td>${c.detail}</td></tr>`)
+  }</tbody></table>`
+
+/**
+ * A check the page runs when asked: an action (POST) of a writable page, since it runs more
+ * than reads (migrations on a scratch schema; LISTEN and reserved sessions).
+ */
+const onDemand = (ctx: ViewContext, action: "drift" | "checks", label: string, note: string) =>
+  html`<div id="${action}-result">${
+    ctx.readOnly
+      ? html`<p class="note">${label}: not on a read-only page (${note}); run <code>effect-durable ${action === "drift" ? "verify" : "doctor"}</code>.</p>`
+      : html`<p><button data-action="${action}" type="button">${label}</button> <span class="note">(${note})</span></p>`
+  }</div>`
 
 export const schemaPage = (ctx: ViewContext, data: SchemaData): Html =>
   layout(
@@ -118,21 +141,7 @@ export const schemaPage = (ctx: ViewContext, data: SchemaData): Html =>
 <dl class="fields"><dt>Version</dt><dd id="schema-version">${data.version} (this release: ${data.latest})</dd>
 <dt>Pending</dt><dd>${data.pending.length === 0 ? "none" : data.pending.map((p) => `${p.version} ${p.name}`).join("; ")}</dd></dl>
 <h2>Drift</h2>
-${
-      data.drift === undefined
-        ? html`<p>${link(ctx, "/schema", "drift=1", "Compare with the migrations")} <span class="note">(applies them to a scratch schema in a transaction that is rolled back; needs the owner role)</span></p>`
-        : data.drift.length === 0
-        ? html`<p class="check-ok" id="drift">No drift: the schema is what the migrations build.</p>`
-        : html`<table id="drift"><thead><tr><th>Kind</th><th>Object</th><th>Expected</th><th>Actual</th></tr></thead><tbody>${
-          data.drift.map((d) => html`<tr><td>${d.kind}</td><td>${d.object}</td><td><code>${d.expected ?? "-"}</code></td><td><code>${d.actual ?? "-"}</code></td></tr>`)
-        }</tbody></table>`
-    }
+${onDemand(ctx, "drift", "Compare with the migrations", "applies them to a scratch schema in a transaction that is rolled back; needs the owner role")}
 <h2>Checks</h2>
-${
-      data.checks === undefined
-        ? html`<p>${link(ctx, "/schema", "checks=1", "Run the doctor's checks")} <span class="note">(LISTEN/NOTIFY, pooler, table bloat, vacuum's horizon)</span></p>`
-        : html`<table id="checks"><tbody>${
-          data.checks.map((c) => html`<tr><td class="check-${c.status}">${c.status}</td><td>${c.name}</td><td>${c.detail}</td></tr>`)
-        }</tbody></table>`
-    }`
+${onDemand(ctx, "checks", "Run the doctor's checks", "LISTEN/NOTIFY, pooler, table bloat, vacuum's horizon")}`
   )

@@ -1,8 +1,8 @@
 /**
  * The admin page's HTML, one function per view, from data the queries read. Every value is
  * escaped (`html`), payloads and stored responses appear only when the page was configured to
- * show them, and action buttons appear only on a writable page (the server refuses writes on
- * a read-only one anyway).
+ * show them (so does the filter on payload values), and action buttons appear only on a
+ * writable page (the server refuses writes on a read-only one anyway).
  */
 import type { ConsumerStats } from "@effect-durable/pg/InboxAdmin"
 import type { TopicStats } from "@effect-durable/pg/OutboxAdmin"
@@ -169,7 +169,7 @@ ${field("id", "Ids", "12, 13")}${field("topic", "Topic", "orders")}${field("key"
     STATES.map((s) => html`<option value="${s}"${raw(value("state") === s ? " selected" : "")}>${s === "" ? "any" : s}</option>`)
   }</select></label>
 ${field("attempts", "Attempts ≥", "3")}${field("older", "Older than", "7d")}
-${field("payload", "Payload key=value", "customer.id=42", true)}${field("header", "Header key=value", "tenant=acme")}
+${ctx.showPayloads ? field("payload", "Payload key=value", "customer.id=42", true) : ""}${field("header", "Header key=value", "tenant=acme")}
 ${params.get("error") === null ? "" : html`<input type="hidden" name="error" value="${value("error")}">`}
 <button class="primary" type="submit">Filter</button> <a class="button" href="${ctx.base}/messages">Clear</a>
 </form>`
