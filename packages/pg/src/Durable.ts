@@ -18,14 +18,14 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Cas from "./Cas.js"
 import {
-  config,
   type ConnectionInput,
+  ConnectionOptions,
   DurableSettings,
-  FieldVariables,
   makeConnection,
   makeSettings,
   type SettingsInput,
-  Variables
+  SettingsOptions,
+  Variables as ConnectionVariables
 } from "./DurableConfig.js"
 import { classify } from "./ErrorClassification.js"
 import { mapError } from "./internal/layer.js"
@@ -137,29 +137,39 @@ export const layer = (options: Options): Layer.Layer<Services, DurableConfigErro
     })
   )
 
+/** Every variable `layerConfig` reads: what each is for and a value that works. */
+export const Variables: Readonly<Record<string, Input.VariableHint>> = {
+  ...ConnectionVariables,
+  ...Outbox.OutboxOptionsTable.variables,
+  ...Inbox.InboxOptionsTable.variables
+}
+
 /**
- * `layer` from configuration (see `DurableConfig.Variables`); `CURSOR_KEYS` (optional) signs
- * keyset cursors. Every variable is read and checked before a connection is opened; a bad
- * one is a `DurableConfigError` naming the variable, what it is for and an example value.
+ * `layer` from configuration (see `Variables`): the connection, the settings, the outbox's
+ * and the inbox's options, and `CURSOR_KEYS` (optional) to sign keyset cursors. Every
+ * variable is read and checked before a connection is opened; a bad one is a
+ * `DurableConfigError` naming the variable, what it is for and an example value.
  */
 export const layerConfig = (
   options: { readonly migrate?: boolean; readonly checkSchemaVersion?: boolean } = {}
 ): Layer.Layer<Services, DurableConfigError | DatabaseError | SchemaVersionMismatch> =>
   Layer.unwrap(
     Effect.gen(function*() {
-      const [{ connection, outbox, settings }, keys] = yield* Effect.mapError(
-        Config.all([config, Config.option(Cursor.keyringConfig)]),
-        (error) => Input.configError(error, Variables)
-      )
-      const full: Options = { connection, settings, outbox, ...options, ...(Option.isSome(keys) ? { cursorKeys: keys.value } : {}) }
-      // The same checks `layer` makes, here so that a failure names the variable, not the field.
+      const connection = yield* ConnectionOptions.fromConfig()
+      const settings = yield* SettingsOptions.fromConfig()
+      const outbox = yield* Outbox.OutboxOptionsTable.fromConfig()
+      const inbox = yield* Inbox.InboxOptionsTable.fromConfig()
+      const keys = yield* Effect.mapError(Config.option(Cursor.keyringConfig), (error) => Input.configError(error, Variables))
+      const full: Options = { connection, settings, outbox, inbox, ...options, ...(Option.isSome(keys) ? { cursorKeys: keys.value } : {}) }
+      // The keyring's own rules (lengths, duplicate ids), named by its variable.
       yield* Effect.mapError(
-        Effect.andThen(makeConnection(connection), decode(full)),
+        decode(full),
         (error) =>
           error.field.startsWith("cursor.")
             ? Input.fromVariable(new DurableConfigError({ field: "cursor", rule: `${error.field}: ${error.rule}` }), { cursor: "CURSOR_KEYS" }, Variables)
-            : Input.fromVariable(error, FieldVariables, Variables)
+            : error
       )
       return layer(full)
     })
   )
+

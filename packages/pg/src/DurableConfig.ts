@@ -8,7 +8,7 @@
  */
 import type { DurableConfigError } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as Config from "effect/Config"
+import * as Options from "@effect-durable/core/Options"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -17,18 +17,6 @@ import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import { quote } from "./internal/sqlText.js"
-
-/** Every default of this module, read by the schemas and by `config`. */
-export const Defaults = {
-  schema: "durable",
-  lockTimeout: "5 seconds",
-  poolSize: 10,
-  connectTimeout: "10 seconds",
-  idleTimeout: "30 seconds",
-  applicationName: "effect-durable",
-  preparedStatements: true,
-  synchronousWorkerCommits: true
-} as const
 
 /** What the substrate's services need to know, as the user writes it. */
 export interface SettingsInput {
@@ -63,23 +51,48 @@ export class DurableSettings extends Context.Service<DurableSettings, Settings>(
 
 const Timeout = Input.DurationIn({ max: "1 day" })
 
-const SettingsSchema = Schema.Struct({
-  schema: Input.MixedCaseIdentifier.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.schema))),
-  lockTimeout: Timeout.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Duration.fromInputUnsafe(Defaults.lockTimeout)))),
-  statementTimeout: Schema.OptionFromOptional(Timeout),
-  synchronousWorkerCommits: Schema.Boolean.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.synchronousWorkerCommits)))
+/** The substrate's settings, each declared once: rule, default, variable, purpose, example. */
+export const SettingsOptions = Options.declare({
+  schema: Options.option({
+    schema: Input.MixedCaseIdentifier,
+    default: "durable",
+    variable: "DURABLE_SCHEMA",
+    purpose: "the schema of the substrate's tables",
+    example: "durable"
+  }),
+  lockTimeout: Options.option({
+    schema: Timeout,
+    default: "5 seconds",
+    variable: "DURABLE_LOCK_TIMEOUT",
+    purpose: "the longest lock wait inside a substrate transaction",
+    example: "5 seconds"
+  }),
+  statementTimeout: Options.option({
+    schema: Timeout,
+    optional: true,
+    variable: "DURABLE_STATEMENT_TIMEOUT",
+    purpose: "the longest statement inside a substrate transaction (default: the server's)",
+    example: "30 seconds"
+  }),
+  synchronousWorkerCommits: Options.option({
+    schema: Schema.Boolean,
+    default: true,
+    variable: "DURABLE_SYNCHRONOUS_WORKER_COMMITS",
+    text: "boolean",
+    purpose: "whether a worker's claims, marks and renewals wait for their WAL flush (true or false)",
+    example: "true"
+  })
 })
-const decodeSettings = Input.options(SettingsSchema)
 
 /** Validates settings; the first rule broken is reported with the field it concerns. */
 export const makeSettings = (input: SettingsInput = {}): Effect.Effect<Settings, DurableConfigError> =>
-  Effect.map(decodeSettings(input), ({ lockTimeout, schema, statementTimeout, synchronousWorkerCommits }) => {
+  Effect.map(SettingsOptions.decode(input), ({ lockTimeout, schema, statementTimeout, synchronousWorkerCommits }) => {
     const quotedSchema = quote(schema)
     return {
       schema,
       quotedSchema,
       lockTimeout,
-      statementTimeout,
+      statementTimeout: Option.fromNullishOr(statementTimeout),
       synchronousWorkerCommits,
       table: (name) => `${quotedSchema}.${quote(name)}`
     }
@@ -118,96 +131,66 @@ export interface Connection {
 
 const Url = Schema.Redacted(Schema.String).check(Schema.makeFilter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url).trim()), { message: "a PostgreSQL URL (postgres://user:password@host:port/database)" }))
 
-const ConnectionSchema = Schema.Struct({
-  url: Url,
-  poolSize: Input.Count(1000).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.poolSize))),
-  connectTimeout: Timeout.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Duration.fromInputUnsafe(Defaults.connectTimeout)))),
-  idleTimeout: Timeout.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Duration.fromInputUnsafe(Defaults.idleTimeout)))),
+/** The connection `Durable.layer` opens, each setting declared once. */
+export const ConnectionOptions = Options.declare({
+  url: Options.option({
+    schema: Url,
+    variable: "DATABASE_URL",
+    text: "redacted",
+    purpose: "the PostgreSQL URL of the application's database",
+    example: "postgres://app:secret@127.0.0.1:5432/app"
+  }),
+  poolSize: Options.option({
+    schema: Input.Count(1000),
+    default: 10,
+    variable: "DURABLE_POOL_SIZE",
+    text: "integer",
+    purpose: "the most connections in the pool (1-1000)",
+    example: "10"
+  }),
+  connectTimeout: Options.option({
+    schema: Timeout,
+    default: "10 seconds",
+    variable: "DURABLE_CONNECT_TIMEOUT",
+    purpose: "the longest wait to open or acquire a connection",
+    example: "10 seconds"
+  }),
+  idleTimeout: Options.option({
+    schema: Timeout,
+    default: "30 seconds",
+    variable: "DURABLE_IDLE_TIMEOUT",
+    purpose: "how long an unused connection stays open",
+    example: "30 seconds"
+  }),
   // PostgreSQL truncates application_name at 63 bytes and replaces non-ASCII with '?'.
-  applicationName: Schema.String.check(
-    Schema.makeFilter((name) => /^[\x20-\x7e]{1,63}$/.test(name), { message: "1-63 printable ASCII characters" })
-  ).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.applicationName))),
-  preparedStatements: Schema.Boolean.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.preparedStatements)))
-})
-
-export const makeConnection: (input: ConnectionInput) => Effect.Effect<Connection, DurableConfigError> = Input.options(
-  ConnectionSchema
-)
-
-/** Every variable `Durable.layerConfig` reads: what it is for and a value that works. */
-export const Variables: Readonly<Record<string, Input.VariableHint>> = {
-  DATABASE_URL: { purpose: "the PostgreSQL URL of the application's database", example: "postgres://app:secret@127.0.0.1:5432/app" },
-  DURABLE_POOL_SIZE: { purpose: "the most connections in the pool (1-1000)", example: "10" },
-  DURABLE_CONNECT_TIMEOUT: { purpose: "the longest wait to open or acquire a connection", example: "10 seconds" },
-  DURABLE_IDLE_TIMEOUT: { purpose: "how long an unused connection stays open", example: "30 seconds" },
-  DURABLE_APPLICATION_NAME: { purpose: "application_name shown in pg_stat_activity", example: "orders-api" },
-  DURABLE_PREPARED_STATEMENTS: {
+  applicationName: Options.option({
+    schema: Schema.String.check(Schema.makeFilter((name) => /^[\x20-\x7e]{1,63}$/.test(name), { message: "1-63 printable ASCII characters" })),
+    default: "effect-durable",
+    variable: "DURABLE_APPLICATION_NAME",
+    purpose: "application_name shown in pg_stat_activity",
+    example: "orders-api"
+  }),
+  preparedStatements: Options.option({
+    schema: Schema.Boolean,
+    default: true,
+    variable: "DURABLE_PREPARED_STATEMENTS",
+    text: "boolean",
     purpose: "whether statements are prepared; false behind a transaction pooler without prepared-statement support",
     example: "false"
-  },
-  DURABLE_SCHEMA: { purpose: "the schema of the substrate's tables", example: "durable" },
-  DURABLE_LOCK_TIMEOUT: { purpose: "the longest lock wait inside a substrate transaction", example: "5 seconds" },
-  DURABLE_STATEMENT_TIMEOUT: { purpose: "the longest statement inside a substrate transaction", example: "30 seconds" },
-  DURABLE_SYNCHRONOUS_WORKER_COMMITS: {
-    purpose: "whether a worker's claims, marks and renewals wait for their WAL flush (true or false)",
-    example: "true"
-  },
-  DURABLE_OUTBOX_MAX_PAYLOAD_BYTES: { purpose: "the largest outbox payload, as canonical JSON bytes", example: "262144" },
-  DURABLE_OUTBOX_MAX_ATTEMPTS: { purpose: "failed deliveries before an outbox message is dead", example: "25" },
+  })
+})
+
+export const makeConnection: (input: ConnectionInput) => Effect.Effect<Connection, DurableConfigError> = ConnectionOptions.decode
+
+/** Every default of this module (the settings' and the connection's), from their declarations. */
+export const Defaults = { ...SettingsOptions.defaults, ...ConnectionOptions.defaults }
+
+/** The variables of the connection and the settings, and `CURSOR_KEYS`: what each is for and a value that works. */
+export const Variables: Readonly<Record<string, Input.VariableHint>> = {
+  ...ConnectionOptions.variables,
+  ...SettingsOptions.variables,
   CURSOR_KEYS: {
     purpose: "keys that sign keyset cursors, newest first, secrets of at least 16 bytes",
     example: "k2=a-long-random-secret,k1=the-previous-secret"
   }
 }
-
-/** Which variable each decoded field comes from, to name it in errors. */
-export const FieldVariables: Readonly<Record<string, string>> = {
-  url: "DATABASE_URL",
-  poolSize: "DURABLE_POOL_SIZE",
-  connectTimeout: "DURABLE_CONNECT_TIMEOUT",
-  idleTimeout: "DURABLE_IDLE_TIMEOUT",
-  applicationName: "DURABLE_APPLICATION_NAME",
-  preparedStatements: "DURABLE_PREPARED_STATEMENTS",
-  schema: "DURABLE_SCHEMA",
-  lockTimeout: "DURABLE_LOCK_TIMEOUT",
-  statementTimeout: "DURABLE_STATEMENT_TIMEOUT",
-  synchronousWorkerCommits: "DURABLE_SYNCHRONOUS_WORKER_COMMITS",
-  maxPayloadBytes: "DURABLE_OUTBOX_MAX_PAYLOAD_BYTES",
-  maxAttempts: "DURABLE_OUTBOX_MAX_ATTEMPTS"
-}
-
-// Config gives each variable as an Option; the schemas above apply the defaults (one source).
-const present = <A extends Record<string, unknown>>(record: A) =>
-  Object.fromEntries(
-    Object.entries(record).flatMap(([key, value]) =>
-      Option.isOption(value) ? (Option.isSome(value) ? [[key, value.value]] : []) : [[key, value]]
-    )
-  )
-// What each variable is for is said once, in `Variables` (errors quote it).
-const variable = <A>(config: Config.Config<A>) => Config.option(config)
-
-/** Everything `Durable.layerConfig` reads; unset variables take the defaults above. */
-export const config: Config.Config<{
-  readonly connection: ConnectionInput
-  readonly settings: SettingsInput
-  readonly outbox: { readonly maxPayloadBytes?: number; readonly maxAttempts?: number }
-}> = Config.all({
-  outbox: Config.all({
-    maxPayloadBytes: variable(Config.Int("DURABLE_OUTBOX_MAX_PAYLOAD_BYTES")),
-    maxAttempts: variable(Config.Int("DURABLE_OUTBOX_MAX_ATTEMPTS"))
-  }).pipe(Config.map(present)),
-  connection: Config.all({
-    url: Config.Redacted("DATABASE_URL"),
-    poolSize: variable(Config.Int("DURABLE_POOL_SIZE")),
-    connectTimeout: variable(Config.String("DURABLE_CONNECT_TIMEOUT")),
-    idleTimeout: variable(Config.String("DURABLE_IDLE_TIMEOUT")),
-    applicationName: variable(Config.String("DURABLE_APPLICATION_NAME")),
-    preparedStatements: variable(Config.Boolean("DURABLE_PREPARED_STATEMENTS"))
-  }).pipe(Config.map(present)),
-  settings: Config.all({
-    schema: variable(Config.String("DURABLE_SCHEMA")),
-    lockTimeout: variable(Config.String("DURABLE_LOCK_TIMEOUT")),
-    statementTimeout: variable(Config.String("DURABLE_STATEMENT_TIMEOUT")),
-    synchronousWorkerCommits: variable(Config.Boolean("DURABLE_SYNCHRONOUS_WORKER_COMMITS"))
-  }).pipe(Config.map(present))
-}) as Config.Config<any>

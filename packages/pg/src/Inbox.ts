@@ -20,6 +20,7 @@ import {
 } from "@effect-durable/core/Errors"
 import { canonicalize, canonicalizeWithin } from "@effect-durable/core/Fingerprint"
 import * as Input from "@effect-durable/core/Input"
+import * as Options from "@effect-durable/core/Options"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -28,15 +29,8 @@ import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
+import * as QueueOptions from "./internal/queue/options.js"
 import { bounded } from "./internal/transaction.js"
-
-/** Every default of the inbox, read by the options schema. */
-export const Defaults = {
-  /** Largest stored payload, as canonical JSON bytes. */
-  maxPayloadBytes: 256 * 1024,
-  /** Processing attempts before a stored entry is dead. */
-  maxAttempts: 25
-} as const
 
 export interface InboxOptions {
   /** Largest stored payload, as canonical JSON bytes. Default 256 KiB, at most 64 MiB. */
@@ -45,13 +39,17 @@ export interface InboxOptions {
   readonly maxAttempts?: number
 }
 
-const OptionsSchema = Schema.Struct({
-  maxPayloadBytes: Input.Count(64 * 1024 * 1024).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxPayloadBytes))),
-  maxAttempts: Input.Count(10_000).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxAttempts)))
+/** The inbox's options, each declared once. */
+export const InboxOptionsTable = Options.declare({
+  maxPayloadBytes: QueueOptions.maxPayloadBytes("DURABLE_INBOX_MAX_PAYLOAD_BYTES", "stored inbox"),
+  maxAttempts: QueueOptions.maxAttempts("DURABLE_INBOX_MAX_ATTEMPTS", "processing attempts before a stored inbox entry is dead")
 })
 
+/** Every default of the inbox, from its declarations. */
+export const Defaults = InboxOptionsTable.defaults
+
 /** Decodes the options (`Durable.layer` calls it before connecting). */
-export const decodeOptions = Input.options(OptionsSchema)
+export const decodeOptions = InboxOptionsTable.decode
 
 export type HandleOutcome<A> =
   | { readonly _tag: "Processed"; readonly value: A }

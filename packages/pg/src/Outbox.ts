@@ -15,6 +15,7 @@ import {
 } from "@effect-durable/core/Errors"
 import { canonicalize, canonicalizeWithin } from "@effect-durable/core/Fingerprint"
 import * as Input from "@effect-durable/core/Input"
+import * as Options from "@effect-durable/core/Options"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
@@ -27,14 +28,7 @@ import { createHash } from "node:crypto"
 import { DurableSettings } from "./DurableConfig.js"
 import { arrayLiteral } from "./internal/sqlText.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
-
-/** Every default of the outbox, read by the options schema, `Durable`'s config and a test of the DDL. */
-export const Defaults = {
-  /** Largest payload, as canonical JSON bytes. */
-  maxPayloadBytes: 256 * 1024,
-  /** Failed deliveries before a message is dead. */
-  maxAttempts: 25
-} as const
+import * as QueueOptions from "./internal/queue/options.js"
 
 /** Largest headers object, as canonical JSON bytes. */
 const MAX_HEADER_BYTES = 16 * 1024
@@ -48,15 +42,23 @@ export interface OutboxOptions {
   readonly maxAttemptsByTopic?: Readonly<Record<string, number>>
 }
 
-const Attempts = Input.Count(10_000)
-const OptionsSchema = Schema.Struct({
-  maxPayloadBytes: Input.Count(64 * 1024 * 1024).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxPayloadBytes))),
-  maxAttempts: Attempts.pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.maxAttempts))),
-  maxAttemptsByTopic: Schema.Record(Input.Text(128), Attempts).pipe(Schema.withDecodingDefaultType(Effect.sync(() => ({}))))
+/** The outbox's options, each declared once: rule, default, variable, purpose, example. */
+export const OutboxOptionsTable = Options.declare({
+  maxPayloadBytes: QueueOptions.maxPayloadBytes("DURABLE_OUTBOX_MAX_PAYLOAD_BYTES", "outbox"),
+  maxAttempts: QueueOptions.maxAttempts("DURABLE_OUTBOX_MAX_ATTEMPTS", "failed deliveries before an outbox message is dead"),
+  maxAttemptsByTopic: Options.option({
+    schema: Schema.Record(Input.Text(128), Input.Count(10_000)),
+    default: {},
+    purpose: "per-topic overrides of maxAttempts",
+    example: `{ "payments": 50 }`
+  })
 })
 
+/** Every default of the outbox, from its declarations. */
+export const Defaults = OutboxOptionsTable.defaults
+
 /** Decodes the options (`Durable.layer` calls it before connecting). */
-export const decodeOptions = Input.options(OptionsSchema)
+export const decodeOptions = OutboxOptionsTable.decode
 
 export interface EnqueueOptions {
   /** Not deliverable before now + delay, on the database clock (zero to 365 days). */

@@ -13,7 +13,6 @@
  * @since 0.1.0
  */
 import type { DatabaseError, DurableConfigError, InvalidInput } from "@effect-durable/core/Errors"
-import * as Input from "@effect-durable/core/Input"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
@@ -28,10 +27,14 @@ import type * as Schema from "effect/Schema"
 import { addCounts, makeBatches, noCounts } from "./internal/batches.js"
 import { listen } from "./internal/listener.js"
 import { runLoops } from "./internal/loop.js"
-import { config, decodeOptions, FieldVariables, Variables } from "./internal/options.js"
+import { decodeOptions, fromConfig, type Settings } from "./internal/options.js"
 import type { Publisher } from "./Publisher.js"
 
-export { Defaults } from "./internal/options.js"
+export { Defaults, Variables } from "./internal/options.js"
+/** The options as a running projector uses them: decoded, defaults applied. */
+export type { Settings as ProjectorSettings } from "./internal/options.js"
+/** The settings the `PROJECTOR_*` variables give (what `layerConfig` runs with), `overrides` winning. */
+export { fromConfig as settingsFromConfig } from "./internal/options.js"
 export { metrics } from "./internal/telemetry.js"
 
 export interface ProjectorOptions {
@@ -96,8 +99,11 @@ export const layer = (
 ): Layer.Layer<Projector, DurableConfigError, Outbox.Outbox | OutboxWorker.OutboxWorker | Publisher> =>
   Layer.effect(
     Projector,
-    Effect.gen(function*() {
-      const settings = yield* decodeOptions(options)
+    Effect.flatMap(decodeOptions(options), make)
+  )
+
+/** The projector over decoded settings: `layer` and `layerConfig` both end here. */
+const make = Effect.fnUntraced(function*(settings: Settings) {
       const pg = yield* Effect.serviceOption(PgClient.PgClient)
       const batches = yield* makeBatches(settings, yield* keeperOutbox(pg))
       const loops = yield* runLoops(settings, batches)
@@ -110,8 +116,7 @@ export const layer = (
         })
       }
       return Projector.of({ workerId: settings.workerId, counts: loops.counts })
-    })
-  )
+})
 
 /**
  * The keeper's own `OutboxWorker`, on a pool of one connection, so that lease renewals never
@@ -158,18 +163,9 @@ export const drain: (
     Effect.scoped
   )
 
-/** Projector options from the `PROJECTOR_*` variables, for `layerConfig`. */
-export const optionsConfig = config
-
-/** `layer` with its options read from configuration; `overrides` win. Bad values are `DurableConfigError`. */
+/** `layer` with its options read from the `PROJECTOR_*` variables (see `Variables`); `overrides` win. A bad value is a `DurableConfigError` naming its variable. */
 export const layerConfig = (
   overrides: ProjectorOptions = {}
 ): Layer.Layer<Projector, DurableConfigError, Outbox.Outbox | OutboxWorker.OutboxWorker | Publisher> =>
-  Layer.unwrap(
-    Effect.gen(function*() {
-      const options = { ...yield* Effect.mapError(config, (error) => Input.configError(error, Variables)), ...overrides }
-      // Checked here too, so that a bad value names its variable rather than the option.
-      yield* Effect.mapError(decodeOptions(options), (error) => Input.fromVariable(error, FieldVariables, Variables))
-      return layer(options)
-    })
-  )
+  Layer.effect(Projector, Effect.flatMap(fromConfig(overrides), make))
+

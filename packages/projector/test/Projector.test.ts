@@ -520,7 +520,7 @@ describe("Projector.layerConfig", () => {
     Effect.gen(function*() {
       const withEnv = (env: Record<string, string>) =>
         Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord(env))
-      const options = yield* Projector.optionsConfig.pipe(withEnv({ PROJECTOR_TOPICS: "a,b", PROJECTOR_BATCH_SIZE: "7", PROJECTOR_LEASE: "5 seconds" }))
+      const options = yield* Projector.settingsFromConfig().pipe(withEnv({ PROJECTOR_TOPICS: "a,b", PROJECTOR_BATCH_SIZE: "7", PROJECTOR_LEASE: "5 seconds" }))
       expect(options).toMatchObject({ topics: ["a", "b"], batchSize: 7 })
       // The options are refused before the outbox is touched: a placeholder stands in for it.
       const build = (env: Record<string, string>) =>
