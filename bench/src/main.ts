@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --only=drain,enqueue,latency,ledger,claim,processes,http]`: effect-durable
+ * `npm run bench [-- --quick] [-- --only=drain,enqueue,latency,ledger,claim,processes,http] [-- --skip=<contender>,...]`: effect-durable
  * against graphile-worker, pg-boss, Effect 4's PersistedQueue (SQL store) and the raw-SQL ceiling,
  * measured in one run on one PostgreSQL, contenders alternating round by round, each
  * measurement on a fresh database. Prints medians, ratios and the targets of issue 6, and
@@ -31,19 +31,25 @@ type Scenario = typeof SCENARIOS[number]
 const parseArguments = (args: ReadonlyArray<string>) => {
   let quick = false
   let only: ReadonlyArray<Scenario> = SCENARIOS
+  // --skip=<name prefix>,...: leave contenders out of the queue scenarios (the slow ones when only
+  // some figures are wanted); every ratio is still between contenders of the same run.
+  let skip: ReadonlyArray<string> = []
   for (const arg of args) {
     if (arg === "--quick") quick = true
+    else if (arg.startsWith("--skip=")) skip = arg.slice("--skip=".length).split(",").filter((name) => name !== "")
     else if (arg.startsWith("--only=")) {
       const names = arg.slice("--only=".length).split(",")
       const unknown = names.filter((name) => !(SCENARIOS as ReadonlyArray<string>).includes(name))
       if (unknown.length > 0) throw new Error(`--only: unknown scenario ${unknown.join(", ")} (scenarios: ${SCENARIOS.join(", ")})`)
       only = names as Array<Scenario>
-    } else throw new Error(`unknown argument ${arg} (usage: npm run bench -- [--quick] [--only=${SCENARIOS.join(",")}])`)
+    } else throw new Error(`unknown argument ${arg} (usage: npm run bench -- [--quick] [--only=${SCENARIOS.join(",")}] [--skip=<contender>,...])`)
   }
-  return { quick, only }
+  return { quick, only, skip }
 }
 
-const { only, quick } = parseArguments(process.argv.slice(2))
+const { only, quick, skip } = parseArguments(process.argv.slice(2))
+const kept = <C extends { readonly name: string }>(contenders: ReadonlyArray<C>) =>
+  contenders.filter((contender) => !skip.some((prefix) => contender.name.startsWith(prefix)))
 
 /** Sizes: the issue's full run, and a smoke run under two minutes. */
 const SIZES = quick
@@ -80,11 +86,11 @@ const program = Effect.gen(function*() {
       : Effect.succeed(undefined)
 
   results.drain = yield* step("drain", `drain: ${SIZES.drain.toLocaleString("en")} ready messages (seeded in transactions of 1,000: bulk enqueue)`, () =>
-    Drain.run(bench, Contenders.all, SIZES.drain))
+    Drain.run(bench, kept(Contenders.all), SIZES.drain))
   results.enqueueEach = yield* step("enqueue", `enqueue: ${SIZES.enqueueEach.toLocaleString("en")} messages, one per transaction, ${EnqueueEach.PRODUCERS} producers`, () =>
-    EnqueueEach.run(bench, [Contenders.EffectDurable.defaults, Contenders.GraphileWorker.defaults, Contenders.PgBoss.tuned, Contenders.PersistedQueue.tuned], SIZES.enqueueEach))
+    EnqueueEach.run(bench, kept([Contenders.EffectDurable.defaults, Contenders.GraphileWorker.defaults, Contenders.PgBoss.tuned, Contenders.PersistedQueue.tuned]), SIZES.enqueueEach))
   results.latency = yield* step("latency", `latency: ${SIZES.latency.toLocaleString("en")} messages, one per committed transaction at ${Latency.RATE}/s`, () =>
-    Latency.run(bench, [Contenders.EffectDurable.defaults, Contenders.EffectDurable.asyncCommits, Contenders.GraphileWorker.defaults, Contenders.GraphileWorker.fastest, Contenders.PgBoss.tuned], SIZES.latency))
+    Latency.run(bench, kept([Contenders.EffectDurable.defaults, Contenders.EffectDurable.asyncCommits, Contenders.GraphileWorker.defaults, Contenders.GraphileWorker.fastest, Contenders.PgBoss.tuned]), SIZES.latency))
   results.ledger = yield* step("ledger", `ledger: ${SIZES.ledger.toLocaleString("en")} first observations then replays, concurrency ${Ledger.CONCURRENCY}`, () =>
     Ledger.run(bench, SIZES.ledger))
   results.claimAtScale = yield* step("claim", `claim at scale: ${ClaimAtScale.CLAIMS} claims of 100 per table, one round`, () =>

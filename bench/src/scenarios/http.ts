@@ -42,7 +42,7 @@ const placeOrder = Effect.gen(function*() {
   const outbox = yield* Outbox.Outbox
   const request = yield* HttpServerRequest.HttpServerRequest
   const body = (yield* request.json) as { readonly cents: number }
-  const [row] = yield* sql<{ id: string }>`INSERT INTO orders (cents) VALUES (${body.cents}) RETURNING id`
+  const [row] = yield* sql<{ id: string }>`INSERT INTO orders (cents) VALUES (${body.cents}) RETURNING id::text AS id`
   yield* outbox.enqueue("order-placed", { orderId: row!.id, cents: body.cents })
   return yield* HttpServerResponse.json({ orderId: row!.id, cents: body.cents }, { status: 201 })
 }).pipe(Effect.orDie)

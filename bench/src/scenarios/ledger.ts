@@ -28,7 +28,7 @@ const placeOrder = (i: number) =>
     const sql = yield* SqlClient.SqlClient
     const outbox = yield* Outbox.Outbox
     const { cents, customer, sku } = order(i)
-    const [row] = yield* sql<{ id: string }>`INSERT INTO orders (customer, sku, cents) VALUES (${customer}, ${sku}, ${cents}) RETURNING id`
+    const [row] = yield* sql<{ id: string }>`INSERT INTO orders (customer, sku, cents) VALUES (${customer}, ${sku}, ${cents}) RETURNING id::text AS id`
     yield* outbox.enqueue("order-placed", { orderId: row!.id, customer, sku, cents })
     return row!.id
   })
