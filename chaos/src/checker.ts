@@ -8,6 +8,7 @@
  * - one business row per idempotency key, one outbox message per command;
  * - duplicates counted; for each fault, the time until delivery recovered.
  */
+import * as QueueLifecycle from "@effect-durable/pg/QueueLifecycle"
 import type * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import { readFileSync } from "node:fs"
@@ -67,7 +68,7 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
       lease_expiries: number
     }>`
       SELECT id::text AS id, payload->>'uid' AS uid,
-             projected_at IS NOT NULL AS projected, dead_at IS NOT NULL AS dead, last_error, attempt_count AS attempts,
+             ${admin.literal(QueueLifecycle.outbox.is.done)} AS projected, ${admin.literal(QueueLifecycle.outbox.is.dead)} AS dead, last_error, attempt_count AS attempts,
              failure_count AS failures, lease_expiries
         FROM durable.outbox WHERE topic = ${TOPIC}`
     const deliveries = yield* admin<{ message_id: string; uid: string; worker: string; at: number }>`

@@ -15,6 +15,7 @@
  * - commit-cut: the producer's connection cut right after it sends COMMIT (the proxy
  *   forwards it or not): the retry through the ledger must give exactly one business row.
  */
+import * as QueueLifecycle from "@effect-durable/pg/QueueLifecycle"
 import type * as PgServer from "@effect-durable/testing/PgServer"
 import type * as SqlClient from "effect/sql/SqlClient"
 import * as Duration from "effect/Duration"
@@ -94,7 +95,7 @@ export interface Environment {
 const heldBy = (env: Environment, workerIds?: ReadonlyArray<string>) =>
   env.admin<{ id: string }>`
     SELECT id::text AS id FROM durable.outbox
-     WHERE projected_at IS NULL AND dead_at IS NULL AND claimed_until > now()
+     WHERE ${env.admin.literal(QueueLifecycle.outbox.is.claimed)}
        ${workerIds === undefined ? env.admin`` : env.admin`AND claimed_by IN ${env.admin.in(workerIds)}`}`.pipe(
     Effect.map((rows) => rows.map((row) => row.id)),
     // A database that is down (another fault) holds nothing we could learn about.
@@ -125,7 +126,7 @@ const chooseVictim = (env: Environment): Effect.Effect<Slot | undefined> =>
       if (running.length <= 1) return undefined
       const rows = yield* env.admin<{ worker: string; n: number }>`
         SELECT claimed_by AS worker, count(*)::int AS n FROM durable.outbox
-         WHERE projected_at IS NULL AND dead_at IS NULL AND claimed_until > now()
+         WHERE ${env.admin.literal(QueueLifecycle.outbox.is.claimed)}
          GROUP BY claimed_by ORDER BY n DESC`.pipe(Effect.orElseSucceed(() => []))
       const busiest = rows.map((row) => running.find((slot) => slot.workerId === row.worker)).find((slot) => slot !== undefined)
       if (busiest !== undefined) return busiest

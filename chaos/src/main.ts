@@ -6,6 +6,7 @@
  * bad argument, 130 when interrupted. Whatever it started (processes, server, PgBouncer,
  * directories) it stops and deletes, however it ends.
  */
+import * as QueueLifecycle from "@effect-durable/pg/QueueLifecycle"
 import * as Durable from "@effect-durable/pg/Durable"
 import * as PgServer from "@effect-durable/testing/PgServer"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
@@ -86,8 +87,8 @@ const progress = (admin: SqlClient.SqlClient) =>
            (SELECT count(*)::int FROM chaos.rolled_back) AS rolled_back,
            (SELECT count(DISTINCT message_id)::int FROM chaos.deliveries) AS delivered,
            (SELECT count(*)::int FROM chaos.deliveries) AS deliveries,
-           (SELECT count(*)::int FROM durable.outbox WHERE projected_at IS NULL AND dead_at IS NULL) AS open,
-           (SELECT count(*)::int FROM durable.outbox WHERE dead_at IS NOT NULL) AS dead`.pipe(
+           (SELECT count(*)::int FROM durable.outbox WHERE ${admin.literal(QueueLifecycle.outbox.open)}) AS open,
+           (SELECT count(*)::int FROM durable.outbox WHERE ${admin.literal(QueueLifecycle.outbox.is.dead)}) AS dead`.pipe(
     Effect.map(([row]) =>
       `committed ${row!.committed} (rolled back ${row!.rolled_back}), delivered ${row!.delivered} (${row!.deliveries} deliveries), open ${row!.open}, dead ${row!.dead}`
     ),
@@ -96,7 +97,7 @@ const progress = (admin: SqlClient.SqlClient) =>
   )
 
 const openMessages = (admin: SqlClient.SqlClient) =>
-  admin<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox WHERE projected_at IS NULL AND dead_at IS NULL`.pipe(
+  admin<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox WHERE ${admin.literal(QueueLifecycle.outbox.open)}`.pipe(
     Effect.map(([row]) => row!.n)
   )
 

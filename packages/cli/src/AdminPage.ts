@@ -22,10 +22,12 @@
  */
 import type { DurableConfigError } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
+import { declare, option } from "@effect-durable/core/Options"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
+import * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Config from "effect/Config"
@@ -57,12 +59,6 @@ import {
 export { LOOPBACK_HOSTS } from "./internal/page/security.js"
 export type { Auth } from "./internal/page/security.js"
 
-/** Every default of the page. */
-export const Defaults = {
-  statementTimeout: "5 seconds",
-  batchSize: 500
-} as const
-
 export interface Options {
   /**
    * Credentials the page asks for (basic and/or bearer; a password or token of at least 16
@@ -86,7 +82,7 @@ export interface Options {
 }
 
 /** The services the page runs on: what `Durable.layer` (or `layerOver`) provides. */
-export type Requirements = Exclude<Routes.Requirements, OutboxSearch.OutboxSearch>
+export type Requirements = Exclude<Routes.Requirements, OutboxSearch.OutboxSearch | OutboxBulk.OutboxBulk>
 
 /**
  * A path prefix the page's links start with: segments of URL path characters, none empty
@@ -94,15 +90,37 @@ export type Requirements = Exclude<Routes.Requirements, OutboxSearch.OutboxSearc
  */
 const BASE_PATH = /^(?:\/(?!\.{1,2}(?:\/|$))[A-Za-z0-9\-._~!$&'()*+,;=:@%]+)+$/
 
-const OptionsSchema = Schema.Struct({
-  statementTimeout: Input.DurationIn({ max: "10 minutes" }).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Duration.fromInputUnsafe(Defaults.statementTimeout)))),
-  batchSize: Input.Count(10_000).pipe(Schema.withDecodingDefaultType(Effect.sync(() => Defaults.batchSize))),
-  basePath: Schema.optional(Schema.String.check(Schema.makeFilter((p) => p === "" || BASE_PATH.test(p), {
-    message: "a path prefix such as /admin/durable (segments of URL path characters, none empty, no trailing slash), or empty"
-  }))),
-  auth: Schema.optional(AuthSchema)
+/** The page's options, each declared once (`operator` and `allowedHosts` are taken as given). */
+export const AdminPageOptionsTable = declare({
+  statementTimeout: option({
+    schema: Input.DurationIn({ max: "10 minutes" }),
+    default: "5 seconds",
+    purpose: "longest run of any query of the page and of each batch of a bulk action",
+    example: "5 seconds"
+  }),
+  batchSize: option({ schema: Input.Count(10_000), default: 500, purpose: "rows per batch of a bulk action (1-10,000)", example: "500" }),
+  readOnly: option({
+    schema: Schema.Boolean,
+    default: false,
+    variable: "DURABLE_DASHBOARD_READ_ONLY",
+    text: "boolean",
+    purpose: "refuse every write (403)",
+    example: "true"
+  }),
+  showPayloads: option({ schema: Schema.Boolean, default: false, purpose: "show message payloads and stored ledger responses", example: "true" }),
+  basePath: option({
+    schema: Schema.String.check(Schema.makeFilter((p) => p === "" || BASE_PATH.test(p), {
+      message: "a path prefix such as /admin/durable (segments of URL path characters, none empty, no trailing slash), or empty"
+    })),
+    optional: true,
+    purpose: "the page's path prefix as the browser sees it, when a proxy strips it",
+    example: "/admin/durable"
+  }),
+  auth: option({ schema: AuthSchema, optional: true, purpose: "credentials the page asks for", example: "{ bearer: Redacted.make(token) }" })
 })
-const decodeOptions = Input.options(OptionsSchema)
+
+/** Every default of the page, from its declarations. */
+export const Defaults = AdminPageOptionsTable.defaults
 
 /**
  * The page's routes, unprefixed: add them to your `HttpRouter` under a prefix of your own,
@@ -114,11 +132,10 @@ const decodeOptions = Input.options(OptionsSchema)
 export const make = Effect.fn("AdminPage.make")(function*(
   options: Options = {}
 ): Effect.fn.Return<ReadonlyArray<HttpRouter.Route>, DurableConfigError, Requirements | Scope.Scope> {
-  const decoded = yield* decodeOptions({
-    ...(options.statementTimeout === undefined ? {} : { statementTimeout: options.statementTimeout }),
-    ...(options.batchSize === undefined ? {} : { batchSize: options.batchSize }),
-    ...(options.basePath === undefined ? {} : { basePath: options.basePath }),
-    ...(options.auth === undefined ? {} : { auth: authText(options.auth) })
+  const { allowedHosts: _allowedHosts, auth, mount: _mount, operator: _operator, ...checked } = options as LayerOptions
+  const decoded = yield* AdminPageOptionsTable.decode({
+    ...checked,
+    ...(auth === undefined ? {} : { auth: authText(auth) })
   })
   const search = yield* OutboxSearch.make
   // Exactly the services the page runs on, so a request keeps its own span, logger and scope.
@@ -127,7 +144,8 @@ export const make = Effect.fn("AdminPage.make")(function*(
     Context.add(OutboxAdmin.OutboxAdmin, yield* OutboxAdmin.OutboxAdmin),
     Context.add(InboxAdmin.InboxAdmin, yield* InboxAdmin.InboxAdmin),
     Context.add(MutationLedger.MutationLedger, yield* MutationLedger.MutationLedger),
-    Context.add(OutboxSearch.OutboxSearch, search)
+    Context.add(OutboxSearch.OutboxSearch, search),
+    Context.add(OutboxBulk.OutboxBulk, yield* OutboxBulk.make)
   )
   // The schema view's LISTEN/NOTIFY check needs the PostgreSQL client itself, when there is one.
   const pg = yield* Effect.serviceOption(PgClient.PgClient)
@@ -135,11 +153,11 @@ export const make = Effect.fn("AdminPage.make")(function*(
   return yield* Routes.make({
     policy: {
       auth: options.auth,
-      readOnly: options.readOnly === true,
+      readOnly: decoded.readOnly,
       allowedHosts: options.allowedHosts,
       operator: options.operator
     },
-    showPayloads: options.showPayloads === true,
+    showPayloads: decoded.showPayloads,
     statementTimeout: decoded.statementTimeout,
     basePath: decoded.basePath,
     batchSize: decoded.batchSize
@@ -175,7 +193,7 @@ export const config: Config.Config<{ readonly auth: Auth | undefined; readonly r
   user: Config.option(Config.String("DURABLE_DASHBOARD_USER")),
   password: Config.option(Config.Redacted("DURABLE_DASHBOARD_PASSWORD")),
   token: Config.option(Config.Redacted("DURABLE_DASHBOARD_TOKEN")),
-  readOnly: Config.Boolean("DURABLE_DASHBOARD_READ_ONLY").pipe(Config.withDefault(false))
+  readOnly: Config.Boolean(AdminPageOptionsTable.declarations.readOnly.variable).pipe(Config.withDefault(AdminPageOptionsTable.defaults.readOnly))
 }).pipe(
   Config.mapEffect(({ password, readOnly, token, user }) => {
     if (Option.isSome(user) !== Option.isSome(password)) {

@@ -6,7 +6,7 @@ import { describe, expect, it } from "@effect/vitest"
 import * as Durable from "@effect-durable/pg/Durable"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
-import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
@@ -24,7 +24,6 @@ import * as SqlClient from "effect/sql/SqlClient"
 import * as Stream from "effect/Stream"
 import { createServer, request as httpRequest } from "node:http"
 import * as AdminPage from "../src/AdminPage.js"
-import { held } from "../src/internal/bulk.js"
 import { deadLetters, enqueue, freshTopic, portOf, rowsOf, Substrate } from "./support.js"
 
 const USER = "ops"
@@ -283,27 +282,23 @@ describe("admin page, tried as an attacker would", () => {
         expect(logged.map((l) => l.message)).toContainEqual(expect.stringMatching(/^effect-durable admin: discard of all matching \(4 dead messages\) by ops from /))
       }))
 
-    it.effect("a bulk job stops at the count confirmed even when more match by the time it runs, newest first, none twice", () =>
+    it.effect("a bulk job stops at the count confirmed even when more match by the time it runs, oldest first, none twice", () =>
       Effect.gen(function*() {
         const topic = freshTopic("cap")
         const ids = yield* deadLetters(topic, 5)
-        const progress = yield* Stream.runCollect(held({
-          verb: "redrive",
-          filter: { topic },
-          upTo: ids[3]!,
-          expected: 3,
-          batchSize: 2,
-          batch: (batch) => batch
-        })).pipe(Effect.provide(OutboxSearch.layer))
+        // Confirmed: 3 messages up to ids[3]; by the time the job runs, 4 match below it.
+        const progress = yield* Effect.flatMap(OutboxBulk.OutboxBulk, (bulk) =>
+          Stream.runCollect(bulk.redriveMatching({ topic }, { upTo: ids[3]!, limit: 3, batchSize: 2 }))).pipe(
+            Effect.provide(OutboxBulk.layer)
+          )
         expect(progress.map((p) => p.total)).toEqual([2, 3])
-        // Newest first, batch by batch (the order inside a batch is the database's).
-        expect(progress.map((p) => [...p.ids].sort())).toEqual([[ids[2], ids[3]].sort(), [ids[1]]])
-        // The newest (past upTo) and the oldest (past the count) are still dead.
+        expect(progress.map((p) => [...p.ids].sort())).toEqual([[ids[0], ids[1]].sort(), [ids[2]]])
+        // The newest (past upTo) and the one past the count are still dead.
         expect((yield* rowsOf(topic)).map((r) => [r.id, r.dead])).toEqual([
-          [ids[0], true],
+          [ids[0], false],
           [ids[1], false],
           [ids[2], false],
-          [ids[3], false],
+          [ids[3], true],
           [ids[4], true]
         ])
       }))

@@ -37,6 +37,7 @@ import * as Migrations from "./Migrations.js"
 import * as MutationLedger from "./MutationLedger.js"
 import * as Outbox from "./Outbox.js"
 import * as OutboxAdmin from "./OutboxAdmin.js"
+import * as OutboxBulk from "./OutboxBulk.js"
 import * as OutboxSearch from "./OutboxSearch.js"
 import * as OutboxWorker from "./OutboxWorker.js"
 
@@ -71,6 +72,7 @@ export type Services =
   | Cas.Cas
   | Keyset.Keyset
   | OutboxSearch.OutboxSearch
+  | OutboxBulk.OutboxBulk
 
 /** Decodes every option; the first one broken is a `DurableConfigError` naming it. */
 const decode = (options: Omit<Options, "connection">) =>
@@ -112,6 +114,7 @@ export const layerOver = (
         Layer.fresh(InboxAdmin.layer),
         Layer.fresh(Cas.layer),
         Layer.fresh(OutboxSearch.layer),
+        Layer.fresh(OutboxBulk.layer),
         Layer.fresh(keyset)
       ).pipe(Layer.provideMerge(Layer.merge(settingsLayer, migrated)))
     })

@@ -82,3 +82,25 @@ export const classifySqlErrors = (operation: string) =>
     (error): error is SqlError => error instanceof SqlError,
     (error) => Effect.fail(classify(operation)(error))
   ) as Effect.Effect<A, Exclude<E, SqlError> | DatabaseError, R>
+
+/** SQLSTATE classes of having no session at all: connection exception, invalid authorization, no such database. */
+const SESSION_CLASSES: ReadonlySet<string> = new Set(["08", "28", "3D"])
+/** Socket and name-resolution failures: the server was never reached. */
+const UNREACHED_NODE_CODES: ReadonlySet<string> = new Set([...RETRYABLE_NODE_CODES, "ENOTFOUND", "EAI_AGAIN"])
+
+/**
+ * Whether a classified failure means no session with the database could be had or kept:
+ * refused, unreachable, authentication failed, no such database, the connection cut. The
+ * driver's reason says so when it knows (`ConnectionError`, `AuthenticationError`), the server
+ * by its SQLSTATE class, the socket by its code; `pg` reports a connection the server closed
+ * mid-statement only by its message, "Connection terminated".
+ */
+export const isSessionFailure = (error: DatabaseError): boolean => {
+  if (error.code !== null) return SESSION_CLASSES.has(error.code.slice(0, 2))
+  const reason = error.cause instanceof SqlError ? error.cause.reason : undefined
+  if (reason?._tag === "ConnectionError" || reason?._tag === "AuthenticationError") return true
+  const cause = reason === undefined ? error.cause : reason.cause
+  const nodeCode = codeOf(cause)
+  if (typeof nodeCode === "string" && UNREACHED_NODE_CODES.has(nodeCode)) return true
+  return cause instanceof Error && /^Connection terminated/.test(cause.message)
+}

@@ -2,31 +2,27 @@
  * The outbox searched and acted on by filter, for operators (the CLI, the admin page):
  * messages matching a filter (ids, topic, ordering key, state, attempts, age, error group,
  * values inside the payload or the headers), one message in full, dead letters grouped by
- * topic and error, recent deliveries per topic, and redrive / discard of everything that
- * matches, in bounded batches that each commit on their own: an interrupted bulk action
- * leaves whole batches applied and the rest untouched, never half a batch.
+ * topic and error, recent deliveries per topic. A read model only: the bulk redrive and
+ * discard of what a filter matches are `OutboxBulk`'s.
  *
  * @since 0.1.0
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
 import * as SqlClient from "effect/sql/SqlClient"
-import type * as Statement from "effect/sql/Statement"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
-import * as Stream from "effect/Stream"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import * as Lifecycle from "./internal/queue/lifecycle.js"
-import { MAX_BATCH, MessageId } from "./internal/queue/spec.js"
+import { MessageId } from "./internal/queue/spec.js"
 import { decodeRows } from "./internal/rows.js"
 import { decodeFilter, ERROR_GROUP, MessageState, predicate, STATE_OF_ROW } from "./internal/search/filter.js"
 import { isoUtc } from "./internal/timestamps.js"
-import { bounded } from "./internal/transaction.js"
+import * as QueueLifecycle from "./QueueLifecycle.js"
 
 export { MessageState } from "./internal/search/filter.js"
 
@@ -140,23 +136,6 @@ export interface HistoryBucket {
   readonly maxLagSeconds: number | null
 }
 
-export interface BulkOptions {
-  /** Rows per statement (1-10,000). Default 500. */
-  readonly batchSize?: number
-  /** Leave rows newer than this id alone (the `maxId` of the count the operator confirmed). */
-  readonly upTo?: string
-  /** Longest run of one batch's statement (each batch is then its own bounded transaction). */
-  readonly statementTimeout?: Duration.Input
-}
-
-/** What a bulk action has done so far, after each committed batch. */
-export interface BulkProgress {
-  /** The ids of this batch. */
-  readonly ids: ReadonlyArray<string>
-  /** Rows changed so far, this batch included. */
-  readonly total: number
-}
-
 export class OutboxSearch extends Context.Service<OutboxSearch, {
   /** Messages matching the filter, newest first, `limit` (1-1000) a page. */
   readonly messages: (
@@ -177,20 +156,6 @@ export class OutboxSearch extends Context.Service<OutboxSearch, {
     readonly window: Duration.Input
     readonly buckets: number
   }) => Effect.Effect<ReadonlyArray<HistoryBucket>, InvalidInput | DatabaseError>
-  /**
-   * Makes the dead messages matching the filter deliverable again with fresh attempts, in id
-   * order, one committed batch per element. A message that dies again meanwhile is not
-   * taken twice.
-   */
-  readonly redriveMatching: (
-    filter: MessageFilter,
-    options?: BulkOptions
-  ) => Stream.Stream<BulkProgress, InvalidInput | DatabaseError>
-  /** Deletes the dead messages matching the filter, one committed batch per element. */
-  readonly discardMatching: (
-    filter: MessageFilter,
-    options?: BulkOptions
-  ) => Stream.Stream<BulkProgress, InvalidInput | DatabaseError>
 }>()("@effect-durable/pg/OutboxSearch") {}
 
 const SummaryFields = {
@@ -246,21 +211,12 @@ const decodeHistory = Input.argument(
   "options",
   Schema.Struct({ topic: Schema.optional(Input.Text(128)), window: Input.DurationIn({ max: "1 day" }), buckets: Input.Count(500) })
 )
-const decodeBulk = Input.argument(
-  "options",
-  Schema.Struct({
-    batchSize: Schema.optional(Input.Count(MAX_BATCH)),
-    upTo: Schema.optional(MessageId),
-    statementTimeout: Schema.optional(Input.DurationIn({ max: "1 day" }))
-  })
-)
-
 export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
     const table = sql.literal(settings.table("outbox"))
-    const lifecycle = Lifecycle.make({ queue: "outbox", done: "projected_at" })
+    const lifecycle = QueueLifecycle.outbox
     const iso = (column: string) => sql.literal(isoUtc(column))
     const columns = (lastError: string) =>
       sql`
@@ -340,57 +296,12 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
            ORDER BY b.ago DESC`.pipe(decodeRows(HistoryRow), classifySqlErrors("OutboxSearch.history"))
       })
 
-    /** One committed batch after another, in id order, until a batch comes back short. */
-    const bulk = (
-      name: string,
-      statement: (batch: Statement.Fragment) => Statement.Statement<{ id: string }>
-    ) =>
-    (filter: MessageFilter, options: BulkOptions = {}): Stream.Stream<BulkProgress, InvalidInput | DatabaseError> =>
-      Stream.unwrap(Effect.gen(function*() {
-        const matches = yield* where(filter)
-        const { batchSize = 500, statementTimeout, upTo } = yield* decodeBulk(options)
-        const operation = `OutboxSearch.${name}`
-        const run = (batch: Statement.Statement<{ id: string }>) =>
-          statementTimeout === undefined
-            ? classifySqlErrors(operation)(batch)
-            : bounded(sql, { lockTimeout: settings.lockTimeout, statementTimeout: Option.some(statementTimeout) }, operation, batch)
-        const step = (state: { readonly after: string; readonly total: number }) =>
-          Effect.map(
-            run(statement(sql`
-              SELECT id FROM ${table}
-               WHERE ${sql.literal(lifecycle.is.dead)} AND id > ${state.after}::bigint ${upTo === undefined ? sql`` : sql`AND id <= ${upTo}::bigint`}
-                 AND ${matches}
-               ORDER BY id LIMIT ${batchSize} FOR UPDATE SKIP LOCKED`)),
-            (rows): readonly [ReadonlyArray<BulkProgress>, Option.Option<{ readonly after: string; readonly total: number }>] => {
-              const ids = rows.map((row) => row.id)
-              const total = state.total + ids.length
-              const last = ids.length === 0 ? state.after : ids.reduce((a, b) => (BigInt(a) > BigInt(b) ? a : b))
-              return [[{ ids, total }], ids.length < batchSize ? Option.none() : Option.some({ after: last, total })]
-            }
-          )
-        return Stream.paginate({ after: "0", total: 0 }, step)
-      }))
-
-    // The lifecycle's transitions, as `OutboxAdmin.redrive` and `discard` make them.
-    const { discard, redrive } = lifecycle.transitions
-    const redriveMatching = bulk("redriveMatching", (batch) =>
-      sql<{ id: string }>`
-        UPDATE ${table} SET ${sql.literal(redrive.set)}
-         WHERE id = ANY(ARRAY(${batch})) AND ${sql.literal(redrive.from)}
-        RETURNING id::text AS id`)
-
-    const discardMatching = bulk("discardMatching", (batch) =>
-      sql<{ id: string }>`DELETE FROM ${table} WHERE id = ANY(ARRAY(${batch})) AND ${sql.literal(discard.from)}
-                          RETURNING id::text AS id`)
-
     return OutboxSearch.of({
       messages,
       count,
       message,
       deadLetterGroups,
-      history,
-      redriveMatching,
-      discardMatching
+      history
     })
   }
 )

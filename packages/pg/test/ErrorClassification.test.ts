@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import type { DatabaseError } from "@effect-durable/core/Errors"
+import { DatabaseError } from "@effect-durable/core/Errors"
 import * as Faults from "@effect-durable/testing/Faults"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as PgClient from "@effect/sql-pg/PgClient"
@@ -10,7 +10,7 @@ import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Reactivity from "effect/reactivity/Reactivity"
-import { classifySqlErrors } from "../src/ErrorClassification.js"
+import { classify, classifySqlErrors, isSessionFailure } from "../src/ErrorClassification.js"
 import * as MutationLedger from "../src/MutationLedger.js"
 import { substrate } from "./support.js"
 
@@ -28,6 +28,26 @@ const Live = Layer.effectDiscard(
 
 describe("PostgreSQL errors are classified in one place", () => {
   it.layer(Live)((it) => {
+    it.effect("no session (unreachable, authentication, no such database) is told apart from a failed statement", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        // A statement that failed on a live session is not a session failure.
+        expect(isSessionFailure(yield* run(sql`SELECT * FROM no_such_table`))).toBe(false)
+        expect(isSessionFailure(yield* run(sql`SELECT 1 / 0`))).toBe(false)
+        const failure = (code: string | null, cause?: unknown) =>
+          new DatabaseError({ code, retryable: false, operation: "test", detail: "x", cause })
+        // By SQLSTATE class: connection exception, invalid authorization, invalid catalog name.
+        for (const code of ["08006", "28P01", "3D000"]) expect(isSessionFailure(failure(code)), code).toBe(true)
+        for (const code of ["57P01", "53300", "42501"]) expect(isSessionFailure(failure(code)), code).toBe(false)
+        // By the socket's code, and by the driver's message for a connection the server closed.
+        const refused = Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:1"), { code: "ECONNREFUSED" })
+        expect(isSessionFailure(classify("test")(refused))).toBe(true)
+        const notFound = Object.assign(new Error("getaddrinfo ENOTFOUND db.invalid"), { code: "ENOTFOUND" })
+        expect(isSessionFailure(classify("test")(notFound))).toBe(true)
+        expect(isSessionFailure(classify("test")(new Error("Connection terminated unexpectedly")))).toBe(true)
+        expect(isSessionFailure(classify("test")(new Error("something else")))).toBe(false)
+      }))
+
     it.effect("permanent errors are not retryable", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient

@@ -8,13 +8,14 @@ import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import { DurableSettings } from "../src/DurableConfig.js"
 import * as Outbox from "../src/Outbox.js"
+import * as OutboxBulk from "../src/OutboxBulk.js"
 import * as OutboxSearch from "../src/OutboxSearch.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
 import * as Retention from "../src/Retention.js"
 import { eventually, substrate } from "./support.js"
 
-const Live = OutboxSearch.layer.pipe(Layer.provideMerge(substrate()))
+const Live = Layer.merge(OutboxSearch.layer, OutboxBulk.layer).pipe(Layer.provideMerge(substrate()))
 
 const outboxTable = Effect.map(DurableSettings, (settings) => settings.table("outbox"))
 
@@ -152,6 +153,7 @@ describe("OutboxSearch", () => {
     it.effect("redrive of everything matching goes in bounded batches, each committed, up to the confirmed id", () =>
       Effect.gen(function*() {
         const search = yield* OutboxSearch.OutboxSearch
+        const bulk = yield* OutboxBulk.OutboxBulk
         const { ids, topic } = yield* seed(Array.from({ length: 7 }, (_, n) => ({ payload: { n } })))
         yield* kill(topic, () => "bad")
         const { maxId } = yield* search.count({ topic, state: "dead" })
@@ -163,27 +165,50 @@ describe("OutboxSearch", () => {
         })
         yield* kill(topic, () => "bad")
         const progress = Array.from(
-          yield* Stream.runCollect(search.redriveMatching({ topic }, { batchSize: 3, statementTimeout: "5 seconds", ...(maxId === null ? {} : { upTo: maxId }) }))
+          yield* Stream.runCollect(bulk.redriveMatching({ topic }, { batchSize: 3, statementTimeout: "5 seconds", ...(maxId === null ? {} : { upTo: maxId }) }))
         )
         expect(progress.map((p) => [p.ids.length, p.total])).toEqual([[3, 3], [3, 6], [1, 7]])
         expect((yield* stateOf(ids)).every((row) => !row.dead && row.attempts === 0)).toBe(true)
         expect((yield* stateOf(late.ids))[0]!.dead).toBe(true)
       }))
 
-    it.effect("discard of everything matching deletes only dead messages of the filter; an interrupted one leaves whole batches", () =>
+    it.effect("a bulk action held to the confirmed count acts on at most that many, oldest first, each once", () =>
       Effect.gen(function*() {
         const search = yield* OutboxSearch.OutboxSearch
+        const bulk = yield* OutboxBulk.OutboxBulk
+        const { ids, topic } = yield* seed(Array.from({ length: 5 }, (_, n) => ({ payload: { n } })))
+        yield* kill(topic, () => "bad")
+        const { count, maxId } = yield* search.count({ topic, state: "dead" })
+        expect(count).toBe(5)
+        // The operator confirmed 3 (a count shown earlier): 3 are redriven, in two batches, the oldest.
+        const held = Array.from(yield* Stream.runCollect(bulk.redriveMatching({ topic }, { batchSize: 2, limit: 3, upTo: maxId! })))
+        expect(held.map((p) => [p.ids.length, p.total])).toEqual([[2, 2], [1, 3]])
+        expect(held.flatMap((p) => p.ids)).toEqual(ids.slice(0, 3))
+        expect((yield* stateOf(ids)).map((row) => row.dead)).toEqual([false, false, false, true, true])
+        // A limit of 0 touches nothing; a limit beyond the matches takes what there is.
+        expect(Array.from(yield* Stream.runCollect(bulk.discardMatching({ topic }, { limit: 0 })))).toEqual([])
+        const rest = Array.from(yield* Stream.runCollect(bulk.discardMatching({ topic }, { limit: 100, batchSize: 10 })))
+        expect(rest.flatMap((p) => p.ids)).toEqual(ids.slice(3))
+        expect(yield* Effect.flip(Stream.runDrain(bulk.discardMatching({ topic }, { limit: -1 })))).toMatchObject({
+          _tag: "InvalidInput",
+          argument: "options.limit"
+        })
+      }))
+
+    it.effect("discard of everything matching deletes only dead messages of the filter; an interrupted one leaves whole batches", () =>
+      Effect.gen(function*() {
+        const bulk = yield* OutboxBulk.OutboxBulk
         const { ids, topic } = yield* seed(Array.from({ length: 6 }, (_, n) => ({ payload: { n, tenant: n % 2 === 0 ? "acme" : "globex" } })))
         yield* kill(topic, () => "bad")
         const alive = yield* seed([{ payload: { tenant: "acme" } }])
         const filter = { payload: [{ path: ["tenant"], value: "acme" }] }
-        const taken = yield* Stream.runCollect(search.discardMatching({ topic, ...filter }, { batchSize: 2 }))
+        const taken = yield* Stream.runCollect(bulk.discardMatching({ topic, ...filter }, { batchSize: 2 }))
         expect(Array.from(taken).flatMap((p) => p.ids)).toEqual([ids[0], ids[2], ids[4]])
         expect((yield* stateOf(ids)).map((r) => r.id)).toEqual([ids[1], ids[3], ids[5]])
         expect(yield* stateOf(alive.ids)).toHaveLength(1)
         // Stopped after its first batch: that batch is gone, the rest untouched.
         const fiber = yield* Stream.runForEach(
-          search.discardMatching({ topic }, { batchSize: 1 }),
+          bulk.discardMatching({ topic }, { batchSize: 1 }),
           () => Effect.never
         ).pipe(Effect.forkChild)
         yield* eventually(stateOf(ids), (rows) => rows.length === 2)
@@ -228,7 +253,7 @@ describe("OutboxSearch", () => {
           _tag: "InvalidInput",
           argument: "filter.payload[0].path"
         })
-        const stream = search.redriveMatching({}, { batchSize: 0 })
+        const stream = (yield* OutboxBulk.OutboxBulk).redriveMatching({}, { batchSize: 0 })
         expect(yield* Effect.flip(Stream.runDrain(stream))).toMatchObject({ _tag: "InvalidInput", argument: "options.batchSize" })
       }))
   })

@@ -8,9 +8,7 @@
  * (`Flag.withFallbackConfig` does not fit here: the library reads `DATABASE_URL` itself, and
  * an error must name the flag only when the user typed the flag.)
  */
-import { SchemaVersionMismatch } from "@effect-durable/core/Errors"
 import * as Durable from "@effect-durable/pg/Durable"
-import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import { classifySqlErrors } from "@effect-durable/pg/ErrorClassification"
 import * as Migrations from "@effect-durable/pg/Migrations"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
@@ -147,14 +145,7 @@ const FLAG_OF: Readonly<Record<string, string>> = {
 }
 
 /** Fails with `SchemaVersionMismatch` (exit 4) unless the schema is at this release's version. */
-export const requireCurrentSchema = Effect.gen(function*() {
-  const settings = yield* DurableSettings
-  const versions = yield* Migrations.appliedVersions
-  const found = versions.length === 0 ? 0 : Math.max(...versions)
-  if (found !== Migrations.latestVersion) {
-    return yield* new SchemaVersionMismatch({ schema: settings.schema, found, needed: Migrations.latestVersion })
-  }
-})
+export const requireCurrentSchema = Migrations.checkSchemaVersion
 
 /** One round trip: the pool connects on first use, so this is where an unreachable database shows. */
 const connect = Effect.flatMap(SqlClient.SqlClient, (sql) => sql`SELECT 1`).pipe(classifySqlErrors("connect"))

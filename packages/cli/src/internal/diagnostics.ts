@@ -32,13 +32,11 @@ const guarded = <R>(name: string, check: Effect.Effect<Check, unknown, R>): Effe
 const version = guarded(
   "schema version",
   Effect.gen(function*() {
-    const settings = yield* DurableSettings
-    const versions = yield* Migrations.appliedVersions
-    const found = versions.length === 0 ? 0 : Math.max(...versions)
-    if (found === Migrations.latestVersion) return ok("schema version", `${settings.schema} is at version ${found}, this release's`)
-    return found < Migrations.latestVersion
-      ? fail("schema version", `${settings.schema} is at version ${found}, this release needs ${Migrations.latestVersion}: run effect-durable migrate`)
-      : fail("schema version", `${settings.schema} is at version ${found}, newer than this release knows (${Migrations.latestVersion})`)
+    const { found, needed, schema } = yield* Migrations.schemaVersion
+    if (found === needed) return ok("schema version", `${schema} is at version ${found}, this release's`)
+    return found < needed
+      ? fail("schema version", `${schema} is at version ${found}, this release needs ${needed}: run effect-durable migrate`)
+      : fail("schema version", `${schema} is at version ${found}, newer than this release knows (${needed})`)
   })
 )
 

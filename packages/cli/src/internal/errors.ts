@@ -4,6 +4,8 @@
  * after the flag the user typed, not the library's argument). The cause stays attached for
  * `--verbose`.
  */
+import { DatabaseError, DurableConfigError, InvalidInput, SchemaVersionMismatch } from "@effect-durable/core/Errors"
+import { isSessionFailure } from "@effect-durable/pg/ErrorClassification"
 import * as CliError from "effect/cli/CliError"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
@@ -76,47 +78,29 @@ const flagOf = (argument: string): string => {
   return argument
 }
 
-const SESSION_CODES = /^(08|28|3D)/
-
-/** The library's typed failures as `CommandError`s; anything else passes through unchanged. */
+/** The library's typed failures as `CommandError`s, by their type; anything else passes through unchanged. */
 export const fromLibrary = (error: unknown): unknown => {
-  if (isCommandError(error) || CliError.isCliError(error)) return error
-  const tag = (error as { _tag?: unknown } | null)?._tag
-  switch (tag) {
-    case "InvalidInput": {
-      const e = error as { argument: string; rule: string }
-      return usage(`invalid ${flagOf(e.argument)}: ${e.rule}`, error)
-    }
-    case "DurableConfigError": {
-      const e = error as { field: string; rule: string }
-      return usage(`invalid ${e.field}: ${e.rule}`, error)
-    }
-    case "SchemaVersionMismatch": {
-      const e = error as { schema: string; found: number; needed: number }
-      return new CommandError({
-        exitCode: ExitCode.schemaVersion,
-        message: e.found < e.needed
-          ? `schema ${e.schema} is at version ${e.found}; this release needs ${e.needed}: run effect-durable migrate`
-          : `schema ${e.schema} is at version ${e.found}, newer than this release knows (${e.needed}): use a newer effect-durable`,
+  if (error instanceof InvalidInput) return usage(`invalid ${flagOf(error.argument)}: ${error.rule}`, error)
+  if (error instanceof DurableConfigError) return usage(`invalid ${error.field}: ${error.rule}`, error)
+  if (error instanceof SchemaVersionMismatch) {
+    return new CommandError({
+      exitCode: ExitCode.schemaVersion,
+      message: error.found < error.needed
+        ? `schema ${error.schema} is at version ${error.found}; this release needs ${error.needed}: run effect-durable migrate`
+        : `schema ${error.schema} is at version ${error.found}, newer than this release knows (${error.needed}): use a newer effect-durable`,
+      cause: error
+    })
+  }
+  if (error instanceof DatabaseError) {
+    return isSessionFailure(error)
+      ? new CommandError({ exitCode: ExitCode.unreachable, message: `cannot reach the database: ${error.detail}`, cause: error })
+      : new CommandError({
+        exitCode: ExitCode.databaseError,
+        message: `${error.operation} failed${error.code === null ? "" : ` [${error.code}]`}: ${error.detail}`,
         cause: error
       })
-    }
-    case "DatabaseError": {
-      const e = error as { code: string | null; detail: string; operation: string; retryable: boolean }
-      const lost = (e.code !== null && SESSION_CODES.test(e.code)) ||
-        /ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ECONNRESET|timeout exceeded when trying to connect|Connection terminated/i
-          .test(e.detail)
-      return lost
-        ? new CommandError({ exitCode: ExitCode.unreachable, message: `cannot reach the database: ${e.detail}`, cause: error })
-        : new CommandError({
-          exitCode: ExitCode.databaseError,
-          message: `${e.operation} failed${e.code === null ? "" : ` [${e.code}]`}: ${e.detail}`,
-          cause: error
-        })
-    }
-    default:
-      return error
   }
+  return error
 }
 
 /** Maps the library's typed failures of `effect` to `CommandError`s. */

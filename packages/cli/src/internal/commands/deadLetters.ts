@@ -7,6 +7,7 @@
  * about: Ctrl-C leaves whole batches done and the rest untouched.
  */
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
+import * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
 import * as Argument from "effect/cli/Argument"
 import * as Command from "effect/cli/Command"
@@ -16,7 +17,6 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import { confirm, duration, ids, json, positive, toggle, yes } from "../arguments.js"
-import { held } from "../bulk.js"
 import { withDatabase } from "../connection.js"
 import { checkFailed, usage } from "../errors.js"
 import * as Output from "../output.js"
@@ -208,7 +208,7 @@ const act = (verb: Verb) =>
         yield* confirm(args.yes, `${verb} ${Output.plural(total, "dead letter")}${describe(args)}?`)
         // No more than the count confirmed, none newer than the newest counted, none twice.
         yield* Stream.runForEach(
-          held({ verb, filter, upTo: matching.maxId, expected: total, batchSize: args.batchSize, batch: (batch) => batch }),
+          (yield* OutboxBulk.OutboxBulk)[`${verb}Matching`](filter, { upTo: matching.maxId, limit: total, batchSize: args.batchSize }),
           (progress) => {
             done = progress.total
             return progress.ids.length === 0 ? Effect.void : Output.note(`${verb}: ${Output.count(done)}/${Output.count(total)}`)

@@ -4,7 +4,7 @@
  * so the browser only polls. Closing the scope (the server stopping) interrupts them between
  * or during a batch: what is done is whole batches, the rest untouched.
  */
-import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import type * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
 import * as FiberSet from "effect/FiberSet"
@@ -45,7 +45,7 @@ export const make = Effect.gen(function*() {
     action: string,
     who: string,
     total: number,
-    stream: Stream.Stream<OutboxSearch.BulkProgress, E>
+    stream: Stream.Stream<OutboxBulk.BulkProgress, E>
   ) {
     const id = randomBytes(8).toString("hex")
     const job: Job = { id, action, who, total, done: 0, state: "running", startedAt: new Date().toISOString() }

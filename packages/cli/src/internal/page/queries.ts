@@ -4,12 +4,12 @@
  * `DatabaseError` the page shows, instead of holding a connection of the application's pool.
  */
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
-import { classifySqlErrors } from "@effect-durable/pg/ErrorClassification"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as Migrations from "@effect-durable/pg/Migrations"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import * as QueueLifecycle from "@effect-durable/pg/QueueLifecycle"
 import * as Transactions from "@effect-durable/pg/Transactions"
 import * as SqlClient from "effect/sql/SqlClient"
 import type * as Duration from "effect/Duration"
@@ -30,30 +30,11 @@ export interface Receipt {
   readonly lastError: string | null
 }
 
-/**
- * The applied versions, inside the page's transaction: a schema nobody migrated has none. Its
- * history table is looked up first, as a failed SELECT would abort the transaction (and fail
- * its COMMIT) even though `Migrations.appliedVersions` takes the failure for "none".
- */
-const appliedVersions = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  const settings = yield* DurableSettings
-  const [history] = yield* sql<{ readonly present: boolean }>`
-    SELECT to_regclass(${settings.table("schema_migrations")}) IS NOT NULL AS present`.pipe(
-    classifySqlErrors("AdminPage.appliedVersions")
-  )
-  return history?.present === true ? yield* Migrations.appliedVersions : []
-})
-
 export const makeQueries = (statementTimeout: Duration.Input) => {
   const timed = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
     Transactions.withTimeouts({ lockTimeout: "2 seconds", statementTimeout })(effect)
 
-  const version = Effect.gen(function*() {
-    const settings = yield* DurableSettings
-    const versions = yield* appliedVersions
-    return { schema: settings.schema, version: versions.length === 0 ? 0 : Math.max(...versions), latest: Migrations.latestVersion }
-  })
+  const version = Effect.map(Migrations.schemaVersion, ({ found, needed, schema }) => ({ schema, version: found, latest: needed }))
 
   const overview = timed(Effect.gen(function*() {
     const outbox = yield* OutboxAdmin.OutboxAdmin
@@ -88,8 +69,7 @@ export const makeQueries = (statementTimeout: Duration.Input) => {
       const settings = yield* DurableSettings
       return yield* sql<Receipt>`
         SELECT id::text AS id, message_id AS "messageId",
-               CASE WHEN dead_at IS NOT NULL THEN 'dead' WHEN processed_at IS NOT NULL THEN 'processed'
-                    WHEN claimed_until > now() THEN 'claimed' WHEN available_at > now() THEN 'delayed' ELSE 'ready' END AS state,
+               ${sql.literal(QueueLifecycle.inbox.stateOf)} AS state,
                attempt_count AS attempts,
                to_char(received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS "receivedAt",
                to_char(processed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS "processedAt",
@@ -113,7 +93,7 @@ export const makeQueries = (statementTimeout: Duration.Input) => {
 
   const schema = Effect.gen(function*() {
     const v = yield* timed(version)
-    const applied = new Set(yield* timed(appliedVersions))
+    const applied = new Set(yield* timed(Migrations.appliedVersions))
     const pending = Migrations.migrations.filter((m) => !applied.has(m.version)).map(({ name, version }) => ({ version, name }))
     return { ...v, pending }
   })

@@ -7,41 +7,45 @@
  * and counts, never payloads; stored values escaped, so no line can be forged). A bad input
  * is a 4xx, a database that does not answer a 503.
  */
-import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import { DatabaseError, type InvalidInput } from "@effect-durable/core/Errors"
 import type { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import type * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
-import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
-import * as ByteSize from "effect/ByteSize"
-import * as Data from "effect/Data"
-import * as HttpIncomingMessage from "effect/http/HttpIncomingMessage"
+import * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
+import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
 import * as HttpMethod from "effect/http/HttpMethod"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import type * as SqlClient from "effect/sql/SqlClient"
-import * as Cause from "effect/Cause"
 import type * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
-import * as Schema from "effect/Schema"
-import * as Stream from "effect/Stream"
-import { held } from "../bulk.js"
-import { isMessageId, MESSAGE_ID_RULE } from "../ids.js"
-import { stringify } from "../output.js"
 import { printable } from "../printable.js"
 import * as Assets from "./assets.js"
 import type { Sample } from "./chart.js"
 import * as Filters from "./filters.js"
-import type { Html } from "./html.js"
 import * as Jobs from "./jobs.js"
 import { HISTORY, makeQueries } from "./queries.js"
 import { addressOf, check, type Policy, secured } from "./security.js"
 import * as StoreViews from "./storeViews.js"
 import * as Views from "./views.js"
+import {
+  ActionBody,
+  basePathOf,
+  body,
+  describe,
+  exactlyAt,
+  htmlResponse,
+  jsonResponse,
+  PageError,
+  rawPath,
+  reasonOf,
+  TopicBody
+} from "./edge.js"
 
 export interface PageOptions {
   readonly policy: Policy
@@ -60,125 +64,13 @@ interface Request {
   readonly view: Views.ViewContext
 }
 
-/** A failure the page answers with its own status (too large, too deep, a set that moved). */
-class PageError extends Data.TaggedError("PageError")<{ readonly status: number; readonly message: string }> {}
-
-/** Action bodies are ids (1,000 at most) or a filter and a count: this is many times enough. */
-const MAX_BODY_BYTES = 64 * 1024
-/** `{ "ids": [...] }` is two levels deep: deeper JSON is refused before it is parsed. */
-const MAX_BODY_DEPTH = 4
-
-const MessageIdText = Schema.String.check(Schema.makeFilter((id) => isMessageId(id), { message: MESSAGE_ID_RULE }))
-
-const IdsBody = Schema.Struct({
-  ids: Schema.Array(Schema.String).check(Schema.isMinLength(1), Schema.isMaxLength(1000)),
-  consumer: Schema.optional(Schema.String)
-})
-const FilterBody = Schema.Struct({
-  filter: Schema.String,
-  /** The newest id of the count the operator confirmed (null: none matched). */
-  upTo: Schema.optional(Schema.NullOr(MessageIdText)),
-  /** The count the operator confirmed: the action does no more than this, and refuses (409) if the set moved. */
-  expected: Schema.Number.check(Schema.makeFilter((n) => Number.isInteger(n) && n >= 1 && n <= 100_000_000, {
-    message: "the count the operator confirmed (an integer from 1)"
-  }))
-})
-const ActionBody = Schema.Union([IdsBody, FilterBody])
-const TopicBody = Schema.Struct({ topic: Schema.String })
-
-/** Whether JSON text nests arrays and objects deeper than `max` (strings skipped, escapes too). */
-const nestedDeeperThan = (text: string, max: number): boolean => {
-  let depth = 0
-  let inString = false
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i)
-    if (inString) {
-      if (c === 92) i++
-      else if (c === 34) inString = false
-    } else if (c === 34) inString = true
-    else if (c === 91 || c === 123) {
-      if (++depth > max) return true
-    } else if (c === 93 || c === 125) depth--
-  }
-  return false
-}
-
-/** A failure as the page shows it: the typed error's message and a status. */
-const describe = (cause: Cause.Cause<unknown>): { readonly status: number; readonly message: string } => {
-  const failure = Cause.findErrorOption(cause)
-  if (Option.isSome(failure)) {
-    const error = failure.value as { _tag?: string; message?: string; status?: number }
-    switch (error._tag) {
-      case "PageError":
-        return { status: error.status ?? 400, message: error.message ?? "invalid request" }
-      case "InvalidInput":
-      case "SchemaError":
-        return { status: 400, message: error.message ?? "invalid request" }
-      case "DatabaseError":
-        return { status: 503, message: error.message ?? "database error" }
-    }
-  }
-  return { status: 500, message: "internal error (logged on the server)" }
-}
-
-/** A failure's reason on one line, for a log line. */
-const reasonOf = (cause: Cause.Cause<unknown>): string => {
-  const error = Cause.squash(cause)
-  return printable(error instanceof Error ? `${error.name}: ${error.message}` : String(error))
-}
-
-const htmlResponse = (body: Html, status = 200) =>
-  HttpServerResponse.text(body.value, { status, contentType: "text/html; charset=utf-8" })
-const jsonResponse = (body: unknown, status = 200) =>
-  HttpServerResponse.text(stringify(body), { status, contentType: "application/json" })
-
-/** The path of a request as it was sent: undecoded, unnormalized, without the query. */
-const rawPath = (originalUrl: string): string => {
-  const path = originalUrl.replace(/^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/, "")
-  const end = path.search(/[?#]/)
-  return end === -1 ? path : path.slice(0, end)
-}
-
-/**
- * Whether `path` (as sent) is exactly what the route's `pattern` (its prefix included)
- * describes: every static segment with its case, a parameter any non-empty segment, no empty
- * segment (`//`), no trailing slash but at the page's root. The router itself is looser
- * (case-insensitive, slashes collapsed), which would let `/ADMIN/DURABLE/` or
- * `//admin/durable/` past a proxy's rule for `/admin/durable/`.
- */
-const exactlyAt = (pattern: string, path: string): boolean => {
-  if (!path.startsWith("/")) return false
-  const wildcard = pattern === "*" || pattern.endsWith("/*")
-  const base = pattern === "*" ? "" : wildcard ? pattern.slice(0, -2) : pattern
-  const want = base === "" || base === "/" ? [] : base.split("/").slice(1)
-  const got = path.split("/").slice(1)
-  if (got.length < want.length) return false
-  for (let i = 0; i < want.length; i++) {
-    const segment = got[i]!
-    if (want[i]!.includes(":") ? segment === "" : segment !== want[i]) return false
-  }
-  const rest = got.slice(want.length)
-  // `/prefix`, `/prefix/` and `/prefix/a/b` for a wildcard; nothing more for a route.
-  return wildcard
-    ? rest.every((segment, i) => segment !== "" || i === rest.length - 1)
-    : rest.length === 0 || (want.length === 0 && rest.length === 1 && rest[0] === "")
-}
-
-/** Where the page is mounted, from the part of the path the router took off. */
-const basePathOf = (original: string, request: HttpServerRequest.HttpServerRequest): string => {
-  const path = rawPath(request.url)
-  if (original === path) return ""
-  if (path === "/" && !original.endsWith("/")) return original
-  return original.endsWith(path) ? original.slice(0, original.length - path.length) : ""
-}
-
 /** What the router gives every route's handler. */
 type RouteRequirements = HttpServerRequest.HttpServerRequest | HttpRouter.RouteContext
 
 const SAMPLE_EVERY = 4_000
 const SAMPLE_KEEP = 15 * 60_000
 
-/** What the page reads and acts through (all but `OutboxSearch` come with `Durable.layer`). */
+/** What the page reads and acts through (`AdminPage.make` builds `OutboxSearch` and `OutboxBulk` itself). */
 export type Requirements =
   | SqlClient.SqlClient
   | DurableSettings
@@ -186,6 +78,7 @@ export type Requirements =
   | InboxAdmin.InboxAdmin
   | MutationLedger.MutationLedger
   | OutboxSearch.OutboxSearch
+  | OutboxBulk.OutboxBulk
 
 /**
  * The page's routes, unprefixed (`HttpRouter.addAll` puts them under a mount). Every handler
@@ -264,28 +157,6 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
       Effect.annotateLogs({ who: r.who, address: addressOf(r.request), action, ...fields })
     )
 
-  /** An action's JSON body: at most `MAX_BODY_BYTES` read (413), `MAX_BODY_DEPTH` deep, then decoded (400). */
-  const body = <A>(schema: Schema.Decoder<A>) =>
-    Effect.gen(function*() {
-      const request = yield* HttpServerRequest.HttpServerRequest
-      const text = yield* request.text.pipe(
-        Effect.provideService(HttpIncomingMessage.MaxBodySize, ByteSize.bytes(MAX_BODY_BYTES)),
-        Effect.mapError((error) =>
-          error.reason._tag === "RequestParseError" && error.reason.reason === "BodyTooLarge"
-            ? new PageError({ status: 413, message: `an action's body is at most ${MAX_BODY_BYTES / 1024} KiB` })
-            : new PageError({ status: 400, message: "the request body could not be read" })
-        )
-      )
-      if (nestedDeeperThan(text, MAX_BODY_DEPTH)) {
-        return yield* new PageError({ status: 400, message: `an action's body is JSON nested at most ${MAX_BODY_DEPTH} levels` })
-      }
-      const json = yield* Effect.try({
-        try: (): unknown => JSON.parse(text),
-        catch: () => new PageError({ status: 400, message: "the request body is not JSON" })
-      })
-      return yield* Schema.decodeUnknownEffect(schema)(json)
-    })
-
   /**
    * The message filter of a query string. With payloads hidden, a filter on their values would
    * tell them one guess at a time (one row for the right value, none for a wrong one): refused.
@@ -317,8 +188,14 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
             maxId: counted.maxId
           }, 409)
         }
-        const stream = held({ verb, filter, upTo, expected: input.expected, batchSize: options.batchSize, batch: queries.timed })
-        const id = yield* jobs.start(`${verb} of all matching`, r.who, input.expected, stream as Stream.Stream<OutboxSearch.BulkProgress, unknown>)
+        const bulk = yield* OutboxBulk.OutboxBulk
+        const stream = bulk[`${verb}Matching`](filter, {
+          upTo,
+          limit: input.expected,
+          batchSize: options.batchSize,
+          statementTimeout: options.statementTimeout
+        })
+        const id = yield* jobs.start(`${verb} of all matching`, r.who, input.expected, stream)
         yield* audit(r, `${verb} of all matching (${input.expected} dead messages)`, { filter: input.filter, job: id, count: input.expected })
         return jsonResponse({ job: id, total: input.expected })
       }
@@ -405,7 +282,7 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
             error: result._tag === "Failure" ? result.failure.message : undefined
           }
           // A bad filter or a failed query is shown in place of the list, with the form to fix it.
-          const status = result._tag === "Success" ? 200 : result.failure._tag === "DatabaseError" ? 503 : 400
+          const status = result._tag === "Success" ? 200 : result.failure instanceof DatabaseError ? 503 : 400
           return htmlResponse(Views.messagesPage(r.view, data), status)
         }))
     ),
@@ -454,7 +331,7 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
               error: found._tag === "Failure" ? found.failure.message : undefined
             }),
             // A key that breaks a rule is the request's fault; a database that does not answer is not.
-            found._tag === "Success" ? 200 : found.failure._tag === "DatabaseError" ? 503 : 400
+            found._tag === "Success" ? 200 : found.failure instanceof DatabaseError ? 503 : 400
           )
         }))
     ),

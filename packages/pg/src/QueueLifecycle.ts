@@ -1,0 +1,25 @@
+/**
+ * The life of a queue row as SQL, for code that reads the substrate's tables directly (the
+ * admin page's own queries, tests, the chaos suite): each state's predicate over the row's
+ * columns, a row's state as text, and the counters — the very text the substrate's own
+ * statements use, so a tool never spells a state again. Every fragment is plain SQL over
+ * unqualified columns (or over `alias.` columns with `forOutbox(alias)` / `forInbox(alias)`).
+ *
+ * @since 0.2.0
+ */
+import * as Lifecycle from "./internal/queue/lifecycle.js"
+
+export { STATES } from "./internal/queue/lifecycle.js"
+export type { Lifecycle, State } from "./internal/queue/lifecycle.js"
+
+/** The outbox's row lifecycle (its done state is `projected`), over columns of `alias` when given. */
+export const forOutbox = (alias?: string): Lifecycle.Lifecycle => Lifecycle.make({ queue: "outbox", done: "projected_at" }, alias)
+
+/** The stored inbox's row lifecycle (its done state is `processed`), over columns of `alias` when given. */
+export const forInbox = (alias?: string): Lifecycle.Lifecycle => Lifecycle.make({ queue: "inbox", done: "processed_at" }, alias)
+
+/** The outbox's, over unqualified columns. */
+export const outbox: Lifecycle.Lifecycle = forOutbox()
+
+/** The stored inbox's, over unqualified columns. */
+export const inbox: Lifecycle.Lifecycle = forInbox()
