@@ -33,32 +33,34 @@ export interface CommitCutProxy {
 const SSL_REQUEST = 80877103
 const GSSENC_REQUEST = 80877104
 
-/** Whether a frontend message is a COMMIT: a simple query, or the Parse of an extended one. */
-const isCommit = (type: number, body: Buffer): boolean => {
-  let text: string
-  if (type === 0x51 /* Q */) text = body.toString("utf8", 0, Math.max(0, body.length - 1))
-  else if (type === 0x50 /* P */) {
-    // Parse: statement name (C string), then the query text (C string).
-    const nameEnd = body.indexOf(0)
-    if (nameEnd < 0) return false
-    const queryEnd = body.indexOf(0, nameEnd + 1)
-    text = body.toString("utf8", nameEnd + 1, queryEnd < 0 ? body.length : queryEnd)
-  } else return false
-  return /^\s*(COMMIT|END)\b/i.test(text)
+const cString = (body: Buffer, from: number): { readonly text: string; readonly end: number } | undefined => {
+  const end = body.indexOf(0, from)
+  return end < 0 ? undefined : { text: body.toString("utf8", from, end), end }
 }
+
+const COMMIT_TEXT = /^\s*(COMMIT|END)\b/i
 
 /**
  * Splits the client's byte stream into whole messages and hands on the complete ones, with
  * the offset just past the first COMMIT among them. A partial message waits for its rest.
+ *
+ * A COMMIT is a simple query (`Q`), or in the extended protocol the Parse of one or the Bind of
+ * a statement prepared as one earlier on this connection (a driver that prepares statements by
+ * name sends COMMIT's text once per connection, then only binds it). For the extended protocol
+ * the offset is past the Sync that ends the COMMIT's pipeline, so that a forwarded cut carries
+ * its Execute: the server commits, and the client never hears of it.
  */
 const frontendReader = (onMessages: (bytes: Buffer, commitAt: number | undefined) => void) => {
   let pending: Buffer = Buffer.alloc(0)
   // Before the startup message, messages carry no type byte.
   let startup = true
+  // Names of the statements this connection prepared as COMMIT.
+  const commitStatements = new Set<string>()
   return (chunk: Buffer) => {
     pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk])
     let offset = 0
     let commitEnd: number | undefined
+    let extendedCommit = false
     while (true) {
       if (startup) {
         if (pending.length - offset < 8) break
@@ -75,7 +77,25 @@ const frontendReader = (onMessages: (bytes: Buffer, commitAt: number | undefined
       const length = pending.readInt32BE(offset + 1)
       if (pending.length - offset < 1 + length) break
       const end = offset + 1 + length
-      if (commitEnd === undefined && isCommit(type, pending.subarray(offset + 5, end))) commitEnd = end
+      const body = pending.subarray(offset + 5, end)
+      if (type === 0x51 /* Q */) {
+        if (commitEnd === undefined && !extendedCommit && COMMIT_TEXT.test(body.toString("utf8", 0, Math.max(0, body.length - 1)))) {
+          commitEnd = end
+        }
+      } else if (type === 0x50 /* P: statement name, query text */) {
+        const name = cString(body, 0)
+        const query = name === undefined ? undefined : cString(body, name.end + 1)
+        if (name !== undefined && query !== undefined && COMMIT_TEXT.test(query.text)) {
+          if (name.text !== "") commitStatements.add(name.text)
+          extendedCommit = true
+        } else if (name !== undefined) commitStatements.delete(name.text)
+      } else if (type === 0x42 /* B: portal name, statement name, ... */) {
+        const portal = cString(body, 0)
+        const statement = portal === undefined ? undefined : cString(body, portal.end + 1)
+        if (statement !== undefined && commitStatements.has(statement.text)) extendedCommit = true
+      } else if (type === 0x53 /* S: Sync */ && extendedCommit && commitEnd === undefined) {
+        commitEnd = end
+      }
       offset = end
     }
     const complete = pending.subarray(0, offset)

@@ -2,7 +2,10 @@ import { describe, expect, it } from "@effect/vitest"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as SqlClient from "effect/sql/SqlClient"
+import * as PgClient from "@effect/sql-pg/PgClient"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import pg from "pg"
 import * as Proxy from "../src/proxy.js"
@@ -52,6 +55,29 @@ describe("the chaos suite's commit-cutting proxy", () => {
         }
         yield* eventually(sql<{ mode: string }>`SELECT mode FROM cut`, (rows) => rows.length === 1)
         expect(yield* sql<{ mode: string }>`SELECT mode FROM cut`).toEqual([{ mode: "forward" }])
+      }))
+
+    it.effect("cuts Effect's driver at COMMIT too, when COMMIT is only the Bind of a statement prepared earlier", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`CREATE TABLE cut_prepared (mode text)`
+        const database = yield* TestDatabase.TestDatabase
+        const { proxy } = yield* throughProxy
+        const url = new URL(Redacted.value(database.poolUrl))
+        url.port = String(proxy.port)
+        for (const mode of ["forward", "drop"] as const) {
+          // One connection: its first transaction prepares COMMIT, the second only binds it.
+          const context = yield* Layer.build(PgClient.layer({ url: Redacted.make(url.toString()), maxConnections: 1 }))
+          const client = Context.get(context, SqlClient.SqlClient)
+          yield* client.withTransaction(client`INSERT INTO cut_prepared VALUES ('warm-up')`)
+          const cut = proxy.cutNextCommit(mode)
+          const outcome = yield* Effect.result(client.withTransaction(client`INSERT INTO cut_prepared VALUES (${mode})`))
+          // The client never learns the outcome.
+          expect(outcome._tag).toBe("Failure")
+          expect((yield* Effect.promise(() => cut)).mode).toBe(mode)
+        }
+        yield* eventually(sql<{ mode: string }>`SELECT mode FROM cut_prepared WHERE mode <> 'warm-up'`, (rows) => rows.length === 1)
+        expect(yield* sql<{ mode: string }>`SELECT mode FROM cut_prepared WHERE mode <> 'warm-up'`).toEqual([{ mode: "forward" }])
       }))
 
     it.effect("passes everything else unchanged, messages split across reads included", () =>
