@@ -10,13 +10,17 @@ import { fileURLToPath } from "node:url"
 const root = join(dirname(fileURLToPath(import.meta.url)), "..")
 const documents = [
   join(root, "README.md"),
-  ...readdirSync(join(root, "docs")).filter((name) => name.endsWith(".md")).sort().map((name) => join(root, "docs", name))
+  ...readdirSync(join(root, "docs")).filter((name) => name.endsWith(".md")).sort().map((name) =>
+    join(root, "docs", name)
+  )
 ]
 let changed = 0
 for (const path of documents) {
   const text = readFileSync(path, "utf8")
-  const synced = text.replace(/<!-- example: (\S+) -->\n```ts\n[\s\S]*?```/g, (_, file) =>
-    `<!-- example: ${file} -->\n\`\`\`ts\n${readFileSync(join(root, file), "utf8")}\`\`\``)
+  const synced = text.replace(
+    /<!-- example: (\S+) -->\n```ts\n[\s\S]*?```/g,
+    (_, file) => `<!-- example: ${file} -->\n\`\`\`ts\n${readFileSync(join(root, file), "utf8")}\`\`\``
+  )
   if (synced !== text) {
     writeFileSync(path, synced)
     changed++

@@ -47,7 +47,11 @@ export const untilNoneOpen = async (url: string, query: string) => {
 }
 
 /** Runs `task` over `items` with at most `concurrency` in flight. */
-export const forEachConcurrent = async <A>(items: ReadonlyArray<A>, concurrency: number, task: (item: A) => Promise<unknown>) => {
+export const forEachConcurrent = async <A>(
+  items: ReadonlyArray<A>,
+  concurrency: number,
+  task: (item: A) => Promise<unknown>
+) => {
   let next = 0
   await Promise.all(Array.from({ length: concurrency }, async () => {
     while (next < items.length) await task(items[next++]!)

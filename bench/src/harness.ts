@@ -99,4 +99,5 @@ export const drainInChild = (name: string, url: string, count: number) =>
   })
 
 /** Logs a progress line for one measurement. */
-export const progress = (round: number, name: string, detail: string) => log(`  round ${round}  ${name.padEnd(32)} ${detail}`)
+export const progress = (round: number, name: string, detail: string) =>
+  log(`  round ${round}  ${name.padEnd(32)} ${detail}`)

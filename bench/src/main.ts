@@ -20,8 +20,8 @@ import * as Report from "./report.js"
 import * as ClaimAtScale from "./scenarios/claimAtScale.js"
 import * as Drain from "./scenarios/drain.js"
 import * as EnqueueEach from "./scenarios/enqueueEach.js"
-import * as Latency from "./scenarios/latency.js"
 import * as Http from "./scenarios/http.js"
+import * as Latency from "./scenarios/latency.js"
 import * as Ledger from "./scenarios/ledger.js"
 import * as Processes from "./scenarios/processes.js"
 
@@ -40,9 +40,15 @@ const parseArguments = (args: ReadonlyArray<string>) => {
     else if (arg.startsWith("--only=")) {
       const names = arg.slice("--only=".length).split(",")
       const unknown = names.filter((name) => !(SCENARIOS as ReadonlyArray<string>).includes(name))
-      if (unknown.length > 0) throw new Error(`--only: unknown scenario ${unknown.join(", ")} (scenarios: ${SCENARIOS.join(", ")})`)
+      if (unknown.length > 0) {
+        throw new Error(`--only: unknown scenario ${unknown.join(", ")} (scenarios: ${SCENARIOS.join(", ")})`)
+      }
       only = names as Array<Scenario>
-    } else throw new Error(`unknown argument ${arg} (usage: npm run bench -- [--quick] [--only=${SCENARIOS.join(",")}] [--skip=<contender>,...])`)
+    } else {throw new Error(
+        `unknown argument ${arg} (usage: npm run bench -- [--quick] [--only=${
+          SCENARIOS.join(",")
+        }] [--skip=<contender>,...])`
+      )}
   }
   return { quick, only, skip }
 }
@@ -53,8 +59,28 @@ const kept = <C extends { readonly name: string }>(contenders: ReadonlyArray<C>)
 
 /** Sizes: the issue's full run, and a smoke run under two minutes. */
 const SIZES = quick
-  ? { drain: 10_000, enqueueEach: 2_000, latency: 300, ledger: 2_000, claimLarge: 100_000, claimHuge: undefined, processes: 10_000, http: 1_000, rounds: 1 }
-  : { drain: 100_000, enqueueEach: 10_000, latency: 2_000, ledger: 20_000, claimLarge: 1_000_000, claimHuge: 10_000_000, processes: 100_000, http: 5_000, rounds: 3 }
+  ? {
+    drain: 10_000,
+    enqueueEach: 2_000,
+    latency: 300,
+    ledger: 2_000,
+    claimLarge: 100_000,
+    claimHuge: undefined,
+    processes: 10_000,
+    http: 1_000,
+    rounds: 1
+  }
+  : {
+    drain: 100_000,
+    enqueueEach: 10_000,
+    latency: 2_000,
+    ledger: 20_000,
+    claimLarge: 1_000_000,
+    claimHuge: 10_000_000,
+    processes: 100_000,
+    http: 5_000,
+    rounds: 3
+  }
 
 const program = Effect.gen(function*() {
   const server = yield* PgServer.PgServer
@@ -72,7 +98,9 @@ const program = Effect.gen(function*() {
     provider: server.provider
   }
   log(`effect-durable bench (${quick ? "quick" : "full"}): ${SIZES.rounds} round(s), contenders alternate`)
-  log(`machine: ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}, PostgreSQL ${machine.postgres} (${machine.provider})`)
+  log(
+    `machine: ${machine.cores} cores, ${machine.memoryGiB} GiB, Node ${machine.node}, PostgreSQL ${machine.postgres} (${machine.provider})`
+  )
   const results: { -readonly [K in keyof Report.Results]: Report.Results[K] } = {}
   const step = <A>(scenario: Scenario, title: string, measure: () => Promise<A>) =>
     only.includes(scenario)
@@ -85,34 +113,97 @@ const program = Effect.gen(function*() {
       })
       : Effect.succeed(undefined)
 
-  results.drain = yield* step("drain", `drain: ${SIZES.drain.toLocaleString("en")} ready messages (seeded in transactions of 1,000: bulk enqueue)`, () =>
-    Drain.run(bench, kept(Contenders.all), SIZES.drain))
-  results.enqueueEach = yield* step("enqueue", `enqueue: ${SIZES.enqueueEach.toLocaleString("en")} messages, one per transaction, ${EnqueueEach.PRODUCERS} producers`, () =>
-    EnqueueEach.run(bench, kept([Contenders.EffectDurable.defaults, Contenders.GraphileWorker.defaults, Contenders.PgBoss.tuned, Contenders.PersistedQueue.tuned]), SIZES.enqueueEach))
-  results.latency = yield* step("latency", `latency: ${SIZES.latency.toLocaleString("en")} messages, one per committed transaction at ${Latency.RATE}/s`, () =>
-    Latency.run(bench, kept([Contenders.EffectDurable.defaults, Contenders.EffectDurable.asyncCommits, Contenders.GraphileWorker.defaults, Contenders.GraphileWorker.fastest, Contenders.PgBoss.tuned]), SIZES.latency))
-  results.ledger = yield* step("ledger", `ledger: ${SIZES.ledger.toLocaleString("en")} first observations then replays, concurrency ${Ledger.CONCURRENCY}`, () =>
-    Ledger.run(bench, SIZES.ledger))
-  results.claimAtScale = yield* step("claim", `claim at scale: ${ClaimAtScale.CLAIMS} claims of 100 per table, one round`, () =>
-    ClaimAtScale.run(bench, ClaimAtScale.cases(SIZES.claimLarge, SIZES.claimHuge)))
-  results.processes = yield* step("processes", `processes: ${SIZES.processes.toLocaleString("en")} ready messages drained by ${Processes.PROCESSES.join(", ")} projector processes at once`, () =>
-    Processes.run(bench, Contenders.EffectDurable.defaults, SIZES.processes))
-  results.http = yield* step("http", `http: ${SIZES.http.toLocaleString("en")} requests, ${Http.CONCURRENCY} at a time, through the Idempotency-Key middleware and without it`, () =>
-    Http.run(bench, SIZES.http))
+  results.drain = yield* step(
+    "drain",
+    `drain: ${SIZES.drain.toLocaleString("en")} ready messages (seeded in transactions of 1,000: bulk enqueue)`,
+    () => Drain.run(bench, kept(Contenders.all), SIZES.drain)
+  )
+  results.enqueueEach = yield* step(
+    "enqueue",
+    `enqueue: ${
+      SIZES.enqueueEach.toLocaleString("en")
+    } messages, one per transaction, ${EnqueueEach.PRODUCERS} producers`,
+    () =>
+      EnqueueEach.run(
+        bench,
+        kept([
+          Contenders.EffectDurable.defaults,
+          Contenders.GraphileWorker.defaults,
+          Contenders.PgBoss.tuned,
+          Contenders.PersistedQueue.tuned
+        ]),
+        SIZES.enqueueEach
+      )
+  )
+  results.latency = yield* step(
+    "latency",
+    `latency: ${SIZES.latency.toLocaleString("en")} messages, one per committed transaction at ${Latency.RATE}/s`,
+    () =>
+      Latency.run(
+        bench,
+        kept([
+          Contenders.EffectDurable.defaults,
+          Contenders.EffectDurable.asyncCommits,
+          Contenders.GraphileWorker.defaults,
+          Contenders.GraphileWorker.fastest,
+          Contenders.PgBoss.tuned
+        ]),
+        SIZES.latency
+      )
+  )
+  results.ledger = yield* step(
+    "ledger",
+    `ledger: ${SIZES.ledger.toLocaleString("en")} first observations then replays, concurrency ${Ledger.CONCURRENCY}`,
+    () => Ledger.run(bench, SIZES.ledger)
+  )
+  results.claimAtScale = yield* step(
+    "claim",
+    `claim at scale: ${ClaimAtScale.CLAIMS} claims of 100 per table, one round`,
+    () => ClaimAtScale.run(bench, ClaimAtScale.cases(SIZES.claimLarge, SIZES.claimHuge))
+  )
+  results.processes = yield* step(
+    "processes",
+    `processes: ${SIZES.processes.toLocaleString("en")} ready messages drained by ${
+      Processes.PROCESSES.join(", ")
+    } projector processes at once`,
+    () => Processes.run(bench, Contenders.EffectDurable.defaults, SIZES.processes)
+  )
+  results.http = yield* step(
+    "http",
+    `http: ${
+      SIZES.http.toLocaleString("en")
+    } requests, ${Http.CONCURRENCY} at a time, through the Idempotency-Key middleware and without it`,
+    () => Http.run(bench, SIZES.http)
+  )
 
   Report.print(results)
   const out = join(dirname(fileURLToPath(import.meta.url)), "..", "results")
   mkdirSync(out, { recursive: true })
   const stem = quick ? "bench-quick" : "bench"
-  writeFileSync(join(out, `${stem}.json`), JSON.stringify({
-    date: new Date().toISOString(),
-    machine,
-    sizes: SIZES,
-    results,
-    targets: Report.targets(results)
-  }, null, 2) + "\n")
+  writeFileSync(
+    join(out, `${stem}.json`),
+    JSON.stringify(
+      {
+        date: new Date().toISOString(),
+        machine,
+        sizes: SIZES,
+        results,
+        targets: Report.targets(results)
+      },
+      null,
+      2
+    ) + "\n"
+  )
   if (results.drain !== undefined) {
-    writeFileSync(join(out, `${stem}.svg`), Report.svgChart(results.drain, `Drain throughput, ${SIZES.drain.toLocaleString("en")} ready messages (median of ${SIZES.rounds}), ${machine.cores} cores, PostgreSQL ${machine.postgres}`))
+    writeFileSync(
+      join(out, `${stem}.svg`),
+      Report.svgChart(
+        results.drain,
+        `Drain throughput, ${
+          SIZES.drain.toLocaleString("en")
+        } ready messages (median of ${SIZES.rounds}), ${machine.cores} cores, PostgreSQL ${machine.postgres}`
+      )
+    )
   }
   log(`\nwrote bench/results/${stem}.json${results.drain === undefined ? "" : ` and ${stem}.svg`}`)
 }).pipe(

@@ -2,8 +2,8 @@
 import { formatRate, log, median } from "./common.js"
 import type { ClaimResult } from "./scenarios/claimAtScale.js"
 import type { DrainResult } from "./scenarios/drain.js"
-import type { HttpResult } from "./scenarios/http.js"
 import type { EnqueueEachResult } from "./scenarios/enqueueEach.js"
+import type { HttpResult } from "./scenarios/http.js"
 import type { LatencyResult } from "./scenarios/latency.js"
 import type { LedgerResult } from "./scenarios/ledger.js"
 import type { ProcessesResult } from "./scenarios/processes.js"
@@ -51,11 +51,17 @@ export const targets = (results: Results): Array<Target> => {
       const r = ours.serverCpuMicrosPerMessage / graphileCpu.serverCpuMicrosPerMessage
       out.push({
         target: "PostgreSQL CPU per delivered message ≤ 0.75× graphile-worker (fastest)'s",
-        measured: `${ratio(r)} (${ours.serverCpuMicrosPerMessage.toFixed(1)} vs ${graphileCpu.serverCpuMicrosPerMessage.toFixed(1)} µs)`,
+        measured: `${ratio(r)} (${ours.serverCpuMicrosPerMessage.toFixed(1)} vs ${
+          graphileCpu.serverCpuMicrosPerMessage.toFixed(1)
+        } µs)`,
         met: r <= 0.75
       })
     }
-    out.push({ target: "projector peak RSS ≤ 200 MB (default)", measured: `${ours.peakRssMB} MB`, met: ours.peakRssMB <= 200 })
+    out.push({
+      target: "projector peak RSS ≤ 200 MB (default)",
+      measured: `${ours.peakRssMB} MB`,
+      met: ours.peakRssMB <= 200
+    })
     const bulk = (library: string) => drain!.filter((row) => row.library === library).map((row) => row.bulkEnqueueRate)
     const graphileBulk = bulk("graphile-worker")
     if (graphileBulk.length > 0) {
@@ -80,7 +86,11 @@ export const targets = (results: Results): Array<Target> => {
   const ledger = results.ledger
   if (ledger !== undefined) {
     const overhead = ledger.firstRate / ledger.plainRate
-    out.push({ target: "ledger first observations ≥ 0.7× plain transaction", measured: ratio(overhead), met: overhead >= 0.7 })
+    out.push({
+      target: "ledger first observations ≥ 0.7× plain transaction",
+      measured: ratio(overhead),
+      met: overhead >= 0.7
+    })
     const replays = ledger.replayRate / ledger.firstRate
     out.push({ target: "ledger replays ≥ 2× first observations", measured: ratio(replays), met: replays >= 2 })
   }
@@ -89,7 +99,11 @@ export const targets = (results: Results): Array<Target> => {
     const base = claims[0]!
     for (const row of claims.slice(1)) {
       const r = row.p50 / base.p50
-      out.push({ target: `claim p50 at ${row.name} ≤ 1.5× at ${base.name}`, measured: `${ratio(r)} (p99 ${ratio(row.p99 / base.p99)})`, met: r <= 1.5 })
+      out.push({
+        target: `claim p50 at ${row.name} ≤ 1.5× at ${base.name}`,
+        measured: `${ratio(r)} (p99 ${ratio(row.p99 / base.p99)})`,
+        met: r <= 1.5
+      })
     }
   }
   const processes = results.processes
@@ -97,13 +111,21 @@ export const targets = (results: Results): Array<Target> => {
     const one = processes.rates["1"]!
     for (const n of ["2", "4"]) {
       const r = processes.rates[n]! / one
-      out.push({ target: `drain with ${n} projector processes ≥ 0.9× one process (no collapse)`, measured: ratio(r), met: r >= 0.9 })
+      out.push({
+        target: `drain with ${n} projector processes ≥ 0.9× one process (no collapse)`,
+        measured: ratio(r),
+        met: r >= 0.9
+      })
     }
   }
   const http = results.http
   if (http !== undefined) {
     const first = http.first.rate / http.plain.rate
-    out.push({ target: "HTTP first requests through Idempotency-Key ≥ 0.7× the plain handler", measured: ratio(first), met: first >= 0.7 })
+    out.push({
+      target: "HTTP first requests through Idempotency-Key ≥ 0.7× the plain handler",
+      measured: ratio(first),
+      met: first >= 0.7
+    })
     const replays = http.replay.rate / http.first.rate
     out.push({ target: "HTTP exact replays ≥ 2× first requests", measured: ratio(replays), met: replays >= 2 })
   }
@@ -115,12 +137,18 @@ export const print = (results: Results) => {
     const ceiling = find(results.drain, "raw SQL ceiling (batch 500, 3 conn)")?.rate
     const graphile = find(results.drain, "graphile-worker (fastest)")?.rate
     log("\n### Drain throughput (scenario 1), bulk enqueue (scenario 2), memory (scenario 6)\n")
-    log("| contender | drain msg/s | ÷ raw SQL (batch 500, 3 conn) | ÷ graphile-worker (fastest) | server CPU µs/msg | peak RSS MB | bulk enqueue msg/s | settings |")
+    log(
+      "| contender | drain msg/s | ÷ raw SQL (batch 500, 3 conn) | ÷ graphile-worker (fastest) | server CPU µs/msg | peak RSS MB | bulk enqueue msg/s | settings |"
+    )
     log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for (const row of results.drain) {
       const of = (base: number | undefined) => (base === undefined ? "–" : (row.rate / base).toFixed(2))
       const bulk = row.library === "raw SQL" ? "–" : formatRate(row.bulkEnqueueRate)
-      log(`| ${row.name} | ${formatRate(row.rate)} | ${of(ceiling)} | ${of(graphile)} | ${row.serverCpuMicrosPerMessage.toFixed(1)} | ${row.peakRssMB} | ${bulk} | \`${JSON.stringify(row.settings)}\` |`)
+      log(
+        `| ${row.name} | ${formatRate(row.rate)} | ${of(ceiling)} | ${of(graphile)} | ${
+          row.serverCpuMicrosPerMessage.toFixed(1)
+        } | ${row.peakRssMB} | ${bulk} | \`${JSON.stringify(row.settings)}\` |`
+      )
     }
   }
   if (results.enqueueEach !== undefined) {
@@ -133,7 +161,9 @@ export const print = (results: Results) => {
     log("\n### Latency, commit → handler start (scenario 3)\n")
     log("| contender | p50 ms | p99 ms | max ms |")
     log("| --- | ---: | ---: | ---: |")
-    for (const row of results.latency) log(`| ${row.name} | ${row.p50.toFixed(2)} | ${row.p99.toFixed(2)} | ${row.max.toFixed(2)} |`)
+    for (const row of results.latency) {
+      log(`| ${row.name} | ${row.p50.toFixed(2)} | ${row.p99.toFixed(2)} | ${row.max.toFixed(2)} |`)
+    }
   }
   if (results.ledger !== undefined) {
     const { firstRate, plainRate, replayRate } = results.ledger
@@ -155,16 +185,30 @@ export const print = (results: Results) => {
     log("| processes | drain msg/s | ÷ one process |")
     log("| ---: | ---: | ---: |")
     const one = results.processes.rates["1"]!
-    for (const [n, rate] of Object.entries(results.processes.rates)) log(`| ${n} | ${formatRate(rate)} | ${(rate / one).toFixed(2)} |`)
+    for (const [n, rate] of Object.entries(results.processes.rates)) {
+      log(`| ${n} | ${formatRate(rate)} | ${(rate / one).toFixed(2)} |`)
+    }
   }
   if (results.http !== undefined) {
     const { first, plain, replay } = results.http
     log("\n### HTTP, Idempotency-Key middleware vs the same handler without it (scenario 8)\n")
     log("| | req/s | ratio | p50 ms | p99 ms |")
     log("| --- | ---: | ---: | ---: | ---: |")
-    log(`| plain handler (its own transaction) | ${formatRate(plain.rate)} | 1.00 | ${plain.p50.toFixed(2)} | ${plain.p99.toFixed(2)} |`)
-    log(`| first requests (new key each) | ${formatRate(first.rate)} | ${(first.rate / plain.rate).toFixed(2)} | ${first.p50.toFixed(2)} | ${first.p99.toFixed(2)} |`)
-    log(`| exact replays | ${formatRate(replay.rate)} | ${(replay.rate / first.rate).toFixed(2)} × first | ${replay.p50.toFixed(2)} | ${replay.p99.toFixed(2)} |`)
+    log(
+      `| plain handler (its own transaction) | ${formatRate(plain.rate)} | 1.00 | ${plain.p50.toFixed(2)} | ${
+        plain.p99.toFixed(2)
+      } |`
+    )
+    log(
+      `| first requests (new key each) | ${formatRate(first.rate)} | ${(first.rate / plain.rate).toFixed(2)} | ${
+        first.p50.toFixed(2)
+      } | ${first.p99.toFixed(2)} |`
+    )
+    log(
+      `| exact replays | ${formatRate(replay.rate)} | ${(replay.rate / first.rate).toFixed(2)} × first | ${
+        replay.p50.toFixed(2)
+      } | ${replay.p99.toFixed(2)} |`
+    )
   }
   const measured = targets(results)
   if (measured.length > 0) {
@@ -188,7 +232,9 @@ export const svgChart = (rows: ReadonlyArray<DrainResult>, title: string) => {
       `<rect x="250" y="${y}" width="${width}" height="24" fill="${fill}"/>` +
       `<text x="${255 + width}" y="${y + 17}" font-size="12">${formatRate(row.rate)} msg/s</text>`
   }).join("\n")
-  return `<svg xmlns="http://www.w3.org/2000/svg" width="780" height="${50 + rows.length * 34}" font-family="sans-serif">
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="780" height="${
+    50 + rows.length * 34
+  }" font-family="sans-serif">
 <text x="10" y="18" font-size="14" font-weight="bold">${title}</text>
 ${bars}
 </svg>\n`

@@ -9,8 +9,8 @@
  * - duplicates counted; for each fault, the time until delivery recovered.
  */
 import * as QueueLifecycle from "@effect-durable/pg/QueueLifecycle"
-import type * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
+import type * as SqlClient from "effect/sql/SqlClient"
 import { readFileSync } from "node:fs"
 import type { FaultRecord } from "./faults.js"
 import { CONSUMER, type JournalEntry, OPERATION, SUBJECT, TOPIC } from "./schema.js"
@@ -68,13 +68,17 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
       lease_expiries: number
     }>`
       SELECT id::text AS id, payload->>'uid' AS uid,
-             ${admin.literal(QueueLifecycle.outbox.is.done)} AS projected, ${admin.literal(QueueLifecycle.outbox.is.dead)} AS dead, last_error, attempt_count AS attempts,
+             ${admin.literal(QueueLifecycle.outbox.is.done)} AS projected, ${
+      admin.literal(QueueLifecycle.outbox.is.dead)
+    } AS dead, last_error, attempt_count AS attempts,
              failure_count AS failures, lease_expiries
         FROM durable.outbox WHERE topic = ${TOPIC}`
     const deliveries = yield* admin<{ message_id: string; uid: string; worker: string; at: number }>`
       SELECT message_id::text AS message_id, uid, worker, extract(epoch FROM at)::float8 * 1000 AS at
         FROM chaos.deliveries ORDER BY at`
-    const effects = yield* admin<{ uid: string; n: number }>`SELECT uid, count(*)::int AS n FROM chaos.effects GROUP BY uid`
+    const effects = yield* admin<
+      { uid: string; n: number }
+    >`SELECT uid, count(*)::int AS n FROM chaos.effects GROUP BY uid`
     const receipts = yield* admin<{ message_id: string }>`
       SELECT message_id FROM durable.inbox WHERE consumer = ${CONSUMER}`
     const records = yield* admin<{ key: string }>`
@@ -95,7 +99,9 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
     const rolledBack = new Set(rolledBackRows.map((row) => row.uid))
     const ackedMissing = journal.filter((entry) => entry.outcome !== "RolledBack" && !committed.has(entry.uid))
     const rolledBackCommitted = journal.filter((entry) => entry.outcome === "RolledBack" && committed.has(entry.uid))
-    const journalRolledBackUnrecorded = journal.filter((entry) => entry.outcome === "RolledBack" && !rolledBack.has(entry.uid))
+    const journalRolledBackUnrecorded = journal.filter((entry) =>
+      entry.outcome === "RolledBack" && !rolledBack.has(entry.uid)
+    )
 
     const outboxByUid = new Map<string, Array<typeof outbox[number]>>()
     for (const row of outbox) outboxByUid.set(row.uid, [...(outboxByUid.get(row.uid) ?? []), row])
@@ -105,7 +111,9 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
 
     const deliveredUids = new Set(deliveries.map((row) => row.uid))
     const timesByMessage = new Map<string, Array<number>>()
-    for (const row of deliveries) timesByMessage.set(row.message_id, [...(timesByMessage.get(row.message_id) ?? []), row.at])
+    for (const row of deliveries) {
+      timesByMessage.set(row.message_id, [...(timesByMessage.get(row.message_id) ?? []), row.at])
+    }
     const phantomDeliveries = [...deliveredUids].filter((uid) => !committed.has(uid))
     const rolledBackDelivered = [...deliveredUids].filter((uid) => rolledBack.has(uid))
 
@@ -141,16 +149,22 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
     }
     if (doubledKeys.length > 0) broken.push(`business rows doubled ${doubledKeys.length}`)
     if (enqueuedTwice.length > 0) broken.push(`messages enqueued twice ${enqueuedTwice.length}`)
-    if (messagesNotCommitted.length > 0) broken.push(`messages without a committed command ${messagesNotCommitted.length}`)
+    if (messagesNotCommitted.length > 0) {
+      broken.push(`messages without a committed command ${messagesNotCommitted.length}`)
+    }
     if (rolledBackCommitted.length > 0) broken.push(`rolled back yet committed ${rolledBackCommitted.length}`)
     if (unrecorded.length > 0) broken.push(`commands without a ledger record ${unrecorded.length}`)
-    if (receiptWithoutEffect.length > 0) broken.push(`inbox receipts without their effect ${receiptWithoutEffect.length}`)
+    if (receiptWithoutEffect.length > 0) {
+      broken.push(`inbox receipts without their effect ${receiptWithoutEffect.length}`)
+    }
 
     // Faults and how long each took to recover from: until every message the parties it hit
     // held was delivered again; after a database fault, also until deliveries resumed; after
     // a commit cut, until the producer's retry was answered.
     const deliveryTimes = deliveries.map((row) => row.at)
-    const answeredAfterRetry = journal.filter((entry) => entry.retries > 0).map((entry) => entry.at).sort((a, b) => a - b)
+    const answeredAfterRetry = journal.filter((entry) => entry.retries > 0).map((entry) => entry.at).sort((a, b) =>
+      a - b
+    )
     const firstAtOrAfter = (times: ReadonlyArray<number>, t: number) => {
       let low = 0
       let high = times.length
@@ -178,9 +192,15 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
       return recovery
     }
     const recoveries: Array<number> = []
-    details.push(`faults (${facts.faults.filter((fault) => !fault.skipped).length} run, ${facts.faults.filter((fault) => fault.skipped).length} skipped):`)
+    details.push(
+      `faults (${facts.faults.filter((fault) => !fault.skipped).length} run, ${
+        facts.faults.filter((fault) => fault.skipped).length
+      } skipped):`
+    )
     for (const fault of facts.faults) {
-      const at = `${((fault.startedAt - facts.productionStartedAt) / 1000).toFixed(1).padStart(6)} s  ${fault.kind.padEnd(10)}`
+      const at = `${((fault.startedAt - facts.productionStartedAt) / 1000).toFixed(1).padStart(6)} s  ${
+        fault.kind.padEnd(10)
+      }`
       if (fault.skipped) {
         details.push(`  ${at} skipped: ${fault.detail}`)
         continue
@@ -220,23 +240,37 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
     // The workers' side.
     const byWorker = new Map<string, number>()
     for (const row of deliveries) byWorker.set(row.worker, (byWorker.get(row.worker) ?? 0) + 1)
-    details.push(`deliveries: ${deliveries.length} of ${timesByMessage.size} messages; by worker: ${[...byWorker].sort().map(([w, n]) => `${w} ${n}`).join(", ")}`)
+    details.push(
+      `deliveries: ${deliveries.length} of ${timesByMessage.size} messages; by worker: ${
+        [...byWorker].sort().map(([w, n]) => `${w} ${n}`).join(", ")
+      }`
+    )
     const attemptsHistogram = new Map<string, number>()
     for (const row of committedMessages) {
-      const bucket = row.attempts <= 1 ? "1" : row.attempts <= 2 ? "2" : row.attempts <= 5 ? "3-5" : row.attempts <= 10 ? "6-10" : ">10"
+      const bucket = row.attempts <= 1
+        ? "1"
+        : row.attempts <= 2
+        ? "2"
+        : row.attempts <= 5
+        ? "3-5"
+        : row.attempts <= 10
+        ? "6-10"
+        : ">10"
       attemptsHistogram.set(bucket, (attemptsHistogram.get(bucket) ?? 0) + 1)
     }
     const most = (values: ReadonlyArray<number>) => values.reduce((a, b) => Math.max(a, b), 0)
     details.push(
-      `  claims per message: ${["1", "2", "3-5", "6-10", ">10"].map((b) => `${b}: ${attemptsHistogram.get(b) ?? 0}`).join(", ")}; max ${
-        most(committedMessages.map((row) => row.attempts))
-      }; most failed deliveries of one message ${most(committedMessages.map((row) => row.failures))}, most lost leases ${
-        most(committedMessages.map((row) => row.lease_expiries))
-      }`
+      `  claims per message: ${
+        ["1", "2", "3-5", "6-10", ">10"].map((b) => `${b}: ${attemptsHistogram.get(b) ?? 0}`).join(", ")
+      }; max ${most(committedMessages.map((row) => row.attempts))}; most failed deliveries of one message ${
+        most(committedMessages.map((row) => row.failures))
+      }, most lost leases ${most(committedMessages.map((row) => row.lease_expiries))}`
     )
     if (facts.unexpectedExits.length > 0) {
       details.push(`  workers that exited on their own (restarted): ${facts.unexpectedExits.length}`)
-      for (const line of facts.unexpectedExits.slice(0, 3)) details.push(`    ${line.replace(/\n/g, " | ").slice(0, 300)}`)
+      for (const line of facts.unexpectedExits.slice(0, 3)) {
+        details.push(`    ${line.replace(/\n/g, " | ").slice(0, 300)}`)
+      }
     }
     if (deadMessages.length > 0) {
       const reasons = new Map<string, number>()
@@ -245,23 +279,47 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
         reasons.set(reason, (reasons.get(reason) ?? 0) + 1)
       }
       const deliveredDead = deadMessages.filter((row) => deliveredUids.has(row.uid)).length
-      details.push(`dead: ${deadMessages.length} committed messages (${deliveredDead} of them had been delivered), e.g. ${sample(deadMessages.map((row) => row.id))}`)
-      for (const [reason, n] of [...reasons].sort((a, b) => b[1] - a[1]).slice(0, 4)) details.push(`    ${n} × ${reason}`)
+      details.push(
+        `dead: ${deadMessages.length} committed messages (${deliveredDead} of them had been delivered), e.g. ${
+          sample(deadMessages.map((row) => row.id))
+        }`
+      )
+      for (const [reason, n] of [...reasons].sort((a, b) => b[1] - a[1]).slice(0, 4)) {
+        details.push(`    ${n} × ${reason}`)
+      }
     }
     if (open.length > 0) {
-      details.push(`left open (neither projected nor dead): ${open.length}, of them never delivered ${pending.length}, e.g. ${sample(open.map((row) => row.id))}`)
+      details.push(
+        `left open (neither projected nor dead): ${open.length}, of them never delivered ${pending.length}, e.g. ${
+          sample(open.map((row) => row.id))
+        }`
+      )
     }
     if (lost.size > 0) {
-      details.push(`lost: ${sample(lost)} (settled without a delivery ${neverDelivered.length}, acknowledged but not in the database ${ackedMissing.length}, committed without a message ${withoutMessage.length})`)
+      details.push(
+        `lost: ${
+          sample(lost)
+        } (settled without a delivery ${neverDelivered.length}, acknowledged but not in the database ${ackedMissing.length}, committed without a message ${withoutMessage.length})`
+      )
     }
-    if (phantom.size > 0) details.push(`phantom: ${sample(phantom)} (of them rolled back on purpose: ${rolledBackDelivered.length})`)
+    if (phantom.size > 0) {
+      details.push(`phantom: ${sample(phantom)} (of them rolled back on purpose: ${rolledBackDelivered.length})`)
+    }
     if (effectMissing.length + effectTwice.length > 0) {
-      details.push(`effects: missing for ${effectMissing.length} (${sample(effectMissing)}), applied more than once for ${effectTwice.length} (${sample(effectTwice)})`)
+      details.push(
+        `effects: missing for ${effectMissing.length} (${
+          sample(effectMissing)
+        }), applied more than once for ${effectTwice.length} (${sample(effectTwice)})`
+      )
     } else {
       const settled = [...committed].filter((uid) => projectedUids.has(uid)).length
-      details.push(`effects: exactly once for each of the ${settled} committed messages projected; rolled back messages delivered: ${rolledBackDelivered.length}`)
+      details.push(
+        `effects: exactly once for each of the ${settled} committed messages projected; rolled back messages delivered: ${rolledBackDelivered.length}`
+      )
     }
-    if (journalRolledBackUnrecorded.length > 0) details.push(`note: ${journalRolledBackUnrecorded.length} rollbacks journaled but not recorded`)
+    if (journalRolledBackUnrecorded.length > 0) {
+      details.push(`note: ${journalRolledBackUnrecorded.length} rollbacks journaled but not recorded`)
+    }
 
     return {
       committed: committed.size,

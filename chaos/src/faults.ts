@@ -17,10 +17,10 @@
  */
 import * as QueueLifecycle from "@effect-durable/pg/QueueLifecycle"
 import type * as PgServer from "@effect-durable/testing/PgServer"
-import type * as SqlClient from "effect/sql/SqlClient"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
+import type * as SqlClient from "effect/sql/SqlClient"
 import type { CommitCutProxy, CutMode } from "./proxy.js"
 import type { Random } from "./random.js"
 import { APPLICATION } from "./schema.js"
@@ -57,13 +57,30 @@ export const stallMillis = (leaseMillis: number) => Math.round(leaseMillis * 1.5
  */
 export const plan = (quick: boolean, leaseMillis: number, random: Random): ReadonlyArray<Planned> => {
   if (quick) {
-    const short: ReadonlyArray<FaultKind> = ["kill", "commit-cut", "terminate", "commit-cut", "restart", "commit-cut", "stall"]
+    const short: ReadonlyArray<FaultKind> = [
+      "kill",
+      "commit-cut",
+      "terminate",
+      "commit-cut",
+      "restart",
+      "commit-cut",
+      "stall"
+    ]
     const planned: Array<Planned> = short.map((kind, i) => ({ at: 8_000 + i * 6_000, kind }))
     planned.push({ at: planned.at(-1)!.at + stallMillis(leaseMillis) + 2_000, kind: "starve" })
     return planned
   }
   const bag: ReadonlyArray<FaultKind> = [
-    "kill", "kill", "stall", "stall", "starve", "terminate", "terminate", "restart", "commit-cut", "commit-cut"
+    "kill",
+    "kill",
+    "stall",
+    "stall",
+    "starve",
+    "terminate",
+    "terminate",
+    "restart",
+    "commit-cut",
+    "commit-cut"
   ]
   const planned: Array<Planned> = []
   let kinds: Array<FaultKind> = []
@@ -102,7 +119,13 @@ const heldBy = (env: Environment, workerIds?: ReadonlyArray<string>) =>
     Effect.orElseSucceed(() => [] as Array<string>)
   )
 
-const record = (kind: FaultKind, detail: string, startedAt: number, held: ReadonlyArray<string>, skipped = false): FaultRecord => ({
+const record = (
+  kind: FaultKind,
+  detail: string,
+  startedAt: number,
+  held: ReadonlyArray<string>,
+  skipped = false
+): FaultRecord => ({
   kind,
   detail,
   startedAt,
@@ -128,7 +151,9 @@ const chooseVictim = (env: Environment): Effect.Effect<Slot | undefined> =>
         SELECT claimed_by AS worker, count(*)::int AS n FROM durable.outbox
          WHERE ${env.admin.literal(QueueLifecycle.outbox.is.claimed)}
          GROUP BY claimed_by ORDER BY n DESC`.pipe(Effect.orElseSucceed(() => []))
-      const busiest = rows.map((row) => running.find((slot) => slot.workerId === row.worker)).find((slot) => slot !== undefined)
+      const busiest = rows.map((row) => running.find((slot) => slot.workerId === row.worker)).find((slot) =>
+        slot !== undefined
+      )
       if (busiest !== undefined) return busiest
       if (Date.now() > deadline) return env.random.pick(running)
       yield* Effect.sleep("100 millis")
@@ -148,7 +173,12 @@ const kill = (env: Environment) =>
       const down = env.random.between(1_000, 3_000)
       yield* Effect.sleep(Duration.millis(down))
       env.workers.restart(slot)
-      return record("kill", `SIGKILL ${workerId} holding ${held.length}, restarted after ${(down / 1000).toFixed(1)} s as ${slot.workerId}`, startedAt, held)
+      return record(
+        "kill",
+        `SIGKILL ${workerId} holding ${held.length}, restarted after ${(down / 1000).toFixed(1)} s as ${slot.workerId}`,
+        startedAt,
+        held
+      )
     }))
 
 const stall = (env: Environment) =>
@@ -159,7 +189,12 @@ const stall = (env: Environment) =>
       const millis = stallMillis(env.leaseMillis)
       env.workers.pause(slot)
       yield* Effect.sleep(Duration.millis(millis)).pipe(Effect.ensuring(Effect.sync(() => env.workers.resume(slot))))
-      return record("stall", `SIGSTOP ${slot.workerId} holding ${held.length} for ${(millis / 1000).toFixed(1)} s`, startedAt, held)
+      return record(
+        "stall",
+        `SIGSTOP ${slot.workerId} holding ${held.length} for ${(millis / 1000).toFixed(1)} s`,
+        startedAt,
+        held
+      )
     }))
 
 const starve = (env: Environment) =>
@@ -173,7 +208,12 @@ const starve = (env: Environment) =>
     yield* Effect.sleep(Duration.millis(millis)).pipe(
       Effect.ensuring(Effect.sync(() => slots.forEach((slot) => env.workers.resume(slot))))
     )
-    return record("starve", `SIGSTOP of all ${slots.length} workers holding ${held.length} for ${(millis / 1000).toFixed(1)} s`, startedAt, held)
+    return record(
+      "starve",
+      `SIGSTOP of all ${slots.length} workers holding ${held.length} for ${(millis / 1000).toFixed(1)} s`,
+      startedAt,
+      held
+    )
   })
 
 const terminate = (env: Environment) =>
@@ -200,7 +240,9 @@ const restart = (env: Environment) =>
     const held = yield* heldBy(env)
     const down = env.random.between(1_000, 4_000)
     const result = yield* Effect.result(env.server.restartWith({ mode: "immediate", downtime: Duration.millis(down) }))
-    if (result._tag === "Failure") return record("restart", `restart failed: ${result.failure.message}`, startedAt, held, true)
+    if (result._tag === "Failure") {
+      return record("restart", `restart failed: ${result.failure.message}`, startedAt, held, true)
+    }
     return record("restart", `immediate stop, down ${(down / 1000).toFixed(1)} s, crash recovery`, startedAt, held)
   })
 
@@ -209,14 +251,19 @@ const commitCut = (env: Environment) =>
     const startedAt = Date.now()
     // Alternating, so both outcomes of an ambiguous commit occur in every run.
     const mode: CutMode = env.commitCuts++ % 2 === 0 ? "forward" : "drop"
-    const cut = yield* Effect.promise(() => env.proxy.cutNextCommit(mode)).pipe(Effect.timeout("10 seconds"), Effect.option)
+    const cut = yield* Effect.promise(() => env.proxy.cutNextCommit(mode)).pipe(
+      Effect.timeout("10 seconds"),
+      Effect.option
+    )
     if (cut._tag === "None") {
       env.proxy.disarm()
       return record("commit-cut", `no COMMIT to cut within 10 s (${mode})`, startedAt, [], true)
     }
     return record(
       "commit-cut",
-      mode === "forward" ? "producer cut after COMMIT reached the server" : "producer cut with COMMIT withheld from the server",
+      mode === "forward"
+        ? "producer cut after COMMIT reached the server"
+        : "producer cut with COMMIT withheld from the server",
       startedAt,
       []
     )
@@ -253,7 +300,9 @@ export const run = (
     const fibers: Array<Fiber.Fiber<FaultRecord>> = []
     for (const planned of schedule) {
       yield* Effect.sleep(Duration.millis(Math.max(0, startedAt + planned.at - Date.now())))
-      fibers.push(yield* Effect.forkChild(Effect.tap(inject(env, planned.kind), (fault) => Effect.sync(() => onFault(fault)))))
+      fibers.push(
+        yield* Effect.forkChild(Effect.tap(inject(env, planned.kind), (fault) => Effect.sync(() => onFault(fault))))
+      )
     }
     return yield* Fiber.joinAll(fibers)
   })

@@ -16,12 +16,12 @@ import * as Publisher from "@effect-durable/projector/Publisher"
 import * as PgServer from "@effect-durable/testing/PgServer"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
+import * as SqlClient from "effect/sql/SqlClient"
 import { chmodSync, mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -47,17 +47,18 @@ const measure = (name: string, poolUrl: string, listenUrl: string | undefined) =
       Effect.suspend(() => arrived === undefined ? Effect.void : Deferred.succeed(arrived, performance.now()))
     )
     const context = yield* Layer.build(
-      Projector.layer({ topics: [topic], ...(listenUrl === undefined ? {} : { listenUrl: Redacted.make(listenUrl) }) }).pipe(
-        Layer.provide(publisher),
-        Layer.provideMerge(Durable.layerOver({})),
-        Layer.provideMerge(PgClient.layer({
-          url: Redacted.make(poolUrl),
-          applicationName: `latency-${name}`,
-          maxConnections: 8,
-          // Behind PgBouncer (transaction mode) named prepared statements cannot be kept.
-          prepare: name === "direct"
-        }))
-      )
+      Projector.layer({ topics: [topic], ...(listenUrl === undefined ? {} : { listenUrl: Redacted.make(listenUrl) }) })
+        .pipe(
+          Layer.provide(publisher),
+          Layer.provideMerge(Durable.layerOver({})),
+          Layer.provideMerge(PgClient.layer({
+            url: Redacted.make(poolUrl),
+            applicationName: `latency-${name}`,
+            maxConnections: 8,
+            // Behind PgBouncer (transaction mode) named prepared statements cannot be kept.
+            prepare: name === "direct"
+          }))
+        )
     )
     const sql = Context.get(context, SqlClient.SqlClient)
     const producer = Context.get(context, Outbox.Outbox)
@@ -66,7 +67,10 @@ const measure = (name: string, poolUrl: string, listenUrl: string | undefined) =
     const times: Array<number> = []
     for (let i = 0; i < MESSAGES; i++) {
       arrived = yield* Deferred.make<number>()
-      const committedAt = yield* Effect.map(sql.withTransaction(producer.enqueue(topic, { i })), () => performance.now())
+      const committedAt = yield* Effect.map(
+        sql.withTransaction(producer.enqueue(topic, { i })),
+        () => performance.now()
+      )
       const deliveredAt = yield* Deferred.await(arrived)
       times.push(deliveredAt - committedAt)
       yield* Effect.sleep(`${20 + Math.floor(Math.random() * 100)} millis`)
@@ -91,9 +95,11 @@ const main = Effect.gen(function*() {
   )
   const direct = Redacted.value(server.url())
   // Migrated once, directly (DDL does not need the pooler).
-  yield* Layer.build(Durable.layerOver({ migrate: true }).pipe(
-    Layer.provide(PgClient.layer({ url: Redacted.make(direct), maxConnections: 2 }))
-  ))
+  yield* Layer.build(
+    Durable.layerOver({ migrate: true }).pipe(
+      Layer.provide(PgClient.layer({ url: Redacted.make(direct), maxConnections: 2 }))
+    )
+  )
   const pooler = yield* Effect.acquireRelease(
     Effect.promise(() => Pooler.start(run, direct)),
     (pooler) => Effect.promise(() => pooler.stop().catch(() => undefined))

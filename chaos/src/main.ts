@@ -6,12 +6,11 @@
  * bad argument, 130 when interrupted. Whatever it started (processes, server, PgBouncer,
  * directories) it stops and deletes, however it ends.
  */
-import * as QueueLifecycle from "@effect-durable/pg/QueueLifecycle"
 import * as Durable from "@effect-durable/pg/Durable"
+import * as QueueLifecycle from "@effect-durable/pg/QueueLifecycle"
 import * as PgServer from "@effect-durable/testing/PgServer"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
@@ -22,6 +21,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
+import * as SqlClient from "effect/sql/SqlClient"
 import { chmodSync, mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
@@ -63,7 +63,10 @@ const log = (line: string) => console.log(`[${((Date.now() - started) / 1000).to
 const prepareDatabase = (server: PgServer.PgServer["Service"]) =>
   Effect.gen(function*() {
     yield* Effect.promise(async () => {
-      const client = new pg.Client({ connectionString: Redacted.value(server.url()), application_name: APPLICATION.admin })
+      const client = new pg.Client({
+        connectionString: Redacted.value(server.url()),
+        application_name: APPLICATION.admin
+      })
       await client.connect()
       try {
         await client.query(`CREATE DATABASE ${DATABASE} TEMPLATE template0`)
@@ -88,18 +91,22 @@ const progress = (admin: SqlClient.SqlClient) =>
            (SELECT count(DISTINCT message_id)::int FROM chaos.deliveries) AS delivered,
            (SELECT count(*)::int FROM chaos.deliveries) AS deliveries,
            (SELECT count(*)::int FROM durable.outbox WHERE ${admin.literal(QueueLifecycle.outbox.open)}) AS open,
-           (SELECT count(*)::int FROM durable.outbox WHERE ${admin.literal(QueueLifecycle.outbox.is.dead)}) AS dead`.pipe(
-    Effect.map(([row]) =>
-      `committed ${row!.committed} (rolled back ${row!.rolled_back}), delivered ${row!.delivered} (${row!.deliveries} deliveries), open ${row!.open}, dead ${row!.dead}`
-    ),
-    Effect.timeout("5 seconds"),
-    Effect.orElseSucceed(() => "database unreachable")
-  )
+           (SELECT count(*)::int FROM durable.outbox WHERE ${admin.literal(QueueLifecycle.outbox.is.dead)}) AS dead`
+    .pipe(
+      Effect.map(([row]) =>
+        `committed ${row!.committed} (rolled back ${row!.rolled_back}), delivered ${row!.delivered} (${
+          row!.deliveries
+        } deliveries), open ${row!.open}, dead ${row!.dead}`
+      ),
+      Effect.timeout("5 seconds"),
+      Effect.orElseSucceed(() => "database unreachable")
+    )
 
 const openMessages = (admin: SqlClient.SqlClient) =>
-  admin<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox WHERE ${admin.literal(QueueLifecycle.outbox.open)}`.pipe(
-    Effect.map(([row]) => row!.n)
-  )
+  admin<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox WHERE ${admin.literal(QueueLifecycle.outbox.open)}`
+    .pipe(
+      Effect.map(([row]) => row!.n)
+    )
 
 const program = Effect.gen(function*() {
   const random = Random.make(options.seed)
@@ -193,8 +200,12 @@ const program = Effect.gen(function*() {
   )
   const env: Faults.Environment = { workers, server, proxy, admin, leaseMillis, random, commitCuts: 0 }
   const faults = yield* Effect.forkScoped(
-    Faults.run(env, schedule, productionStartedAt, (fault) =>
-      log(`fault ${fault.kind}: ${fault.skipped ? "skipped, " : ""}${fault.detail}`))
+    Faults.run(
+      env,
+      schedule,
+      productionStartedAt,
+      (fault) => log(`fault ${fault.kind}: ${fault.skipped ? "skipped, " : ""}${fault.detail}`)
+    )
   )
 
   const incomplete: Array<string> = []
@@ -204,7 +215,9 @@ const program = Effect.gen(function*() {
   )
   if (Option.isNone(producerEnd)) incomplete.push("the producer did not finish in time")
   else if (producerEnd.value.code !== 0) {
-    incomplete.push(`the producer failed (${producerEnd.value.signal ?? producerEnd.value.code}): ${producer.logTail(5)}`)
+    incomplete.push(
+      `the producer failed (${producerEnd.value.signal ?? producerEnd.value.code}): ${producer.logTail(5)}`
+    )
   }
   log(`producer done; waiting for the faults to end`)
   const faultRecords = yield* Fiber.join(faults)

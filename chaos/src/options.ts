@@ -37,7 +37,9 @@ const parseDuration = (text: string): number => {
 
 const parseCount = (name: string, text: string, max: number): number => {
   const value = Number(text)
-  if (!Number.isInteger(value) || value < 1 || value > max) throw new Error(`--${name}: an integer from 1 to ${max}, got ${text}`)
+  if (!Number.isInteger(value) || value < 1 || value > max) {
+    throw new Error(`--${name}: an integer from 1 to ${max}, got ${text}`)
+  }
   return value
 }
 

@@ -20,8 +20,14 @@ export interface Pooler {
 
 const script = (args: ReadonlyArray<string>, env: NodeJS.ProcessEnv): Promise<string> =>
   new Promise((resolve, reject) =>
-    execFile(SCRIPT, [...args], { env: { ...process.env, ...env } }, (error, stdout, stderr) =>
-      error === null ? resolve(stdout.trim()) : reject(new Error(`pgbouncer.sh ${args[0]}: ${stderr || error.message}`))
+    execFile(
+      SCRIPT,
+      [...args],
+      { env: { ...process.env, ...env } },
+      (error, stdout, stderr) =>
+        error === null
+          ? resolve(stdout.trim())
+          : reject(new Error(`pgbouncer.sh ${args[0]}: ${stderr || error.message}`))
     )
   )
 

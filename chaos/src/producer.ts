@@ -17,14 +17,14 @@ import * as Durable from "@effect-durable/pg/Durable"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Cause from "effect/Cause"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Predicate from "effect/Predicate"
 import * as Exit from "effect/Exit"
+import * as Predicate from "effect/Predicate"
 import * as Redacted from "effect/Redacted"
+import * as SqlClient from "effect/sql/SqlClient"
 import { appendFileSync } from "node:fs"
 import { rollsBack } from "./random.js"
 import { APPLICATION, type JournalEntry, OPERATION, type Payload, SUBJECT, TOPIC } from "./schema.js"
@@ -53,7 +53,9 @@ const describe = (cause: Cause.Cause<unknown>): string => {
   const failure = Cause.squash(cause)
   const text = failure instanceof Error
     ? `${failure.name}: ${failure.message}`
-    : Predicate.hasProperty(failure, "_tag") ? `${String(failure._tag)}: ${Cause.pretty(cause).split("\n")[0]}` : Cause.pretty(cause)
+    : Predicate.hasProperty(failure, "_tag")
+    ? `${String(failure._tag)}: ${Cause.pretty(cause).split("\n")[0]}`
+    : Cause.pretty(cause)
   return text.slice(0, 200)
 }
 
@@ -70,7 +72,9 @@ const program = Effect.gen(function*() {
     const period = Math.floor(index / perPeriod)
     const position = index % perPeriod
     return period * PERIOD +
-      (position < burst ? (position / burst) * 1_000 : 1_000 + ((position - burst) / (perPeriod - burst)) * (PERIOD - 1_000))
+      (position < burst
+        ? (position / burst) * 1_000
+        : 1_000 + ((position - burst) / (perPeriod - burst)) * (PERIOD - 1_000))
   }
 
   const command = (index: number) =>
@@ -94,7 +98,9 @@ const program = Effect.gen(function*() {
           yield* Effect.sleep(Duration.millis(Math.min(2_000, 50 * 2 ** Math.min(retries, 6))))
         })
       while (true) {
-        const exit = yield* Effect.exit(ledger.execute({ subject: SUBJECT, operation: OPERATION, key }, request, decide))
+        const exit = yield* Effect.exit(
+          ledger.execute({ subject: SUBJECT, operation: OPERATION, key }, request, decide)
+        )
         if (Exit.isSuccess(exit)) {
           return journal({ key, uid, outcome: exit.value._tag, retries, errors, at: Date.now() })
         }

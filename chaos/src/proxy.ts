@@ -79,7 +79,10 @@ const frontendReader = (onMessages: (bytes: Buffer, commitAt: number | undefined
       const end = offset + 1 + length
       const body = pending.subarray(offset + 5, end)
       if (type === 0x51 /* Q */) {
-        if (commitEnd === undefined && !extendedCommit && COMMIT_TEXT.test(body.toString("utf8", 0, Math.max(0, body.length - 1)))) {
+        if (
+          commitEnd === undefined && !extendedCommit &&
+          COMMIT_TEXT.test(body.toString("utf8", 0, Math.max(0, body.length - 1)))
+        ) {
           commitEnd = end
         }
       } else if (type === 0x50 /* P: statement name, query text */) {

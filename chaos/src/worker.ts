@@ -13,11 +13,11 @@ import * as Inbox from "@effect-durable/pg/Inbox"
 import * as Projector from "@effect-durable/projector/Projector"
 import * as Publisher from "@effect-durable/projector/Publisher"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
+import * as SqlClient from "effect/sql/SqlClient"
 import { APPLICATION, CONSUMER, type Payload, READY, TOPIC } from "./schema.js"
 
 export interface WorkerConfig {

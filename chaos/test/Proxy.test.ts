@@ -1,12 +1,12 @@
-import { describe, expect, it } from "@effect/vitest"
-import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import { eventually } from "@effect-durable/testing/Eventually"
-import * as SqlClient from "effect/sql/SqlClient"
+import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as PgClient from "@effect/sql-pg/PgClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
+import * as SqlClient from "effect/sql/SqlClient"
 import pg from "pg"
 import * as Proxy from "../src/proxy.js"
 
@@ -71,13 +71,20 @@ describe("the chaos suite's commit-cutting proxy", () => {
           const client = Context.get(context, SqlClient.SqlClient)
           yield* client.withTransaction(client`INSERT INTO cut_prepared VALUES ('warm-up')`)
           const cut = proxy.cutNextCommit(mode)
-          const outcome = yield* Effect.result(client.withTransaction(client`INSERT INTO cut_prepared VALUES (${mode})`))
+          const outcome = yield* Effect.result(
+            client.withTransaction(client`INSERT INTO cut_prepared VALUES (${mode})`)
+          )
           // The client never learns the outcome.
           expect(outcome._tag).toBe("Failure")
           expect((yield* Effect.promise(() => cut)).mode).toBe(mode)
         }
-        yield* eventually(sql<{ mode: string }>`SELECT mode FROM cut_prepared WHERE mode <> 'warm-up'`, (rows) => rows.length === 1)
-        expect(yield* sql<{ mode: string }>`SELECT mode FROM cut_prepared WHERE mode <> 'warm-up'`).toEqual([{ mode: "forward" }])
+        yield* eventually(
+          sql<{ mode: string }>`SELECT mode FROM cut_prepared WHERE mode <> 'warm-up'`,
+          (rows) => rows.length === 1
+        )
+        expect(yield* sql<{ mode: string }>`SELECT mode FROM cut_prepared WHERE mode <> 'warm-up'`).toEqual([{
+          mode: "forward"
+        }])
       }))
 
     it.effect("passes everything else unchanged, messages split across reads included", () =>

@@ -50,7 +50,9 @@ for (const name of PACKAGES) {
     ? readdirSync(join(root, "dist", "internal")).find((f) => f.endsWith(".js"))
     : undefined
   if (internal !== undefined) {
-    await assert.rejects(import(`@effect-durable/${name}/internal/${internal.slice(0, -3)}`), { code: "ERR_PACKAGE_PATH_NOT_EXPORTED" })
+    await assert.rejects(import(`@effect-durable/${name}/internal/${internal.slice(0, -3)}`), {
+      code: "ERR_PACKAGE_PATH_NOT_EXPORTED"
+    })
   }
 }
 console.log(`consumer: ${modules} public modules load with plain node; internal/ is sealed`)
@@ -68,7 +70,9 @@ const placeOrder = (key, order) =>
       { subject: "acme", operation: "place-order", key },
       { kind: "order", eligibility: new Uint8Array(), fingerprint: yield* Fingerprint.fingerprint(order) },
       Effect.gen(function*() {
-        const [row] = yield* sql`INSERT INTO ${sql(schema)}.orders (sku, qty) VALUES (${order.sku}, ${order.qty}) RETURNING id`
+        const [row] = yield* sql`INSERT INTO ${
+          sql(schema)
+        }.orders (sku, qty) VALUES (${order.sku}, ${order.qty}) RETURNING id`
         yield* outbox.enqueue("order-placed", { orderId: row.id, ...order })
         return MutationLedger.accept({ orderId: row.id })
       })
@@ -92,7 +96,9 @@ const OrdersLive = HttpApiBuilder.group(OrdersApi, "orders", (handlers) =>
     const sql = yield* SqlClient.SqlClient
     return handlers.handle("place", ({ payload }) =>
       Effect.gen(function*() {
-        const [row] = yield* sql`INSERT INTO ${sql(schema)}.orders (sku, qty) VALUES (${payload.sku}, ${payload.qty}) RETURNING id`
+        const [row] = yield* sql`INSERT INTO ${
+          sql(schema)
+        }.orders (sku, qty) VALUES (${payload.sku}, ${payload.qty}) RETURNING id`
         return { orderId: row.id }
       }).pipe(Effect.orDie))
   }))
@@ -139,9 +145,13 @@ const main = Effect.gen(function*() {
     Effect.promise(() =>
       fetch(`http://127.0.0.1:${address.port}/orders`, {
         method: "POST",
-        headers: { "content-type": "application/json", "idempotency-key": '"order-7"' },
+        headers: { "content-type": "application/json", "idempotency-key": "\"order-7\"" },
         body: JSON.stringify({ sku: "B-2", qty: 1 })
-      }).then(async (response) => ({ status: response.status, replayed: response.headers.get("idempotent-replayed"), body: await response.text() }))
+      }).then(async (response) => ({
+        status: response.status,
+        replayed: response.headers.get("idempotent-replayed"),
+        body: await response.text()
+      }))
     )
   const created = yield* post()
   const replayed = yield* post()
@@ -151,7 +161,9 @@ const main = Effect.gen(function*() {
   assert.equal(replayed.body, created.body)
   const [{ n }] = yield* sql`SELECT count(*)::int AS n FROM ${sql(schema)}.orders WHERE sku = 'B-2'`
   assert.equal(n, 1)
-  console.log("consumer: HTTP POST with an Idempotency-Key: 201, then the same 201 replayed; the order was written once")
+  console.log(
+    "consumer: HTTP POST with an Idempotency-Key: 201, then the same 201 replayed; the order was written once"
+  )
 
   // 4. The command, installed in node_modules/.bin, on the same database.
   const url = Redacted.value(yield* Config.Redacted("DATABASE_URL"))

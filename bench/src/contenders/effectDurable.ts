@@ -5,14 +5,27 @@ import type { SettingsInput } from "@effect-durable/pg/DurableConfig"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as Projector from "@effect-durable/projector/Projector"
 import * as Publisher from "@effect-durable/projector/Publisher"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as References from "effect/References"
-import { latencies, produceSteadily, type QueueContender, BULK_TRANSACTION, sleep, until, untilNoneOpen } from "../common.js"
+import * as SqlClient from "effect/sql/SqlClient"
+import {
+  BULK_TRANSACTION,
+  latencies,
+  produceSteadily,
+  type QueueContender,
+  sleep,
+  until,
+  untilNoneOpen
+} from "../common.js"
 
-export const run = <A, E>(url: string, body: Effect.Effect<A, E, Durable.Services>, poolSize = 10, settings: SettingsInput = {}) =>
+export const run = <A, E>(
+  url: string,
+  body: Effect.Effect<A, E, Durable.Services>,
+  poolSize = 10,
+  settings: SettingsInput = {}
+) =>
   Effect.runPromise(body.pipe(
     Effect.provide(Durable.layer({ connection: { url: Redacted.make(url), poolSize }, settings, migrate: true })),
     Effect.scoped,
@@ -23,14 +36,24 @@ const OPEN = "SELECT count(*) AS n FROM durable.outbox WHERE projected_at IS NUL
 
 /** Writes the messages `BULK_TRANSACTION` per `enqueueMany` (one statement, one transaction). */
 export const enqueueBulk = (url: string, messages: ReadonlyArray<unknown>) =>
-  run(url, Effect.gen(function*() {
-    const outbox = yield* Outbox.Outbox
-    for (let start = 0; start < messages.length; start += BULK_TRANSACTION) {
-      yield* outbox.enqueueMany(messages.slice(start, start + BULK_TRANSACTION).map((payload) => ({ topic: "bench", payload })))
-    }
-  }))
+  run(
+    url,
+    Effect.gen(function*() {
+      const outbox = yield* Outbox.Outbox
+      for (let start = 0; start < messages.length; start += BULK_TRANSACTION) {
+        yield* outbox.enqueueMany(
+          messages.slice(start, start + BULK_TRANSACTION).map((payload) => ({ topic: "bench", payload }))
+        )
+      }
+    })
+  )
 
-export const make = (label: string, options: Projector.ProjectorOptions, poolSize = 10, settings: SettingsInput = {}): QueueContender => ({
+export const make = (
+  label: string,
+  options: Projector.ProjectorOptions,
+  poolSize = 10,
+  settings: SettingsInput = {}
+): QueueContender => ({
   name: `effect-durable (${label})`,
   library: "effect-durable",
   settings: {
@@ -42,21 +65,30 @@ export const make = (label: string, options: Projector.ProjectorOptions, poolSiz
   },
   enqueueBulk,
   enqueueEach: (url, messages, producers) =>
-    run(url, Effect.gen(function*() {
-      const outbox = yield* Outbox.Outbox
-      const sql = yield* SqlClient.SqlClient
-      yield* Effect.forEach(messages, (payload) => sql.withTransaction(outbox.enqueue("bench", payload)), {
-        concurrency: producers,
-        discard: true
-      })
-    }), producers),
+    run(
+      url,
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const sql = yield* SqlClient.SqlClient
+        yield* Effect.forEach(messages, (payload) => sql.withTransaction(outbox.enqueue("bench", payload)), {
+          concurrency: producers,
+          discard: true
+        })
+      }),
+      producers
+    ),
   drain: (url, count) => {
     let delivered = 0
     const handler = Publisher.layerHandler(() => Effect.sync(() => void delivered++))
-    return run(url, Effect.promise(async () => {
-      await until(() => delivered >= count)
-      await untilNoneOpen(url, OPEN)
-    }).pipe(Effect.provide(Projector.layer(options).pipe(Layer.provide(handler)))), poolSize, settings)
+    return run(
+      url,
+      Effect.promise(async () => {
+        await until(() => delivered >= count)
+        await untilNoneOpen(url, OPEN)
+      }).pipe(Effect.provide(Projector.layer(options).pipe(Layer.provide(handler)))),
+      poolSize,
+      settings
+    )
   },
   latency: (url, count, rate) => {
     const received = new Map<number, number>()
@@ -66,17 +98,27 @@ export const make = (label: string, options: Projector.ProjectorOptions, poolSiz
         if (!received.has(i)) received.set(i, performance.now())
       })
     )
-    return run(url, Effect.gen(function*() {
-      const outbox = yield* Outbox.Outbox
-      const sql = yield* SqlClient.SqlClient
-      const context = yield* Effect.context<SqlClient.SqlClient>()
-      yield* Effect.promise(() => sleep(500)) // the listener connects
-      const committed = yield* Effect.promise(() =>
-        produceSteadily(count, rate, (i) => Effect.runPromiseWith(context)(sql.withTransaction(outbox.enqueue("bench", { i }))).then(() => undefined))
-      )
-      yield* Effect.promise(() => until(() => received.size >= count, 10))
-      return latencies(committed, received)
-    }).pipe(Effect.provide(Projector.layer(options).pipe(Layer.provide(handler)))), poolSize, settings)
+    return run(
+      url,
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const sql = yield* SqlClient.SqlClient
+        const context = yield* Effect.context<SqlClient.SqlClient>()
+        yield* Effect.promise(() => sleep(500)) // the listener connects
+        const committed = yield* Effect.promise(() =>
+          produceSteadily(
+            count,
+            rate,
+            (i) =>
+              Effect.runPromiseWith(context)(sql.withTransaction(outbox.enqueue("bench", { i }))).then(() => undefined)
+          )
+        )
+        yield* Effect.promise(() => until(() => received.size >= count, 10))
+        return latencies(committed, received)
+      }).pipe(Effect.provide(Projector.layer(options).pipe(Layer.provide(handler)))),
+      poolSize,
+      settings
+    )
   }
 })
 

@@ -2,7 +2,16 @@
 // worked by its runner with a no-op task.
 import { Logger, makeWorkerUtils, run, type Runner, type WorkerUtils } from "graphile-worker"
 import pg from "pg"
-import { forEachConcurrent, latencies, produceSteadily, type QueueContender, BULK_TRANSACTION, sleep, until, untilNoneOpen } from "../common.js"
+import {
+  BULK_TRANSACTION,
+  forEachConcurrent,
+  latencies,
+  produceSteadily,
+  type QueueContender,
+  sleep,
+  until,
+  untilNoneOpen
+} from "../common.js"
 
 const silent = new Logger(() => () => {})
 
@@ -59,11 +68,17 @@ export const make = (label: string, worker: Record<string, unknown>): QueueConte
   enqueueBulk: (url, messages) =>
     withUtils(url, async (utils) => {
       for (let start = 0; start < messages.length; start += BULK_TRANSACTION) {
-        await utils.addJobs(messages.slice(start, start + BULK_TRANSACTION).map((payload) => ({ identifier: "bench", payload })))
+        await utils.addJobs(
+          messages.slice(start, start + BULK_TRANSACTION).map((payload) => ({ identifier: "bench", payload }))
+        )
       }
     }),
   enqueueEach: (url, messages, producers) =>
-    withUtils(url, (utils) => forEachConcurrent(messages, producers, (payload) => utils.addJob("bench", payload)), producers),
+    withUtils(
+      url,
+      (utils) => forEachConcurrent(messages, producers, (payload) => utils.addJob("bench", payload)),
+      producers
+    ),
   drain: async (url, count) => {
     let delivered = 0
     await withRunner(url, worker, () => void delivered++, async () => {

@@ -2,9 +2,9 @@
 import type { QueueContender } from "../common.js"
 import * as EffectDurable from "./effectDurable.js"
 import * as GraphileWorker from "./graphileWorker.js"
+import * as PersistedQueue from "./persistedQueue.js"
 import * as PgBoss from "./pgBoss.js"
 import * as RawSql from "./rawSql.js"
-import * as PersistedQueue from "./persistedQueue.js"
 
 export const all: ReadonlyArray<QueueContender> = [
   EffectDurable.defaults,
@@ -17,4 +17,4 @@ export const all: ReadonlyArray<QueueContender> = [
   RawSql.atDefaults
 ]
 
-export { EffectDurable, GraphileWorker, PgBoss, PersistedQueue, RawSql }
+export { EffectDurable, GraphileWorker, PersistedQueue, PgBoss, RawSql }

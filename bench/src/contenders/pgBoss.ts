@@ -1,7 +1,16 @@
 // pg-boss: jobs inserted with its own API (insert in bulk, send per transaction), worked by
 // `work` with a no-op batch handler.
 import { PgBoss } from "pg-boss"
-import { forEachConcurrent, latencies, produceSteadily, type QueueContender, BULK_TRANSACTION, sleep, until, untilNoneOpen } from "../common.js"
+import {
+  BULK_TRANSACTION,
+  forEachConcurrent,
+  latencies,
+  produceSteadily,
+  type QueueContender,
+  sleep,
+  until,
+  untilNoneOpen
+} from "../common.js"
 
 const QUEUE = "bench"
 
@@ -50,7 +59,12 @@ export const make = (label: string, settings: Settings): QueueContender => ({
       }
     }),
   enqueueEach: (url, messages, producers) =>
-    withBoss(url, settings, (boss) => forEachConcurrent(messages, producers, (data) => boss.send(QUEUE, data)), producers),
+    withBoss(
+      url,
+      settings,
+      (boss) => forEachConcurrent(messages, producers, (data) => boss.send(QUEUE, data)),
+      producers
+    ),
   drain: (url, count) =>
     withBoss(url, settings, async (boss) => {
       let delivered = 0

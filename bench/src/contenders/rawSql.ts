@@ -3,7 +3,6 @@
 import pg from "pg"
 import type { QueueContender } from "../common.js"
 
-
 const claim = (limit: number) => `
   SELECT set_config('lock_timeout', '5000', true);
   WITH ready AS (
@@ -20,7 +19,9 @@ const markProjected = (claims: ReadonlyArray<{ id: string; generation: string }>
   SELECT set_config('lock_timeout', '5000', true);
   UPDATE durable.outbox q SET projected_at = now(), claimed_until = NULL
    WHERE q.id = ANY('{${claims.map((c) => c.id).join(",")}}'::bigint[])
-     AND '${JSON.stringify(Object.fromEntries(claims.map((c) => [c.id, ["raw", Number(c.generation)]])))}'::jsonb -> q.id::text
+     AND '${
+  JSON.stringify(Object.fromEntries(claims.map((c) => [c.id, ["raw", Number(c.generation)]])))
+}'::jsonb -> q.id::text
          = jsonb_build_array(q.claimed_by, q.claim_generation)
      AND q.claimed_until IS NOT NULL AND q.projected_at IS NULL AND q.dead_at IS NULL`
 

@@ -33,7 +33,9 @@ export const cases = (large: number, huge?: number): ReadonlyArray<ClaimCase> =>
   { name: "10,000 ready", ready: 10_000, projected: 0 },
   { name: `${large.toLocaleString("en")} ready`, ready: large, projected: 0 },
   { name: `10,000 ready + ${large.toLocaleString("en")} projected`, ready: 10_000, projected: large },
-  ...(huge === undefined ? [] : [{ name: `10,000 ready + ${huge.toLocaleString("en")} projected`, ready: 10_000, projected: huge }])
+  ...(huge === undefined
+    ? []
+    : [{ name: `10,000 ready + ${huge.toLocaleString("en")} projected`, ready: 10_000, projected: huge }])
 ]
 
 const rows = (count: number, projected: boolean) => `
@@ -48,25 +50,34 @@ export const run = async (bench: Bench, claimCases: ReadonlyArray<ClaimCase>) =>
   const rounds = await alternate({ ...bench, rounds: 1 }, claimCases, async (claimCase, round, index) => {
     const database = `bench_claim_${index}`
     const url = await bench.freshDatabase(database)
-    const sorted = await EffectDurable.run(url, Effect.gen(function*() {
-      const outbox = yield* Outbox.Outbox
-      const worker = yield* OutboxWorker.OutboxWorker
-      // Rows written in SQL: this scenario measures the claim, not the enqueue.
-      yield* Effect.promise(async () => {
-        if (claimCase.projected > 0) await bench.execute(url, rows(claimCase.projected, true))
-        await bench.execute(url, rows(claimCase.ready, false))
-        await bench.execute(url, "VACUUM ANALYZE durable.outbox")
+    const sorted = await EffectDurable.run(
+      url,
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const worker = yield* OutboxWorker.OutboxWorker
+        // Rows written in SQL: this scenario measures the claim, not the enqueue.
+        yield* Effect.promise(async () => {
+          if (claimCase.projected > 0) await bench.execute(url, rows(claimCase.projected, true))
+          await bench.execute(url, rows(claimCase.ready, false))
+          await bench.execute(url, "VACUUM ANALYZE durable.outbox")
+        })
+        const took: Array<number> = []
+        for (let i = 0; i < CLAIMS; i++) {
+          const [duration, claimed] = yield* Effect.timed(
+            worker.claim({ worker: "bench", limit: LIMIT, lease: "30 seconds" })
+          )
+          took.push(Duration.toMillis(duration))
+          if (claimed.length !== LIMIT) {
+            return yield* Effect.die(new Error(`claimed ${claimed.length}, expected ${LIMIT}`))
+          }
+          yield* worker.markProjectedMany(claimed.map((message) => message.claim))
+          yield* outbox.enqueueMany(
+            claimed.map((_, j) => ({ topic: "bench", payload: { ...PAYLOAD, orderId: i * LIMIT + j } }))
+          )
+        }
+        return took.sort((a, b) => a - b)
       })
-      const took: Array<number> = []
-      for (let i = 0; i < CLAIMS; i++) {
-        const [duration, claimed] = yield* Effect.timed(worker.claim({ worker: "bench", limit: LIMIT, lease: "30 seconds" }))
-        took.push(Duration.toMillis(duration))
-        if (claimed.length !== LIMIT) return yield* Effect.die(new Error(`claimed ${claimed.length}, expected ${LIMIT}`))
-        yield* worker.markProjectedMany(claimed.map((message) => message.claim))
-        yield* outbox.enqueueMany(claimed.map((_, j) => ({ topic: "bench", payload: { ...PAYLOAD, orderId: i * LIMIT + j } })))
-      }
-      return took.sort((a, b) => a - b)
-    }))
+    )
     await bench.dropDatabase(database)
     const result = { p50: percentile(sorted, 0.5), p99: percentile(sorted, 0.99) }
     progress(round, claimCase.name, `claim ${LIMIT}: p50 ${result.p50.toFixed(2)} ms  p99 ${result.p99.toFixed(2)} ms`)

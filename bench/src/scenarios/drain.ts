@@ -13,7 +13,9 @@ export interface DrainResult {
   readonly peakRssMB: number
   readonly serverCpuMicrosPerMessage: number
   readonly bulkEnqueueRate: number
-  readonly rounds: ReadonlyArray<{ rate: number; peakRssMB: number; serverCpuMicrosPerMessage: number; bulkEnqueueRate: number }>
+  readonly rounds: ReadonlyArray<
+    { rate: number; peakRssMB: number; serverCpuMicrosPerMessage: number; bulkEnqueueRate: number }
+  >
 }
 
 export const run = async (bench: Bench, contenders: ReadonlyArray<QueueContender>, messages: number) => {

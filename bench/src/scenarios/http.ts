@@ -7,15 +7,15 @@ import * as Idempotency from "@effect-durable/http/Idempotency"
 import * as Subject from "@effect-durable/http/Subject"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServer from "effect/http/HttpServer"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
-import * as SqlClient from "effect/sql/SqlClient"
-import * as Context from "effect/Context"
-import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Http from "node:http"
 import { formatRate, median, percentile } from "../common.js"
 import * as EffectDurable from "../contenders/effectDurable.js"
@@ -60,7 +60,10 @@ const agent = new Http.Agent({ keepAlive: true, maxSockets: CONCURRENCY })
 
 const post = (port: number, path: string, body: string, key?: string) =>
   new Promise<number>((resolve, reject) => {
-    const headers: Record<string, string> = { "content-type": "application/json", "content-length": String(Buffer.byteLength(body)) }
+    const headers: Record<string, string> = {
+      "content-type": "application/json",
+      "content-length": String(Buffer.byteLength(body))
+    }
     if (key !== undefined) headers["idempotency-key"] = key
     const request = Http.request({ host: "127.0.0.1", port, path, method: "POST", headers, agent }, (response) => {
       response.resume()
@@ -90,28 +93,39 @@ const load = async (count: number, status: number, send: (i: number) => Promise<
   return { rate: count / seconds, p50: percentile(sorted, 0.5), p99: percentile(sorted, 0.99) }
 }
 
-const describe = (phase: Phase) => `${formatRate(phase.rate).padStart(6)} req/s  p50 ${phase.p50.toFixed(2)} ms  p99 ${phase.p99.toFixed(2)} ms`
+const describe = (phase: Phase) =>
+  `${formatRate(phase.rate).padStart(6)} req/s  p50 ${phase.p50.toFixed(2)} ms  p99 ${phase.p99.toFixed(2)} ms`
 
 export const run = async (bench: Bench, requests: number): Promise<HttpResult> => {
   const measure = async (mode: "plain" | "idempotent", round: number, index: number) => {
     const database = `bench_http_${index}`
     const url = await bench.freshDatabase(database)
     await bench.execute(url, "CREATE TABLE orders (id bigserial PRIMARY KEY, cents int NOT NULL)")
-    const result = await EffectDurable.run(url, Effect.scoped(Effect.gen(function*() {
-      const context = yield* Layer.build(
-        HttpRouter.serve(Routes, { disableLogger: true, disableListenLog: true }).pipe(
-          Layer.provide(Idempotency.layerRedactKeyHeader()),
-          Layer.provideMerge(NodeHttpServer.layer(Http.createServer, { port: 0, host: "127.0.0.1" }))
+    const result = await EffectDurable.run(
+      url,
+      Effect.scoped(Effect.gen(function*() {
+        const context = yield* Layer.build(
+          HttpRouter.serve(Routes, { disableLogger: true, disableListenLog: true }).pipe(
+            Layer.provide(Idempotency.layerRedactKeyHeader()),
+            Layer.provideMerge(NodeHttpServer.layer(Http.createServer, { port: 0, host: "127.0.0.1" }))
+          )
         )
-      )
-      const address = Context.get(context, HttpServer.HttpServer).address
-      const port = address._tag === "UnixPathAddress" ? 0 : address.port
-      const body = (i: number) => JSON.stringify({ cents: 100 + i })
-      if (mode === "plain") return { first: yield* Effect.promise(() => load(requests, 201, (i) => post(port, "/plain", body(i)))) }
-      const first = yield* Effect.promise(() => load(requests, 201, (i) => post(port, "/orders", body(i), `order-${i}`)))
-      const replay = yield* Effect.promise(() => load(requests, 201, (i) => post(port, "/orders", body(i), `order-${i}`)))
-      return { first, replay }
-    })), CONCURRENCY + 4)
+        const address = Context.get(context, HttpServer.HttpServer).address
+        const port = address._tag === "UnixPathAddress" ? 0 : address.port
+        const body = (i: number) => JSON.stringify({ cents: 100 + i })
+        if (mode === "plain") {
+          return { first: yield* Effect.promise(() => load(requests, 201, (i) => post(port, "/plain", body(i)))) }
+        }
+        const first = yield* Effect.promise(() =>
+          load(requests, 201, (i) => post(port, "/orders", body(i), `order-${i}`))
+        )
+        const replay = yield* Effect.promise(() =>
+          load(requests, 201, (i) => post(port, "/orders", body(i), `order-${i}`))
+        )
+        return { first, replay }
+      })),
+      CONCURRENCY + 4
+    )
     await bench.dropDatabase(database)
     progress(round, mode === "plain" ? "plain handler" : "Idempotency-Key", describe(result.first))
     if (result.replay !== undefined) progress(round, "Idempotency-Key replays", describe(result.replay))

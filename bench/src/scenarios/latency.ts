@@ -20,7 +20,11 @@ export const run = async (bench: Bench, contenders: ReadonlyArray<QueueContender
     const sorted = await contender.latency!(url, messages, RATE)
     await bench.dropDatabase(database)
     const result = { p50: percentile(sorted, 0.5), p99: percentile(sorted, 0.99), max: sorted[sorted.length - 1]! }
-    progress(round, contender.name, `p50 ${result.p50.toFixed(2)} ms  p99 ${result.p99.toFixed(2)} ms  max ${result.max.toFixed(2)} ms`)
+    progress(
+      round,
+      contender.name,
+      `p50 ${result.p50.toFixed(2)} ms  p99 ${result.p99.toFixed(2)} ms  max ${result.max.toFixed(2)} ms`
+    )
     return result
   })
   return contenders.map((contender, i): LatencyResult => ({

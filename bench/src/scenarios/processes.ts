@@ -33,6 +33,9 @@ export const run = async (bench: Bench, contender: QueueContender, messages: num
   return {
     name: contender.name,
     rates,
-    rounds: Array.from({ length: bench.rounds }, (_, r) => Object.fromEntries(PROCESSES.map((n, i) => [String(n), rounds[i]![r]!])))
+    rounds: Array.from(
+      { length: bench.rounds },
+      (_, r) => Object.fromEntries(PROCESSES.map((n, i) => [String(n), rounds[i]![r]!]))
+    )
   }
 }

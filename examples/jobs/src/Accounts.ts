@@ -7,11 +7,11 @@
  */
 import * as Cas from "@effect-durable/pg/Cas"
 import * as Keyset from "@effect-durable/pg/Keyset"
+import * as Effect from "effect/Effect"
 import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
-import * as SqlClient from "effect/sql/SqlClient"
-import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import * as SqlClient from "effect/sql/SqlClient"
 import {
   AccountNotFound,
   BankApi,
@@ -88,12 +88,19 @@ export const AccountsLive = HttpApiBuilder.group(
           if (ifMatch === undefined) return yield* new PreconditionRequired({ header: "If-Match" })
           const expected = revisionIn(ifMatch)
           if (Option.isNone(expected)) return yield* new PreconditionFailed({ etag: etagOf(account) })
-          yield* cas.update({ table: "accounts", id: params.id, expectedRevision: expected.value, set: { name: payload.name } })
+          yield* cas.update({
+            table: "accounts",
+            id: params.id,
+            expectedRevision: expected.value,
+            set: { name: payload.name }
+          })
             .pipe(
               Effect.catchTag("CasConflict", (conflict) =>
                 Effect.fail(
                   new PreconditionFailed({
-                    etag: conflict.actualRevision === null ? null : etagOf({ revision: Number(conflict.actualRevision) })
+                    etag: conflict.actualRevision === null
+                      ? null
+                      : etagOf({ revision: Number(conflict.actualRevision) })
                   })
                 )),
               Effect.catchTag("InvalidInput", Effect.die),
@@ -107,13 +114,15 @@ export const AccountsLive = HttpApiBuilder.group(
         Effect.fn("Accounts.entries")(function*({ params, query }) {
           const account = yield* ownAccount(params.id)
           const limit = query.limit ?? 20
-          const page = yield* keyset.page<{ id: number; transfer_id: number | null; amount: number; created_at: Date }>({
-            table: "entries",
-            subject: account.owner, // the cursor only works for this user...
-            where: { account_id: account.id }, // ...and this account
-            limit,
-            ...(query.cursor === undefined ? {} : { cursor: query.cursor })
-          }).pipe(
+          const page = yield* keyset.page<{ id: number; transfer_id: number | null; amount: number; created_at: Date }>(
+            {
+              table: "entries",
+              subject: account.owner, // the cursor only works for this user...
+              where: { account_id: account.id }, // ...and this account
+              limit,
+              ...(query.cursor === undefined ? {} : { cursor: query.cursor })
+            }
+          ).pipe(
             // A cursor that was tampered with, or issued for another user or account, is the client's 400.
             Effect.catch((error) =>
               error._tag === "InvalidCursor" || error._tag === "CursorBindingMismatch"
@@ -122,7 +131,12 @@ export const AccountsLive = HttpApiBuilder.group(
             )
           )
           return {
-            items: page.items.map((row) => ({ id: row.id, transfer: row.transfer_id, amount: row.amount, createdAt: row.created_at })),
+            items: page.items.map((row) => ({
+              id: row.id,
+              transfer: row.transfer_id,
+              amount: row.amount,
+              createdAt: row.created_at
+            })),
             next: page.nextCursor === undefined
               ? null
               : `/accounts/${account.id}/entries?limit=${limit}&cursor=${encodeURIComponent(page.nextCursor)}`

@@ -9,6 +9,7 @@
  */
 import * as Idempotency from "@effect-durable/http/Idempotency"
 import * as Subject from "@effect-durable/http/Subject"
+import * as Context from "effect/Context"
 import * as HttpApi from "effect/http-api/HttpApi"
 import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
 import * as HttpApiError from "effect/http-api/HttpApiError"
@@ -17,7 +18,6 @@ import * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
 import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
 import * as HttpApiSecurity from "effect/http-api/HttpApiSecurity"
 import * as OpenApi from "effect/http-api/OpenApi"
-import * as Context from "effect/Context"
 import * as Schema from "effect/Schema"
 
 // --- who is calling --------------------------------------------------------------------------
@@ -30,10 +30,12 @@ export class CurrentUser extends Context.Service<CurrentUser, string>()("example
  * the user to the handlers and, as the idempotency records' `Subject`, to the idempotency
  * middleware it wraps: a refused credential never reaches the ledger.
  */
-export class Authentication extends HttpApiMiddleware.Service<Authentication, { provides: CurrentUser | Subject.Subject }>()(
-  "example/Authentication",
-  { error: HttpApiError.UnauthorizedNoContent, security: { bearer: HttpApiSecurity.bearer } }
-) {}
+export class Authentication
+  extends HttpApiMiddleware.Service<Authentication, { provides: CurrentUser | Subject.Subject }>()(
+    "example/Authentication",
+    { error: HttpApiError.UnauthorizedNoContent, security: { bearer: HttpApiSecurity.bearer } }
+  )
+{}
 
 // --- what it answers -----------------------------------------------------------------------
 
@@ -149,7 +151,9 @@ export class Accounts extends HttpApiGroup.make("accounts")
     HttpApiEndpoint.get("entries", "/accounts/:id/entries", {
       params: Id,
       query: {
-        limit: Schema.optional(Schema.NumberFromString.check(Schema.isInt(), Schema.isBetween({ minimum: 1, maximum: 100 }))),
+        limit: Schema.optional(
+          Schema.NumberFromString.check(Schema.isInt(), Schema.isBetween({ minimum: 1, maximum: 100 }))
+        ),
         cursor: Schema.optional(Schema.String)
       },
       success: EntryPage,

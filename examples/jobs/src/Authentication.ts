@@ -5,8 +5,8 @@
  * middleware it wraps (`Subject`, which keys every stored response by the user).
  */
 import * as Subject from "@effect-durable/http/Subject"
-import * as HttpApiError from "effect/http-api/HttpApiError"
 import * as Effect from "effect/Effect"
+import * as HttpApiError from "effect/http-api/HttpApiError"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"

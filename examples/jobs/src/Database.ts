@@ -6,10 +6,10 @@
  */
 import * as DevDatabase from "@effect-durable/embedded/DevDatabase"
 import * as Durable from "@effect-durable/pg/Durable"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as SqlClient from "effect/sql/SqlClient"
 
 /** Used only when the variable is not set. */
 export const developmentDefaults: Record<string, string> = {

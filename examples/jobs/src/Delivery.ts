@@ -7,9 +7,9 @@
  */
 import * as Projector from "@effect-durable/projector/Projector"
 import * as WebhookPublisher from "@effect-durable/webhook/WebhookPublisher"
-import * as FetchHttpClient from "effect/http/FetchHttpClient"
 import * as Config from "effect/Config"
 import * as Effect from "effect/Effect"
+import * as FetchHttpClient from "effect/http/FetchHttpClient"
 import * as Layer from "effect/Layer"
 import { baseUrl } from "./Instructions.js"
 import { WEBHOOK_PATH } from "./Notifications.js"

@@ -6,11 +6,11 @@
  */
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Console from "effect/Console"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
+import * as SqlClient from "effect/sql/SqlClient"
 import { format } from "./Money.js"
 import { TRANSFER_COMPLETED } from "./Transfers.js"
 
@@ -59,12 +59,22 @@ export const run = Effect.fn("Demo.run")(function*(url: string) {
   yield* say(`demo run ${runId} against ${url}`)
 
   yield* say("1. alice and bob open accounts (POST /accounts with an Idempotency-Key)")
-  const opened = yield* call("POST", "/accounts", { user: "alice", key: "open-alice", body: { name: "Alice", deposit: 100_000 } })
-  const bobOpened = yield* call("POST", "/accounts", { user: "bob", key: "open-bob", body: { name: "Bob", deposit: 1_000 } })
+  const opened = yield* call("POST", "/accounts", {
+    user: "alice",
+    key: "open-alice",
+    body: { name: "Alice", deposit: 100_000 }
+  })
+  const bobOpened = yield* call("POST", "/accounts", {
+    user: "bob",
+    key: "open-bob",
+    body: { name: "Bob", deposit: 1_000 }
+  })
   yield* check(opened.status === 201 && bobOpened.status === 201, "opening accounts answers 201")
   const alice: number = opened.body.id
   const bob: number = bobOpened.body.id
-  yield* say(`   201 Location: ${opened.headers.get("location")}, ETag: ${opened.headers.get("etag")}; bob's is account ${bob}`)
+  yield* say(
+    `   201 Location: ${opened.headers.get("location")}, ETag: ${opened.headers.get("etag")}; bob's is account ${bob}`
+  )
 
   yield* say(`2. first request: alice moves ${format(2_500)} to bob`)
   const first = yield* transfer("rent", alice, bob, 2_500)
@@ -88,7 +98,10 @@ export const run = Effect.fn("Demo.run")(function*(url: string) {
   const executed = copies.filter((reply) => reply.status === 201 && !replayed(reply)).length
   const replays = copies.filter(replayed).length
   const inFlight = copies.filter((reply) => reply.status === 409).length
-  yield* check(executed === 1 && replays + inFlight === 7, "one of 8 concurrent copies runs; the others replay or get 409")
+  yield* check(
+    executed === 1 && replays + inFlight === 7,
+    "one of 8 concurrent copies runs; the others replay or get 409"
+  )
   yield* say(`   ran once; ${replays} replayed, ${inFlight} answered 409 (in flight; Retry-After: 1)`)
   const again = yield* transfer("coffee", alice, bob, 1_000)
   yield* check(replayed(again), "after it completes every copy replays")
@@ -97,7 +110,10 @@ export const run = Effect.fn("Demo.run")(function*(url: string) {
   yield* say(`6. a rejection is stored too: alice moves ${format(5_000_000)}`)
   const broke = yield* transfer("yacht", alice, bob, 5_000_000)
   const brokeAgain = yield* transfer("yacht", alice, bob, 5_000_000)
-  yield* check(broke.status === 402 && brokeAgain.status === 402 && replayed(brokeAgain), "a 402 is stored and replayed")
+  yield* check(
+    broke.status === 402 && brokeAgain.status === 402 && replayed(brokeAgain),
+    "a 402 is stored and replayed"
+  )
   yield* say(`   ${broke.status} ${broke.text}; the retry: ${brokeAgain.status}, replayed`)
 
   yield* say("7. alice's entries, two per page, following `next` (cursors are signed)")
@@ -113,16 +129,25 @@ export const run = Effect.fn("Demo.run")(function*(url: string) {
     next = reply.body.next
     if (next !== null) cursors.push(new URL(next, url).searchParams.get("cursor")!)
   }
-  yield* check(JSON.stringify(amounts) === JSON.stringify([-1_000, -2_500, 100_000]), "entries: -10.00, -25.00, 1000.00")
+  yield* check(
+    JSON.stringify(amounts) === JSON.stringify([-1_000, -2_500, 100_000]),
+    "entries: -10.00, -25.00, 1000.00"
+  )
   // A cursor is bound to the user and the account it was issued for.
-  const foreign = yield* call("GET", `/accounts/${bob}/entries?limit=2&cursor=${encodeURIComponent(cursors[0]!)}`, { user: "bob" })
+  const foreign = yield* call("GET", `/accounts/${bob}/entries?limit=2&cursor=${encodeURIComponent(cursors[0]!)}`, {
+    user: "bob"
+  })
   yield* check(foreign.status === 400, "alice's cursor does not page bob's account")
   yield* say(`   alice's cursor on bob's account: ${foreign.status} ${foreign.text}`)
 
   yield* say("8. compare-and-swap: rename alice's account with If-Match")
   const current = yield* call("GET", `/accounts/${alice}`, { user: "alice" })
   const etag = current.headers.get("etag")!
-  const renamed = yield* call("PUT", `/accounts/${alice}`, { user: "alice", ifMatch: etag, body: { name: "Alice main" } })
+  const renamed = yield* call("PUT", `/accounts/${alice}`, {
+    user: "alice",
+    ifMatch: etag,
+    body: { name: "Alice main" }
+  })
   const stale = yield* call("PUT", `/accounts/${alice}`, { user: "alice", ifMatch: etag, body: { name: "Alice old" } })
   const blind = yield* call("PUT", `/accounts/${alice}`, { user: "alice", body: { name: "Alice blind" } })
   yield* check(renamed.status === 200 && stale.status === 412 && blind.status === 428, "PUT: 200, then 412, then 428")
@@ -134,14 +159,19 @@ export const run = Effect.fn("Demo.run")(function*(url: string) {
   const notifications = call("GET", `/accounts/${bob}/notifications`, { user: "bob" })
   const delivered = yield* notifications.pipe(
     Effect.repeat({ until: (reply) => reply.body.length === 2, schedule: Schedule.spaced("100 millis") }),
-    Effect.timeoutOrElse({ duration: "30 seconds", orElse: () => Effect.fail(new DemoFailed({ message: "both transfers notified" })) })
+    Effect.timeoutOrElse({
+      duration: "30 seconds",
+      orElse: () => Effect.fail(new DemoFailed({ message: "both transfers notified" }))
+    })
   )
   for (const notification of delivered.body) yield* say(`   bob: ${notification.text}`)
   // What a lost answer to the webhook would cause: the same message delivered again.
   const sql = yield* SqlClient.SqlClient
   const outbox = sql.literal((yield* DurableSettings).table("outbox"))
   const [message] = yield* sql<{ id: string }>`
-    SELECT id::text AS id FROM ${outbox} WHERE topic = ${TRANSFER_COMPLETED} AND payload->>'transfer' = ${String(first.body.id)}`
+    SELECT id::text AS id FROM ${outbox} WHERE topic = ${TRANSFER_COMPLETED} AND payload->>'transfer' = ${
+    String(first.body.id)
+  }`
   const admin = yield* OutboxAdmin.OutboxAdmin
   yield* admin.replay([message!.id])
   yield* admin.unprojectedCount(TRANSFER_COMPLETED).pipe(
@@ -149,7 +179,11 @@ export const run = Effect.fn("Demo.run")(function*(url: string) {
   )
   const afterReplay = yield* notifications
   yield* check(afterReplay.body.length === 2, "a redelivered message is applied once")
-  yield* say(`   message ${message!.id} delivered again: the inbox knew it, bob still has ${afterReplay.body.length} notifications`)
+  yield* say(
+    `   message ${
+      message!.id
+    } delivered again: the inbox knew it, bob still has ${afterReplay.body.length} notifications`
+  )
 
   yield* say("done: every step behaved as described")
 })

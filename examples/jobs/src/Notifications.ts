@@ -8,13 +8,13 @@
  */
 import * as Inbox from "@effect-durable/pg/Inbox"
 import * as WebhookSignature from "@effect-durable/webhook/WebhookSignature"
+import * as Config from "effect/Config"
+import * as Effect from "effect/Effect"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
-import * as SqlClient from "effect/sql/SqlClient"
-import * as Config from "effect/Config"
-import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
 import { format } from "./Money.js"
 
 export const WEBHOOK_PATH = "/webhooks/transfers"
@@ -54,7 +54,10 @@ export const ReceiverLive = HttpRouter.use(
       )
       return HttpServerResponse.jsonUnsafe({ applied: outcome._tag === "Processed" })
     }).pipe(
-      Effect.catchTag("SchemaError", () => Effect.succeed(HttpServerResponse.text("not a transfer delivery", { status: 400 }))),
+      Effect.catchTag(
+        "SchemaError",
+        () => Effect.succeed(HttpServerResponse.text("not a transfer delivery", { status: 400 }))
+      ),
       // Anything else is a 500: the projector retries it later.
       Effect.orDie,
       Effect.withSpan("Notifications.receive")

@@ -14,7 +14,9 @@ export const RetentionLive = Layer.effectDiscard(
   Effect.gen(function*() {
     const ledger = yield* MutationLedger.MutationLedger
     yield* ledger.purge({ olderThan: RETENTION }).pipe(
-      Effect.tap((purged) => purged > 0 ? Effect.logInfo(`purged ${purged} idempotency records older than ${RETENTION}`) : Effect.void),
+      Effect.tap((purged) =>
+        purged > 0 ? Effect.logInfo(`purged ${purged} idempotency records older than ${RETENTION}`) : Effect.void
+      ),
       Effect.catch((error) => Effect.logWarning(`purging idempotency records failed: ${error.message}`)),
       Effect.repeat(Schedule.spaced("1 hour")),
       Effect.forkScoped

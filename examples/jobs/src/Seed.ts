@@ -2,8 +2,8 @@
  * Two accounts for the copy-paste curl lines, opened once per database: alice's and bob's.
  * (The demo opens its own, through the API.)
  */
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 export interface SeedAccount {
   readonly id: number

@@ -7,12 +7,12 @@
  */
 import * as Idempotency from "@effect-durable/http/Idempotency"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as Effect from "effect/Effect"
 import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
 import * as HttpApiSwagger from "effect/http-api/HttpApiSwagger"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
-import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { createServer, type Server } from "node:http"
 import { AccountsLive } from "./Accounts.js"
@@ -24,7 +24,11 @@ import { TransfersLive } from "./Transfers.js"
 const ApiRoutes = HttpApiBuilder.layer(BankApi, { openapiPath: "/openapi.json" }).pipe(
   Layer.provide([AccountsLive, TransfersLive]),
   // Authentication wraps Idempotency (Api.ts) and gives it its subject, the caller.
-  Layer.provide([AuthenticationLive, Idempotency.layer(BankApi), HttpApiMiddleware.layerProblemDetails({ includeDetails: true })])
+  Layer.provide([
+    AuthenticationLive,
+    Idempotency.layer(BankApi),
+    HttpApiMiddleware.layerProblemDetails({ includeDetails: true })
+  ])
 )
 
 const Routes = Layer.mergeAll(

@@ -5,11 +5,11 @@
  * refusal is decided before the first write, so a stored 4xx never leaves half a transfer.
  */
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as Effect from "effect/Effect"
 import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import * as HttpApiError from "effect/http-api/HttpApiError"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as SqlClient from "effect/sql/SqlClient"
-import * as Effect from "effect/Effect"
 import { AccountNotFound, BankApi, CurrentUser, InsufficientFunds, NotYourAccount, SameAccount } from "./Api.js"
 
 export const TRANSFER_COMPLETED = "transfer-completed"
@@ -59,7 +59,9 @@ export const TransfersLive = HttpApiBuilder.group(
           if (source === undefined) return yield* new AccountNotFound({ account: from })
           if (source.owner !== user) return yield* new NotYourAccount({ account: from })
           if (!accounts.some((account) => account.id === to)) return yield* new AccountNotFound({ account: to })
-          if (source.balance < amount) return yield* new InsufficientFunds({ account: from, balance: source.balance, amount })
+          if (source.balance < amount) {
+            return yield* new InsufficientFunds({ account: from, balance: source.balance, amount })
+          }
 
           return yield* Effect.gen(function*() {
             const [transfer] = yield* sql<TransferRow>`

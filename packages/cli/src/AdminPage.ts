@@ -98,7 +98,12 @@ export const AdminPageOptionsTable = declare({
     purpose: "longest run of any query of the page and of each batch of a bulk action",
     example: "5 seconds"
   }),
-  batchSize: option({ schema: Input.Count(10_000), default: 500, purpose: "rows per batch of a bulk action (1-10,000)", example: "500" }),
+  batchSize: option({
+    schema: Input.Count(10_000),
+    default: 500,
+    purpose: "rows per batch of a bulk action (1-10,000)",
+    example: "500"
+  }),
   readOnly: option({
     schema: Schema.Boolean,
     default: false,
@@ -107,16 +112,27 @@ export const AdminPageOptionsTable = declare({
     purpose: "refuse every write (403)",
     example: "true"
   }),
-  showPayloads: option({ schema: Schema.Boolean, default: false, purpose: "show message payloads and stored ledger responses", example: "true" }),
+  showPayloads: option({
+    schema: Schema.Boolean,
+    default: false,
+    purpose: "show message payloads and stored ledger responses",
+    example: "true"
+  }),
   basePath: option({
     schema: Schema.String.check(Schema.makeFilter((p) => p === "" || BASE_PATH.test(p), {
-      message: "a path prefix such as /admin/durable (segments of URL path characters, none empty, no trailing slash), or empty"
+      message:
+        "a path prefix such as /admin/durable (segments of URL path characters, none empty, no trailing slash), or empty"
     })),
     optional: true,
     purpose: "the page's path prefix as the browser sees it, when a proxy strips it",
     example: "/admin/durable"
   }),
-  auth: option({ schema: AuthSchema, optional: true, purpose: "credentials the page asks for", example: "{ bearer: Redacted.make(token) }" })
+  auth: option({
+    schema: AuthSchema,
+    optional: true,
+    purpose: "credentials the page asks for",
+    example: "{ bearer: Redacted.make(token) }"
+  })
 })
 
 /** Every default of the page, from its declarations. */
@@ -174,7 +190,9 @@ export interface LayerOptions extends Options {
  * `HttpRouter.serve`. Provide a route middleware to it (`Layer.provide(Staff.layer)`) to put the
  * page behind your authentication. Its bulk actions run until the layer is released.
  */
-export const layer = (options: LayerOptions = {}): Layer.Layer<never, DurableConfigError, HttpRouter.HttpRouter | Requirements> =>
+export const layer = (
+  options: LayerOptions = {}
+): Layer.Layer<never, DurableConfigError, HttpRouter.HttpRouter | Requirements> =>
   HttpRouter.addAll(make(options), { prefix: options.mount === "/" ? undefined : options.mount })
 
 const invalid = (variable: string, message: string) =>
@@ -193,18 +211,29 @@ export const config: Config.Config<{ readonly auth: Auth | undefined; readonly r
   user: Config.option(Config.String("DURABLE_DASHBOARD_USER")),
   password: Config.option(Config.Redacted("DURABLE_DASHBOARD_PASSWORD")),
   token: Config.option(Config.Redacted("DURABLE_DASHBOARD_TOKEN")),
-  readOnly: Config.Boolean(AdminPageOptionsTable.declarations.readOnly.variable).pipe(Config.withDefault(AdminPageOptionsTable.defaults.readOnly))
+  readOnly: Config.Boolean(AdminPageOptionsTable.declarations.readOnly.variable).pipe(
+    Config.withDefault(AdminPageOptionsTable.defaults.readOnly)
+  )
 }).pipe(
   Config.mapEffect(({ password, readOnly, token, user }) => {
     if (Option.isSome(user) !== Option.isSome(password)) {
-      return Effect.fail(invalid("DURABLE_DASHBOARD_PASSWORD", "set both DURABLE_DASHBOARD_USER and DURABLE_DASHBOARD_PASSWORD, or neither"))
+      return Effect.fail(
+        invalid(
+          "DURABLE_DASHBOARD_PASSWORD",
+          "set both DURABLE_DASHBOARD_USER and DURABLE_DASHBOARD_PASSWORD, or neither"
+        )
+      )
     }
     if (Option.isSome(user) && !isUser(user.value)) return Effect.fail(invalid("DURABLE_DASHBOARD_USER", USER_RULE))
     if (Option.isSome(password) && !isPassword(Redacted.value(password.value))) {
       return Effect.fail(invalid("DURABLE_DASHBOARD_PASSWORD", PASSWORD_RULE))
     }
-    if (Option.isSome(token) && !isToken(Redacted.value(token.value))) return Effect.fail(invalid("DURABLE_DASHBOARD_TOKEN", TOKEN_RULE))
-    const basic = Option.isSome(user) && Option.isSome(password) ? { user: user.value, password: password.value } : undefined
+    if (Option.isSome(token) && !isToken(Redacted.value(token.value))) {
+      return Effect.fail(invalid("DURABLE_DASHBOARD_TOKEN", TOKEN_RULE))
+    }
+    const basic = Option.isSome(user) && Option.isSome(password)
+      ? { user: user.value, password: password.value }
+      : undefined
     const bearer: Redacted.Redacted<string> | undefined = Option.getOrUndefined(token)
     const auth: Auth | undefined = basic === undefined && bearer === undefined
       ? undefined

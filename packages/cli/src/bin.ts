@@ -59,7 +59,9 @@ const describeCause = (cause: unknown): string => {
     if (current instanceof Error || typeof current === "object") {
       const { cause: next, message, name, stack: _stack, ...fields } = current as Error & Record<string, unknown>
       const details = Object.entries(fields)
-        .filter(([key, value]) => !key.startsWith("_") && value !== undefined && (typeof value !== "object" || value === null))
+        .filter(([key, value]) =>
+          !key.startsWith("_") && value !== undefined && (typeof value !== "object" || value === null)
+        )
         .map(([key, value]) => `${key}=${inspect(value)}`)
       lines.push(`cause: ${name ?? "Error"}: ${message ?? ""}${details.length === 0 ? "" : ` (${details.join(", ")})`}`)
       current = next

@@ -2,26 +2,26 @@
 // nothing downloaded), mounted under prefixes of an application's own server with basic
 // auth: a writable page at /ops/durable and a read-only one at /ro/durable. Every action is
 // checked in the database; pause and resume against a running projector.
-import { describe, expect, it } from "@effect/vitest"
+import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as Inbox from "@effect-durable/pg/Inbox"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
-import * as Inbox from "@effect-durable/pg/Inbox"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
-import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Projector from "@effect-durable/projector/Projector"
 import * as Publisher from "@effect-durable/projector/Publisher"
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import { describe, expect, it } from "@effect/vitest"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServer from "effect/http/HttpServer"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Ref from "effect/Ref"
+import * as SqlClient from "effect/sql/SqlClient"
 import { copyFileSync, existsSync, mkdirSync } from "node:fs"
 import { createServer, request as httpRequest } from "node:http"
 import { join } from "node:path"
@@ -48,20 +48,33 @@ const DOCS = join(PACKAGE, "..", "..", "docs")
  * (served as http://localhost:port, which is not the site http://127.0.0.1:port) that embeds it.
  */
 /** What the server answered, and the `Sec-Fetch-*` headers the browser sent with it. */
-const served: Array<{ readonly url: string; readonly status: number; readonly site: string | undefined; readonly mode: string | undefined; readonly dest: string | undefined }> = []
-const Recorder = HttpRouter.middleware((httpEffect) =>
-  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
-    Effect.tap(httpEffect, (response) =>
-      Effect.sync(() =>
-        void served.push({
-          url: request.url,
-          status: response.status,
-          site: request.headers["sec-fetch-site"],
-          mode: request.headers["sec-fetch-mode"],
-          dest: request.headers["sec-fetch-dest"]
-        })
-      )))
-, { global: true })
+const served: Array<
+  {
+    readonly url: string
+    readonly status: number
+    readonly site: string | undefined
+    readonly mode: string | undefined
+    readonly dest: string | undefined
+  }
+> = []
+const Recorder = HttpRouter.middleware(
+  (httpEffect) =>
+    Effect.flatMap(
+      HttpServerRequest.HttpServerRequest,
+      (request) =>
+        Effect.tap(httpEffect, (response) =>
+          Effect.sync(() =>
+            void served.push({
+              url: request.url,
+              status: response.status,
+              site: request.headers["sec-fetch-site"],
+              mode: request.headers["sec-fetch-mode"],
+              dest: request.headers["sec-fetch-dest"]
+            })
+          ))
+    ),
+  { global: true }
+)
 
 const Server = HttpRouter.serve(Layer.mergeAll(
   Recorder,
@@ -86,7 +99,15 @@ const BrowserLive = Layer.effect(
       chromium.launch({
         executablePath: browser.path!,
         headless: true,
-        args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+        args: [
+          "--no-sandbox",
+          "--disable-gpu",
+          "--disable-quic",
+          "--no-first-run",
+          "--disable-background-networking",
+          "--disable-component-update",
+          "--disable-sync"
+        ],
         timeout: 30_000
       })
     ),
@@ -96,8 +117,7 @@ const BrowserLive = Layer.effect(
 
 const Live = Layer.mergeAll(Server, BrowserLive).pipe(Layer.provideMerge(Substrate))
 
-const origin = Effect.map(HttpServer.HttpServer, (server) =>
-  `http://127.0.0.1:${portOf(server)}`)
+const origin = Effect.map(HttpServer.HttpServer, (server) => `http://127.0.0.1:${portOf(server)}`)
 
 /** A page signed in (or not), accepting every confirmation, closed after `use`. */
 const withPage = <A>(use: (page: Page, base: string) => Promise<A>, options: { readonly signedIn?: boolean } = {}) =>
@@ -119,19 +139,25 @@ const withPage = <A>(use: (page: Page, base: string) => Promise<A>, options: { r
     })
   })
 
-const status = (page: Page, text: string | RegExp) => page.locator("#status").filter({ hasText: text }).waitFor({ timeout: 10_000 })
+const status = (page: Page, text: string | RegExp) =>
+  page.locator("#status").filter({ hasText: text }).waitFor({ timeout: 10_000 })
 
 /** A plain HTTP request (any header, even Host or Sec-Fetch-Site); status and body. */
 const raw = (url: string, init: { method?: string; headers?: Record<string, string>; body?: string }) =>
   Effect.promise(() =>
-    new Promise<{ status: number; body: string; headers: Record<string, string | string[] | undefined> }>((resolve, reject) => {
-      const req = httpRequest(url, { method: init.method ?? "GET", headers: init.headers ?? {} }, (res) => {
-        let body = ""
-        res.setEncoding("utf8").on("data", (chunk) => (body += chunk)).on("end", () => resolve({ status: res.statusCode ?? 0, body, headers: res.headers }))
-      })
-      req.on("error", reject)
-      req.end(init.body)
-    })
+    new Promise<{ status: number; body: string; headers: Record<string, string | string[] | undefined> }>(
+      (resolve, reject) => {
+        const req = httpRequest(url, { method: init.method ?? "GET", headers: init.headers ?? {} }, (res) => {
+          let body = ""
+          res.setEncoding("utf8").on("data", (chunk) => (body += chunk)).on(
+            "end",
+            () => resolve({ status: res.statusCode ?? 0, body, headers: res.headers })
+          )
+        })
+        req.on("error", reject)
+        req.end(init.body)
+      }
+    )
   )
 const basic = `Basic ${Buffer.from(`${USER}:${PASSWORD}`).toString("base64")}`
 
@@ -224,7 +250,11 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
           await status(page, "redriven 1")
           await page.locator(`tr[data-row-id="${ids[0]}"] .state`).filter({ hasText: "ready" }).waitFor()
         })
-        expect((yield* rowsOf(topic)).map((r) => [r.id, r.dead, r.attempts])).toEqual([[ids[0], false, 0], [ids[1], true, 1]])
+        expect((yield* rowsOf(topic)).map((r) => [r.id, r.dead, r.attempts])).toEqual([[ids[0], false, 0], [
+          ids[1],
+          true,
+          1
+        ]])
       }))
 
     it.effect("a message's page shows each failed delivery's error; discard from it deletes the message (checked in the database)", () =>
@@ -256,7 +286,9 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
           const questions: Array<string> = []
           page.on("dialog", (dialog) => void questions.push(dialog.message()))
           await page.goto(`${base}/ops/durable/dead-letters?topic=${topic}`)
-          await page.locator("#groups tr", { hasText: "schema mismatch in v2" }).getByRole("button", { name: "Redrive" }).click()
+          await page.locator("#groups tr", { hasText: "schema mismatch in v2" }).getByRole("button", {
+            name: "Redrive"
+          }).click()
           await status(page, /redriven 5 of 5 \(done\)/)
           return questions
         })
@@ -289,7 +321,11 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
           // `other` was enqueued after `held`: the claim that took it saw `held` and passed it by.
           // Never claimed (no attempt) is the proof, with no wait for something not to happen.
           expect((yield* Ref.get(delivered)).filter((t) => t === paused)).toHaveLength(1)
-          expect((yield* rowsOf(paused)).map((r) => [r.id, r.projected, r.attempts])).toEqual([[first, true, 1], [held, false, 0]])
+          expect((yield* rowsOf(paused)).map((r) => [r.id, r.projected, r.attempts])).toEqual([[first, true, 1], [
+            held,
+            false,
+            0
+          ]])
           yield* withPage(async (page, base) => {
             await page.goto(`${base}/ops/durable/`)
             await page.locator(`tr[data-topic="${paused}"] button[data-action=resume]`).click()
@@ -327,7 +363,11 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
           await page.goto(`${base}/ro/durable/messages?topic=${topic}`)
           const buttons = await page.locator("button[data-action]").count()
           const write = await page.evaluate(async (url) => {
-            const response = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ ids: ["1"] }) })
+            const response = await fetch(url, {
+              method: "POST",
+              headers: { "content-type": "application/json" },
+              body: JSON.stringify({ ids: ["1"] })
+            })
             return { status: response.status, body: await response.json() }
           }, `${base}/ro/durable/actions/discard`)
           return { buttons, write }
@@ -360,7 +400,9 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
           const found = await page.waitForFunction((t) => {
             const rows: Array<any> = Array.from((globalThis as any).document.querySelectorAll("#topics tr[data-topic]"))
             const row = rows.find((r) => r.dataset.topic === t)
-            return row === undefined ? undefined : { marks: Array.from(row.querySelectorAll("mark.control"), (m: any) => m.textContent as string) }
+            return row === undefined
+              ? undefined
+              : { marks: Array.from(row.querySelectorAll("mark.control"), (m: any) => m.textContent as string) }
           }, topic)
           const overview = (await found.jsonValue()) as { marks: ReadonlyArray<string> }
           await page.evaluate((t) => {
@@ -396,11 +438,27 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
           const drift = await page.locator("#drift").innerText()
           return { readOnlyButtons, drift }
         })
-        const answered = (url: string) => served.filter((s) => s.url === url).map(({ dest, mode, site, status }) => ({ status, site, mode, dest }))
+        const answered = (url: string) =>
+          served.filter((s) => s.url === url).map(({ dest, mode, site, status }) => ({ status, site, mode, dest }))
         // What Chromium sent for each, and what the page answered.
-        expect(answered("/open/durable/schema?drift=1&checks=1")).toEqual([{ status: 403, site: "cross-site", mode: "no-cors", dest: "image" }])
-        expect(answered("/open/durable/messages")).toEqual([{ status: 403, site: "cross-site", mode: "no-cors", dest: "empty" }])
-        expect(answered("/open/durable/schema")).toEqual([{ status: 200, site: "cross-site", mode: "navigate", dest: "document" }])
+        expect(answered("/open/durable/schema?drift=1&checks=1")).toEqual([{
+          status: 403,
+          site: "cross-site",
+          mode: "no-cors",
+          dest: "image"
+        }])
+        expect(answered("/open/durable/messages")).toEqual([{
+          status: 403,
+          site: "cross-site",
+          mode: "no-cors",
+          dest: "empty"
+        }])
+        expect(answered("/open/durable/schema")).toEqual([{
+          status: 200,
+          site: "cross-site",
+          mode: "navigate",
+          dest: "document"
+        }])
         expect(seen.readOnlyButtons).toBe(0)
         expect(seen.drift).toBe("No drift: the schema is what the migrations build.")
       }))
@@ -418,12 +476,14 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
           })
         expect((yield* post({ "sec-fetch-site": "cross-site" })).status).toBe(403)
         expect((yield* post({ origin: "http://attacker.example" })).status).toBe(403)
-        expect((yield* raw(`${base}/ops/durable/actions/discard`, {
-          method: "POST",
-          headers: { authorization: basic, "content-type": "text/plain" },
-          body: JSON.stringify({ ids: [id] })
-        })).status).toBe(415)
-        expect((yield* rowsOf(topic))).toHaveLength(1)
+        expect(
+          (yield* raw(`${base}/ops/durable/actions/discard`, {
+            method: "POST",
+            headers: { authorization: basic, "content-type": "text/plain" },
+            body: JSON.stringify({ ids: [id] })
+          })).status
+        ).toBe(415)
+        expect(yield* rowsOf(topic)).toHaveLength(1)
         const consumers = yield* Effect.flatMap(InboxAdmin.InboxAdmin, (admin) => admin.stats)
         expect(consumers.find((c) => c.consumer === "billing")).toMatchObject({ processed: 3 })
       }))

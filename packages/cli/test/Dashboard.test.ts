@@ -4,7 +4,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import { request as httpRequest } from "node:http"
-import { type Result, runCli, Substrate, databaseUrl, cliOn } from "./support.js"
+import { cliOn, databaseUrl, type Result, runCli, Substrate } from "./support.js"
 
 /** A GET with another Host header (fetch may not set it): what a DNS-rebound page would send. */
 const statusWithHost = (url: string, host: string) =>
@@ -32,7 +32,10 @@ const withDashboard = <A>(args: ReadonlyArray<string>, env: Record<string, strin
           if (found !== null) resolveUrl(found[1]!)
         }
       })
-      const used = await Promise.race([url.then(use), finished.then((r) => Promise.reject(new Error(`dashboard ended: ${r.stderr}`)))])
+      const used = await Promise.race([
+        url.then(use),
+        finished.then((r) => Promise.reject(new Error(`dashboard ended: ${r.stderr}`)))
+      ])
       stop()
       return { used, result: await finished }
     }))
@@ -101,8 +104,16 @@ describe("effect-durable dashboard", () => {
           [[], { DURABLE_DASHBOARD_TOKEN: "                    " }, "DURABLE_DASHBOARD_TOKEN"],
           [[], { DURABLE_DASHBOARD_TOKEN: "tok-short" }, "DURABLE_DASHBOARD_TOKEN"],
           [[], { DURABLE_DASHBOARD_USER: "ops", DURABLE_DASHBOARD_PASSWORD: "" }, "DURABLE_DASHBOARD_PASSWORD"],
-          [["--host", "0.0.0.0"], { DURABLE_DASHBOARD_USER: "ops", DURABLE_DASHBOARD_PASSWORD: "hunter2" }, "DURABLE_DASHBOARD_PASSWORD"],
-          [[], { DURABLE_DASHBOARD_USER: "", DURABLE_DASHBOARD_PASSWORD: "correct-horse-battery" }, "DURABLE_DASHBOARD_USER"],
+          [
+            ["--host", "0.0.0.0"],
+            { DURABLE_DASHBOARD_USER: "ops", DURABLE_DASHBOARD_PASSWORD: "hunter2" },
+            "DURABLE_DASHBOARD_PASSWORD"
+          ],
+          [
+            [],
+            { DURABLE_DASHBOARD_USER: "", DURABLE_DASHBOARD_PASSWORD: "correct-horse-battery" },
+            "DURABLE_DASHBOARD_USER"
+          ],
           [[], { DURABLE_DASHBOARD_READ_ONLY: "" }, "DURABLE_DASHBOARD_READ_ONLY"]
         ]
         for (const [args, env, variable] of cases) {
@@ -122,7 +133,12 @@ describe("effect-durable dashboard", () => {
       Effect.gen(function*() {
         const { result, used } = yield* withDashboard(["--host", "127.255.255.254"], {}, async (url) => {
           const own = await fetch(url)
-          return { url, own: own.status, rebound: await statusWithHost(url, "attacker.example"), loopback: await statusWithHost(url, "localhost") }
+          return {
+            url,
+            own: own.status,
+            rebound: await statusWithHost(url, "attacker.example"),
+            loopback: await statusWithHost(url, "localhost")
+          }
         })
         expect(used.url).toMatch(/^http:\/\/127\.255\.255\.254:\d+\/$/)
         expect(used).toMatchObject({ own: 200, rebound: 403, loopback: 200 })
@@ -131,12 +147,20 @@ describe("effect-durable dashboard", () => {
 
     it.effect("with credentials from the environment it asks for them (401), takes basic and bearer, and never prints them", () =>
       Effect.gen(function*() {
-        const env = { DURABLE_DASHBOARD_USER: "ops", DURABLE_DASHBOARD_PASSWORD: "correct-horse-battery", DURABLE_DASHBOARD_TOKEN: "tok-0123456789abcdef" }
+        const env = {
+          DURABLE_DASHBOARD_USER: "ops",
+          DURABLE_DASHBOARD_PASSWORD: "correct-horse-battery",
+          DURABLE_DASHBOARD_TOKEN: "tok-0123456789abcdef"
+        }
         const { result, used } = yield* withDashboard(["--host", "0.0.0.0", "--read-only"], env, async (url) => {
           const local = url.replace("0.0.0.0", "127.0.0.1")
           const anonymous = await fetch(local)
-          const wrong = await fetch(local, { headers: { authorization: `Basic ${Buffer.from("ops:nope").toString("base64")}` } })
-          const basic = await fetch(local, { headers: { authorization: `Basic ${Buffer.from("ops:correct-horse-battery").toString("base64")}` } })
+          const wrong = await fetch(local, {
+            headers: { authorization: `Basic ${Buffer.from("ops:nope").toString("base64")}` }
+          })
+          const basic = await fetch(local, {
+            headers: { authorization: `Basic ${Buffer.from("ops:correct-horse-battery").toString("base64")}` }
+          })
           const bearer = await fetch(`${local}api/stats`, { headers: { authorization: "Bearer tok-0123456789abcdef" } })
           const write = await fetch(`${local}actions/pause`, {
             method: "POST",
@@ -152,7 +176,14 @@ describe("effect-durable dashboard", () => {
             write: write.status
           }
         })
-        expect(used).toEqual({ anonymous: 401, challenge: "Basic realm=\"effect-durable\", charset=\"UTF-8\"", wrong: 401, basic: 200, bearer: 200, write: 403 })
+        expect(used).toEqual({
+          anonymous: 401,
+          challenge: "Basic realm=\"effect-durable\", charset=\"UTF-8\"",
+          wrong: 401,
+          basic: 200,
+          bearer: 200,
+          write: 403
+        })
         expect(result.stderr).toContain("credentials required, read-only")
         expect(result.stderr).not.toContain("correct-horse-battery")
         expect(result.stderr).not.toContain("tok-0123456789abcdef")

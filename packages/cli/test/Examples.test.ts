@@ -1,7 +1,7 @@
 // The README's example of mounting the admin page, run: only staff reach it, and the name
 // the application gives them is what an action logs.
-import { describe, expect, it } from "@effect/vitest"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServer from "effect/http/HttpServer"
@@ -16,9 +16,11 @@ const logged: Array<string> = []
 // A stand-in for the application's session: the test's requests say who they are.
 const sessionUser: SessionLookup = (request) =>
   Effect.succeed(
-    request.headers["x-test-session"] === "alice" ? { name: "alice", staff: true }
-    : request.headers["x-test-session"] === "bob" ? { name: "bob", staff: false }
-    : undefined
+    request.headers["x-test-session"] === "alice" ?
+      { name: "alice", staff: true }
+      : request.headers["x-test-session"] === "bob" ?
+      { name: "bob", staff: false }
+      : undefined
   )
 
 const Live = HttpRouter.serve(routes(sessionUser)).pipe(
@@ -30,7 +32,10 @@ const Live = HttpRouter.serve(routes(sessionUser)).pipe(
 const request = (path: string, session?: string, init: RequestInit = {}) =>
   Effect.flatMap(HttpServer.HttpServer, (server) =>
     Effect.promise(async () => {
-      const headers = { ...(session === undefined ? {} : { "x-test-session": session }), ...(init.headers as Record<string, string>) }
+      const headers = {
+        ...(session === undefined ? {} : { "x-test-session": session }),
+        ...(init.headers as Record<string, string>)
+      }
       const response = await fetch(`http://127.0.0.1:${portOf(server)}${path}`, { ...init, headers })
       return { status: response.status, body: await response.text() }
     }))
@@ -52,7 +57,8 @@ describe("README example: the admin page mounted in an application", () => {
           body: JSON.stringify({ topic })
         })
         expect(paused.status).toBe(200)
-        expect(logged.some((line) => line.startsWith(`effect-durable admin: pause topic ${topic} by alice from `))).toBe(true)
+        expect(logged.some((line) => line.startsWith(`effect-durable admin: pause topic ${topic} by alice from `)))
+          .toBe(true)
       }))
   })
 })

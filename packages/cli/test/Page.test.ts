@@ -1,19 +1,19 @@
 // The admin page's server side, over HTTP without a browser (so it is proven where no
 // Chromium is installed too): the statement timeout bounds every query, a mounted page logs
 // the operator the application names, links follow the mount, readiness follows the schema.
-import { describe, expect, it } from "@effect/vitest"
 import * as Durable from "@effect-durable/pg/Durable"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServer from "effect/http/HttpServer"
-import * as SqlClient from "effect/sql/SqlClient"
-import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
+import * as SqlClient from "effect/sql/SqlClient"
 import { createServer } from "node:http"
 import * as AdminPage from "../src/AdminPage.js"
 import { deadLetters, freshTopic, portOf, Substrate } from "./support.js"
@@ -80,7 +80,9 @@ describe("admin page over HTTP", () => {
           body: JSON.stringify({ topic })
         })
         expect(response.status).toBe(200)
-        expect(logged).toContainEqual(expect.stringMatching(new RegExp(`^effect-durable admin: pause topic ${topic} by alice@example.com from `)))
+        expect(logged).toContainEqual(
+          expect.stringMatching(new RegExp(`^effect-durable admin: pause topic ${topic} by alice@example.com from `))
+        )
         const paused = yield* Effect.flatMap(OutboxAdmin.OutboxAdmin, (admin) => admin.paused)
         expect(paused.find((p) => p.topic === topic)).toMatchObject({ pausedBy: "alice@example.com" })
         const [id] = yield* deadLetters(freshTopic("operator-dl"), 1)
@@ -90,7 +92,9 @@ describe("admin page over HTTP", () => {
           body: JSON.stringify({ ids: [id] })
         })
         expect(JSON.parse(redriven.body)).toEqual({ ids: [id] })
-        expect(logged).toContainEqual(`effect-durable admin: redrive of 1 outbox message(s) ${id} by bob from 127.0.0.1`)
+        expect(logged).toContainEqual(
+          `effect-durable admin: redrive of 1 outbox message(s) ${id} by bob from 127.0.0.1`
+        )
         expect(logged.join("\n")).not.toContain("\"n\"") // ids and counts, never payloads
       }))
 
@@ -117,7 +121,10 @@ describe("admin page over HTTP", () => {
         expect(JSON.parse((yield* get("/ops/durable/health/ready")).body)).toMatchObject({ status: "ready" })
         const behind = yield* get("/empty/health/ready")
         expect(behind.status).toBe(503)
-        expect(JSON.parse(behind.body)).toEqual({ status: "unavailable", reason: expect.stringMatching(/^schema at version 0, this release needs \d+$/) })
+        expect(JSON.parse(behind.body)).toEqual({
+          status: "unavailable",
+          reason: expect.stringMatching(/^schema at version 0, this release needs \d+$/)
+        })
         const banner = yield* get("/empty/")
         expect(banner.body).toContain("Run effect-durable migrate")
       }))

@@ -2,7 +2,6 @@
 // whole and long enough, a page that answers only at its own paths, no cross-site reads, action
 // bodies bounded, bulk actions held to the count confirmed, audit lines that cannot be forged,
 // bad input a 4xx and a database that does not answer a 503, on every view.
-import { describe, expect, it } from "@effect/vitest"
 import * as Durable from "@effect-durable/pg/Durable"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
@@ -10,6 +9,7 @@ import * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
@@ -81,8 +81,10 @@ const send = (path: string, init: { method?: string; headers?: Record<string, st
           { host: "127.0.0.1", port: portOf(server), path, method: init.method ?? "GET", headers: init.headers ?? {} },
           (res) => {
             let body = ""
-            res.setEncoding("utf8").on("data", (chunk) => (body += chunk)).on("end", () =>
-              resolve({ status: res.statusCode ?? 0, body, headers: res.headers }))
+            res.setEncoding("utf8").on("data", (chunk) => (body += chunk)).on(
+              "end",
+              () => resolve({ status: res.statusCode ?? 0, body, headers: res.headers })
+            )
           }
         )
         req.on("error", reject)
@@ -101,13 +103,18 @@ const action = (path: string, body: unknown, headers: Record<string, string> = {
     body: typeof body === "string" ? body : JSON.stringify(body)
   })
 
-const countOf = (query: string) => Effect.map(signedIn(`/ops/durable/api/count?${query}`), (a) => JSON.parse(a.body) as { count: number; maxId: string | null })
+const countOf = (query: string) =>
+  Effect.map(
+    signedIn(`/ops/durable/api/count?${query}`),
+    (a) => JSON.parse(a.body) as { count: number; maxId: string | null }
+  )
 
 describe("admin page, tried as an attacker would", () => {
   it.layer(Live, { timeout: "180 seconds" })((it) => {
     it.effect("text after a valid credential is no credential: `Bearer TOKEN junk` and `Basic ... junk` are 401", () =>
       Effect.gen(function*() {
-        const status = (authorization: string) => Effect.map(send("/ops/durable/api/stats", { headers: { authorization } }), (a) => a.status)
+        const status = (authorization: string) =>
+          Effect.map(send("/ops/durable/api/stats", { headers: { authorization } }), (a) => a.status)
         expect(yield* status(BEARER)).toBe(200)
         expect(yield* status(BASIC)).toBe(200)
         expect(yield* status(`${BEARER} junk`)).toBe(401)
@@ -145,20 +152,22 @@ describe("admin page, tried as an attacker would", () => {
         expect((yield* signedIn("/ops/durable")).status).toBe(200)
         expect((yield* signedIn("/ops/durable/")).status).toBe(200)
         expect((yield* signedIn("/ops/durable/messages")).status).toBe(200)
-        for (const path of [
-          "/ops/durableX",
-          "/ops/durableX/messages",
-          "/OPS/DURABLE/",
-          "/Ops/Durable/messages",
-          "/ops/durable/MESSAGES",
-          "//ops/durable/",
-          "//ops/durable/messages",
-          "/ops//durable/",
-          "/ops/durable//messages",
-          "/ops/durable/messages/",
-          "/ops/durable;x",
-          "/ops/durable/assets/APP.JS"
-        ]) {
+        for (
+          const path of [
+            "/ops/durableX",
+            "/ops/durableX/messages",
+            "/OPS/DURABLE/",
+            "/Ops/Durable/messages",
+            "/ops/durable/MESSAGES",
+            "//ops/durable/",
+            "//ops/durable/messages",
+            "/ops//durable/",
+            "/ops/durable//messages",
+            "/ops/durable/messages/",
+            "/ops/durable;x",
+            "/ops/durable/assets/APP.JS"
+          ]
+        ) {
           const answer = yield* signedIn(path)
           expect(answer.status, path).toBe(404)
           expect(answer.body, path).not.toContain("effect-durable</title>")
@@ -170,7 +179,18 @@ describe("admin page, tried as an attacker would", () => {
 
     it.effect("a basePath that starts with // (a link to another site) or is no path prefix is refused when the page is made", () =>
       Effect.gen(function*() {
-        for (const basePath of ["//evil.example", "//evil.example/durable", "/a//b", "/a/", "/a/../b", "admin", "/a b", "/a?x"]) {
+        for (
+          const basePath of [
+            "//evil.example",
+            "//evil.example/durable",
+            "/a//b",
+            "/a/",
+            "/a/../b",
+            "admin",
+            "/a b",
+            "/a?x"
+          ]
+        ) {
           const error = yield* Effect.flip(Effect.scoped(AdminPage.make({ basePath })))
           expect(error, basePath).toMatchObject({ _tag: "DurableConfigError", field: "basePath" })
         }
@@ -180,19 +200,34 @@ describe("admin page, tried as an attacker would", () => {
 
     it.effect("another site's <img>, <script> or fetch cannot make the page read (403); following a link to it can", () =>
       Effect.gen(function*() {
-        const read = (path: string, headers: Record<string, string>) => Effect.map(signedIn(path, { headers }), (a) => a.status)
+        const read = (path: string, headers: Record<string, string>) =>
+          Effect.map(signedIn(path, { headers }), (a) => a.status)
         const image = { "sec-fetch-site": "cross-site", "sec-fetch-mode": "no-cors", "sec-fetch-dest": "image" }
         const fetched = { "sec-fetch-site": "same-site", "sec-fetch-mode": "cors", "sec-fetch-dest": "empty" }
         const framed = { "sec-fetch-site": "cross-site", "sec-fetch-mode": "navigate", "sec-fetch-dest": "iframe" }
         const link = { "sec-fetch-site": "cross-site", "sec-fetch-mode": "navigate", "sec-fetch-dest": "document" }
-        for (const path of ["/ops/durable/messages?topic=orders", "/ops/durable/schema", "/ops/durable/api/count", "/ops/durable/"]) {
+        for (
+          const path of [
+            "/ops/durable/messages?topic=orders",
+            "/ops/durable/schema",
+            "/ops/durable/api/count",
+            "/ops/durable/"
+          ]
+        ) {
           expect(yield* read(path, image), path).toBe(403)
           expect(yield* read(path, fetched), path).toBe(403)
           expect(yield* read(path, framed), path).toBe(403)
         }
         expect(yield* read("/ops/durable/messages?topic=orders", link)).toBe(200)
-        expect(yield* read("/ops/durable/messages?topic=orders", { "sec-fetch-site": "same-origin", "sec-fetch-mode": "cors" })).toBe(200)
-        expect(yield* read("/ops/durable/messages?topic=orders", { "sec-fetch-site": "none", "sec-fetch-mode": "navigate" })).toBe(200)
+        expect(
+          yield* read("/ops/durable/messages?topic=orders", {
+            "sec-fetch-site": "same-origin",
+            "sec-fetch-mode": "cors"
+          })
+        ).toBe(200)
+        expect(
+          yield* read("/ops/durable/messages?topic=orders", { "sec-fetch-site": "none", "sec-fetch-mode": "navigate" })
+        ).toBe(200)
         // Probes are not reads of the page.
         expect(yield* read("/ops/durable/health/ready", image)).toBe(200)
       }))
@@ -211,7 +246,13 @@ describe("admin page, tried as an attacker would", () => {
         expect((yield* action("/ro/durable/schema/drift", {})).status).toBe(403)
         expect((yield* action("/ro/durable/schema/checks", {})).status).toBe(403)
         expect((yield* action("/ops/durable/schema/drift", {}, { "sec-fetch-site": "cross-site" })).status).toBe(403)
-        expect((yield* signedIn("/ops/durable/schema/drift", { method: "POST", headers: { "content-type": "text/plain" }, body: "{}" })).status)
+        expect(
+          (yield* signedIn("/ops/durable/schema/drift", {
+            method: "POST",
+            headers: { "content-type": "text/plain" },
+            body: "{}"
+          })).status
+        )
           .toBe(415)
         const drift = yield* action("/ops/durable/schema/drift", {})
         expect(drift.status).toBe(200)
@@ -227,7 +268,10 @@ describe("admin page, tried as an attacker would", () => {
         const deep = yield* action("/ops/durable/actions/pause", "[".repeat(5000) + "]".repeat(5000))
         expect(deep.status).toBe(400)
         expect(JSON.parse(deep.body).error).toContain("nested at most 4 levels")
-        const deepObject = yield* action("/ops/durable/actions/discard", `{"ids":${"[".repeat(3000)}${"]".repeat(3000)}}`)
+        const deepObject = yield* action(
+          "/ops/durable/actions/discard",
+          `{"ids":${"[".repeat(3000)}${"]".repeat(3000)}}`
+        )
         expect(deepObject.status).toBe(400)
         const large = yield* action("/ops/durable/actions/pause", { topic, pad: "x".repeat(200 * 1024) })
         expect(large.status).toBe(413)
@@ -245,7 +289,9 @@ describe("admin page, tried as an attacker would", () => {
         expect(paused.some((p) => p.topic === topic)).toBe(false)
         // Under the bound, the same action works.
         expect((yield* action("/ops/durable/actions/pause", { topic })).status).toBe(200)
-        expect(logged.filter((l) => l.message.includes("request failed") || l.message.includes(" failed: "))).toEqual([])
+        expect(logged.filter((l) => l.message.includes("request failed") || l.message.includes(" failed: "))).toEqual(
+          []
+        )
       }))
 
     it.effect("a bulk action is held to the count confirmed: when the set moved it is a 409 and nothing changes", () =>
@@ -260,26 +306,41 @@ describe("admin page, tried as an attacker would", () => {
         expect(counted).toEqual({ count: 3, maxId: ids[3] })
         // Then an older one dies: same newest id, one more below it.
         yield* sql`UPDATE ${table} SET dead_at = now(), last_error = 'boom' WHERE id = ${ids[0]!}::bigint`
-        const moved = yield* action("/ops/durable/actions/discard", { filter: `topic=${topic}`, upTo: counted.maxId, expected: counted.count })
+        const moved = yield* action("/ops/durable/actions/discard", {
+          filter: `topic=${topic}`,
+          upTo: counted.maxId,
+          expected: counted.count
+        })
         expect(moved.status).toBe(409)
         expect(JSON.parse(moved.body)).toMatchObject({ count: 4, maxId: ids[3] })
         expect(JSON.parse(moved.body).error).toContain("4 now, 3 confirmed")
         // A count that was never made is no confirmation either.
-        expect((yield* action("/ops/durable/actions/discard", { filter: `topic=${topic}`, expected: 1 })).status).toBe(409)
+        expect((yield* action("/ops/durable/actions/discard", { filter: `topic=${topic}`, expected: 1 })).status).toBe(
+          409
+        )
         expect((yield* action("/ops/durable/actions/discard", { filter: `topic=${topic}` })).status).toBe(400)
         expect((yield* rowsOf(topic)).filter((r) => r.dead)).toHaveLength(4)
         // Counted again and confirmed: all four, no more.
         const again = yield* countOf(`topic=${topic}`)
-        const started = yield* action("/ops/durable/actions/discard", { filter: `topic=${topic}`, upTo: again.maxId, expected: again.count })
+        const started = yield* action("/ops/durable/actions/discard", {
+          filter: `topic=${topic}`,
+          upTo: again.maxId,
+          expected: again.count
+        })
         expect(started.status).toBe(200)
         const { job } = JSON.parse(started.body) as { job: string }
         const done = yield* eventually(
-          Effect.map(signedIn(`/ops/durable/api/jobs/${job}`), (a) => JSON.parse(a.body) as { state: string; done: number; total: number }),
+          Effect.map(
+            signedIn(`/ops/durable/api/jobs/${job}`),
+            (a) => JSON.parse(a.body) as { state: string; done: number; total: number }
+          ),
           (j) => j.state !== "running"
         )
         expect(done).toMatchObject({ state: "done", done: 4, total: 4 })
         expect(yield* rowsOf(topic)).toEqual([])
-        expect(logged.map((l) => l.message)).toContainEqual(expect.stringMatching(/^effect-durable admin: discard of all matching \(4 dead messages\) by ops from /))
+        expect(logged.map((l) => l.message)).toContainEqual(
+          expect.stringMatching(/^effect-durable admin: discard of all matching \(4 dead messages\) by ops from /)
+        )
       }))
 
     it.effect("a bulk job stops at the count confirmed even when more match by the time it runs, oldest first, none twice", () =>
@@ -287,10 +348,12 @@ describe("admin page, tried as an attacker would", () => {
         const topic = freshTopic("cap")
         const ids = yield* deadLetters(topic, 5)
         // Confirmed: 3 messages up to ids[3]; by the time the job runs, 4 match below it.
-        const progress = yield* Effect.flatMap(OutboxBulk.OutboxBulk, (bulk) =>
-          Stream.runCollect(bulk.redriveMatching({ topic }, { upTo: ids[3]!, limit: 3, batchSize: 2 }))).pipe(
-            Effect.provide(OutboxBulk.layer)
-          )
+        const progress = yield* Effect.flatMap(
+          OutboxBulk.OutboxBulk,
+          (bulk) => Stream.runCollect(bulk.redriveMatching({ topic }, { upTo: ids[3]!, limit: 3, batchSize: 2 }))
+        ).pipe(
+          Effect.provide(OutboxBulk.layer)
+        )
         expect(progress.map((p) => p.total)).toEqual([2, 3])
         expect(progress.map((p) => [...p.ids].sort())).toEqual([[ids[0], ids[1]].sort(), [ids[2]]])
         // The newest (past upTo) and the one past the count are still dead.
@@ -307,17 +370,19 @@ describe("admin page, tried as an attacker would", () => {
       Effect.gen(function*() {
         const topic = freshTopic("options")
         yield* deadLetters(topic, 2)
-        for (const body of [
-          { filter: `topic=${topic}`, upTo: "abc", expected: 2 },
-          { filter: `topic=${topic}`, upTo: "9999999999999999999", expected: 2 },
-          { filter: `topic=${topic}`, upTo: "-1", expected: 2 },
-          { filter: `topic=${topic}`, expected: "2" },
-          { filter: `topic=${topic}`, expected: 1.5 },
-          { filter: `topic=${topic}`, expected: 0 },
-          { filter: `topic=${topic}&attempts=abc`, expected: 2 },
-          { filter: `topic=${topic}&older=soon`, expected: 2 },
-          { filter: `topic=${topic}&key=${"k".repeat(300)}`, expected: 2 }
-        ]) {
+        for (
+          const body of [
+            { filter: `topic=${topic}`, upTo: "abc", expected: 2 },
+            { filter: `topic=${topic}`, upTo: "9999999999999999999", expected: 2 },
+            { filter: `topic=${topic}`, upTo: "-1", expected: 2 },
+            { filter: `topic=${topic}`, expected: "2" },
+            { filter: `topic=${topic}`, expected: 1.5 },
+            { filter: `topic=${topic}`, expected: 0 },
+            { filter: `topic=${topic}&attempts=abc`, expected: 2 },
+            { filter: `topic=${topic}&older=soon`, expected: 2 },
+            { filter: `topic=${topic}&key=${"k".repeat(300)}`, expected: 2 }
+          ]
+        ) {
           const answer = yield* action("/ops/durable/actions/redrive", body)
           expect(answer.status, JSON.stringify(body)).toBe(400)
           expect(JSON.parse(answer.body), JSON.stringify(body)).not.toHaveProperty("job")
@@ -327,10 +392,14 @@ describe("admin page, tried as an attacker would", () => {
 
     it.effect("the audit line of an action escapes what it was given: a topic holding a newline cannot forge a line", () =>
       Effect.gen(function*() {
-        const topic = `${freshTopic("forge")}\n[info] effect-durable admin: discard of 5000 outbox message(s) by alice from 10.0.0.1`
+        const topic = `${
+          freshTopic("forge")
+        }\n[info] effect-durable admin: discard of 5000 outbox message(s) by alice from 10.0.0.1`
         const answer = yield* action("/ops/durable/actions/pause", { topic }, { "x-ignored": "1" })
         expect(answer.status).toBe(200)
-        const line = logged.find((l) => l.message.startsWith("effect-durable admin: pause topic") && l.annotations.topic === topic)
+        const line = logged.find((l) =>
+          l.message.startsWith("effect-durable admin: pause topic") && l.annotations.topic === topic
+        )
         expect(line).toBeDefined()
         expect(line!.message).not.toMatch(/[\n\r\u2028\u2029]/)
         expect(line!.message).toContain("\\n[info] effect-durable admin: discard of 5000")
@@ -341,27 +410,40 @@ describe("admin page, tried as an attacker would", () => {
 
     it.effect("every view answers 503 when the database does not answer, the ledger lookup too; a bad key is still a 400", () =>
       Effect.gen(function*() {
-        for (const path of [
-          "/down/",
-          "/down/messages",
-          "/down/messages/12",
-          "/down/dead-letters",
-          "/down/inbox",
-          "/down/schema",
-          "/down/ledger?subject=acme&operation=charge&key=req-1",
-          "/down/api/stats",
-          "/down/api/count"
-        ]) {
+        for (
+          const path of [
+            "/down/",
+            "/down/messages",
+            "/down/messages/12",
+            "/down/dead-letters",
+            "/down/inbox",
+            "/down/schema",
+            "/down/ledger?subject=acme&operation=charge&key=req-1",
+            "/down/api/stats",
+            "/down/api/count"
+          ]
+        ) {
           expect((yield* send(path)).status, path).toBe(503)
         }
         expect((yield* send("/down/health/ready")).status).toBe(503)
-        expect((yield* send("/ops/durable/ledger?subject=&operation=charge&key=req-1", { headers: { authorization: BASIC } })).status).toBe(400)
+        expect(
+          (yield* send("/ops/durable/ledger?subject=&operation=charge&key=req-1", {
+            headers: { authorization: BASIC }
+          })).status
+        ).toBe(400)
       }))
 
     it.effect("ids past PostgreSQL's bigint are a 400 on the filters, /messages/:id, /api/count and the actions", () =>
       Effect.gen(function*() {
         const big = "9999999999999999999"
-        for (const path of [`/ops/durable/messages?id=${big}`, `/ops/durable/messages/${big}`, `/ops/durable/api/count?id=${big}`, `/ops/durable/messages?before=${big}`]) {
+        for (
+          const path of [
+            `/ops/durable/messages?id=${big}`,
+            `/ops/durable/messages/${big}`,
+            `/ops/durable/api/count?id=${big}`,
+            `/ops/durable/messages?before=${big}`
+          ]
+        ) {
           expect((yield* signedIn(path)).status, path).toBe(400)
         }
         // Not percent-encoding: the router finds no id there.
@@ -386,7 +468,10 @@ describe("admin page, tried as an attacker would", () => {
         }
         expect(right.body).toBe(wrong.body)
         expect((yield* signedIn(`/ops/durable/api/count?topic=${topic}&payload=secret%3Ds-1`)).status).toBe(400)
-        expect((yield* action("/ops/durable/actions/discard", { filter: `topic=${topic}&payload=secret%3Dx`, expected: 1 })).status).toBe(400)
+        expect(
+          (yield* action("/ops/durable/actions/discard", { filter: `topic=${topic}&payload=secret%3Dx`, expected: 1 }))
+            .status
+        ).toBe(400)
         // The form does not offer it either.
         expect((yield* signedIn(`/ops/durable/messages?topic=${topic}`)).body).not.toContain("name=\"payload\"")
         const shown = yield* send(`/shown/messages?topic=${topic}&payload=secret%3Ds-1`)
@@ -411,19 +496,29 @@ describe("admin page, tried as an attacker would", () => {
           yield* Deferred.await(release)
         })).pipe(Effect.forkChild)
         yield* Deferred.await(locked)
-        const started = yield* action("/ops/durable/actions/discard", { filter: `topic=${topic}`, upTo: counted.maxId, expected: counted.count })
+        const started = yield* action("/ops/durable/actions/discard", {
+          filter: `topic=${topic}`,
+          upTo: counted.maxId,
+          expected: counted.count
+        })
         expect(started.status).toBe(200)
         const { job } = JSON.parse(started.body) as { job: string }
         const failed = yield* eventually(
-          Effect.map(signedIn(`/ops/durable/api/jobs/${job}`), (a) => JSON.parse(a.body) as { state: string; error?: string }),
-          (j) => j.state !== "running"
+          Effect.map(signedIn(`/ops/durable/api/jobs/${job}`), (a) =>
+            JSON.parse(a.body) as { state: string; error?: string }),
+          (j) =>
+            j.state !== "running"
         )
         yield* Deferred.succeed(release, undefined)
         yield* Fiber.join(holder)
         expect(failed.state).toBe("failed")
         expect(failed.error).toMatch(/timeout/)
         const line = logged.find((l) => l.message.includes(`(job ${job})`) && l.message.includes("failed"))
-        expect(line?.message).toMatch(new RegExp(`^effect-durable admin: discard of all matching by ops failed after 0 of 2 \\(job ${job}\\): .*timeout`))
+        expect(line?.message).toMatch(
+          new RegExp(
+            `^effect-durable admin: discard of all matching by ops failed after 0 of 2 \\(job ${job}\\): .*timeout`
+          )
+        )
         expect(line?.annotations).toMatchObject({ job, who: "ops" })
         expect((yield* rowsOf(topic)).filter((r) => r.dead)).toHaveLength(2)
       }))

@@ -1,8 +1,8 @@
 // Whatever a client sends the admin page (ids, filters, bodies, headers), it answers a 2xx, 3xx
 // or 4xx, never a 5xx, and keeps answering; whatever an operator types, the command ends with
 // a documented exit code for it (0, 1 or 2), never a bug's (70) or a database error's (5).
-import { describe, expect, it } from "@effect/vitest"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServer from "effect/http/HttpServer"
@@ -26,7 +26,10 @@ const Live = HttpRouter.serve(Layer.mergeAll(
 // ---------------------------------------------------------------- what a client may send
 
 /** Text a header may carry (visible ASCII and spaces: what Node lets a client send). */
-const headerText = FastCheck.string({ unit: FastCheck.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)), maxLength: 60 })
+const headerText = FastCheck.string({
+  unit: FastCheck.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)),
+  maxLength: 60
+})
 
 /** Any text: every plane, lone surrogates, NUL and controls included. */
 const anyText = FastCheck.string({ unit: "binary", maxLength: 40 })
@@ -43,7 +46,20 @@ const durationText = FastCheck.oneof(
   anyText
 )
 
-const filterKey = FastCheck.constantFrom("id", "topic", "key", "state", "attempts", "older", "dead", "error", "payload", "header", "before", "other")
+const filterKey = FastCheck.constantFrom(
+  "id",
+  "topic",
+  "key",
+  "state",
+  "attempts",
+  "older",
+  "dead",
+  "error",
+  "payload",
+  "header",
+  "before",
+  "other"
+)
 const filterValue = FastCheck.oneof(
   idText,
   durationText,
@@ -71,15 +87,17 @@ const view = FastCheck.oneof(
 /** An action's body: JSON of any shape, the shapes the page reads with wrong values, or not JSON. */
 const body = FastCheck.oneof(
   FastCheck.jsonValue({ maxDepth: 6 }).map((v) => JSON.stringify(v)),
-  FastCheck.record({ ids: FastCheck.array(FastCheck.oneof(idText, FastCheck.jsonValue({ maxDepth: 2 })), { maxLength: 5 }) }).map((v) =>
-    JSON.stringify(v)
-  ),
+  FastCheck.record({
+    ids: FastCheck.array(FastCheck.oneof(idText, FastCheck.jsonValue({ maxDepth: 2 })), { maxLength: 5 })
+  }).map((v) => JSON.stringify(v)),
   FastCheck.record({
     filter: FastCheck.oneof(filterQuery, FastCheck.jsonValue({ maxDepth: 2 })),
     upTo: FastCheck.oneof(idText, FastCheck.constant(null), FastCheck.double()),
     expected: FastCheck.oneof(FastCheck.integer(), FastCheck.double(), idText)
   }, { requiredKeys: [] }).map((v) => JSON.stringify(v)),
-  FastCheck.record({ topic: FastCheck.oneof(anyText, FastCheck.jsonValue({ maxDepth: 2 })) }).map((v) => JSON.stringify(v)),
+  FastCheck.record({ topic: FastCheck.oneof(anyText, FastCheck.jsonValue({ maxDepth: 2 })) }).map((v) =>
+    JSON.stringify(v)
+  ),
   FastCheck.integer({ min: 1, max: 20_000 }).map((n) => "[".repeat(n) + "]".repeat(n)),
   anyText
 )
@@ -112,7 +130,14 @@ const anyHeaders = FastCheck.record({
 }, { requiredKeys: ["authorization"] })
 /** Mostly what the page's own script sends (so the handlers run), else anything. */
 const headers = FastCheck.oneof(
-  { weight: 3, arbitrary: FastCheck.constant({ authorization: `Bearer ${TOKEN}`, "content-type": "application/json", "sec-fetch-site": "same-origin" }) },
+  {
+    weight: 3,
+    arbitrary: FastCheck.constant({
+      authorization: `Bearer ${TOKEN}`,
+      "content-type": "application/json",
+      "sec-fetch-site": "same-origin"
+    })
+  },
   { weight: 1, arbitrary: anyHeaders }
 )
 
@@ -127,11 +152,22 @@ const pageRequest = FastCheck.oneof(
   })
 )
 
-type PageRequest = { readonly method: string; readonly path: string; readonly headers: Record<string, string>; readonly body?: string }
+type PageRequest = {
+  readonly method: string
+  readonly path: string
+  readonly headers: Record<string, string>
+  readonly body?: string
+}
 
 const send = (port: number, mount: string, r: PageRequest) =>
   new Promise<number>((resolve, reject) => {
-    const req = httpRequest({ host: "127.0.0.1", port, path: `${mount}${r.path}`, method: r.method, headers: r.headers }, (res) => {
+    const req = httpRequest({
+      host: "127.0.0.1",
+      port,
+      path: `${mount}${r.path}`,
+      method: r.method,
+      headers: r.headers
+    }, (res) => {
       res.resume()
       res.on("end", () => resolve(res.statusCode ?? 0))
     })
@@ -155,11 +191,13 @@ const command = FastCheck.oneof(
   FastCheck.oneof(idText, argText).map((id) => ["dead-letters", "show", id.replaceAll("\u0000", "")]),
   FastCheck.tuple(argText, argText, argText).map(([s, o, k]) => ["ledger", "show", s, o, k]),
   FastCheck.tuple(argText, argText).map(([topic, by]) => ["pause", topic, "--by", by]),
-  FastCheck.oneof(durationText, argText).map((d) => ["purge", "outbox", "--older-than", d.replaceAll("\u0000", ""), "--dry-run"]),
+  FastCheck.oneof(durationText, argText).map((
+    d
+  ) => ["purge", "outbox", "--older-than", d.replaceAll("\u0000", ""), "--dry-run"]),
   FastCheck.array(flag, { maxLength: 2 }).map((flags) => ["dead-letters", "redrive", ...flags.flat(), "--yes"]),
-  FastCheck.tuple(argText, FastCheck.oneof(FastCheck.integer().map(String), argText)).map(([topic, limit]) =>
-    ["explain", "--topic", topic, "--limit", limit]
-  )
+  FastCheck.tuple(argText, FastCheck.oneof(FastCheck.integer().map(String), argText)).map((
+    [topic, limit]
+  ) => ["explain", "--topic", topic, "--limit", limit])
 )
 
 /** Exit codes an input may end with: done, nothing found (or a failed check), a usage error. */
@@ -179,7 +217,10 @@ describe("properties of the page's and the command's inputs", () => {
               const status = await send(port, mount, r as PageRequest)
               seen.set(status, (seen.get(status) ?? 0) + 1)
               expect(status, `${r.method} ${mount}${r.path}`).toBeGreaterThanOrEqual(200)
-              expect(status, `${r.method} ${mount}${r.path} ${JSON.stringify(r.headers)} ${"body" in r ? r.body : ""}`.slice(0, 2000)).toBeLessThan(500)
+              expect(
+                status,
+                `${r.method} ${mount}${r.path} ${JSON.stringify(r.headers)} ${"body" in r ? r.body : ""}`.slice(0, 2000)
+              ).toBeLessThan(500)
             }),
             { numRuns: 400 }
           )
@@ -187,7 +228,9 @@ describe("properties of the page's and the command's inputs", () => {
         // It served pages and refused bad input, both.
         expect(seen.get(200)).toBeGreaterThan(0)
         expect(seen.get(400)).toBeGreaterThan(0)
-        expect(yield* Effect.promise(() => send(port, "/ops/durable", { method: "GET", path: "/health/live", headers: {} }))).toBe(200)
+        expect(
+          yield* Effect.promise(() => send(port, "/ops/durable", { method: "GET", path: "/health/live", headers: {} }))
+        ).toBe(200)
       }))
 
     it.effect("whatever an operator types (ids, filters, durations, names), the command exits 0, 1 or 2, never 5 or a bug's 70", () =>

@@ -1,11 +1,11 @@
 // The read commands (status, dead-letters list and show, explain, ledger show) and pause /
 // resume, run as the built binary on rows the substrate made: text for people, --json parsed.
-import { describe, expect, it } from "@effect/vitest"
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
+import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Inbox from "@effect-durable/pg/Inbox"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
-import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as SqlClient from "effect/sql/SqlClient"
 import { cliOn, deadLetters, enqueue, freshTopic, json, Substrate } from "./support.js"
@@ -63,8 +63,18 @@ describe("effect-durable read commands", () => {
         expect(json(page).next).toBe(ids[1])
         const one = yield* cliOn(["dead-letters", "list", "--id", ids[0]!, "--json"])
         expect(json(one).items.map((m: { id: string }) => m.id)).toEqual([ids[0]])
-        const group = yield* cliOn(["dead-letters", "list", "--topic", topic, "--error", "order # not found (dead: a permanent failure)", "--json"])
-        expect(json(group).items.map((m: { id: string }) => m.id)).toEqual(ids.filter((id) => !id.endsWith("0")).reverse())
+        const group = yield* cliOn([
+          "dead-letters",
+          "list",
+          "--topic",
+          topic,
+          "--error",
+          "order # not found (dead: a permanent failure)",
+          "--json"
+        ])
+        expect(json(group).items.map((m: { id: string }) => m.id)).toEqual(
+          ids.filter((id) => !id.endsWith("0")).reverse()
+        )
         const old = yield* cliOn(["dead-letters", "list", "--topic", topic, "--older-than", "1h", "--json"])
         expect(json(old).items).toEqual([])
         const text = yield* cliOn(["dead-letters", "list", "--topic", topic, "--limit", "2"])
@@ -106,7 +116,9 @@ describe("effect-durable read commands", () => {
         const sql = yield* SqlClient.SqlClient
         const table = sql.literal((yield* DurableSettings).table("outbox"))
         // A window title, a cleared screen, a link, a bidi override, and a line of its own.
-        const topic = `${freshTopic("escape")}\u001b]0;pwned\u0007\u001b[2J\u001b]8;;http://evil.example\u0007x\u001b]8;;\u0007\u202egnp.exe`
+        const topic = `${
+          freshTopic("escape")
+        }\u001b]0;pwned\u0007\u001b[2J\u001b]8;;http://evil.example\u0007x\u001b]8;;\u0007\u202egnp.exe`
         const error = "fail\nstate:           projected\u009b31m\u2028"
         const [id] = yield* enqueue(topic, 1)
         yield* sql`UPDATE ${table} SET dead_at = now(), last_error = ${error}, ordering_key = ${"k\u001b[1m"} WHERE id = ${id!}::bigint`
@@ -117,7 +129,9 @@ describe("effect-durable read commands", () => {
         ]
         for (const output of outputs) {
           expect(output.code).toBe(0)
-          expect(output.stdout + output.stderr).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069\u2028\u2029]/)
+          expect(output.stdout + output.stderr).not.toMatch(
+            /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069\u2028\u2029]/
+          )
           expect(output.stdout).toContain("\\u001b]0;pwned\\u0007\\u001b[2J")
         }
         const shown = outputs[1]!.stdout
@@ -139,7 +153,10 @@ describe("effect-durable read commands", () => {
           [["dead-letters", "show", big], "invalid <id>"],
           [["dead-letters", "list", "--before", big], "invalid --before"],
           [["dead-letters", "redrive", "--id", big, "--yes"], "--id expects a message id"],
-          [["dead-letters", "discard", "--all", "--consumer", "billing", "--id", big, "--yes"], "--id expects a message id"]
+          [
+            ["dead-letters", "discard", "--all", "--consumer", "billing", "--id", big, "--yes"],
+            "--id expects a message id"
+          ]
         ]
         for (const [args, message] of cases) {
           const result = yield* cliOn(args)

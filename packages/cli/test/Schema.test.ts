@@ -1,9 +1,9 @@
 // migrate, verify, grant and doctor, run as the built binary against the suite's database;
 // each test works in a schema of its own (`--schema`), so it starts from nothing.
-import { describe, expect, it } from "@effect/vitest"
 import * as Migrations from "@effect-durable/pg/Migrations"
-import * as SqlClient from "effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 import { cliOn, exec, json, Substrate } from "./support.js"
 
 let schemas = 0
@@ -32,14 +32,18 @@ describe("effect-durable migrate, verify, grant, doctor", () => {
         const again = yield* cliOn(["migrate", "--json", "--schema", schema])
         expect(json(again)).toEqual({ schema, applied: [], version: Migrations.latestVersion })
         const nothing = yield* cliOn(["--schema", schema, "migrate", "--dry-run"])
-        expect(nothing.stdout.trim()).toBe(`schema ${schema} is at version ${Migrations.latestVersion}: nothing to apply`)
+        expect(nothing.stdout.trim()).toBe(
+          `schema ${schema} is at version ${Migrations.latestVersion}: nothing to apply`
+        )
       }))
 
     it.effect("a command on a schema behind this release exits 4 and names migrate", () =>
       Effect.gen(function*() {
         const result = yield* cliOn(["--schema", freshSchema(), "status"])
         expect(result).toMatchObject({ code: 4, stdout: "" })
-        expect(result.stderr.trim()).toMatch(/^effect-durable: schema cli_schema_\d+_\d+ is at version 0; this release needs \d+: run effect-durable migrate$/)
+        expect(result.stderr.trim()).toMatch(
+          /^effect-durable: schema cli_schema_\d+_\d+ is at version 0; this release needs \d+: run effect-durable migrate$/
+        )
       }))
 
     it.effect("verify exits 0 on a clean schema and 1 on drift, listing it", () =>
@@ -52,7 +56,9 @@ describe("effect-durable migrate, verify, grant, doctor", () => {
         yield* exec(`DROP INDEX "${schema}".outbox_dead_idx`)
         const drifted = yield* cliOn(["--schema", schema, "verify", "--json"])
         expect(drifted.code).toBe(1)
-        expect(json(drifted).drift).toEqual([expect.objectContaining({ kind: "missing-index", object: "outbox_dead_idx" })])
+        expect(json(drifted).drift).toEqual([
+          expect.objectContaining({ kind: "missing-index", object: "outbox_dead_idx" })
+        ])
         expect(drifted.stderr.trim()).toBe(`effect-durable: schema ${schema}: 1 difference from the migrations`)
         const table = yield* cliOn(["--schema", schema, "verify"])
         expect(table.stdout).toMatch(/KIND\s+OBJECT\s+EXPECTED\s+ACTUAL\nmissing-index\s+outbox_dead_idx/)

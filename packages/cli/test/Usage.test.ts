@@ -12,7 +12,22 @@ describe("effect-durable usage", () => {
   it("--help and --version print on stdout and exit 0", async () => {
     const help = await runCli(["--help"])
     expect(help.code).toBe(0)
-    for (const command of ["migrate", "verify", "status", "dead-letters", "purge", "explain", "grant", "ledger", "pause", "resume", "doctor", "dashboard"]) {
+    for (
+      const command of [
+        "migrate",
+        "verify",
+        "status",
+        "dead-letters",
+        "purge",
+        "explain",
+        "grant",
+        "ledger",
+        "pause",
+        "resume",
+        "doctor",
+        "dashboard"
+      ]
+    ) {
       expect(help.stdout).toContain(command)
     }
     expect(help.stdout).not.toMatch(/\x1b\[/) // no colour in a pipe
@@ -101,7 +116,8 @@ describe("effect-durable usage", () => {
         runCli(["--database-url", url, "--database-url-file", file, "status"]),
         runCli(["--database-url-file", join(dir, "nothing-here"), "status"])
       ])
-      const WARNING = /^effect-durable: warning: --database-url puts the password on the command line, where other users of this machine can read it \(ps, \/proc\/<pid>\/cmdline\): set DATABASE_URL, or pass --database-url-file <path>/m
+      const WARNING =
+        /^effect-durable: warning: --database-url puts the password on the command line, where other users of this machine can read it \(ps, \/proc\/<pid>\/cmdline\): set DATABASE_URL, or pass --database-url-file <path>/m
       expect(flag.stderr).toMatch(WARNING)
       expect(flag.stderr.match(/warning/g)).toHaveLength(1)
       for (const quiet of [env, fromFile, noPassword]) expect(quiet.stderr).not.toContain("warning")
@@ -112,14 +128,18 @@ describe("effect-durable usage", () => {
       expect(both.stderr).toContain("pass --database-url or --database-url-file, not both")
       expect(missing.code).toBe(2)
       expect(missing.stderr).toContain("--database-url-file")
-      for (const output of [flag, env, fromFile, noPassword, both, missing]) expect(output.stdout + output.stderr).not.toContain("s3cret-Pa55word")
+      for (const output of [flag, env, fromFile, noPassword, both, missing]) {
+        expect(output.stdout + output.stderr).not.toContain("s3cret-Pa55word")
+      }
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
   })
 
   it("a bad library variable is named, with what it is for", async () => {
-    const result = await runCli(["status"], { env: { DATABASE_URL: "postgres://u:p@127.0.0.1:1/db", DURABLE_POOL_SIZE: "lots" } })
+    const result = await runCli(["status"], {
+      env: { DATABASE_URL: "postgres://u:p@127.0.0.1:1/db", DURABLE_POOL_SIZE: "lots" }
+    })
     expect(result.code).toBe(2)
     expect(result.stderr).toContain("DURABLE_POOL_SIZE")
   })

@@ -1,15 +1,15 @@
 // What the CLI suites share: the built binary run as a child process (never a terminal: stdin
 // is /dev/null), a migrated database per suite with its URL, and rows made the way the
 // substrate makes them.
+import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
-import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import * as Effect from "effect/Effect"
 import type * as HttpServer from "effect/http/HttpServer"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Redacted from "effect/Redacted"
+import * as SqlClient from "effect/sql/SqlClient"
 import { type ChildProcess, spawn } from "node:child_process"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -53,7 +53,8 @@ export const runCli = (args: ReadonlyArray<string>, options: RunOptions = {}): P
     child.on("close", (code, signal) => resolve({ code, signal, stdout, stderr }))
   })
 
-export const cli = (args: ReadonlyArray<string>, options: RunOptions = {}) => Effect.promise(() => runCli(args, options))
+export const cli = (args: ReadonlyArray<string>, options: RunOptions = {}) =>
+  Effect.promise(() => runCli(args, options))
 
 /** `--json` output, parsed. */
 export const json = <A = any>(result: Result): A => JSON.parse(result.stdout) as A
@@ -72,8 +73,10 @@ export const freshTopic = TestSubstrate.freshName
 
 /** Enqueues `n` messages on `topic`; returns their ids. */
 export const enqueue = (topic: string, n: number, payload: (i: number) => unknown = (i) => ({ n: i })) =>
-  Effect.flatMap(Outbox.Outbox, (outbox) =>
-    outbox.enqueueMany(Array.from({ length: n }, (_, i) => ({ topic, payload: payload(i) }))))
+  Effect.flatMap(
+    Outbox.Outbox,
+    (outbox) => outbox.enqueueMany(Array.from({ length: n }, (_, i) => ({ topic, payload: payload(i) })))
+  )
 
 /** Enqueues `n` messages on `topic` and makes them dead letters the way a worker does. */
 export const deadLetters = (topic: string, n: number, error = (id: string) => `order ${id} not found`) =>

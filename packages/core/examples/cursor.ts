@@ -9,7 +9,9 @@ export const program = Effect.gen(function*() {
   const codec = yield* Cursor.CursorCodec
   const filters = yield* Fingerprint.fingerprint({ status: "open" })
   const first = Cursor.firstPage("tenant-7", filters, { value: "2026-11-29T15:24:18.123456Z", tieBreaker: "1042" })
-  const token = yield* codec.encode(Cursor.nextPage(first, { value: "2026-11-29T15:20:01.000000Z", tieBreaker: "1001" }))
+  const token = yield* codec.encode(
+    Cursor.nextPage(first, { value: "2026-11-29T15:20:01.000000Z", tieBreaker: "1001" })
+  )
   // Later, from the client: refused unless untouched, signed by a listed key,
   // and issued for this subject and these filters.
   const cursor = yield* codec.bind(token, "tenant-7", filters)

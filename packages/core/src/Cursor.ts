@@ -10,9 +10,9 @@
 import * as Config from "effect/Config"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import * as SchemaIssue from "effect/SchemaIssue"
 import { createHmac, timingSafeEqual } from "node:crypto"
@@ -106,7 +106,10 @@ export const Subject: Schema.String = withoutLoneSurrogates(
 // A position part may be empty: '' is a text column's value like any other.
 const PositionText = (maxBytes: number) =>
   withoutLoneSurrogates(Input.OptionalText(maxBytes), `a string of at most ${maxBytes} bytes without NUL`)
-const PositionTuple = Schema.Tuple([PositionText(MAX_POSITION_BYTES.value), PositionText(MAX_POSITION_BYTES.tieBreaker)])
+const PositionTuple = Schema.Tuple([
+  PositionText(MAX_POSITION_BYTES.value),
+  PositionText(MAX_POSITION_BYTES.tieBreaker)
+])
 
 // Short field names keep tokens short; the schema is the wire format of version 1. The same
 // schema checks what `encode` signs and what `decode` accepts: a cursor we issue is one we take.
@@ -124,10 +127,14 @@ const validateKeyring = (keys: ReadonlyArray<CursorKey>): Result.Result<void, Du
   const seen = new Set<string>()
   for (const [i, key] of keys.entries()) {
     if (!KEY_ID.test(key.id)) {
-      return Result.fail(new DurableConfigError({ field: `cursor.keys[${i}].id`, rule: "1-32 characters of A-Z a-z 0-9 _ -" }))
+      return Result.fail(
+        new DurableConfigError({ field: `cursor.keys[${i}].id`, rule: "1-32 characters of A-Z a-z 0-9 _ -" })
+      )
     }
     if (seen.has(key.id)) {
-      return Result.fail(new DurableConfigError({ field: `cursor.keys[${i}].id`, rule: `key id ${key.id} is listed twice` }))
+      return Result.fail(
+        new DurableConfigError({ field: `cursor.keys[${i}].id`, rule: `key id ${key.id} is listed twice` })
+      )
     }
     seen.add(key.id)
     if (Buffer.byteLength(Redacted.value(key.secret), "utf8") < MIN_SECRET_BYTES) {
@@ -160,12 +167,14 @@ export const make = (keys: Keyring): Effect.Effect<CursorCodec["Service"], Durab
         ...(cursor.after === undefined ? {} : { a: [cursor.after.value, cursor.after.tieBreaker] })
       }).pipe(
         Result.flatMap((checked) =>
-          Result.mapError(canonicalizeResult(checked), (error) => new InvalidInput({ argument: "cursor", rule: error.message }))
+          Result.mapError(canonicalizeResult(checked), (error) =>
+            new InvalidInput({ argument: "cursor", rule: error.message }))
         ),
         Result.map(sign),
         // `decode` checks the length before anything else: a token it would refuse is never issued.
         Result.filterOrFail(
-          (token) => token.length <= MAX_TOKEN_LENGTH,
+          (token) =>
+            token.length <= MAX_TOKEN_LENGTH,
           (token) =>
             new InvalidInput({
               argument: "cursor",
@@ -227,8 +236,7 @@ export const make = (keys: Keyring): Effect.Effect<CursorCodec["Service"], Durab
           ? Effect.fail(new CursorBindingMismatch({ field: "subject" }))
           : cursor.filter !== toHex(filter)
           ? Effect.fail(new CursorBindingMismatch({ field: "filter" }))
-          : Effect.succeed(cursor)
-      )
+          : Effect.succeed(cursor))
 
     return CursorCodec.of({ encode, decode, bind })
   })

@@ -54,16 +54,18 @@ export class InvalidInput extends Schema.TaggedError<InvalidInput>("@effect-dura
  * migrations) or newer (a deploy was rolled back). Raised when the layer is built, before
  * any request is served.
  */
-export class SchemaVersionMismatch extends Schema.TaggedError<SchemaVersionMismatch>("@effect-durable/SchemaVersionMismatch")(
-  "SchemaVersionMismatch",
-  {
-    schema: Schema.String,
-    /** The latest version recorded in the database (0: never migrated). */
-    found: Schema.Number,
-    /** The version this code needs. */
-    needed: Schema.Number
-  }
-) {
+export class SchemaVersionMismatch
+  extends Schema.TaggedError<SchemaVersionMismatch>("@effect-durable/SchemaVersionMismatch")(
+    "SchemaVersionMismatch",
+    {
+      schema: Schema.String,
+      /** The latest version recorded in the database (0: never migrated). */
+      found: Schema.Number,
+      /** The version this code needs. */
+      needed: Schema.Number
+    }
+  )
+{
   override get message() {
     return this.found < this.needed
       ? `the "${this.schema}" schema is at version ${this.found}, this code needs ${this.needed}: run the migrations ` +

@@ -38,10 +38,16 @@ export const canonicalizeWithin = (
   try {
     const text = canonical(value, "$", walk, 0)
     const bytes = Buffer.byteLength(text, "utf8")
-    return bytes > maxBytes ? Result.fail(new PayloadTooLarge({ topic: "", bytes, limit: maxBytes })) : Result.succeed(text)
+    return bytes > maxBytes
+      ? Result.fail(new PayloadTooLarge({ topic: "", bytes, limit: maxBytes }))
+      : Result.succeed(text)
   } catch (error) {
-    if (error instanceof Refusal) return Result.fail(new UnsupportedJsonValue({ path: error.path, reason: error.reason }))
-    if (error instanceof TooLarge) return Result.fail(new PayloadTooLarge({ topic: "", bytes: walk.size, limit: maxBytes }))
+    if (error instanceof Refusal) {
+      return Result.fail(new UnsupportedJsonValue({ path: error.path, reason: error.reason }))
+    }
+    if (error instanceof TooLarge) {
+      return Result.fail(new PayloadTooLarge({ topic: "", bytes: walk.size, limit: maxBytes }))
+    }
     throw error
   }
 }
@@ -99,7 +105,9 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
 const canonicalString = (text: string, path: string): string => {
   if (LONE_SURROGATE.test(text)) throw new Refusal(path, "string holds a lone surrogate")
   // JSON can carry U+0000; PostgreSQL's jsonb and text cannot store it.
-  if (text.includes("\u0000")) throw new Refusal(path, "string holds a NUL character (U+0000), which PostgreSQL cannot store")
+  if (text.includes("\u0000")) {
+    throw new Refusal(path, "string holds a NUL character (U+0000), which PostgreSQL cannot store")
+  }
   // JSON.stringify escapes exactly what RFC 8785 §3.2.2.2 requires: `"`, `\`, and the
   // control characters (the short forms \b \t \n \f \r, the rest as lowercase \u00xx).
   return JSON.stringify(text)

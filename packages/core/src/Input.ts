@@ -27,11 +27,21 @@ const rule = <T>(holds: (value: T) => boolean, message: string) =>
 
 /** A non-empty string of at most `maxBytes` UTF-8 bytes without NUL (PostgreSQL text cannot hold NUL). */
 export const Text = (maxBytes: number): Schema.String =>
-  Schema.String.check(rule((text) => text.length > 0 && !text.includes("\u0000") && utf8Bytes(text) <= maxBytes, `a non-empty string of at most ${maxBytes} bytes without NUL`))
+  Schema.String.check(
+    rule(
+      (text) => text.length > 0 && !text.includes("\u0000") && utf8Bytes(text) <= maxBytes,
+      `a non-empty string of at most ${maxBytes} bytes without NUL`
+    )
+  )
 
 /** Text that may be empty (an error message, a header value): at most `maxBytes`, no NUL. */
 export const OptionalText = (maxBytes: number): Schema.String =>
-  Schema.String.check(rule((text) => !text.includes("\u0000") && utf8Bytes(text) <= maxBytes, `a string of at most ${maxBytes} bytes without NUL`))
+  Schema.String.check(
+    rule(
+      (text) => !text.includes("\u0000") && utf8Bytes(text) <= maxBytes,
+      `a string of at most ${maxBytes} bytes without NUL`
+    )
+  )
 
 /** An integer from `min` (default 1) to `max`. */
 export const Count = (max: number, min = 1): Schema.Number =>
@@ -39,12 +49,18 @@ export const Count = (max: number, min = 1): Schema.Number =>
 
 /** Lowercase SQL identifier `[a-z_][a-z0-9_]*` of at most 63 bytes (PostgreSQL's NAMEDATALEN - 1). */
 export const Identifier: Schema.String = Schema.String.check(
-  rule((name) => /^[a-z_][a-z0-9_]{0,62}$/.test(name), "a lowercase SQL identifier ([a-z_][a-z0-9_]*) of at most 63 bytes")
+  rule(
+    (name) => /^[a-z_][a-z0-9_]{0,62}$/.test(name),
+    "a lowercase SQL identifier ([a-z_][a-z0-9_]*) of at most 63 bytes"
+  )
 )
 
 /** An SQL identifier that keeps its case (it is always quoted): `[A-Za-z_][A-Za-z0-9_]*`, at most 63 bytes. */
 export const MixedCaseIdentifier: Schema.String = Schema.String.check(
-  rule((name) => /^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(name), "an SQL identifier ([A-Za-z_][A-Za-z0-9_]*) of at most 63 bytes")
+  rule(
+    (name) => /^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(name),
+    "an SQL identifier ([A-Za-z_][A-Za-z0-9_]*) of at most 63 bytes"
+  )
 )
 
 // Duration.fromInput's own grammar, without its minus sign.
@@ -53,9 +69,17 @@ const DURATION_TEXT = /^\d+(?:\.\d+)?\s+(?:nanos?|micros?|millis?|seconds?|minut
 /** A `Duration.Input` read without `Duration.fromInput`'s leniency: negative, NaN or malformed is none. */
 export const parseDuration = (input: unknown): Option.Option<Duration.Duration> => {
   if (Duration.isDuration(input)) return Duration.isNegative(input) ? Option.none() : Option.some(input)
-  if (typeof input === "number") return Number.isNaN(input) || input < 0 ? Option.none() : Option.some(Duration.millis(input))
+  if (typeof input === "number") {
+    return Number.isNaN(input) || input < 0
+      ? Option.none()
+      : Option.some(Duration.millis(input))
+  }
   if (typeof input === "bigint") return input < 0n ? Option.none() : Option.some(Duration.nanos(input))
-  if (typeof input === "string") return DURATION_TEXT.test(input) ? Duration.fromInput(input as Duration.Input) : Option.none()
+  if (typeof input === "string") {
+    return DURATION_TEXT.test(input)
+      ? Duration.fromInput(input as Duration.Input)
+      : Option.none()
+  }
   if (
     Array.isArray(input) && input.length === 2 &&
     input.every((part) => typeof part === "number" && !Number.isNaN(part) && part >= 0)
@@ -67,9 +91,13 @@ export const parseDuration = (input: unknown): Option.Option<Duration.Duration> 
  * A duration in `[min, max]` (both `Duration.Input` text such as `"1 hour"`, named as written in
  * the rule). Without `min` it must be greater than zero; `min: 0` allows zero.
  */
-export const DurationIn = (range: { readonly min?: string | 0; readonly max: string }): Schema.Codec<Duration.Duration, unknown> => {
+export const DurationIn = (
+  range: { readonly min?: string | 0; readonly max: string }
+): Schema.Codec<Duration.Duration, unknown> => {
   const max = Duration.fromInputUnsafe(range.max as Duration.Input)
-  const min = range.min === undefined || range.min === 0 ? Duration.zero : Duration.fromInputUnsafe(range.min as Duration.Input)
+  const min = range.min === undefined || range.min === 0
+    ? Duration.zero
+    : Duration.fromInputUnsafe(range.min as Duration.Input)
   const inRange = range.min === undefined
     ? (d: Duration.Duration) => Duration.isGreaterThan(d, Duration.zero) && Duration.isLessThanOrEqualTo(d, max)
     : (d: Duration.Duration) => Duration.between(d, { minimum: min, maximum: max })
@@ -128,7 +156,12 @@ export const argumentResult = <A>(name: string, schema: Schema.Decoder<A>) => {
   const decode = Schema.decodeUnknownResult(schema, { errors: "first" })
   return (value: unknown): Result.Result<A, InvalidInput> =>
     tooDeep(value)
-      ? Result.fail(new InvalidInput({ argument: name, rule: `a value nested at most ${MAX_ARGUMENT_DEPTH} levels, without cycles` }))
+      ? Result.fail(
+        new InvalidInput({
+          argument: name,
+          rule: `a value nested at most ${MAX_ARGUMENT_DEPTH} levels, without cycles`
+        })
+      )
       : Result.mapError(decode(value), (error) => {
         const { path, rule } = firstIssue(error)
         return new InvalidInput({ argument: `${name}${path}`, rule })
@@ -148,7 +181,10 @@ export const options = <A>(schema: Schema.Decoder<A>, prefix?: string) => {
     Effect.fromResult(
       tooDeep(value)
         ? Result.fail(
-          new DurableConfigError({ field: prefix ?? "options", rule: `nested at most ${MAX_ARGUMENT_DEPTH} levels, without cycles` })
+          new DurableConfigError({
+            field: prefix ?? "options",
+            rule: `nested at most ${MAX_ARGUMENT_DEPTH} levels, without cycles`
+          })
         )
         : Result.mapError(decode(value), (error) => {
           const { path, rule } = firstIssue(error)

@@ -50,7 +50,8 @@ export const option = <const T extends Declaration<any>>(declaration: T): T => d
 
 /** The declared defaults, by field. */
 export type Defaults<D extends Declarations> = {
-  readonly [K in keyof D as D[K] extends { readonly default: {} } ? K : never]: D[K] extends { readonly default: infer V } ? V : never
+  readonly [K in keyof D as D[K] extends { readonly default: {} } ? K : never]: D[K] extends
+    { readonly default: infer V } ? V : never
 }
 
 const read = (variable: string, text: Text | undefined): Config.Config<unknown> => {
@@ -88,7 +89,9 @@ export const declare = <const D extends Declarations>(declarations: D, prefix?: 
 
   /** Every declared variable: what it is for and a value that works. */
   const variables: Readonly<Record<string, Input.VariableHint>> = Object.fromEntries(
-    entries.flatMap(([, d]) => d.variable === undefined ? [] : [[d.variable, { purpose: d.purpose, example: d.example }]])
+    entries.flatMap(([, d]) =>
+      d.variable === undefined ? [] : [[d.variable, { purpose: d.purpose, example: d.example }]]
+    )
   )
   /** Which variable each field comes from. */
   const fieldVariables: Readonly<Record<string, string>> = Object.fromEntries(
@@ -100,12 +103,16 @@ export const declare = <const D extends Declarations>(declarations: D, prefix?: 
 
   /** The options the variables give (unset ones left out, so the defaults apply). */
   const fromEnvironment: Config.Config<Record<string, unknown>> = Config.all(
-    Object.fromEntries(entries.flatMap(([name, d]) =>
-      d.variable === undefined ? [] : [[name, Config.option(read(d.variable, d.text))]]
-    )) as Record<string, Config.Config<Option.Option<unknown>>>
-  ).pipe(Config.map((values) =>
-    Object.fromEntries(Object.entries(values).flatMap(([name, value]) => Option.isSome(value) ? [[name, value.value]] : []))
-  ))
+    Object.fromEntries(
+      entries.flatMap(([name, d]) => d.variable === undefined ? [] : [[name, Config.option(read(d.variable, d.text))]])
+    ) as Record<string, Config.Config<Option.Option<unknown>>>
+  ).pipe(
+    Config.map((values) =>
+      Object.fromEntries(
+        Object.entries(values).flatMap(([name, value]) => Option.isSome(value) ? [[name, value.value]] : [])
+      )
+    )
+  )
 
   /** A decode failure renamed to the variable its field came from, with its hint. */
   const byVariable = (error: DurableConfigError) => Input.fromVariable(error, fieldVariables, variables)

@@ -1,9 +1,9 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
+import * as Redacted from "effect/Redacted"
 import * as Result from "effect/Result"
 import * as FastCheck from "fast-check"
-import * as Redacted from "effect/Redacted"
 import { createHmac } from "node:crypto"
 import * as Cursor from "../src/Cursor.js"
 import type { DurableConfigError } from "../src/Errors.js"
@@ -14,8 +14,7 @@ const key = (id: string, secret = `${id}-secret-of-32-bytes-or-so!!`): Cursor.Cu
   secret: Redacted.make(secret)
 })
 const codec = (...keys: Cursor.Keyring) => Effect.runSync(Cursor.make(keys))
-const configError = (...keys: Cursor.Keyring): DurableConfigError =>
-  Effect.runSync(Effect.flip(Cursor.make(keys)))
+const configError = (...keys: Cursor.Keyring): DurableConfigError => Effect.runSync(Effect.flip(Cursor.make(keys)))
 
 const filters = Fingerprint.fingerprintOfCanonical(`{"status":"open"}`)
 const otherFilters = Fingerprint.fingerprintOfCanonical(`{"status":"closed"}`)
@@ -41,14 +40,21 @@ describe("Cursor codec", () => {
   })
 
   it("round-trips any subject and positions", () => {
-    FastCheck.assert(FastCheck.property(FastCheck.string({ minLength: 1, maxLength: 256, unit: "grapheme" }), FastCheck.string({ minLength: 1, maxLength: 64 }), FastCheck.bigInt({ min: 1n }), (subject, value, id) => {
-      FastCheck.pre(Buffer.byteLength(subject, "utf8") <= Cursor.MAX_SUBJECT_BYTES)
-      const cursor = Cursor.nextPage(
-        Cursor.firstPage(subject, filters, { value, tieBreaker: String(id) }),
-        { value, tieBreaker: String(id - 1n) }
+    FastCheck.assert(
+      FastCheck.property(
+        FastCheck.string({ minLength: 1, maxLength: 256, unit: "grapheme" }),
+        FastCheck.string({ minLength: 1, maxLength: 64 }),
+        FastCheck.bigInt({ min: 1n }),
+        (subject, value, id) => {
+          FastCheck.pre(Buffer.byteLength(subject, "utf8") <= Cursor.MAX_SUBJECT_BYTES)
+          const cursor = Cursor.nextPage(
+            Cursor.firstPage(subject, filters, { value, tieBreaker: String(id) }),
+            { value, tieBreaker: String(id - 1n) }
+          )
+          expect(decodeResult(encode(cursor))).toEqual(Result.succeed(cursor))
+        }
       )
-      expect(decodeResult(encode(cursor))).toEqual(Result.succeed(cursor))
-    }))
+    )
   })
 
   it("signs with the newest key and verifies with every listed key (rotation)", () => {
@@ -107,23 +113,32 @@ describe("Cursor codec", () => {
   })
 
   it("any byte-level mutation of a valid token decodes to a typed failure and never throws", () => {
-    FastCheck.assert(FastCheck.property(FastCheck.nat(),
-      FastCheck.oneof(
-        FastCheck.record({ kind: FastCheck.constant("set" as const), byte: FastCheck.integer({ min: 0, max: 255 }) }),
-        FastCheck.record({ kind: FastCheck.constant("insert" as const), byte: FastCheck.integer({ min: 0, max: 255 }) }),
-        FastCheck.record({ kind: FastCheck.constant("delete" as const) })
-      ), (at, mutation) => {
-      const token = Buffer.from(encode(second), "latin1")
-      const i = at % token.length
-      const mutated = mutation.kind === "set"
-        ? Buffer.concat([token.subarray(0, i), Buffer.from([mutation.byte]), token.subarray(i + 1)])
-        : mutation.kind === "insert"
-        ? Buffer.concat([token.subarray(0, i), Buffer.from([mutation.byte]), token.subarray(i)])
-        : Buffer.concat([token.subarray(0, i), token.subarray(i + 1)])
-      FastCheck.pre(!mutated.equals(token))
-      const result = decodeResult(mutated.toString("latin1"))
-      expect(Result.isFailure(result) && result.failure._tag === "InvalidCursor").toBe(true)
-    }), { numRuns: 2000 })
+    FastCheck.assert(
+      FastCheck.property(
+        FastCheck.nat(),
+        FastCheck.oneof(
+          FastCheck.record({ kind: FastCheck.constant("set" as const), byte: FastCheck.integer({ min: 0, max: 255 }) }),
+          FastCheck.record({
+            kind: FastCheck.constant("insert" as const),
+            byte: FastCheck.integer({ min: 0, max: 255 })
+          }),
+          FastCheck.record({ kind: FastCheck.constant("delete" as const) })
+        ),
+        (at, mutation) => {
+          const token = Buffer.from(encode(second), "latin1")
+          const i = at % token.length
+          const mutated = mutation.kind === "set"
+            ? Buffer.concat([token.subarray(0, i), Buffer.from([mutation.byte]), token.subarray(i + 1)])
+            : mutation.kind === "insert"
+            ? Buffer.concat([token.subarray(0, i), Buffer.from([mutation.byte]), token.subarray(i)])
+            : Buffer.concat([token.subarray(0, i), token.subarray(i + 1)])
+          FastCheck.pre(!mutated.equals(token))
+          const result = decodeResult(mutated.toString("latin1"))
+          expect(Result.isFailure(result) && result.failure._tag === "InvalidCursor").toBe(true)
+        }
+      ),
+      { numRuns: 2000 }
+    )
   })
 })
 
@@ -158,21 +173,30 @@ const edgeText = FastCheck.oneof(
 
 describe("Cursor limits", () => {
   it("encode issues exactly the tokens decode accepts, byte for byte", () => {
-    FastCheck.assert(FastCheck.property(edgeText, edgeText, edgeText, FastCheck.option(FastCheck.tuple(edgeText, edgeText), { nil: undefined }), (subject, value, tieBreaker, after) => {
-      const cursor: Cursor.Cursor = {
-        ...Cursor.firstPage(subject, filters, { value, tieBreaker }),
-        ...(after === undefined ? {} : { after: { value: after[0], tieBreaker: after[1] } })
-      }
-      const issued = Effect.runSync(Effect.result(current.encode(cursor)))
-      const accepted = decodeResult(signedByHand(cursor))
-      expect(Result.isSuccess(issued)).toBe(Result.isSuccess(accepted))
-      if (Result.isSuccess(issued)) {
-        expect(issued.success).toBe(signedByHand(cursor))
-        expect(accepted).toEqual(Result.succeed(cursor))
-      } else {
-        expect(issued.failure).toMatchObject({ _tag: "InvalidInput" })
-      }
-    }), { numRuns: 1000 })
+    FastCheck.assert(
+      FastCheck.property(
+        edgeText,
+        edgeText,
+        edgeText,
+        FastCheck.option(FastCheck.tuple(edgeText, edgeText), { nil: undefined }),
+        (subject, value, tieBreaker, after) => {
+          const cursor: Cursor.Cursor = {
+            ...Cursor.firstPage(subject, filters, { value, tieBreaker }),
+            ...(after === undefined ? {} : { after: { value: after[0], tieBreaker: after[1] } })
+          }
+          const issued = Effect.runSync(Effect.result(current.encode(cursor)))
+          const accepted = decodeResult(signedByHand(cursor))
+          expect(Result.isSuccess(issued)).toBe(Result.isSuccess(accepted))
+          if (Result.isSuccess(issued)) {
+            expect(issued.success).toBe(signedByHand(cursor))
+            expect(accepted).toEqual(Result.succeed(cursor))
+          } else {
+            expect(issued.failure).toMatchObject({ _tag: "InvalidInput" })
+          }
+        }
+      ),
+      { numRuns: 1000 }
+    )
   })
 
   it("a cursor with every part at its longest still fits in a token", () => {
@@ -181,7 +205,10 @@ describe("Cursor limits", () => {
         value: "v".repeat(Cursor.MAX_POSITION_BYTES.value),
         tieBreaker: "t".repeat(Cursor.MAX_POSITION_BYTES.tieBreaker)
       }),
-      { value: "w".repeat(Cursor.MAX_POSITION_BYTES.value), tieBreaker: "u".repeat(Cursor.MAX_POSITION_BYTES.tieBreaker) }
+      {
+        value: "w".repeat(Cursor.MAX_POSITION_BYTES.value),
+        tieBreaker: "u".repeat(Cursor.MAX_POSITION_BYTES.tieBreaker)
+      }
     )
     const signedByLongestKeyId = codec(key("k".repeat(32)))
     const token = encode(longest, signedByLongestKeyId)

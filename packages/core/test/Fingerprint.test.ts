@@ -139,7 +139,9 @@ describe("RFC 8785 canonical JSON", () => {
     const result = canonicalizeWithin(huge, 1024)
     expect(Result.isFailure(result) && result.failure).toMatchObject({ _tag: "PayloadTooLarge", limit: 1024 })
     // It stopped just past the limit, not at the end of 20 MB of text.
-    expect(Result.isFailure(result) && result.failure._tag === "PayloadTooLarge" && result.failure.bytes).toBeLessThan(1100)
+    expect(Result.isFailure(result) && result.failure._tag === "PayloadTooLarge" && result.failure.bytes).toBeLessThan(
+      1100
+    )
     expect(canonicalizeWithin({ a: "é".repeat(600) }, 1024)._tag).toBe("Failure")
     expect(canonicalizeWithin({ a: "é".repeat(400) }, 1024)._tag).toBe("Success")
   })
@@ -172,26 +174,26 @@ const json = FastCheck.jsonValue({ maxDepth: 4 }).filter((value) => !JSON.string
 describe("canonical JSON properties", () => {
   it("the fingerprint does not depend on key order", () => {
     FastCheck.assert(FastCheck.property(json, FastCheck.integer(), (value, seed) => {
-    let state = seed
-    const random = () => ((state = (state * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff)
-    const a = Fingerprint.fingerprintOfCanonical(canonical(value))
-    const b = Fingerprint.fingerprintOfCanonical(canonical(reorderKeys(value, random)))
-    expect(Fingerprint.equals(a, b)).toBe(true)
-  }))
+      let state = seed
+      const random = () => ((state = (state * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff)
+      const a = Fingerprint.fingerprintOfCanonical(canonical(value))
+      const b = Fingerprint.fingerprintOfCanonical(canonical(reorderKeys(value, random)))
+      expect(Fingerprint.equals(a, b)).toBe(true)
+    }))
   })
 
   it("different values have different canonical text", () => {
     FastCheck.assert(FastCheck.property(json, json, (a, b) => {
-    expect(canonical(a) === canonical(b)).toBe(jsonEquals(a, b))
-  }))
+      expect(canonical(a) === canonical(b)).toBe(jsonEquals(a, b))
+    }))
   })
 
   it("canonical text parses back to an equal value and is a fixed point", () => {
     FastCheck.assert(FastCheck.property(json, (value) => {
-    const text = canonical(value)
-    expect(jsonEquals(JSON.parse(text), value)).toBe(true)
-    expect(canonical(JSON.parse(text))).toBe(text)
-  }))
+      const text = canonical(value)
+      expect(jsonEquals(JSON.parse(text), value)).toBe(true)
+      expect(canonical(JSON.parse(text))).toBe(text)
+    }))
   })
 })
 

@@ -23,10 +23,12 @@ import { LockHeld } from "./internal/lock.js"
 export const DEFAULT_DIRECTORY = ".effect-durable/postgres"
 
 /** Another process owns this development database (another app, or a second copy of this one). */
-export class DevDatabaseLocked extends Schema.TaggedError<DevDatabaseLocked>("@effect-durable/embedded/DevDatabaseLocked")(
-  "DevDatabaseLocked",
-  { directory: Schema.String, pid: Schema.Number }
-) {
+export class DevDatabaseLocked
+  extends Schema.TaggedError<DevDatabaseLocked>("@effect-durable/embedded/DevDatabaseLocked")(
+    "DevDatabaseLocked",
+    { directory: Schema.String, pid: Schema.Number }
+  )
+{
   override get message() {
     return `the development database in ${this.directory} is in use by process ${this.pid} (another app in this folder, ` +
       `or this one started twice): stop that process, or give this app a directory of its own (the "directory" option of DevDatabase.layer)`
@@ -106,7 +108,10 @@ export const layer = (options: Options = {}): Layer.Layer<DevDatabase, DevDataba
 export const layerDatabaseUrl = (options: Options = {}): Layer.Layer<never, DevDatabaseError | DevDatabaseLocked> =>
   Layer.unwrap(
     Effect.gen(function*() {
-      const configured = yield* Effect.orElseSucceed(Config.option(Config.Redacted("DATABASE_URL")), () => Option.none())
+      const configured = yield* Effect.orElseSucceed(
+        Config.option(Config.Redacted("DATABASE_URL")),
+        () => Option.none()
+      )
       if (Option.isSome(configured)) return Layer.empty
       const database = yield* make(options)
       // Added behind the current provider: it only answers what the application left unset.

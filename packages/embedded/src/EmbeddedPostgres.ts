@@ -65,7 +65,12 @@ export const startThrowaway = async (options: ThrowawayOptions = {}): Promise<Se
     if (guardian.exitCode === null) guardian.kill("SIGTERM")
   }
   const password = randomBytes(12).toString("hex")
-  const settings = { ...TEST_SETTINGS, ...options.settings, listen_addresses: "127.0.0.1", unix_socket_directories: dataDir }
+  const settings = {
+    ...TEST_SETTINGS,
+    ...options.settings,
+    listen_addresses: "127.0.0.1",
+    unix_socket_directories: dataDir
+  }
   let child: ChildProcess | undefined
   let port = 0
   let postgresBinary = ""
@@ -80,7 +85,17 @@ export const startThrowaway = async (options: ThrowawayOptions = {}): Promise<Se
     const pgdata = join(dataDir, "data")
     // SCRAM, not cleartext: a pooler that looks roles up with auth_query (scripts/pgbouncer.sh)
     // can log in with a role's SCRAM secret only when the server asks for SCRAM.
-    await run(initdb, ["-D", pgdata, "-U", "postgres", `--pwfile=${pwfile}`, "--auth=scram-sha-256", "--encoding=UTF8", "--locale=C", "--no-sync"], {
+    await run(initdb, [
+      "-D",
+      pgdata,
+      "-U",
+      "postgres",
+      `--pwfile=${pwfile}`,
+      "--auth=scram-sha-256",
+      "--encoding=UTF8",
+      "--locale=C",
+      "--no-sync"
+    ], {
       ...user,
       env: { ...process.env, LC_ALL: "C" }
     })
@@ -90,7 +105,7 @@ export const startThrowaway = async (options: ThrowawayOptions = {}): Promise<Se
   } catch (error) {
     if (child !== undefined) await halt(child)
     dispose()
-    throw new Error(`embedded PostgreSQL did not start: ${String(error)}\n${log.join("")}`)
+    throw new Error(`embedded PostgreSQL did not start: ${String(error)}\n${log.join("")}`, { cause: error })
   }
   const pgdata = join(dataDir, "data")
   let running = true

@@ -37,7 +37,11 @@ export interface GuardianOptions {
  * whose pid is in `dir/data/postmaster.pid` (read when needed, so a restart is followed).
  * Dismiss it with `guardian.kill("SIGTERM")` once the server is stopped.
  */
-export const spawnGuardian = (dir: string, target: number | "postmaster", options: GuardianOptions = {}): ChildProcess => {
+export const spawnGuardian = (
+  dir: string,
+  target: number | "postmaster",
+  options: GuardianOptions = {}
+): ChildProcess => {
   const guardian = spawn(
     "sh",
     ["-c", SCRIPT, "guardian", String(process.pid), dir, String(target), options.keep === true ? "keep" : "delete"],

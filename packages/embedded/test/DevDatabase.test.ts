@@ -51,7 +51,13 @@ describe("the development database", () => {
           expect(db.directory).toBe(directory)
           yield* query(db.url, "CREATE TABLE notes (id int PRIMARY KEY, body text)")
           yield* query(db.url, "INSERT INTO notes VALUES (1, 'kept')")
-          return { port: db.port, settings: yield* query(db.url, "SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'data_directory') ORDER BY name") }
+          return {
+            port: db.port,
+            settings: yield* query(
+              db.url,
+              "SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'data_directory') ORDER BY name"
+            )
+          }
         }))
       expect(first.settings).toEqual([
         { name: "data_directory", setting: join(directory, "data") },
@@ -80,24 +86,28 @@ describe("the development database", () => {
         }))
     }), 120_000)
 
-  it.live("refuses a second app while the first runs; after the first is killed the data is intact and a new owner starts", () =>
-    Effect.gen(function*() {
-      const directory = join(yield* project, "db")
-      yield* session(directory, (db) => query(db.url, "CREATE TABLE t AS SELECT 42 AS answer"))
-      const holder = spawn(process.execPath, ["--conditions=source", "--import", "tsx", fixture, directory], {
-        stdio: ["ignore", "pipe", "pipe"]
-      })
-      const exited = new Promise<void>((resolve) => holder.once("exit", () => resolve()))
-      yield* Effect.addFinalizer(() => Effect.promise(() => (holder.kill("SIGKILL"), exited)))
-      const held = yield* Effect.promise(() => firstLine(holder))
-      const locked = yield* Effect.flip(session(directory, () => Effect.void))
-      expect(locked).toMatchObject({ _tag: "DevDatabaseLocked", pid: held.pid })
-      // The owner dies without stopping its server: its guardian stops it, the lock is stale.
-      holder.kill("SIGKILL")
-      yield* Effect.promise(() => exited)
-      const rows = yield* session(directory, (db) => query(db.url, "SELECT answer FROM t"))
-      expect(rows).toEqual([{ answer: 42 }])
-    }), 120_000)
+  it.live(
+    "refuses a second app while the first runs; after the first is killed the data is intact and a new owner starts",
+    () =>
+      Effect.gen(function*() {
+        const directory = join(yield* project, "db")
+        yield* session(directory, (db) => query(db.url, "CREATE TABLE t AS SELECT 42 AS answer"))
+        const holder = spawn(process.execPath, ["--conditions=source", "--import", "tsx", fixture, directory], {
+          stdio: ["ignore", "pipe", "pipe"]
+        })
+        const exited = new Promise<void>((resolve) => holder.once("exit", () => resolve()))
+        yield* Effect.addFinalizer(() => Effect.promise(() => (holder.kill("SIGKILL"), exited)))
+        const held = yield* Effect.promise(() => firstLine(holder))
+        const locked = yield* Effect.flip(session(directory, () => Effect.void))
+        expect(locked).toMatchObject({ _tag: "DevDatabaseLocked", pid: held.pid })
+        // The owner dies without stopping its server: its guardian stops it, the lock is stale.
+        holder.kill("SIGKILL")
+        yield* Effect.promise(() => exited)
+        const rows = yield* session(directory, (db) => query(db.url, "SELECT answer FROM t"))
+        expect(rows).toEqual([{ answer: 42 }])
+      }),
+    120_000
+  )
 
   it.live("as root the server runs as the postgres user, which owns only data/", () =>
     Effect.gen(function*() {
@@ -114,46 +124,62 @@ describe("the development database", () => {
       expect(readFileSync(join(directory, "server.log"), "utf8")).toMatch(/database system is shut down/)
     }), 120_000)
 
-  it.live("a folder the server's OS user cannot enter is a DevDatabaseError that says so (as root); otherwise it starts", () =>
-    Effect.gen(function*() {
-      const root = yield* project
-      chmodSync(root, 0o700)
-      const directory = join(root, "db")
-      const exit = yield* Effect.exit(session(directory, () => Effect.void))
-      if (process.getuid!() === 0) {
-        const error = yield* Effect.flip(exit)
-        expect(error._tag).toBe("DevDatabaseError")
-        expect(error.message).toMatch(/runs as the OS user "postgres", which cannot enter/)
-        expect(existsSync(join(directory, "lock"))).toBe(false)
-      } else {
-        expect(exit._tag).toBe("Success")
-      }
-    }), 120_000)
+  it.live(
+    "a folder the server's OS user cannot enter is a DevDatabaseError that says so (as root); otherwise it starts",
+    () =>
+      Effect.gen(function*() {
+        const root = yield* project
+        chmodSync(root, 0o700)
+        const directory = join(root, "db")
+        const exit = yield* Effect.exit(session(directory, () => Effect.void))
+        if (process.getuid!() === 0) {
+          const error = yield* Effect.flip(exit)
+          expect(error._tag).toBe("DevDatabaseError")
+          expect(error.message).toMatch(/runs as the OS user "postgres", which cannot enter/)
+          expect(existsSync(join(directory, "lock"))).toBe(false)
+        } else {
+          expect(exit._tag).toBe("Success")
+        }
+      }),
+    120_000
+  )
 
-  it.live("layerDatabaseUrl gives Config readers DATABASE_URL: the development database's when the variable is unset", () =>
-    Effect.gen(function*() {
-      const directory = join(yield* project, "db")
-      const readUrl = Layer.effectDiscard(Effect.flatMap(Config.Redacted("DATABASE_URL"), (url) =>
-        Effect.flatMap(query(url, "SELECT 1 AS one"), (rows) => Effect.sync(() => expect(rows).toEqual([{ one: 1 }])))
-      ))
-      yield* Layer.build(readUrl.pipe(Layer.provide(DevDatabase.layerDatabaseUrl({ directory })))).pipe(
-        Effect.scoped,
-        quiet,
-        Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord({}))
-      )
-      expect(existsSync(join(directory, "data", "PG_VERSION"))).toBe(true)
-    }), 120_000)
+  it.live(
+    "layerDatabaseUrl gives Config readers DATABASE_URL: the development database's when the variable is unset",
+    () =>
+      Effect.gen(function*() {
+        const directory = join(yield* project, "db")
+        const readUrl = Layer.effectDiscard(Effect.flatMap(Config.Redacted("DATABASE_URL"), (url) =>
+          Effect.flatMap(query(url, "SELECT 1 AS one"), (rows) =>
+            Effect.sync(() =>
+              expect(rows).toEqual([{ one: 1 }])
+            ))))
+        yield* Layer.build(readUrl.pipe(Layer.provide(DevDatabase.layerDatabaseUrl({ directory })))).pipe(
+          Effect.scoped,
+          quiet,
+          Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord({}))
+        )
+        expect(existsSync(join(directory, "data", "PG_VERSION"))).toBe(true)
+      }),
+    120_000
+  )
 
   it.live("layerDatabaseUrl leaves a set DATABASE_URL alone and starts nothing", () =>
     Effect.gen(function*() {
       const directory = join(yield* project, "db")
       const url = yield* Layer.build(
-        Layer.effectDiscard(Effect.flatMap(Config.String("DATABASE_URL"), (url) => Effect.sync(() => expect(url).toBe("postgres://elsewhere/app")))).pipe(
-          Layer.provide(DevDatabase.layerDatabaseUrl({ directory }))
-        )
+        Layer.effectDiscard(Effect.flatMap(Config.String("DATABASE_URL"), (url) =>
+          Effect.sync(() =>
+            expect(url).toBe("postgres://elsewhere/app")
+          ))).pipe(
+            Layer.provide(DevDatabase.layerDatabaseUrl({ directory }))
+          )
       ).pipe(
         Effect.scoped,
-        Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord({ ["DATABASE_URL"]: "postgres://elsewhere/app" }))
+        Effect.provideService(
+          ConfigProvider.ConfigProvider,
+          ConfigProvider.fromEnvRecord({ ["DATABASE_URL"]: "postgres://elsewhere/app" })
+        )
       )
       expect(url).toBeDefined()
       expect(existsSync(directory)).toBe(false)

@@ -4,17 +4,17 @@ import * as Subject from "@effect-durable/http/Subject"
 import * as Durable from "@effect-durable/pg/Durable"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as Effect from "effect/Effect"
 import * as HttpApi from "effect/http-api/HttpApi"
 import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
 import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
 import * as HttpApiSchema from "effect/http-api/HttpApiSchema"
 import * as HttpRouter from "effect/http/HttpRouter"
-import * as SqlClient from "effect/sql/SqlClient"
-import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
 import { createServer } from "node:http"
 
 const Payment = Schema.Struct({ id: Schema.Number, amount: Schema.Number })
@@ -51,7 +51,9 @@ const PaymentsLive = HttpApiBuilder.group(PaymentsApi, "payments", (handlers) =>
 
 // Put your authentication here; with a security middleware of your own, provide `Subject`
 // from it instead (`provides: Subject`), and the middleware runs after it.
-const IdentifyLive = Subject.layerIdentify((request) => Effect.succeed(Option.fromNullishOr(request.headers["x-tenant"])))
+const IdentifyLive = Subject.layerIdentify((request) =>
+  Effect.succeed(Option.fromNullishOr(request.headers["x-tenant"]))
+)
 
 export const PaymentsRoutes = HttpApiBuilder.layer(PaymentsApi, { openapiPath: "/openapi.json" }).pipe(
   Layer.provide(PaymentsLive),

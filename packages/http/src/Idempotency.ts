@@ -20,6 +20,8 @@
  */
 import type { DurableConfigError } from "@effect-durable/core/Errors"
 import type * as MutationLedger from "@effect-durable/pg/MutationLedger"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
 import * as HttpApi from "effect/http-api/HttpApi"
 import type * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
 import { HttpApiPayloadTooLarge, HttpApiSchemaError } from "effect/http-api/HttpApiError"
@@ -30,11 +32,9 @@ import * as Headers from "effect/http/Headers"
 import * as HttpRouter from "effect/http/HttpRouter"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import type * as HttpServerResponse from "effect/http/HttpServerResponse"
-import type * as SqlClient from "effect/sql/SqlClient"
-import * as Context from "effect/Context"
-import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import type * as SqlClient from "effect/sql/SqlClient"
 import * as Endpoints from "./internal/endpoints.js"
 import * as ErrorResponse from "./internal/errorResponse.js"
 import * as IdempotentRequest from "./internal/idempotentRequest.js"
@@ -126,20 +126,26 @@ export class Idempotency extends HttpApiMiddleware.Service<Idempotency, { requir
  * key's header becomes a parameter of the operation in the OpenAPI document. Use it with
  * `.pipe`, before the middlewares that must wrap it.
  */
-export const endpoint = (options: IdempotentEndpoint & { readonly header?: string }) =>
-<Endpoint extends HttpApiEndpoint.Constraint>(self: Endpoint): HttpApiEndpoint.AddMiddleware<Endpoint, Idempotency> => {
-  const header = {
-    name: options.header ?? Defaults.header,
-    in: "header",
-    required: options.required,
-    description: "Makes a retry of this request safe: the same key with the same request replays the first response.",
-    schema: { type: "string", minLength: 1, maxLength: Defaults.maxKeyLength }
+export const endpoint =
+  (options: IdempotentEndpoint & { readonly header?: string }) =>
+  <Endpoint extends HttpApiEndpoint.Constraint>(
+    self: Endpoint
+  ): HttpApiEndpoint.AddMiddleware<Endpoint, Idempotency> => {
+    const header = {
+      name: options.header ?? Defaults.header,
+      in: "header",
+      required: options.required,
+      description: "Makes a retry of this request safe: the same key with the same request replays the first response.",
+      schema: { type: "string", minLength: 1, maxLength: Defaults.maxKeyLength }
+    }
+    return (self as unknown as HttpApiEndpoint.Top)
+      .middleware(Idempotency)
+      .annotate(Idempotent, { required: options.required })
+      .annotate(
+        OpenApi.Transform,
+        (operation) => ({ ...operation, parameters: [...(operation.parameters ?? []), header] })
+      ) as any
   }
-  return (self as unknown as HttpApiEndpoint.Top)
-    .middleware(Idempotency)
-    .annotate(Idempotent, { required: options.required })
-    .annotate(OpenApi.Transform, (operation) => ({ ...operation, parameters: [...(operation.parameters ?? []), header] })) as any
-}
 
 /**
  * The `Idempotency` middleware for the endpoints of `api` that have it. Options are decoded,
@@ -178,9 +184,11 @@ export const layer = <Id extends string, Groups extends HttpApiGroup.Constraint>
             ? Effect.fail(error)
             : Effect.flatMap(
               encode(error),
-              (response) => response !== undefined && response.status < 500 ? Effect.succeed(response) : Effect.fail(error)
+              (response) =>
+                response !== undefined && response.status < 500 ? Effect.succeed(response) : Effect.fail(error)
             ))
-        return Effect.flatMap(HttpRouter.RouteContext, (context) => run(route, context.route.path, handler))
+        return Effect.flatMap(HttpRouter.RouteContext, (context) =>
+          run(route, context.route.path, handler))
       })
     })
   )
@@ -198,7 +206,9 @@ export const layerRedactKeyHeader = (options: Pick<Options, "header"> = {}): Lay
     Headers.CurrentRedactedNames,
     Effect.map(Headers.CurrentRedactedNames, (names) => {
       const header = (options.header ?? Defaults.header).toLowerCase()
-      return names.some((name) => typeof name === "string" && name.toLowerCase() === header) ? names : [...names, header]
+      return names.some((name) => typeof name === "string" && name.toLowerCase() === header)
+        ? names
+        : [...names, header]
     })
   )
 
@@ -241,8 +251,9 @@ export const wrapper = (
           onNone: () => Effect.die(new Error("Idempotency.wrapper: a handler outside a router route needs { route }"))
         })
       )
-    const wrap = (required: boolean) =>
-    <E, R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>, wrapOptions: WrapOptions = {}) =>
-      Effect.flatMap(routeOf(wrapOptions), (route) => run({ required }, route, handler))
+    const wrap =
+      (required: boolean) =>
+      <E, R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>, wrapOptions: WrapOptions = {}) =>
+        Effect.flatMap(routeOf(wrapOptions), (route) => run({ required }, route, handler))
     return { required: wrap(true), optional: wrap(false) }
   })

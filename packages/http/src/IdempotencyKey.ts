@@ -70,7 +70,9 @@ export const parse = (value: string, bounds: Bounds = defaultBounds): Result.Res
   } else if (BARE.test(trimmed)) {
     key = trimmed
   } else {
-    return refuse("a key is a quoted string (\"...\") of printable ASCII, or one word without spaces, commas or semicolons")
+    return refuse(
+      "a key is a quoted string (\"...\") of printable ASCII, or one word without spaces, commas or semicolons"
+    )
   }
   if (key.length === 0) return refuse("the key is empty")
   if (key.trim().length === 0) return refuse("the key is blank")

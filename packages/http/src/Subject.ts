@@ -11,11 +11,11 @@
  *
  * @since 0.1.0
  */
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
 import * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
-import * as Context from "effect/Context"
-import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type * as Option from "effect/Option"
 
@@ -26,7 +26,9 @@ import type * as Option from "effect/Option"
 export class Subject extends Context.Service<Subject, Option.Option<string>>()("@effect-durable/http/Subject") {}
 
 /** Reads the subject of a request; `None` when it carries no valid credentials. */
-export type Verify<R = never> = (request: HttpServerRequest.HttpServerRequest) => Effect.Effect<Option.Option<string>, never, R>
+export type Verify<R = never> = (
+  request: HttpServerRequest.HttpServerRequest
+) => Effect.Effect<Option.Option<string>, never, R>
 
 /**
  * A route middleware for `HttpRouter` routes (the `Idempotency.wrapper` handlers) that

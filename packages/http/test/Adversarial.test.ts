@@ -27,7 +27,11 @@ interface Answer {
 const attack = (p: number, request: Attack): Promise<Answer> =>
   new Promise((resolve, reject) => {
     const headers: Record<string, string | Array<string>> = {}
-    if (request.key !== undefined) headers["idempotency-key"] = typeof request.key === "string" ? request.key : [...request.key]
+    if (request.key !== undefined) {
+      headers["idempotency-key"] = typeof request.key === "string"
+        ? request.key
+        : [...request.key]
+    }
     if (request.user !== undefined) headers.authorization = `Bearer user-${request.user}`
     if (request.contentType !== undefined) headers["content-type"] = request.contentType
     // Framed either way: Node's client sends a GET or DELETE body unframed unless told it is chunked.
@@ -103,7 +107,11 @@ const levels = FastCheck.oneof(
 const deepArray = levels.map((n) => `${"[".repeat(n)}${"]".repeat(n)}`)
 const deepObject = levels.map((n) => `${`{"a":`.repeat(n)}1${"}".repeat(n)}`)
 const deepTree = levels.map((n) => `${`{"children":[`.repeat(n)}${"]}".repeat(n)}`)
-const json = FastCheck.oneof(FastCheck.jsonValue({ maxDepth: 4 }).map((value) => JSON.stringify(value)), deepArray, deepObject)
+const json = FastCheck.oneof(
+  FastCheck.jsonValue({ maxDepth: 4 }).map((value) => JSON.stringify(value)),
+  deepArray,
+  deepObject
+)
 
 const anyBody = FastCheck.oneof(
   FastCheck.constant(undefined),
@@ -129,17 +137,42 @@ const expected: ReadonlyArray<readonly [string, string, string, FastCheck.Arbitr
   ["POST", "/v1/accounts/:account/deposits", "application/json", amountBody],
   ["POST", "/v1/public/:account/tips", "application/json", amountBody],
   ["PUT", "/v1/accounts/:account", "application/json", amountBody],
-  ["POST", "/v1/accounts/:account/trees", "application/json", FastCheck.oneof(deepTree, json).map((tree) => `{"tree":${tree}}`)],
-  ["POST", "/v1/accounts/:account/notes", "text/plain", FastCheck.oneof(FastCheck.string({ maxLength: 200 }), deepArray)],
-  ["POST", "/v1/accounts/:account/bytes", "application/octet-stream", FastCheck.uint8Array({ maxLength: 200 }).map((bytes) => Buffer.from(bytes))],
-  ["POST", "/v1/accounts/:account/forms", "application/x-www-form-urlencoded", FastCheck.string({ maxLength: 50 }).map((text) => `text=${encodeURIComponent(text)}`)],
+  [
+    "POST",
+    "/v1/accounts/:account/trees",
+    "application/json",
+    FastCheck.oneof(deepTree, json).map((tree) => `{"tree":${tree}}`)
+  ],
+  [
+    "POST",
+    "/v1/accounts/:account/notes",
+    "text/plain",
+    FastCheck.oneof(FastCheck.string({ maxLength: 200 }), deepArray)
+  ],
+  [
+    "POST",
+    "/v1/accounts/:account/bytes",
+    "application/octet-stream",
+    FastCheck.uint8Array({ maxLength: 200 }).map((bytes) => Buffer.from(bytes))
+  ],
+  [
+    "POST",
+    "/v1/accounts/:account/forms",
+    "application/x-www-form-urlencoded",
+    FastCheck.string({ maxLength: 50 }).map((text) => `text=${encodeURIComponent(text)}`)
+  ],
   ["POST", "/plain/:account", "application/json", json]
 ]
 
-const toBytes = (body: string | Buffer | undefined) => (body === undefined || Buffer.isBuffer(body) ? body : Buffer.from(body))
+const toBytes = (
+  body: string | Buffer | undefined
+) => (body === undefined || Buffer.isBuffer(body) ? body : Buffer.from(body))
 
 const common = {
-  account: FastCheck.oneof(FastCheck.integer({ min: 1, max: 1_000_000 }).map(String), FastCheck.constantFrom("abc", "-1", "1e3", "%00")),
+  account: FastCheck.oneof(
+    FastCheck.integer({ min: 1, max: 1_000_000 }).map(String),
+    FastCheck.constantFrom("abc", "-1", "1e3", "%00")
+  ),
   key,
   user: FastCheck.constantFrom(undefined, "alice", "alice", "bob", "revoked"),
   chunked: FastCheck.boolean()
@@ -148,7 +181,13 @@ const common = {
 /** Half the requests as a route expects them, half anything at all. */
 const attacks: FastCheck.Arbitrary<Attack> = FastCheck.oneof(
   FastCheck.constantFrom(...expected).chain(([method, route, contentType, body]) =>
-    FastCheck.record({ ...common, method: FastCheck.constant(method), route: FastCheck.constant(route), contentType: FastCheck.constant(contentType), body: body.map(toBytes) })
+    FastCheck.record({
+      ...common,
+      method: FastCheck.constant(method),
+      route: FastCheck.constant(route),
+      contentType: FastCheck.constant(contentType),
+      body: body.map(toBytes)
+    })
   ),
   FastCheck.record({
     ...common,
@@ -192,7 +231,16 @@ describe("attacked as a client would", () => {
         )
         // The server is still serving, and the runs reached the handlers as well as the refusals.
         const health = yield* Effect.promise(() =>
-          attack(p, { method: "GET", route: "/v1/health", account: "", key: undefined, user: undefined, contentType: undefined, body: undefined, chunked: false })
+          attack(p, {
+            method: "GET",
+            route: "/v1/health",
+            account: "",
+            key: undefined,
+            user: undefined,
+            contentType: undefined,
+            body: undefined,
+            chunked: false
+          })
         )
         expect(health).toEqual({ status: 200, body: `"ok"` })
         expect([...answers.keys()].some((status) => status < 300)).toBe(true)

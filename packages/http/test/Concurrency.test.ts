@@ -2,13 +2,13 @@
 // transaction-scoped try-lock (409 at once), or waited for (`inFlight: "wait"`), never with a
 // lock row that could outlive a crash. The first request is held at a gate after its write,
 // so the counts are exact, not a matter of timing.
-import { describe, expect, layer } from "@effect/vitest"
 import { eventually } from "@effect-durable/testing/Eventually"
-import * as SqlClient from "effect/sql/SqlClient"
+import { describe, expect, layer } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Ref from "effect/Ref"
+import * as SqlClient from "effect/sql/SqlClient"
 import { type Call, executions, freshAccount, gate, json, type Reply, send, server, transfersOf } from "./support.js"
 
 const N = 32
@@ -63,7 +63,8 @@ describe("concurrent requests with one key", () => {
         // The 409'd clients retry after completion: each gets the first response, byte for byte.
         const { all: retries } = yield* sendAll(N - 1, path, call)
         const replayed = yield* retries
-        expect(count(replayed, (reply) => reply.status === 201 && reply.headers["idempotent-replayed"] === "true")).toBe(N - 1)
+        expect(count(replayed, (reply) => reply.status === 201 && reply.headers["idempotent-replayed"] === "true"))
+          .toBe(N - 1)
         expect(count(replayed, (reply) => reply.body.equals(first[0]!.body))).toBe(N - 1)
         expect(executions(account)).toBe(1)
         expect(yield* transfersOf(account)).toBe(1)
@@ -102,7 +103,12 @@ describe("concurrent requests with one key", () => {
         const replies = yield* all
         const first = replies.filter((reply) => reply.headers["idempotent-replayed"] === undefined)
         expect(first.map((reply) => reply.status)).toEqual([201])
-        expect(count(replies, (reply) => reply.headers["idempotent-replayed"] === "true" && reply.body.equals(first[0]!.body)))
+        expect(
+          count(
+            replies,
+            (reply) => reply.headers["idempotent-replayed"] === "true" && reply.body.equals(first[0]!.body)
+          )
+        )
           .toBe(N - 1)
         expect(executions(account)).toBe(1)
         expect(yield* transfersOf(account)).toBe(1)
@@ -122,7 +128,8 @@ describe("concurrent requests with one key", () => {
         expect(json(impatient)).toMatchObject({ code: "idempotency-key-in-flight" })
         yield* Deferred.succeed(held, undefined)
         expect((yield* Fiber.join(original)).status).toBe(201)
-        expect((yield* send(path, { body: `{"amount":5}`, key: "slow", user: "alice" })).headers["idempotent-replayed"]).toBe("true")
+        expect((yield* send(path, { body: `{"amount":5}`, key: "slow", user: "alice" })).headers["idempotent-replayed"])
+          .toBe("true")
         expect(executions(account)).toBe(1)
       }))
   })

@@ -2,13 +2,13 @@
 // response: the client's retry, on another server, gets the stored response (the effect
 // happened once). A client that goes away during the handler: the handler is interrupted,
 // the transaction rolls back, nothing is stored, the retry runs once.
-import { describe, expect, layer } from "@effect/vitest"
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
-import * as SqlClient from "effect/sql/SqlClient"
+import { describe, expect, layer } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Redacted from "effect/Redacted"
+import * as SqlClient from "effect/sql/SqlClient"
 import { spawn } from "node:child_process"
 import * as Http from "node:http"
 import { fileURLToPath } from "node:url"
@@ -33,7 +33,14 @@ const startCrashServer = (databaseUrl: string) =>
         child.stdout.on("data", (chunk) => {
           stdout += chunk
           const found = /PORT=(\d+)/.exec(stdout)
-          if (found !== null) resolve({ port: Number(found[1]), output: () => stdout, exited, kill: () => child.kill("SIGKILL") })
+          if (found !== null) {
+            resolve({
+              port: Number(found[1]),
+              output: () => stdout,
+              exited,
+              kill: () => child.kill("SIGKILL")
+            })
+          }
         })
         void exited.then(() => reject(new Error(`crash server exited early: ${stderr}`)))
       }

@@ -1,11 +1,11 @@
 // The README's "HTTP idempotency" example, served on 127.0.0.1 and driven as a client would.
-import { describe, expect, it } from "@effect/vitest"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import * as HttpRouter from "effect/http/HttpRouter"
-import * as SqlClient from "effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
+import * as HttpRouter from "effect/http/HttpRouter"
 import * as Layer from "effect/Layer"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Http from "node:http"
 import { PaymentsRoutes } from "../examples/payments.js"
 import { json, send } from "./support.js"
@@ -31,7 +31,11 @@ describe("the README example", () => {
         const retry = yield* send("/payments", call)
         const changed = yield* send("/payments", { ...call, body: `{"amount":300}` })
         expect([first.status, json(first)]).toEqual([201, { id: 1, amount: 250 }])
-        expect([retry.status, retry.headers["idempotent-replayed"], retry.body.equals(first.body)]).toEqual([201, "true", true])
+        expect([retry.status, retry.headers["idempotent-replayed"], retry.body.equals(first.body)]).toEqual([
+          201,
+          "true",
+          true
+        ])
         expect(changed.status).toBe(422)
         expect((yield* send("/payments", { body: `{"amount":250}`, headers: { "x-tenant": "acme" } })).status).toBe(400)
         const [counts] = yield* sql<{ payments: number; messages: number }>`

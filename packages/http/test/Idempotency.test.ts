@@ -2,8 +2,8 @@
 // Each test uses accounts of its own; "runs" counts handler invocations (rolled back or not),
 // the transfers table the effects that stayed.
 import { describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Net from "node:net"
 import {
   executions,
@@ -14,8 +14,8 @@ import {
   type Reply,
   send,
   server,
-  transfersOf,
-  TRANSFER_TOPIC
+  TRANSFER_TOPIC,
+  transfersOf
 } from "./support.js"
 
 const TRANSFER = "POST /v1/accounts/:account/transfers"
@@ -63,8 +63,16 @@ describe("Idempotency-Key on an HttpApi", () => {
           expect([first.status, second.status]).toEqual([201, 201])
           expect(second.headers["idempotent-replayed"]).toBeUndefined()
           expect(executions(account)).toBe(2)
-          const withKey = yield* send(`/v1/accounts/${account}/deposits`, { body: `{"amount":5}`, user: "alice", key: "d-1" })
-          const replay = yield* send(`/v1/accounts/${account}/deposits`, { body: `{"amount":5}`, user: "alice", key: "d-1" })
+          const withKey = yield* send(`/v1/accounts/${account}/deposits`, {
+            body: `{"amount":5}`,
+            user: "alice",
+            key: "d-1"
+          })
+          const replay = yield* send(`/v1/accounts/${account}/deposits`, {
+            body: `{"amount":5}`,
+            user: "alice",
+            key: "d-1"
+          })
           expect(replay.headers["idempotent-replayed"]).toBe("true")
           expect(replay.body.equals(withKey.body)).toBe(true)
           expect(executions(account)).toBe(3)
@@ -169,9 +177,18 @@ describe("Idempotency-Key on an HttpApi", () => {
         Effect.gen(function*() {
           const account = freshAccount()
           expect((yield* transfer(account, `{"amount":1}`, "shared")).status).toBe(201)
-          const patch = yield* send(`/v1/accounts/${account}/transfers`, { method: "PATCH", body: `{"amount":1}`, key: "shared", user: "alice" })
+          const patch = yield* send(`/v1/accounts/${account}/transfers`, {
+            method: "PATCH",
+            body: `{"amount":1}`,
+            key: "shared",
+            user: "alice"
+          })
           expect(patch.status).toBe(200)
-          const deposit = yield* send(`/v1/accounts/${account}/deposits`, { body: `{"amount":1}`, key: "shared", user: "alice" })
+          const deposit = yield* send(`/v1/accounts/${account}/deposits`, {
+            body: `{"amount":1}`,
+            key: "shared",
+            user: "alice"
+          })
           expect(deposit.status).toBe(201)
           expect([patch, deposit].map((reply) => reply.headers["idempotent-replayed"])).toEqual([undefined, undefined])
           expect(executions(account)).toBe(3)
@@ -183,8 +200,16 @@ describe("Idempotency-Key on an HttpApi", () => {
           const other = freshAccount()
           const first = yield* transfer(account, `{"amount":1}`, "where", "alice", "?memo=a")
           expect(first.status).toBe(201)
-          expectProblem(yield* transfer(other, `{"amount":1}`, "where", "alice", "?memo=a"), 422, "idempotency-key-reused")
-          expectProblem(yield* transfer(account, `{"amount":1}`, "where", "alice", "?memo=b"), 422, "idempotency-key-reused")
+          expectProblem(
+            yield* transfer(other, `{"amount":1}`, "where", "alice", "?memo=a"),
+            422,
+            "idempotency-key-reused"
+          )
+          expectProblem(
+            yield* transfer(account, `{"amount":1}`, "where", "alice", "?memo=b"),
+            422,
+            "idempotency-key-reused"
+          )
           expectProblem(yield* transfer(account, `{"amount":1}`, "where", "alice"), 422, "idempotency-key-reused")
           expect([executions(account), executions(other)]).toEqual([1, 0])
         }))
@@ -207,7 +232,11 @@ describe("Idempotency-Key on an HttpApi", () => {
           yield* transfer(account, `{"amount":3}`, "private")
           // The API's own security wraps the middleware: it refuses them before any lookup.
           for (const headers of [{}, { authorization: "Bearer forged" }]) {
-            const refused = yield* send(`/v1/accounts/${account}/transfers`, { body: `{"amount":3}`, key: "private", headers })
+            const refused = yield* send(`/v1/accounts/${account}/transfers`, {
+              body: `{"amount":3}`,
+              key: "private",
+              headers
+            })
             expect([refused.status, refused.headers["idempotent-replayed"]]).toEqual([401, undefined])
           }
           // Where the subject comes from a middleware that never refuses (Subject.Identify), the
@@ -215,7 +244,9 @@ describe("Idempotency-Key on an HttpApi", () => {
           const other = freshAccount()
           const tip = (headers: Readonly<Record<string, string>>) =>
             send(`/v1/public/${other}/tips`, { body: `{"amount":3}`, key: "private", headers })
-          expect((yield* send(`/v1/public/${other}/tips`, { body: `{"amount":3}`, key: "private", user: "alice" })).status)
+          expect(
+            (yield* send(`/v1/public/${other}/tips`, { body: `{"amount":3}`, key: "private", user: "alice" })).status
+          )
             .toBe(200)
           const anonymous = yield* tip({})
           expectProblem(anonymous, 401, "unauthenticated")
@@ -229,7 +260,11 @@ describe("Idempotency-Key on an HttpApi", () => {
       it.effect("JSON matches by its canonical form: member order, whitespace and 100 vs 1e2 replay", () =>
         Effect.gen(function*() {
           const account = freshAccount()
-          const first = yield* send(`/v1/accounts/${account}/deposits`, { body: `{"amount":100}`, key: "canon", user: "alice" })
+          const first = yield* send(`/v1/accounts/${account}/deposits`, {
+            body: `{"amount":100}`,
+            key: "canon",
+            user: "alice"
+          })
           for (const body of [`{ "amount" : 100 }`, `{"amount":1e2}`, `{"amount":100.0}`, `\n{"amount":100}\n`]) {
             const again = yield* send(`/v1/accounts/${account}/deposits`, { body, key: "canon", user: "alice" })
             expect(again.headers["idempotent-replayed"]).toBe("true")
@@ -254,9 +289,14 @@ describe("Idempotency-Key on an HttpApi", () => {
           ]
           for (const [key, body, other] of cases) {
             expect((yield* send(`/plain/${account}`, { body, key, user: "alice" })).status).toBe(200)
-            expectProblem(yield* send(`/plain/${account}`, { body: other, key, user: "alice" }), 422, "idempotency-key-reused")
+            expectProblem(
+              yield* send(`/plain/${account}`, { body: other, key, user: "alice" }),
+              422,
+              "idempotency-key-reused"
+            )
             // The very bytes replay.
-            expect((yield* send(`/plain/${account}`, { body, key, user: "alice" })).headers["idempotent-replayed"]).toBe("true")
+            expect((yield* send(`/plain/${account}`, { body, key, user: "alice" })).headers["idempotent-replayed"])
+              .toBe("true")
           }
           expect(executions(account)).toBe(4)
         }))
@@ -265,7 +305,12 @@ describe("Idempotency-Key on an HttpApi", () => {
         Effect.gen(function*() {
           const account = freshAccount()
           const note = (body: string, contentType: string) =>
-            send(`/v1/accounts/${account}/notes`, { body, key: "note", user: "alice", headers: { "content-type": contentType } })
+            send(`/v1/accounts/${account}/notes`, {
+              body,
+              key: "note",
+              user: "alice",
+              headers: { "content-type": contentType }
+            })
           expect((yield* note("hello", "text/plain")).status).toBe(200)
           expect((yield* note("hello", "text/plain; charset=UTF-8")).status).toBe(422)
           expect((yield* note("hello", "text/markdown")).status).toBe(422)
@@ -307,7 +352,9 @@ describe("Idempotency-Key on an HttpApi", () => {
           const { id } = json(reply) as { id: number }
           const [row] = yield* sql<{ transfers: number; messages: number; records: number; same: boolean }>`
             SELECT (SELECT count(*)::int FROM transfers WHERE account = ${account}) AS transfers,
-                   (SELECT count(*)::int FROM durable.outbox WHERE topic = ${TRANSFER_TOPIC} AND payload->>'transfer' = ${String(id)}) AS messages,
+                   (SELECT count(*)::int FROM durable.outbox WHERE topic = ${TRANSFER_TOPIC} AND payload->>'transfer' = ${
+            String(id)
+          }) AS messages,
                    (SELECT count(*)::int FROM durable.mutation_records WHERE key = 'atomic' AND operation = ${TRANSFER}) AS records,
                    (SELECT t.xmin = r.xmin FROM transfers t, durable.mutation_records r
                      WHERE t.id = ${id} AND r.key = 'atomic' AND r.operation = ${TRANSFER}) AS same`
@@ -346,7 +393,11 @@ describe("Idempotency-Key on an HttpApi", () => {
         Effect.gen(function*() {
           const account = freshAccount()
           for (let i = 0; i < 2; i++) {
-            expectProblem(yield* send(`/v1/accounts/${account}/violations`, { key: "deferred", user: "alice" }), 500, "database-error")
+            expectProblem(
+              yield* send(`/v1/accounts/${account}/violations`, { key: "deferred", user: "alice" }),
+              500,
+              "database-error"
+            )
           }
           expect(executions(account)).toBe(2)
           expect(yield* transfersOf(account)).toBe(0)
@@ -359,12 +410,13 @@ describe("Idempotency-Key on an HttpApi", () => {
           const first = yield* send(`/v1/accounts/${account}/streams`, { key: "stream", user: "alice" })
           const again = yield* send(`/v1/accounts/${account}/streams`, { key: "stream", user: "alice" })
           expect([first.status, first.text, first.headers["content-type"]]).toEqual([201, "abc", "text/plain"])
-          expect([again.status, again.text, again.headers["content-type"], again.headers["idempotent-replayed"]]).toEqual([
-            201,
-            "abc",
-            "text/plain",
-            "true"
-          ])
+          expect([again.status, again.text, again.headers["content-type"], again.headers["idempotent-replayed"]])
+            .toEqual([
+              201,
+              "abc",
+              "text/plain",
+              "true"
+            ])
           expect(executions(account)).toBe(1)
         }))
     })
@@ -405,7 +457,11 @@ describe("Idempotency-Key on an HttpApi", () => {
           const missing = yield* transfer(account, `{"amount":404}`, "missing")
           const missingAgain = yield* transfer(account, `{"amount":404}`, "missing")
           expect([missing.status, missing.body.length, missing.headers["content-type"]]).toEqual([404, 0, undefined])
-          expect([missingAgain.status, missingAgain.body.length, missingAgain.headers["content-type"]]).toEqual([404, 0, undefined])
+          expect([missingAgain.status, missingAgain.body.length, missingAgain.headers["content-type"]]).toEqual([
+            404,
+            0,
+            undefined
+          ])
           expect(missingAgain.headers["idempotent-replayed"]).toBe("true")
           expect(executions(account)).toBe(2)
         }))
@@ -414,7 +470,11 @@ describe("Idempotency-Key on an HttpApi", () => {
         Effect.gen(function*() {
           const account = freshAccount()
           const deposit = (key?: string) =>
-            send(`/v1/accounts/${account}/deposits`, { body: `{"amount":5000}`, user: "alice", ...(key === undefined ? {} : { key }) })
+            send(`/v1/accounts/${account}/deposits`, {
+              body: `{"amount":5000}`,
+              user: "alice",
+              ...(key === undefined ? {} : { key })
+            })
           const plain = yield* deposit()
           expect([plain.status, json(plain)]).toEqual([402, { balance: 1000, _tag: "InsufficientFunds" }])
           const first = yield* deposit("rich")
@@ -424,7 +484,10 @@ describe("Idempotency-Key on an HttpApi", () => {
             expect(reply.body.equals(plain.body)).toBe(true)
             expect(reply.headers["content-type"]).toBe(plain.headers["content-type"])
           }
-          expect([first.headers["idempotent-replayed"], again.headers["idempotent-replayed"]]).toEqual([undefined, "true"])
+          expect([first.headers["idempotent-replayed"], again.headers["idempotent-replayed"]]).toEqual([
+            undefined,
+            "true"
+          ])
           expect(executions(account)).toBe(2)
           // The rejections' writes committed with them; the replay wrote nothing.
           expect(yield* transfersOf(account)).toBe(2)
@@ -435,12 +498,19 @@ describe("Idempotency-Key on an HttpApi", () => {
           const account = freshAccount()
           const bytes = Buffer.from([0, 1, 2, 250])
           const post = (path: string, body: string | Buffer, contentType: string) =>
-            send(`/v1/accounts/${account}/${path}`, { body, key: path, user: "alice", headers: { "content-type": contentType } })
-          for (const [path, body, contentType, expected] of [
-            ["notes", "hi", "text/plain", "noted 2 characters"],
-            ["bytes", bytes, "application/octet-stream", Buffer.from([0, 1, 2, 250, 255]).toString("latin1")],
-            ["forms", "text=a+b", "application/x-www-form-urlencoded", `"form a b"`]
-          ] as const) {
+            send(`/v1/accounts/${account}/${path}`, {
+              body,
+              key: path,
+              user: "alice",
+              headers: { "content-type": contentType }
+            })
+          for (
+            const [path, body, contentType, expected] of [
+              ["notes", "hi", "text/plain", "noted 2 characters"],
+              ["bytes", bytes, "application/octet-stream", Buffer.from([0, 1, 2, 250, 255]).toString("latin1")],
+              ["forms", "text=a+b", "application/x-www-form-urlencoded", `"form a b"`]
+            ] as const
+          ) {
             const first = yield* post(path, body, contentType)
             expect(first.body.toString(path === "bytes" ? "latin1" : "utf8")).toBe(expected)
             const again = yield* post(path, body, contentType)
@@ -459,7 +529,11 @@ describe("Idempotency-Key on an HttpApi", () => {
           const bad = yield* transfer(account, `{"amount":"five"}`, "fix-me")
           expect(bad.status).toBe(400)
           // HttpApi's own refusal (rendered by ProblemDetails, which wraps the middleware).
-          expect(json(bad)).toMatchObject({ status: 400, title: "Bad Request", errors: [{ path: ["payload", "amount"] }] })
+          expect(json(bad)).toMatchObject({
+            status: 400,
+            title: "Bad Request",
+            errors: [{ path: ["payload", "amount"] }]
+          })
           expect(yield* recordsOf(TRANSFER, "fix-me")).toBe(0)
           const fixed = yield* transfer(account, `{"amount":5}`, "fix-me")
           expect([fixed.status, fixed.headers["idempotent-replayed"]]).toEqual([201, undefined])
@@ -524,8 +598,12 @@ describe("Idempotency-Key on an HttpApi", () => {
           expect([health.status, health.text]).toEqual([200, `"ok"`])
           const spec = yield* send("/openapi.json", { method: "GET" })
           const operation = (json(spec) as any).paths["/v1/accounts/{account}/transfers"].post
-          expect(operation.parameters).toContainEqual(expect.objectContaining({ name: "Idempotency-Key", in: "header", required: true }))
-          expect(Object.keys(operation.responses)).toEqual(expect.arrayContaining(["201", "400", "402", "409", "413", "415", "422"]))
+          expect(operation.parameters).toContainEqual(
+            expect.objectContaining({ name: "Idempotency-Key", in: "header", required: true })
+          )
+          expect(Object.keys(operation.responses)).toEqual(
+            expect.arrayContaining(["201", "400", "402", "409", "413", "415", "422"])
+          )
           expect(operation.responses["409"].content["application/problem+json"]).toBeDefined()
         }))
     })
@@ -534,7 +612,8 @@ describe("Idempotency-Key on an HttpApi", () => {
       it.effect("first, replay, 422; a 4xx value is stored; a failure rolls back and runs again", () =>
         Effect.gen(function*() {
           const account = freshAccount()
-          const plain = (body: string, key: string) => send(`/plain/${account}`, { body, key, user: "alice", headers: { "content-type": "text/plain" } })
+          const plain = (body: string, key: string) =>
+            send(`/plain/${account}`, { body, key, user: "alice", headers: { "content-type": "text/plain" } })
           const first = yield* plain("one", "p1")
           expect([first.status, first.text]).toEqual([200, "POST one"])
           expect((yield* plain("one", "p1")).headers["idempotent-replayed"]).toBe("true")

@@ -45,18 +45,22 @@ describe("the Idempotency-Key field value", () => {
     expect(key(`"abcd"`, { minLength: 4, maxLength: 8 })).toBe("abcd")
   })
 
-  const printable = FastCheck.string({ unit: FastCheck.integer({ min: 0x20, max: 0x7e }).map((code) => String.fromCharCode(code)), minLength: 1, maxLength: 255 })
+  const printable = FastCheck.string({
+    unit: FastCheck.integer({ min: 0x20, max: 0x7e }).map((code) => String.fromCharCode(code)),
+    minLength: 1,
+    maxLength: 255
+  })
     .filter((text) => text.trim().length > 0)
 
   it("every printable ASCII key survives quoting", () => {
     FastCheck.assert(FastCheck.property(printable, (text) => {
-    expect(key(quote(text))).toBe(text)
-  }))
+      expect(key(quote(text))).toBe(text)
+    }))
   })
 
   it("a value with a character outside printable ASCII is refused", () => {
     FastCheck.assert(FastCheck.property(printable, FastCheck.integer({ min: 0x80, max: 0xff }), (text, code) => {
-    expect(Result.isFailure(IdempotencyKey.parse(quote(`${text}${String.fromCharCode(code)}`)))).toBe(true)
-  }))
+      expect(Result.isFailure(IdempotencyKey.parse(quote(`${text}${String.fromCharCode(code)}`)))).toBe(true)
+    }))
   })
 })

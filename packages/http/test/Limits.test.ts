@@ -3,8 +3,8 @@
 // received whole before it, so closing the connection resets nothing); a response over
 // `maxResponseBytes` is never "committed but not replayable": it is rolled back and answered 500.
 import { describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Http from "node:http"
 import * as Net from "node:net"
 import { executions, freshAccount, json, port, recordsOf, send, server, transfersOf } from "./support.js"
@@ -103,7 +103,12 @@ describe("size limits", () => {
         const account = freshAccount()
         const body = `{"amount":1,"pad":"${"x".repeat(LIMIT)}"}`
         for (const chunked of [false, true]) {
-          const reply = yield* send(`/v1/accounts/${account}/transfers`, { body, chunked, key: `big-${chunked}`, user: "alice" })
+          const reply = yield* send(`/v1/accounts/${account}/transfers`, {
+            body,
+            chunked,
+            key: `big-${chunked}`,
+            user: "alice"
+          })
           expect(reply.status).toBe(413)
           expect(reply.headers.connection).toBe("close")
           expect(json(reply)).toMatchObject({ code: "request-body-too-large", status: 413 })
@@ -120,7 +125,11 @@ describe("size limits", () => {
         expect(executions(account)).toBe(0)
         expect(yield* transfersOf(account)).toBe(0)
         // A body at the limit is read whole, and the key is free for the request that fits.
-        const fits = yield* send(`/v1/accounts/${account}/transfers`, { body: `{"amount":1}`, key: "big-false", user: "alice" })
+        const fits = yield* send(`/v1/accounts/${account}/transfers`, {
+          body: `{"amount":1}`,
+          key: "big-false",
+          user: "alice"
+        })
         expect(fits.status).toBe(201)
       }))
 
@@ -134,11 +143,23 @@ describe("size limits", () => {
         for (let i = 0; i < 12; i++) {
           const size = Math.round(1.5 * MiB + (i * 3.5 * MiB) / 11)
           const body = Buffer.alloc(size, 120)
-          outcomes.push({ client: "node:http", size, ...yield* Effect.promise(() => viaNodeHttp(p, path, body, `cl-node-${i}`)) })
-          outcomes.push({ client: "fetch", size, ...yield* Effect.promise(() => viaFetch(p, path, body, `cl-fetch-${i}`)) })
+          outcomes.push({
+            client: "node:http",
+            size,
+            ...yield* Effect.promise(() => viaNodeHttp(p, path, body, `cl-node-${i}`))
+          })
+          outcomes.push({
+            client: "fetch",
+            size,
+            ...yield* Effect.promise(() => viaFetch(p, path, body, `cl-fetch-${i}`))
+          })
         }
         for (const [i, size] of [1.5 * MiB, 2 * MiB].entries()) {
-          outcomes.push({ client: "slow", size, ...yield* Effect.promise(() => viaSlowWholeBodyClient(p, path, size, `cl-slow-${i}`)) })
+          outcomes.push({
+            client: "slow",
+            size,
+            ...yield* Effect.promise(() => viaSlowWholeBodyClient(p, path, size, `cl-slow-${i}`))
+          })
         }
         expect(outcomes.filter((outcome) => outcome.status !== 413 || outcome.error !== undefined)).toEqual([])
         expect(outcomes).toHaveLength(26)
@@ -211,11 +232,16 @@ describe("size limits", () => {
         expect(json(plain)).toMatchObject({ code: "request-body-too-deep" })
         expect(executions(account)).toBe(0)
         // 64 levels (the default bound) pass, with or without a key; 65 do not. Strings do not count.
-        const padded = (levels: number) => `{"tree":{"children":[]},"pad":${"[".repeat(levels - 1)}"[[{{"${"]".repeat(levels - 1)}}`
+        const padded = (levels: number) =>
+          `{"tree":{"children":[]},"pad":${"[".repeat(levels - 1)}"[[{{"${"]".repeat(levels - 1)}}`
         expect((yield* send(path, { body: padded(64), user: "alice" })).status).toBe(201)
         expect((yield* send(path, { body: padded(64), key: "at-the-bound", user: "alice" })).status).toBe(201)
-        expect(json(yield* send(path, { body: padded(65), user: "alice" }))).toMatchObject({ code: "request-body-too-deep" })
-        expect(json(yield* send(path, { body: padded(65), key: "past-the-bound", user: "alice" }))).toMatchObject({ code: "request-body-too-deep" })
+        expect(json(yield* send(path, { body: padded(65), user: "alice" }))).toMatchObject({
+          code: "request-body-too-deep"
+        })
+        expect(json(yield* send(path, { body: padded(65), key: "past-the-bound", user: "alice" }))).toMatchObject({
+          code: "request-body-too-deep"
+        })
         expect(executions(account)).toBe(2)
       }))
 
@@ -230,7 +256,9 @@ describe("size limits", () => {
         }
         expect(executions(account)).toBe(2)
         expect(yield* transfersOf(account)).toBe(0)
-        const [records] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.mutation_records WHERE key = 'large'`
+        const [records] = yield* sql<
+          { n: number }
+        >`SELECT count(*)::int AS n FROM durable.mutation_records WHERE key = 'large'`
         expect(records!.n).toBe(0)
       }))
   })

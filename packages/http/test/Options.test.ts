@@ -1,10 +1,10 @@
 // The options: decoded when the middleware is built (a bad one is a DurableConfigError
 // naming it), and each one taking effect on a real server.
 import { describe, expect, layer } from "@effect/vitest"
+import * as Effect from "effect/Effect"
 import * as HttpApi from "effect/http-api/HttpApi"
 import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
 import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
-import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import * as Idempotency from "../src/Idempotency.js"
@@ -68,7 +68,10 @@ describe("options", () => {
           detail: "This endpoint requires the X-Request-Key header."
         })
         const tooLong = yield* send(path, { user: "alice", headers: { "x-request-key": "123456789" } })
-        expect(json(tooLong)).toMatchObject({ code: "idempotency-key-invalid", detail: "a key has at most 8 characters" })
+        expect(json(tooLong)).toMatchObject({
+          code: "idempotency-key-invalid",
+          detail: "a key has at most 8 characters"
+        })
         const first = yield* send(path, { user: "alice", headers: { "x-request-key": "k" } })
         const again = yield* send(path, { user: "alice", headers: { "x-request-key": "k" } })
         expect(again.headers["x-replayed"]).toBe("true")

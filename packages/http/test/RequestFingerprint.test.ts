@@ -1,5 +1,5 @@
-import { describe, expect, it } from "@effect/vitest"
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
+import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as FastCheck from "fast-check"
 import { lossless, of } from "../src/internal/requestFingerprint.js"
@@ -25,11 +25,15 @@ describe("the request fingerprint", () => {
   })
 
   it("JSON that canonical form would change, invalid JSON and other types count by bytes and Content-Type", () => {
-    expect(hex("POST", "/", "application/json", `{"a":1,"a":2}`)).not.toBe(hex("POST", "/", "application/json", `{"a":2}`))
+    expect(hex("POST", "/", "application/json", `{"a":1,"a":2}`)).not.toBe(
+      hex("POST", "/", "application/json", `{"a":2}`)
+    )
     expect(hex("POST", "/", "application/json", `{"n":9007199254740993}`)).not.toBe(
       hex("POST", "/", "application/json", `{"n":9007199254740992}`)
     )
-    expect(hex("POST", "/", "application/json", `{"s":"\\u0000"}`)).not.toBe(hex("POST", "/", "application/json", `{"s": "\\u0000"}`))
+    expect(hex("POST", "/", "application/json", `{"s":"\\u0000"}`)).not.toBe(
+      hex("POST", "/", "application/json", `{"s": "\\u0000"}`)
+    )
     expect(hex("POST", "/", "application/json", `{`)).not.toBe(hex("POST", "/", "application/json", `{ `))
     expect(hex("POST", "/", "text/plain", "a")).not.toBe(hex("POST", "/", "text/csv", "a"))
     expect(hex("POST", "/", "text/plain; charset=UTF-8", "a")).toBe(hex("POST", "/", "text/plain;charset=utf-8", "a"))
@@ -54,7 +58,9 @@ describe("lossless JSON text", () => {
   })
 
   it("finds numbers that are not exactly the double they parse to", () => {
-    for (const exact of ["0", "-0", "1e2", "100.0", "0.1", "1.5e-7", "9007199254740992", "1e21", "123456789012345680000"]) {
+    for (
+      const exact of ["0", "-0", "1e2", "100.0", "0.1", "1.5e-7", "9007199254740992", "1e21", "123456789012345680000"]
+    ) {
       expect(lossless(exact)).toBe(true)
     }
     for (const inexact of ["9007199254740993", "0.10000000000000001", "1e400", "1e-400", "12345678901234567890"]) {
@@ -64,7 +70,7 @@ describe("lossless JSON text", () => {
 
   it("every JSON.stringify output is lossless", () => {
     FastCheck.assert(FastCheck.property(FastCheck.jsonValue({ maxDepth: 3 }), (value) => {
-    expect(lossless(JSON.stringify(value))).toBe(true)
-  }))
+      expect(lossless(JSON.stringify(value))).toBe(true)
+    }))
   })
 })

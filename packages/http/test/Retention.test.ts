@@ -1,13 +1,13 @@
 // Retention: a record replays until it is purged (the published retention is a minimum,
 // 24 hours); after the purge its key is new. Purge never waits for, nor touches, a request
 // in flight, and refuses bad arguments before deleting anything.
-import { describe, expect, it } from "@effect/vitest"
-import { eventually } from "@effect-durable/testing/Eventually"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
-import * as SqlClient from "effect/sql/SqlClient"
+import { eventually } from "@effect-durable/testing/Eventually"
+import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
+import * as SqlClient from "effect/sql/SqlClient"
 import { executions, freshAccount, gate, recordsOf, send, server } from "./support.js"
 
 const TRANSFER = "POST /v1/accounts/:account/transfers"

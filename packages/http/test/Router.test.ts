@@ -1,16 +1,16 @@
 // Idempotency.wrapper on an HttpRouter route added under a prefix (the operation is the full
 // route pattern, the prefix included) and on a whole HttpEffect outside any router (the
 // operation's route given by hand).
-import { describe, expect, layer } from "@effect/vitest"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import { describe, expect, layer } from "@effect/vitest"
+import * as Effect from "effect/Effect"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServer from "effect/http/HttpServer"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
-import * as SqlClient from "effect/sql/SqlClient"
-import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Http from "node:http"
 import * as Idempotency from "../src/Idempotency.js"
 import { Subject } from "../src/Subject.js"
@@ -59,7 +59,12 @@ describe("Idempotency.wrapper on a prefixed HttpRouter route and on a whole Http
     it.effect("an HttpRouter route under a prefix: first, replay, 422; the operation is the full pattern", () =>
       Effect.gen(function*() {
         const call = (body: string) =>
-          send("/v2/accounts/7/echo", { body, key: "classic", user: "alice", headers: { "content-type": "text/plain" } })
+          send("/v2/accounts/7/echo", {
+            body,
+            key: "classic",
+            user: "alice",
+            headers: { "content-type": "text/plain" }
+          })
         const first = yield* call("hello")
         expect([first.status, first.text]).toEqual([200, "1: hello"])
         const again = yield* call("hello")
@@ -74,7 +79,12 @@ describe("Idempotency.wrapper on a prefixed HttpRouter route and on a whole Http
     it.effect("a whole HttpEffect with its route given: keyed requests replay, others run every time", () =>
       Effect.gen(function*() {
         const call = (path: string, key?: string) =>
-          send(path, { body: "hi", user: "alice", headers: { "content-type": "text/plain" }, ...(key === undefined ? {} : { key }) })
+          send(path, {
+            body: "hi",
+            user: "alice",
+            headers: { "content-type": "text/plain" },
+            ...(key === undefined ? {} : { key })
+          })
         expect((yield* call("/a", "whole")).text).toBe("1: hi")
         const again = yield* call("/a", "whole")
         expect([again.text, again.headers["idempotent-replayed"]]).toEqual(["1: hi", "true"])

@@ -1,11 +1,12 @@
 // What the HTTP suites share: a test API served on 127.0.0.1 (port 0) through the
 // idempotency middleware, on a migrated substrate in a fresh database, and a client that
 // shows the bytes the server sent.
-import * as Idempotency from "../src/Idempotency.js"
-import * as Subject from "../src/Subject.js"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
 import * as HttpApi from "effect/http-api/HttpApi"
 import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
@@ -19,16 +20,15 @@ import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServer from "effect/http/HttpServer"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
-import * as SqlClient from "effect/sql/SqlClient"
-import * as Context from "effect/Context"
-import * as Deferred from "effect/Deferred"
-import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Stream from "effect/Stream"
 import * as Http from "node:http"
+import * as Idempotency from "../src/Idempotency.js"
+import * as Subject from "../src/Subject.js"
 
 // --- the test API ---------------------------------------------------------------------
 
@@ -36,20 +36,24 @@ export class CurrentUser extends Context.Service<CurrentUser, string>()("test/Cu
 
 /** `Bearer user-<name>` is `<name>`; anything else is anonymous. */
 export const verify = (authorization: string | undefined): Option.Option<string> =>
-  authorization?.startsWith("Bearer user-") === true ? Option.some(authorization.slice("Bearer user-".length)) : Option.none()
+  authorization?.startsWith("Bearer user-") === true
+    ? Option.some(authorization.slice("Bearer user-".length))
+    : Option.none()
 
 /**
  * The API's own security. It wraps the idempotency middleware (a group middleware, added after
  * the endpoints'), so a refused credential never reaches the ledger, and it provides the
  * `Subject` the idempotency middleware keys its records by.
  */
-export class Authorization extends HttpApiMiddleware.Service<Authorization, { provides: CurrentUser | Subject.Subject }>()(
-  "test/Authorization",
-  {
-    error: HttpApiError.Unauthorized,
-    security: { bearer: HttpApiSecurity.bearer }
-  }
-) {}
+export class Authorization
+  extends HttpApiMiddleware.Service<Authorization, { provides: CurrentUser | Subject.Subject }>()(
+    "test/Authorization",
+    {
+      error: HttpApiError.Unauthorized,
+      security: { bearer: HttpApiSecurity.bearer }
+    }
+  )
+{}
 
 export class InsufficientFunds extends Schema.TaggedError<InsufficientFunds>()(
   "InsufficientFunds",
@@ -64,7 +68,9 @@ const Transfer = Schema.Struct({ id: Schema.Number, account: Schema.Number, amou
 export interface Tree {
   readonly children: ReadonlyArray<Tree>
 }
-const Tree: Schema.Codec<Tree> = Schema.Struct({ children: Schema.Array(Schema.suspend((): Schema.Codec<Tree> => Tree)) })
+const Tree: Schema.Codec<Tree> = Schema.Struct({
+  children: Schema.Array(Schema.suspend((): Schema.Codec<Tree> => Tree))
+})
 const Text = Schema.String.pipe(HttpApiSchema.asText())
 const Bytes = Schema.Uint8Array.pipe(HttpApiSchema.asUint8Array())
 
@@ -86,7 +92,9 @@ export class Bank extends HttpApiGroup.make("bank")
     }).pipe(Idempotency.endpoint({ required: false })),
     // `.middleware(Idempotency)` alone: the key is required.
     HttpApiEndpoint.post("boom", "/accounts/:account/boom", { params }).middleware(Idempotency.Idempotency),
-    HttpApiEndpoint.post("unavailable", "/accounts/:account/unavailable", { params }).pipe(Idempotency.endpoint({ required: true })),
+    HttpApiEndpoint.post("unavailable", "/accounts/:account/unavailable", { params }).pipe(
+      Idempotency.endpoint({ required: true })
+    ),
     HttpApiEndpoint.post("note", "/accounts/:account/notes", { params, payload: Text, success: Text })
       .pipe(Idempotency.endpoint({ required: true })),
     HttpApiEndpoint.post("bytes", "/accounts/:account/bytes", { params, payload: Bytes, success: Bytes })
@@ -101,15 +109,23 @@ export class Bank extends HttpApiGroup.make("bank")
       payload: Schema.Struct({ tree: Tree }),
       success: Schema.Number.pipe(HttpApiSchema.status(201))
     }).pipe(Idempotency.endpoint({ required: false })),
-    HttpApiEndpoint.post("stream", "/accounts/:account/streams", { params }).pipe(Idempotency.endpoint({ required: true })),
-    HttpApiEndpoint.post("large", "/accounts/:account/large", { params }).pipe(Idempotency.endpoint({ required: true })),
-    HttpApiEndpoint.post("headers", "/accounts/:account/headers", { params }).pipe(Idempotency.endpoint({ required: true })),
+    HttpApiEndpoint.post("stream", "/accounts/:account/streams", { params }).pipe(
+      Idempotency.endpoint({ required: true })
+    ),
+    HttpApiEndpoint.post("large", "/accounts/:account/large", { params }).pipe(
+      Idempotency.endpoint({ required: true })
+    ),
+    HttpApiEndpoint.post("headers", "/accounts/:account/headers", { params }).pipe(
+      Idempotency.endpoint({ required: true })
+    ),
     // Without the middleware: its key is ignored.
     HttpApiEndpoint.post("unmarked", "/accounts/:account/unmarked", {
       params,
       success: Schema.String.pipe(HttpApiSchema.status(201))
     }),
-    HttpApiEndpoint.post("violate", "/accounts/:account/violations", { params }).pipe(Idempotency.endpoint({ required: true })),
+    HttpApiEndpoint.post("violate", "/accounts/:account/violations", { params }).pipe(
+      Idempotency.endpoint({ required: true })
+    ),
     HttpApiEndpoint.get("count", "/accounts/:account/transfers", { params, success: Schema.Number }),
     HttpApiEndpoint.put("rename", "/accounts/:account", { params, payload: Amount, success: Schema.Number }),
     HttpApiEndpoint.delete("close", "/accounts/:account", { params, success: Schema.Number })
@@ -126,10 +142,14 @@ export class Public extends HttpApiGroup.make("public")
   .middleware(Subject.Identify)
 {}
 
-export class Health extends HttpApiGroup.make("health").add(HttpApiEndpoint.get("health", "/health", { success: Schema.String })) {}
+export class Health
+  extends HttpApiGroup.make("health").add(HttpApiEndpoint.get("health", "/health", { success: Schema.String }))
+{}
 
 /** `ProblemDetails` wraps every endpoint: a request that does not decode is a 400 problem, never stored. */
-export class TestApi extends HttpApi.make("test").add(Bank, Public, Health).prefix("/v1").middleware(HttpApiMiddleware.ProblemDetails) {}
+export class TestApi
+  extends HttpApi.make("test").add(Bank, Public, Health).prefix("/v1").middleware(HttpApiMiddleware.ProblemDetails)
+{}
 
 // --- what the handlers did ----------------------------------------------------------------
 
@@ -158,7 +178,9 @@ const BankLive = HttpApiBuilder.group(TestApi, "bank", (handlers) =>
     const sql = yield* SqlClient.SqlClient
     const outbox = yield* Outbox.Outbox
     const insert = (account: number, amount: number, by: string) =>
-      sql<{ id: number }>`INSERT INTO transfers (account, amount, by_user) VALUES (${account}, ${amount}, ${by}) RETURNING id`.pipe(
+      sql<
+        { id: number }
+      >`INSERT INTO transfers (account, amount, by_user) VALUES (${account}, ${amount}, ${by}) RETURNING id`.pipe(
         Effect.map((rows) => rows[0]!.id),
         Effect.orDie
       )
@@ -213,7 +235,10 @@ const BankLive = HttpApiBuilder.group(TestApi, "bank", (handlers) =>
       .handle("stream", ({ params }) =>
         Effect.as(
           ran(params.account),
-          HttpServerResponse.stream(Stream.make("a", "b", "c").pipe(Stream.encodeText), { contentType: "text/plain", status: 201 })
+          HttpServerResponse.stream(Stream.make("a", "b", "c").pipe(Stream.encodeText), {
+            contentType: "text/plain",
+            status: 201
+          })
         ))
       .handle("large", ({ params }) =>
         Effect.gen(function*() {
@@ -242,7 +267,9 @@ const BankLive = HttpApiBuilder.group(TestApi, "bank", (handlers) =>
       .handle("unmarked", ({ params }) => Effect.as(ran(params.account), "ran without the middleware"))
       .handle("count", ({ params }) =>
         sql<{ n: number }>`SELECT count(*)::int AS n FROM transfers WHERE account = ${params.account}`.pipe(
-          Effect.map((rows) => rows[0]!.n),
+          Effect.map((rows) =>
+            rows[0]!.n
+          ),
           Effect.orDie
         ))
       .handle("rename", ({ params }) => Effect.as(ran(params.account), executions(params.account)))
@@ -255,7 +282,11 @@ const PublicLive = HttpApiBuilder.group(
   (handlers) => handlers.handle("tip", ({ params, payload }) => Effect.as(ran(params.account), payload.amount))
 )
 
-const HealthLive = HttpApiBuilder.group(TestApi, "health", (handlers) => handlers.handle("health", () => Effect.succeed("ok")))
+const HealthLive = HttpApiBuilder.group(
+  TestApi,
+  "health",
+  (handlers) => handlers.handle("health", () => Effect.succeed("ok"))
+)
 
 /** `user-revoked` is a user `verify` knows, whose token this refuses (revoked since). */
 const AuthorizationLive = Layer.succeed(
@@ -324,7 +355,11 @@ export interface ServeOptions {
 }
 
 /** Serves `routes` as the suites' servers are served: on 127.0.0.1, port 0, the key's header redacted. */
-export const serve = <A, E, R>(routes: Layer.Layer<A, E, R>, options: Idempotency.Options = {}, serveOptions: ServeOptions = {}) =>
+export const serve = <A, E, R>(
+  routes: Layer.Layer<A, E, R>,
+  options: Idempotency.Options = {},
+  serveOptions: ServeOptions = {}
+) =>
   HttpRouter.serve(routes, { disableLogger: serveOptions.logRequests !== true, disableListenLog: true }).pipe(
     Layer.provide([Idempotency.layerRedactKeyHeader(options), RecordHeaders]),
     Layer.provideMerge(NodeHttpServer.layer(Http.createServer, { port: 0, host: "127.0.0.1" }))
@@ -338,7 +373,10 @@ export const server = (
 ) =>
   serve(routes(options), options, serveOptions).pipe(
     Layer.provideMerge(
-      TestSubstrate.layer({ ...substrate, database: { maxConnections: 40, applicationName: "http-test", ...substrate.database } })
+      TestSubstrate.layer({
+        ...substrate,
+        database: { maxConnections: 40, applicationName: "http-test", ...substrate.database }
+      })
     )
   )
 
@@ -369,16 +407,23 @@ export const request = (port: number, path: string, call: Call = {}): Promise<Re
     if (call.body !== undefined) headers["content-type"] = "application/json"
     if (call.key !== undefined) headers["idempotency-key"] = call.key
     if (call.user !== undefined) headers.authorization = `Bearer user-${call.user}`
-    for (const [name, value] of Object.entries(call.headers ?? {})) headers[name] = typeof value === "string" ? value : [...value]
-    const req = Http.request({ host: "127.0.0.1", port, path, method: call.method ?? "POST", headers, agent: false }, (res) => {
-      const chunks: Array<Buffer> = []
-      res.on("data", (chunk: Buffer) => chunks.push(chunk))
-      res.on("end", () => {
-        const body = Buffer.concat(chunks)
-        resolve({ status: res.statusCode!, headers: res.headers, body, text: body.toString("utf8") })
-      })
-      res.on("error", reject)
-    })
+    for (const [name, value] of Object.entries(call.headers ?? {})) {
+      headers[name] = typeof value === "string"
+        ? value
+        : [...value]
+    }
+    const req = Http.request(
+      { host: "127.0.0.1", port, path, method: call.method ?? "POST", headers, agent: false },
+      (res) => {
+        const chunks: Array<Buffer> = []
+        res.on("data", (chunk: Buffer) => chunks.push(chunk))
+        res.on("end", () => {
+          const body = Buffer.concat(chunks)
+          resolve({ status: res.statusCode!, headers: res.headers, body, text: body.toString("utf8") })
+        })
+        res.on("error", reject)
+      }
+    )
     req.on("error", reject)
     if (call.body !== undefined && call.chunked) {
       const bytes = Buffer.from(call.body)
@@ -393,7 +438,8 @@ export const request = (port: number, path: string, call: Call = {}): Promise<Re
 export const port = Effect.map(HttpServer.HttpServer, ({ address }) => ("port" in address ? address.port : 0))
 
 /** `request` on the test server, as an Effect. */
-export const send = (path: string, call: Call = {}) => Effect.flatMap(port, (p) => Effect.promise(() => request(p, path, call)))
+export const send = (path: string, call: Call = {}) =>
+  Effect.flatMap(port, (p) => Effect.promise(() => request(p, path, call)))
 
 /** JSON body of a reply. */
 export const json = (reply: Reply): unknown => JSON.parse(reply.text)
@@ -410,6 +456,8 @@ export const transfersOf = (account: number) =>
 export const recordsOf = (operation: string, key: string) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
     Effect.map(
-      sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.mutation_records WHERE operation = ${operation} AND key = ${key}`,
+      sql<
+        { n: number }
+      >`SELECT count(*)::int AS n FROM durable.mutation_records WHERE operation = ${operation} AND key = ${key}`,
       (rows) => rows[0]!.n
     ))

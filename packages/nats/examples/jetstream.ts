@@ -3,9 +3,9 @@
 import * as JetStreamInbox from "@effect-durable/nats/JetStreamInbox"
 import * as JetStreamPublisher from "@effect-durable/nats/JetStreamPublisher"
 import * as Nats from "@effect-durable/nats/Nats"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as SqlClient from "effect/sql/SqlClient"
 
 // Producer side: give this Publisher to Projector.layer.
 export const Deliver = (servers: string) =>
@@ -16,5 +16,6 @@ export const invoicing = Effect.flatMap(SqlClient.SqlClient, (sql) =>
   JetStreamInbox.consume({
     stream: "ORDERS",
     durable: "invoicing",
-    handle: (delivery) => sql`INSERT INTO invoices (order_id) VALUES (${(delivery.payload as { orderId: number }).orderId})`
+    handle: (delivery) =>
+      sql`INSERT INTO invoices (order_id) VALUES (${(delivery.payload as { orderId: number }).orderId})`
   }))

@@ -89,7 +89,9 @@ export const consume = <E, R>(
         Effect.andThen(Effect.sync(() => message.ack())),
         Effect.catch((error) =>
           Effect.andThen(
-            Effect.logWarning(`effect-durable inbox ${options.durable}: ${delivery.id} failed, redelivering: ${String(error)}`),
+            Effect.logWarning(
+              `effect-durable inbox ${options.durable}: ${delivery.id} failed, redelivering: ${String(error)}`
+            ),
             Effect.sync(() => message.nak(retryDelay))
           )
         )
@@ -103,8 +105,9 @@ export const consume = <E, R>(
       (messages) => Effect.promise(() => messages.close().then(() => undefined, () => undefined))
     )
     // One message at a time, in the order the consumer hands them over, until the scope closes.
-    yield* Stream.fromAsyncIterable(messages, (error) => new NatsError({ operation: "consume", reason: reason(error) })).pipe(
-      Stream.runForEach(apply),
-      Effect.forkScoped
-    )
+    yield* Stream.fromAsyncIterable(messages, (error) => new NatsError({ operation: "consume", reason: reason(error) }))
+      .pipe(
+        Stream.runForEach(apply),
+        Effect.forkScoped
+      )
   })

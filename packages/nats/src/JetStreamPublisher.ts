@@ -12,8 +12,8 @@ import { permanent, Publisher, retryable } from "@effect-durable/projector/Publi
 import { headers as natsHeaders, NoRespondersError } from "@nats-io/transport-node"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
+import * as Result from "effect/Result"
 import { Nats, reason } from "./Nats.js"
 
 export interface JetStreamPublisherOptions {

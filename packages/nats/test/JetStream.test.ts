@@ -1,4 +1,3 @@
-import { describe, expect, it } from "@effect/vitest"
 import * as Durable from "@effect-durable/pg/Durable"
 import * as Inbox from "@effect-durable/pg/Inbox"
 import * as Outbox from "@effect-durable/pg/Outbox"
@@ -8,11 +7,12 @@ import type { PublishError } from "@effect-durable/projector/Publisher"
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as NatsServer from "@effect-durable/testing/NatsServer"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
-import * as SqlClient from "effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import { RetentionPolicy, StorageType } from "@nats-io/jetstream"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as TestClock from "effect/testing/TestClock"
 import * as JetStreamExample from "../examples/jetstream.js"
 import * as JetStreamInbox from "../src/JetStreamInbox.js"
@@ -49,7 +49,10 @@ const addStream = (name: string, subjects: Array<string>) =>
     ))
 
 const streamMessages = (name: string) =>
-  Effect.flatMap(Nats.Nats, ({ manager }) => Effect.promise(() => manager.streams.info(name).then((info) => info.state.messages)))
+  Effect.flatMap(
+    Nats.Nats,
+    ({ manager }) => Effect.promise(() => manager.streams.info(name).then((info) => info.state.messages))
+  )
 
 const message = (id: string, topic: string, payload: unknown): OutboxWorker.OutboxMessage => ({
   id,
@@ -150,62 +153,76 @@ describe.skipIf(!nats.available)("NATS JetStream (real nats-server)", () => {
         yield* sql`CREATE TABLE invoices (order_id int)`
         yield* addStream("ORDERS", ["orders.>"])
         yield* outbox.enqueue("order-placed", { orderId: 41 })
-        const delivered = yield* Projector.drain({ topics: ["order-placed"] }).pipe(Effect.provide(JetStreamExample.Deliver(server.url)))
+        const delivered = yield* Projector.drain({ topics: ["order-placed"] }).pipe(
+          Effect.provide(JetStreamExample.Deliver(server.url))
+        )
         expect(delivered).toMatchObject({ delivered: 1 })
         yield* JetStreamExample.invoicing.pipe(live)
-        const rows = yield* eventually(sql<{ order_id: number }>`SELECT order_id FROM invoices`, (rows) => rows.length === 1)
+        const rows = yield* eventually(
+          sql<{ order_id: number }>`SELECT order_id FROM invoices`,
+          (rows) => rows.length === 1
+        )
         expect(rows).toEqual([{ order_id: 41 }])
       }))
 
-    it.effect("end to end: 10,000 messages from business transactions (some rolled back) reach the inbox exactly once", () =>
-      Effect.gen(function*() {
-        const sql = yield* SqlClient.SqlClient
-        const outbox = yield* Outbox.Outbox
-        yield* sql`CREATE TABLE applied (message_id text PRIMARY KEY)`
-        yield* sql`CREATE TABLE business (id serial PRIMARY KEY, n int)`
-        yield* addStream("E2E", ["e2e.>"])
-        const committed = new Set<string>()
-        const rolledBack = new Set<string>()
-        // 10,000 business transactions in chunks: each writes a row and enqueues its message;
-        // every 10th rolls back after enqueuing.
-        for (let chunk = 0; chunk < 100; chunk++) {
-          yield* Effect.forEach(Array.from({ length: 100 }, (_, i) => chunk * 100 + i), (n) =>
-            sql.withTransaction(Effect.gen(function*() {
-              yield* sql`INSERT INTO business (n) VALUES (${n})`
-              const id = yield* outbox.enqueue("orders", { n })
-              if (n % 10 === 9) {
-                rolledBack.add(id)
-                return yield* Effect.fail("rolled back" as const)
-              }
-              committed.add(id)
-            })).pipe(Effect.ignore), { concurrency: 8, discard: true })
-        }
-        expect(committed.size).toBe(9000)
-        // The projector publishes to JetStream; the consumer applies through the inbox.
-        const projector = Projector.layer({ topics: ["orders"], pollInterval: "50 millis", concurrency: 32 }).pipe(
-          Layer.provide(JetStreamPublisher.layer({ subject: (topic) => `e2e.${topic}` }))
-        )
-        yield* Layer.build(projector).pipe(live)
-        const seen = new Map<string, number>()
-        yield* JetStreamInbox.consume({
-          stream: "E2E",
-          durable: "e2e-applier",
-          handle: (delivery) =>
-            Effect.andThen(
-              Effect.sync(() => seen.set(delivery.id, (seen.get(delivery.id) ?? 0) + 1)),
-              sql`INSERT INTO applied VALUES (${delivery.id})`
-            )
-        }).pipe(live)
-        const applied = yield* eventually(
-          sql<{ message_id: string }>`SELECT message_id FROM applied`,
-          (rows) => rows.length >= committed.size,
-          120
-        )
-        const ids = new Set(applied.map((row) => row.message_id))
-        expect(ids.size).toBe(applied.length) // the primary key would refuse a second application anyway
-        expect([...ids].sort()).toEqual([...committed].sort())
-        expect([...seen.keys()].filter((id) => rolledBack.has(id))).toEqual([])
-        expect(yield* streamMessages("E2E")).toBe(9000)
-      }), 240_000)
+    it.effect(
+      "end to end: 10,000 messages from business transactions (some rolled back) reach the inbox exactly once",
+      () =>
+        Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          const outbox = yield* Outbox.Outbox
+          yield* sql`CREATE TABLE applied (message_id text PRIMARY KEY)`
+          yield* sql`CREATE TABLE business (id serial PRIMARY KEY, n int)`
+          yield* addStream("E2E", ["e2e.>"])
+          const committed = new Set<string>()
+          const rolledBack = new Set<string>()
+          // 10,000 business transactions in chunks: each writes a row and enqueues its message;
+          // every 10th rolls back after enqueuing.
+          for (let chunk = 0; chunk < 100; chunk++) {
+            yield* Effect.forEach(Array.from({ length: 100 }, (_, i) => chunk * 100 + i), (n) =>
+              sql.withTransaction(Effect.gen(function*() {
+                yield* sql`INSERT INTO business (n) VALUES (${n})`
+                const id = yield* outbox.enqueue("orders", { n })
+                if (n % 10 === 9) {
+                  rolledBack.add(id)
+                  return yield* Effect.fail("rolled back" as const)
+                }
+                committed.add(id)
+              })).pipe(Effect.ignore), { concurrency: 8, discard: true })
+          }
+          expect(committed.size).toBe(9000)
+          // The projector publishes to JetStream; the consumer applies through the inbox.
+          const projector = Projector.layer({ topics: ["orders"], pollInterval: "50 millis", concurrency: 32 }).pipe(
+            Layer.provide(JetStreamPublisher.layer({
+              subject: (topic) =>
+                `e2e.${topic}`
+            }))
+          )
+          yield* Layer.build(projector).pipe(live)
+          const seen = new Map<string, number>()
+          yield* JetStreamInbox.consume({
+            stream: "E2E",
+            durable: "e2e-applier",
+            handle: (delivery) =>
+              Effect.andThen(
+                Effect.sync(() =>
+                  seen.set(delivery.id, (seen.get(delivery.id) ?? 0) + 1)
+                ),
+                sql`INSERT INTO applied VALUES (${delivery.id})`
+              )
+          }).pipe(live)
+          const applied = yield* eventually(
+            sql<{ message_id: string }>`SELECT message_id FROM applied`,
+            (rows) => rows.length >= committed.size,
+            120
+          )
+          const ids = new Set(applied.map((row) => row.message_id))
+          expect(ids.size).toBe(applied.length) // the primary key would refuse a second application anyway
+          expect([...ids].sort()).toEqual([...committed].sort())
+          expect([...seen.keys()].filter((id) => rolledBack.has(id))).toEqual([])
+          expect(yield* streamMessages("E2E")).toBe(9000)
+        }),
+      240_000
+    )
   })
 })

@@ -1,7 +1,7 @@
 // README "Inbox": a consumer that may see the same delivery twice applies it once.
 import * as Inbox from "@effect-durable/pg/Inbox"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 export const onOrderPlaced = (delivery: { readonly messageId: string; readonly orderId: number }) =>
   Effect.gen(function*() {

@@ -4,10 +4,10 @@
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import * as Durable from "@effect-durable/pg/Durable"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import * as Predicate from "effect/Predicate"
+import * as SqlClient from "effect/sql/SqlClient"
 
 interface Charge {
   readonly card: string

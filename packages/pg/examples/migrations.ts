@@ -1,8 +1,8 @@
 // README "Migrations": migrate (idempotent, safe with several runners), check for drift, and
 // give the application's runtime role exactly what it uses. Run as the owner role.
 import * as Migrations from "@effect-durable/pg/Migrations"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 export const program = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient

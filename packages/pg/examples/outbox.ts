@@ -4,10 +4,14 @@ import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
-export const placeOrder = (tenant: string, idempotencyKey: string, order: { readonly sku: string; readonly qty: number }) =>
+export const placeOrder = (
+  tenant: string,
+  idempotencyKey: string,
+  order: { readonly sku: string; readonly qty: number }
+) =>
   Effect.gen(function*() {
     const ledger = yield* MutationLedger.MutationLedger
     const outbox = yield* Outbox.Outbox

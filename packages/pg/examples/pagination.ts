@@ -1,7 +1,7 @@
 // README "Pagination": page through an account's transfers, oldest first, with signed cursors.
 import * as Keyset from "@effect-durable/pg/Keyset"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 export const listTransfers = (account: string, cursor?: string) =>
   Effect.gen(function*() {

@@ -1,8 +1,8 @@
 // README "Transactions": the substrate's own primitives for application code — bounded lock
 // waits, and a transaction-scoped advisory lock on a key of your own.
 import * as Transactions from "@effect-durable/pg/Transactions"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 // One invoice run per customer at a time, however many instances run the job.
 export const invoiceRun = (customer: string) =>

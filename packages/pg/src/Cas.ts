@@ -8,11 +8,11 @@
  */
 import { CasConflict, type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
 import { quote } from "./internal/sqlText.js"
 import { bounded } from "./internal/transaction.js"
@@ -42,11 +42,23 @@ export class Cas extends Context.Service<Cas, {
 const identifier = (argument: string, name: unknown) => Input.argument(argument, Input.Identifier)(name)
 
 /** A value PostgreSQL can take as a parameter: text without NUL, a finite number, a valid date. */
-const Value = Schema.Union([Schema.Null, Schema.Boolean, Schema.BigInt, Schema.Uint8Array, Schema.Number.check(Schema.makeFilter(Number.isFinite, { message: "a finite number" })), Schema.String.check(Schema.makeFilter((text) => !text.includes("\u0000"), { message: "text without NUL" })), Schema.Date.check(Schema.makeFilter((date) => !Number.isNaN(date.getTime()), { message: "a valid date" }))]).annotate({ message: "text without NUL, a finite number, a bigint, a boolean, a valid Date, bytes or null" })
+const Value = Schema.Union([
+  Schema.Null,
+  Schema.Boolean,
+  Schema.BigInt,
+  Schema.Uint8Array,
+  Schema.Number.check(Schema.makeFilter(Number.isFinite, { message: "a finite number" })),
+  Schema.String.check(Schema.makeFilter((text) => !text.includes("\u0000"), { message: "text without NUL" })),
+  Schema.Date.check(Schema.makeFilter((date) => !Number.isNaN(date.getTime()), { message: "a valid date" }))
+]).annotate({ message: "text without NUL, a finite number, a bigint, a boolean, a valid Date, bytes or null" })
 const decodeValue = (column: string) => Input.argument(`set.${column}`, Value)
 const decodeId = Input.argument(
   "id",
-  Schema.Union([Input.Text(1024), Schema.BigInt, Schema.Number.check(Schema.makeFilter(Number.isSafeInteger, { message: "a safe integer" }))])
+  Schema.Union([
+    Input.Text(1024),
+    Schema.BigInt,
+    Schema.Number.check(Schema.makeFilter(Number.isSafeInteger, { message: "a safe integer" }))
+  ])
     .annotate({ message: "a non-empty string without NUL, a safe integer or a bigint" })
 )
 
@@ -61,7 +73,10 @@ const validateUpdate = (update: CasUpdate) =>
     for (const column of columns) {
       yield* identifier(`set.${column}`, column)
       if (column === revisionColumn || column === idColumn) {
-        return yield* new InvalidInput({ argument: `set.${column}`, rule: "the key and revision columns are not set by hand" })
+        return yield* new InvalidInput({
+          argument: `set.${column}`,
+          rule: "the key and revision columns are not set by hand"
+        })
       }
       yield* decodeValue(column)(update.set[column])
     }
@@ -73,35 +88,37 @@ const validateUpdate = (update: CasUpdate) =>
     return { qualified, idColumn, revisionColumn, columns }
   })
 
-export const make: Effect.Effect<Cas["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  const settings = yield* DurableSettings
+export const make: Effect.Effect<Cas["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
+  function*() {
+    const sql = yield* SqlClient.SqlClient
+    const settings = yield* DurableSettings
 
-  const update = Effect.fn("Cas.update")(function*(request: CasUpdate) {
-    const { columns, idColumn, qualified, revisionColumn } = yield* validateUpdate(request)
-    const expected = BigInt(request.expectedRevision)
-    const assignments = sql.csv(columns.map((column) => sql`${sql(column)} = ${request.set[column]!}`))
-    const body = Effect.gen(function*() {
-      const updated = yield* sql<{ revision: string }>`
+    const update = Effect.fn("Cas.update")(function*(request: CasUpdate) {
+      const { columns, idColumn, qualified, revisionColumn } = yield* validateUpdate(request)
+      const expected = BigInt(request.expectedRevision)
+      const assignments = sql.csv(columns.map((column) => sql`${sql(column)} = ${request.set[column]!}`))
+      const body = Effect.gen(function*() {
+        const updated = yield* sql<{ revision: string }>`
         UPDATE ${sql.literal(qualified)}
            SET ${assignments}, ${sql(revisionColumn)} = ${sql(revisionColumn)} + 1
          WHERE ${sql(idColumn)} = ${request.id} AND ${sql(revisionColumn)} = ${expected.toString()}
         RETURNING ${sql(revisionColumn)}::text AS revision`
-      if (updated[0] !== undefined) return BigInt(updated[0].revision)
-      const current = yield* sql<{ revision: string }>`
+        if (updated[0] !== undefined) return BigInt(updated[0].revision)
+        const current = yield* sql<{ revision: string }>`
         SELECT ${sql(revisionColumn)}::text AS revision FROM ${sql.literal(qualified)}
          WHERE ${sql(idColumn)} = ${request.id}`
-      return yield* new CasConflict({
-        table: request.table,
-        id: String(request.id),
-        expectedRevision: expected,
-        actualRevision: current[0] === undefined ? null : BigInt(current[0].revision)
+        return yield* new CasConflict({
+          table: request.table,
+          id: String(request.id),
+          expectedRevision: expected,
+          actualRevision: current[0] === undefined ? null : BigInt(current[0].revision)
+        })
       })
+      return yield* bounded(sql, settings, "Cas.update", body)
     })
-    return yield* bounded(sql, settings, "Cas.update", body)
-  })
 
-  return Cas.of({ update })
-})
+    return Cas.of({ update })
+  }
+)
 
 export const layer: Layer.Layer<Cas, never, SqlClient.SqlClient | DurableSettings> = Layer.effect(Cas, make)

@@ -11,11 +11,11 @@ import * as Cursor from "@effect-durable/core/Cursor"
 import { type DatabaseError, DurableConfigError, SchemaVersionMismatch } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import type * as SqlClient from "effect/sql/SqlClient"
 import * as Config from "effect/Config"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import type * as SqlClient from "effect/sql/SqlClient"
 import * as Cas from "./Cas.js"
 import {
   type ConnectionInput,
@@ -28,10 +28,10 @@ import {
   Variables as ConnectionVariables
 } from "./DurableConfig.js"
 import { classify } from "./ErrorClassification.js"
-import { mapError } from "./internal/layer.js"
 import * as Inbox from "./Inbox.js"
 import * as InboxAdmin from "./InboxAdmin.js"
 import * as InboxWorker from "./InboxWorker.js"
+import { mapError } from "./internal/layer.js"
 import * as Keyset from "./Keyset.js"
 import * as Migrations from "./Migrations.js"
 import * as MutationLedger from "./MutationLedger.js"
@@ -121,7 +121,9 @@ export const layerOver = (
   )
 
 /** A `PgClient` built from the connection settings, and the whole substrate over it. */
-export const layer = (options: Options): Layer.Layer<Services, DurableConfigError | DatabaseError | SchemaVersionMismatch> =>
+export const layer = (
+  options: Options
+): Layer.Layer<Services, DurableConfigError | DatabaseError | SchemaVersionMismatch> =>
   Layer.unwrap(
     Effect.gen(function*() {
       const connection = yield* makeConnection(options.connection)
@@ -162,17 +164,26 @@ export const layerConfig = (
       const settings = yield* SettingsOptions.fromConfig()
       const outbox = yield* Outbox.OutboxOptionsTable.fromConfig()
       const inbox = yield* Inbox.InboxOptionsTable.fromConfig()
-      const keys = yield* Effect.mapError(Config.option(Cursor.keyringConfig), (error) => Input.configError(error, Variables))
-      const full: Options = { connection, settings, outbox, inbox, ...options, ...(Option.isSome(keys) ? { cursorKeys: keys.value } : {}) }
+      const keys = yield* Effect.mapError(Config.option(Cursor.keyringConfig), (error) =>
+        Input.configError(error, Variables))
+      const full: Options = {
+        connection,
+        settings,
+        outbox,
+        inbox,
+        ...options,
+        ...(Option.isSome(keys) ? { cursorKeys: keys.value } : {})
+      }
       // The keyring's own rules (lengths, duplicate ids), named by its variable.
       yield* Effect.mapError(
         decode(full),
         (error) =>
           error.field.startsWith("cursor.")
-            ? Input.fromVariable(new DurableConfigError({ field: "cursor", rule: `${error.field}: ${error.rule}` }), { cursor: "CURSOR_KEYS" }, Variables)
+            ? Input.fromVariable(new DurableConfigError({ field: "cursor", rule: `${error.field}: ${error.rule}` }), {
+              cursor: "CURSOR_KEYS"
+            }, Variables)
             : error
       )
       return layer(full)
     })
   )
-

@@ -47,7 +47,9 @@ export interface Settings {
   readonly table: (name: string) => string
 }
 
-export class DurableSettings extends Context.Service<DurableSettings, Settings>()("@effect-durable/pg/DurableSettings") {}
+export class DurableSettings
+  extends Context.Service<DurableSettings, Settings>()("@effect-durable/pg/DurableSettings")
+{}
 
 const Timeout = Input.DurationIn({ max: "1 day" })
 
@@ -129,7 +131,11 @@ export interface Connection {
   readonly preparedStatements: boolean
 }
 
-const Url = Schema.Redacted(Schema.String).check(Schema.makeFilter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url).trim()), { message: "a PostgreSQL URL (postgres://user:password@host:port/database)" }))
+const Url = Schema.Redacted(Schema.String).check(
+  Schema.makeFilter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url).trim()), {
+    message: "a PostgreSQL URL (postgres://user:password@host:port/database)"
+  })
+)
 
 /** The connection `Durable.layer` opens, each setting declared once. */
 export const ConnectionOptions = Options.declare({
@@ -164,7 +170,9 @@ export const ConnectionOptions = Options.declare({
   }),
   // PostgreSQL truncates application_name at 63 bytes and replaces non-ASCII with '?'.
   applicationName: Options.option({
-    schema: Schema.String.check(Schema.makeFilter((name) => /^[\x20-\x7e]{1,63}$/.test(name), { message: "1-63 printable ASCII characters" })),
+    schema: Schema.String.check(
+      Schema.makeFilter((name) => /^[\x20-\x7e]{1,63}$/.test(name), { message: "1-63 printable ASCII characters" })
+    ),
     default: "effect-durable",
     variable: "DURABLE_APPLICATION_NAME",
     purpose: "application_name shown in pg_stat_activity",
@@ -180,7 +188,8 @@ export const ConnectionOptions = Options.declare({
   })
 })
 
-export const makeConnection: (input: ConnectionInput) => Effect.Effect<Connection, DurableConfigError> = ConnectionOptions.decode
+export const makeConnection: (input: ConnectionInput) => Effect.Effect<Connection, DurableConfigError> =
+  ConnectionOptions.decode
 
 /** Every default of this module (the settings' and the connection's), from their declarations. */
 export const Defaults = { ...SettingsOptions.defaults, ...ConnectionOptions.defaults }

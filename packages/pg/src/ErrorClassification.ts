@@ -5,9 +5,9 @@
  * @since 0.1.0
  */
 import { DatabaseError } from "@effect-durable/core/Errors"
-import { SqlError } from "effect/sql/SqlError"
 import * as Effect from "effect/Effect"
 import * as Predicate from "effect/Predicate"
+import { SqlError } from "effect/sql/SqlError"
 
 /** SQLSTATEs after which a retry of the whole transaction can succeed. */
 export const RETRYABLE_SQLSTATES: ReadonlySet<string> = new Set([
@@ -75,13 +75,14 @@ export const classify = (operation: string) => (error: unknown): DatabaseError =
  * `cause`). Also applied to what the caller's own effects raise inside a substrate
  * transaction (`decide`, an inbox effect): a lock timeout there is as retryable as ours.
  */
-export const classifySqlErrors = (operation: string) =>
-<A, E, R>(effect: Effect.Effect<A, E | SqlError, R>): Effect.Effect<A, Exclude<E, SqlError> | DatabaseError, R> =>
-  Effect.catchIf(
-    effect,
-    (error): error is SqlError => error instanceof SqlError,
-    (error) => Effect.fail(classify(operation)(error))
-  ) as Effect.Effect<A, Exclude<E, SqlError> | DatabaseError, R>
+export const classifySqlErrors =
+  (operation: string) =>
+  <A, E, R>(effect: Effect.Effect<A, E | SqlError, R>): Effect.Effect<A, Exclude<E, SqlError> | DatabaseError, R> =>
+    Effect.catchIf(
+      effect,
+      (error): error is SqlError => error instanceof SqlError,
+      (error) => Effect.fail(classify(operation)(error))
+    ) as Effect.Effect<A, Exclude<E, SqlError> | DatabaseError, R>
 
 /** SQLSTATE classes of having no session at all: connection exception, invalid authorization, no such database. */
 const SESSION_CLASSES: ReadonlySet<string> = new Set(["08", "28", "3D"])

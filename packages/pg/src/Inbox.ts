@@ -21,12 +21,12 @@ import {
 import { canonicalize, canonicalizeWithin } from "@effect-durable/core/Fingerprint"
 import * as Input from "@effect-durable/core/Input"
 import * as Options from "@effect-durable/core/Options"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import * as QueueOptions from "./internal/queue/options.js"
@@ -42,7 +42,10 @@ export interface InboxOptions {
 /** The inbox's options, each declared once. */
 export const InboxOptionsTable = Options.declare({
   maxPayloadBytes: QueueOptions.maxPayloadBytes("DURABLE_INBOX_MAX_PAYLOAD_BYTES", "stored inbox"),
-  maxAttempts: QueueOptions.maxAttempts("DURABLE_INBOX_MAX_ATTEMPTS", "processing attempts before a stored inbox entry is dead")
+  maxAttempts: QueueOptions.maxAttempts(
+    "DURABLE_INBOX_MAX_ATTEMPTS",
+    "processing attempts before a stored inbox entry is dead"
+  )
 })
 
 /** Every default of the inbox, from its declarations. */
@@ -79,7 +82,8 @@ const decodeConsumer = Input.argument("consumer", Input.Text(128))
 const decodeMessageId = Input.argument("messageId", Input.Text(256))
 const decodeHeaders = Input.argument("headers", Schema.Record(Input.Text(256), Input.OptionalText(16 * 1024)))
 
-const identity = (consumer: string, messageId: string) => Effect.andThen(decodeConsumer(consumer), decodeMessageId(messageId))
+const identity = (consumer: string, messageId: string) =>
+  Effect.andThen(decodeConsumer(consumer), decodeMessageId(messageId))
 
 export const make = (
   options: InboxOptions = {}
@@ -90,27 +94,30 @@ export const make = (
     const { maxAttempts, maxPayloadBytes } = yield* decodeOptions(options)
     const table = sql.literal(settings.table("inbox"))
 
-    const handle = Effect.fn("Inbox.handle")(function*<A, E, R>(consumer: string, messageId: string, effect: Effect.Effect<A, E, R>) {
-      yield* identity(consumer, messageId)
-      return yield* bounded(
-        sql,
-        settings,
-        "Inbox.handle",
-        Effect.gen(function*() {
-          // The timeouts are in force before the insert runs: a concurrent delivery of the
-          // same message waits on the unique key, bounded by the lock timeout.
-          const inserted = yield* sql<{ id: string }>`
+    const handle = Effect.fn("Inbox.handle")(
+      function*<A, E, R>(consumer: string, messageId: string, effect: Effect.Effect<A, E, R>) {
+        yield* identity(consumer, messageId)
+        return yield* bounded(
+          sql,
+          settings,
+          "Inbox.handle",
+          Effect.gen(function*() {
+            // The timeouts are in force before the insert runs: a concurrent delivery of the
+            // same message waits on the unique key, bounded by the lock timeout.
+            const inserted = yield* sql<{ id: string }>`
             INSERT INTO ${table} (consumer, message_id, processed_at)
             VALUES (${consumer}, ${messageId}, now())
             ON CONFLICT (consumer, message_id) DO NOTHING
             RETURNING id::text AS id`
-          if (inserted.length === 0) return { _tag: "Duplicate" } as HandleOutcome<A>
-          return { _tag: "Processed", value: yield* classifySqlErrors("Inbox.handle")(effect) } as HandleOutcome<A>
-        })
-      )
-    })
+            if (inserted.length === 0) return { _tag: "Duplicate" } as HandleOutcome<A>
+            return { _tag: "Processed", value: yield* classifySqlErrors("Inbox.handle")(effect) } as HandleOutcome<A>
+          })
+        )
+      }
+    )
 
-    const receive = Effect.fn("Inbox.receive")(function*(consumer: string, messageId: string, payload: unknown, headers: Readonly<Record<string, string>> = {}) {
+    const receive = Effect.fn("Inbox.receive")(
+      function*(consumer: string, messageId: string, payload: unknown, headers: Readonly<Record<string, string>> = {}) {
         yield* identity(consumer, messageId)
         const json = yield* Effect.fromResult(Result.mapError(
           canonicalizeWithin(payload, maxPayloadBytes),
@@ -123,7 +130,8 @@ export const make = (
           ON CONFLICT (consumer, message_id) DO NOTHING
           RETURNING id::text AS id`.pipe(classifySqlErrors("Inbox.receive"))
         return inserted.length === 0 ? "Duplicate" as const : "New" as const
-      })
+      }
+    )
 
     return Inbox.of({ handle, receive })
   })

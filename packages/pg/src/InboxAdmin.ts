@@ -7,15 +7,15 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
+import type { ClaimOptions } from "./InboxWorker.js"
 import * as QueueAdmin from "./internal/queue/admin.js"
 import { specFor } from "./internal/queue/spec.js"
-import type { ClaimOptions } from "./InboxWorker.js"
 import type * as LeasedQueue from "./LeasedQueue.js"
 
 const decodeConsumer = Input.argument("consumer", Input.Text(128))
@@ -84,7 +84,8 @@ export const make: Effect.Effect<InboxAdmin["Service"], never, SqlClient.SqlClie
       discard: (ids) => Effect.withSpan(queue.discard(ids), "InboxAdmin.discard"),
       stats: Effect.map(
         queue.counts("consumer"),
-        (rows) => rows.map(({ done, group, ...counts }): ConsumerStats => ({ consumer: group, ...counts, processed: done }))
+        (rows) =>
+          rows.map(({ done, group, ...counts }): ConsumerStats => ({ consumer: group, ...counts, processed: done }))
       ).pipe(Effect.withSpan("InboxAdmin.stats")),
       purge: (options) => Effect.withSpan(queue.purge(options), "InboxAdmin.purge"),
       explainClaim
@@ -92,4 +93,7 @@ export const make: Effect.Effect<InboxAdmin["Service"], never, SqlClient.SqlClie
   }
 )
 
-export const layer: Layer.Layer<InboxAdmin, never, SqlClient.SqlClient | DurableSettings> = Layer.effect(InboxAdmin, make)
+export const layer: Layer.Layer<InboxAdmin, never, SqlClient.SqlClient | DurableSettings> = Layer.effect(
+  InboxAdmin,
+  make
+)

@@ -7,11 +7,11 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
 import { specFor } from "./internal/queue/spec.js"
 import * as QueueWorker from "./internal/queue/worker.js"
@@ -71,18 +71,18 @@ export const make: Effect.Effect<InboxWorker["Service"], never, SqlClient.SqlCli
     const queue = QueueWorker.make(sql, settings, specFor(settings, "inbox"), "InboxWorker")
 
     const claim = Effect.fn("InboxWorker.claim")(function*(options: ClaimOptions) {
-        const rows = yield* queue.claim<ClaimedRow>(options, yield* decodeConsumer(options.consumer))
-        return rows.map((row): InboxEntry => ({
-          id: row.id,
-          consumer: row.consumer,
-          messageId: row.message_id,
-          payload: row.payload,
-          headers: row.headers,
-          receivedAt: row.received_at,
-          attempt: row.attempt,
-          claim: { messageId: row.id, worker: options.worker, generation: Number(row.generation) }
-        }))
-      })
+      const rows = yield* queue.claim<ClaimedRow>(options, yield* decodeConsumer(options.consumer))
+      return rows.map((row): InboxEntry => ({
+        id: row.id,
+        consumer: row.consumer,
+        messageId: row.message_id,
+        payload: row.payload,
+        headers: row.headers,
+        receivedAt: row.received_at,
+        attempt: row.attempt,
+        claim: { messageId: row.id, worker: options.worker, generation: Number(row.generation) }
+      }))
+    })
     // Each operation's span is named here; the queue implementation is shared with the outbox.
     return InboxWorker.of({
       claim,

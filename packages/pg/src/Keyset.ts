@@ -15,11 +15,11 @@ import {
   type InvalidCursor,
   type InvalidInput
 } from "@effect-durable/core/Errors"
-import * as SqlClient from "effect/sql/SqlClient"
-import type * as Statement from "effect/sql/Statement"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import * as Catalog from "./internal/keyset/catalog.js"
 import { unencodable } from "./internal/keyset/positions.js"
 import * as Request from "./internal/keyset/request.js"
@@ -94,28 +94,28 @@ export const make: Effect.Effect<Keyset["Service"], never, SqlClient.SqlClient |
     const catalog = yield* Catalog.make(sql)
 
     const page = Effect.fn("Keyset.page")(function*<Row>(request: PageRequest): Effect.fn.Return<Page<Row>, PageError> {
-        const query = yield* Effect.fromResult(decode(request))
-        const binding = yield* Effect.fromResult(Request.binding(sql, query))
-        // Checked before any SQL: a foreign cursor learns nothing about the table.
-        const cursor = request.cursor === undefined
-          ? undefined
-          : yield* codec.bind(request.cursor, query.subject, binding)
-        const layout = yield* catalog.layout(query)
-        const rows = yield* readPage(sql, query, layout, cursor)
+      const query = yield* Effect.fromResult(decode(request))
+      const binding = yield* Effect.fromResult(Request.binding(sql, query))
+      // Checked before any SQL: a foreign cursor learns nothing about the table.
+      const cursor = request.cursor === undefined
+        ? undefined
+        : yield* codec.bind(request.cursor, query.subject, binding)
+      const layout = yield* catalog.layout(query)
+      const rows = yield* readPage(sql, query, layout, cursor)
 
-        const served = rows.slice(0, query.limit)
-        const items = served.map((row) => row.item as Row)
-        if (rows.length <= query.limit) return { items, nextCursor: undefined }
-        const first = served[0]!
-        const started = cursor ??
-          Cursor.firstPage(query.subject, binding, query.direction === "asc" ? first.highWater! : first.position)
-        // A position no cursor can carry fails this page, not the next one.
-        const nextCursor = yield* Effect.mapError(
-          codec.encode(Cursor.nextPage(started, served[served.length - 1]!.position)),
-          unencodable
-        )
-        return { items, nextCursor }
-      })
+      const served = rows.slice(0, query.limit)
+      const items = served.map((row) => row.item as Row)
+      if (rows.length <= query.limit) return { items, nextCursor: undefined }
+      const first = served[0]!
+      const started = cursor ??
+        Cursor.firstPage(query.subject, binding, query.direction === "asc" ? first.highWater! : first.position)
+      // A position no cursor can carry fails this page, not the next one.
+      const nextCursor = yield* Effect.mapError(
+        codec.encode(Cursor.nextPage(started, served[served.length - 1]!.position)),
+        unencodable
+      )
+      return { items, nextCursor }
+    })
 
     return Keyset.of({ page })
   }
@@ -134,7 +134,8 @@ export const layerWithoutKeys: Layer.Layer<Keyset> = Layer.succeed(
       Effect.fail(
         new DurableConfigError({
           field: "CURSOR_KEYS",
-          rule: "signing keys (id=secret[,id=secret...], secrets of at least 16 bytes) are needed to page with signed cursors"
+          rule:
+            "signing keys (id=secret[,id=secret...], secrets of at least 16 bytes) are needed to page with signed cursors"
         })
       )
   })

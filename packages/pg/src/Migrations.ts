@@ -9,9 +9,9 @@
  */
 import { type DatabaseError, type InvalidInput, SchemaVersionMismatch } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings, type Settings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import { released } from "./internal/migrations/index.js"
@@ -71,7 +71,9 @@ export const migrate = (
         true
       )
       yield* bootstrap(sql, settings)
-      const done = yield* sql<{ version: number }>`SELECT version FROM ${sql.literal(settings.table("schema_migrations"))}`
+      const done = yield* sql<{ version: number }>`SELECT version FROM ${
+        sql.literal(settings.table("schema_migrations"))
+      }`
       const appliedBefore = new Set(done.map((row) => row.version))
       const pending = migrations.filter((m) => m.version <= upTo && !appliedBefore.has(m.version))
       for (const migration of pending) {
@@ -99,16 +101,19 @@ export const migrate = (
  * up first rather than its absence caught: a failed statement would leave a caller's
  * transaction aborted.
  */
-export const appliedVersions: Effect.Effect<ReadonlyArray<number>, DatabaseError, SqlClient.SqlClient | DurableSettings> =
-  Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const settings = yield* DurableSettings
-    const history = settings.table("schema_migrations")
-    const [found] = yield* sql<{ present: boolean }>`SELECT to_regclass(${history}) IS NOT NULL AS present`
-    if (found?.present !== true) return []
-    const rows = yield* sql<{ version: number }>`SELECT version FROM ${sql.literal(history)} ORDER BY version`
-    return rows.map((row) => row.version)
-  }).pipe(classifySqlErrors("Migrations.appliedVersions"))
+export const appliedVersions: Effect.Effect<
+  ReadonlyArray<number>,
+  DatabaseError,
+  SqlClient.SqlClient | DurableSettings
+> = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const settings = yield* DurableSettings
+  const history = settings.table("schema_migrations")
+  const [found] = yield* sql<{ present: boolean }>`SELECT to_regclass(${history}) IS NOT NULL AS present`
+  if (found?.present !== true) return []
+  const rows = yield* sql<{ version: number }>`SELECT version FROM ${sql.literal(history)} ORDER BY version`
+  return rows.map((row) => row.version)
+}).pipe(classifySqlErrors("Migrations.appliedVersions"))
 
 /** The schema's recorded version (0: never migrated) beside the one this code needs. */
 export const schemaVersion: Effect.Effect<
@@ -122,9 +127,14 @@ export const schemaVersion: Effect.Effect<
 })
 
 /** The schema is at the version this code needs, or `SchemaVersionMismatch` (older: migrate; newer: a rollback). */
-export const checkSchemaVersion: Effect.Effect<void, SchemaVersionMismatch | DatabaseError, SqlClient.SqlClient | DurableSettings> =
-  Effect.flatMap(schemaVersion, (version) =>
-    version.found === version.needed ? Effect.void : Effect.fail(new SchemaVersionMismatch(version)))
+export const checkSchemaVersion: Effect.Effect<
+  void,
+  SchemaVersionMismatch | DatabaseError,
+  SqlClient.SqlClient | DurableSettings
+> = Effect.flatMap(
+  schemaVersion,
+  (version) => version.found === version.needed ? Effect.void : Effect.fail(new SchemaVersionMismatch(version))
+)
 
 const decodeRole = Input.argument("role", Input.Identifier)
 
@@ -199,5 +209,8 @@ export interface SchemaDrift {
  * scratch schema inside a transaction that is always rolled back, and the two catalogs are
  * compared. Needs the owner role (it runs DDL, never committed). A clean database gives `[]`.
  */
-export const verifySchema: Effect.Effect<ReadonlyArray<SchemaDrift>, DatabaseError, SqlClient.SqlClient | DurableSettings> =
-  verify(migrations, appliedVersions).pipe(Effect.withSpan("Migrations.verifySchema"))
+export const verifySchema: Effect.Effect<
+  ReadonlyArray<SchemaDrift>,
+  DatabaseError,
+  SqlClient.SqlClient | DurableSettings
+> = verify(migrations, appliedVersions).pipe(Effect.withSpan("Migrations.verifySchema"))

@@ -24,13 +24,13 @@ import {
 } from "@effect-durable/core/Errors"
 import type { RequestFingerprint } from "@effect-durable/core/Fingerprint"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import * as Ledger from "./internal/ledger.js"
@@ -152,7 +152,9 @@ export class MutationLedger extends Context.Service<MutationLedger, {
     options?: ExecuteOptions
   ) => Effect.Effect<Begun, BeginError>
   /** The stored record of an identity, if any (reads only; no lock). */
-  readonly lookup: (identity: MutationIdentity) => Effect.Effect<Option.Option<StoredMutation>, InvalidInput | DatabaseError>
+  readonly lookup: (
+    identity: MutationIdentity
+  ) => Effect.Effect<Option.Option<StoredMutation>, InvalidInput | DatabaseError>
   /**
    * Deletes records older than `olderThan` (at least `PURGE_FLOOR`: a retried request whose
    * record is gone runs its effect again), `batchSize` at a time; returns how many.
@@ -205,7 +207,10 @@ export const make: Effect.Effect<MutationLedger["Service"], never, SqlClient.Sql
       Effect.gen(function*() {
         const found = yield* storage.lookup(identity, wait)
         const giveBack = inside
-          ? restoreTimeouts(sql, { lock_timeout: found.previous_lock_timeout, statement_timeout: found.previous_statement_timeout })
+          ? restoreTimeouts(sql, {
+            lock_timeout: found.previous_lock_timeout,
+            statement_timeout: found.previous_statement_timeout
+          })
           : Effect.void
         if (found.kind !== null) {
           const stored = Ledger.storedOf(found)
@@ -231,20 +236,21 @@ export const make: Effect.Effect<MutationLedger["Service"], never, SqlClient.Sql
       decide: Effect.Effect<Decision, E, R>,
       options: ExecuteOptions = {}
     ): Effect.fn.Return<MutationOutcome, E | ExecuteError, R> {
-        yield* validate(identity, request)
-        const inside = yield* inCallerTransaction(sql)
-        return yield* transact(
-          sql,
-          "MutationLedger.execute",
-          Effect.flatMap(steps(identity, request, options.wait !== false, inside), (begun) =>
-            begun._tag === "Replay"
-              ? Effect.succeed(begun.outcome)
-              // The caller's own statements in decide fail classified too (a lock timeout is retryable).
-              : Effect.flatMap(classifySqlErrors("MutationLedger.execute")(decide), begun.record))
-        )
-      })
+      yield* validate(identity, request)
+      const inside = yield* inCallerTransaction(sql)
+      return yield* transact(
+        sql,
+        "MutationLedger.execute",
+        Effect.flatMap(steps(identity, request, options.wait !== false, inside), (begun) =>
+          begun._tag === "Replay"
+            ? Effect.succeed(begun.outcome)
+            // The caller's own statements in decide fail classified too (a lock timeout is retryable).
+            : Effect.flatMap(classifySqlErrors("MutationLedger.execute")(decide), begun.record))
+      )
+    })
 
-    const begin = Effect.fn("MutationLedger.begin")(function*(identity: MutationIdentity, request: MutationRequest, options: ExecuteOptions = {}) {
+    const begin = Effect.fn("MutationLedger.begin")(
+      function*(identity: MutationIdentity, request: MutationRequest, options: ExecuteOptions = {}) {
         yield* validate(identity, request)
         if (!(yield* inCallerTransaction(sql))) {
           return yield* new InvalidInput({
@@ -253,29 +259,31 @@ export const make: Effect.Effect<MutationLedger["Service"], never, SqlClient.Sql
           })
         }
         return yield* steps(identity, request, options.wait !== false, true)
-      })
+      }
+    )
 
     const lookup = Effect.fn("MutationLedger.lookup")(function*(identity: MutationIdentity) {
-        const { key, operation, subject } = yield* decodeIdentity(identity)
-        const rows = yield* sql`
+      const { key, operation, subject } = yield* decodeIdentity(identity)
+      const rows = yield* sql`
           SELECT true AS locked, '' AS previous_lock_timeout, '' AS previous_statement_timeout, kind, eligibility,
                  request_fingerprint, status, response, response_body, response_meta,
                  ${sql.literal(isoUtc("created_at"))} AS recorded_at
             FROM ${records} WHERE subject = ${subject} AND operation = ${operation} AND key = ${key}`.pipe(
-          classifySqlErrors("MutationLedger.lookup")
-        )
-        return yield* Option.match(Option.fromNullishOr(rows[0]), {
-          onNone: () => Effect.succeed(Option.none()),
-          onSome: (row) => Effect.map(Effect.orDie(Ledger.decodeLookup(row)), (found) => Option.some(Ledger.storedOf(found)))
-        })
+        classifySqlErrors("MutationLedger.lookup")
+      )
+      return yield* Option.match(Option.fromNullishOr(rows[0]), {
+        onNone: () => Effect.succeed(Option.none()),
+        onSome: (row) =>
+          Effect.map(Effect.orDie(Ledger.decodeLookup(row)), (found) => Option.some(Ledger.storedOf(found)))
       })
+    })
     const purge = Effect.fn("MutationLedger.purge")(function*(options: PurgeOptions) {
-        const seconds = Duration.toMillis(yield* decodeOlderThan(options.olderThan)) / 1000
-        const batchSize = yield* decodeBatchSize(options.batchSize ?? 1000)
-        let total = 0
-        while (true) {
-          // SKIP LOCKED: a record a live request holds is not worth waiting for.
-          const deleted = yield* sql<{ one: number }>`
+      const seconds = Duration.toMillis(yield* decodeOlderThan(options.olderThan)) / 1000
+      const batchSize = yield* decodeBatchSize(options.batchSize ?? 1000)
+      let total = 0
+      while (true) {
+        // SKIP LOCKED: a record a live request holds is not worth waiting for.
+        const deleted = yield* sql<{ one: number }>`
             WITH doomed AS (
               SELECT subject, operation, key FROM ${records}
                WHERE created_at < now() - make_interval(secs => ${seconds})
@@ -283,11 +291,11 @@ export const make: Effect.Effect<MutationLedger["Service"], never, SqlClient.Sql
             DELETE FROM ${records} r USING doomed d
              WHERE r.subject = d.subject AND r.operation = d.operation AND r.key = d.key
             RETURNING 1 AS one`.pipe(classifySqlErrors("MutationLedger.purge"))
-          total += deleted.length
-          if (deleted.length > 0) yield* Effect.logDebug(`effect-durable: purged ${total} mutation records so far`)
-          if (deleted.length < batchSize) return total
-        }
-      })
+        total += deleted.length
+        if (deleted.length > 0) yield* Effect.logDebug(`effect-durable: purged ${total} mutation records so far`)
+        if (deleted.length < batchSize) return total
+      }
+    })
 
     return MutationLedger.of({ execute, begin, lookup, purge })
   }

@@ -16,19 +16,19 @@ import {
 import { canonicalize, canonicalizeWithin } from "@effect-durable/core/Fingerprint"
 import * as Input from "@effect-durable/core/Input"
 import * as Options from "@effect-durable/core/Options"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
 import { createHash } from "node:crypto"
 import { DurableSettings } from "./DurableConfig.js"
-import { arrayLiteral } from "./internal/sqlText.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import * as QueueOptions from "./internal/queue/options.js"
+import { arrayLiteral } from "./internal/sqlText.js"
 
 /** Largest headers object, as canonical JSON bytes. */
 const MAX_HEADER_BYTES = 16 * 1024
@@ -45,7 +45,10 @@ export interface OutboxOptions {
 /** The outbox's options, each declared once: rule, default, variable, purpose, example. */
 export const OutboxOptionsTable = Options.declare({
   maxPayloadBytes: QueueOptions.maxPayloadBytes("DURABLE_OUTBOX_MAX_PAYLOAD_BYTES", "outbox"),
-  maxAttempts: QueueOptions.maxAttempts("DURABLE_OUTBOX_MAX_ATTEMPTS", "failed deliveries before an outbox message is dead"),
+  maxAttempts: QueueOptions.maxAttempts(
+    "DURABLE_OUTBOX_MAX_ATTEMPTS",
+    "failed deliveries before an outbox message is dead"
+  ),
   maxAttemptsByTopic: Options.option({
     schema: Schema.Record(Input.Text(128), Input.Count(10_000)),
     default: {},
@@ -95,7 +98,10 @@ export const channelFor = (schema: string): string => {
     : `effect_durable_outbox:${createHash("sha256").update(schema).digest("hex").slice(0, 32)}`
 }
 
-const traceparent = Effect.map(Effect.currentSpan, (span) => `00-${span.traceId}-${span.spanId}-${span.sampled ? "01" : "00"}`)
+const traceparent = Effect.map(
+  Effect.currentSpan,
+  (span) => `00-${span.traceId}-${span.spanId}-${span.sampled ? "01" : "00"}`
+)
   .pipe(Effect.option)
 
 const decodeTopic = Input.argument("topic", Input.Text(128))
@@ -118,7 +124,9 @@ export const make = (
     const prepare = (topic: string, payload: unknown, enqueueOptions: EnqueueOptions, trace: Option.Option<string>) =>
       Effect.gen(function*() {
         yield* decodeTopic(topic)
-        const orderingKey = enqueueOptions.orderingKey === undefined ? null : yield* decodeOrderingKey(enqueueOptions.orderingKey)
+        const orderingKey = enqueueOptions.orderingKey === undefined
+          ? null
+          : yield* decodeOrderingKey(enqueueOptions.orderingKey)
         const delay = enqueueOptions.delay === undefined ? Duration.zero : yield* decodeDelay(enqueueOptions.delay)
         const json = yield* Effect.fromResult(Result.mapError(
           canonicalizeWithin(payload, maxPayloadBytes),
@@ -142,7 +150,8 @@ export const make = (
 
     // One statement, no transaction of its own: it joins the caller's, and pg_notify's
     // wake-up is delivered only if that transaction commits.
-    const enqueue = Effect.fn("Outbox.enqueue")(function*(topic: string, payload: unknown, enqueueOptions: EnqueueOptions = {}) {
+    const enqueue = Effect.fn("Outbox.enqueue")(
+      function*(topic: string, payload: unknown, enqueueOptions: EnqueueOptions = {}) {
         const row = yield* prepare(topic, payload, enqueueOptions, yield* traceparent)
         const inserted = yield* sql<{ id: string }>`
           WITH m AS (
@@ -154,31 +163,34 @@ export const make = (
           classifySqlErrors("Outbox.enqueue")
         )
         return inserted[0]!.id
-      })
+      }
+    )
 
     const enqueueMany = Effect.fn("Outbox.enqueueMany")(function*(messages: ReadonlyArray<NewMessage>) {
-        if (messages.length === 0) return []
-        yield* decodeCount(messages.length)
-        const trace = yield* traceparent
-        const rows = yield* Effect.forEach(messages, (m) => prepare(m.topic, m.payload, m.options ?? {}, trace))
-        const inserted = yield* sql<{ id: string }>`
+      if (messages.length === 0) return []
+      yield* decodeCount(messages.length)
+      const trace = yield* traceparent
+      const rows = yield* Effect.forEach(messages, (m) => prepare(m.topic, m.payload, m.options ?? {}, trace))
+      const inserted = yield* sql<{ id: string }>`
           WITH m AS (
             INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts)
             SELECT t, k, p::jsonb, h::jsonb, now() + make_interval(secs => d), a
               FROM unnest(${rows.map((r) => r.topic)}::text[], ${arrayLiteral(rows.map((r) => r.orderingKey))}::text[],
                           ${rows.map((r) => r.payload)}::text[], ${rows.map((r) => r.headers)}::text[],
-                          ${arrayLiteral(rows.map((r) => r.delaySeconds))}::float8[], ${arrayLiteral(rows.map((r) => r.maxAttempts))}::int[])
+                          ${arrayLiteral(rows.map((r) => r.delaySeconds))}::float8[], ${
+        arrayLiteral(rows.map((r) => r.maxAttempts))
+      }::int[])
                    WITH ORDINALITY AS u(t, k, p, h, d, a, n)
              ORDER BY n
             RETURNING id, topic),
           -- One wake-up per topic, not per row (each pg_notify call is checked for duplicates).
           notified AS (SELECT count(pg_notify(${channel}, t.topic)) AS n FROM (SELECT DISTINCT topic FROM m) t)
           SELECT m.id::text AS id FROM m CROSS JOIN notified`.pipe(
-          classifySqlErrors("Outbox.enqueueMany")
-        )
-        // Identities are drawn in insertion order (ORDER BY n), so ascending ids follow the input.
-        return inserted.map((row) => BigInt(row.id)).sort((a, b) => (a < b ? -1 : 1)).map(String)
-      })
+        classifySqlErrors("Outbox.enqueueMany")
+      )
+      // Identities are drawn in insertion order (ORDER BY n), so ascending ids follow the input.
+      return inserted.map((row) => BigInt(row.id)).sort((a, b) => (a < b ? -1 : 1)).map(String)
+    })
 
     return Outbox.of({ enqueue, enqueueMany, channel })
   })

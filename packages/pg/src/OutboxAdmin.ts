@@ -8,23 +8,28 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import * as QueueAdmin from "./internal/queue/admin.js"
 import * as Lifecycle from "./internal/queue/lifecycle.js"
 import { specFor } from "./internal/queue/spec.js"
 import { decodeRows } from "./internal/rows.js"
+import type { MessageState } from "./internal/search/filter.js"
 import { isoUtc } from "./internal/timestamps.js"
 import type * as LeasedQueue from "./LeasedQueue.js"
 import { channelFor } from "./Outbox.js"
 import { type ClaimOptions, decodeTopics } from "./OutboxWorker.js"
 
-const PausedTopicRow = Schema.Struct({ topic: Schema.String, pausedAt: Schema.String, pausedBy: Schema.NullOr(Schema.String) })
+const PausedTopicRow = Schema.Struct({
+  topic: Schema.String,
+  pausedAt: Schema.String,
+  pausedBy: Schema.NullOr(Schema.String)
+})
 const decodeTopic = Input.argument("topic", Input.Text(128))
 const decodeBy = Input.argument("by", Input.Text(128))
 
@@ -77,7 +82,10 @@ export class OutboxAdmin extends Context.Service<OutboxAdmin, {
    * is durable and every projector honours it at its next claim. Returns whether it was
    * running before.
    */
-  readonly pause: (topic: string, options?: { readonly by?: string }) => Effect.Effect<boolean, InvalidInput | DatabaseError>
+  readonly pause: (
+    topic: string,
+    options?: { readonly by?: string }
+  ) => Effect.Effect<boolean, InvalidInput | DatabaseError>
   /** Resumes a paused topic and wakes the projectors at commit. Returns whether it was paused. */
   readonly resume: (topic: string) => Effect.Effect<boolean, InvalidInput | DatabaseError>
   /** The paused topics. */
@@ -102,7 +110,9 @@ export const make: Effect.Effect<OutboxAdmin["Service"], never, SqlClient.SqlCli
     const channel = channelFor(settings.schema)
 
     const paused = sql`
-      SELECT topic, ${sql.literal(isoUtc("paused_at"))} AS "pausedAt", paused_by AS "pausedBy" FROM ${pausedTopics} ORDER BY topic`.pipe(
+      SELECT topic, ${
+      sql.literal(isoUtc("paused_at"))
+    } AS "pausedAt", paused_by AS "pausedBy" FROM ${pausedTopics} ORDER BY topic`.pipe(
       decodeRows(PausedTopicRow),
       classifySqlErrors("OutboxAdmin.paused")
     )
@@ -135,11 +145,10 @@ export const make: Effect.Effect<OutboxAdmin["Service"], never, SqlClient.SqlCli
       }))
       const empty = pausedList.filter((p) => !stats.some((s) => s.topic === p.topic)).map((p): TopicStats => ({
         topic: p.topic,
-        ready: 0,
-        delayed: 0,
-        claimed: 0,
-        dead: 0,
-        projected: 0,
+        ...(Object.fromEntries(Lifecycle.STATES.map((state) => [state === "done" ? "projected" : state, 0])) as Record<
+          MessageState,
+          number
+        >),
         oldestReadySeconds: null,
         paused: true
       }))
@@ -150,7 +159,9 @@ export const make: Effect.Effect<OutboxAdmin["Service"], never, SqlClient.SqlCli
       const decoded = yield* decodeTopic(topic)
       const by = options.by === undefined ? null : yield* decodeBy(options.by)
       const rows = yield* sql`INSERT INTO ${pausedTopics} (topic, paused_by) VALUES (${decoded}, ${by})
-                              ON CONFLICT (topic) DO NOTHING RETURNING topic`.pipe(classifySqlErrors("OutboxAdmin.pause"))
+                              ON CONFLICT (topic) DO NOTHING RETURNING topic`.pipe(
+        classifySqlErrors("OutboxAdmin.pause")
+      )
       return rows.length > 0
     })
 

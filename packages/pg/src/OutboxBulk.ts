@@ -100,13 +100,20 @@ export const make: Effect.Effect<OutboxBulk["Service"], never, SqlClient.SqlClie
         const run = (batch: Statement.Statement<{ id: string }>) =>
           statementTimeout === undefined
             ? classifySqlErrors(operation)(batch)
-            : bounded(sql, { lockTimeout: settings.lockTimeout, statementTimeout: Option.some(statementTimeout) }, operation, batch)
+            : bounded(
+              sql,
+              { lockTimeout: settings.lockTimeout, statementTimeout: Option.some(statementTimeout) },
+              operation,
+              batch
+            )
         const step = (walk: Walk) => {
           const size = Math.min(batchSize, limit - walk.total)
           return Effect.map(
             run(statement(sql`
               SELECT id FROM ${table}
-               WHERE ${sql.literal(lifecycle.is.dead)} AND id > ${walk.after}::bigint ${upTo === undefined ? sql`` : sql`AND id <= ${upTo}::bigint`}
+               WHERE ${sql.literal(lifecycle.is.dead)} AND id > ${walk.after}::bigint ${
+              upTo === undefined ? sql`` : sql`AND id <= ${upTo}::bigint`
+            }
                  AND ${matches}
                ORDER BY id LIMIT ${size} FOR UPDATE SKIP LOCKED`)),
             (rows): readonly [ReadonlyArray<BulkProgress>, Option.Option<Walk>] => {
@@ -129,12 +136,18 @@ export const make: Effect.Effect<OutboxBulk["Service"], never, SqlClient.SqlClie
          WHERE id = ANY(ARRAY(${batch})) AND ${sql.literal(redrive.from)}
         RETURNING id::text AS id`)
 
-    const discardMatching = bulk("discardMatching", (batch) =>
-      sql<{ id: string }>`DELETE FROM ${table} WHERE id = ANY(ARRAY(${batch})) AND ${sql.literal(discard.from)}
-                          RETURNING id::text AS id`)
+    const discardMatching = bulk(
+      "discardMatching",
+      (batch) =>
+        sql<{ id: string }>`DELETE FROM ${table} WHERE id = ANY(ARRAY(${batch})) AND ${sql.literal(discard.from)}
+                          RETURNING id::text AS id`
+    )
 
     return OutboxBulk.of({ redriveMatching, discardMatching })
   }
 )
 
-export const layer: Layer.Layer<OutboxBulk, never, SqlClient.SqlClient | DurableSettings> = Layer.effect(OutboxBulk, make)
+export const layer: Layer.Layer<OutboxBulk, never, SqlClient.SqlClient | DurableSettings> = Layer.effect(
+  OutboxBulk,
+  make
+)

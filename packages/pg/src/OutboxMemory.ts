@@ -35,7 +35,9 @@ export interface MemoryRow {
   readonly projectedAt: number | null
   readonly deadAt: number | null
   readonly lastError: string | null
-  readonly failures: ReadonlyArray<{ readonly attempt: number; readonly worker: string | null; readonly at: string; readonly error: string }>
+  readonly failures: ReadonlyArray<
+    { readonly attempt: number; readonly worker: string | null; readonly at: string; readonly error: string }
+  >
 }
 
 export class OutboxMemory extends Context.Service<OutboxMemory, {
@@ -52,16 +54,22 @@ export interface Options {
 export const layer = (options: Options = {}): Layer.Layer<Outbox | OutboxWorker | OutboxMemory> =>
   Layer.effectContext(Effect.sync(() => {
     const store = Memory.make(options)
-    return Context.make(Outbox, Outbox.of({ enqueue: store.enqueue, enqueueMany: store.enqueueMany, channel: "memory" })).pipe(
-      Context.add(OutboxWorker, OutboxWorker.of({
-        claim: store.claim,
-        markProjected: store.complete,
-        markProjectedMany: store.completeMany,
-        release: store.release,
-        renewLease: store.renew,
-        renewLeases: store.renewMany,
-        giveBack: store.giveBack
-      })),
+    return Context.make(
+      Outbox,
+      Outbox.of({ enqueue: store.enqueue, enqueueMany: store.enqueueMany, channel: "memory" })
+    ).pipe(
+      Context.add(
+        OutboxWorker,
+        OutboxWorker.of({
+          claim: store.claim,
+          markProjected: store.complete,
+          markProjectedMany: store.completeMany,
+          release: store.release,
+          renewLease: store.renew,
+          renewLeases: store.renewMany,
+          giveBack: store.giveBack
+        })
+      ),
       Context.add(OutboxMemory, OutboxMemory.of({ rows: store.inspect }))
     )
   }))

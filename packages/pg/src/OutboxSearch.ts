@@ -9,13 +9,13 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import { MessageId } from "./internal/queue/spec.js"
@@ -204,12 +204,22 @@ const HistoryRow = Schema.Struct({
   maxLagSeconds: Schema.NullOr(Schema.Number)
 })
 
-const decodePage = Input.argument("page", Schema.Struct({ limit: Input.Count(1000), before: Schema.optional(MessageId) }))
+const decodePage = Input.argument(
+  "page",
+  Schema.Struct({ limit: Input.Count(1000), before: Schema.optional(MessageId) })
+)
 const decodeId = Input.argument("id", MessageId)
-const decodeGroups = Input.argument("options", Schema.Struct({ topic: Schema.optional(Input.Text(128)), limit: Input.Count(1000) }))
+const decodeGroups = Input.argument(
+  "options",
+  Schema.Struct({ topic: Schema.optional(Input.Text(128)), limit: Input.Count(1000) })
+)
 const decodeHistory = Input.argument(
   "options",
-  Schema.Struct({ topic: Schema.optional(Input.Text(128)), window: Input.DurationIn({ max: "1 day" }), buckets: Input.Count(500) })
+  Schema.Struct({
+    topic: Schema.optional(Input.Text(128)),
+    window: Input.DurationIn({ max: "1 day" }),
+    buckets: Input.Count(500)
+  })
 )
 export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
@@ -222,12 +232,15 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
       sql`
       id::text AS id, topic, ordering_key AS "orderingKey", ${sql.literal(STATE_OF_ROW)} AS state,
       attempt_count AS attempts, failure_count AS failures, lease_expiries AS "leaseExpiries",
-      ${sql.literal(lastError)} AS "lastError", ${iso("created_at")} AS "createdAt", ${iso("available_at")} AS "availableAt",
+      ${sql.literal(lastError)} AS "lastError", ${iso("created_at")} AS "createdAt", ${
+        iso("available_at")
+      } AS "availableAt",
       ${iso("projected_at")} AS "projectedAt", ${iso("dead_at")} AS "deadAt"`
 
     const where = (filter: MessageFilter) => Effect.map(decodeFilter(filter), (decoded) => predicate(sql, decoded))
 
-    const messages = Effect.fn("OutboxSearch.messages")(function*(filter: MessageFilter, page: { readonly limit: number; readonly before?: string }) {
+    const messages = Effect.fn("OutboxSearch.messages")(
+      function*(filter: MessageFilter, page: { readonly limit: number; readonly before?: string }) {
         const matches = yield* where(filter)
         const { before, limit } = yield* decodePage(page)
         const rows = yield* sql`
@@ -236,28 +249,32 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
            ORDER BY id DESC LIMIT ${limit + 1}`.pipe(decodeRows(SummaryRow), classifySqlErrors("OutboxSearch.messages"))
         const items = rows.slice(0, limit)
         return { items, next: rows.length > limit ? items[items.length - 1]!.id : undefined }
-      })
+      }
+    )
 
     const count = Effect.fn("OutboxSearch.count")(function*(filter: MessageFilter) {
-        const matches = yield* where(filter)
-        const [row] = yield* sql<{ count: number; maxId: string | null }>`
+      const matches = yield* where(filter)
+      const [row] = yield* sql<{ count: number; maxId: string | null }>`
           SELECT count(*)::int AS count, max(id)::text AS "maxId" FROM ${table} WHERE ${matches}`.pipe(
-          classifySqlErrors("OutboxSearch.count")
-        )
-        return { count: row!.count, maxId: row!.maxId }
-      })
+        classifySqlErrors("OutboxSearch.count")
+      )
+      return { count: row!.count, maxId: row!.maxId }
+    })
 
     const message = Effect.fn("OutboxSearch.message")(function*(id: string) {
-        const decoded = yield* decodeId(id)
-        const rows = yield* sql`
+      const decoded = yield* decodeId(id)
+      const rows = yield* sql`
           SELECT ${columns("last_error")}, payload, headers, max_attempts AS "maxAttempts",
-                 claimed_by AS "claimedBy", claim_generation::text AS "claimGeneration", ${iso("claimed_until")} AS "claimedUntil",
+                 claimed_by AS "claimedBy", claim_generation::text AS "claimGeneration", ${
+        iso("claimed_until")
+      } AS "claimedUntil",
                  coalesce(failures, '[]') AS "failureHistory"
             FROM ${table} WHERE id = ${decoded}`.pipe(decodeRows(DetailRow), classifySqlErrors("OutboxSearch.message"))
-        return Option.fromNullishOr(rows[0])
-      })
+      return Option.fromNullishOr(rows[0])
+    })
 
-    const deadLetterGroups = Effect.fn("OutboxSearch.deadLetterGroups")(function*(options: { readonly topic?: string; readonly limit: number }) {
+    const deadLetterGroups = Effect.fn("OutboxSearch.deadLetterGroups")(
+      function*(options: { readonly topic?: string; readonly limit: number }) {
         const { limit, topic } = yield* decodeGroups(options)
         return yield* sql`
           SELECT topic, ${sql.literal(ERROR_GROUP)} AS error, count(*)::int AS count,
@@ -269,9 +286,11 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
           decodeRows(GroupRow),
           classifySqlErrors("OutboxSearch.deadLetterGroups")
         )
-      })
+      }
+    )
 
-    const history = Effect.fn("OutboxSearch.history")(function*(options: { readonly topic?: string; readonly window: Duration.Input; readonly buckets: number }) {
+    const history = Effect.fn("OutboxSearch.history")(
+      function*(options: { readonly topic?: string; readonly window: Duration.Input; readonly buckets: number }) {
         const decoded = yield* decodeHistory(options)
         const step = Duration.toMillis(decoded.window) / 1000 / decoded.buckets
         const topic = decoded.topic === undefined ? sql`` : sql`AND topic = ${decoded.topic}`
@@ -294,7 +313,8 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
             FROM buckets b
             LEFT JOIN delivered d ON d.ago = b.ago LEFT JOIN died x ON x.ago = b.ago
            ORDER BY b.ago DESC`.pipe(decodeRows(HistoryRow), classifySqlErrors("OutboxSearch.history"))
-      })
+      }
+    )
 
     return OutboxSearch.of({
       messages,

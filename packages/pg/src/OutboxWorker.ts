@@ -10,12 +10,12 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
 import { specFor } from "./internal/queue/spec.js"
 import * as QueueWorker from "./internal/queue/worker.js"
@@ -86,19 +86,19 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
     const queue = QueueWorker.make(sql, settings, specFor(settings, "outbox"), "OutboxWorker")
 
     const claim = Effect.fn("OutboxWorker.claim")(function*(options: ClaimOptions) {
-        // Per-key order, paused topics and the topic filter live in the claim function (migration 8).
-        const rows = yield* queue.claim<ClaimedRow>(options, yield* decodeTopics(options.topics ?? null))
-        return rows.map((row): OutboxMessage => ({
-          id: row.id,
-          topic: row.topic,
-          orderingKey: row.ordering_key,
-          payload: row.payload,
-          headers: row.headers,
-          createdAt: row.created_at,
-          attempt: row.attempt,
-          claim: { messageId: row.id, worker: options.worker, generation: Number(row.generation) }
-        }))
-      })
+      // Per-key order, paused topics and the topic filter live in the claim function (migration 8).
+      const rows = yield* queue.claim<ClaimedRow>(options, yield* decodeTopics(options.topics ?? null))
+      return rows.map((row): OutboxMessage => ({
+        id: row.id,
+        topic: row.topic,
+        orderingKey: row.ordering_key,
+        payload: row.payload,
+        headers: row.headers,
+        createdAt: row.created_at,
+        attempt: row.attempt,
+        claim: { messageId: row.id, worker: options.worker, generation: Number(row.generation) }
+      }))
+    })
     // Each operation's span is named here; the queue implementation is shared with the inbox.
     return OutboxWorker.of({
       claim,

@@ -13,10 +13,12 @@ export { STATES } from "./internal/queue/lifecycle.js"
 export type { Lifecycle, State } from "./internal/queue/lifecycle.js"
 
 /** The outbox's row lifecycle (its done state is `projected`), over columns of `alias` when given. */
-export const forOutbox = (alias?: string): Lifecycle.Lifecycle => Lifecycle.make({ queue: "outbox", done: "projected_at" }, alias)
+export const forOutbox = (alias?: string): Lifecycle.Lifecycle =>
+  Lifecycle.make({ queue: "outbox", done: "projected_at" }, alias)
 
 /** The stored inbox's row lifecycle (its done state is `processed`), over columns of `alias` when given. */
-export const forInbox = (alias?: string): Lifecycle.Lifecycle => Lifecycle.make({ queue: "inbox", done: "processed_at" }, alias)
+export const forInbox = (alias?: string): Lifecycle.Lifecycle =>
+  Lifecycle.make({ queue: "inbox", done: "processed_at" }, alias)
 
 /** The outbox's, over unqualified columns. */
 export const outbox: Lifecycle.Lifecycle = forOutbox()

@@ -9,11 +9,11 @@
 import type { DatabaseError } from "@effect-durable/core/Errors"
 import { InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import * as SqlClient from "effect/sql/SqlClient"
-import type { SqlError } from "effect/sql/SqlError"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import * as SqlClient from "effect/sql/SqlClient"
+import type { SqlError } from "effect/sql/SqlError"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import { advisoryKey, bounded, inCallerTransaction } from "./internal/transaction.js"
 
@@ -30,7 +30,9 @@ export const withTimeouts = (options: {
   readonly lockTimeout: Duration.Input
   readonly statementTimeout?: Duration.Input
 }) =>
-<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, Exclude<E, SqlError> | InvalidInput | DatabaseError, R | SqlClient.SqlClient> =>
+<A, E, R>(
+  effect: Effect.Effect<A, E, R>
+): Effect.Effect<A, Exclude<E, SqlError> | InvalidInput | DatabaseError, R | SqlClient.SqlClient> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const lockTimeout = yield* decodeTimeout(options.lockTimeout)
@@ -61,8 +63,11 @@ export const advisoryLock = (
     const lockKey = advisoryKey("effect-durable/app", namespace, key)
     const wait = options.wait !== false
     const rows = yield* sql<{ locked: boolean }>`
-      SELECT ${wait ? sql`pg_advisory_xact_lock(${lockKey.toString()}::bigint) IS NOT NULL` : sql`pg_try_advisory_xact_lock(${lockKey.toString()}::bigint)`} AS locked`
+      SELECT ${
+      wait
+        ? sql`pg_advisory_xact_lock(${lockKey.toString()}::bigint) IS NOT NULL`
+        : sql`pg_try_advisory_xact_lock(${lockKey.toString()}::bigint)`
+    } AS locked`
       .pipe(classifySqlErrors("Transactions.advisoryLock"))
     return rows[0]?.locked === true
   })
-

@@ -1,9 +1,9 @@
 import { describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
+import * as Result from "effect/Result"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Cas from "../src/Cas.js"
 import { barrier, substrate } from "./support.js"
 
@@ -18,7 +18,9 @@ const Live = Layer.effectDiscard(
 const account = (id: number) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
     Effect.map(
-      sql<{ balance: number; note: string | null; revision: string }>`SELECT balance, note, revision::text FROM accounts WHERE id = ${id}`,
+      sql<
+        { balance: number; note: string | null; revision: string }
+      >`SELECT balance, note, revision::text FROM accounts WHERE id = ${id}`,
       (rows) => rows[0]
     ))
 
@@ -34,7 +36,8 @@ describe("Cas", () => {
       Effect.gen(function*() {
         const cas = yield* Cas.Cas
         const id = yield* newAccount
-        expect(yield* cas.update({ table: "accounts", id, expectedRevision: 1, set: { balance: 90, note: "coffee" } })).toBe(2n)
+        expect(yield* cas.update({ table: "accounts", id, expectedRevision: 1, set: { balance: 90, note: "coffee" } }))
+          .toBe(2n)
         expect(yield* account(id)).toEqual({ balance: 90, note: "coffee", revision: "2" })
       }))
 
@@ -43,10 +46,20 @@ describe("Cas", () => {
         const cas = yield* Cas.Cas
         const id = yield* newAccount
         yield* cas.update({ table: "accounts", id, expectedRevision: 1, set: { balance: 50 } })
-        const conflict = yield* Effect.flip(cas.update({ table: "accounts", id, expectedRevision: 1, set: { balance: 0 } }))
-        expect(conflict).toMatchObject({ _tag: "CasConflict", table: "accounts", id: String(id), expectedRevision: 1n, actualRevision: 2n })
+        const conflict = yield* Effect.flip(
+          cas.update({ table: "accounts", id, expectedRevision: 1, set: { balance: 0 } })
+        )
+        expect(conflict).toMatchObject({
+          _tag: "CasConflict",
+          table: "accounts",
+          id: String(id),
+          expectedRevision: 1n,
+          actualRevision: 2n
+        })
         expect(yield* account(id)).toEqual({ balance: 50, note: null, revision: "2" })
-        const missing = yield* Effect.flip(cas.update({ table: "accounts", id: 999_999, expectedRevision: 1, set: { balance: 0 } }))
+        const missing = yield* Effect.flip(
+          cas.update({ table: "accounts", id: 999_999, expectedRevision: 1, set: { balance: 0 } })
+        )
         expect(missing).toMatchObject({ _tag: "CasConflict", actualRevision: null })
       }))
 
@@ -56,7 +69,10 @@ describe("Cas", () => {
         const cas = yield* Cas.Cas
         const id = yield* newAccount
         const failed = sql.withTransaction(
-          Effect.andThen(cas.update({ table: "accounts", id, expectedRevision: 1, set: { balance: 1 } }), Effect.fail("abort" as const))
+          Effect.andThen(
+            cas.update({ table: "accounts", id, expectedRevision: 1, set: { balance: 1 } }),
+            Effect.fail("abort" as const)
+          )
         )
         expect(yield* Effect.flip(failed)).toBe("abort")
         expect(yield* account(id)).toEqual({ balance: 100, note: null, revision: "1" })
@@ -69,7 +85,13 @@ describe("Cas", () => {
         const gate = yield* barrier
         const fibers = yield* Effect.forEach(
           Array.from({ length: 8 }, (_, i) => i),
-          (i) => Effect.forkChild(Effect.andThen(gate.wait, Effect.result(cas.update({ table: "accounts", id, expectedRevision: 1, set: { balance: i } }))))
+          (i) =>
+            Effect.forkChild(
+              Effect.andThen(
+                gate.wait,
+                Effect.result(cas.update({ table: "accounts", id, expectedRevision: 1, set: { balance: i } }))
+              )
+            )
         )
         yield* gate.open
         const results = yield* Fiber.joinAll(fibers)
@@ -102,28 +124,36 @@ describe("Cas", () => {
           "",
           "1accounts"
         ]
-        const attempts: ReadonlyArray<readonly [Cas.CasUpdate, string]> = hostile.flatMap((name) => [
-          [{ table: name, id, expectedRevision: 1, set: { balance: 0 } }, "table"],
-          [{ table: "accounts", id, expectedRevision: 1, set: { [name]: 0 } }, `set.${name}`],
-          [{ table: "accounts", idColumn: name, id, expectedRevision: 1, set: { balance: 0 } }, "idColumn"],
-          [{ table: "accounts", revisionColumn: name, id, expectedRevision: 1, set: { balance: 0 } }, "revisionColumn"],
-          [{ schema: name, table: "accounts", id, expectedRevision: 1, set: { balance: 0 } }, "schema"]
-        ] as const)
+        const attempts: ReadonlyArray<readonly [Cas.CasUpdate, string]> = hostile.flatMap((name) =>
+          [
+            [{ table: name, id, expectedRevision: 1, set: { balance: 0 } }, "table"],
+            [{ table: "accounts", id, expectedRevision: 1, set: { [name]: 0 } }, `set.${name}`],
+            [{ table: "accounts", idColumn: name, id, expectedRevision: 1, set: { balance: 0 } }, "idColumn"],
+            [
+              { table: "accounts", revisionColumn: name, id, expectedRevision: 1, set: { balance: 0 } },
+              "revisionColumn"
+            ],
+            [{ schema: name, table: "accounts", id, expectedRevision: 1, set: { balance: 0 } }, "schema"]
+          ] as const
+        )
         for (const [update, field] of attempts) {
           const error = yield* Effect.flip(cas.update(update))
           expect(error).toMatchObject({ _tag: "InvalidInput", argument: field })
         }
         // 63 bytes is the longest identifier PostgreSQL keeps; it passes validation.
         const longest = "b".repeat(63)
-        expect(yield* Effect.flip(cas.update({ table: longest, id, expectedRevision: 1, set: { balance: 0 } }))).toMatchObject({
-          _tag: "DatabaseError",
-          code: "42P01"
-        })
+        expect(yield* Effect.flip(cas.update({ table: longest, id, expectedRevision: 1, set: { balance: 0 } })))
+          .toMatchObject({
+            _tag: "DatabaseError",
+            code: "42P01"
+          })
         expect(yield* sql`SELECT id FROM victims`).toEqual([{ id: 1 }])
         expect(yield* account(id)).toEqual({ balance: 100, note: null, revision: "1" })
         const empty = yield* Effect.flip(cas.update({ table: "accounts", id, expectedRevision: 1, set: {} }))
         expect(empty).toMatchObject({ _tag: "InvalidInput", argument: "set" })
-        const setsRevision = yield* Effect.flip(cas.update({ table: "accounts", id, expectedRevision: 1, set: { revision: 9 } }))
+        const setsRevision = yield* Effect.flip(
+          cas.update({ table: "accounts", id, expectedRevision: 1, set: { revision: 9 } })
+        )
         expect(setsRevision).toMatchObject({ _tag: "InvalidInput", argument: "set.revision" })
       }))
   })

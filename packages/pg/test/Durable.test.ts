@@ -1,10 +1,10 @@
-import { describe, expect, it } from "@effect/vitest"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
-import * as SqlClient from "effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Durable from "../src/Durable.js"
 import { DurableSettings, layerSettings } from "../src/DurableConfig.js"
 import * as Migrations from "../src/Migrations.js"
@@ -97,7 +97,10 @@ describe("Durable.layer configuration", () => {
         const sql = yield* SqlClient.SqlClient
         const rows = yield* sql`SELECT key FROM from_config.mutation_records`
         expect(rows).toEqual([{ key: "k" }])
-        expect(yield* sql`SELECT topic, payload FROM from_config.outbox`).toEqual([{ topic: "configured", payload: { ok: true } }])
+        expect(yield* sql`SELECT topic, payload FROM from_config.outbox`).toEqual([{
+          topic: "configured",
+          payload: { ok: true }
+        }])
       }))
 
     it.effect("DURABLE_PREPARED_STATEMENTS=false sends every statement unprepared (for a transaction pooler)", () =>
@@ -114,7 +117,11 @@ describe("Durable.layer configuration", () => {
             }))
           }).pipe(
             Effect.provide(Durable.layerConfig({ migrate: true })),
-            withEnv({ DATABASE_URL: Redacted.value(db.url), DURABLE_SCHEMA: "prepared_cfg", DURABLE_PREPARED_STATEMENTS: prepared })
+            withEnv({
+              DATABASE_URL: Redacted.value(db.url),
+              DURABLE_SCHEMA: "prepared_cfg",
+              DURABLE_PREPARED_STATEMENTS: prepared
+            })
           )
         expect(yield* preparedAfterQueries("false")).toBe(0)
         expect(yield* preparedAfterQueries("true")).toBeGreaterThan(0)
@@ -127,11 +134,20 @@ describe("Durable.layer at start", () => {
     it.effect("a database never migrated is refused at build with SchemaVersionMismatch saying how to migrate", () =>
       Effect.gen(function*() {
         const db = yield* TestDatabase.TestDatabase
-        const error = yield* Effect.flip(build(Durable.layer({ connection: { url: db.url }, settings: { schema: "never_migrated" } })))
-        expect(error).toMatchObject({ _tag: "SchemaVersionMismatch", schema: "never_migrated", found: 0, needed: Migrations.latestVersion })
+        const error = yield* Effect.flip(
+          build(Durable.layer({ connection: { url: db.url }, settings: { schema: "never_migrated" } }))
+        )
+        expect(error).toMatchObject({
+          _tag: "SchemaVersionMismatch",
+          schema: "never_migrated",
+          found: 0,
+          needed: Migrations.latestVersion
+        })
         expect(error.message).toContain("migrate: true")
         // With migrate: true the same start succeeds.
-        yield* build(Durable.layer({ connection: { url: db.url }, settings: { schema: "never_migrated" }, migrate: true }))
+        yield* build(
+          Durable.layer({ connection: { url: db.url }, settings: { schema: "never_migrated" }, migrate: true })
+        )
       }))
 
     it.effect("a schema behind the code, or ahead of it (a rolled-back deploy), is refused at build", () =>
@@ -139,13 +155,17 @@ describe("Durable.layer at start", () => {
         const db = yield* TestDatabase.TestDatabase
         const sql = yield* SqlClient.SqlClient
         const options = { connection: { url: db.url }, settings: { schema: "versions" } }
-        yield* Migrations.migrate({ upTo: Migrations.latestVersion - 1 }).pipe(Effect.provide(layerSettings({ schema: "versions" })))
+        yield* Migrations.migrate({ upTo: Migrations.latestVersion - 1 }).pipe(
+          Effect.provide(layerSettings({ schema: "versions" }))
+        )
         expect(yield* Effect.flip(build(Durable.layer(options)))).toMatchObject({
           _tag: "SchemaVersionMismatch",
           found: Migrations.latestVersion - 1
         })
         yield* build(Durable.layer({ ...options, migrate: true }))
-        yield* sql`INSERT INTO versions.schema_migrations (version, name) VALUES (${Migrations.latestVersion + 1}, 'from the future')`
+        yield* sql`INSERT INTO versions.schema_migrations (version, name) VALUES (${
+          Migrations.latestVersion + 1
+        }, 'from the future')`
         const ahead = yield* Effect.flip(build(Durable.layer(options)))
         expect(ahead).toMatchObject({ _tag: "SchemaVersionMismatch", found: Migrations.latestVersion + 1 })
         expect(ahead.message).toContain("newer than this code knows")

@@ -1,15 +1,15 @@
 // The substrate at its edges: arguments that can destroy data, the caller's transaction left
 // as it was, NUL characters, deep and huge JSON, durations that are not durations, errors
 // the caller's own statements raise, and spans that must not carry request data.
-import { describe, expect, it } from "@effect/vitest"
 import type * as Errors from "@effect-durable/core/Errors"
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import * as Telemetry from "@effect-durable/testing/Telemetry"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
-import * as SqlClient from "effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Cause from "effect/Cause"
-import * as Exit from "effect/Exit"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Cas from "../src/Cas.js"
 import * as Inbox from "../src/Inbox.js"
 import * as InboxAdmin from "../src/InboxAdmin.js"
@@ -23,11 +23,16 @@ import * as OutboxWorker from "../src/OutboxWorker.js"
 const Live = TestSubstrate.layer({ settings: { lockTimeout: "2 seconds", statementTimeout: "150 millis" } })
 
 const request = (body: unknown = { n: 1 }) =>
-  Effect.map(Fingerprint.fingerprint(body), (fingerprint) => ({ kind: "k", eligibility: new Uint8Array(), fingerprint }))
+  Effect.map(
+    Fingerprint.fingerprint(body),
+    (fingerprint) => ({ kind: "k", eligibility: new Uint8Array(), fingerprint })
+  )
 
 const settingsNow = Effect.flatMap(SqlClient.SqlClient, (sql) =>
   Effect.map(
-    sql<{ lock: string; statement: string }>`SELECT current_setting('lock_timeout') AS lock, current_setting('statement_timeout') AS statement`,
+    sql<
+      { lock: string; statement: string }
+    >`SELECT current_setting('lock_timeout') AS lock, current_setting('statement_timeout') AS statement`,
     (rows) => rows[0]!
   ))
 
@@ -39,10 +44,19 @@ describe("the substrate at its edges", () => {
         const ledger = yield* MutationLedger.MutationLedger
         const outbox = yield* OutboxAdmin.OutboxAdmin
         const inbox = yield* InboxAdmin.InboxAdmin
-        yield* ledger.execute({ subject: "purge-edge", operation: "op", key: "k" }, yield* request(), Effect.succeed(MutationLedger.accept(1)))
+        yield* ledger.execute(
+          { subject: "purge-edge", operation: "op", key: "k" },
+          yield* request(),
+          Effect.succeed(MutationLedger.accept(1))
+        )
         yield* sql`UPDATE durable.mutation_records SET created_at = now() - interval '30 days' WHERE subject = 'purge-edge'`
         const refused = [0, -1, Number.NaN, "-5 days", "garbage", Infinity, 1e300, "0 seconds"] as const
-        for (const [purge, belowFloor] of [[ledger.purge, "59 minutes"], [inbox.purge, "59 minutes"], [outbox.purge, "59 seconds"]] as const) {
+        for (
+          const [purge, belowFloor] of [[ledger.purge, "59 minutes"], [inbox.purge, "59 minutes"], [
+            outbox.purge,
+            "59 seconds"
+          ]] as const
+        ) {
           for (const olderThan of [...refused, belowFloor]) {
             const error = yield* Effect.flip(purge({ olderThan: olderThan as never }))
             expect(error).toMatchObject({ _tag: "InvalidInput", argument: "olderThan" })
@@ -73,7 +87,8 @@ describe("the substrate at its edges", () => {
         yield* sql.withTransaction(Effect.gen(function*() {
           yield* sql`SET LOCAL lock_timeout = '17s'`
           yield* sql`SET LOCAL statement_timeout = '23s'`
-          const check = (name: string) => Effect.flatMap(settingsNow, (now) => Effect.sync(() => void seen.push([name, now])))
+          const check = (name: string) =>
+            Effect.flatMap(settingsNow, (now) => Effect.sync(() => void seen.push([name, now])))
           const identity = { subject: "tx-edge", operation: "op", key: "k1" }
           yield* ledger.execute(identity, yield* request(), Effect.succeed(MutationLedger.accept(1)))
           yield* check("ledger first")
@@ -102,7 +117,12 @@ describe("the substrate at its edges", () => {
           yield* inbox.handle("tx-consumer", "m1", Effect.void)
           yield* check("inbox handle")
           yield* inbox.receive("tx-consumer", "m2", { a: 1 })
-          const [entry] = yield* inboxWorker.claim({ consumer: "tx-consumer", worker: "w", limit: 1, lease: "1 minute" })
+          const [entry] = yield* inboxWorker.claim({
+            consumer: "tx-consumer",
+            worker: "w",
+            limit: 1,
+            lease: "1 minute"
+          })
           yield* inboxWorker.complete(entry!.claim)
           yield* check("inbox complete")
           yield* cas.update({ table: "edge_docs", id: 1, expectedRevision: 1, set: { body: "b" } })
@@ -136,7 +156,9 @@ describe("the substrate at its edges", () => {
               yield* request(),
               Effect.succeed(MutationLedger.accept({ text: "\u0000" }))
             )),
-            yield* Effect.flip(ledger.execute({ subject: "s\u0000", operation: "op", key: "k" }, yield* request(), Effect.die("never"))),
+            yield* Effect.flip(
+              ledger.execute({ subject: "s\u0000", operation: "op", key: "k" }, yield* request(), Effect.die("never"))
+            ),
             yield* Effect.flip(inbox.receive("c", "m-nul", ["\u0000"])),
             yield* Effect.flip(worker.claim({ worker: "w\u0000", limit: 1, lease: "1 minute" })),
             yield* Effect.flip(cas.update({ table: "edge_docs", id: 1, expectedRevision: 1, set: { body: "\u0000" } }))
@@ -175,7 +197,11 @@ describe("the substrate at its edges", () => {
           reason: `nested deeper than ${Fingerprint.MAX_DEPTH} levels`
         })
         const error = yield* Effect.flip(
-          ledger.execute({ subject: "s", operation: "deep", key: "k" }, yield* request(), Effect.succeed(MutationLedger.accept(deep)))
+          ledger.execute(
+            { subject: "s", operation: "deep", key: "k" },
+            yield* request(),
+            Effect.succeed(MutationLedger.accept(deep))
+          )
         )
         expect(error).toMatchObject({ _tag: "UnsupportedJsonValue" })
       }))
@@ -188,12 +214,19 @@ describe("the substrate at its edges", () => {
         const id = yield* outbox.enqueue(topic, {})
         const [claimed] = yield* worker.claim({ worker: "w", topics: [topic], limit: 1, lease: "1 minute" })
         for (const bad of [Number.NaN, -1, "-5 seconds", "soon", 1e300, Infinity] as const) {
-          expect(yield* Effect.flip(outbox.enqueue(topic, {}, { delay: bad as never }))).toMatchObject({ argument: "delay" })
-          expect(yield* Effect.flip(worker.release(claimed!.claim, { error: "e", retryDelay: bad as never }))).toMatchObject({
-            argument: "retryDelay"
+          expect(yield* Effect.flip(outbox.enqueue(topic, {}, { delay: bad as never }))).toMatchObject({
+            argument: "delay"
           })
-          expect(yield* Effect.flip(worker.renewLease(claimed!.claim, bad as never))).toMatchObject({ argument: "lease" })
-          expect(yield* Effect.flip(worker.claim({ worker: "w", limit: 1, lease: bad as never }))).toMatchObject({ argument: "lease" })
+          expect(yield* Effect.flip(worker.release(claimed!.claim, { error: "e", retryDelay: bad as never })))
+            .toMatchObject({
+              argument: "retryDelay"
+            })
+          expect(yield* Effect.flip(worker.renewLease(claimed!.claim, bad as never))).toMatchObject({
+            argument: "lease"
+          })
+          expect(yield* Effect.flip(worker.claim({ worker: "w", limit: 1, lease: bad as never }))).toMatchObject({
+            argument: "lease"
+          })
         }
         // Nothing was released or renewed by the refusals.
         expect((yield* worker.release(claimed!.claim, { error: "e", retryDelay: 0 })).dead).toBe(false)
@@ -219,7 +252,12 @@ describe("the substrate at its edges", () => {
             Effect.as(sql`UPDATE edge_locked SET id = 1 WHERE id = 1`, MutationLedger.accept(1))
           )
         })))
-        expect(error).toMatchObject({ _tag: "DatabaseError", code: "57014", retryable: true, operation: "MutationLedger.execute" })
+        expect(error).toMatchObject({
+          _tag: "DatabaseError",
+          code: "57014",
+          retryable: true,
+          operation: "MutationLedger.execute"
+        })
         expect((error as { cause?: { code?: string } }).cause?.code).toBe("57014")
         expect(yield* sql`SELECT 1 FROM durable.mutation_records WHERE operation = 'locked'`).toEqual([])
       }))
@@ -250,7 +288,11 @@ describe("the substrate at its edges", () => {
         const KEY = "canary-key-93ab"
         const PAYLOAD = "canary-payload-77de"
         yield* telemetry.observed(Effect.gen(function*() {
-          yield* ledger.execute({ subject: SUBJECT, operation: "op", key: KEY }, yield* request(), Effect.succeed(MutationLedger.accept({ PAYLOAD })))
+          yield* ledger.execute(
+            { subject: SUBJECT, operation: "op", key: KEY },
+            yield* request(),
+            Effect.succeed(MutationLedger.accept({ PAYLOAD }))
+          )
           yield* ledger.execute({ subject: SUBJECT, operation: "op", key: KEY }, yield* request(), Effect.die("never"))
           yield* outbox.enqueue("canary", { PAYLOAD })
         }))

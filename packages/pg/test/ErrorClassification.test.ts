@@ -1,21 +1,25 @@
-import { describe, expect, it } from "@effect/vitest"
 import { DatabaseError } from "@effect-durable/core/Errors"
 import * as Faults from "@effect-durable/testing/Faults"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as SqlClient from "effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
-import * as Redacted from "effect/Redacted"
 import * as Reactivity from "effect/reactivity/Reactivity"
+import * as Redacted from "effect/Redacted"
+import * as SqlClient from "effect/sql/SqlClient"
 import { classify, classifySqlErrors, isSessionFailure } from "../src/ErrorClassification.js"
 import * as MutationLedger from "../src/MutationLedger.js"
 import { substrate } from "./support.js"
 
 const run = <A, R>(statement: Effect.Effect<A, unknown, R>) =>
-  Effect.flip(classifySqlErrors("test")(statement as Effect.Effect<A, never, R>)) as Effect.Effect<DatabaseError, never, R>
+  Effect.flip(classifySqlErrors("test")(statement as Effect.Effect<A, never, R>)) as Effect.Effect<
+    DatabaseError,
+    never,
+    R
+  >
 
 const Live = Layer.effectDiscard(
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
@@ -70,7 +74,10 @@ describe("PostgreSQL errors are classified in one place", () => {
           )
         ))
         yield* Deferred.await(locked)
-        expect(yield* run(sql`SELECT * FROM uniq WHERE id = 2 FOR UPDATE NOWAIT`)).toMatchObject({ code: "55P03", retryable: true })
+        expect(yield* run(sql`SELECT * FROM uniq WHERE id = 2 FOR UPDATE NOWAIT`)).toMatchObject({
+          code: "55P03",
+          retryable: true
+        })
         yield* Deferred.succeed(release, undefined)
         yield* Fiber.join(holder)
         const timedOut = yield* run(sql.withTransaction(
@@ -84,7 +91,11 @@ describe("PostgreSQL errors are classified in one place", () => {
         const sql = yield* SqlClient.SqlClient
         const db = yield* TestDatabase.TestDatabase
         // A pool of its own, so the suite's pool never holds the killed connection.
-        const victim = yield* PgClient.make({ url: db.url, applicationName: "classification-victim", maxConnections: 1 }).pipe(
+        const victim = yield* PgClient.make({
+          url: db.url,
+          applicationName: "classification-victim",
+          maxConnections: 1
+        }).pipe(
           Effect.provide([Reactivity.layer, TestDatabase.liveClock])
         )
         const started = yield* Deferred.make<void>()
@@ -126,8 +137,19 @@ describe("PostgreSQL errors are classified in one place", () => {
           Effect.succeed(MutationLedger.accept("ok"))
         ).pipe(Effect.orDie)
         const id = { subject: "s", operation: "deferred", key: "k" }
-        const error = yield* Effect.flip(ledger.execute(id, { kind: "k", eligibility: new Uint8Array(), fingerprint: new Uint8Array(32) as never }, decide))
-        expect(error).toMatchObject({ _tag: "DatabaseError", code: "23505", retryable: false, operation: "MutationLedger.execute" })
+        const error = yield* Effect.flip(
+          ledger.execute(
+            id,
+            { kind: "k", eligibility: new Uint8Array(), fingerprint: new Uint8Array(32) as never },
+            decide
+          )
+        )
+        expect(error).toMatchObject({
+          _tag: "DatabaseError",
+          code: "23505",
+          retryable: false,
+          operation: "MutationLedger.execute"
+        })
         expect(yield* sql`SELECT * FROM durable.mutation_records WHERE operation = 'deferred'`).toEqual([])
         expect(yield* sql`SELECT * FROM deferred_uniq`).toEqual([])
       }))

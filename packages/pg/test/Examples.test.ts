@@ -1,20 +1,20 @@
-import { describe, expect, it } from "@effect/vitest"
 import * as Cursor from "@effect-durable/core/Cursor"
+import * as TestDatabase from "@effect-durable/testing/TestDatabase"
+import { describe, expect, it } from "@effect/vitest"
+import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
-import { layerSettings } from "../src/DurableConfig.js"
-import * as TestDatabase from "@effect-durable/testing/TestDatabase"
-import * as ConfigProvider from "effect/ConfigProvider"
 import * as CasExample from "../examples/cas.js"
 import * as DatabaseExample from "../examples/database.js"
-import * as MigrationsExample from "../examples/migrations.js"
-import * as TransactionsExample from "../examples/transactions.js"
 import * as InboxExample from "../examples/inbox.js"
-import * as OutboxExample from "../examples/outbox.js"
 import * as LedgerExample from "../examples/ledger.js"
+import * as MigrationsExample from "../examples/migrations.js"
+import * as OutboxExample from "../examples/outbox.js"
 import * as PaginationExample from "../examples/pagination.js"
+import * as TransactionsExample from "../examples/transactions.js"
 import * as Cas from "../src/Cas.js"
+import { layerSettings } from "../src/DurableConfig.js"
 import * as Keyset from "../src/Keyset.js"
 import * as Migrations from "../src/Migrations.js"
 import { database, substrate } from "./support.js"
@@ -75,7 +75,9 @@ describe("the README's application database and migrations", () => {
 
     it.effect("migrations: migrate reaches the latest version, the schema verifies clean, the runtime role is granted", () =>
       Effect.gen(function*() {
-        const { drift, report } = yield* MigrationsExample.program.pipe(Effect.provide(layerSettings({ schema: "readme_migrations" })))
+        const { drift, report } = yield* MigrationsExample.program.pipe(
+          Effect.provide(layerSettings({ schema: "readme_migrations" }))
+        )
         expect(report.version).toBe(Migrations.latestVersion)
         expect(drift).toEqual([])
       }))

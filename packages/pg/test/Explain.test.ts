@@ -3,8 +3,8 @@
 // pooler (the CI pass through PgBouncer runs this file), where a statement outside a
 // transaction may land on a server connection another client gets next.
 import { describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as InboxAdmin from "../src/InboxAdmin.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
@@ -29,10 +29,20 @@ describe("explainClaim", () => {
           .pipe(Effect.map((rows) => rows[0]!))
         const plans = Array.from({ length: 60 }, (_, i) =>
           i % 2 === 0
-            ? outbox.explainClaim({ worker: `w${i}`, limit: 10, lease: "30 seconds", ...(i % 4 === 0 ? { topics: ["orders"] } : {}) })
+            ? outbox.explainClaim({
+              worker: `w${i}`,
+              limit: 10,
+              lease: "30 seconds",
+              ...(i % 4 === 0 ? { topics: ["orders"] } : {})
+            })
             : inbox.explainClaim({ worker: `w${i}`, consumer: "billing", limit: 10, lease: "30 seconds" }))
-        const traffic = Array.from({ length: 60 }, (_, i) =>
-          i % 3 === 0 ? Effect.as(worker.claim({ worker: `c${i}`, limit: 5, lease: "30 seconds" }), undefined) : readSession)
+        const traffic = Array.from(
+          { length: 60 },
+          (_, i) =>
+            i % 3 === 0
+              ? Effect.as(worker.claim({ worker: `c${i}`, limit: 5, lease: "30 seconds" }), undefined)
+              : readSession
+        )
         const results = yield* Effect.all([...plans, ...traffic], { concurrency: 24 })
         for (const plan of results.slice(0, 60)) {
           expect((plan as ReadonlyArray<{ Plan: { "Node Type": string } }>)[0]!.Plan["Node Type"]).toBeTypeOf("string")

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
+import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "../src/DurableConfig.js"
 import * as Inbox from "../src/Inbox.js"
 import * as InboxAdmin from "../src/InboxAdmin.js"
@@ -10,14 +10,23 @@ import * as InboxWorker from "../src/InboxWorker.js"
 import { barrier, eventually, substrate } from "./support.js"
 
 const withEffectsTable = () =>
-  Layer.effectDiscard(Effect.flatMap(SqlClient.SqlClient, (sql) => sql`CREATE TABLE applied (message_id text, note text)`))
+  Layer.effectDiscard(
+    Effect.flatMap(SqlClient.SqlClient, (sql) => sql`CREATE TABLE applied (message_id text, note text)`)
+  )
 
 // The consumer's business effect: one row per application of a message.
 const apply = (messageId: string, note = "") =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) => Effect.as(sql`INSERT INTO applied VALUES (${messageId}, ${note})`, `applied ${messageId}`))
+  Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) => Effect.as(sql`INSERT INTO applied VALUES (${messageId}, ${note})`, `applied ${messageId}`)
+  )
 const applications = (messageId: string) =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    Effect.map(sql<{ n: number }>`SELECT count(*)::int AS n FROM applied WHERE message_id = ${messageId}`, (rows) => rows[0]!.n))
+  Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) =>
+      Effect.map(sql<{ n: number }>`SELECT count(*)::int AS n FROM applied WHERE message_id = ${messageId}`, (rows) =>
+        rows[0]!.n)
+  )
 
 interface Receipt {
   readonly processed: boolean
@@ -87,10 +96,19 @@ const suite = (schema: string) => {
     it.effect("bad consumer or message ids are typed errors", () =>
       Effect.gen(function*() {
         const inbox = yield* inboxServices
-        expect(yield* Effect.flip(inbox.handle("", "m", Effect.void))).toMatchObject({ _tag: "InvalidInput", argument: "consumer" })
-        expect(yield* Effect.flip(inbox.handle("c", "x".repeat(257), Effect.void))).toMatchObject({ argument: "messageId" })
-        expect(yield* Effect.flip(inbox.receive("c", "m", { at: new Date() }))).toMatchObject({ _tag: "UnsupportedJsonValue" })
-        expect(yield* Effect.flip(inbox.receive("c", "m", "x".repeat(300 * 1024)))).toMatchObject({ _tag: "PayloadTooLarge" })
+        expect(yield* Effect.flip(inbox.handle("", "m", Effect.void))).toMatchObject({
+          _tag: "InvalidInput",
+          argument: "consumer"
+        })
+        expect(yield* Effect.flip(inbox.handle("c", "x".repeat(257), Effect.void))).toMatchObject({
+          argument: "messageId"
+        })
+        expect(yield* Effect.flip(inbox.receive("c", "m", { at: new Date() }))).toMatchObject({
+          _tag: "UnsupportedJsonValue"
+        })
+        expect(yield* Effect.flip(inbox.receive("c", "m", "x".repeat(300 * 1024)))).toMatchObject({
+          _tag: "PayloadTooLarge"
+        })
       }))
 
     it.effect("stored mode: receive dedups; claim, complete, release and dead letters follow the outbox's fencing", () =>
@@ -106,15 +124,23 @@ const suite = (schema: string) => {
         expect(yield* inbox.handle(consumer, a, Effect.die("must not run"))).toEqual({ _tag: "Duplicate" })
 
         const claimed = yield* inbox.claim({ consumer, worker: "w1", limit: 10, lease: "30 seconds" })
-        expect(claimed.map((e) => [e.messageId, e.payload, e.attempt])).toEqual([[a, { n: 1 }, 1], [b, { n: 2 }, 1], [c, { n: 3 }, 1]])
+        expect(claimed.map((e) => [e.messageId, e.payload, e.attempt])).toEqual([[a, { n: 1 }, 1], [b, { n: 2 }, 1], [
+          c,
+          { n: 3 },
+          1
+        ]])
         expect(claimed[0]!.headers).toEqual({ traceparent: "00-x" })
         const [ea, eb, ec] = claimed
         yield* inbox.complete(ea!.claim)
         yield* inbox.complete(ea!.claim)
         expect((yield* Effect.flip(inbox.complete({ ...eb!.claim, worker: "w2" })))._tag).toBe("ClaimMismatch")
-        expect((yield* Effect.flip(inbox.complete({ messageId: "999999997", worker: "w1", generation: 1 })))._tag).toBe("MessageMissing")
+        expect((yield* Effect.flip(inbox.complete({ messageId: "999999997", worker: "w1", generation: 1 })))._tag).toBe(
+          "MessageMissing"
+        )
         expect(yield* inbox.release(eb!.claim, { error: "db busy", retryDelay: 0 })).toEqual({ dead: false })
-        expect(yield* inbox.release(ec!.claim, { error: "bad payload", retryDelay: 0, permanent: true })).toEqual({ dead: true })
+        expect(yield* inbox.release(ec!.claim, { error: "bad payload", retryDelay: 0, permanent: true })).toEqual({
+          dead: true
+        })
         const again = yield* inbox.claim({ consumer, worker: "w2", limit: 10, lease: "30 seconds" })
         expect(again.map((e) => [e.messageId, e.attempt])).toEqual([[b, 2]])
         const done = yield* inbox.completeMany([again[0]!.claim, ea!.claim])
@@ -122,7 +148,10 @@ const suite = (schema: string) => {
         expect(yield* receipt(consumer, b)).toMatchObject({ processed: true, attempt_count: 2, last_error: null })
 
         const dead = yield* inbox.deadLetters({ consumer, limit: 10 })
-        expect(dead.items.map((d) => [d.messageId, d.lastError])).toEqual([[c, "bad payload (dead: a permanent failure)"]])
+        expect(dead.items.map((d) => [d.messageId, d.lastError])).toEqual([[
+          c,
+          "bad payload (dead: a permanent failure)"
+        ]])
         expect(yield* inbox.redrive([ec!.id])).toEqual([ec!.id])
         const redriven = yield* inbox.claim({ consumer, worker: "w3", limit: 10, lease: "30 seconds" })
         expect(redriven.map((e) => [e.messageId, e.attempt])).toEqual([[c, 1]])
@@ -158,7 +187,9 @@ const suite = (schema: string) => {
         yield* sql`UPDATE ${table} SET processed_at = now() - interval '8 days'
                     WHERE consumer = ${consumer} AND message_id = ANY(${ids.slice(0, 2)}::text[])`
         expect(yield* inbox.purge({ olderThan: "7 days", batchSize: 1 })).toBe(2)
-        const left = yield* sql<{ message_id: string }>`SELECT message_id FROM ${table} WHERE consumer = ${consumer} ORDER BY id`
+        const left = yield* sql<
+          { message_id: string }
+        >`SELECT message_id FROM ${table} WHERE consumer = ${consumer} ORDER BY id`
         expect(left.map((r) => r.message_id)).toEqual([ids[2], pending])
         // After the purge a redelivery of a purged message would run again: hence the retention rule.
         expect((yield* inbox.handle(consumer, ids[0]!, Effect.void))._tag).toBe("Processed")

@@ -1,15 +1,15 @@
-import { describe, expect, it } from "@effect/vitest"
 import * as Cursor from "@effect-durable/core/Cursor"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as SqlClient from "effect/sql/SqlClient"
-import * as Statement from "effect/sql/Statement"
+import { describe, expect, it } from "@effect/vitest"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
-import * as FastCheck from "fast-check"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
+import * as Result from "effect/Result"
+import * as SqlClient from "effect/sql/SqlClient"
+import * as Statement from "effect/sql/Statement"
+import * as FastCheck from "fast-check"
 import * as Keyset from "../src/Keyset.js"
 import { database } from "./support.js"
 
@@ -35,15 +35,35 @@ const ElsewhereLive = Layer.effect(
   Elsewhere,
   Effect.all({ sql: SqlClient.SqlClient, keyset: Keyset.make })
 ).pipe(
-  Layer.provide(Layer.unwrap(Effect.map(TestDatabase.TestDatabase, (db) =>
-    PgClient.layer({ url: inSaoPaulo(Redacted.value(db.url)), maxConnections: 2 }).pipe(Layer.provide(TestDatabase.liveClock))))),
+  Layer.provide(
+    Layer.unwrap(
+      Effect.map(
+        TestDatabase.TestDatabase,
+        (db) =>
+          PgClient.layer({ url: inSaoPaulo(Redacted.value(db.url)), maxConnections: 2 }).pipe(
+            Layer.provide(TestDatabase.liveClock)
+          )
+      )
+    )
+  ),
   Layer.provide(codec)
 )
 
 // Every supported type, with ties, ±infinity, years before 1 and after 9999, local times that
 // São Paulo skipped (2018-11-04 00:xx) or lived twice (2019-02-16 23:xx), '' and multibyte
 // text, NaN and ±Infinity numerics, and three unique tie-breakers of different types.
-const TYPED_COLUMNS = ["at_tz", "at_local", "day", "small", "medium", "big", "amount", "label", "short_label", "ref"] as const
+const TYPED_COLUMNS = [
+  "at_tz",
+  "at_local",
+  "day",
+  "small",
+  "medium",
+  "big",
+  "amount",
+  "label",
+  "short_label",
+  "ref"
+] as const
 const TIE_BREAKERS = ["id", "uid", "code"] as const
 const createTyped = (sql: SqlClient.SqlClient) =>
   Effect.all([
@@ -126,8 +146,10 @@ const createPropertyTables = (sql: SqlClient.SqlClient) =>
   })
 
 const Tables = Layer.effectDiscard(
-  Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    Effect.all([createTyped(sql), createEvents(sql), createTransfers(sql), createPropertyTables(sql)]))
+  Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) => Effect.all([createTyped(sql), createEvents(sql), createTransfers(sql), createPropertyTables(sql)])
+  )
 )
 
 const Live = Layer.mergeAll(Keyset.layer, ElsewhereLive, Tables).pipe(
@@ -218,13 +240,29 @@ describe("Keyset traversals", () => {
     it.effect("the default order is (created_at DESC, id DESC); ties and microseconds across page boundaries", () =>
       Effect.gen(function*() {
         for (const limit of [1, 4, 7, 30, 31]) {
-          const { pages, seen } = yield* traverse({ table: "events", subject: "tenant-a", where: { tenant: "a" }, limit })
-          expect(seen).toEqual(yield* orderedIds("events", { column: "created_at", tieBreaker: "id", direction: "desc" }, "tenant = 'a'"))
+          const { pages, seen } = yield* traverse({
+            table: "events",
+            subject: "tenant-a",
+            where: { tenant: "a" },
+            limit
+          })
+          expect(seen).toEqual(
+            yield* orderedIds("events", { column: "created_at", tieBreaker: "id", direction: "desc" }, "tenant = 'a'")
+          )
           expect(pages).toBe(Math.max(1, Math.ceil(30 / limit)))
         }
-        const filtered = yield* traverse({ table: "events", subject: "tenant-a", where: { tenant: "a", kind: "x" }, limit: 4 })
+        const filtered = yield* traverse({
+          table: "events",
+          subject: "tenant-a",
+          where: { tenant: "a", kind: "x" },
+          limit: 4
+        })
         expect(filtered.seen).toEqual(
-          yield* orderedIds("events", { column: "created_at", tieBreaker: "id", direction: "desc" }, "tenant = 'a' AND kind = 'x'")
+          yield* orderedIds(
+            "events",
+            { column: "created_at", tieBreaker: "id", direction: "desc" },
+            "tenant = 'a' AND kind = 'x'"
+          )
         )
         const nulls = yield* traverse({ table: "events", subject: "s", where: { kind: null }, limit: 4 })
         expect(nulls.seen).toEqual([])
@@ -279,7 +317,11 @@ describe("Keyset traversals", () => {
             filter: sql`sender = ${"ann"} OR receiver = ${"ann"}`,
             limit: 2
           })
-          const expected = yield* orderedIds("transfers", order, "currency = 'EUR' AND (sender = 'ann' OR receiver = 'ann')")
+          const expected = yield* orderedIds(
+            "transfers",
+            order,
+            "currency = 'EUR' AND (sender = 'ann' OR receiver = 'ann')"
+          )
           expect(expected.length).toBeGreaterThan(4)
           expect(seen).toEqual(expected)
         }
@@ -293,14 +335,22 @@ describe("Keyset high-water mark", () => {
     const insertNewer = Effect.flatMap(SqlClient.SqlClient, (sql) =>
       sql`INSERT INTO events (tenant, kind, created_at)
           SELECT 'a', 'y', timestamptz '2999-01-01' + make_interval(secs => i) FROM generate_series(1, 4) i`)
-    const deleteNewer = Effect.flatMap(SqlClient.SqlClient, (sql) =>
-      sql`DELETE FROM events WHERE created_at >= '2999-01-01'`)
+    const deleteNewer = Effect.flatMap(
+      SqlClient.SqlClient,
+      (sql) => sql`DELETE FROM events WHERE created_at >= '2999-01-01'`
+    )
 
     it.effect("rows inserted after a descending traversal's first page never enter it", () =>
       Effect.gen(function*() {
         const order = { column: "created_at", tieBreaker: "id", direction: "desc" } as const
         const before = yield* orderedIds("events", order, "tenant = 'a'")
-        const { seen } = yield* traverse({ table: "events", subject: "tenant-a", where: { tenant: "a" }, order, limit: 5 }, {
+        const { seen } = yield* traverse({
+          table: "events",
+          subject: "tenant-a",
+          where: { tenant: "a" },
+          order,
+          limit: 5
+        }, {
           between: (page) => page <= 2 ? insertNewer : Effect.void
         })
         expect(seen).toEqual(before)
@@ -311,7 +361,13 @@ describe("Keyset high-water mark", () => {
       Effect.gen(function*() {
         const order = { column: "created_at", tieBreaker: "id", direction: "asc" } as const
         const before = yield* orderedIds("events", order, "tenant = 'a'")
-        const { seen } = yield* traverse({ table: "events", subject: "tenant-a", where: { tenant: "a" }, order, limit: 5 }, {
+        const { seen } = yield* traverse({
+          table: "events",
+          subject: "tenant-a",
+          where: { tenant: "a" },
+          order,
+          limit: 5
+        }, {
           between: () => insertNewer
         })
         expect(seen).toEqual(before)
@@ -394,7 +450,11 @@ describe("Keyset cursors", () => {
           via: () => Effect.succeed({ page: (request) => keyset.page({ ...request, filter: since(start) }) })
         })
         expect(seen).toEqual(
-          yield* orderedIds("transfers", { column: "created_at", tieBreaker: "id", direction: "desc" }, "created_at >= '2026-03-01T12:00:05Z'")
+          yield* orderedIds(
+            "transfers",
+            { column: "created_at", tieBreaker: "id", direction: "desc" },
+            "created_at >= '2026-03-01T12:00:05Z'"
+          )
         )
         const { nextCursor } = yield* keyset.page({ table: "transfers", subject: "s", filter: since(start), limit: 7 })
         const { error } = yield* refusal(
@@ -410,12 +470,17 @@ describe("Keyset cursors", () => {
         const cursor = (yield* keyset.page(request)).nextCursor!
         const foreign = yield* Keyset.make.pipe(Effect.provide(keys("another-secret-of-32-bytes-long!!")))
         const foreignCursor = (yield* foreign.page(request)).nextCursor!
-        for (const [token, reason] of [
-          [cursor.slice(0, -2), /signature mismatch|canonical/],
-          [cursor.slice(0, 10) + (cursor[10] === "A" ? "B" : "A") + cursor.slice(11), /signature mismatch|unknown key/],
-          [foreignCursor, /signature mismatch/],
-          ["", /empty/]
-        ] as const) {
+        for (
+          const [token, reason] of [
+            [cursor.slice(0, -2), /signature mismatch|canonical/],
+            [
+              cursor.slice(0, 10) + (cursor[10] === "A" ? "B" : "A") + cursor.slice(11),
+              /signature mismatch|unknown key/
+            ],
+            [foreignCursor, /signature mismatch/],
+            ["", /empty/]
+          ] as const
+        ) {
           const { error, statements } = yield* refusal(keyset.page({ ...request, cursor: token }))
           expect(error._tag).toBe("InvalidCursor")
           expect((error as { reason: string }).reason).toMatch(reason)
@@ -489,7 +554,9 @@ describe("Keyset inputs", () => {
           [{ schema: "nowhere" }, "table", /there is no "nowhere"."awkward"/]
         ]
         for (const [changed, argument, rule] of cases) {
-          const { error, statements } = yield* refusal(keyset.page({ table: "awkward", subject: "s", limit: 2, ...changed }))
+          const { error, statements } = yield* refusal(
+            keyset.page({ table: "awkward", subject: "s", limit: 2, ...changed })
+          )
           expect(error, argument).toMatchObject({ _tag: "InvalidInput", argument })
           expect((error as { rule: string }).rule, argument).toMatch(rule)
           // The catalog answered; no page was read.
@@ -497,7 +564,12 @@ describe("Keyset inputs", () => {
         }
         // A refusal is not remembered: once a migration gives seq its unique index, it pages.
         yield* sql`CREATE UNIQUE INDEX awkward_seq ON awkward (seq)`
-        const { seen } = yield* traverse({ table: "awkward", subject: "s", order: { column: "seq", tieBreaker: "seq" }, limit: 2 })
+        const { seen } = yield* traverse({
+          table: "awkward",
+          subject: "s",
+          order: { column: "seq", tieBreaker: "seq" },
+          limit: 2
+        })
         expect(seen).toEqual(["5", "4", "3", "2", "1"])
       }))
 
@@ -546,36 +618,43 @@ describe("Keyset inputs", () => {
 
 describe("Keyset property", () => {
   it.layer(Live)((it) => {
-it.effect("any rows, page size, direction and tie-breaker, pages from any session: the traversal is ORDER BY over the same rows", () =>
+    it.effect("any rows, page size, direction and tie-breaker, pages from any session: the traversal is ORDER BY over the same rows", () =>
       Effect.gen(function*() {
         // Each case runs with the block's services; fast-check drives the cases and shrinks.
         const services = yield* Effect.context<SqlClient.SqlClient | Keyset.Keyset | Elsewhere>()
         yield* Effect.promise(() =>
           FastCheck.assert(
-            FastCheck.asyncProperty(FastCheck.record({
-        type: FastCheck.constantFrom(...PROPERTY_TYPES),
-        values: FastCheck.array(FastCheck.integer({ min: -6, max: 6 }), { maxLength: 40 }),
-        limit: FastCheck.integer({ min: 1, max: 9 }),
-        direction: FastCheck.constantFrom("asc" as const, "desc" as const),
-        tieBreaker: FastCheck.constantFrom("id", "k"),
-        elsewhere: FastCheck.array(FastCheck.boolean(), { minLength: 1, maxLength: 6 })
-            }), ({ direction, elsewhere, limit, tieBreaker, type, values }) =>
-              Effect.runPromise(Effect.provideContext(
-        Effect.gen(function*() {
-          const sql = yield* SqlClient.SqlClient
-          const there = yield* Elsewhere
-          const table = `prop_${type}`
-          yield* sql.unsafe(`TRUNCATE ${table}`)
-          yield* sql.unsafe(`INSERT INTO ${table} (v) SELECT ${PROPERTY_VALUES[type]} FROM unnest($1::int[]) AS x`, [values])
-          const order = { column: "v", tieBreaker, direction }
-          const { pages, seen } = yield* traverse({ table, subject: "s", order, limit }, {
-            via: (page) => elsewhere[(page - 1) % elsewhere.length] ? Effect.succeed(there.keyset) : Keyset.Keyset
-          })
-          expect(seen).toEqual(yield* orderedIds(table, order))
-          expect(pages).toBe(Math.max(1, Math.ceil(values.length / limit)))
-        }),
-                services
-              ))),
+            FastCheck.asyncProperty(
+              FastCheck.record({
+                type: FastCheck.constantFrom(...PROPERTY_TYPES),
+                values: FastCheck.array(FastCheck.integer({ min: -6, max: 6 }), { maxLength: 40 }),
+                limit: FastCheck.integer({ min: 1, max: 9 }),
+                direction: FastCheck.constantFrom("asc" as const, "desc" as const),
+                tieBreaker: FastCheck.constantFrom("id", "k"),
+                elsewhere: FastCheck.array(FastCheck.boolean(), { minLength: 1, maxLength: 6 })
+              }),
+              ({ direction, elsewhere, limit, tieBreaker, type, values }) =>
+                Effect.runPromise(Effect.provideContext(
+                  Effect.gen(function*() {
+                    const sql = yield* SqlClient.SqlClient
+                    const there = yield* Elsewhere
+                    const table = `prop_${type}`
+                    yield* sql.unsafe(`TRUNCATE ${table}`)
+                    yield* sql.unsafe(
+                      `INSERT INTO ${table} (v) SELECT ${PROPERTY_VALUES[type]} FROM unnest($1::int[]) AS x`,
+                      [values]
+                    )
+                    const order = { column: "v", tieBreaker, direction }
+                    const { pages, seen } = yield* traverse({ table, subject: "s", order, limit }, {
+                      via: (page) =>
+                        elsewhere[(page - 1) % elsewhere.length] ? Effect.succeed(there.keyset) : Keyset.Keyset
+                    })
+                    expect(seen).toEqual(yield* orderedIds(table, order))
+                    expect(pages).toBe(Math.max(1, Math.ceil(values.length / limit)))
+                  }),
+                  services
+                ))
+            ),
             { numRuns: 60 }
           )
         )

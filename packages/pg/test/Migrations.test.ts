@@ -1,9 +1,9 @@
-import { describe, expect, it } from "@effect/vitest"
-import { createHash } from "node:crypto"
 import * as TestRole from "@effect-durable/testing/TestRole"
-import * as SqlClient from "effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as SqlClient from "effect/sql/SqlClient"
+import { createHash } from "node:crypto"
 import { DurableSettings, layerSettings } from "../src/DurableConfig.js"
 import * as Migrations from "../src/Migrations.js"
 import { database, sqlState } from "./support.js"
@@ -96,12 +96,16 @@ describe("Migrations", () => {
         expect(v1.applied.map((m) => m.version)).toEqual([1])
         const drift = yield* Migrations.verifySchema
         expect(drift).toContainEqual(expect.objectContaining({ kind: "version-behind", actual: "1" }))
-        expect(drift).toContainEqual(expect.objectContaining({ kind: "missing-index", object: "mutation_records_created_at_idx" }))
+        expect(drift).toContainEqual(
+          expect.objectContaining({ kind: "missing-index", object: "mutation_records_created_at_idx" })
+        )
         yield* sql`INSERT INTO m_upgrade.mutation_records (subject, operation, key, kind, eligibility, request_fingerprint, status, response)
                    VALUES ('s', 'op', 'k', 'kind', '\\x00', decode(repeat('ab', 32), 'hex'), 'accepted', '{"ok":true}')`
         const forward = yield* Migrations.migrate()
         expect(forward.applied.map((m) => m.version)).toEqual(Migrations.migrations.slice(1).map((m) => m.version))
-        const rows = yield* sql<{ key: string; effect_applied: boolean }>`SELECT key, effect_applied FROM m_upgrade.mutation_records`
+        const rows = yield* sql<
+          { key: string; effect_applied: boolean }
+        >`SELECT key, effect_applied FROM m_upgrade.mutation_records`
         expect(rows).toEqual([{ key: "k", effect_applied: true }])
         expect(yield* Migrations.verifySchema).toEqual([])
       }).pipe(inSchema("m_upgrade")))
@@ -118,19 +122,35 @@ describe("Migrations", () => {
         yield* sql`ALTER TABLE m_drift.mutation_records ALTER COLUMN kind TYPE varchar(10)`
         yield* sql`ALTER TABLE m_drift.mutation_records ADD COLUMN note text`
         // A claim function replaced by a hand-edited one, another dropped.
-        yield* sql.unsafe(`CREATE OR REPLACE FUNCTION m_drift.inbox_claim(text, integer, double precision, text, integer)
+        yield* sql.unsafe(
+          `CREATE OR REPLACE FUNCTION m_drift.inbox_claim(text, integer, double precision, text, integer)
           RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean, consumer text, message_id text,
                          payload jsonb, headers jsonb, received_at text)
-          LANGUAGE sql AS 'SELECT NULL::text, NULL::text, 0, false, NULL::text, NULL::text, NULL::jsonb, NULL::jsonb, NULL::text WHERE false'`)
+          LANGUAGE sql AS 'SELECT NULL::text, NULL::text, 0, false, NULL::text, NULL::text, NULL::jsonb, NULL::jsonb, NULL::text WHERE false'`
+        )
         yield* sql`DROP FUNCTION m_drift.outbox_claim(text, integer, double precision, text[], integer)`
         const drift = yield* Migrations.verifySchema
         expect(drift).toEqual(expect.arrayContaining([
           expect.objectContaining({ kind: "missing-index", object: "mutation_records_created_at_idx" }),
-          expect.objectContaining({ kind: "missing-constraint", object: "mutation_records.mutation_records_fingerprint_length" }),
-          { kind: "column-type", object: "mutation_records.kind", expected: "text NOT NULL", actual: "character varying(10) NOT NULL" },
+          expect.objectContaining({
+            kind: "missing-constraint",
+            object: "mutation_records.mutation_records_fingerprint_length"
+          }),
+          {
+            kind: "column-type",
+            object: "mutation_records.kind",
+            expected: "text NOT NULL",
+            actual: "character varying(10) NOT NULL"
+          },
           expect.objectContaining({ kind: "unexpected-column", object: "mutation_records.note" }),
-          expect.objectContaining({ kind: "function-definition", object: "inbox_claim(text, integer, double precision, text, integer)" }),
-          expect.objectContaining({ kind: "missing-function", object: "outbox_claim(text, integer, double precision, text[], integer)" })
+          expect.objectContaining({
+            kind: "function-definition",
+            object: "inbox_claim(text, integer, double precision, text, integer)"
+          }),
+          expect.objectContaining({
+            kind: "missing-function",
+            object: "outbox_claim(text, integer, double precision, text[], integer)"
+          })
         ]))
         expect(drift).toHaveLength(6)
         yield* sql`DROP TABLE m_drift.mutation_records`
@@ -142,8 +162,17 @@ describe("Migrations", () => {
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         yield* Migrations.migrate()
-        const tables = yield* sql<{ name: string }>`SELECT tablename AS name FROM pg_tables WHERE schemaname = 'Durable_Mixed' ORDER BY 1`
-        expect(tables.map((t) => t.name)).toEqual(["inbox", "mutation_records", "outbox", "paused_topics", "runtime_roles", "schema_migrations"])
+        const tables = yield* sql<
+          { name: string }
+        >`SELECT tablename AS name FROM pg_tables WHERE schemaname = 'Durable_Mixed' ORDER BY 1`
+        expect(tables.map((t) => t.name)).toEqual([
+          "inbox",
+          "mutation_records",
+          "outbox",
+          "paused_topics",
+          "runtime_roles",
+          "schema_migrations"
+        ])
         expect(yield* Migrations.verifySchema).toEqual([])
         const settings = yield* DurableSettings
         expect(settings.table("mutation_records")).toBe(`"Durable_Mixed"."mutation_records"`)
@@ -180,11 +209,15 @@ describe("Migrations", () => {
         const runtime = yield* TestRole.make("runtime_grants")
         yield* Migrations.migrate()
         yield* Migrations.grantRuntimeAccess(runtime.name)
-        const denied = yield* Effect.flip(runtime.sql`INSERT INTO m_grants.schema_migrations (version, name) VALUES (999, 'forged')`)
+        const denied = yield* Effect.flip(
+          runtime.sql`INSERT INTO m_grants.schema_migrations (version, name) VALUES (999, 'forged')`
+        )
         expect(sqlState(denied)).toBe("42501")
         const deleteDenied = yield* Effect.flip(runtime.sql`DELETE FROM m_grants.schema_migrations`)
         expect(sqlState(deleteDenied)).toBe("42501")
-        expect(yield* runtime.sql`SELECT version FROM m_grants.schema_migrations WHERE version = 1`).toEqual([{ version: 1 }])
+        expect(yield* runtime.sql`SELECT version FROM m_grants.schema_migrations WHERE version = 1`).toEqual([{
+          version: 1
+        }])
         // The runtime works: an outbox message written and claimed as that role.
         yield* runtime.sql`INSERT INTO m_grants.outbox (topic, payload) VALUES ('t', '{}')`
         const claimed = yield* runtime.sql`SELECT * FROM m_grants.outbox_claim('w', 10, 30, NULL, 10)`

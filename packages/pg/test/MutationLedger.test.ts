@@ -1,12 +1,12 @@
-import { describe, expect, it } from "@effect/vitest"
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import * as TestRole from "@effect-durable/testing/TestRole"
-import * as SqlClient from "effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
+import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings, layerSettings } from "../src/DurableConfig.js"
 import * as Migrations from "../src/Migrations.js"
 import * as MutationLedger from "../src/MutationLedger.js"
@@ -20,16 +20,30 @@ const request = (overrides: Partial<MutationLedger.MutationRequest> = {}): Mutat
   ...overrides
 })
 let keys = 0
-const identity = (): MutationLedger.MutationIdentity => ({ subject: "tenant-7", operation: "create-order", key: `k-${++keys}` })
+const identity = (): MutationLedger.MutationIdentity => ({
+  subject: "tenant-7",
+  operation: "create-order",
+  key: `k-${++keys}`
+})
 
 // The business effect: one row per applied order, written by `decide` inside the ledger's transaction.
 const placeOrder = (key: string) =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    Effect.as(sql`INSERT INTO orders (idempotency_key) VALUES (${key})`, MutationLedger.accept({ order: key, total: 42 })))
+  Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) =>
+      Effect.as(
+        sql`INSERT INTO orders (idempotency_key) VALUES (${key})`,
+        MutationLedger.accept({ order: key, total: 42 })
+      )
+  )
 
 const ordersFor = (key: string) =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    Effect.map(sql<{ n: number }>`SELECT count(*)::int AS n FROM orders WHERE idempotency_key = ${key}`, (rows) => rows[0]!.n))
+  Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) =>
+      Effect.map(sql<{ n: number }>`SELECT count(*)::int AS n FROM orders WHERE idempotency_key = ${key}`, (rows) =>
+        rows[0]!.n)
+  )
 
 const recordsFor = (id: MutationLedger.MutationIdentity) =>
   Effect.gen(function*() {
@@ -56,9 +70,10 @@ const firstRequestInFlight = (ledger: MutationLedger.MutationLedger["Service"], 
   })
 
 // A function, not a constant: layers are memoized by reference, and each suite needs its own table.
-const withOrdersTable = () => Layer.effectDiscard(
-  Effect.flatMap(SqlClient.SqlClient, (sql) => sql`CREATE TABLE orders (id serial PRIMARY KEY, idempotency_key text)`)
-)
+const withOrdersTable = () =>
+  Layer.effectDiscard(
+    Effect.flatMap(SqlClient.SqlClient, (sql) => sql`CREATE TABLE orders (id serial PRIMARY KEY, idempotency_key text)`)
+  )
 // The whole suite runs in the default schema and in a quoted, mixed-case one.
 describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schema) => {
   const Live = withOrdersTable().pipe(Layer.provideMerge(substrate({ schema, lockTimeout: "3 seconds" })))
@@ -125,9 +140,14 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
         expect(again).toMatchObject({ _tag: "Replay", outcome: { _tag: "Replay", response: { order: id.key } } })
         // Rolled back after begin: no record, so the next request is a first one again.
         const other = identity()
-        yield* Effect.flip(sql.withTransaction(Effect.andThen(ledger.begin(other, request()), Effect.fail("handler failed"))))
+        yield* Effect.flip(
+          sql.withTransaction(Effect.andThen(ledger.begin(other, request()), Effect.fail("handler failed")))
+        )
         expect((yield* sql.withTransaction(ledger.begin(other, request())))._tag).toBe("Claimed")
-        expect(yield* Effect.flip(ledger.begin(identity(), request()))).toMatchObject({ _tag: "InvalidInput", argument: "transaction" })
+        expect(yield* Effect.flip(ledger.begin(identity(), request()))).toMatchObject({
+          _tag: "InvalidInput",
+          argument: "transaction"
+        })
         expect(yield* ordersFor(id.key)).toBe(1)
       }))
 
@@ -289,7 +309,9 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
         expect((yield* Fiber.join(first))._tag).toBe("First")
         const replay = yield* ledger.execute(id, request(), placeOrder(id.key), { wait: false })
         expect(replay._tag).toBe("Replay")
-        const conflict = yield* Effect.flip(ledger.execute(id, request({ kind: "other" }), placeOrder(id.key), { wait: false }))
+        const conflict = yield* Effect.flip(
+          ledger.execute(id, request({ kind: "other" }), placeOrder(id.key), { wait: false })
+        )
         expect(conflict._tag).toBe("MutationConflict")
         expect(yield* ordersFor(id.key)).toBe(1)
       }))
@@ -315,10 +337,14 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const id = identity()
-        const strict = MutationLedger.layer.pipe(Layer.provide(layerSettings({ schema, statementTimeout: "100 millis" })))
+        const strict = MutationLedger.layer.pipe(
+          Layer.provide(layerSettings({ schema, statementTimeout: "100 millis" }))
+        )
         const slow = Effect.andThen(placeOrder(id.key), Effect.as(sql`SELECT pg_sleep(2)`, MutationLedger.accept(null)))
         const error = yield* Effect.flip(
-          Effect.flatMap(MutationLedger.MutationLedger, (l) => l.execute(id, request(), slow)).pipe(Effect.provide(strict))
+          Effect.flatMap(MutationLedger.MutationLedger, (l) => l.execute(id, request(), slow)).pipe(
+            Effect.provide(strict)
+          )
         )
         // decide's own statement was cancelled: its error comes back as decide raised it.
         expect(sqlState(error)).toBe("57014")
@@ -329,7 +355,9 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
     it.effect("invalid identities and requests are typed errors naming the field, before any SQL", () =>
       Effect.gen(function*() {
         const ledger = yield* MutationLedger.MutationLedger
-        const cases: ReadonlyArray<readonly [MutationLedger.MutationIdentity, Partial<MutationLedger.MutationRequest>, string]> = [
+        const cases: ReadonlyArray<
+          readonly [MutationLedger.MutationIdentity, Partial<MutationLedger.MutationRequest>, string]
+        > = [
           [{ subject: "", operation: "op", key: "k" }, {}, "identity.subject"],
           [{ subject: "s".repeat(257), operation: "op", key: "k" }, {}, "identity.subject"],
           [{ subject: "é".repeat(129), operation: "op", key: "k" }, {}, "identity.subject"],
@@ -337,7 +365,9 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
           [{ subject: "s", operation: "op", key: "" }, {}, "identity.key"],
           [{ subject: "s", operation: "op", key: "k" }, { kind: "" }, "request.kind"],
           [{ subject: "s", operation: "op", key: "k" }, { eligibility: new Uint8Array(1025) }, "request.eligibility"],
-          [{ subject: "s", operation: "op", key: "k" }, { fingerprint: new Uint8Array(31) as Fingerprint.RequestFingerprint }, "request.fingerprint"]
+          [{ subject: "s", operation: "op", key: "k" }, {
+            fingerprint: new Uint8Array(31) as Fingerprint.RequestFingerprint
+          }, "request.fingerprint"]
         ]
         for (const [id, change, field] of cases) {
           const error = yield* Effect.flip(ledger.execute(id, request(change), Effect.die("must not run")))
@@ -351,9 +381,17 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
         const ledger = yield* MutationLedger.MutationLedger
         const subject = "purge-subject"
         for (let i = 0; i < 7; i++) {
-          yield* ledger.execute({ subject, operation: "op", key: `old-${i}` }, request(), Effect.succeed(MutationLedger.accept(i)))
+          yield* ledger.execute(
+            { subject, operation: "op", key: `old-${i}` },
+            request(),
+            Effect.succeed(MutationLedger.accept(i))
+          )
         }
-        yield* ledger.execute({ subject, operation: "op", key: "recent" }, request(), Effect.succeed(MutationLedger.accept(0)))
+        yield* ledger.execute(
+          { subject, operation: "op", key: "recent" },
+          request(),
+          Effect.succeed(MutationLedger.accept(0))
+        )
         const records = sql.literal((yield* DurableSettings).table("mutation_records"))
         yield* sql`UPDATE ${records} SET created_at = now() - interval '2 days'
                     WHERE subject = ${subject} AND key LIKE 'old-%'`
@@ -374,7 +412,9 @@ describe.each(["durable", "Ledger_Mixed"])("MutationLedger in schema %s", (schem
         yield* sql.unsafe(`GRANT USAGE ON SEQUENCE orders_id_seq TO "${runtime.name}"`)
         const settings = yield* DurableSettings
         const asRuntime = MutationLedger.layer.pipe(
-          Layer.provideMerge(Layer.merge(Layer.succeed(SqlClient.SqlClient, runtime.sql), Layer.succeed(DurableSettings, settings)))
+          Layer.provideMerge(
+            Layer.merge(Layer.succeed(SqlClient.SqlClient, runtime.sql), Layer.succeed(DurableSettings, settings))
+          )
         )
         const id = identity()
         const outcomes = yield* Effect.gen(function*() {

@@ -1,17 +1,17 @@
-import { describe, expect, it } from "@effect/vitest"
-import * as Reactivity from "effect/reactivity/Reactivity"
+import * as TestDatabase from "@effect-durable/testing/TestDatabase"
+import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as SqlClient from "effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Queue from "effect/Queue"
+import * as Reactivity from "effect/reactivity/Reactivity"
+import * as Result from "effect/Result"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as TestClock from "effect/testing/TestClock"
-import * as TestDatabase from "@effect-durable/testing/TestDatabase"
-import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import { DurableSettings, layerSettings } from "../src/DurableConfig.js"
 import * as Outbox from "../src/Outbox.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"
@@ -61,7 +61,6 @@ const freshTopic = TestSubstrate.freshName
 const claimAll = (worker: string, topic: string, lease: Duration.Input = "30 seconds") =>
   Effect.flatMap(OutboxWorker.OutboxWorker, (outbox) => outbox.claim({ worker, topics: [topic], limit: 100, lease }))
 
-
 const suite = (schema: string) => {
   const Live = substrate({ schema, lockTimeout: "5 seconds" }, {}, { maxAttemptsByTopic: { fragile: 2 } })
 
@@ -82,7 +81,12 @@ const suite = (schema: string) => {
           outbox.enqueue(topic, { n: 2, nested: { ok: true } }, { orderingKey: "order-9", headers: { tenant: "acme" } })
         ).pipe(Effect.withSpan("business-operation"))
         const row = (yield* rowOf(id))!
-        expect(row).toMatchObject({ topic, ordering_key: "order-9", payload: { n: 2, nested: { ok: true } }, attempt_count: 0 })
+        expect(row).toMatchObject({
+          topic,
+          ordering_key: "order-9",
+          payload: { n: 2, nested: { ok: true } },
+          attempt_count: 0
+        })
         expect(row.headers.tenant).toBe("acme")
         expect(row.headers.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$/)
         expect(row.delay_seconds).toBe(0)
@@ -94,7 +98,9 @@ const suite = (schema: string) => {
         const database = yield* TestDatabase.TestDatabase
         // A transaction pooler cannot carry a LISTEN: behind one, listen on a direct client.
         const pg = TestDatabase.isPooled(database)
-          ? yield* PgClient.make({ url: database.url, maxConnections: 1 }).pipe(Effect.provide([Reactivity.layer, TestDatabase.liveClock]))
+          ? yield* PgClient.make({ url: database.url, maxConnections: 1 }).pipe(
+            Effect.provide([Reactivity.layer, TestDatabase.liveClock])
+          )
           : yield* PgClient.PgClient
         const outbox = yield* outboxServices
         const topic = freshTopic("notify")
@@ -129,8 +135,14 @@ const suite = (schema: string) => {
         ]))
         expect(manyWithOneBad._tag).toBe("PayloadTooLarge")
         expect(yield* Effect.flip(outbox.enqueue("", {}))).toMatchObject({ _tag: "InvalidInput", argument: "topic" })
-        expect(yield* Effect.flip(outbox.enqueue(topic, {}, { orderingKey: "k\u0000" }))).toMatchObject({ _tag: "InvalidInput", argument: "orderingKey" })
-        expect(yield* Effect.flip(outbox.enqueue(topic, {}, { delay: -1 }))).toMatchObject({ _tag: "InvalidInput", argument: "delay" })
+        expect(yield* Effect.flip(outbox.enqueue(topic, {}, { orderingKey: "k\u0000" }))).toMatchObject({
+          _tag: "InvalidInput",
+          argument: "orderingKey"
+        })
+        expect(yield* Effect.flip(outbox.enqueue(topic, {}, { delay: -1 }))).toMatchObject({
+          _tag: "InvalidInput",
+          argument: "delay"
+        })
         const rows = yield* sql`SELECT 1 FROM ${sql.literal(yield* table)} WHERE topic = ${topic}`
         expect(rows).toEqual([])
       }))
@@ -140,7 +152,10 @@ const suite = (schema: string) => {
         const outbox = yield* outboxServices
         const topic = freshTopic()
         const ids = yield* outbox.enqueueMany(
-          Array.from({ length: 50 }, (_, i) => ({ topic, payload: { i }, options: { orderingKey: i % 2 === 0 ? "even" : "odd" } }))
+          Array.from(
+            { length: 50 },
+            (_, i) => ({ topic, payload: { i }, options: { orderingKey: i % 2 === 0 ? "even" : "odd" } })
+          )
         )
         expect(ids).toHaveLength(50)
         const rows = yield* rowsOf(ids)
@@ -171,14 +186,21 @@ const suite = (schema: string) => {
         const otherId = yield* outbox.enqueue(other, {})
         const first = yield* outbox.claim({ worker: "w1", topics: [topic], limit: 2, lease: "30 seconds" })
         expect(first.map((m) => m.id)).toEqual(ids.slice(0, 2))
-        expect(first[0]).toMatchObject({ topic, payload: { i: 1 }, attempt: 1, claim: { messageId: ids[0], worker: "w1", generation: 1 } })
+        expect(first[0]).toMatchObject({
+          topic,
+          payload: { i: 1 },
+          attempt: 1,
+          claim: { messageId: ids[0], worker: "w1", generation: 1 }
+        })
         const rest = yield* outbox.claim({ worker: "w2", topics: [topic, other], limit: 10, lease: "30 seconds" })
         expect(rest.map((m) => m.id)).toEqual([ids[2], otherId])
         const rows = yield* rowsOf([...ids, otherId])
         expect(rows.map((r) => r.claimed_by)).toEqual(["w1", "w1", "w2", "w2"])
         expect(rows.every((r) => r.claim_generation === "1" && r.attempt_count === 1)).toBe(true)
         expect(rows.every((r) => r.lease_seconds! > 29 && r.lease_seconds! <= 30)).toBe(true)
-        expect(yield* outbox.claim({ worker: "w3", topics: [topic, other], limit: 10, lease: "30 seconds" })).toEqual([])
+        expect(yield* outbox.claim({ worker: "w3", topics: [topic, other], limit: 10, lease: "30 seconds" })).toEqual(
+          []
+        )
       }))
 
     it.effect("messages of one ordering key are handed out one at a time in id order; other keys are not held back", () =>
@@ -249,9 +271,13 @@ const suite = (schema: string) => {
         yield* outbox.markProjected(claim)
         expect((yield* rowOf(id))!.projected).toBe(true)
         expect((yield* Effect.flip(outbox.markProjected({ ...claim, generation: 2 })))._tag).toBe("ClaimMismatch")
-        const missing = yield* Effect.flip(outbox.markProjected({ messageId: "999999999", worker: "w1", generation: 1 }))
+        const missing = yield* Effect.flip(
+          outbox.markProjected({ messageId: "999999999", worker: "w1", generation: 1 })
+        )
         expect(missing).toMatchObject({ _tag: "MessageMissing", messageId: "999999999" })
-        const malformed = yield* Effect.flip(outbox.markProjected({ messageId: "1; DROP TABLE x", worker: "w1", generation: 1 }))
+        const malformed = yield* Effect.flip(
+          outbox.markProjected({ messageId: "1; DROP TABLE x", worker: "w1", generation: 1 })
+        )
         expect(malformed._tag).toBe("ClaimMismatch")
       }))
 
@@ -282,7 +308,10 @@ const suite = (schema: string) => {
         const topic = freshTopic()
         const id = yield* outbox.enqueue(topic, {})
         const [message] = yield* claimAll("w1", topic)
-        const released = yield* outbox.release(message!.claim, { error: "broker unavailable", retryDelay: "400 millis" })
+        const released = yield* outbox.release(message!.claim, {
+          error: "broker unavailable",
+          retryDelay: "400 millis"
+        })
         expect(released).toEqual({ dead: false })
         const row = (yield* rowOf(id))!
         expect(row).toMatchObject({ last_error: "broker unavailable", dead: false, projected: false, attempt_count: 1 })
@@ -302,7 +331,9 @@ const suite = (schema: string) => {
         const claimed = yield* claimAll("w1", topic)
         const byId = new Map(claimed.map((m) => [m.id, m.claim]))
         // 100,000 characters, then a pair that must not be split at the cut.
-        expect(yield* outbox.release(byId.get(long)!, { error: "E".repeat(100_000) + "😀", retryDelay: 0, permanent: true }))
+        expect(
+          yield* outbox.release(byId.get(long)!, { error: "E".repeat(100_000) + "😀", retryDelay: 0, permanent: true })
+        )
           .toEqual({ dead: true })
         yield* outbox.release(byId.get(nul)!, { error: "bad\u0000byte", retryDelay: 0 })
         const stored = (yield* rowOf(long))!.last_error!
@@ -335,7 +366,10 @@ const suite = (schema: string) => {
         const missing = { messageId: "999999998", worker: "w1", generation: 1 }
         const result = yield* outbox.renewLeases([claimed[0]!.claim, stale, claimed[2]!.claim, missing], "90 seconds")
         expect([...result.applied].sort()).toEqual([ids[0], ids[2]].sort())
-        expect(result.rejected.map((e) => [e._tag, e.messageId])).toEqual([["ClaimMismatch", ids[1]], ["MessageMissing", "999999998"]])
+        expect(result.rejected.map((e) => [e._tag, e.messageId])).toEqual([["ClaimMismatch", ids[1]], [
+          "MessageMissing",
+          "999999998"
+        ]])
         const leases = (yield* rowsOf(ids)).map((row) => row.lease_seconds!)
         expect(leases[0]).toBeGreaterThan(89)
         expect(leases[1]).toBeLessThan(3)
@@ -390,11 +424,13 @@ const suite = (schema: string) => {
         const [first] = yield* claimAll("w1", topic, "300 millis")
         const [second] = yield* eventually(claimAll("w2", topic), (messages) => messages.length > 0)
         expect(second).toMatchObject({ id, attempt: 2, claim: { worker: "w2", generation: 2 } })
-        for (const attempt of [
-          outbox.markProjected(first!.claim),
-          outbox.release(first!.claim, { error: "late", retryDelay: 0 }),
-          outbox.renewLease(first!.claim, "1 minute")
-        ]) {
+        for (
+          const attempt of [
+            outbox.markProjected(first!.claim),
+            outbox.release(first!.claim, { error: "late", retryDelay: 0 }),
+            outbox.renewLease(first!.claim, "1 minute")
+          ]
+        ) {
           expect(yield* Effect.flip(attempt)).toMatchObject({ _tag: "ClaimMismatch", worker: "w1", generation: 1 })
         }
         const row = (yield* rowOf(id))!
@@ -418,7 +454,9 @@ const suite = (schema: string) => {
         expect(yield* outbox.release(try2!.claim, { error: "timeout 2", retryDelay: 0 })).toEqual({ dead: true })
         expect(yield* claimAll("w1", "fragile")).toEqual([])
         const [p] = yield* claimAll("w1", topic)
-        expect(yield* outbox.release(p!.claim, { error: "schema mismatch", retryDelay: 0, permanent: true })).toEqual({ dead: true })
+        expect(yield* outbox.release(p!.claim, { error: "schema mismatch", retryDelay: 0, permanent: true })).toEqual({
+          dead: true
+        })
         expect((yield* rowOf(poison))!).toMatchObject({
           dead: true,
           attempt_count: 1,
@@ -428,7 +466,11 @@ const suite = (schema: string) => {
         const page1 = yield* outbox.deadLetters({ limit: 1 })
         const page2 = yield* outbox.deadLetters({ limit: 1, before: page1.next! })
         expect([page1.items[0]!.id, page2.items[0]!.id]).toEqual([poison, fragile])
-        expect(page1.items[0]).toMatchObject({ topic, attempts: 1, lastError: "schema mismatch (dead: a permanent failure)" })
+        expect(page1.items[0]).toMatchObject({
+          topic,
+          attempts: 1,
+          lastError: "schema mismatch (dead: a permanent failure)"
+        })
         expect(page1.items[0]!.deadAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/)
         const fragileOnly = yield* outbox.deadLetters({ topic: "fragile", limit: 10 })
         expect(fragileOnly.items.map((d) => [d.id, d.attempts, d.lastError])).toEqual([
@@ -556,7 +598,10 @@ const suite = (schema: string) => {
         })))
         yield* Deferred.await(locked)
         const error = yield* Effect.flip(
-          Effect.flatMap(OutboxWorker.OutboxWorker, (o) => o.claim({ worker: "w1", topics: [topic], limit: 10, lease: "1 minute" })).pipe(
+          Effect.flatMap(
+            OutboxWorker.OutboxWorker,
+            (o) => o.claim({ worker: "w1", topics: [topic], limit: 10, lease: "1 minute" })
+          ).pipe(
             Effect.provide(strict)
           )
         )
@@ -572,9 +617,13 @@ const suite = (schema: string) => {
         const outbox = yield* outboxServices
         const topic = freshTopic()
         // Enough rows to fill many pages: without free room on them no update could be in place.
-        yield* outbox.enqueueMany(Array.from({ length: 2000 }, (_, i) => ({ topic, payload: { i, pad: "x".repeat(200) } })))
+        yield* outbox.enqueueMany(
+          Array.from({ length: 2000 }, (_, i) => ({ topic, payload: { i, pad: "x".repeat(200) } }))
+        )
         const hotUpdates = Effect.map(
-          sql<{ n: string }>`SELECT pg_stat_clear_snapshot(), pg_stat_get_tuples_hot_updated(${yield* table}::regclass)::text AS n`,
+          sql<
+            { n: string }
+          >`SELECT pg_stat_clear_snapshot(), pg_stat_get_tuples_hot_updated(${yield* table}::regclass)::text AS n`,
           (rows) => Number(rows[0]!.n)
         )
         const before = yield* hotUpdates

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "../src/DurableConfig.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
@@ -49,12 +49,17 @@ describe("Outbox at scale", () => {
         yield* sql`ANALYZE ${table}`
         const [{ total, open }] = (yield* sql<{ total: number; open: number }>`
           SELECT count(*)::int AS total, count(*) FILTER (WHERE projected_at IS NULL)::int AS open FROM ${table}`) as [
-            { total: number; open: number }
-          ]
+          { total: number; open: number }
+        ]
         expect([total, open]).toEqual([1_000_000, 500_000])
         const expected = { scan: "Index Scan", above: "LockRows", aboveThat: "Limit" }
         for (const topics of [undefined, ["orders"]]) {
-          const plan = yield* admin.explainClaim({ worker: "w", limit: 100, lease: "30 seconds", ...(topics ? { topics } : {}) })
+          const plan = yield* admin.explainClaim({
+            worker: "w",
+            limit: 100,
+            lease: "30 seconds",
+            ...(topics ? { topics } : {})
+          })
           const scans = scansOfOpenIndex(plan)
           expect(scans).toContainEqual(expected)
           // Every read of the open index is bounded by a Limit (the claim's or the window's).

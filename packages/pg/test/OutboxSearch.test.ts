@@ -1,16 +1,16 @@
-import { describe, expect, it } from "@effect/vitest"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
-import * as SqlClient from "effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Stream from "effect/Stream"
 import { DurableSettings } from "../src/DurableConfig.js"
 import * as Outbox from "../src/Outbox.js"
+import * as OutboxAdmin from "../src/OutboxAdmin.js"
 import * as OutboxBulk from "../src/OutboxBulk.js"
 import * as OutboxSearch from "../src/OutboxSearch.js"
-import * as OutboxAdmin from "../src/OutboxAdmin.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
 import * as Retention from "../src/Retention.js"
 import { eventually, substrate } from "./support.js"
@@ -27,7 +27,10 @@ const seed = (messages: ReadonlyArray<{ payload: unknown; orderingKey?: string; 
     const ids = yield* outbox.enqueueMany(messages.map((m) => ({
       topic,
       payload: m.payload,
-      options: { ...(m.orderingKey === undefined ? {} : { orderingKey: m.orderingKey }), ...(m.headers === undefined ? {} : { headers: m.headers }) }
+      options: {
+        ...(m.orderingKey === undefined ? {} : { orderingKey: m.orderingKey }),
+        ...(m.headers === undefined ? {} : { headers: m.headers })
+      }
     })))
     return { topic, ids }
   })
@@ -67,7 +70,8 @@ describe("OutboxSearch", () => {
         expect(yield* list({ orderingKey: "k1" })).toEqual([ids[2], ids[0]])
         // The number 42 and the string "42" both read as "42".
         expect(yield* list({ payload: [{ path: ["customer", "id"], value: "42" }] })).toEqual([ids[1], ids[0]])
-        expect(yield* list({ payload: [{ path: ["customer", "id"], value: "42" }, { path: ["kind"], value: "a" }] })).toEqual([ids[0]])
+        expect(yield* list({ payload: [{ path: ["customer", "id"], value: "42" }, { path: ["kind"], value: "a" }] }))
+          .toEqual([ids[0]])
         expect(yield* list({ headers: [{ path: ["tenant"], value: "globex" }] })).toEqual([ids[1]])
         expect(yield* list({ ids: [ids[0]!, ids[2]!] })).toEqual([ids[2], ids[0]])
         expect(yield* list({ state: "ready" })).toHaveLength(3)
@@ -76,7 +80,10 @@ describe("OutboxSearch", () => {
         const first = yield* search.messages({ topic }, { limit: 2 })
         expect(first.next).toBe(ids[1])
         const second = yield* search.messages({ topic }, { limit: 2, before: first.next! })
-        expect(second).toEqual({ items: [expect.objectContaining({ id: ids[0], state: "ready", attempts: 0 })], next: undefined })
+        expect(second).toEqual({
+          items: [expect.objectContaining({ id: ids[0], state: "ready", attempts: 0 })],
+          next: undefined
+        })
         expect(yield* search.count({ topic, orderingKey: "k1" })).toEqual({ count: 2, maxId: ids[2] })
       }))
 
@@ -100,7 +107,10 @@ describe("OutboxSearch", () => {
         expect(detail.headers.tenant).toBe("acme")
         expect(detail.deadAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/)
         expect(yield* search.message("999999999")).toEqual(Option.none())
-        expect(yield* Effect.flip(search.message("1; DROP TABLE x"))).toMatchObject({ _tag: "InvalidInput", argument: "id" })
+        expect(yield* Effect.flip(search.message("1; DROP TABLE x"))).toMatchObject({
+          _tag: "InvalidInput",
+          argument: "id"
+        })
       }))
 
     it.effect("each failed delivery's error is kept, the last 10, oldest first, with its attempt, worker and time", () =>
@@ -144,7 +154,12 @@ describe("OutboxSearch", () => {
             latestId: ids[2],
             example: `order ${ids[2]} not found (dead: a permanent failure)`
           }),
-          expect.objectContaining({ topic, error: "timeout after #s (dead: a permanent failure)", count: 1, latestId: ids[3] })
+          expect.objectContaining({
+            topic,
+            error: "timeout after #s (dead: a permanent failure)",
+            count: 1,
+            latestId: ids[3]
+          })
         ])
         // The group is a filter: what it counts is what a bulk action takes.
         expect((yield* search.count({ topic, error: groups[0]!.error })).count).toBe(3)
@@ -165,7 +180,13 @@ describe("OutboxSearch", () => {
         })
         yield* kill(topic, () => "bad")
         const progress = Array.from(
-          yield* Stream.runCollect(bulk.redriveMatching({ topic }, { batchSize: 3, statementTimeout: "5 seconds", ...(maxId === null ? {} : { upTo: maxId }) }))
+          yield* Stream.runCollect(
+            bulk.redriveMatching({ topic }, {
+              batchSize: 3,
+              statementTimeout: "5 seconds",
+              ...(maxId === null ? {} : { upTo: maxId })
+            })
+          )
         )
         expect(progress.map((p) => [p.ids.length, p.total])).toEqual([[3, 3], [3, 6], [1, 7]])
         expect((yield* stateOf(ids)).every((row) => !row.dead && row.attempts === 0)).toBe(true)
@@ -181,13 +202,17 @@ describe("OutboxSearch", () => {
         const { count, maxId } = yield* search.count({ topic, state: "dead" })
         expect(count).toBe(5)
         // The operator confirmed 3 (a count shown earlier): 3 are redriven, in two batches, the oldest.
-        const held = Array.from(yield* Stream.runCollect(bulk.redriveMatching({ topic }, { batchSize: 2, limit: 3, upTo: maxId! })))
+        const held = Array.from(
+          yield* Stream.runCollect(bulk.redriveMatching({ topic }, { batchSize: 2, limit: 3, upTo: maxId! }))
+        )
         expect(held.map((p) => [p.ids.length, p.total])).toEqual([[2, 2], [1, 3]])
         expect(held.flatMap((p) => p.ids)).toEqual(ids.slice(0, 3))
         expect((yield* stateOf(ids)).map((row) => row.dead)).toEqual([false, false, false, true, true])
         // A limit of 0 touches nothing; a limit beyond the matches takes what there is.
         expect(Array.from(yield* Stream.runCollect(bulk.discardMatching({ topic }, { limit: 0 })))).toEqual([])
-        const rest = Array.from(yield* Stream.runCollect(bulk.discardMatching({ topic }, { limit: 100, batchSize: 10 })))
+        const rest = Array.from(
+          yield* Stream.runCollect(bulk.discardMatching({ topic }, { limit: 100, batchSize: 10 }))
+        )
         expect(rest.flatMap((p) => p.ids)).toEqual(ids.slice(3))
         expect(yield* Effect.flip(Stream.runDrain(bulk.discardMatching({ topic }, { limit: -1 })))).toMatchObject({
           _tag: "InvalidInput",
@@ -198,7 +223,9 @@ describe("OutboxSearch", () => {
     it.effect("discard of everything matching deletes only dead messages of the filter; an interrupted one leaves whole batches", () =>
       Effect.gen(function*() {
         const bulk = yield* OutboxBulk.OutboxBulk
-        const { ids, topic } = yield* seed(Array.from({ length: 6 }, (_, n) => ({ payload: { n, tenant: n % 2 === 0 ? "acme" : "globex" } })))
+        const { ids, topic } = yield* seed(
+          Array.from({ length: 6 }, (_, n) => ({ payload: { n, tenant: n % 2 === 0 ? "acme" : "globex" } }))
+        )
         yield* kill(topic, () => "bad")
         const alive = yield* seed([{ payload: { tenant: "acme" } }])
         const filter = { payload: [{ path: ["tenant"], value: "acme" }] }
@@ -229,32 +256,54 @@ describe("OutboxSearch", () => {
         const last = buckets[9]!
         expect(last).toMatchObject({ delivered: 2, died: 1 })
         expect(last.maxLagSeconds).toBeGreaterThanOrEqual(0)
-        expect(buckets.slice(0, 9)).toEqual(buckets.slice(0, 9).map((b) => ({ ...b, delivered: 0, died: 0, maxLagSeconds: null })))
+        expect(buckets.slice(0, 9)).toEqual(
+          buckets.slice(0, 9).map((b) => ({ ...b, delivered: 0, died: 0, maxLagSeconds: null }))
+        )
         expect(Date.parse(buckets[0]!.at)).toBeLessThan(Date.parse(last.at))
       }))
 
     it.effect("bad filters are typed errors naming the field, before any SQL", () =>
       Effect.gen(function*() {
         const search = yield* OutboxSearch.OutboxSearch
-        expect(yield* Effect.flip(search.count({ state: "gone" as never }))).toMatchObject({ _tag: "InvalidInput", argument: "filter.state" })
-        expect(yield* Effect.flip(search.count({ ids: ["0"] }))).toMatchObject({ _tag: "InvalidInput", argument: "filter.ids[0]" })
+        expect(yield* Effect.flip(search.count({ state: "gone" as never }))).toMatchObject({
+          _tag: "InvalidInput",
+          argument: "filter.state"
+        })
+        expect(yield* Effect.flip(search.count({ ids: ["0"] }))).toMatchObject({
+          _tag: "InvalidInput",
+          argument: "filter.ids[0]"
+        })
         // Past PostgreSQL's bigint: bad input, not a database error.
         for (const id of ["9223372036854775808", "9999999999999999999"]) {
-          expect(yield* Effect.flip(search.count({ ids: [id] }))).toMatchObject({ _tag: "InvalidInput", argument: "filter.ids[0]" })
+          expect(yield* Effect.flip(search.count({ ids: [id] }))).toMatchObject({
+            _tag: "InvalidInput",
+            argument: "filter.ids[0]"
+          })
           expect(yield* Effect.flip(search.message(id))).toMatchObject({ _tag: "InvalidInput", argument: "id" })
-          expect(yield* Effect.flip(search.messages({}, { limit: 1, before: id }))).toMatchObject({ _tag: "InvalidInput" })
+          expect(yield* Effect.flip(search.messages({}, { limit: 1, before: id }))).toMatchObject({
+            _tag: "InvalidInput"
+          })
           const admin = yield* OutboxAdmin.OutboxAdmin
           expect(yield* Effect.flip(admin.redrive([id]))).toMatchObject({ _tag: "InvalidInput", argument: "ids[0]" })
         }
         expect(Option.isNone(yield* search.message("9223372036854775807"))).toBe(true)
-        expect(yield* Effect.flip(search.count({ topic: "a\u0000" }))).toMatchObject({ _tag: "InvalidInput", argument: "filter.topic" })
-        expect(yield* Effect.flip(search.count({ olderThan: "-1 days" }))).toMatchObject({ _tag: "InvalidInput", argument: "filter.olderThan" })
+        expect(yield* Effect.flip(search.count({ topic: "a\u0000" }))).toMatchObject({
+          _tag: "InvalidInput",
+          argument: "filter.topic"
+        })
+        expect(yield* Effect.flip(search.count({ olderThan: "-1 days" }))).toMatchObject({
+          _tag: "InvalidInput",
+          argument: "filter.olderThan"
+        })
         expect(yield* Effect.flip(search.count({ payload: [{ path: [], value: "x" }] }))).toMatchObject({
           _tag: "InvalidInput",
           argument: "filter.payload[0].path"
         })
         const stream = (yield* OutboxBulk.OutboxBulk).redriveMatching({}, { batchSize: 0 })
-        expect(yield* Effect.flip(Stream.runDrain(stream))).toMatchObject({ _tag: "InvalidInput", argument: "options.batchSize" })
+        expect(yield* Effect.flip(Stream.runDrain(stream))).toMatchObject({
+          _tag: "InvalidInput",
+          argument: "options.batchSize"
+        })
       }))
   })
 })
@@ -268,14 +317,24 @@ describe("Retention", () => {
         const { topic } = yield* seed([{ payload: 1 }, { payload: 2 }])
         const claimed = yield* worker.claim({ worker: "w", topics: [topic], limit: 10, lease: "1 minute" })
         yield* worker.markProjectedMany(claimed.map((m) => m.claim))
-        yield* sql`UPDATE ${sql.literal(yield* outboxTable)} SET projected_at = now() - interval '2 days' WHERE id = ${claimed[0]!.id}::bigint`
-        yield* sql`UPDATE ${sql.literal(yield* outboxTable)} SET projected_at = now() - interval '2 hours' WHERE id = ${claimed[1]!.id}::bigint`
+        yield* sql`UPDATE ${sql.literal(yield* outboxTable)} SET projected_at = now() - interval '2 days' WHERE id = ${
+          claimed[0]!.id
+        }::bigint`
+        yield* sql`UPDATE ${sql.literal(yield* outboxTable)} SET projected_at = now() - interval '2 hours' WHERE id = ${
+          claimed[1]!.id
+        }::bigint`
         expect(yield* Retention.purgeable("outbox", "1 day")).toBe(1)
         expect(yield* Retention.purgeable("outbox", "1 hour")).toBe(2)
         expect(yield* Retention.purgeable("ledger", "1 day")).toBe(0)
         expect(yield* Retention.purgeable("inbox", "1 day")).toBe(0)
-        expect(yield* Effect.flip(Retention.purgeable("outbox", "1 second"))).toMatchObject({ _tag: "InvalidInput", argument: "olderThan" })
-        expect(yield* Effect.flip(Retention.purgeable("ledger", "30 minutes"))).toMatchObject({ _tag: "InvalidInput", argument: "olderThan" })
+        expect(yield* Effect.flip(Retention.purgeable("outbox", "1 second"))).toMatchObject({
+          _tag: "InvalidInput",
+          argument: "olderThan"
+        })
+        expect(yield* Effect.flip(Retention.purgeable("ledger", "30 minutes"))).toMatchObject({
+          _tag: "InvalidInput",
+          argument: "olderThan"
+        })
       }))
   })
 })

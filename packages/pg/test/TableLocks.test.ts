@@ -38,14 +38,17 @@ describe("the lock timeout bounds a wait for a table lock", () => {
         const claimed = yield* worker.claim({ worker: "w", topics: ["locked-topic"], limit: 3, lease: "1 minute" })
         expect(claimed).toHaveLength(3)
         const claims = claimed.map((m) => m.claim)
-        const failures = yield* whileLocked("outbox", Effect.all([
-          Effect.flip(worker.claim({ worker: "w", topics: ["locked-topic"], limit: 3, lease: "1 minute" })),
-          Effect.flip(worker.markProjectedMany(claims.slice(0, 1))),
-          Effect.flip(worker.renewLeases(claims, "1 minute")),
-          Effect.flip(worker.giveBack(claims.slice(1, 2))),
-          Effect.flip(worker.markProjected(claims[2]!)),
-          Effect.flip(worker.release(claims[2]!, { error: "boom", retryDelay: "1 second" }))
-        ]))
+        const failures = yield* whileLocked(
+          "outbox",
+          Effect.all([
+            Effect.flip(worker.claim({ worker: "w", topics: ["locked-topic"], limit: 3, lease: "1 minute" })),
+            Effect.flip(worker.markProjectedMany(claims.slice(0, 1))),
+            Effect.flip(worker.renewLeases(claims, "1 minute")),
+            Effect.flip(worker.giveBack(claims.slice(1, 2))),
+            Effect.flip(worker.markProjected(claims[2]!)),
+            Effect.flip(worker.release(claims[2]!, { error: "boom", retryDelay: "1 second" }))
+          ])
+        )
         for (const failure of failures) expect(failure).toMatchObject(lockTimeout)
         // The lock is gone: the same operations go through.
         expect((yield* worker.markProjectedMany(claims.slice(0, 1))).completed).toEqual([claims[0]!.messageId])
@@ -62,12 +65,15 @@ describe("the lock timeout bounds a wait for a table lock", () => {
         yield* inbox.receive("locked-consumer", "m2", { n: 2 })
         const claimed = yield* worker.claim({ consumer: "locked-consumer", worker: "w", limit: 2, lease: "1 minute" })
         const claims = claimed.map((m) => m.claim)
-        const failures = yield* whileLocked("inbox", Effect.all([
-          Effect.flip(worker.claim({ consumer: "locked-consumer", worker: "w", limit: 2, lease: "1 minute" })),
-          Effect.flip(worker.completeMany(claims.slice(0, 1))),
-          Effect.flip(worker.renewLeases(claims, "1 minute")),
-          Effect.flip(worker.giveBack(claims.slice(1)))
-        ]))
+        const failures = yield* whileLocked(
+          "inbox",
+          Effect.all([
+            Effect.flip(worker.claim({ consumer: "locked-consumer", worker: "w", limit: 2, lease: "1 minute" })),
+            Effect.flip(worker.completeMany(claims.slice(0, 1))),
+            Effect.flip(worker.renewLeases(claims, "1 minute")),
+            Effect.flip(worker.giveBack(claims.slice(1)))
+          ])
+        )
         for (const failure of failures) expect(failure).toMatchObject(lockTimeout)
         expect((yield* worker.completeMany(claims)).completed).toHaveLength(2)
       }))

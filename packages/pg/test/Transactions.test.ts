@@ -1,9 +1,9 @@
-import { describe, expect, it } from "@effect/vitest"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
-import * as SqlClient from "effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Transactions from "../src/Transactions.js"
 
 describe("Transactions (the substrate's primitives, for applications)", () => {
@@ -23,7 +23,9 @@ describe("Transactions (the substrate's primitives, for applications)", () => {
         expect(error).toMatchObject({ _tag: "DatabaseError", code: "55P03", retryable: true })
         const settings = yield* sql.withTransaction(Effect.gen(function*() {
           yield* sql`SET LOCAL lock_timeout = '9s'`
-          yield* sql`SELECT 1`.pipe(Transactions.withTimeouts({ lockTimeout: "100 millis", statementTimeout: "1 second" }))
+          yield* sql`SELECT 1`.pipe(
+            Transactions.withTimeouts({ lockTimeout: "100 millis", statementTimeout: "1 second" })
+          )
           return yield* sql<{ lock: string; statement: string }>`
             SELECT current_setting('lock_timeout') AS lock, current_setting('statement_timeout') AS statement`
         }))
@@ -45,13 +47,21 @@ describe("Transactions (the substrate's primitives, for applications)", () => {
           yield* Deferred.await(release)
         })))
         yield* Deferred.await(held)
-        expect(yield* sql.withTransaction(Transactions.advisoryLock("billing", "invoice-7", { wait: false }))).toBe(false)
+        expect(yield* sql.withTransaction(Transactions.advisoryLock("billing", "invoice-7", { wait: false }))).toBe(
+          false
+        )
         // Another key, or another namespace, is another lock.
-        expect(yield* sql.withTransaction(Transactions.advisoryLock("billing", "invoice-8", { wait: false }))).toBe(true)
-        expect(yield* sql.withTransaction(Transactions.advisoryLock("shipping", "invoice-7", { wait: false }))).toBe(true)
+        expect(yield* sql.withTransaction(Transactions.advisoryLock("billing", "invoice-8", { wait: false }))).toBe(
+          true
+        )
+        expect(yield* sql.withTransaction(Transactions.advisoryLock("shipping", "invoice-7", { wait: false }))).toBe(
+          true
+        )
         yield* Deferred.succeed(release, undefined)
         yield* Fiber.join(first)
-        expect(yield* sql.withTransaction(Transactions.advisoryLock("billing", "invoice-7", { wait: false }))).toBe(true)
+        expect(yield* sql.withTransaction(Transactions.advisoryLock("billing", "invoice-7", { wait: false }))).toBe(
+          true
+        )
         expect(yield* Effect.flip(Transactions.advisoryLock("billing", "invoice-7"))).toMatchObject({
           _tag: "InvalidInput",
           argument: "transaction"

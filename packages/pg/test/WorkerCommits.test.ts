@@ -1,12 +1,12 @@
-import { describe, expect, it } from "@effect/vitest"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import * as PgClient from "@effect/sql-pg/PgClient"
+import { describe, expect, it } from "@effect/vitest"
+import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
-import * as Durable from "../src/Durable.js"
 import * as SqlClient from "effect/sql/SqlClient"
-import * as Effect from "effect/Effect"
+import * as Durable from "../src/Durable.js"
 import * as Outbox from "../src/Outbox.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
 
@@ -16,7 +16,9 @@ const recordCommitMode = Effect.flatMap(SqlClient.SqlClient, (sql) =>
     sql`CREATE TABLE commit_modes (mode text, at timestamptz DEFAULT clock_timestamp())`,
     sql.unsafe(`CREATE FUNCTION record_commit_mode() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN INSERT INTO commit_modes (mode) VALUES (current_setting('synchronous_commit')); RETURN NEW; END $$`),
-    sql.unsafe(`CREATE TRIGGER record_commit_mode AFTER UPDATE ON durable.outbox FOR EACH STATEMENT EXECUTE FUNCTION record_commit_mode()`)
+    sql.unsafe(
+      `CREATE TRIGGER record_commit_mode AFTER UPDATE ON durable.outbox FOR EACH STATEMENT EXECUTE FUNCTION record_commit_mode()`
+    )
   ], { discard: true }))
 
 const cycle = Effect.gen(function*() {
@@ -42,7 +44,11 @@ const substrate = (settings: { readonly synchronousWorkerCommits?: boolean }) =>
     const url = new URL(Redacted.value(db.url))
     url.searchParams.set("options", "-c synchronous_commit=on")
     return Durable.layerOver({ settings, migrate: true }).pipe(
-      Layer.provideMerge(PgClient.layer({ url: Redacted.make(url.toString()), maxConnections: 4 }).pipe(Layer.provide(TestDatabase.liveClock)))
+      Layer.provideMerge(
+        PgClient.layer({ url: Redacted.make(url.toString()), maxConnections: 4 }).pipe(
+          Layer.provide(TestDatabase.liveClock)
+        )
+      )
     )
   })).pipe(Layer.provideMerge(TestDatabase.layerFresh()))
 

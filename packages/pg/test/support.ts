@@ -1,22 +1,26 @@
 // What pg suites share beyond `@effect-durable/testing`: a plain fresh database (for suites
 // that migrate themselves), barriers the database decides, and the SQLSTATE of a failure.
-import { sqlStateOf } from "../src/ErrorClassification.js"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
+import { sqlStateOf } from "../src/ErrorClassification.js"
 export { eventually } from "@effect-durable/testing/Eventually"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as TestClock from "effect/testing/TestClock"
 import type { SettingsInput } from "../src/DurableConfig.js"
 import type * as Outbox from "../src/Outbox.js"
 
-export const database = (options: TestDatabase.Options = {}) => TestDatabase.layerFresh({ maxConnections: 12, ...options })
+export const database = (options: TestDatabase.Options = {}) =>
+  TestDatabase.layerFresh({ maxConnections: 12, ...options })
 
 /** A migrated substrate in a fresh database: settings, ledger, outbox, inbox, CAS. */
-export const substrate = (settings: SettingsInput = {}, options: TestDatabase.Options = {}, outbox: Outbox.OutboxOptions = {}) =>
-  TestSubstrate.layer({ settings, outbox, database: options })
+export const substrate = (
+  settings: SettingsInput = {},
+  options: TestDatabase.Options = {},
+  outbox: Outbox.OutboxOptions = {}
+) => TestSubstrate.layer({ settings, outbox, database: options })
 
 /**
  * Waits until `n` sessions wait for an advisory lock: a barrier the database decides.
@@ -29,7 +33,10 @@ export const waitersOnAdvisoryLocks = (n: number) =>
       .pipe(
         Effect.map((rows) => rows[0]!.waiting),
         Effect.repeat({ until: (waiting) => waiting >= n, schedule: Schedule.spaced("10 millis") }),
-        Effect.timeoutOrElse({ duration: "20 seconds", orElse: () => Effect.fail(new Error(`fewer than ${n} lock waiters`)) }),
+        Effect.timeoutOrElse({
+          duration: "20 seconds",
+          orElse: () => Effect.fail(new Error(`fewer than ${n} lock waiters`))
+        }),
         TestClock.withLive
       ))
 

@@ -13,8 +13,8 @@
  * @since 0.1.0
  */
 import type { DatabaseError, DurableConfigError, InvalidInput } from "@effect-durable/core/Errors"
-import * as Outbox from "@effect-durable/pg/Outbox"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Context from "effect/Context"
@@ -104,18 +104,18 @@ export const layer = (
 
 /** The projector over decoded settings: `layer` and `layerConfig` both end here. */
 const make = Effect.fnUntraced(function*(settings: Settings) {
-      const pg = yield* Effect.serviceOption(PgClient.PgClient)
-      const batches = yield* makeBatches(settings, yield* keeperOutbox(pg))
-      const loops = yield* runLoops(settings, batches)
-      if (Option.isSome(pg)) {
-        // Wake on the outbox's NOTIFY (an empty payload: the connection was (re)established).
-        const channel = (yield* Outbox.Outbox).channel
-        const config = settings.listenUrl === undefined ? pg.value.config : { url: settings.listenUrl }
-        yield* listen(config, channel, (topic) => {
-          if (topic === "" || settings.topics === undefined || settings.topics.includes(topic)) loops.wake()
-        })
-      }
-      return Projector.of({ workerId: settings.workerId, counts: loops.counts })
+  const pg = yield* Effect.serviceOption(PgClient.PgClient)
+  const batches = yield* makeBatches(settings, yield* keeperOutbox(pg))
+  const loops = yield* runLoops(settings, batches)
+  if (Option.isSome(pg)) {
+    // Wake on the outbox's NOTIFY (an empty payload: the connection was (re)established).
+    const channel = (yield* Outbox.Outbox).channel
+    const config = settings.listenUrl === undefined ? pg.value.config : { url: settings.listenUrl }
+    yield* listen(config, channel, (topic) => {
+      if (topic === "" || settings.topics === undefined || settings.topics.includes(topic)) loops.wake()
+    })
+  }
+  return Projector.of({ workerId: settings.workerId, counts: loops.counts })
 })
 
 /**
@@ -135,7 +135,9 @@ const keeperOutbox = (pg: Option.Option<PgClient.PgClient>) =>
       ),
       Effect.catch((error) =>
         Effect.as(
-          Effect.logWarning(`effect-durable projector: no connection of its own for lease renewals (${error.message}); using the shared pool`),
+          Effect.logWarning(
+            `effect-durable projector: no connection of its own for lease renewals (${error.message}); using the shared pool`
+          ),
           undefined
         )
       )
@@ -148,24 +150,24 @@ export const KEEPER_APPLICATION_NAME = "effect-durable-keeper"
 /** Delivers until no message is ready, then returns what happened (tests, one-shot jobs). */
 export const drain: (
   options?: ProjectorOptions
-) => Effect.Effect<Counts, DatabaseError | DurableConfigError | InvalidInput, OutboxWorker.OutboxWorker | Publisher> = Effect
-  .fn("Projector.drain")(
-    function*(options: ProjectorOptions = {}) {
-      const batches = yield* makeBatches(yield* decodeOptions(options))
-      yield* Effect.forkScoped(batches.keeper)
-      let totals = noCounts
-      while (true) {
-        const counts = yield* batches.deliverBatch
-        totals = addCounts(totals, counts)
-        if (counts.claimed === 0) return totals
-      }
-    },
-    Effect.scoped
-  )
+) => Effect.Effect<Counts, DatabaseError | DurableConfigError | InvalidInput, OutboxWorker.OutboxWorker | Publisher> =
+  Effect
+    .fn("Projector.drain")(
+      function*(options: ProjectorOptions = {}) {
+        const batches = yield* makeBatches(yield* decodeOptions(options))
+        yield* Effect.forkScoped(batches.keeper)
+        let totals = noCounts
+        while (true) {
+          const counts = yield* batches.deliverBatch
+          totals = addCounts(totals, counts)
+          if (counts.claimed === 0) return totals
+        }
+      },
+      Effect.scoped
+    )
 
 /** `layer` with its options read from the `PROJECTOR_*` variables (see `Variables`); `overrides` win. A bad value is a `DurableConfigError` naming its variable. */
 export const layerConfig = (
   overrides: ProjectorOptions = {}
 ): Layer.Layer<Projector, DurableConfigError, Outbox.Outbox | OutboxWorker.OutboxWorker | Publisher> =>
   Layer.effect(Projector, Effect.flatMap(fromConfig(overrides), make))
-

@@ -26,7 +26,9 @@ export class PublishError extends Schema.TaggedError<PublishError>("@effect-dura
 }
 
 export const retryable = (reason: string, retryAfterMillis?: number): PublishError =>
-  new PublishError(retryAfterMillis === undefined ? { reason, retryable: true } : { reason, retryable: true, retryAfterMillis })
+  new PublishError(
+    retryAfterMillis === undefined ? { reason, retryable: true } : { reason, retryable: true, retryAfterMillis }
+  )
 
 export const permanent = (reason: string): PublishError => new PublishError({ reason, retryable: false })
 

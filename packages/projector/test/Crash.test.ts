@@ -1,10 +1,10 @@
-import { describe, expect, it } from "@effect/vitest"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
-import * as SqlClient from "effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
+import * as SqlClient from "effect/sql/SqlClient"
 import { spawn } from "node:child_process"
 import { fileURLToPath } from "node:url"
 import * as Projector from "../src/Projector.js"
@@ -24,8 +24,12 @@ describe("a projector process killed mid-delivery", () => {
         yield* sql`CREATE TABLE mark_log (id bigint)`
         yield* sql.unsafe(`CREATE FUNCTION log_mark() RETURNS trigger LANGUAGE plpgsql AS $$
           BEGIN IF NEW.projected_at IS NOT NULL AND OLD.projected_at IS NULL THEN INSERT INTO mark_log VALUES (NEW.id); END IF; RETURN NEW; END $$`)
-        yield* sql.unsafe(`CREATE TRIGGER log_mark AFTER UPDATE ON durable.outbox FOR EACH ROW EXECUTE FUNCTION log_mark()`)
-        const ids = yield* outbox.enqueueMany(Array.from({ length: 300 }, (_, i) => ({ topic: "crash", payload: { i } })))
+        yield* sql.unsafe(
+          `CREATE TRIGGER log_mark AFTER UPDATE ON durable.outbox FOR EACH ROW EXECUTE FUNCTION log_mark()`
+        )
+        const ids = yield* outbox.enqueueMany(
+          Array.from({ length: 300 }, (_, i) => ({ topic: "crash", payload: { i } }))
+        )
 
         const child = spawn(process.execPath, ["--conditions=source", "--import", "tsx", doomed], {
           env: { ...process.env, CRASH_TEST_DATABASE_URL: Redacted.value(db.url) },
@@ -33,7 +37,9 @@ describe("a projector process killed mid-delivery", () => {
         })
         let stderr = ""
         child.stderr.on("data", (chunk) => (stderr += chunk))
-        const exited = new Promise<NodeJS.Signals | null>((resolve) => child.once("exit", (_, signal) => resolve(signal)))
+        const exited = new Promise<NodeJS.Signals | null>((resolve) =>
+          child.once("exit", (_, signal) => resolve(signal))
+        )
         // Kill it for real while it is busy: some messages delivered, some marked, some in flight.
         yield* eventually(
           sql<{ n: number }>`SELECT count(*)::int AS n FROM deliveries`,
@@ -46,15 +52,21 @@ describe("a projector process killed mid-delivery", () => {
 
         // Another projector takes over once the dead worker's leases expire.
         const survivor = Projector.layer({ topics: ["crash"], workerId: "survivor", pollInterval: "100 millis" }).pipe(
-          Layer.provide(Publisher.layerHandler((message) =>
-            Effect.asVoid(sql`INSERT INTO deliveries (message_id, worker) VALUES (${message.id}, 'survivor')`).pipe(Effect.orDie)
-          ))
+          Layer.provide(
+            Publisher.layerHandler((message) =>
+              Effect.asVoid(sql`INSERT INTO deliveries (message_id, worker) VALUES (${message.id}, 'survivor')`).pipe(
+                Effect.orDie
+              )
+            )
+          )
         )
         yield* withLayerLive(survivor, eventually(projectedCount(ids), (n) => n === ids.length, 60))
 
         const delivered = yield* sql<{ message_id: string }>`SELECT DISTINCT message_id FROM deliveries`
         expect(delivered.map((row) => row.message_id).sort()).toEqual([...ids].sort())
-        const marks = yield* sql<{ id: string; n: number }>`SELECT id::text, count(*)::int AS n FROM mark_log GROUP BY id`
+        const marks = yield* sql<
+          { id: string; n: number }
+        >`SELECT id::text, count(*)::int AS n FROM mark_log GROUP BY id`
         expect(marks).toHaveLength(ids.length)
         expect(marks.every((mark) => mark.n === 1)).toBe(true)
         // The survivor delivered exactly what it marked; the dead worker marked nothing it had not delivered.

@@ -1,12 +1,12 @@
-import { describe, expect, it } from "@effect/vitest"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
-import * as SqlClient from "effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Projector from "../src/Projector.js"
 import * as Publisher from "../src/Publisher.js"
 import { Deliveries, eventually, freshName, outboxRows, recording, withLayerLive } from "./support.js"
@@ -25,10 +25,15 @@ const holdingFirst = Effect.gen(function*() {
   const started = yield* Deferred.make<void>()
   const release = yield* Deferred.make<void>()
   // Decided when the publish runs (after it is recorded), not when it is built.
-  const publisher = recording(deliveries, () =>
-    Effect.suspend(() =>
-      deliveries.seen.length === 1 ? Effect.andThen(Deferred.succeed(started, undefined), Deferred.await(release)) : Effect.void
-    ))
+  const publisher = recording(
+    deliveries,
+    () =>
+      Effect.suspend(() =>
+        deliveries.seen.length === 1
+          ? Effect.andThen(Deferred.succeed(started, undefined), Deferred.await(release))
+          : Effect.void
+      )
+  )
   return { deliveries, started, release, publisher }
 })
 

@@ -1,6 +1,6 @@
-import { describe, expect, it } from "@effect/vitest"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as Telemetry from "@effect-durable/testing/Telemetry"
+import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
@@ -17,10 +17,12 @@ describe("Projector observability", () => {
         const outbox = yield* Outbox.Outbox
         const { everything, logs: logged, observed, spans } = Telemetry.make()
         // The producer enqueues inside its own span: that trace id travels in the headers.
-        const [id, producerTraceId] = yield* observed(Effect.gen(function*() {
-          const id = yield* outbox.enqueue("observed", { secret: CANARY, list: [CANARY] })
-          return [id, (yield* Effect.currentSpan).traceId] as const
-        }).pipe(Effect.withSpan("checkout")))
+        const [id, producerTraceId] = yield* observed(
+          Effect.gen(function*() {
+            const id = yield* outbox.enqueue("observed", { secret: CANARY, list: [CANARY] })
+            return [id, (yield* Effect.currentSpan).traceId] as const
+          }).pipe(Effect.withSpan("checkout"))
+        )
         // One failing delivery (logged and released), then a good one.
         let attempt = 0
         const publisher = Publisher.layerHandler(() =>
@@ -54,7 +56,10 @@ describe("Projector observability", () => {
         const dead = Metric.withAttributes(Projector.metrics.dead, { ["topic"]: topic })
         const lag = Metric.withAttributes(Projector.metrics.lag, { ["topic"]: topic })
         const before = { delivered: (yield* Metric.value(delivered)).count, dead: (yield* Metric.value(dead)).count }
-        yield* outbox.enqueueMany([{ topic, payload: { ok: true } }, { topic, payload: { ok: true } }, { topic, payload: { ok: false } }])
+        yield* outbox.enqueueMany([{ topic, payload: { ok: true } }, { topic, payload: { ok: true } }, {
+          topic,
+          payload: { ok: false }
+        }])
         const publisher = Publisher.layerHandler((message) =>
           (message.payload as { ok: boolean }).ok ? Effect.void : Effect.fail(Publisher.permanent("refused"))
         )

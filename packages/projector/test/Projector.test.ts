@@ -1,11 +1,10 @@
-import { describe, expect, it } from "@effect/vitest"
 import * as Durable from "@effect-durable/pg/Durable"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Faults from "@effect-durable/testing/Faults"
 import * as Telemetry from "@effect-durable/testing/Telemetry"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
-import * as SqlClient from "effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
@@ -14,11 +13,22 @@ import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as TestClock from "effect/testing/TestClock"
 import { APPLICATION_NAME } from "../src/internal/listener.js"
 import * as Projector from "../src/Projector.js"
 import * as Publisher from "../src/Publisher.js"
-import { Deliveries, eventually, freshName, listenDirect, outboxRows, projectedCount, recording, substrate, withLayerLive } from "./support.js"
+import {
+  Deliveries,
+  eventually,
+  freshName,
+  listenDirect,
+  outboxRows,
+  projectedCount,
+  recording,
+  substrate,
+  withLayerLive
+} from "./support.js"
 
 /**
  * Runs `body` while a projector with `options` and `publisher` runs; stops it after. The
@@ -50,7 +60,10 @@ describe("Projector", () => {
             for (let i = 0; i < 40; i++) {
               if (i % 4 === 3) {
                 yield* Effect.flip(sql.withTransaction(
-                  Effect.andThen(Effect.tap(outbox.enqueue(topic, { i }), (id) => Effect.sync(() => rolledBack.push(id))), Effect.fail("rollback"))
+                  Effect.andThen(
+                    Effect.tap(outbox.enqueue(topic, { i }), (id) => Effect.sync(() => rolledBack.push(id))),
+                    Effect.fail("rollback")
+                  )
                 ))
               } else {
                 committed.push(yield* sql.withTransaction(outbox.enqueue(topic, { i })))
@@ -124,7 +137,11 @@ describe("Projector", () => {
           Layer.succeed(OutboxWorker.OutboxWorker, yield* OutboxWorker.OutboxWorker),
           Layer.succeed(SqlClient.SqlClient, sql)
         )
-        yield* withProjector({ topics: [topic], pollInterval: "50 millis" }, recording(deliveries), eventually(projectedCount([id]), (n) => n === 1))
+        yield* withProjector(
+          { topics: [topic], pollInterval: "50 millis" },
+          recording(deliveries),
+          eventually(projectedCount([id]), (n) => n === 1)
+        )
           .pipe(Effect.provide(generic))
         expect(deliveries.ids()).toEqual([id])
       }))
@@ -143,7 +160,9 @@ describe("Projector", () => {
         expect(row).toMatchObject({ dead: true, attempt_count: 1 })
         expect(row!.last_error).toContain("[truncated: 100000 characters]")
         // Dead: a second drain claims nothing.
-        expect(yield* Projector.drain({ topics: [topic] }).pipe(Effect.provide(recording(deliveries)))).toMatchObject({ claimed: 0 })
+        expect(yield* Projector.drain({ topics: [topic] }).pipe(Effect.provide(recording(deliveries)))).toMatchObject({
+          claimed: 0
+        })
         expect(deliveries.ids()).toEqual([id])
       }))
 
@@ -202,7 +221,11 @@ describe("Projector", () => {
         ])
         const publisher = Publisher.layerHandler((message) => {
           const kind = (message.payload as { kind: string }).kind
-          return kind === "hangs" ? Effect.never : kind === "dies" ? Effect.die(new Error("bug in handler")) : Effect.void
+          return kind === "hangs"
+            ? Effect.never
+            : kind === "dies"
+            ? Effect.die(new Error("bug in handler"))
+            : Effect.void
         })
         const counts = yield* Projector.drain({
           topics: [topic],
@@ -222,14 +245,27 @@ describe("Projector", () => {
         const topic = freshTopic()
         class Sink extends Context.Service<Sink, Array<unknown>>()("test/Sink") {}
         const sink: Array<unknown> = []
-        const publisher = Publisher.layerHandler((message) => Effect.map(Sink, (seen) => void seen.push(message.payload))).pipe(
+        const publisher = Publisher.layerHandler((message) =>
+          Effect.map(Sink, (seen) => void seen.push(message.payload))
+        ).pipe(
           Layer.provide(Layer.succeed(Sink, sink))
         )
         yield* outbox.enqueueMany([1, 2, 3].map((n) => ({ topic, payload: n })))
         const counts = yield* Projector.drain({ topics: [topic], concurrency: 2 }).pipe(Effect.provide(publisher))
         expect(counts).toMatchObject({ claimed: 3, delivered: 3 })
-        const direct = yield* Effect.flatMap(Publisher.Publisher, (p) =>
-          p.publish({ id: "0", topic, orderingKey: null, payload: 4, headers: {}, createdAt: "", attempt: 1, claim: { messageId: "0", worker: "w", generation: 1 } })
+        const direct = yield* Effect.flatMap(
+          Publisher.Publisher,
+          (p) =>
+            p.publish({
+              id: "0",
+              topic,
+              orderingKey: null,
+              payload: 4,
+              headers: {},
+              createdAt: "",
+              attempt: 1,
+              claim: { messageId: "0", worker: "w", generation: 1 }
+            })
         ).pipe(Effect.provide(publisher), Effect.result)
         expect(direct._tag).toBe("Success")
         expect([...sink].sort()).toEqual([1, 2, 3, 4])
@@ -269,7 +305,9 @@ describe("Projector", () => {
         const deliveries = new Deliveries()
         const finish = yield* Deferred.make<void>()
         const slow = recording(deliveries, () => Deferred.await(finish))
-        const lease = sql<{ until: string | null }>`SELECT claimed_until::text AS until FROM durable.outbox WHERE id = ${id}`
+        const lease = sql<
+          { until: string | null }
+        >`SELECT claimed_until::text AS until FROM durable.outbox WHERE id = ${id}`
         yield* withProjector(
           { topics: [topic], lease: "2 seconds", pollInterval: "50 millis", workerId: "slow-a" },
           slow,
@@ -303,7 +341,9 @@ describe("Projector", () => {
         const id = yield* outbox.enqueue(topic, {})
         const started = yield* Deferred.make<void>()
         const proceed = yield* Deferred.make<void>()
-        const publisher = Publisher.layerHandler(() => Effect.andThen(Deferred.succeed(started, undefined), Deferred.await(proceed)))
+        const publisher = Publisher.layerHandler(() =>
+          Effect.andThen(Deferred.succeed(started, undefined), Deferred.await(proceed))
+        )
         const counts = yield* withProjector(
           { topics: [topic], lease: "1 minute", pollInterval: "50 millis" },
           publisher,
@@ -317,46 +357,63 @@ describe("Projector", () => {
           })
         )
         expect(counts).toMatchObject({ stale: 1, delivered: 0 })
-        expect((yield* outboxRows([id]))[0]).toMatchObject({ projected: false, claimed_by: "thief", claim_generation: "2" })
+        expect((yield* outboxRows([id]))[0]).toMatchObject({
+          projected: false,
+          claimed_by: "thief",
+          claim_generation: "2"
+        })
       }))
 
-    it.effect("per-key order: 50 keys x 200 messages through 4 projectors, each key delivered in enqueue order", () =>
-      Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
-        const topic = freshTopic()
-        const keys = Array.from({ length: 50 }, (_, k) => `key-${k}`)
-        // Interleaved: message i of every key, then i + 1, so keys compete in every claim.
-        const ids = yield* outbox.enqueueMany(
-          Array.from({ length: 200 }, (_, i) => keys.map((key) => ({ topic, payload: { key, seq: i }, options: { orderingKey: key } })))
-            .flat()
-        )
-        const order = new Map<string, Array<number>>(keys.map((key) => [key, []]))
-        let inFlight = 0
-        let maxInFlight = 0
-        const publisher = Publisher.layerHandler((message) =>
-          Effect.gen(function*() {
-            const { key, seq } = message.payload as { key: string; seq: number }
-            inFlight++
-            maxInFlight = Math.max(maxInFlight, inFlight)
-            order.get(key)!.push(seq)
-            yield* Effect.yieldNow
-            inFlight--
-          })
-        )
-        yield* Effect.all(
-          [1, 2, 3, 4].map((n) =>
-            withProjector(
-              // One to four batch loops per projector: per-key order must hold across all of them.
-              { topics: [topic], workerId: `ordered-${n}`, pollInterval: "20 millis", concurrency: 16, batchesInFlight: n },
-              publisher,
-              eventually(projectedCount(ids), (count) => count === ids.length, 120)
+    it.effect(
+      "per-key order: 50 keys x 200 messages through 4 projectors, each key delivered in enqueue order",
+      () =>
+        Effect.gen(function*() {
+          const outbox = yield* Outbox.Outbox
+          const topic = freshTopic()
+          const keys = Array.from({ length: 50 }, (_, k) => `key-${k}`)
+          // Interleaved: message i of every key, then i + 1, so keys compete in every claim.
+          const ids = yield* outbox.enqueueMany(
+            Array.from(
+              { length: 200 },
+              (_, i) => keys.map((key) => ({ topic, payload: { key, seq: i }, options: { orderingKey: key } }))
             )
-          ),
-          { concurrency: "unbounded" }
-        )
-        for (const key of keys) expect(order.get(key)).toEqual(Array.from({ length: 200 }, (_, i) => i))
-        expect(maxInFlight).toBeGreaterThan(1)
-      }), 180_000)
+              .flat()
+          )
+          const order = new Map<string, Array<number>>(keys.map((key) => [key, []]))
+          let inFlight = 0
+          let maxInFlight = 0
+          const publisher = Publisher.layerHandler((message) =>
+            Effect.gen(function*() {
+              const { key, seq } = message.payload as { key: string; seq: number }
+              inFlight++
+              maxInFlight = Math.max(maxInFlight, inFlight)
+              order.get(key)!.push(seq)
+              yield* Effect.yieldNow
+              inFlight--
+            })
+          )
+          yield* Effect.all(
+            [1, 2, 3, 4].map((n) =>
+              withProjector(
+                // One to four batch loops per projector: per-key order must hold across all of them.
+                {
+                  topics: [topic],
+                  workerId: `ordered-${n}`,
+                  pollInterval: "20 millis",
+                  concurrency: 16,
+                  batchesInFlight: n
+                },
+                publisher,
+                eventually(projectedCount(ids), (count) => count === ids.length, 120)
+              )
+            ),
+            { concurrency: "unbounded" }
+          )
+          for (const key of keys) expect(order.get(key)).toEqual(Array.from({ length: 200 }, (_, i) => i))
+          expect(maxInFlight).toBeGreaterThan(1)
+        }),
+      180_000
+    )
 
     // Deliveries run at once, with a barrier: each waits until `target` run together, or until
     // no other can start — no claim under way and every claimed message's delivery started
@@ -437,7 +494,11 @@ describe("Projector", () => {
           // The projector's lanes run on the live clock.
           Effect.andThen(Deferred.succeed(started, undefined), Effect.sleep("300 millis"))
         )
-        yield* withProjector({ topics: [topic], pollInterval: "50 millis", shutdownDeadline: "5 seconds" }, publisher, Deferred.await(started))
+        yield* withProjector(
+          { topics: [topic], pollInterval: "50 millis", shutdownDeadline: "5 seconds" },
+          publisher,
+          Deferred.await(started)
+        )
         expect((yield* outboxRows([id]))[0]).toMatchObject({ projected: true })
       }))
 
@@ -449,43 +510,58 @@ describe("Projector", () => {
         const started = yield* Deferred.make<void>()
         const stuck = Publisher.layerHandler(() => Effect.andThen(Deferred.succeed(started, undefined), Effect.never))
         yield* withProjector(
-          { topics: [topic], pollInterval: "50 millis", shutdownDeadline: "200 millis", lease: "1 hour", concurrency: 1 },
+          {
+            topics: [topic],
+            pollInterval: "50 millis",
+            shutdownDeadline: "200 millis",
+            lease: "1 hour",
+            concurrency: 1
+          },
           stuck,
           Deferred.await(started)
         )
         const rows = yield* outboxRows(ids)
         expect(rows.every((row) => row.released && !row.projected)).toBe(true)
-        const next = yield* (yield* OutboxWorker.OutboxWorker).claim({ worker: "next", topics: [topic], limit: 10, lease: "1 minute" })
+        const next = yield* (yield* OutboxWorker.OutboxWorker).claim({
+          worker: "next",
+          topics: [topic],
+          limit: 10,
+          lease: "1 minute"
+        })
         expect(next.map((m) => m.id)).toEqual(ids)
       }))
 
-    it.effect("starting and stopping the projector 200 times leaks no fiber and no connection", () =>
-      Effect.gen(function*() {
-        const sql = yield* SqlClient.SqlClient
-        const connections = Effect.map(
-          sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database()`,
-          (rows) => rows[0]!.n
-        )
-        // Every fiber started under the tracker (the projectors' and all they fork) is counted
-        // when it starts and when it ends.
-        let live = 0
-        const tracker: Metric.FiberRuntimeMetricsService = {
-          recordFiberStart: () => void live++,
-          recordFiberEnd: () => void live--
-        }
-        const publisher = recording(new Deliveries())
-        yield* withProjector({ pollInterval: "50 millis" }, publisher, Effect.void)
-        const baseline = yield* connections
-        for (let i = 0; i < 200; i++) {
-          yield* withProjector({ pollInterval: "50 millis" }, publisher, Effect.yieldNow).pipe(
-            Effect.provideService(Metric.FiberRuntimeMetrics, tracker)
+    it.effect(
+      "starting and stopping the projector 200 times leaks no fiber and no connection",
+      () =>
+        Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          const connections = Effect.map(
+            sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database()`,
+            (rows) => rows[0]!.n
           )
-        }
-        expect(live).toEqual(0)
-        // The listener's connection closes asynchronously; wait for the count to settle.
-        const settled = yield* eventually(connections, (n) => n <= baseline, 10)
-        expect(settled).toBeLessThanOrEqual(baseline)
-      }), 120_000)
+          // Every fiber started under the tracker (the projectors' and all they fork) is counted
+          // when it starts and when it ends.
+          let live = 0
+          const tracker: Metric.FiberRuntimeMetricsService = {
+            recordFiberStart: () => void live++,
+            recordFiberEnd: () => void live--
+          }
+          const publisher = recording(new Deliveries())
+          yield* withProjector({ pollInterval: "50 millis" }, publisher, Effect.void)
+          const baseline = yield* connections
+          for (let i = 0; i < 200; i++) {
+            yield* withProjector({ pollInterval: "50 millis" }, publisher, Effect.yieldNow).pipe(
+              Effect.provideService(Metric.FiberRuntimeMetrics, tracker)
+            )
+          }
+          expect(live).toEqual(0)
+          // The listener's connection closes asynchronously; wait for the count to settle.
+          const settled = yield* eventually(connections, (n) => n <= baseline, 10)
+          expect(settled).toBeLessThanOrEqual(baseline)
+        }),
+      120_000
+    )
 
     it.effect("bad options are typed errors naming the option", () =>
       Effect.gen(function*() {
@@ -520,36 +596,48 @@ describe("Projector.layerConfig", () => {
     Effect.gen(function*() {
       const withEnv = (env: Record<string, string>) =>
         Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord(env))
-      const options = yield* Projector.settingsFromConfig().pipe(withEnv({ PROJECTOR_TOPICS: "a,b", PROJECTOR_BATCH_SIZE: "7", PROJECTOR_LEASE: "5 seconds" }))
+      const options = yield* Projector.settingsFromConfig().pipe(
+        withEnv({ PROJECTOR_TOPICS: "a,b", PROJECTOR_BATCH_SIZE: "7", PROJECTOR_LEASE: "5 seconds" })
+      )
       expect(options).toMatchObject({ topics: ["a", "b"], batchSize: 7 })
       // The options are refused before the outbox is touched: a placeholder stands in for it.
       const build = (env: Record<string, string>) =>
-        Effect.flip(Effect.scoped(Layer.build(Projector.layerConfig().pipe(Layer.provide(Layer.mergeAll(
-          Layer.succeed(Outbox.Outbox, {} as never),
-          Layer.succeed(OutboxWorker.OutboxWorker, {} as never),
-          Layer.succeed(Publisher.Publisher, { publish: () => Effect.void })
-        )))))).pipe(withEnv(env))
-      expect(yield* build({ PROJECTOR_BATCH_SIZE: "lots" })).toMatchObject({ _tag: "DurableConfigError", field: "PROJECTOR_BATCH_SIZE" })
-      expect(yield* build({ PROJECTOR_BATCH_SIZE: "0" })).toMatchObject({ _tag: "DurableConfigError", field: "PROJECTOR_BATCH_SIZE" })
+        Effect.flip(Effect.scoped(Layer.build(
+          Projector.layerConfig().pipe(Layer.provide(Layer.mergeAll(
+            Layer.succeed(Outbox.Outbox, {} as never),
+            Layer.succeed(OutboxWorker.OutboxWorker, {} as never),
+            Layer.succeed(Publisher.Publisher, { publish: () => Effect.void })
+          )))
+        ))).pipe(withEnv(env))
+      expect(yield* build({ PROJECTOR_BATCH_SIZE: "lots" })).toMatchObject({
+        _tag: "DurableConfigError",
+        field: "PROJECTOR_BATCH_SIZE"
+      })
+      expect(yield* build({ PROJECTOR_BATCH_SIZE: "0" })).toMatchObject({
+        _tag: "DurableConfigError",
+        field: "PROJECTOR_BATCH_SIZE"
+      })
     }))
 })
 
 describe("Projector on a database the substrate was never migrated into", () => {
   // The start-up version check is off, to see what a running projector does when the schema goes missing.
-  it.layer(Durable.layerOver({ checkSchemaVersion: false }).pipe(Layer.provideMerge(TestDatabase.layerFresh())))((it) => {
-    it.effect("logs an error that says to run the migrations, counts it, and keeps retrying without crashing", () =>
-      Effect.gen(function*() {
-        const telemetry = Telemetry.make()
-        const errors = Effect.map(Metric.value(Projector.metrics.storeErrors), (state) => state.count)
-        const before = yield* errors
-        yield* withProjector(
-          { pollInterval: "50 millis" },
-          recording(new Deliveries()),
-          eventually(errors, (n) => n >= before + 2)
-        ).pipe(telemetry.observed)
-        const line = telemetry.logs.find((entry) => entry.includes("run the migrations"))
-        expect(line).toMatch(/schema .*durable.* does not exist/)
-        expect(line).toContain("Durable.layer({ migrate: true })")
-      }))
-  })
+  it.layer(Durable.layerOver({ checkSchemaVersion: false }).pipe(Layer.provideMerge(TestDatabase.layerFresh())))(
+    (it) => {
+      it.effect("logs an error that says to run the migrations, counts it, and keeps retrying without crashing", () =>
+        Effect.gen(function*() {
+          const telemetry = Telemetry.make()
+          const errors = Effect.map(Metric.value(Projector.metrics.storeErrors), (state) => state.count)
+          const before = yield* errors
+          yield* withProjector(
+            { pollInterval: "50 millis" },
+            recording(new Deliveries()),
+            eventually(errors, (n) => n >= before + 2)
+          ).pipe(telemetry.observed)
+          const line = telemetry.logs.find((entry) => entry.includes("run the migrations"))
+          expect(line).toMatch(/schema .*durable.* does not exist/)
+          expect(line).toContain("Durable.layer({ migrate: true })")
+        }))
+    }
+  )
 })

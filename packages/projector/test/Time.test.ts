@@ -2,10 +2,10 @@
 // queue's claims, fences and leases, on Effect's Clock): lease renewal, the delivery
 // deadline, marks while a batch runs, the shutdown deadline. Minutes of projector time in
 // milliseconds; the suites on PostgreSQL keep what only PostgreSQL shows (locks, commits, crashes).
-import { describe, expect, it } from "@effect/vitest"
-import * as OutboxMemory from "@effect-durable/pg/OutboxMemory"
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxMemory from "@effect-durable/pg/OutboxMemory"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import { describe, expect, it } from "@effect/vitest"
 import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
@@ -58,7 +58,13 @@ describe("the projector on TestClock (in-memory outbox)", () => {
         const started = yield* Deferred.make<void>()
         const finish = yield* Deferred.make<void>()
         const { scope } = yield* startProjector(
-          { topics: ["slow"], lease: "3 seconds", deliveryTimeout: "1 minute", pollInterval: "1 second", workerId: "slow-a" },
+          {
+            topics: ["slow"],
+            lease: "3 seconds",
+            deliveryTimeout: "1 minute",
+            pollInterval: "1 second",
+            workerId: "slow-a"
+          },
           () => Effect.andThen(Deferred.succeed(started, undefined), Deferred.await(finish))
         )
         yield* advanceUntil(Deferred.isDone(started))
@@ -80,10 +86,19 @@ describe("the projector on TestClock (in-memory outbox)", () => {
     it.effect("a delivery past its deadline is cut and released for a retry, its lane moving on", () =>
       Effect.gen(function*() {
         const outbox = yield* Outbox.Outbox
-        const [stuck, next] = [yield* outbox.enqueue("deadline", { stuck: true }), yield* outbox.enqueue("deadline", {})]
+        const [stuck, next] = [
+          yield* outbox.enqueue("deadline", { stuck: true }),
+          yield* outbox.enqueue("deadline", {})
+        ]
         const interrupted = yield* Deferred.make<void>()
         const { scope } = yield* startProjector(
-          { topics: ["deadline"], concurrency: 1, deliveryTimeout: "2 seconds", pollInterval: "1 second", backoff: { min: "1 minute" } },
+          {
+            topics: ["deadline"],
+            concurrency: 1,
+            deliveryTimeout: "2 seconds",
+            pollInterval: "1 second",
+            backoff: { min: "1 minute" }
+          },
           (message) =>
             (message.payload as { stuck?: boolean }).stuck === true
               ? Effect.onInterrupt(Effect.never, () => Deferred.succeed(interrupted, undefined))
@@ -106,15 +121,28 @@ describe("the projector on TestClock (in-memory outbox)", () => {
         const held = yield* Deferred.make<void>()
         const deliveries = new Map<string, number>()
         const { scope } = yield* startProjector(
-          { topics: ["tail"], batchSize: 6, concurrency: 2, lease: "3 seconds", deliveryTimeout: "1 minute", pollInterval: "1 second" },
+          {
+            topics: ["tail"],
+            batchSize: 6,
+            concurrency: 2,
+            lease: "3 seconds",
+            deliveryTimeout: "1 minute",
+            pollInterval: "1 second"
+          },
           (message) =>
             Effect.andThen(
               Effect.sync(() => void deliveries.set(message.id, (deliveries.get(message.id) ?? 0) + 1)),
               (message.payload as { i: number }).i === 5 ? Deferred.await(held) : Effect.void
             )
         )
-        const marked = Effect.flatMap(OutboxMemory.OutboxMemory, (memory) =>
-          Effect.map(memory.rows, (rows) => rows.filter((row) => ids.includes(row.id) && row.projectedAt !== null).length))
+        const marked = Effect.flatMap(
+          OutboxMemory.OutboxMemory,
+          (memory) =>
+            Effect.map(
+              memory.rows,
+              (rows) => rows.filter((row) => ids.includes(row.id) && row.projectedAt !== null).length
+            )
+        )
         // Marked within a second (a third of the lease, at most a second), the sixth still running.
         yield* advanceUntil(Effect.map(marked, (n) => n === 5), 2_000)
         // Three leases on: the sixth is held by its first claim, the five were not claimed again.
@@ -133,7 +161,12 @@ describe("the projector on TestClock (in-memory outbox)", () => {
         const id = yield* outbox.enqueue("shutdown", {})
         const started = yield* Deferred.make<void>()
         const { scope } = yield* startProjector(
-          { topics: ["shutdown"], shutdownDeadline: "5 seconds", deliveryTimeout: "1 minute", pollInterval: "1 second" },
+          {
+            topics: ["shutdown"],
+            shutdownDeadline: "5 seconds",
+            deliveryTimeout: "1 minute",
+            pollInterval: "1 second"
+          },
           () => Effect.andThen(Deferred.succeed(started, undefined), Effect.never)
         )
         yield* advanceUntil(Deferred.isDone(started))
@@ -144,7 +177,12 @@ describe("the projector on TestClock (in-memory outbox)", () => {
         yield* advance(2_000)
         yield* Fiber.join(closing)
         // Given back: claimable again at once, no failure, no lost lease.
-        expect(yield* rowOf(id)).toMatchObject({ claimedUntil: null, failureCount: 0, leaseExpiries: 0, projectedAt: null })
+        expect(yield* rowOf(id)).toMatchObject({
+          claimedUntil: null,
+          failureCount: 0,
+          leaseExpiries: 0,
+          projectedAt: null
+        })
       }))
   })
 })

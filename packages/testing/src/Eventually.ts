@@ -5,10 +5,10 @@
  *
  * @since 0.1.0
  */
+import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
-import * as Clock from "effect/Clock"
 import type * as TestClock from "effect/testing/TestClock"
 
 /**
@@ -29,6 +29,9 @@ export const eventually = <A, E, R>(
   seconds = 30
 ): Effect.Effect<A, E | Error, R> =>
   Effect.repeat(effect, { schedule: Schedule.spaced(Duration.millis(20)), until }).pipe(
-    Effect.timeoutOrElse({ duration: Duration.seconds(seconds), orElse: () => Effect.fail(new Error(`condition not met in ${seconds} s`)) }),
+    Effect.timeoutOrElse({
+      duration: Duration.seconds(seconds),
+      orElse: () => Effect.fail(new Error(`condition not met in ${seconds} s`))
+    }),
     onLiveClock
   )

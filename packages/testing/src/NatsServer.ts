@@ -54,7 +54,11 @@ const findBinary = (name: string): string | undefined => {
  * Whether a NATS suite can run here, decided when the suite is collected. `required` is
  * `EFFECT_DURABLE_REQUIRE_NATS`: CI sets it, so there a missing server fails the run.
  */
-export const availability = (): { readonly available: boolean; readonly required: boolean; readonly reason: string } => {
+export const availability = (): {
+  readonly available: boolean
+  readonly required: boolean
+  readonly reason: string
+} => {
   const config = Effect.runSync(Effect.orDie(NatsConfig))
   if (Option.isSome(config.url)) return { available: true, required: config.required, reason: "NATS_URL" }
   return findBinary(config.binary) === undefined

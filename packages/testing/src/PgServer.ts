@@ -140,12 +140,20 @@ export const layerTestcontainers = (image = "postgres:18-alpine"): Layer.Layer<P
       yield* Effect.tryPromise({
         try: () => getContainerRuntimeClient(),
         catch: (error) =>
-          fail(`no container runtime: a Docker engine is needed for EFFECT_DURABLE_TEST_PG=testcontainers (${
-            error instanceof Error ? error.message : String(error)
-          })`)
-      }).pipe(Effect.timeoutOrElse({ duration: "20 seconds", orElse: () => Effect.fail(fail("the container runtime did not answer in 20 s")) }))
+          fail(
+            `no container runtime: a Docker engine is needed for EFFECT_DURABLE_TEST_PG=testcontainers (${
+              error instanceof Error ? error.message : String(error)
+            })`
+          )
+      }).pipe(Effect.timeoutOrElse({
+        duration: "20 seconds",
+        orElse: () => Effect.fail(fail("the container runtime did not answer in 20 s"))
+      }))
       const container = yield* Effect.acquireRelease(
-        Effect.tryPromise({ try: () => new PostgreSqlContainer(image).start(), catch: (error) => fail(String(error)) }),
+        Effect.tryPromise({
+          try: () => new PostgreSqlContainer(image).start(),
+          catch: (error) => fail(String(error))
+        }),
         (started) => Effect.promise(() => started.stop())
       )
       const uri = container.getConnectionUri()
@@ -154,17 +162,17 @@ export const layerTestcontainers = (image = "postgres:18-alpine"): Layer.Layer<P
         catch: (error) => fail(`restart failed: ${String(error)}`)
       })
       return PgServer.of({
-          provider: "testcontainers",
-          owned: true,
-          url: (database) => withDatabase(uri, database),
-          dataDir: Option.none(),
-          postmasterPid: Effect.succeed(Option.none()),
-          restart,
-          restartWith: (options) =>
-            options.mode === "immediate" || options.downtime !== undefined
-              ? Effect.fail(fail("an immediate restart or a downtime needs the embedded server (PgServer.layerEmbedded)"))
-              : restart
-        })
+        provider: "testcontainers",
+        owned: true,
+        url: (database) => withDatabase(uri, database),
+        dataDir: Option.none(),
+        postmasterPid: Effect.succeed(Option.none()),
+        restart,
+        restartWith: (options) =>
+          options.mode === "immediate" || options.downtime !== undefined
+            ? Effect.fail(fail("an immediate restart or a downtime needs the embedded server (PgServer.layerEmbedded)"))
+            : restart
+      })
     })
   )
 

@@ -9,8 +9,6 @@
  * @since 0.1.0
  */
 import * as PgClient from "@effect/sql-pg/PgClient"
-import type * as SqlClient from "effect/sql/SqlClient"
-import type { SqlError } from "effect/sql/SqlError"
 import * as Clock from "effect/Clock"
 import * as Config from "effect/Config"
 import * as Context from "effect/Context"
@@ -19,6 +17,8 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import type * as Scope from "effect/Scope"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type { SqlError } from "effect/sql/SqlError"
 import { quoteIdentifier, uniqueSuffix, withAdmin } from "./internal/admin.js"
 import * as PgServer from "./PgServer.js"
 
@@ -64,7 +64,9 @@ export interface Options {
 }
 
 /** Creates the database (from `template0`: nobody is ever connected to it) and drops it on release. */
-export const make = (options: Options = {}): Effect.Effect<TestDatabase["Service"], PgServer.PgServerError, PgServer.PgServer | Scope.Scope> =>
+export const make = (
+  options: Options = {}
+): Effect.Effect<TestDatabase["Service"], PgServer.PgServerError, PgServer.PgServer | Scope.Scope> =>
   Effect.gen(function*() {
     const server = yield* PgServer.PgServer
     const pooler = yield* Effect.mapError(
@@ -73,8 +75,11 @@ export const make = (options: Options = {}): Effect.Effect<TestDatabase["Service
     )
     const name = `${options.prefix ?? "ed_test"}_${uniqueSuffix()}`
     yield* Effect.acquireRelease(
-      withAdmin(server.url(), server.provider, (client) =>
-        client.query(`CREATE DATABASE ${quoteIdentifier(name)} TEMPLATE template0 ENCODING 'UTF8'`)),
+      withAdmin(
+        server.url(),
+        server.provider,
+        (client) => client.query(`CREATE DATABASE ${quoteIdentifier(name)} TEMPLATE template0 ENCODING 'UTF8'`)
+      ),
       () =>
         Effect.orDie(
           withAdmin(server.url(), server.provider, (client) =>
@@ -99,7 +104,11 @@ export const liveClock: Layer.Layer<never> = Layer.succeed(Clock.Clock, Clock.Cl
 /** The suite's database and a superuser `PgClient` / `SqlClient` on it, over a given server. */
 export const layer = (
   options: Options = {}
-): Layer.Layer<TestDatabase | PgClient.PgClient | SqlClient.SqlClient, PgServer.PgServerError | SqlError, PgServer.PgServer> =>
+): Layer.Layer<
+  TestDatabase | PgClient.PgClient | SqlClient.SqlClient,
+  PgServer.PgServerError | SqlError,
+  PgServer.PgServer
+> =>
   Layer.flatMap(Layer.effect(TestDatabase, make(options)), (context) => {
     const database = Context.get(context, TestDatabase)
     return Layer.merge(

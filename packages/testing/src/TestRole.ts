@@ -5,13 +5,13 @@
  *
  * @since 0.1.0
  */
-import * as Reactivity from "effect/reactivity/Reactivity"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import type * as SqlClient from "effect/sql/SqlClient"
-import type { SqlError } from "effect/sql/SqlError"
 import * as Effect from "effect/Effect"
+import * as Reactivity from "effect/reactivity/Reactivity"
 import * as Redacted from "effect/Redacted"
 import type * as Scope from "effect/Scope"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type { SqlError } from "effect/sql/SqlError"
 import { randomBytes } from "node:crypto"
 import { quoteIdentifier, uniqueSuffix, withAdmin } from "./internal/admin.js"
 import type { PgServerError } from "./PgServer.js"
@@ -42,8 +42,11 @@ export const make = (
         )),
       () =>
         Effect.orDie(
-          withAdmin(database.url, server.provider, (client) =>
-            client.query(`DROP OWNED BY ${quoteIdentifier(name)}; DROP ROLE ${quoteIdentifier(name)}`))
+          withAdmin(
+            database.url,
+            server.provider,
+            (client) => client.query(`DROP OWNED BY ${quoteIdentifier(name)}; DROP ROLE ${quoteIdentifier(name)}`)
+          )
         )
     )
     // The role's client goes where the suite's pool goes (through the pooler, when there is one).

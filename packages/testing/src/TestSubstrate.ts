@@ -9,9 +9,9 @@
 import * as Durable from "@effect-durable/pg/Durable"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as QueueLifecycle from "@effect-durable/pg/QueueLifecycle"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as TestDatabase from "./TestDatabase.js"
 
 export interface Options extends Omit<Durable.Options, "connection" | "migrate"> {
@@ -52,7 +52,9 @@ export const outboxRows = (ids: ReadonlyArray<string>) =>
     const sql = yield* SqlClient.SqlClient
     const table = sql.literal((yield* DurableSettings).table("outbox"))
     return yield* sql<OutboxRow>`
-      SELECT id::text, topic, claimed_by, claim_generation::text, attempt_count, ${sql.literal(QueueLifecycle.outbox.is.done)} AS projected,
+      SELECT id::text, topic, claimed_by, claim_generation::text, attempt_count, ${
+      sql.literal(QueueLifecycle.outbox.is.done)
+    } AS projected,
              ${sql.literal(QueueLifecycle.outbox.is.dead)} AS dead, last_error, claimed_until IS NULL AS released
         FROM ${table} o WHERE o.id = ANY(${ids}::bigint[]) ORDER BY o.id`
   })

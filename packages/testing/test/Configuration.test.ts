@@ -3,7 +3,6 @@
 // prose elsewhere repeats, the variables any document names — checked against the code's own
 // exports (or, for the command's flags, its sources). A variable renamed, an option added or a
 // default changed fails here until the documentation says so.
-import { describe, expect, it } from "@effect/vitest"
 import * as Cursor from "@effect-durable/core/Cursor"
 import * as Durable from "@effect-durable/pg/Durable"
 import * as DurableConfig from "@effect-durable/pg/DurableConfig"
@@ -14,6 +13,7 @@ import * as Migrations from "@effect-durable/pg/Migrations"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
+import { describe, expect, it } from "@effect/vitest"
 import type * as Config from "effect/Config"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
@@ -26,7 +26,10 @@ import { fileURLToPath } from "node:url"
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..")
 const read = (path: string) => readFileSync(join(root, path), "utf8")
-const documents = ["README.md", ...readdirSync(join(root, "docs")).filter((name) => name.endsWith(".md")).map((name) => `docs/${name}`)]
+const documents = [
+  "README.md",
+  ...readdirSync(join(root, "docs")).filter((name) => name.endsWith(".md")).map((name) => `docs/${name}`)
+]
 
 // The packages above this one (the projector, the HTTP middleware, the admin page) are loaded
 // at run time, so that this package's type-check does not depend on them being built.
@@ -44,8 +47,10 @@ const table = (document: string, name: string): ReadonlyArray<Row> => {
   const rows: Array<ReadonlyArray<string>> = []
   for (const line of lines.slice(start + 1)) {
     if (!line.startsWith("|")) break
-    rows.push(line.slice(1, line.trimEnd().endsWith("|") ? line.trimEnd().length - 1 : undefined)
-      .split(/(?<!\\)\|/).map((cell) => cell.trim().replace(/\\\|/g, "|")))
+    rows.push(
+      line.slice(1, line.trimEnd().endsWith("|") ? line.trimEnd().length - 1 : undefined)
+        .split(/(?<!\\)\|/).map((cell) => cell.trim().replace(/\\\|/g, "|"))
+    )
   }
   const [header, , ...body] = rows
   return body.map((cells) => Object.fromEntries(header!.map((key, i) => [key, cells[i] ?? ""])))
@@ -64,17 +69,31 @@ const flat = (document: string) => read(document).replace(/\s+/g, " ")
 // --- Values ---------------------------------------------------------------------------------
 
 const UNITS: Readonly<Record<string, number>> = {
-  ms: 1, millis: 1, millisecond: 1, milliseconds: 1,
-  s: 1000, second: 1000, seconds: 1000,
-  min: 60_000, minute: 60_000, minutes: 60_000,
-  h: 3_600_000, hour: 3_600_000, hours: 3_600_000,
-  d: 86_400_000, day: 86_400_000, days: 86_400_000,
-  KiB: 1024, MiB: 1024 * 1024
+  ms: 1,
+  millis: 1,
+  millisecond: 1,
+  milliseconds: 1,
+  s: 1000,
+  second: 1000,
+  seconds: 1000,
+  min: 60_000,
+  minute: 60_000,
+  minutes: 60_000,
+  h: 3_600_000,
+  hour: 3_600_000,
+  hours: 3_600_000,
+  d: 86_400_000,
+  day: 86_400_000,
+  days: 86_400_000,
+  KiB: 1024,
+  MiB: 1024 * 1024
 }
 const DURATION_UNITS = new Set(Object.keys(UNITS).filter((unit) => !unit.endsWith("iB")))
 
 /** "10 seconds", "10 s", "256 KiB", "25": a comparable number and its kind. */
-const quantity = (text: string): { readonly kind: "duration" | "size" | "count"; readonly value: number } | undefined => {
+const quantity = (
+  text: string
+): { readonly kind: "duration" | "size" | "count"; readonly value: number } | undefined => {
   const match = text.trim().match(/^(\d[\d,_]*(?:\.\d+)?)\s*([A-Za-z]+)?$/)
   if (match === null) return undefined
   const number = Number(match[1]!.replace(/[,_]/g, ""))
@@ -148,7 +167,14 @@ describe("docs/configuration.md", () => {
   it("the substrate: exactly the variables Durable.layerConfig reads, with the code's defaults", async () => {
     const rows = table("docs/configuration.md", "substrate")
     const documented = rows.flatMap((row) => variableOf(row) ?? [])
-    expect([...(await variablesRead(Durable.layerConfig(), { DATABASE_URL: UNREACHABLE, DURABLE_CONNECT_TIMEOUT: "1 second" }))].sort())
+    expect(
+      [
+        ...(await variablesRead(Durable.layerConfig(), {
+          DATABASE_URL: UNREACHABLE,
+          DURABLE_CONNECT_TIMEOUT: "1 second"
+        }))
+      ].sort()
+    )
       .toEqual([...documented].sort())
     // DurableConfig.Variables, the hints errors quote, are all documented; a range stated is the hint's.
     for (const variable of Object.keys(DurableConfig.Variables)) expect(documented, variable).toContain(variable)
@@ -176,15 +202,21 @@ describe("docs/configuration.md", () => {
     // Every default the code has is documented.
     const options = new Set(rows.map((row) => span(row.option!)))
     for (const field of Object.keys(DurableConfig.Defaults)) {
-      expect(options.has(`connection.${field}`) || options.has(`settings.${field}`), `${field} is not documented`).toBe(true)
+      expect(options.has(`connection.${field}`) || options.has(`settings.${field}`), `${field} is not documented`).toBe(
+        true
+      )
     }
-    for (const field of Object.keys(Outbox.Defaults)) expect(options.has(`outbox.${field}`), `outbox.${field}`).toBe(true)
+    for (const field of Object.keys(Outbox.Defaults)) {
+      expect(options.has(`outbox.${field}`), `outbox.${field}`).toBe(true)
+    }
     for (const field of Object.keys(Inbox.Defaults)) expect(options.has(`inbox.${field}`), `inbox.${field}`).toBe(true)
   })
 
   it("the substrate: the payload bounds stated are the ones the options are decoded with", async () => {
     for (const [name, decode] of [["outbox", Outbox.decodeOptions], ["inbox", Inbox.decodeOptions]] as const) {
-      const row = table("docs/configuration.md", "substrate").find((row) => span(row.option!) === `${name}.maxPayloadBytes`)!
+      const row = table("docs/configuration.md", "substrate").find((row) =>
+        span(row.option!) === `${name}.maxPayloadBytes`
+      )!
       const most = quantity(row.meaning!.match(/at most (\d+ [KM]iB)/)![1]!)!.value
       expect(await refuses(decode({ maxPayloadBytes: most })), `${name}: ${most} refused`).toBe(false)
       expect(await refuses(decode({ maxPayloadBytes: most + 1 })), `${name}: ${most + 1} accepted`).toBe(true)
@@ -199,7 +231,9 @@ describe("docs/configuration.md", () => {
     const key = (option: string) => option.replace(/\.(\w)/g, (_, c: string) => c.toUpperCase()) // backoff.min: backoffMin
     for (const row of rows) {
       const option = span(row.option!)!
-      if (key(option) in Projector.Defaults) expectDefault(row.default!, Projector.Defaults[key(option)], `projector ${option}`)
+      if (key(option) in Projector.Defaults) {
+        expectDefault(row.default!, Projector.Defaults[key(option)], `projector ${option}`)
+      }
     }
     for (const name of Object.keys(Projector.Defaults)) {
       expect(rows.some((row) => key(span(row.option!)!) === name), `projector ${name} is not documented`).toBe(true)
@@ -216,7 +250,9 @@ describe("docs/configuration.md", () => {
       if (most !== null) {
         const bound = quantity(most[1]!)!.value
         expect(await refuses(Idempotency.wrapper({ [option]: bound })), `${option}: ${bound} refused`).toBe(false)
-        expect(await refuses(Idempotency.wrapper({ [option]: bound + 1 })), `${option}: ${bound + 1} accepted`).toBe(true)
+        expect(await refuses(Idempotency.wrapper({ [option]: bound + 1 })), `${option}: ${bound + 1} accepted`).toBe(
+          true
+        )
       }
     }
     expect(rows.map((row) => span(row.option!)).sort()).toEqual(Object.keys(Idempotency.Defaults).sort())
@@ -235,24 +271,37 @@ describe("docs/configuration.md", () => {
     expect([...asked].sort()).toEqual(variables.map((row) => span(row.variable!)!).sort())
     expect(Exit.isSuccess(exit)).toBe(true)
     const parsed = Exit.isSuccess(exit) ? exit.value : undefined
-    expect(span(variables.find((row) => span(row.variable!) === "DURABLE_DASHBOARD_READ_ONLY")!.default!)).toBe(String((parsed as { readOnly: boolean }).readOnly))
+    expect(span(variables.find((row) => span(row.variable!) === "DURABLE_DASHBOARD_READ_ONLY")!.default!)).toBe(
+      String((parsed as { readOnly: boolean }).readOnly)
+    )
     // "at least 16 characters", as the page's rules count them.
     const least = Number(flat("docs/configuration.md").match(/at least (\d+) characters, held as `Redacted` \|/)![1])
     for (const variable of ["DURABLE_DASHBOARD_TOKEN"]) {
-      expect(Exit.isSuccess(parse(AdminPage.config, { [variable]: "t".repeat(least) }).exit), `${variable} of ${least}`).toBe(true)
-      expect(Exit.isSuccess(parse(AdminPage.config, { [variable]: "t".repeat(least - 1) }).exit), `${variable} of ${least - 1}`).toBe(false)
+      expect(Exit.isSuccess(parse(AdminPage.config, { [variable]: "t".repeat(least) }).exit), `${variable} of ${least}`)
+        .toBe(true)
+      expect(
+        Exit.isSuccess(parse(AdminPage.config, { [variable]: "t".repeat(least - 1) }).exit),
+        `${variable} of ${least - 1}`
+      ).toBe(false)
     }
     const basic = { DURABLE_DASHBOARD_USER: "operator" }
-    expect(Exit.isSuccess(parse(AdminPage.config, { ...basic, DURABLE_DASHBOARD_PASSWORD: "p".repeat(least) }).exit)).toBe(true)
-    expect(Exit.isSuccess(parse(AdminPage.config, { ...basic, DURABLE_DASHBOARD_PASSWORD: "p".repeat(least - 1) }).exit)).toBe(false)
+    expect(Exit.isSuccess(parse(AdminPage.config, { ...basic, DURABLE_DASHBOARD_PASSWORD: "p".repeat(least) }).exit))
+      .toBe(true)
+    expect(
+      Exit.isSuccess(parse(AdminPage.config, { ...basic, DURABLE_DASHBOARD_PASSWORD: "p".repeat(least - 1) }).exit)
+    ).toBe(false)
   })
 
   it("the command: its own defaults and its flags' defaults are the sources'", () => {
     const connection = read("packages/cli/src/internal/connection.ts")
     const literal = connection.match(/const CLI_DEFAULTS[^=]*=\s*\{([^}]*)\}/)![1]!
-    const cliDefaults = Object.fromEntries([...literal.matchAll(/(\w+):\s*"([^"]*)"/g)].map((match) => [match[1], match[2]]))
+    const cliDefaults = Object.fromEntries(
+      [...literal.matchAll(/(\w+):\s*"([^"]*)"/g)].map((match) => [match[1], match[2]])
+    )
     const rows = table("docs/configuration.md", "cli-defaults")
-    expect(Object.fromEntries(rows.map((row) => [span(row.variable!), span(row["the command's default"]!)]))).toEqual(cliDefaults)
+    expect(Object.fromEntries(rows.map((row) => [span(row.variable!), span(row["the command's default"]!)]))).toEqual(
+      cliDefaults
+    )
 
     const shared = ["connection.ts", "arguments.ts"].map((file) => read(`packages/cli/src/internal/${file}`)).join("\n")
     const FILES: Readonly<Record<string, string>> = {
@@ -271,11 +320,23 @@ describe("docs/configuration.md", () => {
         const defined = `${own}\n${shared}`
         expect(defined.includes(`("${flag}"`), `${where}: no such flag in the sources`).toBe(true)
         const positive = own.match(new RegExp(`positive\\("${flag}", ([\\d_]+), ([\\d_]+),`))
-        const plain = defined.match(new RegExp(`\\("${flag}"\\)\\.pipe\\(\\s*(?:Flag\\.\\w+\\("[^"]*"\\),\\s*)*Flag\\.withDefault\\(("?)([^")]*)\\1\\)`))
+        const plain = defined.match(
+          new RegExp(
+            `\\("${flag}"\\)\\.pipe\\(\\s*(?:Flag\\.\\w+\\("[^"]*"\\),\\s*)*Flag\\.withDefault\\(("?)([^")]*)\\1\\)`
+          )
+        )
         const toggle = new RegExp(`toggle\\("${flag}"`).test(defined)
-        const code = positive !== null ? positive[1]!.replace(/_/g, "") : plain !== null ? plain[2]! : toggle ? "false" : undefined
+        const code = positive !== null
+          ? positive[1]!.replace(/_/g, "")
+          : plain !== null
+          ? plain[2]!
+          : toggle
+          ? "false"
+          : undefined
         if (row.default === "off") expect(code, where).toBe("false")
-        else if (FILES[command] !== undefined && span(row.default!) !== undefined) expect(span(row.default!), where).toBe(code)
+        else if (FILES[command] !== undefined && span(row.default!) !== undefined) {
+          expect(span(row.default!), where).toBe(code)
+        }
         const range = row.meaning!.match(/\(1 to (\d+)\)/)
         if (range !== null) expect(positive?.[2]?.replace(/_/g, ""), `${where}: ${range[0]}`).toBe(range[1])
       }
@@ -308,8 +369,29 @@ describe("numbers the code knows, wherever the docs state them", () => {
   })
 
   it("a count of migrations is Migrations.migrations.length; a migration named by number exists", () => {
-    const WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-      "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"]
+    const WORDS = [
+      "zero",
+      "one",
+      "two",
+      "three",
+      "four",
+      "five",
+      "six",
+      "seven",
+      "eight",
+      "nine",
+      "ten",
+      "eleven",
+      "twelve",
+      "thirteen",
+      "fourteen",
+      "fifteen",
+      "sixteen",
+      "seventeen",
+      "eighteen",
+      "nineteen",
+      "twenty"
+    ]
     for (const document of documents) {
       const text = flat(document)
       for (const match of text.matchAll(/\b(\w+) (?:schema )?(?:migrations|versions)\b/gi)) {
@@ -318,7 +400,10 @@ describe("numbers the code knows, wherever the docs state them", () => {
         if (count >= 0) expect(count, `${document}: "${match[0]}"`).toBe(Migrations.migrations.length)
       }
       for (const match of text.matchAll(/\bmigrations? (\d+)\b/gi)) {
-        expect(Migrations.migrations.some((migration) => migration.version === Number(match[1])), `${document}: "${match[0]}"`)
+        expect(
+          Migrations.migrations.some((migration) => migration.version === Number(match[1])),
+          `${document}: "${match[0]}"`
+        )
           .toBe(true)
       }
     }
@@ -339,7 +424,11 @@ describe("numbers the code knows, wherever the docs state them", () => {
     for (const row of table("docs/configuration.md", "substrate")) {
       const option = span(row.option!)!
       const [group, field] = option.split(".") as [string, string | undefined]
-      const defaults: Record<string, unknown> = group === "outbox" ? Outbox.Defaults : group === "inbox" ? Inbox.Defaults : DurableConfig.Defaults
+      const defaults: Record<string, unknown> = group === "outbox"
+        ? Outbox.Defaults
+        : group === "inbox"
+        ? Inbox.Defaults
+        : DurableConfig.Defaults
       const value = field === undefined ? undefined : defaults[field]
       add(field, value)
       add(variableOf(row), value)
@@ -379,10 +468,19 @@ describe("numbers the code knows, wherever the docs state them", () => {
       ["docs/outbox.md", `its lease ran out ${LeasedQueue.Defaults.maxLeaseExpiries} times`],
       ["docs/outbox.md", `\`DURABLE_OUTBOX_MAX_PAYLOAD_BYTES\` (${Outbox.Defaults.maxPayloadBytes / 1024} KiB)`],
       ["docs/ledger.md", `\`MutationLedger.PURGE_FLOOR\` (${MutationLedger.PURGE_FLOOR})`],
-      ["docs/operating.md", `(floors: ${OutboxAdmin.PURGE_FLOOR}, ${InboxAdmin.PURGE_FLOOR}, ${MutationLedger.PURGE_FLOOR})`],
-      ["docs/transactions.md", `at least ${MutationLedger.PURGE_FLOOR} (ledger, inbox) or ${OutboxAdmin.PURGE_FLOOR} (outbox)`],
+      [
+        "docs/operating.md",
+        `(floors: ${OutboxAdmin.PURGE_FLOOR}, ${InboxAdmin.PURGE_FLOOR}, ${MutationLedger.PURGE_FLOOR})`
+      ],
+      [
+        "docs/transactions.md",
+        `at least ${MutationLedger.PURGE_FLOOR} (ledger, inbox) or ${OutboxAdmin.PURGE_FLOOR} (outbox)`
+      ],
       ["docs/pagination.md", `a subject of 1–${Cursor.MAX_SUBJECT_BYTES} UTF-8 bytes (\`MAX_SUBJECT_BYTES\`)`],
-      ["docs/pagination.md", `positions of at most ${Cursor.MAX_POSITION_BYTES.value} bytes each (\`MAX_POSITION_BYTES\`)`],
+      [
+        "docs/pagination.md",
+        `positions of at most ${Cursor.MAX_POSITION_BYTES.value} bytes each (\`MAX_POSITION_BYTES\`)`
+      ],
       ["docs/pagination.md", `a token of at most ${Cursor.MAX_TOKEN_LENGTH} characters (\`MAX_TOKEN_LENGTH\`)`]
     ]
     expect(Cursor.MAX_POSITION_BYTES.tieBreaker).toBe(Cursor.MAX_POSITION_BYTES.value)
@@ -401,14 +499,17 @@ describe("numbers the code knows, wherever the docs state them", () => {
       if (positive !== null) return positive[1]!.replace(/_/g, "")
       return source.match(new RegExp(`\\("${flag}"\\)\\.pipe\\(\\s*Flag\\.withDefault\\(("?)([^")]*)\\1\\)`))![2]!
     }
-    const compact = (duration: string) => duration.replace(/^(\d+) (second|minute|hour)s?$/, (_, n: string, unit: string) => `${n}${unit[0]}`)
+    const compact = (duration: string) =>
+      duration.replace(/^(\d+) (second|minute|hour)s?$/, (_, n: string, unit: string) => `${n}${unit[0]}`)
     const text = flat("docs/operating.md")
     const expected = [
       `\`status [--watch] [--interval ${compact(flagDefault("status.ts", "interval"))}]\``,
       `\`dead-letters list [filters] [--limit ${flagDefault("deadLetters.ts", "limit")}] [--before ID]\``,
       `[--limit ${flagDefault("explain.ts", "limit")}]\``,
       `\`dashboard [--port ${flagDefault("dashboard.ts", "port")}] [--host ${flagDefault("dashboard.ts", "host")}]`,
-      `default ${flagDefault("deadLetters.ts", "batch-size")} for redrive and discard, ${flagDefault("purge.ts", "batch-size")} for purge`
+      `default ${flagDefault("deadLetters.ts", "batch-size")} for redrive and discard, ${
+        flagDefault("purge.ts", "batch-size")
+      } for purge`
     ]
     expect(expected.filter((phrase) => !text.includes(phrase))).toEqual([])
   })

@@ -58,7 +58,12 @@ describe("the embedded server leaks nothing", () => {
 
 describe("the embedded server leaves the process alone", () => {
   it("keeps the exit code its owner sets (no exit hooks)", async () => {
-    const child = spawn(process.execPath, ["--conditions=source", "--import", "tsx", fileURLToPath(new URL("./fixtures/exit-code.ts", import.meta.url))], {
+    const child = spawn(process.execPath, [
+      "--conditions=source",
+      "--import",
+      "tsx",
+      fileURLToPath(new URL("./fixtures/exit-code.ts", import.meta.url))
+    ], {
       stdio: ["ignore", "ignore", "pipe"]
     })
     let stderr = ""

@@ -34,20 +34,25 @@ describe("PgServer provider choice", () => {
       expect(error.reason).toMatch(/EFFECT_DURABLE_TEST_PG/)
     }).pipe(withEnv({ EFFECT_DURABLE_TEST_PG: "docker-please" })))
 
-  it.effect("testcontainers either starts a server that answers queries or fails fast saying a container runtime is missing", () =>
-    Effect.gen(function*() {
-      const started = Date.now()
-      const exit = yield* Effect.exit(
-        Effect.scoped(Effect.flatMap(Layer.build(PgServer.layerTestcontainers()), (context) =>
-          withAdmin(Context.get(context, PgServer.PgServer).url(), "testcontainers", (client) => client.query("SELECT 1 AS one"))))
-      )
-      if (Exit.isSuccess(exit)) {
-        expect(exit.value.rows).toEqual([{ one: 1 }])
-      } else {
-        const error = yield* Effect.flip(exit)
-        expect(error.provider).toBe("testcontainers")
-        expect(error.reason).toMatch(/container runtime|Docker/)
-        expect(Date.now() - started).toBeLessThan(30_000)
-      }
-    }), 120_000)
+  it.effect(
+    "testcontainers either starts a server that answers queries or fails fast saying a container runtime is missing",
+    () =>
+      Effect.gen(function*() {
+        const started = Date.now()
+        const exit = yield* Effect.exit(
+          Effect.scoped(Effect.flatMap(Layer.build(PgServer.layerTestcontainers()), (context) =>
+            withAdmin(Context.get(context, PgServer.PgServer).url(), "testcontainers", (client) =>
+              client.query("SELECT 1 AS one"))))
+        )
+        if (Exit.isSuccess(exit)) {
+          expect(exit.value.rows).toEqual([{ one: 1 }])
+        } else {
+          const error = yield* Effect.flip(exit)
+          expect(error.provider).toBe("testcontainers")
+          expect(error.reason).toMatch(/container runtime|Docker/)
+          expect(Date.now() - started).toBeLessThan(30_000)
+        }
+      }),
+    120_000
+  )
 })

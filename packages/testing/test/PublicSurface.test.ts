@@ -35,14 +35,19 @@ describe("public surface", () => {
   })
 
   it("no public declaration names an internal type that no public module exports", () => {
-    execFileSync(process.execPath, [join(root, "node_modules", "typescript", "bin", "tsc"), "-b", ...packages.map((name) =>
-      join(root, "packages", name, "tsconfig.src.json"))], { stdio: "pipe" })
+    execFileSync(process.execPath, [
+      join(root, "node_modules", "typescript", "bin", "tsc"),
+      "-b",
+      ...packages.map((name) => join(root, "packages", name, "tsconfig.src.json"))
+    ], { stdio: "pipe" })
     for (const name of packages) {
       const dist = join(root, "packages", name, "dist")
       const files = readdirSync(dist).filter((file) => file.endsWith(".d.ts"))
       const scans = files.map((file) => internalNames(readFileSync(join(dist, file), "utf8")))
       const public_ = new Set(scans.flatMap((scan) => [...scan.exported]))
-      const leaked = scans.flatMap((scan, i) => [...scan.imported].filter((n) => !public_.has(n)).map((n) => `${files[i]}: ${n}`))
+      const leaked = scans.flatMap((scan, i) =>
+        [...scan.imported].filter((n) => !public_.has(n)).map((n) => `${files[i]}: ${n}`)
+      )
       expect(leaked, name).toEqual([])
     }
   }, 120_000)

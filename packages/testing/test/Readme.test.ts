@@ -51,7 +51,8 @@ const withoutFences = (markdown: string) =>
   markdown.replace(/^(```|~~~)[^\n]*\n[\s\S]*?^\1[ \t]*$/gm, (block) => block.replace(/[^\n]/g, " "))
 
 /** The text with fenced code blocks and inline code blanked: what is left is prose. */
-const withoutCode = (markdown: string) => withoutFences(markdown).replace(/`[^`\n]*`/g, (code) => " ".repeat(code.length))
+const withoutCode = (markdown: string) =>
+  withoutFences(markdown).replace(/`[^`\n]*`/g, (code) => " ".repeat(code.length))
 
 describe("README and docs", () => {
   it("have TypeScript snippets, and each names the file it is", () => {

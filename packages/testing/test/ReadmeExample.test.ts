@@ -1,7 +1,7 @@
-import { expect, it } from "@effect/vitest"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
-import * as SqlClient from "effect/sql/SqlClient"
+import { expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 it.layer(TestDatabase.layerFresh())((it) => {
   it.effect("sees its own rows", () =>

@@ -1,12 +1,12 @@
 import { describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import { createServer, connect, type Socket } from "node:net"
-import pg from "pg"
 import * as Redacted from "effect/Redacted"
+import * as SqlClient from "effect/sql/SqlClient"
+import { connect, createServer, type Socket } from "node:net"
+import pg from "pg"
 import * as PgServer from "../src/PgServer.js"
 import * as TestDatabase from "../src/TestDatabase.js"
 
@@ -35,7 +35,9 @@ describe("TestDatabase", () => {
           const nameA = (yield* sqlA<{ name: string }>`SELECT current_database() AS name`)[0]!.name
           const nameB = (yield* sqlB<{ name: string }>`SELECT current_database() AS name`)[0]!.name
           expect(nameA).not.toBe(nameB)
-          const tables = yield* sqlA<{ n: string }>`SELECT count(*)::text AS n FROM pg_tables WHERE schemaname = 'public'`
+          const tables = yield* sqlA<
+            { n: string }
+          >`SELECT count(*)::text AS n FROM pg_tables WHERE schemaname = 'public'`
           expect(tables[0]!.n).toBe("0")
           yield* sqlA`CREATE TABLE visible_only_here (id int)`
           yield* sqlA`INSERT INTO visible_only_here VALUES (1)`
@@ -102,7 +104,10 @@ describe("TestDatabase", () => {
       pooler.port = String(relay.port)
       {
         const context = yield* Layer.build(TestDatabase.layer({ prefix: "ed_pooled" })).pipe(
-          Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord({ [TestDatabase.POOLER_VARIABLE]: pooler.toString() }))
+          Effect.provideService(
+            ConfigProvider.ConfigProvider,
+            ConfigProvider.fromEnvRecord({ [TestDatabase.POOLER_VARIABLE]: pooler.toString() })
+          )
         )
         const database = Context.get(context, TestDatabase.TestDatabase)
         const sql = Context.get(context, SqlClient.SqlClient)

@@ -1,7 +1,7 @@
-import { describe, expect, it } from "@effect/vitest"
 import { sqlStateOf } from "@effect-durable/pg/ErrorClassification"
-import * as SqlClient from "effect/sql/SqlClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as TestDatabase from "../src/TestDatabase.js"
 import * as TestRole from "../src/TestRole.js"
 

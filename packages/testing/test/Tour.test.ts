@@ -1,13 +1,13 @@
 // The README's tour, last step: a test of a command that is safe to retry, on a real PostgreSQL
 // (a fresh, migrated database of its own). Run it: npx vitest run packages/testing/test/Tour.test.ts
-import { expect, it } from "@effect/vitest"
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
-import * as SqlClient from "effect/sql/SqlClient"
+import { expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 
 // The command under test: the user row, the ledger record and the message commit together.
 const signUp = (email: string, idempotencyKey: string) =>
@@ -37,7 +37,12 @@ it.layer(TestSubstrate.layer())((it) => {
       const retry = yield* signUp("ada@example.com", "req-1") // the client retried: replayed
       expect([first._tag, retry._tag]).toEqual(["First", "Replay"])
 
-      const claimed = yield* worker.claim({ worker: "test", topics: ["user-signed-up"], limit: 10, lease: "30 seconds" })
+      const claimed = yield* worker.claim({
+        worker: "test",
+        topics: ["user-signed-up"],
+        limit: 10,
+        lease: "30 seconds"
+      })
       expect(claimed.map((message) => message.payload)).toEqual([{ email: "ada@example.com" }])
     }))
 })

@@ -5,10 +5,10 @@
 import * as Durable from "@effect-durable/pg/Durable"
 import * as Projector from "@effect-durable/projector/Projector"
 import * as WebhookPublisher from "@effect-durable/webhook/WebhookPublisher"
-import * as FetchHttpClient from "effect/http/FetchHttpClient"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Config from "effect/Config"
 import * as Effect from "effect/Effect"
+import * as FetchHttpClient from "effect/http/FetchHttpClient"
 import * as Layer from "effect/Layer"
 
 const Deliver = Layer.unwrap(

@@ -79,7 +79,12 @@ const retryAfter = (value: string | undefined, now: number): number | undefined 
   return Number.isNaN(date) ? undefined : Math.max(0, date - now)
 }
 
-const classify = (status: number, retryAfterHeader: string | undefined, shown: string, now: number): PublishError | undefined => {
+const classify = (
+  status: number,
+  retryAfterHeader: string | undefined,
+  shown: string,
+  now: number
+): PublishError | undefined => {
   if (status >= 200 && status < 300) return undefined
   if (status === 408 || status === 429 || status >= 500) {
     return retryable(`webhook ${shown} answered ${status}`, retryAfter(retryAfterHeader, now))
@@ -104,7 +109,9 @@ const clientFailure = ({ reason }: HttpClientError.HttpClientError, shown: strin
   }
 }
 
-export const make = (options: WebhookPublisherOptions): Effect.Effect<Publisher["Service"], DurableConfigError, HttpClient.HttpClient> =>
+export const make = (
+  options: WebhookPublisherOptions
+): Effect.Effect<Publisher["Service"], DurableConfigError, HttpClient.HttpClient> =>
   Effect.gen(function*() {
     const signer = yield* WebhookSignature.make(options.secret, "webhook.secret")
     if (typeof options.url === "string" && !/^https?:\/\//.test(options.url)) {
@@ -167,5 +174,6 @@ export const make = (options: WebhookPublisherOptions): Effect.Effect<Publisher[
     return Publisher.of({ publish })
   })
 
-export const layer = (options: WebhookPublisherOptions): Layer.Layer<Publisher, DurableConfigError, HttpClient.HttpClient> =>
-  Layer.effect(Publisher, make(options))
+export const layer = (
+  options: WebhookPublisherOptions
+): Layer.Layer<Publisher, DurableConfigError, HttpClient.HttpClient> => Layer.effect(Publisher, make(options))

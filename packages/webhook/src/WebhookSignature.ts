@@ -39,7 +39,8 @@ export interface Signer {
 export const SECRET_PREFIX = "whsec_"
 export const MIN_SECRET_BYTES = 16
 
-const SECRET_RULE = `"${SECRET_PREFIX}" followed by the base64 of at least ${MIN_SECRET_BYTES} bytes, or any other string of at least ${MIN_SECRET_BYTES} bytes`
+const SECRET_RULE =
+  `"${SECRET_PREFIX}" followed by the base64 of at least ${MIN_SECRET_BYTES} bytes, or any other string of at least ${MIN_SECRET_BYTES} bytes`
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/
 
 /** The library's signer for a secret in either form, or the rule the secret breaks. */

@@ -1,7 +1,7 @@
-import { describe, expect, it } from "@effect/vitest"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as Projector from "@effect-durable/projector/Projector"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
+import { describe, expect, it } from "@effect/vitest"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -29,7 +29,10 @@ describe("the README examples of the webhook publisher do what the README says",
         expect(counts).toMatchObject({ delivered: 1 })
         const headers = received.map((request) => request.headers as Record<string, string>)
         expect(received.map((request, i) => WebhookExample.accept(secret, headers[i]!, request.body))).toEqual([true])
-        expect(WebhookExample.acceptStock(whsec, headers[0]!, received[0]!.body)).toMatchObject({ id, payload: { orderId: 7 } })
+        expect(WebhookExample.acceptStock(whsec, headers[0]!, received[0]!.body)).toMatchObject({
+          id,
+          payload: { orderId: 7 }
+        })
         expect((yield* outboxRows([id]))[0]).toMatchObject({ projected: true })
       }))
 
@@ -38,15 +41,23 @@ describe("the README examples of the webhook publisher do what the README says",
         const db = yield* TestDatabase.TestDatabase
         const env = (entries: Record<string, string>) =>
           Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnvRecord(entries))
-        const base = { DATABASE_URL: Redacted.value(db.url), WEBHOOK_URL: "http://127.0.0.1:9/hook", WEBHOOK_SECRET: "sixteen bytes or more" }
+        const base = {
+          DATABASE_URL: Redacted.value(db.url),
+          WEBHOOK_URL: "http://127.0.0.1:9/hook",
+          WEBHOOK_SECRET: "sixteen bytes or more"
+        }
         // The database is migrated (the suite's substrate): the worker starts and runs its projector.
         const workerId = yield* Effect.scoped(
           Effect.map(Layer.build(WorkerExample.Worker), (context) => Context.get(context, Projector.Projector).workerId)
         ).pipe(env({ ...base, PROJECTOR_WORKER_ID: "worker-readme" }))
         expect(workerId).toBe("worker-readme")
-        const refused = yield* Effect.flip(Effect.scoped(Layer.build(WorkerExample.Worker)).pipe(env({ ...base, PROJECTOR_LEASE: "-1 seconds" })))
+        const refused = yield* Effect.flip(
+          Effect.scoped(Layer.build(WorkerExample.Worker)).pipe(env({ ...base, PROJECTOR_LEASE: "-1 seconds" }))
+        )
         expect(refused).toMatchObject({ _tag: "DurableConfigError", field: "PROJECTOR_LEASE" })
-        const unsigned = yield* Effect.flip(Effect.scoped(Layer.build(WorkerExample.Worker)).pipe(env({ ...base, WEBHOOK_SECRET: "short" })))
+        const unsigned = yield* Effect.flip(
+          Effect.scoped(Layer.build(WorkerExample.Worker)).pipe(env({ ...base, WEBHOOK_SECRET: "short" }))
+        )
         expect(unsigned).toMatchObject({ _tag: "DurableConfigError", field: "webhook.secret" })
       }))
   })

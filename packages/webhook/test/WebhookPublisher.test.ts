@@ -1,14 +1,14 @@
-import { describe, expect, it } from "@effect/vitest"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Projector from "@effect-durable/projector/Projector"
 import type * as Publisher from "@effect-durable/projector/Publisher"
 import * as Telemetry from "@effect-durable/testing/Telemetry"
-import * as SqlClient from "effect/sql/SqlClient"
-import * as FetchHttpClient from "effect/http/FetchHttpClient"
+import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
+import * as FetchHttpClient from "effect/http/FetchHttpClient"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as TestClock from "effect/testing/TestClock"
 import { Webhook, WebhookVerificationError } from "standardwebhooks"
 import * as WebhookPublisher from "../src/WebhookPublisher.js"
@@ -29,11 +29,11 @@ const message = (id: string): OutboxWorker.OutboxMessage => ({
   claim: { messageId: id, worker: "w", generation: 1 }
 })
 
-const publishTo = (url: string, options: Partial<WebhookPublisher.WebhookPublisherOptions> = {}) =>
-(m: OutboxWorker.OutboxMessage) =>
-  Effect.flatMap(WebhookPublisher.make({ url, secret, ...options }), (publisher) => publisher.publish(m)).pipe(
-    Effect.provide(FetchHttpClient.layer)
-  )
+const publishTo =
+  (url: string, options: Partial<WebhookPublisher.WebhookPublisherOptions> = {}) => (m: OutboxWorker.OutboxMessage) =>
+    Effect.flatMap(WebhookPublisher.make({ url, secret, ...options }), (publisher) => publisher.publish(m)).pipe(
+      Effect.provide(FetchHttpClient.layer)
+    )
 
 describe("Webhook publisher", () => {
   // On the live clock: the signature is dated by Effect's `Clock`, and checked against the system clock.
@@ -42,7 +42,12 @@ describe("Webhook publisher", () => {
       const { received, url } = yield* server((_, res) => res.writeHead(204).end())
       yield* publishTo(url)(message("41"))
       const [request] = received
-      expect(JSON.parse(request!.body)).toMatchObject({ id: "41", topic: "order-placed", attempt: 1, payload: { orderId: 7, total: 42 } })
+      expect(JSON.parse(request!.body)).toMatchObject({
+        id: "41",
+        topic: "order-placed",
+        attempt: 1,
+        payload: { orderId: 7, total: 42 }
+      })
       expect(request!.headers["content-type"]).toMatch(/application\/json/)
       expect(request!.headers["idempotency-key"]).toBe("41")
       expect(request!.headers["webhook-id"]).toBe("41")
@@ -52,7 +57,8 @@ describe("Webhook publisher", () => {
       expect(WebhookSignature.verify(secret, request!.headers, request!.body)).toBe(true)
       expect(WebhookSignature.verify(secret, request!.headers, request!.body.replace("42", "43"))).toBe(false)
       expect(WebhookSignature.verify(secret, { ...request!.headers, "webhook-id": "42" }, request!.body)).toBe(false)
-      expect(WebhookSignature.verify(Redacted.make("another secret of 16+ bytes"), request!.headers, request!.body)).toBe(false)
+      expect(WebhookSignature.verify(Redacted.make("another secret of 16+ bytes"), request!.headers, request!.body))
+        .toBe(false)
     }))
 
   it.live("a receiver verifies a delivery with the standardwebhooks package itself, for a whsec_ secret and for a raw one", () =>
@@ -63,11 +69,18 @@ describe("Webhook publisher", () => {
       const [standard, raw] = received
       // Exactly as a receiver does: the secret as configured, the raw body, the headers as received.
       const headers = (request: typeof standard) => request!.headers as Record<string, string>
-      expect(new Webhook(whsec).verify(standard!.body, headers(standard))).toMatchObject({ id: "51", payload: { orderId: 7 } })
-      expect(new Webhook(Redacted.value(secret), { format: "raw" }).verify(raw!.body, headers(raw))).toMatchObject({ id: "52" })
+      expect(new Webhook(whsec).verify(standard!.body, headers(standard))).toMatchObject({
+        id: "51",
+        payload: { orderId: 7 }
+      })
+      expect(new Webhook(Redacted.value(secret), { format: "raw" }).verify(raw!.body, headers(raw))).toMatchObject({
+        id: "52"
+      })
       // Each secret verifies only its own deliveries, and only their bodies.
       expect(() => new Webhook(whsec).verify(raw!.body, headers(raw))).toThrow(WebhookVerificationError)
-      expect(() => new Webhook(whsec).verify(standard!.body.replace("7", "8"), headers(standard))).toThrow(WebhookVerificationError)
+      expect(() => new Webhook(whsec).verify(standard!.body.replace("7", "8"), headers(standard))).toThrow(
+        WebhookVerificationError
+      )
       expect(WebhookSignature.verify(Redacted.make(whsec), standard!.headers, standard!.body)).toBe(true)
       expect(WebhookSignature.verify(secret, standard!.headers, standard!.body)).toBe(false)
     }))
@@ -84,7 +97,9 @@ describe("Webhook publisher", () => {
       expect(old!.headers["webhook-timestamp"]).toBe(String(Math.floor((now - 3_600_000) / 1000)))
       expect(current!.headers["webhook-timestamp"]).toBe(String(Math.floor(now / 1000)))
       expect(WebhookSignature.verify(secret, old!.headers, old!.body)).toBe(false)
-      expect(() => new Webhook(Redacted.value(secret), { format: "raw" }).verify(old!.body, old!.headers as Record<string, string>))
+      expect(() =>
+        new Webhook(Redacted.value(secret), { format: "raw" }).verify(old!.body, old!.headers as Record<string, string>)
+      )
         .toThrow(/too old/)
       expect(WebhookSignature.verify(secret, current!.headers, current!.body)).toBe(true)
     }))
@@ -118,7 +133,8 @@ describe("Webhook publisher", () => {
   it.live("a timeout and an unreachable endpoint are retryable", () =>
     Effect.gen(function*() {
       const { url } = yield* server(() => undefined) // never answers
-      const slow = (yield* Effect.flip(publishTo(url, { timeout: "200 millis" })(message("9")))) as Publisher.PublishError
+      const slow =
+        (yield* Effect.flip(publishTo(url, { timeout: "200 millis" })(message("9")))) as Publisher.PublishError
       expect(slow).toMatchObject({ retryable: true })
       expect(slow.reason).toMatch(/did not answer/)
       const closed = (yield* Effect.flip(publishTo("http://127.0.0.1:1/hook")(message("10")))) as Publisher.PublishError
@@ -132,7 +148,9 @@ describe("Webhook publisher", () => {
         Effect.flip(WebhookPublisher.make({ url: "http://127.0.0.1/x", secret: Redacted.make(secret) }))
       expect(yield* refused("short")).toMatchObject({ _tag: "DurableConfigError", field: "webhook.secret" })
       expect(yield* refused("whsec_not base64 at all!")).toMatchObject({ field: "webhook.secret" })
-      expect(yield* refused(`whsec_${Buffer.from("eight by").toString("base64")}`)).toMatchObject({ field: "webhook.secret" })
+      expect(yield* refused(`whsec_${Buffer.from("eight by").toString("base64")}`)).toMatchObject({
+        field: "webhook.secret"
+      })
       const url = yield* Effect.flip(WebhookPublisher.make({ url: "ftp://x", secret }))
       expect(url).toMatchObject({ field: "webhook.url" })
     }).pipe(Effect.provide(FetchHttpClient.layer)))
@@ -149,10 +167,13 @@ describe("Webhook publisher", () => {
         const outbox = yield* Outbox.Outbox
         const id = yield* outbox.enqueue("webhook-canary", {})
         const telemetry = Telemetry.make()
-        const drain = Projector.drain({ topics: ["webhook-canary"], backoff: { min: "10 millis", max: "10 millis" } }).pipe(
-          Effect.provide(WebhookPublisher.layer({ url: secretUrl, secret }).pipe(Layer.provide(FetchHttpClient.layer))),
-          telemetry.observed
-        )
+        const drain = Projector.drain({ topics: ["webhook-canary"], backoff: { min: "10 millis", max: "10 millis" } })
+          .pipe(
+            Effect.provide(
+              WebhookPublisher.layer({ url: secretUrl, secret }).pipe(Layer.provide(FetchHttpClient.layer))
+            ),
+            telemetry.observed
+          )
         const first = yield* drain
         expect(first).toMatchObject({ retried: 1 })
         // The failure as the row keeps it. With a 10 ms backoff the retry may already be
@@ -164,7 +185,9 @@ describe("Webhook publisher", () => {
         let delivered = first.delivered
         yield* eventually(Effect.map(drain, (counts) => (delivered += counts.delivered)), (total) => total === 1)
         // The receiver got both secrets, as a Basic credential and in the query.
-        expect(received[1]!.headers.authorization).toBe(`Basic ${Buffer.from(`hook-user:${PASSWORD}`).toString("base64")}`)
+        expect(received[1]!.headers.authorization).toBe(
+          `Basic ${Buffer.from(`hook-user:${PASSWORD}`).toString("base64")}`
+        )
         expect(received[1]!.url).toBe(`/hook?token=${TOKEN}`)
         expect(telemetry.spans.some((span) => span.name === "webhook.post")).toBe(true)
         expect(telemetry.everything()).not.toContain(PASSWORD)
@@ -188,9 +211,10 @@ describe("Webhook publisher", () => {
         const id = yield* outbox.enqueue("webhook-e2e", { hello: "world" })
         const publisher = WebhookPublisher.layer({ url, secret }).pipe(Layer.provide(FetchHttpClient.layer))
         // The retry waits at least half the minimum backoff (250 ms): the first drain ends before it.
-        const drain = Projector.drain({ topics: ["webhook-e2e"], backoff: { min: "500 millis", max: "500 millis" } }).pipe(
-          Effect.provide(publisher)
-        )
+        const drain = Projector.drain({ topics: ["webhook-e2e"], backoff: { min: "500 millis", max: "500 millis" } })
+          .pipe(
+            Effect.provide(publisher)
+          )
         const first = yield* drain
         expect(first).toMatchObject({ claimed: 1, retried: 1 })
         // Drains before the retry is due claim nothing; the one after it delivers.

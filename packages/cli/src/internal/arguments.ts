@@ -46,7 +46,9 @@ export const ids = Flag.String("id").pipe(
     const bad = raw.find((id) => !isMessageId(id))
     return bad === undefined
       ? Effect.succeed(raw)
-      : Effect.fail(invalidValue(`--id expects a message id (a positive integer up to ${MAX_MESSAGE_ID}), got '${printable(bad)}'`))
+      : Effect.fail(
+        invalidValue(`--id expects a message id (a positive integer up to ${MAX_MESSAGE_ID}), got '${printable(bad)}'`)
+      )
   }),
   Flag.withMetavar("ID"),
   Flag.withDescription("A message id; repeat it for several (--id 12 --id 13)")

@@ -49,7 +49,9 @@ const verbose = toggle("verbose", "Debug logs on stderr, and the cause of an err
  */
 export const root = Command.make("effect-durable").pipe(
   Command.withSharedFlags({ databaseUrl, databaseUrlFile, schema, verbose }),
-  Command.withDescription("Operate an effect-durable substrate: its schema, messages, dead letters, retention and admin page")
+  Command.withDescription(
+    "Operate an effect-durable substrate: its schema, messages, dead letters, retention and admin page"
+  )
 )
 
 export type Database = Durable.Services | OutboxSearch.OutboxSearch
@@ -116,7 +118,10 @@ const hasPassword = (url: string): boolean => {
  * error, not a page without credentials); otherwise it counts as not set.
  */
 export const configProvider = (options: { readonly keepEmpty?: boolean } = {}) =>
-  Effect.map(configValues, (values) => ConfigProvider.fromEnvRecord(values, { preserveEmptyStrings: options.keepEmpty === true }))
+  Effect.map(
+    configValues,
+    (values) => ConfigProvider.fromEnvRecord(values, { preserveEmptyStrings: options.keepEmpty === true })
+  )
 
 /** The substrate (and `OutboxSearch`) on the configured database; connects when built. */
 const databaseLayer = (values: Readonly<Record<string, string>>, options: { readonly poolSize?: number }) =>
@@ -136,7 +141,11 @@ const named = (error: CommandError, flags: ReadonlySet<string>): CommandError =>
   if (invalid === null) return error
   const variable = invalid[1] === "DATABASE_URL" && flags.has("DATABASE_URL_FILE") ? "DATABASE_URL_FILE" : invalid[1]!
   if (!flags.has(variable)) return error
-  return new CommandError({ exitCode: error.exitCode, message: `invalid ${FLAG_OF[variable]}: ${invalid[2]}`, cause: error.cause })
+  return new CommandError({
+    exitCode: error.exitCode,
+    message: `invalid ${FLAG_OF[variable]}: ${invalid[2]}`,
+    cause: error.cause
+  })
 }
 const FLAG_OF: Readonly<Record<string, string>> = {
   DATABASE_URL: "--database-url",
@@ -155,25 +164,26 @@ const connect = Effect.flatMap(SqlClient.SqlClient, (sql) => sql`SELECT 1`).pipe
  * failure is exit 3, before any work), checks the schema version unless `anyVersion`, and
  * maps the library's typed errors.
  */
-export const withDatabase = (options: { readonly anyVersion?: boolean; readonly poolSize?: number } = {}) =>
-<A, E, R>(work: Effect.Effect<A, E, R>) =>
-  Effect.gen(function*() {
-    const values = yield* configValues
-    const flags = yield* root
-    const given = new Set([
-      ...(Option.isSome(flags.databaseUrl) ? ["DATABASE_URL"] : []),
-      ...(Option.isSome(flags.databaseUrlFile) ? ["DATABASE_URL_FILE"] : []),
-      ...(Option.isSome(flags.schema) ? ["DURABLE_SCHEMA"] : [])
-    ])
-    return yield* Effect.gen(function*() {
-      yield* options.anyVersion === true ? connect : requireCurrentSchema
-      return yield* work
-    }).pipe(
-      Effect.provide(databaseLayer(values, options)),
-      // Every failure here is the library's (typed) or already a CommandError.
-      Effect.mapError((error: unknown) => {
-        const mapped = fromLibrary(error)
-        return isCommandError(mapped) ? named(mapped, given) : mapped as CommandError
-      })
-    )
-  })
+export const withDatabase =
+  (options: { readonly anyVersion?: boolean; readonly poolSize?: number } = {}) =>
+  <A, E, R>(work: Effect.Effect<A, E, R>) =>
+    Effect.gen(function*() {
+      const values = yield* configValues
+      const flags = yield* root
+      const given = new Set([
+        ...(Option.isSome(flags.databaseUrl) ? ["DATABASE_URL"] : []),
+        ...(Option.isSome(flags.databaseUrlFile) ? ["DATABASE_URL_FILE"] : []),
+        ...(Option.isSome(flags.schema) ? ["DURABLE_SCHEMA"] : [])
+      ])
+      return yield* Effect.gen(function*() {
+        yield* options.anyVersion === true ? connect : requireCurrentSchema
+        return yield* work
+      }).pipe(
+        Effect.provide(databaseLayer(values, options)),
+        // Every failure here is the library's (typed) or already a CommandError.
+        Effect.mapError((error: unknown) => {
+          const mapped = fromLibrary(error)
+          return isCommandError(mapped) ? named(mapped, given) : mapped as CommandError
+        })
+      )
+    })

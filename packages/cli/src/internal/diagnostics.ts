@@ -7,10 +7,10 @@
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Migrations from "@effect-durable/pg/Migrations"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as SqlClient from "effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
+import * as SqlClient from "effect/sql/SqlClient"
 import { randomBytes } from "node:crypto"
 import { age, count, plural } from "./output.js"
 
@@ -26,8 +26,11 @@ const fail = (name: string, detail: string): Check => ({ name, status: "fail", d
 
 /** A check whose own failure (permissions, a timeout) is reported as a warning. */
 const guarded = <R>(name: string, check: Effect.Effect<Check, unknown, R>): Effect.Effect<Check, never, R> =>
-  Effect.catch(check, (error) =>
-    Effect.succeed(warn(name, `could not check: ${(error as { message?: string })?.message ?? String(error)}`)))
+  Effect.catch(
+    check,
+    (error) =>
+      Effect.succeed(warn(name, `could not check: ${(error as { message?: string })?.message ?? String(error)}`))
+  )
 
 const version = guarded(
   "schema version",
@@ -35,7 +38,10 @@ const version = guarded(
     const { found, needed, schema } = yield* Migrations.schemaVersion
     if (found === needed) return ok("schema version", `${schema} is at version ${found}, this release's`)
     return found < needed
-      ? fail("schema version", `${schema} is at version ${found}, this release needs ${needed}: run effect-durable migrate`)
+      ? fail(
+        "schema version",
+        `${schema} is at version ${found}, this release needs ${needed}: run effect-durable migrate`
+      )
       : fail("schema version", `${schema} is at version ${found}, newer than this release knows (${needed})`)
   })
 )
@@ -48,9 +54,9 @@ const drift = guarded(
       ? ok("schema drift", "none: the tables, indexes, constraints and functions are what the migrations build")
       : fail(
         "schema drift",
-        `${plural(differences.length, "difference")}: ${differences.slice(0, 5).map((d) => `${d.kind} ${d.object}`).join(", ")}${
-          differences.length > 5 ? ", ..." : ""
-        } (effect-durable verify lists them)`
+        `${plural(differences.length, "difference")}: ${
+          differences.slice(0, 5).map((d) => `${d.kind} ${d.object}`).join(", ")
+        }${differences.length > 5 ? ", ..." : ""} (effect-durable verify lists them)`
       )
   })
 )
@@ -59,7 +65,9 @@ const listen = guarded(
   "LISTEN/NOTIFY",
   Effect.scoped(Effect.gen(function*() {
     const client = yield* Effect.serviceOption(PgClient.PgClient)
-    if (Option.isNone(client)) return warn("LISTEN/NOTIFY", "not checked: the SqlClient is not @effect/sql-pg's PgClient")
+    if (Option.isNone(client)) {
+      return warn("LISTEN/NOTIFY", "not checked: the SqlClient is not @effect/sql-pg's PgClient")
+    }
     const pg = client.value
     const sql = yield* SqlClient.SqlClient
     const channel = `effect_durable_doctor_${randomBytes(6).toString("hex")}`
@@ -122,11 +130,18 @@ const bloat = guarded(
     const ratio = (r: TableRow) => (r.live + r.dead === 0 ? 0 : r.dead / (r.live + r.dead))
     const bloated = rows.filter((r) => r.dead > 10_000 && ratio(r) > 0.2)
     const summary = rows.map((r) =>
-      `${r.table} ${megabytes(r.bytes)}, ${count(r.live)} live, ${Math.round(ratio(r) * 100)}% dead tuples (vacuumed ${r.vacuumed ?? "never"})`
+      `${r.table} ${megabytes(r.bytes)}, ${count(r.live)} live, ${Math.round(ratio(r) * 100)}% dead tuples (vacuumed ${
+        r.vacuumed ?? "never"
+      })`
     ).join("; ")
     return bloated.length === 0
       ? ok("table bloat", summary)
-      : warn("table bloat", `${bloated.map((r) => r.table).join(", ")}: many dead tuples; is vacuum held back (see below) or autovacuum off? ${summary}`)
+      : warn(
+        "table bloat",
+        `${
+          bloated.map((r) => r.table).join(", ")
+        }: many dead tuples; is vacuum held back (see below) or autovacuum off? ${summary}`
+      )
   })
 )
 
@@ -147,13 +162,21 @@ const horizon = guarded(
       ...slots.map((s) => `replication slot ${s.slot} holds an xmin`),
       ...prepared.map((p) => `prepared transaction ${p.gid} open for ${age(p.seconds)}`)
     ]
-    if (oldest === undefined) return notes.length === 0 ? ok("oldest transaction", "no open snapshot holds back vacuum") : warn("oldest transaction", notes.join("; "))
-    const who = `pid ${oldest.pid}${oldest.app === "" ? "" : ` (${oldest.app})`}${oldest.state === null ? "" : `, ${oldest.state}`}`
+    if (oldest === undefined) {
+      return notes.length === 0
+        ? ok("oldest transaction", "no open snapshot holds back vacuum")
+        : warn("oldest transaction", notes.join("; "))
+    }
+    const who = `pid ${oldest.pid}${oldest.app === "" ? "" : ` (${oldest.app})`}${
+      oldest.state === null ? "" : `, ${oldest.state}`
+    }`
     const text = `${who}, open for ${age(oldest.seconds)}`
     return (oldest.seconds ?? 0) > 300 || notes.length > 0
       ? warn(
         "oldest transaction",
-        `${[text, ...notes].join("; ")}: vacuum cannot remove rows deleted since it began (end it: SELECT pg_terminate_backend(${oldest.pid}))`
+        `${
+          [text, ...notes].join("; ")
+        }: vacuum cannot remove rows deleted since it began (end it: SELECT pg_terminate_backend(${oldest.pid}))`
       )
       : ok("oldest transaction", `${text}: vacuum is not held back`)
   })
@@ -162,7 +185,12 @@ const horizon = guarded(
 /** Every check, in order; drift only when the version is right (it compares against this release). */
 export const runChecks = Effect.gen(function*() {
   const first = yield* version
-  const driftCheck = first.status === "ok" ? drift : Effect.succeed(warn("schema drift", "not checked: the version is not this release's"))
+  const driftCheck = first.status === "ok"
+    ? drift
+    : Effect.succeed(warn("schema drift", "not checked: the version is not this release's"))
   const rest = yield* Effect.all([driftCheck, listen, pooler, bloat, horizon], { concurrency: 2 })
   return [first, ...rest]
-}).pipe(Effect.timeout("60 seconds"), Effect.orElseSucceed(() => [fail("doctor", "the checks did not finish within 60 s")]))
+}).pipe(
+  Effect.timeout("60 seconds"),
+  Effect.orElseSucceed(() => [fail("doctor", "the checks did not finish within 60 s")])
+)

@@ -17,7 +17,9 @@ const UNITS: Readonly<Record<string, string>> = {
 
 /** `1 minute`, `2 minutes`: how the library reads it, and how it reads in a message. */
 const spelled = (amount: string, unit: string): Duration.Input =>
-  `${amount} ${Number(amount) === 1 ? unit.replace(/s$/, "") : unit.endsWith("s") ? unit : `${unit}s`}` as Duration.Input
+  `${amount} ${
+    Number(amount) === 1 ? unit.replace(/s$/, "") : unit.endsWith("s") ? unit : `${unit}s`
+  }` as Duration.Input
 
 /** `7d` -> `7 days`; `"2 days"` stays; anything else is `undefined`. */
 export const parseDuration = (text: string): Duration.Input | undefined => {

@@ -35,7 +35,8 @@ export class CommandError extends Data.TaggedError("CommandError")<{
   readonly cause?: unknown
 }> {}
 
-export const usage = (message: string, cause?: unknown) => new CommandError({ exitCode: ExitCode.usage, message, cause })
+export const usage = (message: string, cause?: unknown) =>
+  new CommandError({ exitCode: ExitCode.usage, message, cause })
 export const checkFailed = (message: string) => new CommandError({ exitCode: ExitCode.checkFailed, message })
 
 export const isCommandError = (u: unknown): u is CommandError => u instanceof CommandError
@@ -93,7 +94,11 @@ export const fromLibrary = (error: unknown): unknown => {
   }
   if (error instanceof DatabaseError) {
     return isSessionFailure(error)
-      ? new CommandError({ exitCode: ExitCode.unreachable, message: `cannot reach the database: ${error.detail}`, cause: error })
+      ? new CommandError({
+        exitCode: ExitCode.unreachable,
+        message: `cannot reach the database: ${error.detail}`,
+        cause: error
+      })
       : new CommandError({
         exitCode: ExitCode.databaseError,
         message: `${error.operation} failed${error.code === null ? "" : ` [${error.code}]`}: ${error.detail}`,

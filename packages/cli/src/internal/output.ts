@@ -59,7 +59,9 @@ export const note = (text: string) => Console.error(printableLines(scrub(text)))
 
 /** Logs (the library's and ours) on stderr, one line each, scrubbed. */
 export const stderrLogger = Logger.make(({ logLevel, message }) => {
-  const text = (Array.isArray(message) ? message : [message]).map((part) => (typeof part === "string" ? part : stringify(part)))
+  const text = (Array.isArray(message) ? message : [message]).map((
+    part
+  ) => (typeof part === "string" ? part : stringify(part)))
     .join(" ")
   process.stderr.write(`${printable(scrub(`[${logLevel.toLowerCase()}] ${text}`))}\n`)
 })
@@ -75,7 +77,9 @@ export const table = <Row>(columns: ReadonlyArray<Column<Row>>, rows: ReadonlyAr
   const cells = rows.map((row) => columns.map((column) => cell(column.value(row))))
   const widths = columns.map((column, i) => Math.max(column.header.length, ...cells.map((r) => r[i]!.length)))
   const right = columns.map((column) =>
-    column.align === undefined ? rows.length > 0 && typeof column.value(rows[0]!) === "number" : column.align === "right"
+    column.align === undefined
+      ? rows.length > 0 && typeof column.value(rows[0]!) === "number"
+      : column.align === "right"
   )
   const format = (values: ReadonlyArray<string>) =>
     values.map((value, i) => (right[i] ? value.padStart(widths[i]!) : value.padEnd(widths[i]!))).join("  ").trimEnd()
@@ -123,7 +127,10 @@ export const withProgressLogs = <A, E, R>(prefix: string, effect: Effect.Effect<
     // In place of the command's logger (`stderrLogger`, installed for every command by the command tree).
     Effect.provide(Logger.layer([
       Logger.make(({ message }) => {
-        const text = (Array.isArray(message) ? message : [message]).map(String).join(" ").replace(/^effect-durable: /, "")
+        const text = (Array.isArray(message) ? message : [message]).map(String).join(" ").replace(
+          /^effect-durable: /,
+          ""
+        )
         process.stderr.write(`${printable(scrub(`${prefix}: ${text}`))}\n`)
       })
     ]))

@@ -12,7 +12,8 @@
  */
 const CONTROL = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g
 /** The same, but a line feed: for text that is ours and may span lines. */
-const CONTROL_BUT_NEWLINE = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g
+const CONTROL_BUT_NEWLINE =
+  /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g
 /** What `JSON.stringify` leaves raw inside strings (it escapes C0 itself; its own layout is C0). */
 const RAW_IN_JSON = /[\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g
 
@@ -20,13 +21,13 @@ const RAW_IN_JSON = /[\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u
  * What a page marks where a stored value is shown: the same but tab, line feed and carriage
  * return (a `<pre>` lays them out). A bidi override would reorder what an operator reads.
  */
-export const INVISIBLE = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g
+export const INVISIBLE =
+  /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g
 
 const SHORT: Readonly<Record<string, string>> = { "\n": "\\n", "\r": "\\r", "\t": "\\t" }
 
 /** `\u202e`, `\u001b`: how a control character is written here (JSON's notation). */
-export const escapeOf = (c: string): string =>
-  SHORT[c] ?? `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`
+export const escapeOf = (c: string): string => SHORT[c] ?? `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`
 
 /** `U+202E`: how a page names one. */
 export const codePointOf = (c: string): string => `U+${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0")}`

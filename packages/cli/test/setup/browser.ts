@@ -6,9 +6,18 @@ import { existsSync } from "node:fs"
 
 export const INSTALL_HINT = "install it (Debian: apt-get install chromium) or set CHROMIUM_PATH"
 
-const CANDIDATES = ["/usr/bin/chromium", "/usr/lib/chromium/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"]
+const CANDIDATES = [
+  "/usr/bin/chromium",
+  "/usr/lib/chromium/chromium",
+  "/usr/bin/chromium-browser",
+  "/usr/bin/google-chrome"
+]
 
-export const findBrowser = (): { readonly path: string | undefined; readonly required: boolean; readonly reason: string } => {
+export const findBrowser = (): {
+  readonly path: string | undefined
+  readonly required: boolean
+  readonly reason: string
+} => {
   const required = process.env.EFFECT_DURABLE_REQUIRE_BROWSER === "1"
   const configured = process.env.CHROMIUM_PATH
   const candidates = configured === undefined || configured === "" ? CANDIDATES : [configured]

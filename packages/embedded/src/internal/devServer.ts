@@ -6,11 +6,30 @@
  */
 import { type ChildProcess, spawnSync } from "node:child_process"
 import { randomBytes } from "node:crypto"
-import { chownSync, createWriteStream, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs"
+import {
+  chownSync,
+  createWriteStream,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync
+} from "node:fs"
 import { join } from "node:path"
 import { spawnGuardian } from "../Guardian.js"
 import { LockHeld, takeLock } from "./lock.js"
-import { binaries, freePort, halt, launch, portIsFree, processAlive, readPostmasterPid, run, serverUser } from "./server.js"
+import {
+  binaries,
+  freePort,
+  halt,
+  launch,
+  portIsFree,
+  processAlive,
+  readPostmasterPid,
+  run,
+  serverUser
+} from "./server.js"
 
 export interface Started {
   readonly directory: string
@@ -44,7 +63,9 @@ const awaitLeftover = async (pgdata: string): Promise<void> => {
   if (pid === undefined) return
   for (let waited = 0; waited < 30_000 && isPostgres(pid); waited += 100) await sleep(100)
   if (isPostgres(pid)) {
-    throw new Error(`a PostgreSQL server (pid ${pid}) still runs on ${pgdata} although no app owns it: stop it (kill -INT ${pid})`)
+    throw new Error(
+      `a PostgreSQL server (pid ${pid}) still runs on ${pgdata} although no app owns it: stop it (kill -INT ${pid})`
+    )
   }
 }
 
@@ -69,7 +90,11 @@ export const acquire = async (
     await awaitLeftover(pgdata)
     const user = serverUser()
     if (user.uid !== undefined) {
-      const reach = spawnSync("sh", ["-c", `cd "$1"`, "sh", directory], { uid: user.uid, gid: user.gid!, stdio: "ignore" })
+      const reach = spawnSync("sh", ["-c", `cd "$1"`, "sh", directory], {
+        uid: user.uid,
+        gid: user.gid!,
+        stdio: "ignore"
+      })
       if (reach.status !== 0) {
         throw new Error(
           `PostgreSQL refuses to run as root, so it runs as the OS user "postgres", which cannot enter ${directory} ` +
@@ -95,7 +120,16 @@ export const acquire = async (
         chownSync(pwfile, user.uid, user.gid!)
       }
       try {
-        await run(initdb, ["-D", draft, "-U", "postgres", `--pwfile=${pwfile}`, "--auth=scram-sha-256", "--encoding=UTF8", "--locale=C"], {
+        await run(initdb, [
+          "-D",
+          draft,
+          "-U",
+          "postgres",
+          `--pwfile=${pwfile}`,
+          "--auth=scram-sha-256",
+          "--encoding=UTF8",
+          "--locale=C"
+        ], {
           ...user,
           env: { ...process.env, LC_ALL: "C" }
         })
@@ -108,7 +142,9 @@ export const acquire = async (
       try {
         saved = JSON.parse(readFileSync(savedPath, "utf8")) as Saved
       } catch {
-        throw new Error(`${savedPath} (the database's password) is missing or damaged: delete ${directory} to start afresh`)
+        throw new Error(
+          `${savedPath} (the database's password) is missing or damaged: delete ${directory} to start afresh`
+        )
       }
     }
     const port = options.port ??
@@ -121,7 +157,9 @@ export const acquire = async (
     } catch (error) {
       // PostgreSQL's own lock on its data directory: a server someone else started.
       const holder = readPostmasterPid(pgdata)
-      if (holder !== undefined && tail.join("").includes(`lock file "postmaster.pid" already exists`)) throw new LockHeld(holder)
+      if (holder !== undefined && tail.join("").includes(`lock file "postmaster.pid" already exists`)) {
+        throw new LockHeld(holder)
+      }
       throw error
     }
     const running = child
@@ -148,6 +186,8 @@ export const acquire = async (
     release()
     if (error instanceof LockHeld) throw error
     const logged = tail.join("").trim()
-    throw new Error(`${error instanceof Error ? error.message : String(error)}${logged === "" ? "" : `\n${logged}`}`)
+    throw new Error(`${error instanceof Error ? error.message : String(error)}${logged === "" ? "" : `\n${logged}`}`, {
+      cause: error
+    })
   }
 }

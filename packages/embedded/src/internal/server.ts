@@ -20,7 +20,9 @@ export const freePort = (): Promise<number> =>
     server.once("error", reject)
     server.listen(0, "127.0.0.1", () => {
       const address = server.address()
-      server.close(() => typeof address === "object" && address !== null ? resolve(address.port) : reject(new Error("no port")))
+      server.close(() =>
+        typeof address === "object" && address !== null ? resolve(address.port) : reject(new Error("no port"))
+      )
     })
   })
 
@@ -49,7 +51,7 @@ export const binaries = async (): Promise<{ readonly initdb: string; readonly po
   try {
     return await import(name)
   } catch (error) {
-    throw new Error(`no PostgreSQL binaries for ${platform()}-${arch()} (${name}): ${String(error)}`)
+    throw new Error(`no PostgreSQL binaries for ${platform()}-${arch()} (${name}): ${String(error)}`, { cause: error })
   }
 }
 
@@ -60,7 +62,10 @@ export const run = (command: string, args: ReadonlyArray<string>, options: Spawn
     child.stdout!.on("data", (chunk) => (output += chunk))
     child.stderr!.on("data", (chunk) => (output += chunk))
     child.once("error", reject)
-    child.once("exit", (code) => code === 0 ? resolve(output) : reject(new Error(`${command} exited ${code}: ${output}`)))
+    child.once(
+      "exit",
+      (code) => code === 0 ? resolve(output) : reject(new Error(`${command} exited ${code}: ${output}`))
+    )
   })
 
 /** PostgreSQL refuses to run as root; as root the server runs as the `postgres` user (created if missing). */
@@ -75,7 +80,15 @@ export const serverUser = (): ServerUser => {
     } catch {
       // The group may exist without the user.
     }
-    execFileSync("useradd", ["--system", "--gid", "postgres", "--no-create-home", "--shell", "/usr/sbin/nologin", "postgres"])
+    execFileSync("useradd", [
+      "--system",
+      "--gid",
+      "postgres",
+      "--no-create-home",
+      "--shell",
+      "/usr/sbin/nologin",
+      "postgres"
+    ])
     return { uid: id("-u"), gid: id("-g") }
   }
 }
@@ -89,8 +102,18 @@ export const launch = (
   remember: (line: string) => void
 ): Promise<ChildProcess> =>
   new Promise((resolve, reject) => {
-    const args = ["-D", dataDir, "-p", String(port), ...Object.entries(settings).flatMap(([k, v]) => ["-c", `${k}=${v}`])]
-    const child = spawn(postgres, args, { ...user, env: { ...process.env, LC_MESSAGES: "C" }, stdio: ["ignore", "ignore", "pipe"] })
+    const args = [
+      "-D",
+      dataDir,
+      "-p",
+      String(port),
+      ...Object.entries(settings).flatMap(([k, v]) => ["-c", `${k}=${v}`])
+    ]
+    const child = spawn(postgres, args, {
+      ...user,
+      env: { ...process.env, LC_MESSAGES: "C" },
+      stdio: ["ignore", "ignore", "pipe"]
+    })
     let ready = false
     child.stderr!.on("data", (chunk: Buffer) => {
       const text = chunk.toString("utf8")

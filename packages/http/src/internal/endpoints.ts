@@ -3,16 +3,16 @@
  * once when the middleware's layer is built, and each endpoint's part in idempotency.
  */
 import { DurableConfigError } from "@effect-durable/core/Errors"
+import * as ByteSize from "effect/ByteSize"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
 import * as HttpApi from "effect/http-api/HttpApi"
 import type * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
 import type * as HttpApiGroup from "effect/http-api/HttpApiGroup"
 import type * as HttpApiMiddleware from "effect/http-api/HttpApiMiddleware"
 import * as HttpMethod from "effect/http/HttpMethod"
-import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
-import * as ByteSize from "effect/ByteSize"
-import * as Context from "effect/Context"
-import * as Effect from "effect/Effect"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import type { Settings } from "./options.js"
 
 /** The ledger names an operation in at most 128 bytes. */
@@ -40,7 +40,9 @@ export const refusal = (
   if (!settings.methods.has(endpoint.method)) {
     return new DurableConfigError({
       field,
-      rule: `idempotent endpoints use ${[...settings.methods].join(", ")} (the methods option); ${operation} would ignore its key`
+      rule: `idempotent endpoints use ${
+        [...settings.methods].join(", ")
+      } (the methods option); ${operation} would ignore its key`
     })
   }
   if (Buffer.byteLength(operation, "utf8") > MAX_OPERATION_BYTES) {
@@ -60,7 +62,9 @@ export const check = <Id extends string, Groups extends HttpApiGroup.Constraint>
     HttpApi.reflect(api, {
       onGroup: () => {},
       onEndpoint: ({ endpoint, group, middleware: middlewares }) => {
-        if (refused === undefined && middlewares.has(middleware as HttpApiMiddleware.AnyService)) refused = refusal(group, endpoint, settings)
+        if (refused === undefined && middlewares.has(middleware as HttpApiMiddleware.AnyService)) {
+          refused = refusal(group, endpoint, settings)
+        }
       }
     })
     return refused === undefined ? Effect.void : Effect.fail(refused)
@@ -84,7 +88,9 @@ export const answerBeforeHandler = (
     if (!HttpMethod.hasBody(request.method)) return undefined
     const contentType = mediaType(request.headers["content-type"] ?? "application/json")
     const payload = endpoint.payload.get(contentType)
-    if (payload === undefined) return HttpServerResponse.text(`Unsupported content-type: ${contentType}`, { status: 415 })
+    if (payload === undefined) {
+      return HttpServerResponse.text(`Unsupported content-type: ${contentType}`, { status: 415 })
+    }
     if (payload.encoding._tag !== "Stream") return undefined
     const maxBytes = (payload.schemas[0] as { readonly maxBytes?: ByteSize.ByteSize | undefined }).maxBytes
     return maxBytes !== undefined && Number(request.headers["content-length"]) > ByteSize.toNumberUnsafe(maxBytes)
@@ -97,7 +103,9 @@ export const answerBeforeHandler = (
  * Whether HttpApi decodes the request's body as JSON: its Content-Type (JSON when it has
  * none, as HttpApi reads it) is one the endpoint has a JSON payload for.
  */
-export const parsesJson = (endpoint: HttpApiEndpoint.Top): (request: HttpServerRequest.HttpServerRequest) => boolean => {
+export const parsesJson = (
+  endpoint: HttpApiEndpoint.Top
+): (request: HttpServerRequest.HttpServerRequest) => boolean => {
   if (endpoint.payload.size === 0) return () => false
   return (request) =>
     HttpMethod.hasBody(request.method) &&

@@ -15,6 +15,9 @@
  * security middleware's 401, `ProblemDetails`' 400), or any other, is a refusal or a fault,
  * not the handler's answer, even when it could render itself (`Respondable`).
  */
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as HttpApi from "effect/http-api/HttpApi"
 import * as HttpApiBuilder from "effect/http-api/HttpApiBuilder"
 import * as HttpApiEndpoint from "effect/http-api/HttpApiEndpoint"
@@ -22,9 +25,6 @@ import * as HttpApiGroup from "effect/http-api/HttpApiGroup"
 import type * as HttpRouter from "effect/http/HttpRouter"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import type * as HttpServerResponse from "effect/http/HttpServerResponse"
-import * as Context from "effect/Context"
-import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
 import * as Schema from "effect/Schema"
 
 /** The error being encoded, for the encoding endpoint's handler. */

@@ -9,17 +9,17 @@
  * everything back. The response is sent after COMMIT returned.
  */
 import type { RequestFingerprint as Fingerprint } from "@effect-durable/core/Fingerprint"
+import { classify } from "@effect-durable/pg/ErrorClassification"
 import type { BeginError, RecordError } from "@effect-durable/pg/MutationLedger"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
-import { classify } from "@effect-durable/pg/ErrorClassification"
-import * as HttpServerResponse from "effect/http/HttpServerResponse"
-import * as HttpServerRequest from "effect/http/HttpServerRequest"
-import * as SqlClient from "effect/sql/SqlClient"
-import { SqlError } from "effect/sql/SqlError"
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Option from "effect/Option"
 import * as Result from "effect/Result"
+import * as SqlClient from "effect/sql/SqlClient"
+import { SqlError } from "effect/sql/SqlError"
 import * as IdempotencyKey from "../IdempotencyKey.js"
 import * as Problem from "../Problem.js"
 import { Subject } from "../Subject.js"
@@ -38,7 +38,9 @@ export interface Route {
    * failure (HttpApi's 415 for a Content-Type it does not decode): given here once the key is
    * found free (another request with the key is still 422), and rolled back, never stored.
    */
-  readonly answerBeforeHandler?: (request: HttpServerRequest.HttpServerRequest) => HttpServerResponse.HttpServerResponse | undefined
+  readonly answerBeforeHandler?: (
+    request: HttpServerRequest.HttpServerRequest
+  ) => HttpServerResponse.HttpServerResponse | undefined
   /**
    * Whether the route parses this request's body as JSON, whose depth is then bounded
    * (`maxJsonDepth`). Default: a JSON Content-Type (`application/json`, `*+json`).
@@ -110,7 +112,9 @@ export const make = Effect.fnUntraced(function*(settings: Settings) {
         return Effect.fail(new Answer(inFlight))
       case "DatabaseError":
         // Waiting for the first request ran past the lock timeout: it is still in flight.
-        return Effect.fail(new Answer(error.code === "55P03" && settings.inFlight === "wait" ? inFlight : databaseProblem(error)))
+        return Effect.fail(
+          new Answer(error.code === "55P03" && settings.inFlight === "wait" ? inFlight : databaseProblem(error))
+        )
       case "PayloadTooLarge":
       case "UnsupportedJsonValue":
         return Effect.fail(new Answer(problem("responseNotStorable", "The response could not be stored.")))
@@ -149,10 +153,18 @@ export const make = Effect.fnUntraced(function*(settings: Settings) {
       ))
     }
     // Refused before anything parses it: a recursive decoder would overflow the stack (a 500).
-    if (parsesJson(route, request) && JsonDepth.exceeds(new TextDecoder().decode(body.success), settings.maxJsonDepth)) {
+    if (
+      parsesJson(route, request) && JsonDepth.exceeds(new TextDecoder().decode(body.success), settings.maxJsonDepth)
+    ) {
       return answer(tooDeep)
     }
-    const admitted: Admission = { _tag: "Admitted", key: key.success, subject: subject.value, contentType, body: body.success }
+    const admitted: Admission = {
+      _tag: "Admitted",
+      key: key.success,
+      subject: subject.value,
+      contentType,
+      body: body.success
+    }
     return admitted
   })
 
@@ -217,7 +229,9 @@ export const make = Effect.fnUntraced(function*(settings: Settings) {
     })
     if (Option.isNone(captured)) {
       return yield* Effect.fail(
-        new Answer(problem("responseNotStorable", "The response is too large or streamed in a form that cannot be stored."))
+        new Answer(
+          problem("responseNotStorable", "The response is too large or streamed in a form that cannot be stored.")
+        )
       )
     }
     const { body, meta } = captured.value

@@ -16,11 +16,11 @@
  * still sending after that can see a reset). A declared length over the limit with
  * `Expect: 100-continue` is answered at once: the body was never asked for.
  */
+import type * as Cause from "effect/Cause"
+import * as Effect from "effect/Effect"
 import * as HttpServerError from "effect/http/HttpServerError"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as UrlParams from "effect/http/UrlParams"
-import type * as Cause from "effect/Cause"
-import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
 import * as Stream from "effect/Stream"
 import type { Readable } from "node:stream"
@@ -39,7 +39,9 @@ const isNodeReadable = (source: unknown): source is Readable =>
   typeof (source as Readable).resume === "function"
 
 const requestError = (request: HttpServerRequest.HttpServerRequest, description: string, cause: unknown) =>
-  new HttpServerError.HttpServerError({ reason: new HttpServerError.RequestParseError({ request, description, cause }) })
+  new HttpServerError.HttpServerError({
+    reason: new HttpServerError.RequestParseError({ request, description, cause })
+  })
 
 const expectsContinue = (request: HttpServerRequest.HttpServerRequest) =>
   request.headers.expect?.toLowerCase().includes("100-continue") === true
@@ -131,8 +133,10 @@ export const buffered = (
 ): HttpServerRequest.HttpServerRequest => {
   const decodeError = (cause: unknown) => requestError(request, "the request body could not be decoded", cause)
   const text = Effect.sync(() => new TextDecoder().decode(bytes))
-  const json = Effect.flatMap(text, (body) =>
-    Effect.try({ try: (): any => (body === "" ? null : JSON.parse(body)), catch: decodeError }))
+  const json = Effect.flatMap(
+    text,
+    (body) => Effect.try({ try: (): any => (body === "" ? null : JSON.parse(body)), catch: decodeError })
+  )
   const urlParamsBody = Effect.flatMap(text, (body) =>
     Effect.try({
       // A leading "?" is form data; URLSearchParams would drop it as a query prefix (as the platform reads it).
@@ -145,7 +149,10 @@ export const buffered = (
     urlParamsBody: { value: urlParamsBody },
     arrayBuffer: { value: Effect.sync(() => new Uint8Array(bytes).buffer) },
     stream: { get: () => Stream.succeed(bytes) },
-    modify: { value: (options: Parameters<HttpServerRequest.HttpServerRequest["modify"]>[0]) => buffered(request.modify(options), bytes) }
+    modify: {
+      value: (options: Parameters<HttpServerRequest.HttpServerRequest["modify"]>[0]) =>
+        buffered(request.modify(options), bytes)
+    }
   }) as HttpServerRequest.HttpServerRequest
 }
 

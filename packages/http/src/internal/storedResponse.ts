@@ -4,9 +4,9 @@
  * and are never read here; headers added after the middleware (pre-response handlers, the
  * server's Date) are not seen, so they are never stored either.
  */
+import * as Effect from "effect/Effect"
 import * as HttpBody from "effect/http/HttpBody"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
-import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
@@ -40,7 +40,9 @@ const metaOf = (response: HttpServerResponse.HttpServerResponse, storedHeaders: 
 const bodyBytes = (
   response: HttpServerResponse.HttpServerResponse,
   maxBytes: number
-): Effect.Effect<Option.Option<{ readonly bytes: Uint8Array; readonly response: HttpServerResponse.HttpServerResponse }>> => {
+): Effect.Effect<
+  Option.Option<{ readonly bytes: Uint8Array; readonly response: HttpServerResponse.HttpServerResponse }>
+> => {
   const fits = (bytes: Uint8Array) => bytes.byteLength <= maxBytes ? Option.some({ bytes, response }) : Option.none()
   const body = response.body
   switch (body._tag) {
@@ -97,7 +99,11 @@ export const capture = (
 const decodeMeta = Schema.decodeUnknownSync(StoredMeta)
 
 /** The stored response again: same status, stored headers and bytes, plus the replay marker. */
-export const replay = (body: Uint8Array, meta: unknown, replayHeader: string): HttpServerResponse.HttpServerResponse => {
+export const replay = (
+  body: Uint8Array,
+  meta: unknown,
+  replayHeader: string
+): HttpServerResponse.HttpServerResponse => {
   const { headers, status } = decodeMeta(meta)
   const { "content-type": contentType, ...rest } = headers
   const replayed = { ...rest, [replayHeader]: "true" }

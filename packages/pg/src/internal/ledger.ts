@@ -5,11 +5,11 @@
  */
 import { type DatabaseError, PayloadTooLarge, type UnsupportedJsonValue } from "@effect-durable/core/Errors"
 import { canonicalizeWithin } from "@effect-durable/core/Fingerprint"
-import type * as SqlClient from "effect/sql/SqlClient"
-import type { SqlError } from "effect/sql/SqlError"
 import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type { SqlError } from "effect/sql/SqlError"
 import type { Settings } from "../DurableConfig.js"
 import type { Decision, MutationIdentity, MutationOutcome, MutationRequest, StoredMutation } from "../MutationLedger.js"
 import { isoUtc } from "./timestamps.js"
@@ -49,7 +49,9 @@ export const storedOf = (row: Lookup): StoredMutation => {
   const bytes = isBytesMeta(row.response_meta)
   // Records made before exact responses keep only their jsonb (its key order is PostgreSQL's).
   // A plain Uint8Array (not the driver's Buffer), like the body of a first outcome.
-  const body = row.response_body === null ? utf8.encode(JSON.stringify(row.response)) : new Uint8Array(row.response_body)
+  const body = row.response_body === null
+    ? utf8.encode(JSON.stringify(row.response))
+    : new Uint8Array(row.response_body)
   return {
     kind: row.kind!,
     status: row.status!,
@@ -79,7 +81,8 @@ export const encodeDecision = (
   { readonly body: Uint8Array; readonly meta: unknown; readonly response: unknown },
   UnsupportedJsonValue | PayloadTooLarge
 > => {
-  const tooLarge = (bytes: number) => new PayloadTooLarge({ topic: identity.operation, bytes, limit: MAX_RESPONSE_BYTES })
+  const tooLarge = (bytes: number) =>
+    new PayloadTooLarge({ topic: identity.operation, bytes, limit: MAX_RESPONSE_BYTES })
   if (decision._tag === "Bytes") {
     if (decision.body.length > MAX_RESPONSE_BYTES) return Result.fail(tooLarge(decision.body.length))
     return Result.map(canonicalizeWithin(decision.meta, 64 * 1024), () => ({
@@ -89,8 +92,10 @@ export const encodeDecision = (
     }))
   }
   return Result.map(
-    Result.mapError(canonicalizeWithin(decision.response, MAX_RESPONSE_BYTES), (error) =>
-      error._tag === "PayloadTooLarge" ? tooLarge(error.bytes) : error),
+    Result.mapError(
+      canonicalizeWithin(decision.response, MAX_RESPONSE_BYTES),
+      (error) => error._tag === "PayloadTooLarge" ? tooLarge(error.bytes) : error
+    ),
     // Validated by the canonical walk; stored as given, so its key order is replayed.
     () => ({ body: utf8.encode(JSON.stringify(decision.response)), meta: null, response: decision.response })
   )
@@ -126,7 +131,9 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings) => {
       sql<{ recorded_at: string }>`
         INSERT INTO ${records} (subject, operation, key, kind, eligibility, request_fingerprint, status, response_body, response_meta)
         VALUES (${identity.subject}, ${identity.operation}, ${identity.key}, ${request.kind}, ${request.eligibility},
-                ${request.fingerprint}, ${status}, ${stored.body}, ${stored.meta === null ? null : JSON.stringify(stored.meta)}::jsonb)
+                ${request.fingerprint}, ${status}, ${stored.body}, ${
+        stored.meta === null ? null : JSON.stringify(stored.meta)
+      }::jsonb)
         RETURNING ${sql.literal(isoUtc("created_at"))} AS recorded_at`,
       (rows) => rows[0]!.recorded_at
     )

@@ -3,12 +3,12 @@
  * schema inside a transaction that is always rolled back, and the two catalogs (tables,
  * columns, indexes, constraints, functions) are compared object by object.
  */
-import * as SqlClient from "effect/sql/SqlClient"
+import type { DatabaseError } from "@effect-durable/core/Errors"
 import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 import { randomBytes } from "node:crypto"
 import { DurableSettings } from "../DurableConfig.js"
 import { classifySqlErrors } from "../ErrorClassification.js"
-import type { DatabaseError } from "@effect-durable/core/Errors"
 import type { Migration, SchemaDrift } from "../Migrations.js"
 import { quote } from "./sqlText.js"
 
@@ -56,9 +56,16 @@ const drifts = (expected: ReadonlyArray<CatalogObject>, actual: ReadonlyArray<Ca
   for (const want of expected) {
     const have = found.get(key(want))
     if (have === undefined) {
-      result.push({ kind: `missing-${want.kind}`, object: want.object, expected: want.definition || want.object, actual: null })
+      result.push({
+        kind: `missing-${want.kind}`,
+        object: want.object,
+        expected: want.definition || want.object,
+        actual: null
+      })
     } else if (have.definition !== want.definition) {
-      const kind = want.kind === "column" ? "column-type" : `${want.kind as "index" | "constraint" | "function"}-definition` as const
+      const kind = want.kind === "column"
+        ? "column-type"
+        : `${want.kind as "index" | "constraint" | "function"}-definition` as const
       result.push({ kind, object: want.object, expected: want.definition, actual: have.definition })
     }
   }
@@ -102,8 +109,11 @@ export const verify = (
         const both = [yield* readCatalog(sql, scratch), yield* readCatalog(sql, settings.schema)] as const
         return yield* Effect.fail({ [Rollback]: both })
       })
-    ).pipe(Effect.catchIf((e): e is { [Rollback]: readonly [ReadonlyArray<CatalogObject>, ReadonlyArray<CatalogObject>] } =>
-      typeof e === "object" && e !== null && Rollback in e, (e) => Effect.succeed(e[Rollback])))
+    ).pipe(
+      Effect.catchIf((e): e is { [Rollback]: readonly [ReadonlyArray<CatalogObject>, ReadonlyArray<CatalogObject>] } =>
+        typeof e === "object" && e !== null && Rollback in e, (e) =>
+        Effect.succeed(e[Rollback]))
+    )
     if (actual.length === 0) {
       return [{ kind: "missing-schema", object: settings.schema, expected: settings.schema, actual: null }] as const
     }

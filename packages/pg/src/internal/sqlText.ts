@@ -10,7 +10,7 @@ import pg from "pg"
 export const quote = (name: string): string => pg.escapeIdentifier(name)
 
 const arrayElement = (value: unknown): string =>
-  value === null || value === undefined ? "NULL" : `"${String(value).replace(/\\/g, "\\\\").replace(/"/g, '\\"')}"`
+  value === null || value === undefined ? "NULL" : `"${String(value).replace(/\\/g, "\\\\").replace(/"/g, "\\\"")}"`
 
 /**
  * A list as PostgreSQL array literal text (`{"a",NULL}`), to bind as one untyped parameter and

@@ -8,12 +8,12 @@
  * failure rolls the savepoint back, which undoes them by itself).
  */
 import type { DatabaseError } from "@effect-durable/core/Errors"
-import * as SqlClient from "effect/sql/SqlClient"
-import { SqlError } from "effect/sql/SqlError"
 import * as Cause from "effect/Cause"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import * as SqlClient from "effect/sql/SqlClient"
+import { SqlError } from "effect/sql/SqlError"
 import { createHash } from "node:crypto"
 import type { Settings } from "../DurableConfig.js"
 import { classify, classifySqlErrors } from "../ErrorClassification.js"
@@ -46,7 +46,10 @@ export const timeoutSettings = (sql: SqlClient.SqlClient, settings: Timeouts) =>
  * back): the timeouts, and `synchronous_commit = off` when the settings allow it. Only for
  * statements outside any caller transaction: a caller's commit is never made asynchronous.
  */
-export const workerSettings = (sql: SqlClient.SqlClient, settings: Timeouts & Pick<Settings, "synchronousWorkerCommits">) => {
+export const workerSettings = (
+  sql: SqlClient.SqlClient,
+  settings: Timeouts & Pick<Settings, "synchronousWorkerCommits">
+) => {
   const { lockTimeout, statementTimeout } = timeoutValues(settings)
   const commit = settings.synchronousWorkerCommits ? sql`` : sql`, set_config('synchronous_commit', 'off', true)`
   return statementTimeout === null
@@ -88,7 +91,11 @@ export const inCallerTransaction = (sql: SqlClient.SqlClient): Effect.Effect<boo
 /** The statement that takes a transaction-scoped advisory lock (waiting or not): one row, `locked`. */
 const lockStatement = (sql: SqlClient.SqlClient, settings: Timeouts, lockKey: bigint, wait: boolean) =>
   sql<{ locked: boolean }>`WITH settings AS MATERIALIZED (${timeoutSettings(sql, settings)})
-      SELECT ${wait ? sql`pg_advisory_xact_lock(${lockKey.toString()}::bigint) IS NOT NULL` : sql`pg_try_advisory_xact_lock(${lockKey.toString()}::bigint)`} AS locked
+      SELECT ${
+    wait
+      ? sql`pg_advisory_xact_lock(${lockKey.toString()}::bigint) IS NOT NULL`
+      : sql`pg_try_advisory_xact_lock(${lockKey.toString()}::bigint)`
+  } AS locked
         FROM settings`
 
 /**
@@ -126,7 +133,9 @@ export const transact = <A, E, R>(
       }
       // BEGIN or COMMIT failed: classified.
       for (const reason of cause.reasons) {
-        if (Cause.isFailReason(reason) && reason.error instanceof SqlError) return Effect.fail(classify(operation)(reason.error))
+        if (Cause.isFailReason(reason) && reason.error instanceof SqlError) {
+          return Effect.fail(classify(operation)(reason.error))
+        }
       }
       return Effect.failCause(cause as Cause.Cause<never>)
     })
@@ -148,6 +157,7 @@ export const bounded = <A, E, R>(
       sql,
       operation,
       (inside
-        ? Effect.flatMap(swapTimeouts(sql, settings), (previous) => Effect.tap(body, () => restoreTimeouts(sql, previous)))
+        ? Effect.flatMap(swapTimeouts(sql, settings), (previous) =>
+          Effect.tap(body, () => restoreTimeouts(sql, previous)))
         : Effect.andThen(timeoutSettings(sql, settings), body)).pipe(classifySqlErrors(operation))
     ))

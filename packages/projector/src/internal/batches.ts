@@ -20,8 +20,8 @@ import * as Schedule from "effect/Schedule"
 import * as Semaphore from "effect/Semaphore"
 import type { Counts } from "../Projector.js"
 import { type Publish, Publisher, type PublishError } from "../Publisher.js"
-import { makeKeeper } from "./keeper.js"
 import { Delivery } from "./delivery.js"
+import { makeKeeper } from "./keeper.js"
 import { makeLanes } from "./lanes.js"
 import type { Settings } from "./options.js"
 import { forTopic, metrics, tracing } from "./telemetry.js"
@@ -48,7 +48,8 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
     const outbox = yield* OutboxWorker.OutboxWorker
     const publisher = yield* Publisher
     const keeper = makeKeeper(settings, keeperOutbox ?? outbox)
-    const session = publisher.session ?? (<A, E>(use: (publish: Publish) => Effect.Effect<A, E>) => use(publisher.publish))
+    const session = publisher.session ??
+      (<A, E>(use: (publish: Publish) => Effect.Effect<A, E>) => use(publisher.publish))
     const lanes = yield* makeLanes(settings, session)
     // Claims not yet settled: whatever is here when the projector stops is released.
     const inFlight = yield* Ref.make(new Map<string, OutboxWorker.OutboxMessage["claim"]>())
@@ -60,10 +61,14 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
 
     // A worker killed or frozen mid-batch leaves at most this much of its deliveries unmarked
     // (each delivered again after its lease); a batch shorter than this costs no extra statement.
-    const markEvery = Duration.min(Duration.seconds(1), Duration.divide(settings.lease, 3).pipe(Option.getOrElse(() => Duration.seconds(1))))
-    const settleRetry = Schedule.min([Schedule.exponential(Duration.millis(100)), Schedule.spaced(Duration.seconds(1))]).pipe(
-      Schedule.upTo({ duration: settings.lease })
+    const markEvery = Duration.min(
+      Duration.seconds(1),
+      Duration.divide(settings.lease, 3).pipe(Option.getOrElse(() => Duration.seconds(1)))
     )
+    const settleRetry = Schedule.min([Schedule.exponential(Duration.millis(100)), Schedule.spaced(Duration.seconds(1))])
+      .pipe(
+        Schedule.upTo({ duration: settings.lease })
+      )
 
     // Exponential in the attempt with full jitter, within [min, max]; `Retry-After` wins when longer.
     const backoff = (attempt: number, error: PublishError) =>
@@ -91,7 +96,9 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
           }
           // The release itself failed: the message keeps its lease and is retried once it
           // expires. The rest of the batch is not held back by it.
-          yield* Effect.logWarning(`effect-durable projector: release of ${message.id} failed: ${released.failure.message}`)
+          yield* Effect.logWarning(
+            `effect-durable projector: release of ${message.id} failed: ${released.failure.message}`
+          )
           return "retried" as const
         }
         return released.success.dead ? "dead" as const : "retried" as const
@@ -128,9 +135,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
           Effect.map(({ completed }) => {
             for (const id of completed) marked.add(id)
           }),
-          Effect.onExit((exit) =>
-            Exit.isSuccess(exit) ? Effect.void : Effect.sync(() => delivery.putBack(taken))
-          )
+          Effect.onExit((exit) => Exit.isSuccess(exit) ? Effect.void : Effect.sync(() => delivery.putBack(taken)))
         )
       }))
       return { flush, marked }
@@ -163,7 +168,10 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
       const context = yield* Effect.context<never>()
       const now = yield* Clock.currentTimeMillis
       for (const message of claimed) {
-        forTopic(metrics.lag, message.topic).updateUnsafe(Math.max(0, (now - Date.parse(message.createdAt)) / 1000), context)
+        forTopic(metrics.lag, message.topic).updateUnsafe(
+          Math.max(0, (now - Date.parse(message.createdAt)) / 1000),
+          context
+        )
       }
       const spans = yield* tracing
       const settled = Effect.gen(function*() {
@@ -204,7 +212,9 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         const tally = { ...noCounts, claimed: claimed.length }
         for (const [i, message] of claimed.entries()) {
           const result = results[i]!
-          const outcome: Outcome = result === "published" ? (marks.marked.has(message.id) ? "delivered" : "stale") : result
+          const outcome: Outcome = result === "published"
+            ? (marks.marked.has(message.id) ? "delivered" : "stale")
+            : result
           tally[outcome]++
           forTopic(metrics[outcome], message.topic).updateUnsafe(1, context)
         }

@@ -25,7 +25,10 @@ export class Delivery {
   /** Indexes (in the batch) of messages published and not yet taken to be marked. */
   private published: Array<number> = []
   /** Publishes running, by message id: their lane and deadline. */
-  private readonly running = new Map<string, { readonly lane: Fiber.Fiber<unknown, unknown>; readonly deadline: number }>()
+  private readonly running = new Map<
+    string,
+    { readonly lane: Fiber.Fiber<unknown, unknown>; readonly deadline: number }
+  >()
   /** Ids whose publish the keeper cut at its deadline. */
   private readonly expired = new Set<string>()
   private renewAt: number

@@ -42,7 +42,9 @@ export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker
         delivery.lost(rejected.map((failure) => failure.messageId))
         return Effect.andThen(
           Metric.update(metrics.leasesLost, rejected.length),
-          Effect.logWarning(`effect-durable projector: ${rejected.length} leases were lost before their renewal (a stall longer than the lease?); those messages are left to their new holders`)
+          Effect.logWarning(
+            `effect-durable projector: ${rejected.length} leases were lost before their renewal (a stall longer than the lease?); those messages are left to their new holders`
+          )
         )
       }),
       Effect.catch((error) =>
@@ -50,7 +52,9 @@ export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker
           Effect.sync(() => delivery.doubt()),
           Effect.andThen(
             Metric.update(metrics.renewalFailures, 1),
-            Effect.logWarning(`effect-durable projector: lease renewal failed (${error.message}); the batch's messages not yet started are given back`)
+            Effect.logWarning(
+              `effect-durable projector: lease renewal failed (${error.message}); the batch's messages not yet started are given back`
+            )
           )
         )
       )
@@ -68,7 +72,10 @@ export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker
         if (!busy && delivery.renewalDue(now)) due.push(delivery)
       }
       if (due.length === 0) return Effect.void
-      return Effect.map(Effect.forkChild(Effect.forEach(due, renew, { discard: true })), (fiber) => void (renewing = fiber))
+      return Effect.map(
+        Effect.forkChild(Effect.forEach(due, renew, { discard: true })),
+        (fiber) => void (renewing = fiber)
+      )
     })
     // Often enough for both: a deadline is cut within a quarter of the timeout, a lease
     // renewed within half of its third.

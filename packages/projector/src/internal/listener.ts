@@ -4,8 +4,8 @@
  * connection fails its notification queue, which ends the session. Every (re)connection
  * also fires one wake-up, since notifications sent while it was down are lost.
  */
-import * as PgConnection from "@effect/sql-pg/PgConnection"
 import type * as PgClient from "@effect/sql-pg/PgClient"
+import * as PgConnection from "@effect/sql-pg/PgConnection"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Queue from "effect/Queue"
@@ -34,7 +34,9 @@ const session = (
     })
     const notifications = yield* connection.listen(channel)
     onNotify("")
-    return yield* Effect.forever(Effect.map(Queue.take(notifications), (notification) => onNotify(notification.payload)))
+    return yield* Effect.forever(
+      Effect.map(Queue.take(notifications), (notification) => onNotify(notification.payload))
+    )
   }))
 
 /** Reconnects: 50 ms doubling, capped at 5 s; a connection that came up starts over. */

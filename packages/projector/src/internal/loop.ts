@@ -10,12 +10,12 @@ import { DatabaseError, type InvalidInput } from "@effect-durable/core/Errors"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Ref from "effect/Ref"
+import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
 import type { Counts } from "../Projector.js"
@@ -88,7 +88,10 @@ export const runLoops = (
     // The keeper (deadlines, lease renewals) runs until every loop is done.
     const keeper = yield* Effect.forkDetach(batches.keeper)
     const fiber = yield* Effect.forkDetach(
-      Effect.all(Array.from({ length: settings.batchesInFlight }, () => loop), { concurrency: "unbounded", discard: true })
+      Effect.all(Array.from({ length: settings.batchesInFlight }, () => loop), {
+        concurrency: "unbounded",
+        discard: true
+      })
     )
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {

@@ -49,7 +49,11 @@ export const ProjectorOptionsTable = Options.declare({
     example: "order-placed,order-paid"
   }),
   workerId: Options.option({
-    schema: Schema.String.check(Schema.makeFilter((id) => /^[\x21-\x7e]{1,128}$/.test(id), { message: "1-128 printable ASCII characters without spaces" })),
+    schema: Schema.String.check(
+      Schema.makeFilter((id) => /^[\x21-\x7e]{1,128}$/.test(id), {
+        message: "1-128 printable ASCII characters without spaces"
+      })
+    ),
     optional: true,
     variable: "PROJECTOR_WORKER_ID",
     purpose: "the worker id stored with each claim (default: host:pid:random)",
@@ -80,7 +84,13 @@ export const ProjectorOptionsTable = Options.declare({
     purpose: "batches claimed and delivered at once (1-64)",
     example: "3"
   }),
-  lease: Options.option({ schema: Span("1 day"), default: "30 seconds", variable: "PROJECTOR_LEASE", purpose: "the claim lease", example: "30 seconds" }),
+  lease: Options.option({
+    schema: Span("1 day"),
+    default: "30 seconds",
+    variable: "PROJECTOR_LEASE",
+    purpose: "the claim lease",
+    example: "30 seconds"
+  }),
   pollInterval: Options.option({
     schema: Span("1 hour"),
     default: "1 second",
@@ -125,7 +135,11 @@ export const ProjectorOptionsTable = Options.declare({
     example: "10"
   }),
   listenUrl: Options.option({
-    schema: Schema.Redacted(Schema.String).check(Schema.makeFilter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url)), { message: "a PostgreSQL URL (postgres://user:password@host:port/database), straight to the server" })),
+    schema: Schema.Redacted(Schema.String).check(
+      Schema.makeFilter((url) => /^postgres(ql)?:\/\/\S+$/.test(Redacted.value(url)), {
+        message: "a PostgreSQL URL (postgres://user:password@host:port/database), straight to the server"
+      })
+    ),
     optional: true,
     variable: "PROJECTOR_LISTEN_URL",
     text: "redacted",
@@ -157,7 +171,9 @@ const nested = (error: DurableConfigError): DurableConfigError =>
     ? new DurableConfigError({ field: error.field === "backoffMin" ? "backoff.min" : "backoff.max", rule: error.rule })
     : error
 
-const settingsOf = (decoded: typeof ProjectorOptionsTable.decode extends (i: unknown) => Effect.Effect<infer A, any> ? A : never) =>
+const settingsOf = (
+  decoded: typeof ProjectorOptionsTable.decode extends (i: unknown) => Effect.Effect<infer A, any> ? A : never
+) =>
   Effect.gen(function*() {
     if (Duration.isGreaterThan(decoded.backoffMin, decoded.backoffMax)) {
       return yield* new DurableConfigError({ field: "backoff", rule: "min must not exceed max" })
@@ -179,5 +195,7 @@ export const decodeOptions = (options: ProjectorOptions): Effect.Effect<Settings
 /** The options from the `PROJECTOR_*` variables (unset ones take the defaults), `overrides` from code winning. */
 export const fromConfig = (overrides: ProjectorOptions = {}): Effect.Effect<Settings, DurableConfigError> =>
   Effect.flatMap(ProjectorOptionsTable.fromConfig(flat(overrides)), settingsOf).pipe(
-    Effect.mapError((error) => error.field === "backoff" ? new DurableConfigError({ ...error, field: "PROJECTOR_BACKOFF_MIN" }) : error)
+    Effect.mapError((error) =>
+      error.field === "backoff" ? new DurableConfigError({ ...error, field: "PROJECTOR_BACKOFF_MIN" }) : error
+    )
   )

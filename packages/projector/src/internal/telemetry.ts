@@ -11,7 +11,9 @@ import * as Tracer from "effect/Tracer"
 /** Effect metrics of the projector, with a `topic` attribute where a message is concerned. */
 export const metrics = {
   claimed: Metric.counter("effect_durable_projector_claimed_total", { description: "messages claimed" }),
-  delivered: Metric.counter("effect_durable_projector_delivered_total", { description: "messages delivered and marked" }),
+  delivered: Metric.counter("effect_durable_projector_delivered_total", {
+    description: "messages delivered and marked"
+  }),
   retried: Metric.counter("effect_durable_projector_retried_total", { description: "deliveries released for a retry" }),
   dead: Metric.counter("effect_durable_projector_dead_total", { description: "messages sent to the dead letters" }),
   stale: Metric.counter("effect_durable_projector_stale_total", { description: "deliveries whose claim went stale" }),

@@ -6,6 +6,7 @@
  * address it listens on) only; `--read-only` (or `DURABLE_DASHBOARD_READ_ONLY=true`) refuses
  * every write.
  */
+import * as Input from "@effect-durable/core/Input"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as Command from "effect/cli/Command"
 import * as Flag from "effect/cli/Flag"
@@ -16,7 +17,6 @@ import * as HttpServer from "effect/http/HttpServer"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import { createServer } from "node:http"
-import * as Input from "@effect-durable/core/Input"
 import * as AdminPage from "../../AdminPage.js"
 import { duration, toggle } from "../arguments.js"
 import { configProvider, withDatabase } from "../connection.js"
@@ -82,16 +82,19 @@ export const dashboard = Command.make(
     const serve = Effect.gen(function*() {
       const { address } = yield* HttpServer.HttpServer
       yield* Output.note(
-        `effect-durable dashboard: ${urlOf(address)} (${security.auth === undefined ? "no credentials: loopback only" : "credentials required"}${
-          readOnly ? ", read-only" : ""
-        }); Ctrl-C stops it`
+        `effect-durable dashboard: ${urlOf(address)} (${
+          security.auth === undefined ? "no credentials: loopback only" : "credentials required"
+        }${readOnly ? ", read-only" : ""}); Ctrl-C stops it`
       )
       return yield* Effect.never
     }).pipe(
       Effect.provide(server),
       Effect.catchTag("ServeError", (error) =>
         Effect.fail(
-          new CommandError({ exitCode: ExitCode.usage, message: `cannot listen on ${args.host}:${args.port}: ${String(error.cause ?? error)}` })
+          new CommandError({
+            exitCode: ExitCode.usage,
+            message: `cannot listen on ${args.host}:${args.port}: ${String(error.cause ?? error)}`
+          })
         ))
     )
     return yield* withDatabase({ anyVersion: true, poolSize: 5 })(serve)

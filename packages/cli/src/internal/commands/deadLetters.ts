@@ -22,7 +22,10 @@ import { checkFailed, usage } from "../errors.js"
 import * as Output from "../output.js"
 
 const topic = Flag.String("topic").pipe(Flag.optional, Flag.withDescription("Only this outbox topic"))
-const olderThan = duration("older-than").pipe(Flag.optional, Flag.withDescription("Dead for longer than this (30m, 12h, 7d)"))
+const olderThan = duration("older-than").pipe(
+  Flag.optional,
+  Flag.withDescription("Dead for longer than this (30m, 12h, 7d)")
+)
 const error = Flag.String("error").pipe(
   Flag.optional,
   Flag.withDescription("Only this error group (the last error with digits as #, as the admin page groups them)")
@@ -53,7 +56,9 @@ const outboxFilter = (f: Filters): OutboxSearch.MessageFilter => ({
 /** `--consumer` works on the inbox, whose dead entries are listed and acted on by consumer and id only. */
 const inboxOnly = (f: Filters) =>
   Option.isSome(f.topic) || Option.isSome(f.olderThan) || Option.isSome(f.error)
-    ? usage("--consumer selects the inbox's dead entries, by consumer and --id only (--topic, --older-than and --error are the outbox's)")
+    ? usage(
+      "--consumer selects the inbox's dead entries, by consumer and --id only (--topic, --older-than and --error are the outbox's)"
+    )
     : Effect.void
 
 const describe = (f: Filters) => {
@@ -71,38 +76,50 @@ const list = Command.make(
   {
     ...filters,
     limit: positive("limit", 50, 1000, "Rows per page"),
-    before: Flag.String("before").pipe(Flag.optional, Flag.withDescription("The page after this id (printed as 'more: --before ...')")),
+    before: Flag.String("before").pipe(
+      Flag.optional,
+      Flag.withDescription("The page after this id (printed as 'more: --before ...')")
+    ),
     json
   },
   Effect.fn("effect-durable.dead-letters.list")(
     function*(args) {
-      const page = { limit: args.limit, ...Option.match(args.before, { onNone: () => ({}), onSome: (before) => ({ before }) }) }
+      const page = {
+        limit: args.limit,
+        ...Option.match(args.before, { onNone: () => ({}), onSome: (before) => ({ before }) })
+      }
       if (Option.isSome(args.consumer)) {
         yield* inboxOnly(args)
-        if (args.ids.length > 0) return yield* usage("list --consumer pages by --before; --id is for redrive and discard")
+        if (args.ids.length > 0) {
+          return yield* usage("list --consumer pages by --before; --id is for redrive and discard")
+        }
         const inbox = yield* InboxAdmin.InboxAdmin
         const result = yield* inbox.deadLetters({ consumer: args.consumer.value, ...page })
         if (args.json) return yield* Output.json(result)
-        yield* Output.line(result.items.length === 0 ? "no dead inbox entries" : Output.table<(typeof result.items)[number]>([
-          { header: "ID", value: (d) => d.id },
-          { header: "MESSAGE", value: (d) => Output.clip(d.messageId, 40) },
-          { header: "ATTEMPTS", value: (d) => d.attempts },
-          { header: "DEAD AT", value: (d) => d.deadAt.slice(0, 19).replace("T", " ") },
-          { header: "LAST ERROR", value: (d) => Output.clip(d.lastError) }
-        ], result.items))
+        yield* Output.line(
+          result.items.length === 0 ? "no dead inbox entries" : Output.table<(typeof result.items)[number]>([
+            { header: "ID", value: (d) => d.id },
+            { header: "MESSAGE", value: (d) => Output.clip(d.messageId, 40) },
+            { header: "ATTEMPTS", value: (d) => d.attempts },
+            { header: "DEAD AT", value: (d) => d.deadAt.slice(0, 19).replace("T", " ") },
+            { header: "LAST ERROR", value: (d) => Output.clip(d.lastError) }
+          ], result.items)
+        )
         if (result.next !== undefined) yield* Output.note(`more: --before ${result.next}`)
         return
       }
       const search = yield* OutboxSearch.OutboxSearch
       const result = yield* search.messages(outboxFilter(args), page)
       if (args.json) return yield* Output.json(result)
-      yield* Output.line(result.items.length === 0 ? `no dead letters${describe(args)}` : Output.table<(typeof result.items)[number]>([
-        { header: "ID", value: (m) => m.id },
-        { header: "TOPIC", value: (m) => m.topic },
-        { header: "ATTEMPTS", value: (m) => m.attempts },
-        { header: "DEAD AT", value: (m) => (m.deadAt ?? "").slice(0, 19).replace("T", " ") },
-        { header: "LAST ERROR", value: (m) => Output.clip(m.lastError) }
-      ], result.items))
+      yield* Output.line(
+        result.items.length === 0 ? `no dead letters${describe(args)}` : Output.table<(typeof result.items)[number]>([
+          { header: "ID", value: (m) => m.id },
+          { header: "TOPIC", value: (m) => m.topic },
+          { header: "ATTEMPTS", value: (m) => m.attempts },
+          { header: "DEAD AT", value: (m) => (m.deadAt ?? "").slice(0, 19).replace("T", " ") },
+          { header: "LAST ERROR", value: (m) => Output.clip(m.lastError) }
+        ], result.items)
+      )
       if (result.next !== undefined) yield* Output.note(`more: --before ${result.next}`)
     },
     withDatabase()
@@ -120,22 +137,35 @@ const show = Command.make(
       const m = found.value
       if (args.json) return yield* Output.json(m)
       // Stored values on one line each, their control characters escaped.
-      const field = (name: string, value: string | number | null) => `${`${name}:`.padEnd(16)}${value === null ? "-" : Output.printable(String(value))}`
+      const field = (name: string, value: string | number | null) =>
+        `${`${name}:`.padEnd(16)}${value === null ? "-" : Output.printable(String(value))}`
       yield* Output.line([
         field("id", m.id),
         field("topic", m.topic),
         field("state", m.state),
         field("ordering key", m.orderingKey),
-        field("attempts", `${m.attempts} of ${m.maxAttempts} (${m.failures} failed, ${m.leaseExpiries} leases ran out)`),
+        field(
+          "attempts",
+          `${m.attempts} of ${m.maxAttempts} (${m.failures} failed, ${m.leaseExpiries} leases ran out)`
+        ),
         field("created", m.createdAt),
         field("available", m.availableAt),
         field("projected", m.projectedAt),
         field("dead", m.deadAt),
-        field("lease holder", m.claimedBy === null ? null : `${m.claimedBy} (generation ${m.claimGeneration}${m.claimedUntil === null ? "" : `, until ${m.claimedUntil}`})`),
+        field(
+          "lease holder",
+          m.claimedBy === null
+            ? null
+            : `${m.claimedBy} (generation ${m.claimGeneration}${
+              m.claimedUntil === null ? "" : `, until ${m.claimedUntil}`
+            })`
+        ),
         field("last error", m.lastError),
         ...(m.failureHistory.length === 0 ? [] : [
           "failed deliveries (the last 10, oldest first):",
-          ...m.failureHistory.map((f) => Output.printable(`  attempt ${f.attempt}  ${f.at}  ${f.worker ?? "-"}  ${f.error}`))
+          ...m.failureHistory.map((f) =>
+            Output.printable(`  attempt ${f.attempt}  ${f.at}  ${f.worker ?? "-"}  ${f.error}`)
+          )
         ]),
         "headers:",
         Output.stringify(m.headers, 2),
@@ -145,7 +175,11 @@ const show = Command.make(
     },
     withDatabase()
   )
-).pipe(Command.withDescription("One message in full: payload, headers, attempts, lease holder, last error, each failed delivery's error"))
+).pipe(
+  Command.withDescription(
+    "One message in full: payload, headers, attempts, lease holder, last error, each failed delivery's error"
+  )
+)
 
 type Verb = "redrive" | "discard"
 const PAST: Readonly<Record<Verb, string>> = { redrive: "redriven", discard: "discarded" }
@@ -163,7 +197,9 @@ const act = (verb: Verb) =>
     Effect.fn(`effect-durable.dead-letters.${verb}`)(
       function*(args) {
         if (args.ids.length === 0 && !args.all) {
-          return yield* usage(`${verb}: name the messages with --id, or pass --all for every dead letter matching the filters`)
+          return yield* usage(
+            `${verb}: name the messages with --id, or pass --all for every dead letter matching the filters`
+          )
         }
         let done = 0
         let total = 0
@@ -172,7 +208,11 @@ const act = (verb: Verb) =>
             ? Output.json({ [PAST[verb]]: n })
             : Output.line(n === 0 ? `nothing to ${verb}` : `${PAST[verb]} ${Output.plural(n, "dead letter")}`)
         const interrupted = Effect.onInterrupt(() =>
-          Output.note(`${verb}: interrupted after ${Output.count(done)} of ${Output.count(total)}: whole batches are ${PAST[verb]}, the rest untouched; run it again to continue`)
+          Output.note(
+            `${verb}: interrupted after ${Output.count(done)} of ${Output.count(total)}: whole batches are ${
+              PAST[verb]
+            }, the rest untouched; run it again to continue`
+          )
         )
 
         if (Option.isSome(args.consumer)) {
@@ -187,7 +227,10 @@ const act = (verb: Verb) =>
           }
           total = (yield* inbox.stats).find((s) => s.consumer === consumer)?.dead ?? 0
           if (total === 0) return yield* report(0)
-          yield* confirm(args.yes, `${verb} all ${Output.plural(total, "dead inbox entry", "dead inbox entries")} of ${consumer}?`)
+          yield* confirm(
+            args.yes,
+            `${verb} all ${Output.plural(total, "dead inbox entry", "dead inbox entries")} of ${consumer}?`
+          )
           // A page of the newest dead entries at a time; bounded by the count confirmed.
           yield* Effect.gen(function*() {
             while (done < total) {
@@ -208,10 +251,16 @@ const act = (verb: Verb) =>
         yield* confirm(args.yes, `${verb} ${Output.plural(total, "dead letter")}${describe(args)}?`)
         // No more than the count confirmed, none newer than the newest counted, none twice.
         yield* Stream.runForEach(
-          (yield* OutboxBulk.OutboxBulk)[`${verb}Matching`](filter, { upTo: matching.maxId, limit: total, batchSize: args.batchSize }),
+          (yield* OutboxBulk.OutboxBulk)[`${verb}Matching`](filter, {
+            upTo: matching.maxId,
+            limit: total,
+            batchSize: args.batchSize
+          }),
           (progress) => {
             done = progress.total
-            return progress.ids.length === 0 ? Effect.void : Output.note(`${verb}: ${Output.count(done)}/${Output.count(total)}`)
+            return progress.ids.length === 0
+              ? Effect.void
+              : Output.note(`${verb}: ${Output.count(done)}/${Output.count(total)}`)
           }
         ).pipe(interrupted)
         yield* report(done)
@@ -224,8 +273,11 @@ const act = (verb: Verb) =>
       : "Delete dead letters (asks first unless --yes)"
   ))
 
-export const deadLetters = Command.make("dead-letters", {}, () =>
-  usage("dead-letters: name a subcommand: list, show, redrive or discard")).pipe(
-    Command.withDescription("List, show, redrive or discard the messages that could not be delivered"),
-    Command.withSubcommands([list, show, act("redrive"), act("discard")])
-  )
+export const deadLetters = Command.make(
+  "dead-letters",
+  {},
+  () => usage("dead-letters: name a subcommand: list, show, redrive or discard")
+).pipe(
+  Command.withDescription("List, show, redrive or discard the messages that could not be delivered"),
+  Command.withSubcommands([list, show, act("redrive"), act("discard")])
+)

@@ -41,8 +41,14 @@ export const renderPlan = (plan: unknown): string => {
 export const explain = Command.make(
   "explain",
   {
-    topic: Flag.String("topic").pipe(Flag.atLeast(0), Flag.withDescription("A topic the claim takes (repeatable; default all)")),
-    consumer: Flag.String("consumer").pipe(Flag.optional, Flag.withDescription("Explain the stored inbox's claim for this consumer")),
+    topic: Flag.String("topic").pipe(
+      Flag.atLeast(0),
+      Flag.withDescription("A topic the claim takes (repeatable; default all)")
+    ),
+    consumer: Flag.String("consumer").pipe(
+      Flag.optional,
+      Flag.withDescription("Explain the stored inbox's claim for this consumer")
+    ),
     limit: positive("limit", 500, 1000, "Rows the explained claim takes"),
     json
   },
@@ -52,8 +58,13 @@ export const explain = Command.make(
       let plan: unknown
       const consumer = args.consumer
       if (Option.isSome(consumer)) {
-        if (args.topic.length > 0) return yield* usage("explain: --topic is the outbox's, --consumer the inbox's; pass one")
-        plan = yield* Effect.flatMap(InboxAdmin.InboxAdmin, (admin) => admin.explainClaim({ ...claim, consumer: consumer.value }))
+        if (args.topic.length > 0) {
+          return yield* usage("explain: --topic is the outbox's, --consumer the inbox's; pass one")
+        }
+        plan = yield* Effect.flatMap(
+          InboxAdmin.InboxAdmin,
+          (admin) => admin.explainClaim({ ...claim, consumer: consumer.value })
+        )
       } else {
         plan = yield* Effect.flatMap(
           OutboxAdmin.OutboxAdmin,

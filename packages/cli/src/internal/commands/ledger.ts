@@ -42,10 +42,13 @@ const show = Command.make(
       const ledger = yield* MutationLedger.MutationLedger
       const identity = { subject: args.subject, operation: args.operation, key: args.key }
       const found = yield* ledger.lookup(identity)
-      if (Option.isNone(found)) return yield* checkFailed(`no ledger record for ${args.subject} / ${args.operation} / ${args.key}`)
+      if (Option.isNone(found)) {
+        return yield* checkFailed(`no ledger record for ${args.subject} / ${args.operation} / ${args.key}`)
+      }
       const r = recordJson(identity, found.value)
       if (args.json) return yield* Output.json(r)
-      const field = (name: string, value: string | number) => `${`${name}:`.padEnd(14)}${Output.printable(String(value))}`
+      const field = (name: string, value: string | number) =>
+        `${`${name}:`.padEnd(14)}${Output.printable(String(value))}`
       yield* Output.line([
         field("identity", `${r.subject} / ${r.operation} / ${r.key}`),
         field("status", `${r.status} (effect ${r.status === "accepted" ? "applied" : "not applied"})`),
@@ -53,7 +56,10 @@ const show = Command.make(
         field("recorded", r.recordedAt),
         field("fingerprint", r.fingerprint),
         field("eligibility", r.eligibility === "" ? "(empty)" : r.eligibility),
-        field("response", r.response === null && r.bodyBytes > 0 ? `${r.bodyBytes} bytes` : Output.stringify(r.response)),
+        field(
+          "response",
+          r.response === null && r.bodyBytes > 0 ? `${r.bodyBytes} bytes` : Output.stringify(r.response)
+        ),
         ...(r.meta === null ? [] : [field("meta", Output.stringify(r.meta))]),
         "A retry with another kind, eligibility or fingerprint is a conflict; an exact one replays the response."
       ].join("\n"))

@@ -5,11 +5,11 @@
  * Ctrl-C stops between batches (a batch is one statement: never half deleted).
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as Retention from "@effect-durable/pg/Retention"
-import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Argument from "effect/cli/Argument"
 import * as Command from "effect/cli/Command"
 import * as Flag from "effect/cli/Flag"
@@ -29,7 +29,9 @@ const WHAT: Readonly<Record<Retention.Target, { readonly rows: string; readonly 
 export const purge = Command.make(
   "purge",
   {
-    target: Argument.Literals("target", TARGETS).pipe(Argument.withDescription("What to purge: outbox, inbox or ledger")),
+    target: Argument.Literals("target", TARGETS).pipe(
+      Argument.withDescription("What to purge: outbox, inbox or ledger")
+    ),
     olderThan: duration("older-than").pipe(
       Flag.withDescription("Retention: delete what is older (outbox at least 1m, inbox and ledger at least 1h)")
     ),
@@ -44,7 +46,11 @@ export const purge = Command.make(
       const result = (n: number, key: "wouldDelete" | "deleted") =>
         args.json
           ? Output.json({ schema: settings.schema, target: args.target, olderThan: args.olderThan, [key]: n })
-          : Output.line(`${key === "deleted" ? "deleted" : "would delete"} ${Output.plural(n, what.one, what.rows)} older than ${args.olderThan}`)
+          : Output.line(
+            `${key === "deleted" ? "deleted" : "would delete"} ${
+              Output.plural(n, what.one, what.rows)
+            } older than ${args.olderThan}`
+          )
       if (args.dryRun) return yield* result(yield* Retention.purgeable(args.target, args.olderThan), "wouldDelete")
       const options = { olderThan: args.olderThan, batchSize: args.batchSize }
       const run: Effect.Effect<
@@ -58,11 +64,17 @@ export const purge = Command.make(
         : Effect.flatMap(MutationLedger.MutationLedger, (ledger) => ledger.purge(options))
       const deleted = yield* Output.withProgressLogs(`purge ${args.target}`, run).pipe(
         Effect.onInterrupt(() =>
-          Output.note(`purge ${args.target}: interrupted; the batches already deleted stay deleted, nothing else changed`)
+          Output.note(
+            `purge ${args.target}: interrupted; the batches already deleted stay deleted, nothing else changed`
+          )
         )
       )
       yield* result(deleted, "deleted")
     },
     withDatabase({ poolSize: 1 })
   )
-).pipe(Command.withDescription("Delete projected outbox messages, processed inbox receipts or ledger records past a retention"))
+).pipe(
+  Command.withDescription(
+    "Delete projected outbox messages, processed inbox receipts or ledger records past a retention"
+  )
+)

@@ -18,13 +18,18 @@ export const plan = Effect.gen(function*() {
   const settings = yield* DurableSettings
   const applied = new Set(yield* Migrations.appliedVersions)
   const version = Math.max(0, ...applied)
-  const pending = Migrations.migrations.filter((m) => !applied.has(m.version)).map(({ name, version }) => ({ version, name }))
+  const pending = Migrations.migrations.filter((m) => !applied.has(m.version)).map(({ name, version }) => ({
+    version,
+    name
+  }))
   return { schema: settings.schema, version, latest: Migrations.latestVersion, pending }
 })
 
 const newerNote = (version: number) =>
   version > Migrations.latestVersion
-    ? Output.note(`note: the schema is at version ${version}, newer than this release knows (${Migrations.latestVersion})`)
+    ? Output.note(
+      `note: the schema is at version ${version}, newer than this release knows (${Migrations.latestVersion})`
+    )
     : Effect.void
 
 export const migrate = Command.make(
@@ -52,7 +57,9 @@ export const migrate = Command.make(
       yield* Output.line(
         report.applied.length === 0
           ? `schema ${settings.schema} is at version ${report.version}: nothing to apply`
-          : `${report.applied.map((m) => `applied ${m.version}  ${m.name}`).join("\n")}\nschema ${settings.schema} is at version ${report.version}`
+          : `${
+            report.applied.map((m) => `applied ${m.version}  ${m.name}`).join("\n")
+          }\nschema ${settings.schema} is at version ${report.version}`
       )
     },
     withDatabase({ anyVersion: true, poolSize: 1 })
@@ -67,8 +74,9 @@ export const verify = Command.make(
     const drift = yield* Migrations.verifySchema
     const version = Math.max(0, ...(yield* Migrations.appliedVersions))
     if (args.json) yield* Output.json({ schema: settings.schema, version, latest: Migrations.latestVersion, drift })
-    else if (drift.length === 0) yield* Output.line(`schema ${settings.schema} (version ${version}) matches the migrations: no drift`)
-    else {
+    else if (drift.length === 0) {
+      yield* Output.line(`schema ${settings.schema} (version ${version}) matches the migrations: no drift`)
+    } else {
       yield* Output.line(Output.table<(typeof drift)[number]>([
         { header: "KIND", value: (d) => d.kind },
         { header: "OBJECT", value: (d) => d.object },
@@ -77,20 +85,29 @@ export const verify = Command.make(
       ], drift))
     }
     if (drift.length > 0) {
-      return yield* checkFailed(`schema ${settings.schema}: ${Output.plural(drift.length, "difference")} from the migrations`)
+      return yield* checkFailed(
+        `schema ${settings.schema}: ${Output.plural(drift.length, "difference")} from the migrations`
+      )
     }
   }, withDatabase({ anyVersion: true, poolSize: 1 }))
 ).pipe(Command.withDescription("Compare the schema with what the migrations build; exit 1 on drift"))
 
 export const grant = Command.make(
   "grant",
-  { role: Argument.String("role").pipe(Argument.withDescription("An existing role (CREATE ROLE app_runtime LOGIN ...)")), json },
+  {
+    role: Argument.String("role").pipe(
+      Argument.withDescription("An existing role (CREATE ROLE app_runtime LOGIN ...)")
+    ),
+    json
+  },
   Effect.fn("effect-durable.grant")(
     function*(args) {
       const settings = yield* DurableSettings
       yield* Migrations.grantRuntimeAccess(args.role)
       if (args.json) return yield* Output.json({ schema: settings.schema, role: args.role, granted: true })
-      yield* Output.line(`granted ${args.role} runtime access to schema ${settings.schema} (later migrations extend it)`)
+      yield* Output.line(
+        `granted ${args.role} runtime access to schema ${settings.schema} (later migrations extend it)`
+      )
     },
     withDatabase({ poolSize: 1 })
   )

@@ -3,10 +3,10 @@
  * consumer, what is ready, delayed, claimed, dead and done, and how long the oldest ready
  * message has waited. `--watch` repeats until Ctrl-C (JSON: one line per refresh).
  */
+import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as Migrations from "@effect-durable/pg/Migrations"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
-import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Command from "effect/cli/Command"
 import * as Flag from "effect/cli/Flag"
 import * as Duration from "effect/Duration"
@@ -59,7 +59,10 @@ export const status = Command.make(
   {
     json,
     watch: toggle("watch", "Refresh until Ctrl-C"),
-    interval: duration("interval").pipe(Flag.withDefault("2 seconds"), Flag.withDescription("Time between refreshes with --watch"))
+    interval: duration("interval").pipe(
+      Flag.withDefault("2 seconds"),
+      Flag.withDescription("Time between refreshes with --watch")
+    )
   },
   Effect.fn("effect-durable.status")(function*(args) {
     const once = Effect.flatMap(snapshot, (s) => {

@@ -26,7 +26,11 @@ export const operatorName = (): string => {
 
 export const pause = Command.make(
   "pause",
-  { topic, by: Flag.String("by").pipe(Flag.optional, Flag.withDescription("Who pauses it (default: your user name)")), json },
+  {
+    topic,
+    by: Flag.String("by").pipe(Flag.optional, Flag.withDescription("Who pauses it (default: your user name)")),
+    json
+  },
   Effect.fn("effect-durable.pause")(
     function*(args) {
       const admin = yield* OutboxAdmin.OutboxAdmin
@@ -35,7 +39,9 @@ export const pause = Command.make(
       yield* Effect.logInfo(`operator action: pause topic ${args.topic} by ${by}`)
       if (args.json) return yield* Output.json({ topic: args.topic, paused: true, changed })
       const shown = Output.printable(args.topic)
-      yield* Output.line(changed ? `paused topic ${shown}: claims skip it until it is resumed` : `topic ${shown} was already paused`)
+      yield* Output.line(
+        changed ? `paused topic ${shown}: claims skip it until it is resumed` : `topic ${shown} was already paused`
+      )
     },
     withDatabase({ poolSize: 1 })
   )

@@ -43,10 +43,18 @@ export const topicChart = (
   const bars = buckets.map((b) => {
     const left = x(Date.parse(b.at) - step)
     const y = yCount(b.delivered)
-    return b.delivered === 0 ? "" : `<rect class="delivered" x="${left}" y="${y}" width="${barWidth}" height="${round(COUNTS.bottom - y)}"><title>${b.delivered} delivered</title></rect>`
+    return b.delivered === 0
+      ? ""
+      : `<rect class="delivered" x="${left}" y="${y}" width="${barWidth}" height="${
+        round(COUNTS.bottom - y)
+      }"><title>${b.delivered} delivered</title></rect>`
   }).join("")
   const died = buckets.map((b) =>
-    b.died === 0 ? "" : `<rect class="died" x="${x(Date.parse(b.at) - step)}" y="${COUNTS.bottom + 1}" width="${barWidth}" height="3"><title>${b.died} died</title></rect>`
+    b.died === 0
+      ? ""
+      : `<rect class="died" x="${x(Date.parse(b.at) - step)}" y="${
+        COUNTS.bottom + 1
+      }" width="${barWidth}" height="3"><title>${b.died} died</title></rect>`
   ).join("")
   const line = (cls: string, points: ReadonlyArray<readonly [number, number]>) =>
     points.length === 0
@@ -58,11 +66,15 @@ export const topicChart = (
   const dead = line("dead", inWindow.map((s) => [x(Math.min(s.at, end)), yCount(s.dead)] as const))
   const lag = line(
     "lag",
-    buckets.filter((b) => b.maxLagSeconds !== null).map((b) => [x(Date.parse(b.at) - step / 2), yLag(b.maxLagSeconds!)] as const)
+    buckets.filter((b) => b.maxLagSeconds !== null).map((b) =>
+      [x(Date.parse(b.at) - step / 2), yLag(b.maxLagSeconds!)] as const
+    )
   )
   const minutes = Math.round((end - start) / 60_000)
   const label = `${topic}: last ${minutes} minutes; up to ${fmt(countMax)} per interval; longest lag ${fmt(lagMax)} s`
-  return `<svg class="chart" viewBox="0 0 ${WIDTH} ${HEIGHT}" width="${WIDTH}" height="${HEIGHT}" role="img" aria-label="${escape(label)}">` +
+  return `<svg class="chart" viewBox="0 0 ${WIDTH} ${HEIGHT}" width="${WIDTH}" height="${HEIGHT}" role="img" aria-label="${
+    escape(label)
+  }">` +
     `<title>${escape(label)}</title>` +
     `<text class="axis" x="0" y="9">${fmt(countMax)}</text>` +
     `<text class="axis" x="${WIDTH}" y="9" text-anchor="end">${minutes} min</text>` +
@@ -72,4 +84,25 @@ export const topicChart = (
     `<line class="base" x1="0" y1="${LAG.bottom}" x2="${WIDTH}" y2="${LAG.bottom}"/>` +
     lag +
     `</svg>`
+}
+
+/** How often a topic's counts are sampled for its chart, and how long samples are kept. */
+const SAMPLE_EVERY = 4_000
+const SAMPLE_KEEP = 15 * 60_000
+
+/** The samples with the topics' counts of `now` added (one per topic every few seconds), old ones dropped. */
+export const withSamples = (
+  map: ReadonlyMap<string, ReadonlyArray<Sample>>,
+  topics: ReadonlyArray<{ readonly topic: string; readonly ready: number; readonly dead: number }>,
+  now: number
+): Map<string, ReadonlyArray<Sample>> => {
+  const next = new Map(map)
+  for (const t of topics) {
+    const series = (next.get(t.topic) ?? []).filter((s) => now - s.at <= SAMPLE_KEEP)
+    const last = series[series.length - 1]
+    if (last === undefined || now - last.at >= SAMPLE_EVERY) {
+      next.set(t.topic, [...series, { at: now, ready: t.ready, dead: t.dead }])
+    }
+  }
+  return next
 }

@@ -5,8 +5,8 @@
  * held to.
  */
 import { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
-import * as Cause from "effect/Cause"
 import * as ByteSize from "effect/ByteSize"
+import * as Cause from "effect/Cause"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as HttpIncomingMessage from "effect/http/HttpIncomingMessage"
@@ -138,7 +138,10 @@ export const body = <A>(schema: Schema.Decoder<A>) =>
       )
     )
     if (nestedDeeperThan(text, MAX_BODY_DEPTH)) {
-      return yield* new PageError({ status: 400, message: `an action's body is JSON nested at most ${MAX_BODY_DEPTH} levels` })
+      return yield* new PageError({
+        status: 400,
+        message: `an action's body is JSON nested at most ${MAX_BODY_DEPTH} levels`
+      })
     }
     const json = yield* Effect.try({
       try: (): unknown => JSON.parse(text),

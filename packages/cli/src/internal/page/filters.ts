@@ -53,7 +53,9 @@ export const filterQuery = (params: URLSearchParams): string => {
 }
 
 /** The query string of a filter built in code (the links of the dead-letter groups). */
-export const toQuery = (filter: { readonly topic?: string; readonly state?: string; readonly error?: string }): string => {
+export const toQuery = (
+  filter: { readonly topic?: string; readonly state?: string; readonly error?: string }
+): string => {
   const out = new URLSearchParams()
   if (filter.topic !== undefined) out.set("topic", filter.topic)
   if (filter.state !== undefined) out.set("state", filter.state)

@@ -14,7 +14,13 @@ export class Html {
 
 type Part = Html | string | number | boolean | null | undefined | ReadonlyArray<Part>
 
-const ESCAPES: Readonly<Record<string, string>> = { "&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;" }
+const ESCAPES: Readonly<Record<string, string>> = {
+  "&": "&amp;",
+  "<": "&lt;",
+  ">": "&gt;",
+  "\"": "&quot;",
+  "'": "&#39;"
+}
 
 export const escape = (text: string): string => text.replace(/[&<>"']/g, (c) => ESCAPES[c]!)
 
@@ -23,7 +29,10 @@ export const escape = (text: string): string => text.replace(/[&<>"']/g, (c) => 
  * that reorders what is read, an escape character) marked where it is, by its code point.
  */
 export const shown = (text: string): string =>
-  escape(text).replace(INVISIBLE, (c) => `<mark class="control" title="an invisible control character">${codePointOf(c)}</mark>`)
+  escape(text).replace(
+    INVISIBLE,
+    (c) => `<mark class="control" title="an invisible control character">${codePointOf(c)}</mark>`
+  )
 
 const render = (part: Part, inAttribute: boolean): string =>
   part instanceof Html

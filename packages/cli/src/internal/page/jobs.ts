@@ -59,7 +59,9 @@ export const make = Effect.gen(function*() {
       Effect.andThen(update(id, (j) => ({ ...j, state: "done" }))),
       Effect.andThen(doneSoFar),
       Effect.flatMap((done) =>
-        Effect.logInfo(`effect-durable admin: ${printable(action)} by ${printable(who)} finished: ${done} of ${total} (job ${id})`).pipe(
+        Effect.logInfo(
+          `effect-durable admin: ${printable(action)} by ${printable(who)} finished: ${done} of ${total} (job ${id})`
+        ).pipe(
           Effect.annotateLogs({ who, job: id })
         )
       ),
@@ -71,7 +73,9 @@ export const make = Effect.gen(function*() {
           const done = yield* doneSoFar
           // The reason in the line itself: a logger that prints messages only still says why.
           yield* Effect.logWarning(
-            `effect-durable admin: ${printable(action)} by ${printable(who)} failed after ${done} of ${total} (job ${id}): ${printable(reason)}`,
+            `effect-durable admin: ${printable(action)} by ${
+              printable(who)
+            } failed after ${done} of ${total} (job ${id}): ${printable(reason)}`,
             cause
           ).pipe(Effect.annotateLogs({ who, job: id, reason }))
         })

@@ -11,9 +11,9 @@ import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
 import * as QueueLifecycle from "@effect-durable/pg/QueueLifecycle"
 import * as Transactions from "@effect-durable/pg/Transactions"
-import * as SqlClient from "effect/sql/SqlClient"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
 import { runChecks } from "../diagnostics.js"
 
 /** Topics drawn with a chart; the table lists them all. */
@@ -34,7 +34,10 @@ export const makeQueries = (statementTimeout: Duration.Input) => {
   const timed = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
     Transactions.withTimeouts({ lockTimeout: "2 seconds", statementTimeout })(effect)
 
-  const version = Effect.map(Migrations.schemaVersion, ({ found, needed, schema }) => ({ schema, version: found, latest: needed }))
+  const version = Effect.map(
+    Migrations.schemaVersion,
+    ({ found, needed, schema }) => ({ schema, version: found, latest: needed })
+  )
 
   const overview = timed(Effect.gen(function*() {
     const outbox = yield* OutboxAdmin.OutboxAdmin
@@ -51,7 +54,12 @@ export const makeQueries = (statementTimeout: Duration.Input) => {
   }))
 
   const messages = (filter: OutboxSearch.MessageFilter, page: { readonly limit: number; readonly before?: string }) =>
-    timed(Effect.flatMap(OutboxSearch.OutboxSearch, (search) => Effect.all([search.messages(filter, page), search.count(filter)])))
+    timed(
+      Effect.flatMap(
+        OutboxSearch.OutboxSearch,
+        (search) => Effect.all([search.messages(filter, page), search.count(filter)])
+      )
+    )
 
   const message = (id: string) => timed(Effect.flatMap(OutboxSearch.OutboxSearch, (search) => search.message(id)))
 
@@ -59,8 +67,10 @@ export const makeQueries = (statementTimeout: Duration.Input) => {
     timed(Effect.flatMap(OutboxSearch.OutboxSearch, (search) => search.count({ ...filter, state: "dead" })))
 
   const groups = (topic: string | undefined) =>
-    timed(Effect.flatMap(OutboxSearch.OutboxSearch, (search) =>
-      search.deadLetterGroups({ limit: 200, ...(topic === undefined ? {} : { topic }) })))
+    timed(
+      Effect.flatMap(OutboxSearch.OutboxSearch, (search) =>
+        search.deadLetterGroups({ limit: 200, ...(topic === undefined ? {} : { topic }) }))
+    )
 
   /** The latest receipts of a consumer (both modes), newest first. */
   const receipts = (consumer: string, limit: number) =>
@@ -94,7 +104,10 @@ export const makeQueries = (statementTimeout: Duration.Input) => {
   const schema = Effect.gen(function*() {
     const v = yield* timed(version)
     const applied = new Set(yield* timed(Migrations.appliedVersions))
-    const pending = Migrations.migrations.filter((m) => !applied.has(m.version)).map(({ name, version }) => ({ version, name }))
+    const pending = Migrations.migrations.filter((m) => !applied.has(m.version)).map(({ name, version }) => ({
+      version,
+      name
+    }))
     return { ...v, pending }
   })
 
@@ -103,7 +116,20 @@ export const makeQueries = (statementTimeout: Duration.Input) => {
   // The checks bound themselves (LISTEN waits up to 3 s; a reserved session for the pooler).
   const checks = runChecks
 
-  return { timed, version: timed(version), overview, messages, message, deadCount, groups, inbox, ledger, schema, drift, checks }
+  return {
+    timed,
+    version: timed(version),
+    overview,
+    messages,
+    message,
+    deadCount,
+    groups,
+    inbox,
+    ledger,
+    schema,
+    drift,
+    checks
+  }
 }
 
 export type Queries = ReturnType<typeof makeQueries>

@@ -7,45 +7,34 @@
  * and counts, never payloads; stored values escaped, so no line can be forged). A bad input
  * is a 4xx, a database that does not answer a 503.
  */
-import { DatabaseError, type InvalidInput } from "@effect-durable/core/Errors"
+import { DatabaseError } from "@effect-durable/core/Errors"
 import type { DurableSettings } from "@effect-durable/pg/DurableConfig"
-import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
+import type * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import type * as MutationLedger from "@effect-durable/pg/MutationLedger"
-import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
-import * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
+import type * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
+import type * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import type * as Context from "effect/Context"
+import type * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
 import * as HttpMethod from "effect/http/HttpMethod"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
-import type * as SqlClient from "effect/sql/SqlClient"
-import type * as Context from "effect/Context"
-import type * as Duration from "effect/Duration"
-import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
+import type * as SqlClient from "effect/sql/SqlClient"
 import { printable } from "../printable.js"
+import * as Actions from "./actions.js"
 import * as Assets from "./assets.js"
-import type { Sample } from "./chart.js"
+import { type Sample, withSamples } from "./chart.js"
+import { basePathOf, describe, exactlyAt, htmlResponse, jsonResponse, PageError, rawPath, reasonOf } from "./edge.js"
 import * as Filters from "./filters.js"
 import * as Jobs from "./jobs.js"
 import { HISTORY, makeQueries } from "./queries.js"
-import { addressOf, check, type Policy, secured } from "./security.js"
+import { check, type Policy, secured } from "./security.js"
 import * as StoreViews from "./storeViews.js"
 import * as Views from "./views.js"
-import {
-  ActionBody,
-  basePathOf,
-  body,
-  describe,
-  exactlyAt,
-  htmlResponse,
-  jsonResponse,
-  PageError,
-  rawPath,
-  reasonOf,
-  TopicBody
-} from "./edge.js"
 
 export interface PageOptions {
   readonly policy: Policy
@@ -57,7 +46,7 @@ export interface PageOptions {
 
 type Kind = "health" | "read" | "write"
 
-interface Request {
+export interface Request {
   readonly request: HttpServerRequest.HttpServerRequest
   readonly url: URL
   readonly who: string
@@ -66,9 +55,6 @@ interface Request {
 
 /** What the router gives every route's handler. */
 type RouteRequirements = HttpServerRequest.HttpServerRequest | HttpRouter.RouteContext
-
-const SAMPLE_EVERY = 4_000
-const SAMPLE_KEEP = 15 * 60_000
 
 /** What the page reads and acts through (`AdminPage.make` builds `OutboxSearch` and `OutboxBulk` itself). */
 export type Requirements =
@@ -91,22 +77,15 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
   const samples = yield* Ref.make(new Map<string, ReadonlyArray<Sample>>())
 
   const record = (topics: ReadonlyArray<{ readonly topic: string; readonly ready: number; readonly dead: number }>) =>
-    Ref.update(samples, (map) => {
-      const now = Date.now()
-      const next = new Map(map)
-      for (const t of topics) {
-        const series = (next.get(t.topic) ?? []).filter((s) => now - s.at <= SAMPLE_KEEP)
-        const last = series[series.length - 1]
-        if (last === undefined || now - last.at >= SAMPLE_EVERY) next.set(t.topic, [...series, { at: now, ready: t.ready, dead: t.dead }])
-      }
-      return next
-    })
+    Ref.update(samples, (map) => withSamples(map, topics, Date.now()))
 
   /** Runs a route: the policy first, then the handler; failures become a page or JSON. */
   const route = <E>(
     kind: Kind,
     respond: "html" | "json",
-    handler: (r: Request) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, Requirements | HttpServerRequest.HttpServerRequest>
+    handler: (
+      r: Request
+    ) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, Requirements | HttpServerRequest.HttpServerRequest>
   ): Effect.Effect<HttpServerResponse.HttpServerResponse, never, RouteRequirements> =>
     Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
@@ -120,7 +99,9 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
         const response = respond === "json" || kind === "write"
           ? jsonResponse({ error: verdict.message }, verdict.status)
           : HttpServerResponse.text(`${verdict.status} ${verdict.message}\n`, { status: verdict.status })
-        return verdict.challenge === undefined ? response : HttpServerResponse.setHeader(response, "www-authenticate", verdict.challenge)
+        return verdict.challenge === undefined
+          ? response
+          : HttpServerResponse.setHeader(response, "www-authenticate", verdict.challenge)
       }
       const base = options.basePath ?? basePathOf(original, request)
       const version = kind === "health" || respond === "json"
@@ -139,23 +120,18 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
           Effect.gen(function*() {
             const { message, status } = describe(cause)
             if (status === 500) {
-              yield* Effect.logError(`effect-durable admin: ${request.method} ${printable(url.pathname)} failed: ${reasonOf(cause)}`, cause)
+              yield* Effect.logError(
+                `effect-durable admin: ${request.method} ${printable(url.pathname)} failed: ${reasonOf(cause)}`,
+                cause
+              )
             }
-            return respond === "json" ? jsonResponse({ error: message }, status) : htmlResponse(Views.errorPage(view, "Error", message), status)
+            return respond === "json"
+              ? jsonResponse({ error: message }, status)
+              : htmlResponse(Views.errorPage(view, "Error", message), status)
           })
         )
       )
     }).pipe(Effect.map(secured), Effect.provideContext(context))
-
-  /**
-   * An operator action, logged with who did it and from where: the line with every stored or
-   * sent value escaped (a topic holding a newline cannot write a line of its own), the values
-   * as they are in the annotations.
-   */
-  const audit = (r: Request, action: string, fields: Record<string, unknown>) =>
-    Effect.logInfo(`effect-durable admin: ${printable(action)} by ${printable(r.who)} from ${printable(addressOf(r.request))}`).pipe(
-      Effect.annotateLogs({ who: r.who, address: addressOf(r.request), action, ...fields })
-    )
 
   /**
    * The message filter of a query string. With payloads hidden, a filter on their values would
@@ -163,7 +139,12 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
    */
   const filterOf = (params: URLSearchParams): Effect.Effect<OutboxSearch.MessageFilter, PageError> =>
     !options.showPayloads && params.getAll("payload").some((value) => value.trim() !== "")
-      ? Effect.fail(new PageError({ status: 400, message: "invalid filter.payload: payloads are hidden on this page, and so is the filter on them" }))
+      ? Effect.fail(
+        new PageError({
+          status: 400,
+          message: "invalid filter.payload: payloads are hidden on this page, and so is the filter on them"
+        })
+      )
       : Effect.succeed(Filters.parse(params))
 
   const overviewData = Effect.gen(function*() {
@@ -172,59 +153,13 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
     return { data, samples: yield* Ref.get(samples) }
   })
 
-  const byIds = (verb: "redrive" | "discard", queue: "outbox" | "inbox") =>
-    Effect.fnUntraced(function*(r: Request) {
-      const input = yield* body(ActionBody)
-      if (!("ids" in input)) {
-        if (queue === "inbox") return jsonResponse({ error: "the inbox acts on ids" }, 400)
-        // Everything matching the filter, dead ones only, held to what the operator confirmed.
-        const filter: OutboxSearch.MessageFilter = { ...(yield* filterOf(new URLSearchParams(input.filter))), state: "dead" }
-        const counted = yield* queries.deadCount(filter)
-        const upTo = input.upTo ?? counted.maxId
-        if (counted.count !== input.expected || counted.maxId !== upTo || upTo === null) {
-          return jsonResponse({
-            error: `the dead messages matching this filter changed since they were counted (${counted.count} now, ${input.expected} confirmed): count them again`,
-            count: counted.count,
-            maxId: counted.maxId
-          }, 409)
-        }
-        const bulk = yield* OutboxBulk.OutboxBulk
-        const stream = bulk[`${verb}Matching`](filter, {
-          upTo,
-          limit: input.expected,
-          batchSize: options.batchSize,
-          statementTimeout: options.statementTimeout
-        })
-        const id = yield* jobs.start(`${verb} of all matching`, r.who, input.expected, stream)
-        yield* audit(r, `${verb} of all matching (${input.expected} dead messages)`, { filter: input.filter, job: id, count: input.expected })
-        return jsonResponse({ job: id, total: input.expected })
-      }
-      const run: Effect.Effect<
-        ReadonlyArray<string>,
-        InvalidInput | DatabaseError,
-        OutboxAdmin.OutboxAdmin | InboxAdmin.InboxAdmin
-      > = queue === "outbox"
-        ? Effect.flatMap(OutboxAdmin.OutboxAdmin, (admin) => admin[verb](input.ids))
-        : Effect.flatMap(InboxAdmin.InboxAdmin, (admin) => admin[verb](input.ids))
-      const applied = yield* queries.timed(run)
-      yield* audit(r, `${verb} of ${applied.length} ${queue} message(s) ${applied.join(",")}`, { queue, ids: applied.length })
-      return jsonResponse({ ids: applied })
-    })
+  const { byIds, topicAction } = Actions.make({ options, jobs, queries, filterOf })
 
   /** The path's last segment, decoded (`/messages/:id`); one that does not decode is a 400. */
   const lastSegment = (r: Request) =>
     Effect.try({
       try: () => decodeURIComponent(r.url.pathname.split("/").pop() ?? ""),
       catch: () => new PageError({ status: 400, message: "the path is not valid percent-encoding" })
-    })
-
-  const topicAction = (verb: "pause" | "resume") =>
-    Effect.fnUntraced(function*(r: Request) {
-      const { topic } = yield* body(TopicBody)
-      const admin = yield* OutboxAdmin.OutboxAdmin
-      const changed = yield* queries.timed(verb === "pause" ? admin.pause(topic, { by: r.who.slice(0, 128) }) : admin.resume(topic))
-      yield* audit(r, `${verb} topic ${topic}`, { topic, changed })
-      return jsonResponse({ topic, changed })
     })
 
   const refuseOther = (r: Request) =>
@@ -236,15 +171,26 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
         : jsonResponse({ error: `${r.request.method} ${r.url.pathname} is not an action of this page` }, 405)
     )
 
-  const fallback = route("read", "html", (r) =>
-    r.url.pathname === "/" && (r.request.method === "GET" || r.request.method === "HEAD")
-      ? Effect.map(overviewData, ({ data, samples }) => htmlResponse(Views.overviewPage(r.view, Views.overviewFragment(r.view, data, samples))))
-      : refuseOther(r))
+  const fallback = route(
+    "read",
+    "html",
+    (r) =>
+      r.url.pathname === "/" && (r.request.method === "GET" || r.request.method === "HEAD")
+        ? Effect.map(
+          overviewData,
+          ({ data, samples }) => htmlResponse(Views.overviewPage(r.view, Views.overviewFragment(r.view, data, samples)))
+        )
+        : refuseOther(r)
+  )
 
-  const get = (path: HttpRouter.PathInput, handler: Effect.Effect<HttpServerResponse.HttpServerResponse, never, RouteRequirements>) =>
-    HttpRouter.route("GET", path, handler)
-  const post = (path: HttpRouter.PathInput, handler: Effect.Effect<HttpServerResponse.HttpServerResponse, never, RouteRequirements>) =>
-    HttpRouter.route("POST", path, handler)
+  const get = (
+    path: HttpRouter.PathInput,
+    handler: Effect.Effect<HttpServerResponse.HttpServerResponse, never, RouteRequirements>
+  ) => HttpRouter.route("GET", path, handler)
+  const post = (
+    path: HttpRouter.PathInput,
+    handler: Effect.Effect<HttpServerResponse.HttpServerResponse, never, RouteRequirements>
+  ) => HttpRouter.route("POST", path, handler)
 
   return [
     get("/health/live", route("health", "json", () => Effect.succeed(jsonResponse({ status: "live" })))),
@@ -256,14 +202,36 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
           onSuccess: (v) =>
             v.version === v.latest
               ? jsonResponse({ status: "ready", version: v.version })
-              : jsonResponse({ status: "unavailable", reason: `schema at version ${v.version}, this release needs ${v.latest}` }, 503)
+              : jsonResponse({
+                status: "unavailable",
+                reason: `schema at version ${v.version}, this release needs ${v.latest}`
+              }, 503)
         }))
     ),
-    get("/assets/app.css", route("read", "html", () => Effect.succeed(HttpServerResponse.text(Assets.css, { contentType: "text/css; charset=utf-8" })))),
-    get("/assets/app.js", route("read", "html", () => Effect.succeed(HttpServerResponse.text(Assets.js, { contentType: "text/javascript; charset=utf-8" })))),
+    get(
+      "/assets/app.css",
+      route(
+        "read",
+        "html",
+        () => Effect.succeed(HttpServerResponse.text(Assets.css, { contentType: "text/css; charset=utf-8" }))
+      )
+    ),
+    get(
+      "/assets/app.js",
+      route(
+        "read",
+        "html",
+        () => Effect.succeed(HttpServerResponse.text(Assets.js, { contentType: "text/javascript; charset=utf-8" }))
+      )
+    ),
     get(
       "/fragments/overview",
-      route("read", "html", (r) => Effect.map(overviewData, ({ data, samples }) => htmlResponse(Views.overviewFragment(r.view, data, samples))))
+      route(
+        "read",
+        "html",
+        (r) =>
+          Effect.map(overviewData, ({ data, samples }) => htmlResponse(Views.overviewFragment(r.view, data, samples)))
+      )
     ),
     get(
       "/messages",
@@ -308,7 +276,10 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
       "/inbox",
       route("read", "html", (r) => {
         const consumer = r.url.searchParams.get("consumer") || undefined
-        return Effect.map(queries.inbox(consumer), (data) => htmlResponse(StoreViews.inboxPage(r.view, { ...data, consumer })))
+        return Effect.map(
+          queries.inbox(consumer),
+          (data) => htmlResponse(StoreViews.inboxPage(r.view, { ...data, consumer }))
+        )
       })
     ),
     get(
@@ -320,7 +291,9 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
           const operation = p.get("operation")
           const key = p.get("key")
           if (subject === null || operation === null || key === null) {
-            return htmlResponse(StoreViews.ledgerPage(r.view, { identity: undefined, record: undefined, error: undefined }))
+            return htmlResponse(
+              StoreViews.ledgerPage(r.view, { identity: undefined, record: undefined, error: undefined })
+            )
           }
           const identity = { subject, operation, key }
           const found = yield* Effect.result(queries.ledger(identity))
@@ -336,23 +309,49 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
         }))
     ),
     // Version and pending migrations only: drift and the doctor's checks are actions below.
-    get("/schema", route("read", "html", (r) => Effect.map(queries.schema, (data) => htmlResponse(StoreViews.schemaPage(r.view, data))))),
+    get(
+      "/schema",
+      route(
+        "read",
+        "html",
+        (r) => Effect.map(queries.schema, (data) => htmlResponse(StoreViews.schemaPage(r.view, data)))
+      )
+    ),
     get(
       "/api/stats",
-      route("read", "json", () =>
-        Effect.map(queries.overview, (data) =>
-          jsonResponse({ topics: data.topics, consumers: data.consumers, history: Object.fromEntries(data.histories), window: HISTORY })))
+      route(
+        "read",
+        "json",
+        () =>
+          Effect.map(queries.overview, (data) =>
+            jsonResponse({
+              topics: data.topics,
+              consumers: data.consumers,
+              history: Object.fromEntries(data.histories),
+              window: HISTORY
+            }))
+      )
     ),
     get(
       "/api/count",
-      route("read", "json", (r) =>
-        Effect.map(Effect.flatMap(filterOf(r.url.searchParams), queries.deadCount), (count) => jsonResponse(count)))
+      route(
+        "read",
+        "json",
+        (r) =>
+          Effect.map(Effect.flatMap(filterOf(r.url.searchParams), queries.deadCount), (count) => jsonResponse(count))
+      )
     ),
     get(
       "/api/jobs/:id",
-      route("read", "json", (r) =>
-        Effect.map(Effect.flatMap(lastSegment(r), jobs.get), (job) =>
-          job === undefined ? jsonResponse({ error: "no such job" }, 404) : jsonResponse(job)))
+      route(
+        "read",
+        "json",
+        (r) =>
+          Effect.map(
+            Effect.flatMap(lastSegment(r), jobs.get),
+            (job) => job === undefined ? jsonResponse({ error: "no such job" }, 404) : jsonResponse(job)
+          )
+      )
     ),
     post("/actions/redrive", route("write", "json", byIds("redrive", "outbox"))),
     post("/actions/discard", route("write", "json", byIds("discard", "outbox"))),
@@ -364,18 +363,31 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
     // sessions: not for a read-only page, nor for another site's page to set off.
     post(
       "/schema/drift",
-      route("write", "json", (r) =>
-        Effect.map(queries.drift, (drift) => jsonResponse({ html: StoreViews.driftFragment(r.view, drift).value })))
+      route(
+        "write",
+        "json",
+        (r) =>
+          Effect.map(queries.drift, (drift) => jsonResponse({ html: StoreViews.driftFragment(r.view, drift).value }))
+      )
     ),
     post(
       "/schema/checks",
-      route("write", "json", (r) =>
-        Effect.map(queries.checks, (checks) => jsonResponse({ html: StoreViews.checksFragment(r.view, checks).value })))
+      route(
+        "write",
+        "json",
+        (r) =>
+          Effect.map(
+            queries.checks,
+            (checks) => jsonResponse({ html: StoreViews.checksFragment(r.view, checks).value })
+          )
+      )
     ),
     // The overview, at the page's root; anything else: not found, or not an action (403 on a
     // read-only page: every write is refused). One wildcard route per method serves both: under
     // a prefix, the router gives "*" the prefix itself too, where a route of its own for "/"
     // would clash. None for HEAD, which the router answers from the GET routes.
-    ...Array.from(HttpMethod.all).filter((method) => method !== "HEAD").map((method) => HttpRouter.route(method, "*", fallback))
+    ...Array.from(HttpMethod.all).filter((method) => method !== "HEAD").map((method) =>
+      HttpRouter.route(method, "*", fallback)
+    )
   ]
 })

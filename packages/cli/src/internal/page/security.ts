@@ -8,9 +8,9 @@
  * `<img>` or `<script>` cannot make the page run its queries). Every response carries a
  * strict Content-Security-Policy.
  */
+import * as Effect from "effect/Effect"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
-import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
@@ -72,7 +72,9 @@ export const AuthSchema = Schema.Struct({
 
 /** What `AuthSchema` decodes: the secrets' text, never kept. */
 export const authText = (auth: Auth) => ({
-  ...(auth.basic === undefined ? {} : { basic: { user: auth.basic.user, password: Redacted.value(auth.basic.password) } }),
+  ...(auth.basic === undefined
+    ? {}
+    : { basic: { user: auth.basic.user, password: Redacted.value(auth.basic.password) } }),
   ...(auth.bearer === undefined ? {} : { bearer: Redacted.value(auth.bearer) })
 })
 
@@ -145,7 +147,10 @@ export const check = (
     if (policy.allowedHosts !== undefined && kind !== "health") {
       const host = hostName(headers["host"] ?? "")
       if (!policy.allowedHosts.includes(host)) {
-        return denied(403, `this page answers to ${policy.allowedHosts.join(", ")} only (Host ${host === "" ? "missing" : host})`)
+        return denied(
+          403,
+          `this page answers to ${policy.allowedHosts.join(", ")} only (Host ${host === "" ? "missing" : host})`
+        )
       }
     }
     if (kind === "health") return { _tag: "Allowed", who: "health check" } as const
@@ -156,7 +161,9 @@ export const check = (
         return denied(
           401,
           "authentication required",
-          policy.auth.basic !== undefined ? "Basic realm=\"effect-durable\", charset=\"UTF-8\"" : "Bearer realm=\"effect-durable\""
+          policy.auth.basic !== undefined
+            ? "Basic realm=\"effect-durable\", charset=\"UTF-8\""
+            : "Bearer realm=\"effect-durable\""
         )
       }
       who = user
@@ -169,7 +176,9 @@ export const check = (
     if (kind === "write") {
       if (policy.readOnly) return denied(403, "the admin page is read-only")
       const site = headers["sec-fetch-site"]
-      if (site !== undefined && site !== "same-origin") return denied(403, `cross-site request refused (Sec-Fetch-Site: ${site})`)
+      if (site !== undefined && site !== "same-origin") {
+        return denied(403, `cross-site request refused (Sec-Fetch-Site: ${site})`)
+      }
       const origin = headers["origin"]
       if (site === undefined && origin !== undefined) {
         let originHost = ""
@@ -178,7 +187,9 @@ export const check = (
         } catch {
           // An opaque origin ("null") is not ours.
         }
-        if (originHost !== (headers["host"] ?? "").toLowerCase()) return denied(403, "cross-origin request refused (Origin)")
+        if (originHost !== (headers["host"] ?? "").toLowerCase()) {
+          return denied(403, "cross-origin request refused (Origin)")
+        }
       }
       if (!(headers["content-type"] ?? "").toLowerCase().startsWith("application/json")) {
         return denied(415, "actions are JSON: Content-Type: application/json")
@@ -202,4 +213,5 @@ export const SECURITY_HEADERS: Readonly<Record<string, string>> = {
   "cache-control": "no-store"
 }
 
-export const secured = (response: HttpServerResponse.HttpServerResponse) => HttpServerResponse.setHeaders(response, SECURITY_HEADERS)
+export const secured = (response: HttpServerResponse.HttpServerResponse) =>
+  HttpServerResponse.setHeaders(response, SECURITY_HEADERS)

@@ -21,27 +21,41 @@ export interface InboxData {
 
 export const inboxPage = (ctx: ViewContext, data: InboxData): Html => {
   const consumer = data.consumer
-  const dead = data.dead === undefined || consumer === undefined ? "" : html`<h2>Dead entries of ${consumer}</h2>${
-    data.dead.items.length === 0 ? html`<p class="note">None.</p>` : html`${
-      ctx.readOnly ? "" : html`<div class="actions"><button data-action="inbox-redrive" data-scope="selected" data-consumer="${consumer}">Redrive selected</button>
+  const dead = data.dead === undefined || consumer === undefined ?
+    "" :
+    html`<h2>Dead entries of ${consumer}</h2>${
+      data.dead.items.length === 0 ?
+        html`<p class="note">None.</p>` :
+        html`${
+          ctx.readOnly ?
+            "" :
+            html`<div class="actions"><button data-action="inbox-redrive" data-scope="selected" data-consumer="${consumer}">Redrive selected</button>
 <button class="danger" data-action="inbox-discard" data-scope="selected" data-consumer="${consumer}">Discard selected</button></div>`
-    }<table><thead><tr>${ctx.readOnly ? "" : html`<th><input type="checkbox" id="select-all" aria-label="select all"></th>`}<th>Id</th><th>Message id</th><th class="num">Attempts</th><th>Died</th><th>Last error</th></tr></thead><tbody>${
-      data.dead.items.map((d) =>
-        html`<tr data-row-id="${d.id}">${ctx.readOnly ? "" : html`<td><input type="checkbox" name="select" value="${d.id}"></td>`}<td>${d.id}</td><td><code>${d.messageId}</code></td>${
-          num(d.attempts)
-        }<td class="state">${time(d.deadAt)}</td><td>${d.lastError ?? ""}</td></tr>`
-      )
-    }</tbody></table>`
-  }`
-  const receipts = data.receipts === undefined || consumer === undefined ? "" : html`<h2>Latest receipts of ${consumer}</h2>${
-    data.receipts.length === 0 ? html`<p class="note">None.</p>` : html`<table id="receipts"><thead><tr><th>Id</th><th>Message id</th><th>State</th><th class="num">Attempts</th><th>Received</th><th>Processed</th><th>Last error</th></tr></thead><tbody>${
-      data.receipts.map((r) =>
-        html`<tr><td>${r.id}</td><td><code>${r.messageId}</code></td><td>${badge(r.state)}</td>${num(r.attempts)}<td>${time(r.receivedAt)}</td><td>${
-          time(r.processedAt)
-        }</td><td>${r.lastError ?? ""}</td></tr>`
-      )
-    }</tbody></table>`
-  }`
+        }<table><thead><tr>${
+          ctx.readOnly ? "" : html`<th><input type="checkbox" id="select-all" aria-label="select all"></th>`
+        }<th>Id</th><th>Message id</th><th class="num">Attempts</th><th>Died</th><th>Last error</th></tr></thead><tbody>${
+          data.dead.items.map((d) =>
+            html`<tr data-row-id="${d.id}">${
+              ctx.readOnly ? "" : html`<td><input type="checkbox" name="select" value="${d.id}"></td>`
+            }<td>${d.id}</td><td><code>${d.messageId}</code></td>${num(d.attempts)}<td class="state">${
+              time(d.deadAt)
+            }</td><td>${d.lastError ?? ""}</td></tr>`
+          )
+        }</tbody></table>`
+    }`
+  const receipts = data.receipts === undefined || consumer === undefined ?
+    "" :
+    html`<h2>Latest receipts of ${consumer}</h2>${
+      data.receipts.length === 0 ?
+        html`<p class="note">None.</p>` :
+        html`<table id="receipts"><thead><tr><th>Id</th><th>Message id</th><th>State</th><th class="num">Attempts</th><th>Received</th><th>Processed</th><th>Last error</th></tr></thead><tbody>${
+          data.receipts.map((r) =>
+            html`<tr><td>${r.id}</td><td><code>${r.messageId}</code></td><td>${badge(r.state)}</td>${
+              num(r.attempts)
+            }<td>${time(r.receivedAt)}</td><td>${time(r.processedAt)}</td><td>${r.lastError ?? ""}</td></tr>`
+          )
+        }</tbody></table>`
+    }`
   return layout(
     ctx,
     "inbox",
@@ -74,14 +88,20 @@ export const ledgerPage = (ctx: ViewContext, data: LedgerData): Html => {
     : r === undefined
     ? html`<p class="note" id="ledger-result">No record for ${id.subject} / ${id.operation} / ${id.key}: a request with this key would run as a first request.</p>`
     : html`<dl class="fields" id="ledger-result">
-<dt>Status</dt><dd>${badge(r.status === "accepted" ? "ready" : "dead")} ${r.status} (the effect was ${r.status === "accepted" ? "applied" : "not applied"})</dd>
+<dt>Status</dt><dd>${badge(r.status === "accepted" ? "ready" : "dead")} ${r.status} (the effect was ${
+      r.status === "accepted" ? "applied" : "not applied"
+    })</dd>
 <dt>Kind</dt><dd>${r.kind}</dd>
 <dt>Recorded</dt><dd>${time(r.recordedAt)}</dd>
 <dt>Fingerprint</dt><dd><code>${hex(r.fingerprint)}</code></dd>
 <dt>Eligibility</dt><dd><code>${r.eligibility.length === 0 ? "(empty)" : hex(r.eligibility)}</code></dd>
 <dt>Response</dt><dd>${
       ctx.showPayloads
-        ? html`<pre>${r.response === null && r.body.length > 0 ? `${r.body.length} bytes; meta ${JSON.stringify(r.meta)}` : JSON.stringify(r.response, null, 2)}</pre>`
+        ? html`<pre>${
+          r.response === null && r.body.length > 0
+            ? `${r.body.length} bytes; meta ${JSON.stringify(r.meta)}`
+            : JSON.stringify(r.response, null, 2)
+        }</pre>`
         : "hidden (stored responses are shown only when payloads are)"
     }</dd>
 <dt>Conflicts</dt><dd>A retry conflicts (and changes nothing) when its kind, eligibility or fingerprint differ from these; an exact retry replays the response.</dd>
@@ -91,7 +111,9 @@ export const ledgerPage = (ctx: ViewContext, data: LedgerData): Html => {
     "ledger",
     "Ledger",
     html`<h1>Mutation ledger</h1>
-<form class="filter" method="get" action="${ctx.base}/ledger">${input("subject", "Subject")}${input("operation", "Operation")}${input("key", "Idempotency key")}
+<form class="filter" method="get" action="${ctx.base}/ledger">${input("subject", "Subject")}${
+      input("operation", "Operation")
+    }${input("key", "Idempotency key")}
 <button class="primary" type="submit">Look up</button></form>
 ${data.error === undefined ? "" : html`<p class="error">${data.error}</p>`}
 ${result}`
@@ -112,13 +134,19 @@ export const driftFragment = (_ctx: ViewContext, drift: ReadonlyArray<SchemaDrif
   drift.length === 0
     ? html`<p class="check-ok" id="drift">No drift: the schema is what the migrations build.</p>`
     : html`<table id="drift"><thead><tr><th>Kind</th><th>Object</th><th>Expected</th><th>Actual</th></tr></thead><tbody>${
-      drift.map((d) => html`<tr><td>${d.kind}</td><td>${d.object}</td><td><code>${d.expected ?? "-"}</code></td><td><code>${d.actual ?? "-"}</code></td></tr>`)
+      drift.map((d) =>
+        html`<tr><td>${d.kind}</td><td>${d.object}</td><td><code>${d.expected ?? "-"}</code></td><td><code>${
+          d.actual ?? "-"
+        }</code></td></tr>`
+      )
     }</tbody></table>`
 
 /** What the doctor's checks found (the answer to their action). */
 export const checksFragment = (_ctx: ViewContext, checks: ReadonlyArray<Check>): Html =>
   html`<table id="checks"><tbody>${
-    checks.map((c) => html`<tr><td class="check-${c.status}">${c.status}</td><td>${c.name}</td><td>${c.detail}</td></tr>`)
+    checks.map((c) =>
+      html`<tr><td class="check-${c.status}">${c.status}</td><td>${c.name}</td><td>${c.detail}</td></tr>`
+    )
   }</tbody></table>`
 
 /**
@@ -128,7 +156,9 @@ export const checksFragment = (_ctx: ViewContext, checks: ReadonlyArray<Check>):
 const onDemand = (ctx: ViewContext, action: "drift" | "checks", label: string, note: string) =>
   html`<div id="${action}-result">${
     ctx.readOnly
-      ? html`<p class="note">${label}: not on a read-only page (${note}); run <code>effect-durable ${action === "drift" ? "verify" : "doctor"}</code>.</p>`
+      ? html`<p class="note">${label}: not on a read-only page (${note}); run <code>effect-durable ${
+        action === "drift" ? "verify" : "doctor"
+      }</code>.</p>`
       : html`<p><button data-action="${action}" type="button">${label}</button> <span class="note">(${note})</span></p>`
   }</div>`
 
@@ -139,9 +169,18 @@ export const schemaPage = (ctx: ViewContext, data: SchemaData): Html =>
     "Schema",
     html`<h1>Schema <code>${data.schema}</code></h1>
 <dl class="fields"><dt>Version</dt><dd id="schema-version">${data.version} (this release: ${data.latest})</dd>
-<dt>Pending</dt><dd>${data.pending.length === 0 ? "none" : data.pending.map((p) => `${p.version} ${p.name}`).join("; ")}</dd></dl>
+<dt>Pending</dt><dd>${
+      data.pending.length === 0 ? "none" : data.pending.map((p) => `${p.version} ${p.name}`).join("; ")
+    }</dd></dl>
 <h2>Drift</h2>
-${onDemand(ctx, "drift", "Compare with the migrations", "applies them to a scratch schema in a transaction that is rolled back; needs the owner role")}
+${
+      onDemand(
+        ctx,
+        "drift",
+        "Compare with the migrations",
+        "applies them to a scratch schema in a transaction that is rolled back; needs the owner role"
+      )
+    }
 <h2>Checks</h2>
 ${onDemand(ctx, "checks", "Run the doctor's checks", "LISTEN/NOTIFY, pooler, table bloat, vacuum's horizon")}`
   )

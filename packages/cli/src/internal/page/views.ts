@@ -7,6 +7,7 @@
 import type { ConsumerStats } from "@effect-durable/pg/InboxAdmin"
 import type { TopicStats } from "@effect-durable/pg/OutboxAdmin"
 import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import * as QueueLifecycle from "@effect-durable/pg/QueueLifecycle"
 import { age, count, plural } from "../output.js"
 import { type Sample, topicChart } from "./chart.js"
 import { toQuery } from "./filters.js"
@@ -57,8 +58,16 @@ export const layout = (ctx: ViewContext, current: Section, title: string, conten
 <body data-base="${ctx.base}">
 <header>
 <strong>effect-durable</strong>
-<nav>${NAV.map(([section, path, label]) => html`<a href="${ctx.base}${path}"${raw(section === current ? " class=\"current\" aria-current=\"page\"" : "")}>${label}</a>`)}</nav>
-<span class="meta">${v === undefined ? "" : `schema ${v.schema} · version ${v.version}`}${ctx.readOnly ? " · read-only" : ""} · ${ctx.who}</span>
+<nav>${
+    NAV.map(([section, path, label]) =>
+      html`<a href="${ctx.base}${path}"${
+        raw(section === current ? " class=\"current\" aria-current=\"page\"" : "")
+      }>${label}</a>`
+    )
+  }</nav>
+<span class="meta">${v === undefined ? "" : `schema ${v.schema} · version ${v.version}`}${
+    ctx.readOnly ? " · read-only" : ""
+  } · ${ctx.who}</span>
 </header>
 <main>
 ${banner}
@@ -85,7 +94,11 @@ const topicActions = (ctx: ViewContext, t: TopicStats) =>
     ? html`<button data-action="resume" data-topic="${t.topic}">Resume</button>`
     : html`<button data-action="pause" data-topic="${t.topic}">Pause</button>`
 
-export const overviewFragment = (ctx: ViewContext, data: OverviewData, samples: ReadonlyMap<string, ReadonlyArray<Sample>>): Html => {
+export const overviewFragment = (
+  ctx: ViewContext,
+  data: OverviewData,
+  samples: ReadonlyMap<string, ReadonlyArray<Sample>>
+): Html => {
   const total = (pick: (t: TopicStats) => number) => data.topics.reduce((sum, t) => sum + pick(t), 0)
   const topics = data.topics.length === 0
     ? html`<p class="note">No outbox messages yet.</p>`
@@ -94,9 +107,15 @@ export const overviewFragment = (ctx: ViewContext, data: OverviewData, samples: 
 <tbody>${
       data.topics.map((t) =>
         html`<tr data-topic="${t.topic}">
-<td>${link(ctx, "/messages", toQuery({ topic: t.topic }), t.topic)}</td>${num(t.ready)}${num(t.delayed)}${num(t.claimed)}
-<td class="num">${t.dead === 0 ? "0" : link(ctx, "/dead-letters", toQuery({ topic: t.topic }), count(t.dead))}</td>${num(t.projected)}
-<td class="num">${age(t.oldestReadySeconds)}</td><td class="topic-state">${badge(t.paused ? "paused" : "running")}</td><td>${topicActions(ctx, t)}</td></tr>`
+<td>${link(ctx, "/messages", toQuery({ topic: t.topic }), t.topic)}</td>${num(t.ready)}${num(t.delayed)}${
+          num(t.claimed)
+        }
+<td class="num">${t.dead === 0 ? "0" : link(ctx, "/dead-letters", toQuery({ topic: t.topic }), count(t.dead))}</td>${
+          num(t.projected)
+        }
+<td class="num">${age(t.oldestReadySeconds)}</td><td class="topic-state">${
+          badge(t.paused ? "paused" : "running")
+        }</td><td>${topicActions(ctx, t)}</td></tr>`
       )
     }</tbody></table>`
   const charts = data.topics.filter((t) => data.histories.has(t.topic)).map((t) =>
@@ -108,14 +127,16 @@ ${raw(topicChart(t.topic, data.histories.get(t.topic)!, samples.get(t.topic) ?? 
     ? html`<p class="note">No dead letters.</p>`
     : html`<table><thead><tr><th>Topic</th><th>Error</th><th class="num">Messages</th><th>Last died</th></tr></thead><tbody>${
       data.groups.map((g) =>
-        html`<tr><td>${g.topic}</td><td>${link(ctx, "/messages", toQuery({ topic: g.topic, state: "dead", error: g.error }), g.example ?? g.error)}</td>${
-          num(g.count)
-        }<td>${time(g.lastDeadAt)}</td></tr>`
+        html`<tr><td>${g.topic}</td><td>${
+          link(ctx, "/messages", toQuery({ topic: g.topic, state: "dead", error: g.error }), g.example ?? g.error)
+        }</td>${num(g.count)}<td>${time(g.lastDeadAt)}</td></tr>`
       )
     }</tbody></table>`
-  return html`<p class="note" id="totals">${plural(data.topics.length, "topic")} · ${count(total((t) => t.ready))} ready · ${
-    count(total((t) => t.claimed))
-  } claimed · ${count(total((t) => t.dead))} dead · ${plural(data.consumers.length, "inbox consumer")}</p>
+  return html`<p class="note" id="totals">${plural(data.topics.length, "topic")} · ${
+    count(total((t) => t.ready))
+  } ready · ${count(total((t) => t.claimed))} claimed · ${count(total((t) => t.dead))} dead · ${
+    plural(data.consumers.length, "inbox consumer")
+  }</p>
 ${topics}
 <h2>Last 15 minutes</h2>
 <p class="legend"><i class="delivered"></i>delivered per 30 s<i class="ready"></i>ready<i class="dead"></i>dead (as sampled by this page)<i class="lag"></i>longest lag</p>
@@ -140,9 +161,11 @@ export const consumersTable = (ctx: ViewContext, consumers: ReadonlyArray<Consum
     ? html`<p class="note">No inbox receipts yet.</p>`
     : html`<table id="consumers"><thead><tr><th>Consumer</th><th class="num">Processed</th><th class="num">Ready</th><th class="num">Delayed</th><th class="num">Claimed</th><th class="num">Dead</th><th class="num">Oldest ready</th></tr></thead><tbody>${
       consumers.map((c) =>
-        html`<tr><td>${link(ctx, "/inbox", new URLSearchParams({ consumer: c.consumer }).toString(), c.consumer)}</td>${num(c.processed)}${num(c.ready)}${
-          num(c.delayed)
-        }${num(c.claimed)}${num(c.dead)}<td class="num">${age(c.oldestReadySeconds)}</td></tr>`
+        html`<tr><td>${link(ctx, "/inbox", new URLSearchParams({ consumer: c.consumer }).toString(), c.consumer)}</td>${
+          num(c.processed)
+        }${num(c.ready)}${num(c.delayed)}${num(c.claimed)}${num(c.dead)}<td class="num">${
+          age(c.oldestReadySeconds)
+        }</td></tr>`
       )
     }</tbody></table>`
 
@@ -157,19 +180,26 @@ export interface MessagesData {
   readonly error: string | undefined
 }
 
-const STATES = ["", "ready", "delayed", "claimed", "dead", "projected"] as const
+/** The state filter's choices: any, or one of the lifecycle's states by the outbox's names. */
+const STATES = ["", ...QueueLifecycle.STATES.map((state) => (state === "done" ? "projected" : state))] as const
 
 const filterForm = (ctx: ViewContext, params: URLSearchParams) => {
   const value = (key: string) => params.get(key) ?? ""
   const field = (key: string, label: string, placeholder: string, wide = false) =>
-    html`<label>${label}<input name="${key}" value="${value(key)}" placeholder="${placeholder}"${raw(wide ? " class=\"wide\"" : "")}></label>`
+    html`<label>${label}<input name="${key}" value="${value(key)}" placeholder="${placeholder}"${
+      raw(wide ? " class=\"wide\"" : "")
+    }></label>`
   return html`<form class="filter" method="get" action="${ctx.base}/messages">
 ${field("id", "Ids", "12, 13")}${field("topic", "Topic", "orders")}${field("key", "Ordering key", "")}
 <label>State<select name="state">${
-    STATES.map((s) => html`<option value="${s}"${raw(value("state") === s ? " selected" : "")}>${s === "" ? "any" : s}</option>`)
+    STATES.map((s) =>
+      html`<option value="${s}"${raw(value("state") === s ? " selected" : "")}>${s === "" ? "any" : s}</option>`
+    )
   }</select></label>
 ${field("attempts", "Attempts ≥", "3")}${field("older", "Older than", "7d")}
-${ctx.showPayloads ? field("payload", "Payload key=value", "customer.id=42", true) : ""}${field("header", "Header key=value", "tenant=acme")}
+${ctx.showPayloads ? field("payload", "Payload key=value", "customer.id=42", true) : ""}${
+    field("header", "Header key=value", "tenant=acme")
+  }
 ${params.get("error") === null ? "" : html`<input type="hidden" name="error" value="${value("error")}">`}
 <button class="primary" type="submit">Filter</button> <a class="button" href="${ctx.base}/messages">Clear</a>
 </form>`
@@ -196,12 +226,20 @@ export const messagesPage = (ctx: ViewContext, data: MessagesData): Html => {
   })()
   const table = items.length === 0
     ? html`<p class="note">No message matches.</p>`
-    : html`<table id="messages"><thead><tr>${ctx.readOnly ? "" : html`<th><input type="checkbox" id="select-all" aria-label="select all"></th>`}<th>Id</th><th>Topic</th><th>Ordering key</th><th>State</th><th class="num">Attempts</th><th>Created</th><th>Last error</th></tr></thead><tbody>${
+    : html`<table id="messages"><thead><tr>${
+      ctx.readOnly ? "" : html`<th><input type="checkbox" id="select-all" aria-label="select all"></th>`
+    }<th>Id</th><th>Topic</th><th>Ordering key</th><th>State</th><th class="num">Attempts</th><th>Created</th><th>Last error</th></tr></thead><tbody>${
       items.map((m) =>
-        html`<tr data-row-id="${m.id}">${ctx.readOnly ? "" : html`<td><input type="checkbox" name="select" value="${m.id}" aria-label="select ${m.id}"></td>`}
-<td>${link(ctx, `/messages/${m.id}`, "", m.id)}</td><td>${m.topic}</td><td>${m.orderingKey ?? ""}</td><td class="state">${badge(m.state)}</td>${
-          num(m.attempts)
-        }<td>${time(m.createdAt)}</td><td>${m.lastError ?? ""}</td></tr>`
+        html`<tr data-row-id="${m.id}">${
+          ctx.readOnly
+            ? ""
+            : html`<td><input type="checkbox" name="select" value="${m.id}" aria-label="select ${m.id}"></td>`
+        }
+<td>${link(ctx, `/messages/${m.id}`, "", m.id)}</td><td>${m.topic}</td><td>${
+          m.orderingKey ?? ""
+        }</td><td class="state">${badge(m.state)}</td>${num(m.attempts)}<td>${time(m.createdAt)}</td><td>${
+          m.lastError ?? ""
+        }</td></tr>`
       )
     }</tbody></table>`
   return layout(
@@ -235,7 +273,16 @@ ${actions}
 ${field("Topic", link(ctx, "/messages", toQuery({ topic: m.topic }), m.topic))}
 ${field("Ordering key", m.orderingKey)}
 ${field("Attempts", `${m.attempts} of ${m.maxAttempts}: ${m.failures} failed, ${m.leaseExpiries} leases ran out`)}
-${field("Lease holder", m.claimedBy === null ? null : `${m.claimedBy}, generation ${m.claimGeneration}${m.claimedUntil === null ? "" : `, until ${time(m.claimedUntil)}`}`)}
+${
+      field(
+        "Lease holder",
+        m.claimedBy === null
+          ? null
+          : `${m.claimedBy}, generation ${m.claimGeneration}${
+            m.claimedUntil === null ? "" : `, until ${time(m.claimedUntil)}`
+          }`
+      )
+    }
 ${field("Created", time(m.createdAt))}
 ${field("Available", time(m.availableAt))}
 ${field("Projected", time(m.projectedAt))}
@@ -248,7 +295,11 @@ ${
       m.failureHistory.length === 0
         ? html`<p class="note" id="failures">None.</p>`
         : html`<table id="failures"><thead><tr><th class="num">Attempt</th><th>When</th><th>Worker</th><th>Error</th></tr></thead><tbody>${
-          m.failureHistory.map((f) => html`<tr><td class="num">${f.attempt}</td><td>${time(f.at)}</td><td>${f.worker ?? "-"}</td><td>${f.error}</td></tr>`)
+          m.failureHistory.map((f) =>
+            html`<tr><td class="num">${f.attempt}</td><td>${time(f.at)}</td><td>${
+              f.worker ?? "-"
+            }</td><td>${f.error}</td></tr>`
+          )
         }</tbody></table>`
     }
 <h2>Headers</h2>
@@ -264,7 +315,11 @@ ${
 
 // ---------------------------------------------------------------- dead letters
 
-export const deadLettersPage = (ctx: ViewContext, groups: ReadonlyArray<OutboxSearch.DeadLetterGroup>, topic: string | undefined): Html =>
+export const deadLettersPage = (
+  ctx: ViewContext,
+  groups: ReadonlyArray<OutboxSearch.DeadLetterGroup>,
+  topic: string | undefined
+): Html =>
   layout(
     ctx,
     "dead",
@@ -272,18 +327,22 @@ export const deadLettersPage = (ctx: ViewContext, groups: ReadonlyArray<OutboxSe
     html`<h1>Dead letters${topic === undefined ? "" : html` of ${topic}`}</h1>
 <p class="note">Grouped by topic and error (digits folded), so one bad deploy is one row.</p>
 ${
-      groups.length === 0 ? html`<p class="note">No dead letters.</p>` : html`<table id="groups"><thead><tr><th>Topic</th><th>Error</th><th class="num">Messages</th><th>First died</th><th>Last died</th><th></th></tr></thead><tbody>${
-        groups.map((g) => {
-          const query = toQuery({ topic: g.topic, state: "dead", error: g.error })
-          return html`<tr><td>${g.topic}</td><td><code>${g.example ?? g.error}</code></td>${num(g.count)}<td>${time(g.firstDeadAt)}</td><td>${
-            time(g.lastDeadAt)
-          }</td>
+      groups.length === 0 ?
+        html`<p class="note">No dead letters.</p>` :
+        html`<table id="groups"><thead><tr><th>Topic</th><th>Error</th><th class="num">Messages</th><th>First died</th><th>Last died</th><th></th></tr></thead><tbody>${
+          groups.map((g) => {
+            const query = toQuery({ topic: g.topic, state: "dead", error: g.error })
+            return html`<tr><td>${g.topic}</td><td><code>${g.example ?? g.error}</code></td>${num(g.count)}<td>${
+              time(g.firstDeadAt)
+            }</td><td>${time(g.lastDeadAt)}</td>
 <td class="actions">${link(ctx, "/messages", query, "View")}${
-            ctx.readOnly ? "" : html` <button data-action="redrive" data-scope="matching" data-filter="${query}">Redrive</button>
+              ctx.readOnly ?
+                "" :
+                html` <button data-action="redrive" data-scope="matching" data-filter="${query}">Redrive</button>
 <button class="danger" data-action="discard" data-scope="matching" data-filter="${query}">Discard</button>`
-          }</td></tr>`
-        })
-      }</tbody></table>`
+            }</td></tr>`
+          })
+        }</tbody></table>`
     }`
   )
 

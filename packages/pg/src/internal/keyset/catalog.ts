@@ -5,12 +5,12 @@
  * support is refused before its first page; refusals are not kept (a migration may fix them).
  */
 import { type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
-import type * as SqlClient from "effect/sql/SqlClient"
 import * as Cache from "effect/Cache"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Schema from "effect/Schema"
+import type * as SqlClient from "effect/sql/SqlClient"
 import { classifySqlErrors } from "../../ErrorClassification.js"
 import { decodeRows } from "../rows.js"
 import { quote } from "../sqlText.js"
@@ -61,7 +61,10 @@ const checkColumn = (
   const row = rows.find((row) => row.name === name)
   if (row === undefined) return refuse(argument, `a column of ${relation} (it has no column ${name})`)
   if (row.builtin === null || !isPositionType(row.builtin)) {
-    return refuse(argument, `a column of a type positions can carry exactly (${POSITION_TYPES_SHOWN}); ${name} is ${row.shown}`)
+    return refuse(
+      argument,
+      `a column of a type positions can carry exactly (${POSITION_TYPES_SHOWN}); ${name} is ${row.shown}`
+    )
   }
   if (row.required !== true) {
     return refuse(argument, `a NOT NULL column (${name} may hold NULL, which has no place in the order)`)

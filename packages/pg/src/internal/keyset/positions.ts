@@ -9,7 +9,18 @@ import type * as SqlClient from "effect/sql/SqlClient"
 import type * as Statement from "effect/sql/Statement"
 
 /** The built-in types (`pg_type.typname`) a position carries exactly. */
-export const POSITION_TYPES = ["timestamptz", "timestamp", "date", "int2", "int4", "int8", "numeric", "text", "varchar", "uuid"] as const
+export const POSITION_TYPES = [
+  "timestamptz",
+  "timestamp",
+  "date",
+  "int2",
+  "int4",
+  "int8",
+  "numeric",
+  "text",
+  "varchar",
+  "uuid"
+] as const
 export type PositionType = typeof POSITION_TYPES[number]
 
 /** The same list as the documentation and errors name it. */
@@ -31,7 +42,11 @@ const DATE_TIME_FORMATS: Partial<Record<PositionType, { readonly inUtc: boolean;
 }
 
 /** The position text of `column` (a qualified column reference) of type `type`. */
-export const positionText = (sql: SqlClient.SqlClient, type: PositionType, column: Statement.Fragment): Statement.Fragment => {
+export const positionText = (
+  sql: SqlClient.SqlClient,
+  type: PositionType,
+  column: Statement.Fragment
+): Statement.Fragment => {
   const dateTime = DATE_TIME_FORMATS[type]
   // The other types' text output depends on no setting (floats would: they are not listed).
   if (dateTime === undefined) return sql`${column}::text`
@@ -58,10 +73,12 @@ export const unencodable = (error: InvalidInput): InvalidInput => {
   return part === "0"
     ? new InvalidInput({
       argument: "order.column",
-      rule: `a column whose values are at most ${MAX_POSITION_BYTES.value} bytes as text (a row on this page has a longer one)`
+      rule:
+        `a column whose values are at most ${MAX_POSITION_BYTES.value} bytes as text (a row on this page has a longer one)`
     })
     : new InvalidInput({
       argument: "order.tieBreaker",
-      rule: `a column whose values are at most ${MAX_POSITION_BYTES.tieBreaker} bytes as text (a row on this page has a longer one)`
+      rule:
+        `a column whose values are at most ${MAX_POSITION_BYTES.tieBreaker} bytes as text (a row on this page has a longer one)`
     })
 }

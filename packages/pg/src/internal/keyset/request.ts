@@ -8,11 +8,11 @@ import * as Cursor from "@effect-durable/core/Cursor"
 import { InvalidInput } from "@effect-durable/core/Errors"
 import { canonicalizeResult, fingerprintOfCanonical, type RequestFingerprint } from "@effect-durable/core/Fingerprint"
 import * as Input from "@effect-durable/core/Input"
+import * as Effect from "effect/Effect"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
 import type * as SqlClient from "effect/sql/SqlClient"
 import * as Statement from "effect/sql/Statement"
-import * as Result from "effect/Result"
-import * as Effect from "effect/Effect"
-import * as Schema from "effect/Schema"
 import type { Defaults, FilterValue, PageRequest } from "../../Keyset.js"
 import type { Target } from "./catalog.js"
 
@@ -58,12 +58,14 @@ export const decoder = (defaults: typeof Defaults) => {
   const decodeColumn = Input.argumentResult("where", Input.Identifier)
   const decodeValue = Input.argumentResult("where", FilterValueSchema)
   const decodeWhere = (where: Readonly<Record<string, unknown>>) =>
-    Result.all(Object.entries(where).map(([column, value]) =>
-      Result.mapError(
-        Result.all([decodeColumn(column), decodeValue(value)] as const),
-        (error) => new InvalidInput({ argument: `where.${column}`, rule: error.rule })
+    Result.all(
+      Object.entries(where).map(([column, value]) =>
+        Result.mapError(
+          Result.all([decodeColumn(column), decodeValue(value)] as const),
+          (error) => new InvalidInput({ argument: `where.${column}`, rule: error.rule })
+        )
       )
-    ))
+    )
   const decodeLimit = Input.argumentResult("limit", Input.Count(defaults.maxLimit))
 
   return (request: PageRequest): Result.Result<Query, InvalidInput> =>
@@ -75,7 +77,10 @@ export const decoder = (defaults: typeof Defaults) => {
       const where = yield* decodeWhere(request.where ?? {})
       if (request.filter !== undefined && !Statement.isFragment(request.filter)) {
         return yield* Result.fail(
-          new InvalidInput({ argument: "filter", rule: "an SQL fragment written with the request's SqlClient (sql`...`)" })
+          new InvalidInput({
+            argument: "filter",
+            rule: "an SQL fragment written with the request's SqlClient (sql`...`)"
+          })
         )
       }
       const limit = yield* decodeLimit(request.limit)

@@ -6,10 +6,10 @@
  */
 import type * as Cursor from "@effect-durable/core/Cursor"
 import type { DatabaseError } from "@effect-durable/core/Errors"
-import type * as SqlClient from "effect/sql/SqlClient"
-import type * as Statement from "effect/sql/Statement"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import { classifySqlErrors } from "../../ErrorClassification.js"
 import type { Layout } from "./catalog.js"
 import { positionText, positionValue } from "./positions.js"
@@ -65,7 +65,9 @@ export const readPage = (
     })`
 
   const selection: Array<Statement.Fragment> = [
-    ...query.where.map(([name, value]) => value === null ? sql`t.${sql(name)} IS NULL` : sql`t.${sql(name)} = ${value}`),
+    ...query.where.map(([name, value]) =>
+      value === null ? sql`t.${sql(name)} IS NULL` : sql`t.${sql(name)} = ${value}`
+    ),
     // Parenthesised: an OR of the caller's must not reach past its own condition.
     ...(query.filter === undefined ? [] : [sql`(${query.filter})`])
   ]
@@ -73,7 +75,9 @@ export const readPage = (
   const direction = sql.literal(ascending ? "ASC" : "DESC")
   // Past the last row served, and never past the high-water mark the first page recorded.
   const window = cursor === undefined ? [] : [
-    ...(cursor.after === undefined ? [] : [ascending ? sql`${key} > ${at(cursor.after)}` : sql`${key} < ${at(cursor.after)}`]),
+    ...(cursor.after === undefined
+      ? []
+      : [ascending ? sql`${key} > ${at(cursor.after)}` : sql`${key} < ${at(cursor.after)}`]),
     sql`${key} <= ${at(cursor.highWater)}`
   ]
   // A descending traversal starts at its high-water mark: the first row served is it. An

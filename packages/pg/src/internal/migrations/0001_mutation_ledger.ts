@@ -5,7 +5,7 @@ export const migration: Migration = {
   version: 1,
   name: "mutation ledger",
   statements: (t) => [
-      `CREATE TABLE ${t("mutation_records")} (
+    `CREATE TABLE ${t("mutation_records")} (
         subject text NOT NULL,
         operation text NOT NULL,
         key text NOT NULL,

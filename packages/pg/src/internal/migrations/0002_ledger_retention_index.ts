@@ -5,6 +5,6 @@ export const migration: Migration = {
   version: 2,
   name: "mutation ledger retention index",
   statements: (t) => [
-      `CREATE INDEX mutation_records_created_at_idx ON ${t("mutation_records")} (created_at)`
+    `CREATE INDEX mutation_records_created_at_idx ON ${t("mutation_records")} (created_at)`
   ]
 }

@@ -5,7 +5,7 @@ export const migration: Migration = {
   version: 3,
   name: "transactional outbox",
   statements: (t) => [
-      `CREATE TABLE ${t("outbox")} (
+    `CREATE TABLE ${t("outbox")} (
         id bigint GENERATED ALWAYS AS IDENTITY,
         topic text NOT NULL,
         ordering_key text,
@@ -25,10 +25,10 @@ export const migration: Migration = {
         CONSTRAINT outbox_max_attempts_check CHECK (max_attempts > 0),
         CONSTRAINT outbox_final_state_check CHECK (projected_at IS NULL OR dead_at IS NULL)
       )`,
-      // The claim walks this index in id order: it holds only open rows, so a claim costs
-      // O(batch) however many projected rows wait for purge.
-      `CREATE INDEX outbox_open_idx ON ${t("outbox")} (id) WHERE projected_at IS NULL AND dead_at IS NULL`,
-      `CREATE INDEX outbox_projected_at_idx ON ${t("outbox")} (projected_at) WHERE projected_at IS NOT NULL`,
-      `CREATE INDEX outbox_dead_idx ON ${t("outbox")} (id) WHERE dead_at IS NOT NULL`
+    // The claim walks this index in id order: it holds only open rows, so a claim costs
+    // O(batch) however many projected rows wait for purge.
+    `CREATE INDEX outbox_open_idx ON ${t("outbox")} (id) WHERE projected_at IS NULL AND dead_at IS NULL`,
+    `CREATE INDEX outbox_projected_at_idx ON ${t("outbox")} (projected_at) WHERE projected_at IS NOT NULL`,
+    `CREATE INDEX outbox_dead_idx ON ${t("outbox")} (id) WHERE dead_at IS NOT NULL`
   ]
 }

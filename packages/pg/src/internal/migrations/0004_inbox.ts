@@ -5,7 +5,7 @@ export const migration: Migration = {
   version: 4,
   name: "transactional inbox",
   statements: (t) => [
-      `CREATE TABLE ${t("inbox")} (
+    `CREATE TABLE ${t("inbox")} (
         id bigint GENERATED ALWAYS AS IDENTITY,
         consumer text NOT NULL,
         message_id text NOT NULL,
@@ -26,8 +26,8 @@ export const migration: Migration = {
         CONSTRAINT inbox_max_attempts_check CHECK (max_attempts > 0),
         CONSTRAINT inbox_final_state_check CHECK (processed_at IS NULL OR dead_at IS NULL)
       )`,
-      `CREATE INDEX inbox_open_idx ON ${t("inbox")} (consumer, id) WHERE processed_at IS NULL AND dead_at IS NULL`,
-      `CREATE INDEX inbox_processed_at_idx ON ${t("inbox")} (processed_at) WHERE processed_at IS NOT NULL`,
-      `CREATE INDEX inbox_dead_idx ON ${t("inbox")} (id) WHERE dead_at IS NOT NULL`
+    `CREATE INDEX inbox_open_idx ON ${t("inbox")} (consumer, id) WHERE processed_at IS NULL AND dead_at IS NULL`,
+    `CREATE INDEX inbox_processed_at_idx ON ${t("inbox")} (processed_at) WHERE processed_at IS NOT NULL`,
+    `CREATE INDEX inbox_dead_idx ON ${t("inbox")} (id) WHERE dead_at IS NOT NULL`
   ]
 }

@@ -108,4 +108,3 @@ RETURNING q.id::text, q.claim_generation::text, q.attempt_count, q.dead_at IS NO
 export const outboxClaimQuery = (t: (table: string) => string): string => claimQuery(t, OUTBOX)
 /** The inbox claim function's query: $1 worker, $2 limit, $3 lease seconds, $4 consumer. */
 export const inboxClaimQuery = (t: (table: string) => string): string => claimQuery(t, INBOX)
-

@@ -5,29 +5,28 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
-import type * as SqlClient from "effect/sql/SqlClient"
-import type * as Statement from "effect/sql/Statement"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import { randomBytes } from "node:crypto"
 import { classifySqlErrors } from "../../ErrorClassification.js"
 import type { DeadLetter, DeadLetterPage, PurgeOptions } from "../../LeasedQueue.js"
 import { decodeRows } from "../rows.js"
 import { inline, quote } from "../sqlText.js"
-import * as Lifecycle from "./lifecycle.js"
 import { isoUtc } from "../timestamps.js"
-import { type ClaimOptions, decodeClaim } from "./worker.js"
+import * as Lifecycle from "./lifecycle.js"
 import { decodeBatchSize, decodeIds, MessageId, type QueueSpec } from "./spec.js"
+import { type ClaimOptions, decodeClaim } from "./worker.js"
 
 /** Counts of one group of a queue (a topic, a consumer). */
 const GroupCounts = Schema.Struct({
   group: Schema.String,
-  ready: Schema.Number,
-  delayed: Schema.Number,
-  claimed: Schema.Number,
-  dead: Schema.Number,
-  done: Schema.Number,
+  ...(Object.fromEntries(Lifecycle.STATES.map((state) => [state, Schema.Number])) as Record<
+    Lifecycle.State,
+    typeof Schema.Number
+  >),
   oldestReadySeconds: Schema.NullOr(Schema.Number)
 })
 
@@ -73,34 +72,43 @@ export const make = (
    * left behind on a connection another client gets next.
    */
   const explainClaim = (claimOptions: ClaimOptions, filter: unknown) =>
-    Effect.flatMap(decodeClaim(claimOptions), ({ leaseSeconds, limit, maxLeaseExpiries, worker }) =>
-      Effect.scoped(Effect.gen(function*() {
-        const connection = yield* sql.reserve
-        const name = `effect_durable_explain_${randomBytes(4).toString("hex")}`
-        const run = (text: string) => connection.executeUnprepared(text, [], undefined)
-        yield* Effect.acquireRelease(run("BEGIN"), () => Effect.ignore(run("ROLLBACK")))
-        yield* run("SET LOCAL plan_cache_mode = force_generic_plan")
-        // On the reserved connection: the pool may be all taken by other explains.
-        const [deployed] = yield* run(inline(
-          sql`SELECT prosrc AS source FROM pg_proc WHERE oid = ${`${spec.claimFunction}(${spec.claimArguments})`}::regprocedure`
-        ))
-        const query = deployedQuery((deployed as { source?: string } | undefined)?.source)
-        // Only a function some migration did not deploy (drift) has another shape.
-        if (query === undefined) return yield* Effect.die(new Error("the claim function is not in its deployed form (RETURN QUERY ...; END)"))
-        yield* run(`PREPARE ${name}(${spec.claimArguments}) AS ${query}`)
-        // A failed EXPLAIN aborts the transaction: back to the savepoint, so DEALLOCATE runs.
-        yield* run("SAVEPOINT explain")
-        const explain = run(inline(
-          sql`EXPLAIN (FORMAT JSON) EXECUTE ${sql.literal(name)}(${worker}::text, ${limit}::integer, ${leaseSeconds}::float8, ${filter}::${
-            sql.literal(spec.filterType)
-          }, ${maxLeaseExpiries}::integer)`
-        ))
-        const rows = yield* Effect.ensuring(
-          explain,
-          Effect.ignore(Effect.andThen(run("ROLLBACK TO SAVEPOINT explain"), run(`DEALLOCATE ${name}`)))
-        )
-        return (rows[0] as { "QUERY PLAN": unknown })["QUERY PLAN"]
-      })).pipe(classifySqlErrors(op("explainClaim"))))
+    Effect.flatMap(
+      decodeClaim(claimOptions),
+      ({ leaseSeconds, limit, maxLeaseExpiries, worker }) =>
+        Effect.scoped(Effect.gen(function*() {
+          const connection = yield* sql.reserve
+          const name = `effect_durable_explain_${randomBytes(4).toString("hex")}`
+          const run = (text: string) => connection.executeUnprepared(text, [], undefined)
+          yield* Effect.acquireRelease(run("BEGIN"), () => Effect.ignore(run("ROLLBACK")))
+          yield* run("SET LOCAL plan_cache_mode = force_generic_plan")
+          // On the reserved connection: the pool may be all taken by other explains.
+          const [deployed] = yield* run(inline(
+            sql`SELECT prosrc AS source FROM pg_proc WHERE oid = ${`${spec.claimFunction}(${spec.claimArguments})`}::regprocedure`
+          ))
+          const query = deployedQuery((deployed as { source?: string } | undefined)?.source)
+          // Only a function some migration did not deploy (drift) has another shape.
+          if (query === undefined) {
+            return yield* Effect.die(
+              new Error("the claim function is not in its deployed form (RETURN QUERY ...; END)")
+            )
+          }
+          yield* run(`PREPARE ${name}(${spec.claimArguments}) AS ${query}`)
+          // A failed EXPLAIN aborts the transaction: back to the savepoint, so DEALLOCATE runs.
+          yield* run("SAVEPOINT explain")
+          const explain = run(inline(
+            sql`EXPLAIN (FORMAT JSON) EXECUTE ${
+              sql.literal(name)
+            }(${worker}::text, ${limit}::integer, ${leaseSeconds}::float8, ${filter}::${
+              sql.literal(spec.filterType)
+            }, ${maxLeaseExpiries}::integer)`
+          ))
+          const rows = yield* Effect.ensuring(
+            explain,
+            Effect.ignore(Effect.andThen(run("ROLLBACK TO SAVEPOINT explain"), run(`DEALLOCATE ${name}`)))
+          )
+          return (rows[0] as { "QUERY PLAN": unknown })["QUERY PLAN"]
+        })).pipe(classifySqlErrors(op("explainClaim")))
+    )
 
   /** Dead rows matching `where`, newest id first, `limit` at a time after `before`. */
   const deadLetters = <Fields extends Schema.Struct.Fields>(
@@ -119,22 +127,27 @@ export const make = (
            ${before === undefined ? sql`` : sql`AND id < ${before}`}
          ORDER BY id DESC
          LIMIT ${limit + 1}`.pipe(
-        decodeRows(Schema.Struct({ ...DeadLetterRow.fields, ...extra }) as unknown as Schema.Decoder<DeadLetter & Schema.Struct.Type<Fields>>),
+        decodeRows(
+          Schema.Struct({ ...DeadLetterRow.fields, ...extra }) as unknown as Schema.Decoder<
+            DeadLetter & Schema.Struct.Type<Fields>
+          >
+        ),
         classifySqlErrors(op("deadLetters"))
       )
       const items = rows.slice(0, limit)
       return { items, next: rows.length > limit ? items[items.length - 1]!.id : undefined }
     })
 
-  const byIds = (name: string, statement: (ids: ReadonlyArray<string>) => Statement.Statement<{ id: string }>) =>
-  (ids: ReadonlyArray<string>) =>
-    Effect.flatMap(decodeIds(ids), (decoded) =>
-      decoded.length === 0
-        ? Effect.succeed([])
-        : statement(decoded).pipe(
-          Effect.map((rows) => rows.map((row) => row.id)),
-          classifySqlErrors(op(name))
-        ))
+  const byIds =
+    (name: string, statement: (ids: ReadonlyArray<string>) => Statement.Statement<{ id: string }>) =>
+    (ids: ReadonlyArray<string>) =>
+      Effect.flatMap(decodeIds(ids), (decoded) =>
+        decoded.length === 0
+          ? Effect.succeed([])
+          : statement(decoded).pipe(
+            Effect.map((rows) => rows.map((row) => row.id)),
+            classifySqlErrors(op(name))
+          ))
 
   const { redrive: toReady, replay: again, discard: gone } = lifecycle.transitions
   /** A transition of the rows named, those in its `from` state only. */
@@ -150,9 +163,12 @@ export const make = (
   const replay = byIds("replay", move(again))
 
   /** Deletes dead rows; returns the ids deleted. */
-  const discard = byIds("discard", (ids) =>
-    sql<{ id: string }>`DELETE FROM ${table} WHERE id = ANY(${ids}::bigint[]) AND ${sql.literal(gone.from)}
-                        RETURNING id::text AS id`)
+  const discard = byIds(
+    "discard",
+    (ids) =>
+      sql<{ id: string }>`DELETE FROM ${table} WHERE id = ANY(${ids}::bigint[]) AND ${sql.literal(gone.from)}
+                        RETURNING id::text AS id`
+  )
 
   /**
    * Deletes rows done for longer than `olderThan`, `batchSize` at a time. Each batch locks
@@ -173,7 +189,9 @@ export const make = (
              ORDER BY ${done} LIMIT ${batchSize} FOR UPDATE SKIP LOCKED)
           RETURNING id::text AS id`.pipe(classifySqlErrors(op("purge")))
         total += deleted.length
-        if (deleted.length > 0) yield* Effect.logDebug(`effect-durable: ${spec.queue} purge deleted ${total} rows so far`)
+        if (deleted.length > 0) {
+          yield* Effect.logDebug(`effect-durable: ${spec.queue} purge deleted ${total} rows so far`)
+        }
         if (deleted.length < batchSize) return total
       }
     })

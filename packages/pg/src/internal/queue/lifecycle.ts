@@ -43,7 +43,9 @@ export const make = (spec: Pick<QueueSpec, "done" | "queue">, alias?: string) =>
     /** Neither done nor dead: a row still to be delivered (ready, delayed or claimed). */
     open,
     /** A row's state as text: one of `STATES`, the done state by the queue's name for it. */
-    stateOf: `CASE WHEN ${is.dead} THEN 'dead' WHEN ${is.done} THEN '${doneName(spec.queue)}' WHEN ${liveLease} THEN 'claimed'
+    stateOf: `CASE WHEN ${is.dead} THEN 'dead' WHEN ${is.done} THEN '${
+      doneName(spec.queue)
+    }' WHEN ${liveLease} THEN 'claimed'
       WHEN ${c("available_at")} > now() THEN 'delayed' ELSE 'ready' END`,
     /** One `count(*) FILTER` per state, as columns named after them. */
     counts: STATES.map((state) => `count(*) FILTER (WHERE ${is[state]})::int AS ${state}`).join(",\n       "),

@@ -13,9 +13,9 @@ import type * as LeasedQueue from "../../LeasedQueue.js"
 import type { EnqueueOptions, NewMessage } from "../../Outbox.js"
 import type { MemoryRow } from "../../OutboxMemory.js"
 import type { ClaimOptions, OutboxMessage } from "../../OutboxWorker.js"
+import { decodeError, decodeLease, decodeRetryDelay, isMessageId } from "./spec.js"
 import { FAILURE_HISTORY } from "./worker.js"
 import { decodeClaim } from "./worker.js"
-import { decodeError, decodeLease, decodeRetryDelay, isMessageId } from "./spec.js"
 
 /** A row of the outbox, as the table holds it (mutable here, read-only to tests). */
 type Row = { -readonly [K in keyof MemoryRow]: MemoryRow[K] }
@@ -31,7 +31,9 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
     // As stored: canonical JSON, read back (a value JSON cannot carry is refused).
     const json = JSON.parse(yield* canonicalize(payload)) as unknown
     const now = yield* Clock.currentTimeMillis
-    const delay = enqueueOptions.delay === undefined ? 0 : Duration.toMillis(Duration.fromInputUnsafe(enqueueOptions.delay))
+    const delay = enqueueOptions.delay === undefined
+      ? 0
+      : Duration.toMillis(Duration.fromInputUnsafe(enqueueOptions.delay))
     const id = String(++nextId)
     rows.set(id, {
       id,
@@ -78,7 +80,10 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
       if (expired && row.leaseExpiries >= maxLeaseExpiries) {
         row.claimedUntil = null
         row.deadAt = now
-        row.lastError = [row.lastError, `dead: its lease ran out ${row.leaseExpiries} times (a worker died or stalled while delivering it)`]
+        row.lastError = [
+          row.lastError,
+          `dead: its lease ran out ${row.leaseExpiries} times (a worker died or stalled while delivering it)`
+        ]
           .filter((part) => part !== null).join("; ")
         continue
       }
@@ -113,7 +118,10 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
     const malformed = typeof claim !== "object" || claim === null || !isMessageId(claim.messageId)
     const row = malformed ? undefined : rows.get(claim.messageId)
     if (!malformed && row === undefined) return new MessageMissing({ queue: "outbox", messageId: claim.messageId })
-    if (completing && row !== undefined && row.projectedAt !== null && row.claimedBy === claim.worker && row.generation === claim.generation) {
+    if (
+      completing && row !== undefined && row.projectedAt !== null && row.claimedBy === claim.worker &&
+      row.generation === claim.generation
+    ) {
       return undefined
     }
     return new ClaimMismatch({
@@ -152,7 +160,12 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
       if (row === undefined) return yield* Effect.fail(refusal(claim, false)!)
       const permanent = releaseOptions.permanent === true
       row.failureCount++
-      row.failures = [...row.failures, { attempt: row.attempts, worker: row.claimedBy, at: iso(now), error: error.slice(0, 500) }]
+      row.failures = [...row.failures, {
+        attempt: row.attempts,
+        worker: row.claimedBy,
+        at: iso(now),
+        error: error.slice(0, 500)
+      }]
         .slice(-FAILURE_HISTORY)
       row.claimedUntil = null
       row.availableAt = now + Duration.toMillis(retryDelay)
@@ -166,7 +179,10 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
       return { dead }
     })
 
-  const renew = (claim: LeasedQueue.Claim, lease: Duration.Input): Effect.Effect<void, LeasedQueue.SettleFailure | InvalidInput> =>
+  const renew = (
+    claim: LeasedQueue.Claim,
+    lease: Duration.Input
+  ): Effect.Effect<void, LeasedQueue.SettleFailure | InvalidInput> =>
     Effect.gen(function*() {
       const decoded = yield* decodeLease(lease)
       const now = yield* Clock.currentTimeMillis

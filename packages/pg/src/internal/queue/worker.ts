@@ -6,11 +6,11 @@
  * was lost and whose row was claimed again can change nothing.
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
-import type * as SqlClient from "effect/sql/SqlClient"
-import type * as Statement from "effect/sql/Statement"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import type { Settings } from "../../DurableConfig.js"
 import { classifySqlErrors } from "../../ErrorClassification.js"
 import {
@@ -22,9 +22,9 @@ import {
   type SettleFailure
 } from "../../LeasedQueue.js"
 import { type Bounded, boundedStatement } from "../oneRoundTrip.js"
-import * as Lifecycle from "./lifecycle.js"
 import { isoUtc } from "../timestamps.js"
 import { bounded } from "../transaction.js"
+import * as Lifecycle from "./lifecycle.js"
 import {
   decodeError,
   decodeLease,
@@ -109,15 +109,25 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
    * (migration 8). `filter` is the function's fourth argument (topics, consumer).
    */
   const claim = <Row>(options: ClaimOptions, filter: unknown) =>
-    Effect.flatMap(decodeClaim(options), ({ leaseSeconds, limit, maxLeaseExpiries, worker }) =>
-      boundedOne("claim", (settingsApplied) =>
-        sql<Row & { readonly id: string; readonly generation: string; readonly attempt: number; readonly exhausted: boolean }>`
+    Effect.flatMap(
+      decodeClaim(options),
+      ({ leaseSeconds, limit, maxLeaseExpiries, worker }) =>
+        boundedOne("claim", (settingsApplied) =>
+          sql<
+            Row & {
+              readonly id: string
+              readonly generation: string
+              readonly attempt: number
+              readonly exhausted: boolean
+            }
+          >`
           SELECT * FROM ${claimFunction}(CASE WHEN ${settingsApplied} THEN ${worker}::text END, ${limit}::integer,
-                                         ${leaseSeconds}::float8, ${filter}::${filterType}, ${maxLeaseExpiries}::integer)`
-      ).pipe(
-        // UPDATE ... RETURNING does not promise an order; the caller gets id order.
-        Effect.map((rows) => inIdOrder(rows.filter((row) => !row.exhausted)))
-      ))
+                                         ${leaseSeconds}::float8, ${filter}::${filterType}, ${maxLeaseExpiries}::integer)`)
+          .pipe(
+            // UPDATE ... RETURNING does not promise an order; the caller gets id order.
+            Effect.map((rows) => inIdOrder(rows.filter((row) => !row.exhausted)))
+          )
+    )
 
   const fence = (claim: Claim) =>
     sql`id = ${claim.messageId} AND claimed_by = ${claim.worker} AND claim_generation = ${claim.generation}
@@ -151,7 +161,10 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
         Effect.flatMap(update, (rows) =>
           rows.length > 0
             ? Effect.succeed(rows)
-            : Effect.flatMap(stateOf([claim.messageId]), (found) => Effect.as(Effect.fromResult(explain(claim, found[0], completing)), rows)))
+            : Effect.flatMap(
+              stateOf([claim.messageId]),
+              (found) => Effect.as(Effect.fromResult(explain(claim, found[0], completing)), rows)
+            ))
       )
       : Effect.fail(spec.mismatch(claim))
 
@@ -160,7 +173,9 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
     Effect.asVoid(settle(
       "complete",
       claim,
-      sql`UPDATE ${table} SET ${done} = now(), claimed_until = NULL, last_error = NULL WHERE ${fence(claim)} RETURNING id`,
+      sql`UPDATE ${table} SET ${done} = now(), claimed_until = NULL, last_error = NULL WHERE ${
+        fence(claim)
+      } RETURNING id`,
       true
     ))
 
@@ -171,7 +186,10 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
       // Past the batch bound, in slices: one statement each.
       if (claims.length > MAX_BATCH) {
         const parts = yield* Effect.forEach(
-          Array.from({ length: Math.ceil(claims.length / MAX_BATCH) }, (_, i) => claims.slice(i * MAX_BATCH, (i + 1) * MAX_BATCH)),
+          Array.from(
+            { length: Math.ceil(claims.length / MAX_BATCH) },
+            (_, i) => claims.slice(i * MAX_BATCH, (i + 1) * MAX_BATCH)
+          ),
           completeMany
         )
         return { completed: parts.flatMap((p) => p.completed), rejected: parts.flatMap((p) => p.rejected) }
@@ -187,7 +205,9 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
       const unsettled = valid.filter((c) => !completed.has(c.messageId))
       if (unsettled.length === 0) return { completed: [...completed], rejected: malformed }
       const states = new Map(
-        (yield* stateOf(unsettled.map((c) => c.messageId)).pipe(classifySqlErrors(op("completeMany")))).map((row) => [row.id, row])
+        (yield* stateOf(unsettled.map((c) => c.messageId)).pipe(classifySqlErrors(op("completeMany")))).map((
+          row
+        ) => [row.id, row])
       )
       const rejected: Array<SettleFailure> = [...malformed]
       for (const claim of unsettled) {
@@ -221,7 +241,9 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
                    WHEN failure_count + 1 >= max_attempts
                      THEN ${error} || format(' (dead: %s failed deliveries)', failure_count + 1)
                    ELSE ${error} END,
-                 failures = CASE WHEN jsonb_array_length(coalesce(failures, '[]')) >= ${sql.literal(String(FAILURE_HISTORY))}
+                 failures = CASE WHEN jsonb_array_length(coalesce(failures, '[]')) >= ${
+          sql.literal(String(FAILURE_HISTORY))
+        }
                                  THEN failures - 0 ELSE coalesce(failures, '[]') END
                             || jsonb_build_array(jsonb_build_object(
                                  'attempt', attempt_count, 'worker', claimed_by,
@@ -261,7 +283,9 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
       const unapplied = valid.filter((c) => !applied.has(c.messageId))
       if (unapplied.length > 0) {
         const states = new Map(
-          (yield* stateOf(unapplied.map((c) => c.messageId)).pipe(classifySqlErrors(op(name)))).map((row) => [row.id, row])
+          (yield* stateOf(unapplied.map((c) => c.messageId)).pipe(classifySqlErrors(op(name)))).map((
+            row
+          ) => [row.id, row])
         )
         for (const claim of unapplied) {
           const outcome = explain(claim, states.get(claim.messageId), false)
@@ -273,8 +297,11 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
 
   /** Extends the leases of many claims in one statement (the projector's keeper). */
   const renewMany = (claims: ReadonlyArray<Claim>, lease: Duration.Input) =>
-    Effect.flatMap(decodeLease(lease), (decoded) =>
-      many("renewLeases", spec.batchWrites.renewMany, claims, sql`, ${Duration.toMillis(decoded) / 1000}::float8`))
+    Effect.flatMap(
+      decodeLease(lease),
+      (decoded) =>
+        many("renewLeases", spec.batchWrites.renewMany, claims, sql`, ${Duration.toMillis(decoded) / 1000}::float8`)
+    )
 
   /** Unclaims rows whose work never started, or is abandoned on shutdown: nothing is counted. */
   const giveBack = (claims: ReadonlyArray<Claim>) => many("giveBack", spec.batchWrites.giveBackMany, claims)

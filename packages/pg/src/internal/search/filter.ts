@@ -5,15 +5,21 @@
  * operator confirms is what the action touches.
  */
 import * as Input from "@effect-durable/core/Input"
-import type * as SqlClient from "effect/sql/SqlClient"
-import type * as Statement from "effect/sql/Statement"
 import * as Duration from "effect/Duration"
 import * as Schema from "effect/Schema"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import * as Lifecycle from "../queue/lifecycle.js"
 import { MAX_BATCH, MessageId } from "../queue/spec.js"
 
-/** A message's state, as the counts of `OutboxAdmin.stats` define them. */
-export const MessageState = Schema.Literals(["ready", "delayed", "claimed", "dead", "projected"])
+/** The outbox's names of the lifecycle's states: its done state is `projected`. */
+const outboxName = (state: Lifecycle.State) => (state === "done" ? Lifecycle.doneName("outbox") : state)
+type OutboxStateName<S extends Lifecycle.State> = S extends "done" ? "projected" : S
+
+/** A message's state, as the counts of `OutboxAdmin.stats` define them: the lifecycle's states. */
+export const MessageState = Schema.Literals(
+  Lifecycle.STATES.map(outboxName) as unknown as ReadonlyArray<OutboxStateName<Lifecycle.State>>
+)
 export type MessageState = typeof MessageState.Type
 
 const JsonMatch = Schema.Struct({
@@ -42,13 +48,9 @@ export const decodeFilter = Input.argument("filter", FilterSchema)
 const lifecycle = Lifecycle.make({ queue: "outbox", done: "projected_at" })
 
 /** SQL for each state; `ready` and `delayed` exclude live leases, as the stats do. */
-export const STATE_SQL: Readonly<Record<MessageState, string>> = {
-  ready: lifecycle.is.ready,
-  delayed: lifecycle.is.delayed,
-  claimed: lifecycle.is.claimed,
-  dead: lifecycle.is.dead,
-  projected: lifecycle.is.done
-}
+export const STATE_SQL = Object.fromEntries(
+  Lifecycle.STATES.map((state) => [outboxName(state), lifecycle.is[state]])
+) as Readonly<Record<MessageState, string>>
 
 /** The state of the row, as one of `MessageState`. */
 export const STATE_OF_ROW = lifecycle.stateOf

@@ -1,0 +1,101 @@
+/**
+ * The page's writes: redrive and discard by ids (outbox and inbox) or of everything a filter
+ * matches, held to the count the operator confirmed (409 when the set moved), and pause and
+ * resume of a topic. Each is logged with who did it and from where.
+ */
+import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
+import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
+import * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
+import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import * as Effect from "effect/Effect"
+import { printable } from "../printable.js"
+import { ActionBody, body, jsonResponse, type PageError, TopicBody } from "./edge.js"
+import type * as Jobs from "./jobs.js"
+import type { makeQueries } from "./queries.js"
+import type { PageOptions, Request } from "./routes.js"
+import { addressOf } from "./security.js"
+
+export interface ActionContext {
+  readonly options: PageOptions
+  readonly jobs: Effect.Success<typeof Jobs.make>
+  readonly queries: ReturnType<typeof makeQueries>
+  readonly filterOf: (params: URLSearchParams) => Effect.Effect<OutboxSearch.MessageFilter, PageError>
+}
+
+/**
+ * An operator action, logged with who did it and from where: the line with every stored or
+ * sent value escaped (a topic holding a newline cannot write a line of its own), the values
+ * as they are in the annotations.
+ */
+export const audit = (r: Request, action: string, fields: Record<string, unknown>) =>
+  Effect.logInfo(
+    `effect-durable admin: ${printable(action)} by ${printable(r.who)} from ${printable(addressOf(r.request))}`
+  ).pipe(
+    Effect.annotateLogs({ who: r.who, address: addressOf(r.request), action, ...fields })
+  )
+
+export const make = ({ filterOf, jobs, options, queries }: ActionContext) => {
+  const byIds = (verb: "redrive" | "discard", queue: "outbox" | "inbox") =>
+    Effect.fnUntraced(function*(r: Request) {
+      const input = yield* body(ActionBody)
+      if (!("ids" in input)) {
+        if (queue === "inbox") return jsonResponse({ error: "the inbox acts on ids" }, 400)
+        // Everything matching the filter, dead ones only, held to what the operator confirmed.
+        const filter: OutboxSearch.MessageFilter = {
+          ...(yield* filterOf(new URLSearchParams(input.filter))),
+          state: "dead"
+        }
+        const counted = yield* queries.deadCount(filter)
+        const upTo = input.upTo ?? counted.maxId
+        if (counted.count !== input.expected || counted.maxId !== upTo || upTo === null) {
+          return jsonResponse({
+            error:
+              `the dead messages matching this filter changed since they were counted (${counted.count} now, ${input.expected} confirmed): count them again`,
+            count: counted.count,
+            maxId: counted.maxId
+          }, 409)
+        }
+        const bulk = yield* OutboxBulk.OutboxBulk
+        const stream = bulk[`${verb}Matching`](filter, {
+          upTo,
+          limit: input.expected,
+          batchSize: options.batchSize,
+          statementTimeout: options.statementTimeout
+        })
+        const id = yield* jobs.start(`${verb} of all matching`, r.who, input.expected, stream)
+        yield* audit(r, `${verb} of all matching (${input.expected} dead messages)`, {
+          filter: input.filter,
+          job: id,
+          count: input.expected
+        })
+        return jsonResponse({ job: id, total: input.expected })
+      }
+      const run: Effect.Effect<
+        ReadonlyArray<string>,
+        InvalidInput | DatabaseError,
+        OutboxAdmin.OutboxAdmin | InboxAdmin.InboxAdmin
+      > = queue === "outbox"
+        ? Effect.flatMap(OutboxAdmin.OutboxAdmin, (admin) => admin[verb](input.ids))
+        : Effect.flatMap(InboxAdmin.InboxAdmin, (admin) => admin[verb](input.ids))
+      const applied = yield* queries.timed(run)
+      yield* audit(r, `${verb} of ${applied.length} ${queue} message(s) ${applied.join(",")}`, {
+        queue,
+        ids: applied.length
+      })
+      return jsonResponse({ ids: applied })
+    })
+
+  const topicAction = (verb: "pause" | "resume") =>
+    Effect.fnUntraced(function*(r: Request) {
+      const { topic } = yield* body(TopicBody)
+      const admin = yield* OutboxAdmin.OutboxAdmin
+      const changed = yield* queries.timed(
+        verb === "pause" ? admin.pause(topic, { by: r.who.slice(0, 128) }) : admin.resume(topic)
+      )
+      yield* audit(r, `${verb} topic ${topic}`, { topic, changed })
+      return jsonResponse({ topic, changed })
+    })
+
+  return { byIds, topicAction }
+}
