@@ -3,6 +3,7 @@
 import * as Durable from "@effect-durable/pg/Durable"
 import type { SettingsInput } from "@effect-durable/pg/DurableConfig"
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as QueueLifecycle from "@effect-durable/pg/QueueLifecycle"
 import * as Projector from "@effect-durable/projector/Projector"
 import * as Publisher from "@effect-durable/projector/Publisher"
 import * as Effect from "effect/Effect"
@@ -32,7 +33,7 @@ export const run = <A, E>(
     Effect.provideService(References.MinimumLogLevel, "Warn")
   ))
 
-const OPEN = "SELECT count(*) AS n FROM durable.outbox WHERE projected_at IS NULL AND dead_at IS NULL"
+const OPEN = `SELECT count(*) AS n FROM durable.outbox WHERE ${QueueLifecycle.outbox.open}`
 
 /** Writes the messages `BULK_TRANSACTION` per `enqueueMany` (one statement, one transaction). */
 export const enqueueBulk = (url: string, messages: ReadonlyArray<unknown>) =>
