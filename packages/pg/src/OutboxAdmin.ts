@@ -145,10 +145,7 @@ export const make: Effect.Effect<OutboxAdmin["Service"], never, SqlClient.SqlCli
       }))
       const empty = pausedList.filter((p) => !stats.some((s) => s.topic === p.topic)).map((p): TopicStats => ({
         topic: p.topic,
-        ...(Object.fromEntries(Lifecycle.STATES.map((state) => [state === "done" ? "projected" : state, 0])) as Record<
-          MessageState,
-          number
-        >),
+        ...(Object.fromEntries(Lifecycle.OUTBOX_STATE_NAMES.map((name) => [name, 0])) as Record<MessageState, number>),
         oldestReadySeconds: null,
         paused: true
       }))

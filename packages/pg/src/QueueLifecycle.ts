@@ -9,8 +9,8 @@
  */
 import * as Lifecycle from "./internal/queue/lifecycle.js"
 
-export { STATES } from "./internal/queue/lifecycle.js"
-export type { Lifecycle, State } from "./internal/queue/lifecycle.js"
+export { OUTBOX_STATE_NAMES, STATES } from "./internal/queue/lifecycle.js"
+export type { Lifecycle, OutboxStateName, State } from "./internal/queue/lifecycle.js"
 
 /** The outbox's row lifecycle (its done state is `projected`), over columns of `alias` when given. */
 export const forOutbox = (alias?: string): Lifecycle.Lifecycle =>

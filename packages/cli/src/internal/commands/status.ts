@@ -9,6 +9,7 @@ import * as Migrations from "@effect-durable/pg/Migrations"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as Command from "effect/cli/Command"
 import * as Flag from "effect/cli/Flag"
+import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
@@ -22,7 +23,8 @@ export const snapshot = Effect.gen(function*() {
   const inbox = yield* InboxAdmin.InboxAdmin
   const settings = yield* DurableSettings
   const [topics, consumers] = yield* Effect.all([outbox.stats, inbox.stats], { concurrency: 2 })
-  return { schema: settings.schema, version: Migrations.latestVersion, at: new Date().toISOString(), topics, consumers }
+  const at = new Date(yield* Clock.currentTimeMillis).toISOString()
+  return { schema: settings.schema, version: Migrations.latestVersion, at, topics, consumers }
 })
 
 type Snapshot = Effect.Success<typeof snapshot>

@@ -6,6 +6,7 @@
  */
 import type * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as FiberSet from "effect/FiberSet"
 import * as Ref from "effect/Ref"
@@ -48,7 +49,8 @@ export const make = Effect.gen(function*() {
     stream: Stream.Stream<OutboxBulk.BulkProgress, E>
   ) {
     const id = randomBytes(8).toString("hex")
-    const job: Job = { id, action, who, total, done: 0, state: "running", startedAt: new Date().toISOString() }
+    const startedAt = new Date(yield* Clock.currentTimeMillis).toISOString()
+    const job: Job = { id, action, who, total, done: 0, state: "running", startedAt }
     yield* Ref.update(jobs, (map) => {
       const next = new Map([...map].slice(-(KEEP - 1)))
       next.set(id, job)

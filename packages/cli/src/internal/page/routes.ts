@@ -14,6 +14,7 @@ import type * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import type * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import type * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import * as Clock from "effect/Clock"
 import type * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -77,7 +78,7 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
   const samples = yield* Ref.make(new Map<string, ReadonlyArray<Sample>>())
 
   const record = (topics: ReadonlyArray<{ readonly topic: string; readonly ready: number; readonly dead: number }>) =>
-    Ref.update(samples, (map) => withSamples(map, topics, Date.now()))
+    Effect.flatMap(Clock.currentTimeMillis, (now) => Ref.update(samples, (map) => withSamples(map, topics, now)))
 
   /** Runs a route: the policy first, then the handler; failures become a page or JSON. */
   const route = <E>(

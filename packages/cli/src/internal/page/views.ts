@@ -181,7 +181,7 @@ export interface MessagesData {
 }
 
 /** The state filter's choices: any, or one of the lifecycle's states by the outbox's names. */
-const STATES = ["", ...QueueLifecycle.STATES.map((state) => (state === "done" ? "projected" : state))] as const
+const STATES = ["", ...QueueLifecycle.OUTBOX_STATE_NAMES] as const
 
 const filterForm = (ctx: ViewContext, params: URLSearchParams) => {
   const value = (key: string) => params.get(key) ?? ""

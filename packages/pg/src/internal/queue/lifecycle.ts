@@ -23,6 +23,12 @@ export type State = typeof STATES[number]
 export const doneName = (queue: QueueSpec["queue"]): "projected" | "processed" =>
   queue === "outbox" ? "projected" : "processed"
 
+/** The outbox's names of the states: its done state is `projected`. */
+export type OutboxStateName = Exclude<State, "done"> | "projected"
+export const OUTBOX_STATE_NAMES: ReadonlyArray<OutboxStateName> = STATES.map((state) =>
+  state === "done" ? "projected" : state
+)
+
 /** The lifecycle of one queue's rows, as SQL text over its columns (optionally of `alias`). */
 export const make = (spec: Pick<QueueSpec, "done" | "queue">, alias?: string) => {
   const c = (column: string) => alias === undefined ? column : `${alias}.${column}`

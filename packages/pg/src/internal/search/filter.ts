@@ -12,14 +12,8 @@ import type * as Statement from "effect/sql/Statement"
 import * as Lifecycle from "../queue/lifecycle.js"
 import { MAX_BATCH, MessageId } from "../queue/spec.js"
 
-/** The outbox's names of the lifecycle's states: its done state is `projected`. */
-const outboxName = (state: Lifecycle.State) => (state === "done" ? Lifecycle.doneName("outbox") : state)
-type OutboxStateName<S extends Lifecycle.State> = S extends "done" ? "projected" : S
-
 /** A message's state, as the counts of `OutboxAdmin.stats` define them: the lifecycle's states. */
-export const MessageState = Schema.Literals(
-  Lifecycle.STATES.map(outboxName) as unknown as ReadonlyArray<OutboxStateName<Lifecycle.State>>
-)
+export const MessageState = Schema.Literals(Lifecycle.OUTBOX_STATE_NAMES)
 export type MessageState = typeof MessageState.Type
 
 const JsonMatch = Schema.Struct({
@@ -49,7 +43,7 @@ const lifecycle = Lifecycle.make({ queue: "outbox", done: "projected_at" })
 
 /** SQL for each state; `ready` and `delayed` exclude live leases, as the stats do. */
 export const STATE_SQL = Object.fromEntries(
-  Lifecycle.STATES.map((state) => [outboxName(state), lifecycle.is[state]])
+  Lifecycle.STATES.map((state, i) => [Lifecycle.OUTBOX_STATE_NAMES[i]!, lifecycle.is[state]])
 ) as Readonly<Record<MessageState, string>>
 
 /** The state of the row, as one of `MessageState`. */
