@@ -3,8 +3,10 @@
  * with `FOR UPDATE SKIP LOCKED` and a lease on the database clock; a claim token (id,
  * worker, generation) then fences every write, so a worker that lost its lease can neither
  * mark nor release a message claimed again. Messages that share an ordering key are handed
- * out one at a time, in id order. Delivery is at least once: pair it with an inbox on the
- * consumer side for effectively-once processing.
+ * out in id order: a claim takes a key's first open message, and with `perKey` the ready ones
+ * right behind it (a keyed run), never one without every open message of its key before it.
+ * Delivery is at least once: pair it with an inbox on the consumer side for effectively-once
+ * processing.
  *
  * @since 0.1.0
  */
@@ -44,6 +46,13 @@ export interface ClaimOptions {
   readonly lease: Duration.Input
   /** Leases a message may lose (its worker died or stalled) before it is dead. Default 10. */
   readonly maxLeaseExpiries?: number
+  /**
+   * The most messages of one ordering key this claim takes (1-1000; default 1): a key's open
+   * messages from its first, in id order, up to the first that is not ready. Deliver them in
+   * that order, each only after the one before succeeded; give back (`giveBack`) the rest of
+   * a run after a failure, so none overtakes the failed one.
+   */
+  readonly perKey?: number
 }
 
 export class OutboxWorker extends Context.Service<OutboxWorker, {
@@ -86,7 +95,7 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
     const queue = QueueWorker.make(sql, settings, specFor(settings, "outbox"), "OutboxWorker")
 
     const claim = Effect.fn("OutboxWorker.claim")(function*(options: ClaimOptions) {
-      // Per-key order, paused topics and the topic filter live in the claim function (migration 8).
+      // Per-key order, keyed runs, paused topics and the topic filter live in the claim function (migration 12).
       const rows = yield* queue.claim<ClaimedRow>(options, yield* decodeTopics(options.topics ?? null))
       return rows.map((row): OutboxMessage => ({
         id: row.id,

@@ -22,7 +22,8 @@ const RELEASED_DDL: Readonly<Record<number, string>> = {
   8: "8b096428db9c013b2b625151451557000a3760b76f5e9f43faeeabfffc43c448",
   9: "447ad7e943eaa403a117ba883494ffa80ef8f6e062779cc9b3ba26cee24b3011",
   10: "cbb9648342ea566e66fcf7bf640acc857af6a132c51bcedc79344003dbc5397f",
-  11: "9b3d0fec0093188d47b5df9efada6d8effdc31a26f7ca1da21017e378aa6e5bc"
+  11: "9b3d0fec0093188d47b5df9efada6d8effdc31a26f7ca1da21017e378aa6e5bc",
+  12: "3912e619b5ef79764c1929261fc6696429121bd1a1f2f3347fd3aa06fa1a76b8"
 }
 
 describe("released migrations", () => {
@@ -64,17 +65,18 @@ describe("Migrations", () => {
         expect(after).toEqual([{ one: 1 }])
       }).pipe(inSchema("m_never")))
 
-    it.effect("the database holds one claim function per queue: the one the worker calls and explainClaim reads", () =>
+    it.effect("the database holds the claim each queue's worker calls and explainClaim reads, and the previous release's outbox claim for a rolling deploy", () =>
       Effect.gen(function*() {
         yield* Migrations.migrate()
         const sql = yield* SqlClient.SqlClient
         const rows = yield* sql<{ name: string; args: string }>`
           SELECT p.proname AS name, pg_get_function_identity_arguments(p.oid) AS args
             FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-           WHERE n.nspname = 'm_claims' AND p.proname LIKE '%_claim' ORDER BY 1`
+           WHERE n.nspname = 'm_claims' AND p.proname LIKE '%_claim' ORDER BY 1, 2`
         expect(rows).toEqual([
           { name: "inbox_claim", args: "text, integer, double precision, text, integer" },
-          { name: "outbox_claim", args: "text, integer, double precision, text[], integer" }
+          { name: "outbox_claim", args: "text, integer, double precision, text[], integer" },
+          { name: "outbox_claim", args: "text, integer, double precision, text[], integer, integer" }
         ])
       }).pipe(inSchema("m_claims")))
 

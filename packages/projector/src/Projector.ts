@@ -81,6 +81,11 @@ export interface Counts {
   readonly dead: number
   /** Deliveries whose claim went stale (lease lost): never marked, counted here. */
   readonly stale: number
+  /**
+   * Messages of a keyed run given back unstarted because an earlier message of their key did
+   * not succeed in the same batch (no attempt counted): claimed again after it.
+   */
+  readonly heldBack: number
 }
 
 export class Projector extends Context.Service<Projector, {

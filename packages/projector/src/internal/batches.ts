@@ -26,16 +26,17 @@ import { makeLanes } from "./lanes.js"
 import type { Settings } from "./options.js"
 import { forTopic, metrics, tracing } from "./telemetry.js"
 
-type Outcome = "delivered" | "retried" | "dead" | "stale"
+type Outcome = "delivered" | "retried" | "dead" | "stale" | "heldBack"
 
-export const noCounts: Counts = { claimed: 0, delivered: 0, retried: 0, dead: 0, stale: 0 }
+export const noCounts: Counts = { claimed: 0, delivered: 0, retried: 0, dead: 0, stale: 0, heldBack: 0 }
 
 export const addCounts = (a: Counts, b: Counts): Counts => ({
   claimed: a.claimed + b.claimed,
   delivered: a.delivered + b.delivered,
   retried: a.retried + b.retried,
   dead: a.dead + b.dead,
-  stale: a.stale + b.stale
+  stale: a.stale + b.stale,
+  heldBack: a.heldBack + b.heldBack
 })
 
 /**
@@ -146,7 +147,9 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
       ...(settings.topics === undefined ? {} : { topics: settings.topics }),
       limit: settings.batchSize,
       lease: settings.lease,
-      maxLeaseExpiries: settings.maxLeaseExpiries
+      maxLeaseExpiries: settings.maxLeaseExpiries,
+      // A key's backlog comes as one run, delivered in order on one lane.
+      perKey: settings.batchSize
     }
     /** One claim of up to `batchSize` messages (the worker asked anew each time), in a `projector.claim` span. */
     const claim = Effect.suspend(() => outbox.claim(claimOptions)).pipe(
@@ -192,11 +195,15 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
             ? "published"
             : delivery.isStale(message.id) || delivery.wasSkipped(message.id)
             ? "stale"
+            : delivery.wasHeldBack(message.id)
+            ? "heldBack"
             : Result.isSuccess(published[i]!)
             ? "published"
             : "retried"
         )
-        const unstarted = claimed.filter((m) => delivery.wasSkipped(m.id) && !delivery.isStale(m.id))
+        const unstarted = claimed.filter((m) =>
+          (delivery.wasSkipped(m.id) || delivery.wasHeldBack(m.id)) && !delivery.isStale(m.id)
+        )
         if (unstarted.length > 0) yield* Effect.ignore(settling(outbox.giveBack(unstarted.map((m) => m.claim))))
         const failures = claimed.flatMap((_, i) => {
           const result = published[i]!

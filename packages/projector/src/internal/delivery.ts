@@ -22,6 +22,8 @@ export class Delivery {
   private inDoubt = false
   /** Ids never published because of the two above. */
   private readonly skipped = new Set<string>()
+  /** Ids of a keyed run never published: an earlier message of their key did not succeed. */
+  private readonly heldBack = new Set<string>()
   /** Indexes (in the batch) of messages published and not yet taken to be marked. */
   private published: Array<number> = []
   /** Publishes running, by message id: their lane and deadline. */
@@ -51,6 +53,10 @@ export class Delivery {
   /** A message left unpublished because its lease was lost or in doubt. */
   skip(id: string): void {
     this.skipped.add(id)
+  }
+  /** A message of a keyed run left unpublished behind one of its key that did not succeed. */
+  holdBack(id: string): void {
+    this.heldBack.add(id)
   }
   /** A publish began on `lane`; the keeper cuts it at `deadline` (Clock milliseconds). */
   started(id: string, lane: Fiber.Fiber<unknown, unknown>, deadline: number): void {
@@ -118,6 +124,10 @@ export class Delivery {
   /** Never published: the lease was lost or in doubt. */
   wasSkipped(id: string): boolean {
     return this.skipped.has(id)
+  }
+  /** Never published: held back behind an earlier message of its key. */
+  wasHeldBack(id: string): boolean {
+    return this.heldBack.has(id)
   }
   /** The claim went stale: its outcome is never written. */
   isStale(id: string): boolean {

@@ -1,8 +1,11 @@
 /**
  * Publishing a claimed batch on lanes: at most `concurrency` fibers across all batches in
- * flight, each taking the next message in turn, so a batch costs `concurrency` fibers, not
- * one per message. The keeper cuts a publish past its deadline by interrupting its lane (no
- * timeout race per message); a fresh lane carries on with the rest.
+ * flight, each taking the next unit in turn — a message, or a keyed run (the messages of one
+ * ordering key, in id order, one after the other on one lane) — so a batch costs
+ * `concurrency` fibers, not one per message. A run stops at its first message that does not
+ * succeed: the rest of it is held back unstarted, so none overtakes the one that failed. The
+ * keeper cuts a publish past its deadline by interrupting its lane (no timeout race per
+ * message); a fresh lane carries on with the next unit.
  */
 import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Cause from "effect/Cause"
@@ -29,6 +32,31 @@ const publishOutcome = (exit: Exit.Exit<void, PublishError>): Result.Result<void
       () => retryable(`the publisher died: ${Cause.pretty(exit.cause).slice(0, 500)}`)
     ))
 
+/**
+ * The batch's units, in the order of their first message: each message without a key alone,
+ * the messages of one key together (the claim hands out a key's run in id order).
+ */
+const unitsOf = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>): ReadonlyArray<ReadonlyArray<number>> => {
+  const units: Array<Array<number>> = []
+  const byKey = new Map<string, Array<number>>()
+  for (const [i, message] of claimed.entries()) {
+    if (message.orderingKey === null) {
+      units.push([i])
+      continue
+    }
+    const run = byKey.get(message.orderingKey)
+    if (run !== undefined) run.push(i)
+    else {
+      const started = [i]
+      byKey.set(message.orderingKey, started)
+      units.push(started)
+    }
+  }
+  return units
+}
+
+const heldBack = () => retryable("not started: an earlier message of its ordering key did not succeed")
+
 /** The lanes of one projector: they share `concurrency` permits across all its batches. */
 export const makeLanes = (
   settings: Settings,
@@ -49,18 +77,33 @@ export const makeLanes = (
 
     /**
      * Publishes every message of a batch and returns each one's result, in order. A lane cut
-     * just as its publish finished may take the next message down with it: that one is
-     * released for a retry (at least once, never lost).
+     * just as its publish finished may take the next message of its unit down with it: that
+     * one is held back for a retry (at least once, never lost).
      */
     const publishAll = Effect.fnUntraced(
       function*(claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, delivery: Delivery, spans: boolean) {
         const results: Array<Result.Result<void, PublishError> | undefined> = new Array(claimed.length)
-        /** The message each lane is publishing (-1: none). */
+        const units = unitsOf(claimed)
+        /** The message each lane is publishing (-1: none), its unit and the next position in it. */
         const current: Array<number> = []
-        let next = 0
+        const unitOfLane: Array<number> = []
+        const positionOfLane: Array<number> = []
+        let nextUnit = 0
         const settle = (i: number, result: Result.Result<void, PublishError>) => {
           results[i] = result
           delivery.finished(i, Result.isSuccess(result))
+        }
+        /** The rest of a lane's unit stays unstarted: given back after the batch, never counted. */
+        const holdBackRest = (lane: number) => {
+          const unit = units[unitOfLane[lane]!]
+          if (unit === undefined) return
+          for (let p = positionOfLane[lane]!; p < unit.length; p++) {
+            const i = unit[p]!
+            if (results[i] !== undefined) continue
+            delivery.holdBack(claimed[i]!.id)
+            settle(i, Result.fail(heldBack()))
+          }
+          positionOfLane[lane] = unit.length
         }
         const lane = (id: number) =>
           session((publish) =>
@@ -68,24 +111,34 @@ export const makeLanes = (
               const clock = fiber.getRef(Clock.Clock)
               const step = (): Effect.Effect<void> => {
                 current[id] = -1
-                if (next >= claimed.length) return Effect.void
-                const i = next++
+                let unit = units[unitOfLane[id]!]
+                if (unit === undefined || positionOfLane[id]! >= unit.length) {
+                  if (nextUnit >= units.length) return Effect.void
+                  unitOfLane[id] = nextUnit
+                  positionOfLane[id] = 0
+                  unit = units[nextUnit++]!
+                }
+                const i = unit[positionOfLane[id]!++]!
                 const message = claimed[i]!
                 if (!delivery.mayStart(message.id)) {
                   delivery.skip(message.id)
                   settle(i, Result.fail(retryable("not started: the lease was lost or in doubt")))
+                  holdBackRest(id)
                   return Effect.suspend(step)
                 }
                 const decoded = checkPayload(message)
                 if (Result.isFailure(decoded)) {
                   settle(i, Result.fail(permanent(decoded.failure)))
+                  holdBackRest(id)
                   return Effect.suspend(step)
                 }
                 current[id] = i
                 delivery.started(message.id, fiber, clock.currentTimeMillisUnsafe() + deliveryTimeoutMillis)
                 const publishing = spans ? deliverySpan(message, publish(message)) : publish(message)
                 return Effect.flatMap(Effect.exit(publishing), (exit) => {
-                  settle(i, publishOutcome(exit))
+                  const outcome = publishOutcome(exit)
+                  settle(i, outcome)
+                  if (Result.isFailure(outcome)) holdBackRest(id)
                   return step()
                 })
               }
@@ -98,10 +151,12 @@ export const makeLanes = (
         const startLane = Effect.suspend(() => {
           const id = lanes++
           running++
+          unitOfLane[id] = -1
+          positionOfLane[id] = 0
           // A lane holds a permit while it runs: lanes across all batches are at most `concurrency`.
           return Effect.forkChild(Effect.onExit(permits.withPermits(1)(lane(id)), () => Queue.offer(ended, id)))
         })
-        for (let k = 0; k < Math.min(settings.concurrency, claimed.length); k++) yield* startLane
+        for (let k = 0; k < Math.min(settings.concurrency, units.length); k++) yield* startLane
         while (running > 0) {
           const id = yield* Queue.take(ended)
           running--
@@ -117,7 +172,8 @@ export const makeLanes = (
               ))
             )
           }
-          if (next < claimed.length) yield* startLane
+          holdBackRest(id)
+          if (nextUnit < units.length) yield* startLane
         }
         return results as Array<Result.Result<void, PublishError>>
       }

@@ -17,6 +17,9 @@ export const metrics = {
   retried: Metric.counter("effect_durable_projector_retried_total", { description: "deliveries released for a retry" }),
   dead: Metric.counter("effect_durable_projector_dead_total", { description: "messages sent to the dead letters" }),
   stale: Metric.counter("effect_durable_projector_stale_total", { description: "deliveries whose claim went stale" }),
+  heldBack: Metric.counter("effect_durable_projector_held_back_total", {
+    description: "messages of a keyed run given back unstarted behind one of their key that did not succeed"
+  }),
   leasesLost: Metric.counter("effect_durable_projector_leases_lost_total", {
     description: "claims a lease renewal found taken over (the lease ran out first)"
   }),

@@ -15,6 +15,7 @@ import { migration as v8 } from "./0008_leases_pauses_lookup.js"
 import { migration as v9 } from "./0009_failure_history.js"
 import { migration as v10 } from "./0010_fenced_batch_writes.js"
 import { migration as v11 } from "./0011_drop_superseded_claims.js"
+import { migration as v12 } from "./0012_keyed_runs.js"
 
 export const released: Readonly<Record<string, Migration>> = {
   "0001_mutation_ledger": v1,
@@ -27,5 +28,6 @@ export const released: Readonly<Record<string, Migration>> = {
   "0008_leases_pauses_lookup": v8,
   "0009_failure_history": v9,
   "0010_fenced_batch_writes": v10,
-  "0011_drop_superseded_claims": v11
+  "0011_drop_superseded_claims": v11,
+  "0012_keyed_runs": v12
 }

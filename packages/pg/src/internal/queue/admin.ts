@@ -74,7 +74,7 @@ export const make = (
   const explainClaim = (claimOptions: ClaimOptions, filter: unknown) =>
     Effect.flatMap(
       decodeClaim(claimOptions),
-      ({ leaseSeconds, limit, maxLeaseExpiries, worker }) =>
+      ({ leaseSeconds, limit, maxLeaseExpiries, perKey, worker }) =>
         Effect.scoped(Effect.gen(function*() {
           const connection = yield* sql.reserve
           const name = `effect_durable_explain_${randomBytes(4).toString("hex")}`
@@ -100,7 +100,7 @@ export const make = (
               sql.literal(name)
             }(${worker}::text, ${limit}::integer, ${leaseSeconds}::float8, ${filter}::${
               sql.literal(spec.filterType)
-            }, ${maxLeaseExpiries}::integer)`
+            }, ${maxLeaseExpiries}::integer${spec.keyedRuns ? sql`, ${perKey}::integer` : sql``})`
           ))
           const rows = yield* Effect.ensuring(
             explain,

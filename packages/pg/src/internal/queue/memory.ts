@@ -61,18 +61,35 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
   const enqueueMany = (messages: ReadonlyArray<NewMessage>) =>
     Effect.forEach(messages, (m) => enqueue(m.topic, m.payload, m.options ?? {}))
 
-  /** Ready rows in id order, the head of each ordering key only (the claim function's rule). */
+  /**
+   * Ready rows in id order, of each ordering key its first open row and, with `perKey`, the
+   * ready ones right behind it, the limit cutting runs breadth-first (the claim function's rule).
+   */
   const claim = Effect.fnUntraced(function*(claimOptions: ClaimOptions) {
-    const { leaseSeconds, limit, maxLeaseExpiries, worker } = yield* decodeClaim(claimOptions)
+    const { leaseSeconds, limit, maxLeaseExpiries, perKey, worker } = yield* decodeClaim(claimOptions)
     const now = yield* Clock.currentTimeMillis
-    const all = [...rows.values()]
-    const blocked = (row: Row) =>
-      row.orderingKey !== null &&
-      all.some((other) => other.orderingKey === row.orderingKey && Number(other.id) < Number(row.id) && open(other))
-    const ready = all.filter((row) =>
-      open(row) && row.availableAt <= now && (row.claimedUntil === null || row.claimedUntil <= now) &&
-      (claimOptions.topics === undefined || claimOptions.topics.includes(row.topic)) && !blocked(row)
+    const all = [...rows.values()].sort((a, b) => Number(a.id) - Number(b.id))
+    const isReady = (row: Row) =>
+      row.availableAt <= now && (row.claimedUntil === null || row.claimedUntil <= now) &&
+      (claimOptions.topics === undefined || claimOptions.topics.includes(row.topic))
+    const openOfKey = (key: string) => all.filter((row) => row.orderingKey === key && open(row))
+    const heads = all.filter((row) =>
+      open(row) && isReady(row) && (row.orderingKey === null || openOfKey(row.orderingKey)[0] === row)
     ).slice(0, limit)
+    const chosen = heads.map((row) => ({ row, position: 0 }))
+    for (const head of heads) {
+      if (head.orderingKey === null) continue
+      const behind = openOfKey(head.orderingKey).slice(1, perKey)
+      const run = behind.findIndex((row) => !isReady(row))
+      for (const [i, row] of behind.slice(0, run === -1 ? behind.length : run).entries()) {
+        chosen.push({ row, position: i + 1 })
+      }
+    }
+    const ready = chosen
+      .sort((a, b) => a.position - b.position || Number(a.row.id) - Number(b.row.id))
+      .slice(0, limit)
+      .map(({ row }) => row)
+      .sort((a, b) => Number(a.id) - Number(b.id))
     const claimed: Array<OutboxMessage> = []
     for (const row of ready) {
       const expired = row.claimedUntil !== null
@@ -213,7 +230,12 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
       return yield* many(claims, (row) => void (row.claimedUntil = now + Duration.toMillis(decoded)))
     })
 
-  const giveBack = (claims: ReadonlyArray<LeasedQueue.Claim>) => many(claims, (row) => void (row.claimedUntil = null))
+  // Never delivered: the attempt its claim counted is taken back (migration 12).
+  const giveBack = (claims: ReadonlyArray<LeasedQueue.Claim>) =>
+    many(claims, (row) => {
+      row.claimedUntil = null
+      row.attempts = Math.max(0, row.attempts - 1)
+    })
 
   /** Every row, in id order, as the table would show it. */
   const inspect = Effect.sync((): ReadonlyArray<MemoryRow> => [...rows.values()].map((row) => ({ ...row })))

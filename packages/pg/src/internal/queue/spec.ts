@@ -19,6 +19,8 @@ export interface QueueSpec {
   readonly filterType: "text" | "text[]"
   /** The claim's argument types, in order: what the worker calls and `explainClaim` prepares. */
   readonly claimArguments: string
+  /** Whether the claim takes keyed runs (its sixth argument, migration 12): the outbox's ordering keys. */
+  readonly keyedRuns: boolean
   /** Qualified, quoted names of the queue's fenced batch writes (migration 10). */
   readonly batchWrites: { readonly completeMany: string; readonly renewMany: string; readonly giveBackMany: string }
   /** The column that marks a row done; our constant. */
@@ -42,7 +44,10 @@ export const specFor = (settings: Settings, queue: QueueName): QueueSpec => ({
   table: settings.table(queue),
   claimFunction: settings.table(`${queue}_claim`),
   filterType: queue === "outbox" ? "text[]" : "text",
-  claimArguments: `text, integer, double precision, ${queue === "outbox" ? "text[]" : "text"}, integer`,
+  claimArguments: queue === "outbox"
+    ? "text, integer, double precision, text[], integer, integer"
+    : "text, integer, double precision, text, integer",
+  keyedRuns: queue === "outbox",
   batchWrites: {
     completeMany: settings.table(`${queue}_complete_many`),
     renewMany: settings.table(`${queue}_renew_many`),
@@ -100,3 +105,4 @@ export const decodeError = (error: unknown) => Effect.map(decodeErrorText(error)
 export const decodeIds = Input.argument("ids", Schema.Array(MessageId).check(Schema.isMaxLength(MAX_BATCH)))
 export const decodeBatchSize = Input.argument("batchSize", Input.Count(MAX_BATCH))
 export const decodeMaxLeaseExpiries = Input.argument("maxLeaseExpiries", Input.Count(1000))
+export const decodePerKey = Input.argument("perKey", Input.Count(1000))

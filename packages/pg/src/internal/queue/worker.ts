@@ -30,6 +30,7 @@ import {
   decodeLease,
   decodeLimit,
   decodeMaxLeaseExpiries,
+  decodePerKey,
   decodeRetryDelay,
   decodeWorker,
   isMessageId,
@@ -56,6 +57,8 @@ export interface ClaimOptions {
   readonly lease: Duration.Input
   /** Leases a row may lose before it is dead; default `Defaults.maxLeaseExpiries`. */
   readonly maxLeaseExpiries?: number
+  /** The most messages of one ordering key a claim takes (a keyed run, in id order); default 1. */
+  readonly perKey?: number
 }
 
 /** The decoded claim options: the lease in seconds, as the claim function takes it. */
@@ -64,6 +67,7 @@ export interface ClaimArguments {
   readonly limit: number
   readonly leaseSeconds: number
   readonly maxLeaseExpiries: number
+  readonly perKey: number
 }
 
 /** Decodes a claim's options (what `claim` and `explainClaim` take). */
@@ -73,7 +77,8 @@ export const decodeClaim = (options: ClaimOptions): Effect.Effect<ClaimArguments
     const limit = yield* decodeLimit(options.limit)
     const lease = yield* decodeLease(options.lease)
     const maxLeaseExpiries = yield* decodeMaxLeaseExpiries(options.maxLeaseExpiries ?? Defaults.maxLeaseExpiries)
-    return { worker, limit, leaseSeconds: Duration.toMillis(lease) / 1000, maxLeaseExpiries }
+    const perKey = yield* decodePerKey(options.perKey ?? 1)
+    return { worker, limit, leaseSeconds: Duration.toMillis(lease) / 1000, maxLeaseExpiries, perKey }
   })
 
 /** What a settle operation found when its fenced update changed no row. */
@@ -106,12 +111,12 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
 
   /**
    * Claims up to `limit` ready rows in id order, through the queue's claim function
-   * (migration 8). `filter` is the function's fourth argument (topics, consumer).
+   * (migrations 8 and 12). `filter` is the function's fourth argument (topics, consumer).
    */
   const claim = <Row>(options: ClaimOptions, filter: unknown) =>
     Effect.flatMap(
       decodeClaim(options),
-      ({ leaseSeconds, limit, maxLeaseExpiries, worker }) =>
+      ({ leaseSeconds, limit, maxLeaseExpiries, perKey, worker }) =>
         boundedOne("claim", (settingsApplied) =>
           sql<
             Row & {
@@ -122,7 +127,9 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
             }
           >`
           SELECT * FROM ${claimFunction}(CASE WHEN ${settingsApplied} THEN ${worker}::text END, ${limit}::integer,
-                                         ${leaseSeconds}::float8, ${filter}::${filterType}, ${maxLeaseExpiries}::integer)`)
+                                         ${leaseSeconds}::float8, ${filter}::${filterType}, ${maxLeaseExpiries}::integer${
+            spec.keyedRuns ? sql`, ${perKey}::integer` : sql``
+          })`)
           .pipe(
             // UPDATE ... RETURNING does not promise an order; the caller gets id order.
             Effect.map((rows) => inIdOrder(rows.filter((row) => !row.exhausted)))
