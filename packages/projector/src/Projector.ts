@@ -44,6 +44,12 @@ export interface ProjectorOptions {
   readonly workerId?: string
   /** Messages per claim (1-1000). Default 500. */
   readonly batchSize?: number
+  /**
+   * The most messages of one ordering key a claim takes (1-1000). Default: the batch size. A
+   * key's backlog comes as one run, delivered in order on one lane, each message after the one
+   * before succeeded; 1 takes one message per key per claim (the rule of 0.2).
+   */
+  readonly perKey?: number
   /** Deliveries in flight at once, across all batches in flight. Default 16. */
   readonly concurrency?: number
   /**
@@ -57,6 +63,14 @@ export interface ProjectorOptions {
   readonly pollInterval?: Duration.Input
   /** Retry delay: exponential in the attempt with full jitter, between min and max. Default 1 s – 5 min. */
   readonly backoff?: { readonly min?: Duration.Input; readonly max?: Duration.Input }
+  /**
+   * Retry delay bounds by topic, over `backoff` (an absent bound is `backoff`'s). With the
+   * outbox's `maxAttemptsByTopic`, a topic's retry policy: for a keyed topic it bounds how
+   * long one failing message holds back the messages of its key behind it.
+   */
+  readonly backoffByTopic?: Readonly<
+    Record<string, { readonly min?: Duration.Input; readonly max?: Duration.Input }>
+  >
   /** A delivery taking longer fails retryable. Default 10 s. */
   readonly deliveryTimeout?: Duration.Input
   /** How long closing waits for in-flight deliveries before releasing them. Default 10 s. */

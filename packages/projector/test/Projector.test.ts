@@ -1,4 +1,5 @@
 import * as Durable from "@effect-durable/pg/Durable"
+import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Faults from "@effect-durable/testing/Faults"
@@ -237,6 +238,30 @@ describe("Projector", () => {
         expect(rows[0]!.last_error).toBe("delivery timed out after 200ms")
         expect(rows[1]!.last_error).toMatch(/the publisher died: .*bug in handler/s)
         expect(rows[2]!.projected).toBe(true)
+      }))
+
+    it.effect("a topic's backoff bounds its own retries; other topics keep the projector's backoff", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const sql = yield* SqlClient.SqlClient
+        const slow = freshTopic()
+        const fast = freshTopic()
+        const [slowId, fastId] = yield* outbox.enqueueMany([{ topic: slow, payload: 1 }, { topic: fast, payload: 2 }])
+        const publisher = Publisher.layerHandler(() => Effect.fail(Publisher.retryable("down")))
+        const counts = yield* Projector.drain({
+          topics: [slow, fast],
+          backoff: { min: "2 seconds", max: "2 seconds" },
+          backoffByTopic: { [slow]: { min: "1 hour", max: "1 hour" } }
+        }).pipe(Effect.provide(publisher), TestClock.withLive)
+        expect(counts).toMatchObject({ claimed: 2, retried: 2 })
+        const table = sql.literal((yield* DurableSettings).table("outbox"))
+        const waits = yield* sql<{ id: string; seconds: number }>`
+          SELECT id::text, extract(epoch FROM available_at - now())::float8 AS seconds
+            FROM ${table} WHERE id = ANY(${[slowId!, fastId!]}::bigint[]) ORDER BY id`
+        // Full jitter within [min/2, ceiling]: the first retry waits between half the minimum and the minimum.
+        expect(waits[0]!.seconds).toBeGreaterThan(1700)
+        expect(waits[0]!.seconds).toBeLessThanOrEqual(3600)
+        expect(waits[1]!.seconds).toBeLessThanOrEqual(2)
       }))
 
     it.effect("a handler's requirements come from its layer: in the projector's lanes and in a direct publish", () =>
@@ -581,6 +606,10 @@ describe("Projector", () => {
           [{ lease: Number.NaN }, "lease"],
           [{ lease: "-5 seconds" }, "lease"],
           [{ maxLeaseExpiries: 0 }, "maxLeaseExpiries"],
+          [{ perKey: 0 }, "perKey"],
+          [{ perKey: 1001 }, "perKey"],
+          [{ backoffByTopic: { orders: { min: "10 seconds", max: "1 second" } } }, "backoffByTopic.orders"],
+          [{ backoffByTopic: { orders: { min: "10 minutes" } } }, "backoffByTopic.orders"],
           [{ bogus: true } as Projector.ProjectorOptions, "bogus"]
         ]
         for (const [options, field] of cases) {

@@ -71,17 +71,20 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         Schedule.upTo({ duration: settings.lease })
       )
 
-    // Exponential in the attempt with full jitter, within [min, max]; `Retry-After` wins when longer.
-    const backoff = (attempt: number, error: PublishError) =>
+    // Exponential in the attempt with full jitter, within the topic's [min, max]; `Retry-After`
+    // wins when longer.
+    const backoff = (message: OutboxWorker.OutboxMessage, error: PublishError) =>
       Effect.map(Random.next, (random) => {
-        const min = Duration.toMillis(settings.backoffMin)
-        const ceiling = Math.min(Duration.toMillis(settings.backoffMax), min * 2 ** Math.min(attempt - 1, 30))
+        const bounds = settings.backoffByTopic[message.topic]
+        const min = Duration.toMillis(bounds?.min ?? settings.backoffMin)
+        const max = Duration.toMillis(bounds?.max ?? settings.backoffMax)
+        const ceiling = Math.min(max, min * 2 ** Math.min(message.attempt - 1, 30))
         return Math.max(random * ceiling, min / 2, error.retryAfterMillis ?? 0)
       })
 
     const settleFailure = Effect.fnUntraced(
       function*(message: OutboxWorker.OutboxMessage, error: PublishError) {
-        const retryDelay = error.retryable ? yield* backoff(message.attempt, error) : 0
+        const retryDelay = error.retryable ? yield* backoff(message, error) : 0
         const released = yield* settling(outbox.release(message.claim, {
           error: error.reason,
           retryDelay: Duration.millis(Math.min(retryDelay, Duration.toMillis(Duration.days(365)))),
@@ -149,7 +152,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
       lease: settings.lease,
       maxLeaseExpiries: settings.maxLeaseExpiries,
       // A key's backlog comes as one run, delivered in order on one lane.
-      perKey: settings.batchSize
+      perKey: settings.perKey
     }
     /** One claim of up to `batchSize` messages (the worker asked anew each time), in a `projector.claim` span. */
     const claim = Effect.suspend(() => outbox.claim(claimOptions)).pipe(

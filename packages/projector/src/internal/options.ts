@@ -20,6 +20,8 @@ export interface Settings {
   readonly topics: ReadonlyArray<string> | undefined
   readonly workerId: string
   readonly batchSize: number
+  /** The most messages of one ordering key per claim: `perKey`, or the batch size. */
+  readonly perKey: number
   readonly concurrency: number
   readonly batchesInFlight: number
   readonly lease: Duration.Duration
@@ -28,6 +30,10 @@ export interface Settings {
   readonly pollInterval: Duration.Duration
   readonly backoffMin: Duration.Duration
   readonly backoffMax: Duration.Duration
+  /** Retry delay bounds of a topic, where they differ from `backoffMin`/`backoffMax`. */
+  readonly backoffByTopic: Readonly<
+    Record<string, { readonly min: Duration.Duration; readonly max: Duration.Duration }>
+  >
   readonly deliveryTimeout: Duration.Duration
   readonly shutdownDeadline: Duration.Duration
   readonly maxLeaseExpiries: number
@@ -66,6 +72,16 @@ export const ProjectorOptionsTable = Options.declare({
     variable: "PROJECTOR_BATCH_SIZE",
     text: "integer",
     purpose: "messages per claim (1-1000)",
+    example: "500"
+  }),
+  // A key's backlog is delivered from one claim in a run; 1 is one message per key per claim.
+  perKey: Options.option({
+    schema: Input.Count(1000),
+    optional: true,
+    variable: "PROJECTOR_PER_KEY",
+    text: "integer",
+    purpose:
+      "the most messages of one ordering key per claim, delivered in order on one lane (1-1000; default: the batch size)",
     example: "500"
   }),
   concurrency: Options.option({
@@ -111,6 +127,15 @@ export const ProjectorOptionsTable = Options.declare({
     variable: "PROJECTOR_BACKOFF_MAX",
     purpose: "the longest retry delay",
     example: "5 minutes"
+  }),
+  backoffByTopic: Options.option({
+    schema: Schema.Record(
+      Input.Text(128),
+      Schema.Struct({ min: Schema.optionalKey(Span("1 day")), max: Schema.optionalKey(Span("30 days")) })
+    ),
+    default: {},
+    purpose: "retry delay bounds by topic, over `backoff` (code only)",
+    example: "{ \"order-placed\": { min: \"100 millis\", max: \"10 seconds\" } }"
   }),
   deliveryTimeout: Options.option({
     schema: Span("1 day"),
@@ -178,8 +203,22 @@ const settingsOf = (
     if (Duration.isGreaterThan(decoded.backoffMin, decoded.backoffMax)) {
       return yield* new DurableConfigError({ field: "backoff", rule: "min must not exceed max" })
     }
+    const backoffByTopic: Record<string, { readonly min: Duration.Duration; readonly max: Duration.Duration }> = {}
+    for (const [topic, bounds] of Object.entries(decoded.backoffByTopic)) {
+      const min = bounds.min ?? decoded.backoffMin
+      const max = bounds.max ?? decoded.backoffMax
+      if (Duration.isGreaterThan(min, max)) {
+        return yield* new DurableConfigError({
+          field: `backoffByTopic.${topic}`,
+          rule: "min must not exceed max (an absent bound is the projector's backoff)"
+        })
+      }
+      backoffByTopic[topic] = { min, max }
+    }
     return {
       ...decoded,
+      perKey: decoded.perKey ?? decoded.batchSize,
+      backoffByTopic,
       schemas: decoded.schemas as Readonly<Record<string, Schema.Decoder<unknown>>>,
       topics: decoded.topics,
       listenUrl: decoded.listenUrl,
