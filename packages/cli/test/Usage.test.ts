@@ -25,7 +25,8 @@ describe("effect-durable usage", () => {
         "pause",
         "resume",
         "doctor",
-        "dashboard"
+        "dashboard",
+        "dev-database"
       ]
     ) {
       expect(help.stdout).toContain(command)
@@ -68,11 +69,16 @@ describe("effect-durable usage", () => {
     expect(group.stderr).toContain("list, show, redrive or discard")
   })
 
-  it("without a database URL a command exits 2 saying how to give one", async () => {
-    const result = await runCli(["status"])
+  it("without a database URL (and no development database in the folder) a command exits 2 saying how to give one", async () => {
+    // A folder of its own: the repository may hold a development database (npm start makes one).
+    const cwd = mkdtempSync(join(tmpdir(), "effect-durable-nourl-"))
+    const result = await runCli(["status"], { cwd })
     expect(result).toMatchObject({ code: 2, stdout: "" })
-    expect(result.stderr.trim()).toBe("effect-durable: no database: pass --database-url <url> or set DATABASE_URL")
-    const empty = await runCli(["status"], { env: { DATABASE_URL: "" } })
+    expect(result.stderr.trim()).toBe(
+      "effect-durable: no database: pass --database-url <url>, set DATABASE_URL, or run it in a project that has a development database (--dev)"
+    )
+    const empty = await runCli(["status"], { cwd, env: { DATABASE_URL: "" } })
+    rmSync(cwd, { recursive: true, force: true })
     expect(empty.code).toBe(2)
     const bad = await runCli(["status"], { env: { DATABASE_URL: "mysql://nope" } })
     expect(bad.code).toBe(2)
