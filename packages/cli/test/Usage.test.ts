@@ -40,6 +40,45 @@ describe("effect-durable usage", () => {
     expect(sub.stdout).toContain("--yes")
   })
 
+  it("every command's help names what each value is, says each default, marks what is required, and has no filler text", async () => {
+    const commands = [
+      [],
+      ["migrate"],
+      ["verify"],
+      ["status"],
+      ["dead-letters", "list"],
+      ["dead-letters", "show"],
+      ["dead-letters", "redrive"],
+      ["dead-letters", "discard"],
+      ["purge"],
+      ["explain"],
+      ["grant"],
+      ["ledger", "show"],
+      ["pause"],
+      ["resume"],
+      ["doctor"],
+      ["dashboard"],
+      ["dev-database"]
+    ]
+    const helps = await Promise.all(commands.map((command) => runCli([...command, "--help"])))
+    const help = new Map(commands.map((command, i) => [command.join(" "), helps[i]!.stdout]))
+    for (const [i, result] of helps.entries()) expect(result.code, commands[i]!.join(" ")).toBe(0)
+    for (const [command, text] of help) {
+      // effect/cli's placeholders: a value's type instead of what it is, its stock description of a secret.
+      expect(text, command).not.toMatch(/^\s+(--[\w-]+|\w+) (string|integer|choice)\b/m)
+      expect(text, command).not.toMatch(/confidential|user-defined/i)
+    }
+    expect(help.get("")).toContain("Every flag is optional unless its help says Required")
+    expect(help.get("")).toMatch(/--dev\s+Use the project's development database/)
+    expect(help.get("purge")).toMatch(/--older-than DURATION\s+Required\./)
+    expect(help.get("dead-letters redrive")).toMatch(/--all\s+.*\(this or --id is required\)/)
+    expect(help.get("status")).toMatch(/--interval DURATION\s+.*\(default 2s\)/)
+    expect(help.get("dashboard")).toMatch(/--port PORT\s+.*default 8080/)
+    expect(help.get("dashboard")).toMatch(/--host HOST\s+.*default 127\.0\.0\.1/)
+    expect(help.get("dashboard")).toMatch(/--statement-timeout DURATION\s+.*default 5s/)
+    expect(help.get("dead-letters list")).toMatch(/--limit N\s+.*default 50/)
+  })
+
   it("a bad command, flag, value or a missing argument exits 2 with what is wrong and the usage", async () => {
     const cases: ReadonlyArray<readonly [ReadonlyArray<string>, string]> = [
       [["statu"], "Unknown subcommand \"statu\""],

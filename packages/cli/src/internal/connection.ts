@@ -56,7 +56,7 @@ const schema = Flag.String("schema").pipe(
 const verbose = toggle("verbose", "Debug logs on stderr, and the cause of an error")
 const dev = toggle(
   "dev",
-  `Use the project's development database (${DEV_DIRECTORY} here or in a folder above; the default when no URL is given and there is one), started for the command when no app serves it`
+  `Use the project's development database (${DEV_DIRECTORY} here or above; the default without a URL), started for the command if no app serves it`
 )
 const devDirectory = Flag.String("dev-directory").pipe(
   Flag.withMetavar("PATH"),
@@ -73,7 +73,8 @@ const devDirectory = Flag.String("dev-directory").pipe(
 export const root = Command.make("effect-durable").pipe(
   Command.withSharedFlags({ databaseUrl, databaseUrlFile, dev, devDirectory, schema, verbose }),
   Command.withDescription(
-    "Operate an effect-durable substrate: its schema, messages, dead letters, retention and admin page"
+    "Operate an effect-durable substrate: its schema, messages, dead letters, retention and admin page. " +
+      "Every flag is optional unless its help says Required; a flag's default is in its help."
   )
 )
 
