@@ -1,10 +1,13 @@
 // The command line itself, no database needed: usage errors exit 2 with the usage, a
 // database that cannot be reached exits 3 in one line, and neither ever prints a secret.
 import { describe, expect, it } from "@effect/vitest"
+import { spawn } from "node:child_process"
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { runCli } from "./support.js"
+import { PACKAGE, runCli } from "./support.js"
+
+const REPOSITORY = join(PACKAGE, "..", "..")
 
 const USAGE = "Usage: effect-durable"
 
@@ -187,6 +190,32 @@ describe("effect-durable usage", () => {
     })
     expect(result.code).toBe(2)
     expect(result.stderr).toContain("DURABLE_POOL_SIZE")
+  })
+
+  it("npm run cli runs the repository's command where it is typed, for contributors (no npx link needed)", async () => {
+    const cwd = mkdtempSync(join(tmpdir(), "effect-durable-npm-run-"))
+    const npm = (args: ReadonlyArray<string>) =>
+      new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
+        const { DATABASE_URL: _url, ...env } = process.env
+        const child = spawn("npm", ["run", "--silent", "--prefix", REPOSITORY, "cli", "--", ...args], { cwd, env })
+        let stdout = ""
+        let stderr = ""
+        child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk))
+        child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
+        child.on("error", reject)
+        child.on("close", (code) => resolve({ code, stdout, stderr }))
+      })
+    try {
+      const version = await npm(["--version"])
+      expect(version.code).toBe(0)
+      expect(version.stdout.trim()).toMatch(/^\d+\.\d+\.\d+$/)
+      // It runs in the folder it was typed in (no development database there), not the repository's root.
+      const status = await npm(["status"])
+      expect(status.code).toBe(2)
+      expect(status.stderr).toContain("effect-durable: no database:")
+    } finally {
+      rmSync(cwd, { recursive: true, force: true })
+    }
   })
 
   it("--wizard without a terminal is refused instead of waiting forever", async () => {
