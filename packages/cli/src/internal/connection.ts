@@ -54,10 +54,9 @@ const schema = Flag.String("schema").pipe(
   Flag.withDescription("Schema of the substrate's tables (default: $DURABLE_SCHEMA, then durable)")
 )
 const verbose = toggle("verbose", "Debug logs on stderr, and the cause of an error")
-const dev = toggle(
-  "dev",
+const DEV_DESCRIPTION =
   `Use the project's development database (${DEV_DIRECTORY} here or above; the default without a URL), started for the command if no app serves it`
-)
+const dev = toggle("dev", DEV_DESCRIPTION)
 const devDirectory = Flag.String("dev-directory").pipe(
   Flag.withMetavar("PATH"),
   Flag.optional,
