@@ -1,10 +1,13 @@
 // The command line itself, no database needed: usage errors exit 2 with the usage, a
 // database that cannot be reached exits 3 in one line, and neither ever prints a secret.
 import { describe, expect, it } from "@effect/vitest"
+import { spawn } from "node:child_process"
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { runCli } from "./support.js"
+import { PACKAGE, runCli } from "./support.js"
+
+const REPOSITORY = join(PACKAGE, "..", "..")
 
 const USAGE = "Usage: effect-durable"
 
@@ -25,7 +28,8 @@ describe("effect-durable usage", () => {
         "pause",
         "resume",
         "doctor",
-        "dashboard"
+        "dashboard",
+        "dev-database"
       ]
     ) {
       expect(help.stdout).toContain(command)
@@ -37,6 +41,45 @@ describe("effect-durable usage", () => {
     const sub = await runCli(["dead-letters", "redrive", "--help"])
     expect(sub.code).toBe(0)
     expect(sub.stdout).toContain("--yes")
+  })
+
+  it("every command's help names what each value is, says each default, marks what is required, and has no filler text", async () => {
+    const commands = [
+      [],
+      ["migrate"],
+      ["verify"],
+      ["status"],
+      ["dead-letters", "list"],
+      ["dead-letters", "show"],
+      ["dead-letters", "redrive"],
+      ["dead-letters", "discard"],
+      ["purge"],
+      ["explain"],
+      ["grant"],
+      ["ledger", "show"],
+      ["pause"],
+      ["resume"],
+      ["doctor"],
+      ["dashboard"],
+      ["dev-database"]
+    ]
+    const helps = await Promise.all(commands.map((command) => runCli([...command, "--help"])))
+    const help = new Map(commands.map((command, i) => [command.join(" "), helps[i]!.stdout]))
+    for (const [i, result] of helps.entries()) expect(result.code, commands[i]!.join(" ")).toBe(0)
+    for (const [command, text] of help) {
+      // effect/cli's placeholders: a value's type instead of what it is, its stock description of a secret.
+      expect(text, command).not.toMatch(/^\s+(--[\w-]+|\w+) (string|integer|choice)\b/m)
+      expect(text, command).not.toMatch(/confidential|user-defined/i)
+    }
+    expect(help.get("")).toContain("Every flag is optional unless its help says Required")
+    expect(help.get("")).toMatch(/--dev\s+Use the project's development database/)
+    expect(help.get("purge")).toMatch(/--older-than DURATION\s+Required\./)
+    expect(help.get("dead-letters redrive")).toMatch(/--all\s+.*\(this or --id is required\)/)
+    expect(help.get("status")).toMatch(/--interval DURATION\s+.*\(default 2s\)/)
+    expect(help.get("dashboard")).toMatch(/--port PORT\s+.*default 8080/)
+    expect(help.get("dashboard")).toMatch(/--host HOST\s+.*default 127\.0\.0\.1/)
+    expect(help.get("dashboard")).toMatch(/--statement-timeout DURATION\s+.*default 5s/)
+    expect(help.get("dead-letters list")).toMatch(/--limit N\s+.*default 50/)
   })
 
   it("a bad command, flag, value or a missing argument exits 2 with what is wrong and the usage", async () => {
@@ -68,11 +111,16 @@ describe("effect-durable usage", () => {
     expect(group.stderr).toContain("list, show, redrive or discard")
   })
 
-  it("without a database URL a command exits 2 saying how to give one", async () => {
-    const result = await runCli(["status"])
+  it("without a database URL (and no development database in the folder) a command exits 2 saying how to give one", async () => {
+    // A folder of its own: the repository may hold a development database (npm start makes one).
+    const cwd = mkdtempSync(join(tmpdir(), "effect-durable-nourl-"))
+    const result = await runCli(["status"], { cwd })
     expect(result).toMatchObject({ code: 2, stdout: "" })
-    expect(result.stderr.trim()).toBe("effect-durable: no database: pass --database-url <url> or set DATABASE_URL")
-    const empty = await runCli(["status"], { env: { DATABASE_URL: "" } })
+    expect(result.stderr.trim()).toBe(
+      "effect-durable: no database: pass --database-url <url>, set DATABASE_URL, or run it in a project that has a development database (--dev)"
+    )
+    const empty = await runCli(["status"], { cwd, env: { DATABASE_URL: "" } })
+    rmSync(cwd, { recursive: true, force: true })
     expect(empty.code).toBe(2)
     const bad = await runCli(["status"], { env: { DATABASE_URL: "mysql://nope" } })
     expect(bad.code).toBe(2)
@@ -142,6 +190,32 @@ describe("effect-durable usage", () => {
     })
     expect(result.code).toBe(2)
     expect(result.stderr).toContain("DURABLE_POOL_SIZE")
+  })
+
+  it("npm run cli runs the repository's command where it is typed, for contributors (no npx link needed)", async () => {
+    const cwd = mkdtempSync(join(tmpdir(), "effect-durable-npm-run-"))
+    const npm = (args: ReadonlyArray<string>) =>
+      new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
+        const { DATABASE_URL: _url, ...env } = process.env
+        const child = spawn("npm", ["run", "--silent", "--prefix", REPOSITORY, "cli", "--", ...args], { cwd, env })
+        let stdout = ""
+        let stderr = ""
+        child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk))
+        child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk))
+        child.on("error", reject)
+        child.on("close", (code) => resolve({ code, stdout, stderr }))
+      })
+    try {
+      const version = await npm(["--version"])
+      expect(version.code).toBe(0)
+      expect(version.stdout.trim()).toMatch(/^\d+\.\d+\.\d+$/)
+      // It runs in the folder it was typed in (no development database there), not the repository's root.
+      const status = await npm(["status"])
+      expect(status.code).toBe(2)
+      expect(status.stderr).toContain("effect-durable: no database:")
+    } finally {
+      rmSync(cwd, { recursive: true, force: true })
+    }
   })
 
   it("--wizard without a terminal is refused instead of waiting forever", async () => {

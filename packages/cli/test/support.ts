@@ -29,13 +29,18 @@ export interface RunOptions {
   /** Called on every chunk of stderr with all of it so far (to send a signal at the right moment). */
   readonly onStderr?: (stderr: string, child: ChildProcess) => void
   readonly onStdout?: (stdout: string, child: ChildProcess) => void
+  /** The working directory (default: the test's). */
+  readonly cwd?: string
+  /** Options of node itself, before the script (`--import` a hook). */
+  readonly nodeArgs?: ReadonlyArray<string>
 }
 
 /** Runs `effect-durable ...args` to its end. The test's DATABASE_URL is never inherited: tests pass it. */
 export const runCli = (args: ReadonlyArray<string>, options: RunOptions = {}): Promise<Result> =>
   new Promise((resolve, reject) => {
     const { DATABASE_URL: _url, DURABLE_SCHEMA: _schema, ...inherited } = process.env
-    const child = spawn(process.execPath, [BIN, ...args], {
+    const child = spawn(process.execPath, [...(options.nodeArgs ?? []), BIN, ...args], {
+      ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
       env: { ...inherited, NO_COLOR: "1", ...options.env },
       stdio: ["ignore", "pipe", "pipe"]
     })

@@ -6,7 +6,7 @@ import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as Redacted from "effect/Redacted"
 import { spawn } from "node:child_process"
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs"
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -74,20 +74,34 @@ describe("the development database", () => {
       expect(second.port).toBe(first.port)
     }), 120_000)
 
-  it.live("refuses a second owner in the same process with DevDatabaseLocked", () =>
-    Effect.gen(function*() {
-      const directory = join(yield* project, "db")
-      yield* session(directory, () =>
-        Effect.gen(function*() {
-          const error = yield* Effect.flip(session(directory, () => Effect.void))
-          expect(error._tag).toBe("DevDatabaseLocked")
-          expect(error).toMatchObject({ directory, pid: process.pid })
-          expect(error.message).toMatch(/in use by process \d+/)
-        }))
-    }), 120_000)
+  it.live(
+    "a second user in the same process attaches to the owner's server (owned: false) and leaves it running; attach: false refuses it with DevDatabaseLocked",
+    () =>
+      Effect.gen(function*() {
+        const directory = join(yield* project, "db")
+        yield* session(directory, (owner) =>
+          Effect.gen(function*() {
+            expect(owner.owned).toBe(true)
+            const attached = yield* session(
+              directory,
+              (db) => Effect.map(query(db.url, "SELECT 1 AS one"), (rows) => ({ owned: db.owned, port: db.port, rows }))
+            )
+            expect(attached).toEqual({ owned: false, port: owner.port, rows: [{ one: 1 }] })
+            // The attached user's scope has closed: the owner's server still answers.
+            expect(yield* query(owner.url, "SELECT 2 AS two")).toEqual([{ two: 2 }])
+            const error = yield* Effect.flip(
+              Effect.scoped(DevDatabase.make({ directory, attach: false })).pipe(quiet)
+            )
+            expect(error._tag).toBe("DevDatabaseLocked")
+            expect(error).toMatchObject({ directory, pid: process.pid, serving: true })
+            expect(error.message).toMatch(/in use by process \d+ .*attach: false refuses to share it/)
+          }))
+      }),
+    120_000
+  )
 
   it.live(
-    "refuses a second app while the first runs; after the first is killed the data is intact and a new owner starts",
+    "a second app attaches to the first's server while it runs; after the first is killed the data is intact and a new owner starts",
     () =>
       Effect.gen(function*() {
         const directory = join(yield* project, "db")
@@ -98,13 +112,66 @@ describe("the development database", () => {
         const exited = new Promise<void>((resolve) => holder.once("exit", () => resolve()))
         yield* Effect.addFinalizer(() => Effect.promise(() => (holder.kill("SIGKILL"), exited)))
         const held = yield* Effect.promise(() => firstLine(holder))
-        const locked = yield* Effect.flip(session(directory, () => Effect.void))
-        expect(locked).toMatchObject({ _tag: "DevDatabaseLocked", pid: held.pid })
+        const attached = yield* session(directory, (db) =>
+          Effect.map(query(db.url, "SELECT answer FROM t"), (rows) => ({ owned: db.owned, port: db.port, rows })))
+        expect(attached).toEqual({ owned: false, port: held.port, rows: [{ answer: 42 }] })
+        const locked = yield* Effect.flip(Effect.scoped(DevDatabase.make({ directory, attach: false })).pipe(quiet))
+        expect(locked).toMatchObject({ _tag: "DevDatabaseLocked", pid: held.pid, serving: true })
         // The owner dies without stopping its server: its guardian stops it, the lock is stale.
         holder.kill("SIGKILL")
-        yield* Effect.promise(() => exited)
-        const rows = yield* session(directory, (db) => query(db.url, "SELECT answer FROM t"))
-        expect(rows).toEqual([{ answer: 42 }])
+        yield* Effect.promise(() =>
+          exited
+        )
+        const after = yield* session(directory, (db) =>
+          Effect.map(query(db.url, "SELECT answer FROM t"), (rows) => ({ owned: db.owned, rows })))
+        expect(after).toEqual({ owned: true, rows: [{ answer: 42 }] })
+      }),
+    120_000
+  )
+
+  it.live(
+    "an owner whose server never comes up is DevDatabaseLocked after attachTimeout, not a wait forever",
+    () =>
+      Effect.gen(function*() {
+        const directory = join(yield* project, "db")
+        // A live owner (this process, as the lock names it) that never starts a server.
+        mkdirSync(directory, { mode: 0o755 })
+        writeFileSync(join(directory, "lock"), JSON.stringify({ pid: process.pid, started: null }))
+        const error = yield* Effect.flip(
+          Effect.scoped(DevDatabase.make({ directory, attachTimeout: "1 second" })).pipe(quiet)
+        )
+        expect(error).toMatchObject({ _tag: "DevDatabaseLocked", directory, pid: process.pid, serving: false })
+        expect(error.message).toMatch(/did not accept connections in time/)
+        expect(existsSync(join(directory, "data"))).toBe(false)
+      }),
+    30_000
+  )
+
+  it.live(
+    "the log line shows the URL without its password, and says where the password is",
+    () =>
+      Effect.gen(function*() {
+        const directory = join(yield* project, "db")
+        const lines: Array<string> = []
+        const capture = Logger.layer([Logger.make(({ message }) => lines.push(String(message)))])
+        const password = yield* Effect.scoped(Effect.gen(function*() {
+          const db = yield* DevDatabase.make({ directory })
+          // An attached user logs its line too.
+          yield* Effect.scoped(DevDatabase.make({ directory }))
+          return { port: db.port, password: new URL(Redacted.value(db.url)).password }
+        })).pipe(Effect.provide(capture))
+        expect(password.password).toMatch(/^[0-9a-f]{32}$/)
+        expect(lines).toHaveLength(2)
+        const shown = `postgres://postgres@127.0.0.1:${password.port}/postgres`
+        expect(lines[0]).toBe(
+          `development database created: ${shown} (password in ${join(directory, "server.json")}; data in ${directory})`
+        )
+        expect(lines[1]).toContain(`attached: ${shown} (password in ${join(directory, "server.json")})`)
+        for (const line of lines) expect(line).not.toContain(password.password)
+        expect(JSON.parse(readFileSync(join(directory, "server.json"), "utf8"))).toMatchObject({
+          password: password.password,
+          port: password.port
+        })
       }),
     120_000
   )

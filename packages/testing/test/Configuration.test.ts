@@ -309,7 +309,8 @@ describe("docs/configuration.md", () => {
       "dead-letters": "deadLetters.ts",
       purge: "purge.ts",
       explain: "explain.ts",
-      dashboard: "dashboard.ts"
+      dashboard: "dashboard.ts",
+      "dev-database": "devDatabase.ts"
     }
     for (const row of table("docs/configuration.md", "cli-flags")) {
       const command = row.command!.replace(/`/g, "").split(/[\s,]/)[0]!
@@ -497,7 +498,12 @@ describe("numbers the code knows, wherever the docs state them", () => {
       const source = read(`packages/cli/src/internal/commands/${file}`)
       const positive = source.match(new RegExp(`positive\\("${flag}", ([\\d_]+),`))
       if (positive !== null) return positive[1]!.replace(/_/g, "")
-      return source.match(new RegExp(`\\("${flag}"\\)\\.pipe\\(\\s*Flag\\.withDefault\\(("?)([^")]*)\\1\\)`))![2]!
+      // Settings before the default (a metavar) are skipped.
+      return source.match(
+        new RegExp(
+          `\\("${flag}"\\)\\.pipe\\(\\s*(?:Flag\\.\\w+\\("[^"]*"\\),\\s*)*Flag\\.withDefault\\(("?)([^")]*)\\1\\)`
+        )
+      )![2]!
     }
     const compact = (duration: string) =>
       duration.replace(/^(\d+) (second|minute|hour)s?$/, (_, n: string, unit: string) => `${n}${unit[0]}`)

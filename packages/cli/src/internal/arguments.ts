@@ -57,6 +57,7 @@ export const ids = Flag.String("id").pipe(
 /** A positive integer flag with a default; its help says the range and the default. */
 export const positive = (name: string, fallback: number, max: number, description: string) =>
   Flag.Int(name).pipe(
+    Flag.withMetavar("N"),
     Flag.withDescription(`${description} (1 to ${max}; default ${fallback})`),
     Flag.withDefault(fallback),
     Flag.mapEffect((n) =>

@@ -1,6 +1,6 @@
 /**
- * The `effect-durable` command tree. Global flags (`--database-url`, `--schema`,
- * `--verbose`) belong to the root and go before the command or after it.
+ * The `effect-durable` command tree. Global flags (`--database-url`, `--dev`, `--schema`,
+ * `--verbose`, ...) belong to the root and go before the command or after it.
  * Every command's logs go to stderr, scrubbed of secrets.
  */
 import * as Command from "effect/cli/Command"
@@ -10,6 +10,7 @@ import * as References from "effect/References"
 import { createRequire } from "node:module"
 import { dashboard } from "./commands/dashboard.js"
 import { deadLetters } from "./commands/deadLetters.js"
+import { devDatabase } from "./commands/devDatabase.js"
 import { doctor } from "./commands/doctor.js"
 import { explain } from "./commands/explain.js"
 import { ledger } from "./commands/ledger.js"
@@ -45,7 +46,8 @@ const tree = root.pipe(
     pause,
     resume,
     doctor,
-    dashboard
+    dashboard,
+    devDatabase
   ])
 )
 

@@ -1,6 +1,8 @@
 /**
  * Where the command connects and with what settings: `--database-url` (or the URL in
- * `--database-url-file`), then `DATABASE_URL`; `--schema`, then `DURABLE_SCHEMA`; every other setting from the library's own variables
+ * `--database-url-file`), then `DATABASE_URL`, then the project's development database
+ * (`--dev` asks for it; without any URL it is the default when the folder or one above it
+ * has one); `--schema`, then `DURABLE_SCHEMA`; every other setting from the library's own variables
  * (`DURABLE_CONNECT_TIMEOUT`, `DURABLE_STATEMENT_TIMEOUT`, ...), read and checked by
  * `Durable.layerConfig` itself. The flags are laid over the environment as a
  * `ConfigProvider`, so there is one reading of the configuration, the library's.
@@ -20,7 +22,17 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import * as SqlClient from "effect/sql/SqlClient"
+import { resolve } from "node:path"
 import { toggle } from "./arguments.js"
+import {
+  CurrentDevDatabase,
+  DEV_DIRECTORY,
+  DEV_MARKER,
+  findDevDirectory,
+  hasDevDatabase,
+  openDevDatabase,
+  startedNote
+} from "./devDatabase.js"
 import { CommandError, fromLibrary, isCommandError, usage } from "./errors.js"
 import { note, registerUrlSecrets } from "./output.js"
 
@@ -42,15 +54,26 @@ const schema = Flag.String("schema").pipe(
   Flag.withDescription("Schema of the substrate's tables (default: $DURABLE_SCHEMA, then durable)")
 )
 const verbose = toggle("verbose", "Debug logs on stderr, and the cause of an error")
+const DEV_DESCRIPTION =
+  `Use the project's development database (${DEV_DIRECTORY} here or above; the default without a URL), started for the command if no app serves it`
+const dev = toggle("dev", DEV_DESCRIPTION)
+const devDirectory = Flag.String("dev-directory").pipe(
+  Flag.withMetavar("PATH"),
+  Flag.optional,
+  Flag.withDescription(
+    "The development database's folder, when the app gives DevDatabase another directory; implies --dev"
+  )
+)
 
 /**
  * The root command. Its flags are shared: accepted before the command or after it, and read
  * by every command with `yield* root`.
  */
 export const root = Command.make("effect-durable").pipe(
-  Command.withSharedFlags({ databaseUrl, databaseUrlFile, schema, verbose }),
+  Command.withSharedFlags({ databaseUrl, databaseUrlFile, dev, devDirectory, schema, verbose }),
   Command.withDescription(
-    "Operate an effect-durable substrate: its schema, messages, dead letters, retention and admin page"
+    "Operate an effect-durable substrate: its schema, messages, dead letters, retention and admin page. " +
+      "Every flag is optional unless its help says Required; a flag's default is in its help."
   )
 )
 
@@ -63,27 +86,89 @@ const CLI_DEFAULTS: Readonly<Record<string, string>> = {
 }
 
 /**
+ * The development database's folder: `--dev-directory`, else the nearest one found from the
+ * working directory up. With `create` (`dev-database`), where a new one goes when there is
+ * none; otherwise none is a usage error that names where it looked and how to make one.
+ */
+export const devDirectoryOf = (options: { readonly create: boolean }) =>
+  Effect.gen(function*() {
+    const flags = yield* root
+    const cwd = process.cwd()
+    if (Option.isSome(flags.devDirectory)) {
+      const directory = resolve(cwd, flags.devDirectory.value)
+      if (options.create || hasDevDatabase(directory)) return directory
+      return yield* usage(
+        `--dev-directory: no development database in ${directory} (no ${DEV_MARKER}): ` +
+          "start the app once on it, or create it with effect-durable dev-database --dev-directory <path>"
+      )
+    }
+    const found = findDevDirectory(cwd)
+    if (found !== undefined) return found
+    if (options.create) return resolve(cwd, DEV_DIRECTORY)
+    return yield* usage(
+      `--dev: no development database in ${cwd} or a folder above it (looked for ${DEV_DIRECTORY}/${DEV_MARKER}): ` +
+        "start the app once (DevDatabase.layerDatabaseUrl() creates it), or create it with effect-durable dev-database"
+    )
+  })
+
+/** The flag a command was given a URL with, if any. */
+export const urlFlagOf = Effect.map(root, (flags) =>
+  Option.isSome(flags.databaseUrl)
+    ? "--database-url"
+    : Option.isSome(flags.databaseUrlFile)
+    ? "--database-url-file"
+    : undefined)
+
+/** The environment over the command's defaults, and `--schema` over both: everything but where to connect. */
+const baseValues = Effect.map(root, (flags) => {
+  const values: Record<string, string> = { ...CLI_DEFAULTS }
+  for (const [key, value] of Object.entries(process.env)) if (value !== undefined) values[key] = value
+  if (Option.isSome(flags.schema)) values.DURABLE_SCHEMA = flags.schema.value
+  return values
+})
+
+interface Settings {
+  readonly values: Readonly<Record<string, string>>
+  /** The development database's folder when the command runs on it (its URL is known once it is open). */
+  readonly dev: string | undefined
+}
+
+/**
  * The configuration: the flags, over the environment, over the command's defaults, as one
  * record (so an invalid value is reported by its variable's name, never skipped for another:
  * a provider chained with `orElse` would fall back past it).
  */
 const configValues = Effect.gen(function*() {
   const flags = yield* root
-  const values: Record<string, string> = { ...CLI_DEFAULTS }
-  for (const [key, value] of Object.entries(process.env)) if (value !== undefined) values[key] = value
+  const values = yield* baseValues
   if (Option.isSome(flags.databaseUrl) && Option.isSome(flags.databaseUrlFile)) {
     return yield* usage("pass --database-url or --database-url-file, not both")
   }
+  const urlFlag = yield* urlFlagOf
+  const wantsDev = flags.dev || Option.isSome(flags.devDirectory)
+  if (wantsDev && urlFlag !== undefined) {
+    return yield* usage(
+      `${flags.dev ? "--dev" : "--dev-directory"} and ${urlFlag} name two databases: pass one of them`
+    )
+  }
+  // An explicit --dev wins over a DATABASE_URL in the environment, as every flag wins over its variable.
+  if (wantsDev) return { values, dev: yield* devDirectoryOf({ create: false }) }
   if (Option.isSome(flags.databaseUrl)) {
     values.DATABASE_URL = Redacted.value(flags.databaseUrl.value)
     yield* warnCommandLinePassword(values.DATABASE_URL)
   }
   if (Option.isSome(flags.databaseUrlFile)) values.DATABASE_URL = flags.databaseUrlFile.value.trim()
-  if (Option.isSome(flags.schema)) values.DURABLE_SCHEMA = flags.schema.value
   const url = values.DATABASE_URL?.trim() ?? ""
-  if (url === "") return yield* usage("no database: pass --database-url <url> or set DATABASE_URL")
+  if (url === "") {
+    // No URL anywhere: on a laptop, the project's development database is the one meant.
+    const found = findDevDirectory(process.cwd())
+    if (found !== undefined) return { values, dev: found }
+    return yield* usage(
+      "no database: pass --database-url <url>, set DATABASE_URL, or run it in a project that has a development database (--dev)"
+    )
+  }
   registerUrlSecrets(url)
-  return values
+  return { values, dev: undefined } satisfies Settings
 })
 
 let warned = false
@@ -120,7 +205,7 @@ const hasPassword = (url: string): boolean => {
 export const configProvider = (options: { readonly keepEmpty?: boolean } = {}) =>
   Effect.map(
     configValues,
-    (values) => ConfigProvider.fromEnvRecord(values, { preserveEmptyStrings: options.keepEmpty === true })
+    ({ values }) => ConfigProvider.fromEnvRecord(values, { preserveEmptyStrings: options.keepEmpty === true })
   )
 
 /** The substrate (and `OutboxSearch`) on the configured database; connects when built. */
@@ -160,15 +245,31 @@ export const requireCurrentSchema = Migrations.checkSchemaVersion
 const connect = Effect.flatMap(SqlClient.SqlClient, (sql) => sql`SELECT 1`).pipe(classifySqlErrors("connect"))
 
 /**
+ * The configuration with the database's URL: on the development database, the URL of the
+ * one a command already opened (`dev-database`), or of the one opened now for the scope (the
+ * app's server, or one this command starts and says so).
+ */
+const connectionValues = Effect.gen(function*() {
+  const opened = yield* CurrentDevDatabase
+  if (opened !== undefined) return { ...(yield* baseValues), DATABASE_URL: Redacted.value(opened.url) }
+  const { dev, values } = yield* configValues
+  if (dev === undefined) return values
+  const database = yield* openDevDatabase(dev)
+  if (database.owned) yield* startedNote(database)
+  return { ...values, DATABASE_URL: Redacted.value(database.url) }
+})
+
+/**
  * Runs a command's work on the database: builds the substrate and connects (a connection
  * failure is exit 3, before any work), checks the schema version unless `anyVersion`, and
- * maps the library's typed errors.
+ * maps the library's typed errors. A development database the command started stops when
+ * the work ends (`dashboard`: when it stops serving).
  */
 export const withDatabase =
   (options: { readonly anyVersion?: boolean; readonly poolSize?: number } = {}) =>
   <A, E, R>(work: Effect.Effect<A, E, R>) =>
-    Effect.gen(function*() {
-      const values = yield* configValues
+    Effect.scoped(Effect.gen(function*() {
+      const values = yield* connectionValues
       const flags = yield* root
       const given = new Set([
         ...(Option.isSome(flags.databaseUrl) ? ["DATABASE_URL"] : []),
@@ -186,4 +287,4 @@ export const withDatabase =
           return isCommandError(mapped) ? named(mapped, given) : mapped as CommandError
         })
       )
-    })
+    }))

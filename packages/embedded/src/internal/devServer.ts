@@ -69,6 +69,32 @@ const awaitLeftover = async (pgdata: string): Promise<void> => {
   }
 }
 
+/**
+ * The server another process runs on `directory`, once PostgreSQL says it accepts
+ * connections (status `ready` in its `postmaster.pid`, whose postmaster is alive): its port
+ * and the saved password. Undefined while it is starting, stopping, or not there.
+ */
+export const serving = (directory: string): { readonly port: number; readonly password: string } | undefined => {
+  let lines: Array<string>
+  try {
+    lines = readFileSync(join(directory, "data", "postmaster.pid"), "utf8").split("\n")
+  } catch {
+    return undefined
+  }
+  // Lines 1, 4 and 8 of postmaster.pid: the postmaster's pid, its port and its status.
+  const pid = Number.parseInt(lines[0] ?? "", 10)
+  const port = Number.parseInt(lines[3] ?? "", 10)
+  if (!Number.isInteger(pid) || !Number.isInteger(port) || lines[7]?.trim() !== "ready" || !isPostgres(pid)) {
+    return undefined
+  }
+  try {
+    const saved = JSON.parse(readFileSync(join(directory, SAVED), "utf8")) as Saved
+    return typeof saved.password === "string" ? { port, password: saved.password } : undefined
+  } catch {
+    return undefined
+  }
+}
+
 export const acquire = async (
   directory: string,
   options: { readonly port?: number; readonly settings?: Readonly<Record<string, string>> }

@@ -37,16 +37,21 @@ const urlOf = (address: HttpServer.HttpServer["Service"]["address"]): string => 
 export const dashboard = Command.make(
   "dashboard",
   {
-    port: Flag.Int("port").pipe(Flag.withDefault(8080), Flag.withDescription("Port to listen on (0: any free port)")),
+    port: Flag.Int("port").pipe(
+      Flag.withMetavar("PORT"),
+      Flag.withDefault(8080),
+      Flag.withDescription("Port to listen on (default 8080; 0: any free port)")
+    ),
     host: Flag.String("host").pipe(
+      Flag.withMetavar("HOST"),
       Flag.withDefault("127.0.0.1"),
-      Flag.withDescription("Address to listen on; beyond loopback only with credentials")
+      Flag.withDescription("Address to listen on (default 127.0.0.1); beyond loopback only with credentials")
     ),
     readOnly: toggle("read-only", "Refuse every action (403)"),
     showPayloads: toggle("show-payloads", "Show message payloads and stored ledger responses"),
     statementTimeout: duration("statement-timeout").pipe(
       Flag.withDefault("5 seconds"),
-      Flag.withDescription("Longest run of a page query")
+      Flag.withDescription("Longest run of a page query (default 5s)")
     )
   },
   Effect.fn("effect-durable.dashboard")(function*(args) {

@@ -21,16 +21,22 @@ import { withDatabase } from "../connection.js"
 import { checkFailed, usage } from "../errors.js"
 import * as Output from "../output.js"
 
-const topic = Flag.String("topic").pipe(Flag.optional, Flag.withDescription("Only this outbox topic"))
+const topic = Flag.String("topic").pipe(
+  Flag.withMetavar("TOPIC"),
+  Flag.optional,
+  Flag.withDescription("Only this outbox topic")
+)
 const olderThan = duration("older-than").pipe(
   Flag.optional,
   Flag.withDescription("Dead for longer than this (30m, 12h, 7d)")
 )
 const error = Flag.String("error").pipe(
+  Flag.withMetavar("TEXT"),
   Flag.optional,
   Flag.withDescription("Only this error group (the last error with digits as #, as the admin page groups them)")
 )
 const consumer = Flag.String("consumer").pipe(
+  Flag.withMetavar("CONSUMER"),
   Flag.optional,
   Flag.withDescription("The stored inbox's dead entries of this consumer, instead of the outbox")
 )
@@ -77,6 +83,7 @@ const list = Command.make(
     ...filters,
     limit: positive("limit", 50, 1000, "Rows per page"),
     before: Flag.String("before").pipe(
+      Flag.withMetavar("ID"),
       Flag.optional,
       Flag.withDescription("The page after this id (printed as 'more: --before ...')")
     ),
@@ -128,7 +135,10 @@ const list = Command.make(
 
 const show = Command.make(
   "show",
-  { id: Argument.String("id").pipe(Argument.withDescription("The outbox message's id")), json },
+  {
+    id: Argument.String("id").pipe(Argument.withMetavar("ID"), Argument.withDescription("The outbox message's id")),
+    json
+  },
   Effect.fn("effect-durable.dead-letters.show")(
     function*(args) {
       const search = yield* OutboxSearch.OutboxSearch
@@ -189,7 +199,7 @@ const act = (verb: Verb) =>
     verb,
     {
       ...filters,
-      all: toggle("all", "Every dead letter matching the filters"),
+      all: toggle("all", "Every dead letter matching the filters (this or --id is required)"),
       batchSize: positive("batch-size", 500, 10_000, "Rows per committed batch"),
       yes,
       json
@@ -269,8 +279,8 @@ const act = (verb: Verb) =>
     )
   ).pipe(Command.withDescription(
     verb === "redrive"
-      ? "Make dead letters deliverable again with fresh attempts (asks first unless --yes)"
-      : "Delete dead letters (asks first unless --yes)"
+      ? "Make dead letters deliverable again with fresh attempts: --id ... or --all (asks first unless --yes)"
+      : "Delete dead letters: --id ... or --all (asks first unless --yes)"
   ))
 
 export const deadLetters = Command.make(

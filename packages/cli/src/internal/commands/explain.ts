@@ -42,10 +42,12 @@ export const explain = Command.make(
   "explain",
   {
     topic: Flag.String("topic").pipe(
+      Flag.withMetavar("TOPIC"),
       Flag.atLeast(0),
       Flag.withDescription("A topic the claim takes (repeatable; default all)")
     ),
     consumer: Flag.String("consumer").pipe(
+      Flag.withMetavar("CONSUMER"),
       Flag.optional,
       Flag.withDescription("Explain the stored inbox's claim for this consumer")
     ),

@@ -32,9 +32,15 @@ export const recordJson = (identity: MutationLedger.MutationIdentity, record: Mu
 const show = Command.make(
   "show",
   {
-    subject: Argument.String("subject").pipe(Argument.withDescription("The ledger's subject (the tenant or resource)")),
-    operation: Argument.String("operation").pipe(Argument.withDescription("The operation's name")),
-    key: Argument.String("key").pipe(Argument.withDescription("The idempotency key")),
+    subject: Argument.String("subject").pipe(
+      Argument.withMetavar("SUBJECT"),
+      Argument.withDescription("The ledger's subject (the tenant or resource)")
+    ),
+    operation: Argument.String("operation").pipe(
+      Argument.withMetavar("OPERATION"),
+      Argument.withDescription("The operation's name")
+    ),
+    key: Argument.String("key").pipe(Argument.withMetavar("KEY"), Argument.withDescription("The idempotency key")),
     json
   },
   Effect.fn("effect-durable.ledger.show")(

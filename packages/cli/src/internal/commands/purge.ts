@@ -30,10 +30,13 @@ export const purge = Command.make(
   "purge",
   {
     target: Argument.Literals("target", TARGETS).pipe(
+      Argument.withMetavar("TARGET"),
       Argument.withDescription("What to purge: outbox, inbox or ledger")
     ),
     olderThan: duration("older-than").pipe(
-      Flag.withDescription("Retention: delete what is older (outbox at least 1m, inbox and ledger at least 1h)")
+      Flag.withDescription(
+        "Required. Retention: delete what is older (outbox at least 1m, inbox and ledger at least 1h)"
+      )
     ),
     batchSize: positive("batch-size", 1000, 10_000, "Rows deleted per committed batch"),
     dryRun: toggle("dry-run", "Count what would be deleted; delete nothing"),

@@ -96,6 +96,7 @@ export const grant = Command.make(
   "grant",
   {
     role: Argument.String("role").pipe(
+      Argument.withMetavar("ROLE"),
       Argument.withDescription("An existing role (CREATE ROLE app_runtime LOGIN ...)")
     ),
     json

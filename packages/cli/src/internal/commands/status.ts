@@ -63,7 +63,7 @@ export const status = Command.make(
     watch: toggle("watch", "Refresh until Ctrl-C"),
     interval: duration("interval").pipe(
       Flag.withDefault("2 seconds"),
-      Flag.withDescription("Time between refreshes with --watch")
+      Flag.withDescription("Time between refreshes with --watch (default 2s)")
     )
   },
   Effect.fn("effect-durable.status")(function*(args) {

@@ -13,7 +13,7 @@ import { json } from "../arguments.js"
 import { withDatabase } from "../connection.js"
 import * as Output from "../output.js"
 
-const topic = Argument.String("topic").pipe(Argument.withDescription("The outbox topic"))
+const topic = Argument.String("topic").pipe(Argument.withMetavar("TOPIC"), Argument.withDescription("The outbox topic"))
 
 /** Who is acting, as recorded with a pause: the OS user, marked as coming from the command line. */
 export const operatorName = (): string => {
@@ -28,7 +28,11 @@ export const pause = Command.make(
   "pause",
   {
     topic,
-    by: Flag.String("by").pipe(Flag.optional, Flag.withDescription("Who pauses it (default: your user name)")),
+    by: Flag.String("by").pipe(
+      Flag.withMetavar("NAME"),
+      Flag.optional,
+      Flag.withDescription("Who pauses it (default: your user name)")
+    ),
     json
   },
   Effect.fn("effect-durable.pause")(
