@@ -1,5 +1,6 @@
 /**
  * The inbox as operators use it: dead entries of the stored mode (list, redrive, discard),
+ * retry now and move aside for its delayed or ready entries,
  * per-consumer counts, and the purge of processed receipts. Keep receipts longer than the
  * broker can redeliver: a receipt purged before the last redelivery lets it run again.
  *
@@ -46,6 +47,10 @@ export class InboxAdmin extends Context.Service<InboxAdmin, {
   >
   readonly redrive: LeasedQueue.ByIds
   readonly discard: LeasedQueue.ByIds
+  /** Makes delayed stored entries (a retry's backoff) processable now, their attempts kept. Returns the ids. */
+  readonly retryNow: LeasedQueue.ByIds
+  /** Sends ready or delayed stored entries to the dead letters with the operator's reason. */
+  readonly moveAside: LeasedQueue.MoveAside
   /** Counts per consumer. */
   readonly stats: Effect.Effect<ReadonlyArray<ConsumerStats>, DatabaseError>
   /** Deletes receipts processed longer ago than `olderThan` (at least `PURGE_FLOOR`), in batches. */
@@ -82,6 +87,8 @@ export const make: Effect.Effect<InboxAdmin["Service"], never, SqlClient.SqlClie
       deadLetters,
       redrive: (ids) => Effect.withSpan(queue.redrive(ids), "InboxAdmin.redrive"),
       discard: (ids) => Effect.withSpan(queue.discard(ids), "InboxAdmin.discard"),
+      retryNow: (ids) => Effect.withSpan(queue.retryNow(ids), "InboxAdmin.retryNow"),
+      moveAside: (ids, options) => Effect.withSpan(queue.moveAside(ids, options), "InboxAdmin.moveAside"),
       stats: Effect.map(
         queue.counts("consumer"),
         (rows) =>

@@ -113,5 +113,14 @@ export type GiveBack = (claims: ReadonlyArray<Claim>) => Effect.Effect<ManyResul
 /** An operator action on rows named by id (at most 10,000); returns the ids it applied to. */
 export type ByIds = (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, InvalidInput | DatabaseError>
 
+/**
+ * Sends ready or delayed rows to the dead letters, `reason` (1-500 bytes, no NUL) recorded in
+ * their `last_error`; a claimed row is left to its delivery. Returns the ids moved.
+ */
+export type MoveAside = (
+  ids: ReadonlyArray<string>,
+  options: { readonly reason: string }
+) => Effect.Effect<ReadonlyArray<string>, InvalidInput | DatabaseError>
+
 /** Deletes done rows older than the retention, in batches; returns how many. */
 export type Purge = (options: PurgeOptions) => Effect.Effect<number, InvalidInput | DatabaseError>

@@ -75,6 +75,16 @@ export class OutboxAdmin extends Context.Service<OutboxAdmin, {
   readonly replay: LeasedQueue.ByIds
   /** Deletes dead messages; returns the ids deleted. */
   readonly discard: LeasedQueue.ByIds
+  /**
+   * Makes delayed messages — waiting out a retry's backoff or an enqueue's delay — deliverable
+   * now, their attempts kept, and wakes the projectors. Returns the ids.
+   */
+  readonly retryNow: LeasedQueue.ByIds
+  /**
+   * Sends ready or delayed messages to the dead letters with the operator's reason: one that
+   * blocks its ordering key stops holding back the key's later messages (redrive brings it back).
+   */
+  readonly moveAside: LeasedQueue.MoveAside
   /** Counts per topic (paused topics included, even when empty). */
   readonly stats: Effect.Effect<ReadonlyArray<TopicStats>, DatabaseError>
   /**
@@ -185,8 +195,19 @@ export const make: Effect.Effect<OutboxAdmin["Service"], never, SqlClient.SqlCli
       return yield* queue.explainClaim(options, yield* decodeTopics(options.topics ?? null))
     })
 
+    // The projectors claim what became ready at once, not at their next poll.
+    const wake = (ids: ReadonlyArray<string>) =>
+      ids.length === 0 ? Effect.succeed(ids) : sql`
+        SELECT count(pg_notify(${channel}, t.topic)) AS n
+          FROM (SELECT DISTINCT topic FROM ${table} WHERE id = ANY(${ids}::bigint[])) t`.pipe(
+        classifySqlErrors("OutboxAdmin.wake"),
+        Effect.as(ids)
+      )
+
     return OutboxAdmin.of({
       deadLetters,
+      retryNow: (ids) => Effect.withSpan(Effect.flatMap(queue.retryNow(ids), wake), "OutboxAdmin.retryNow"),
+      moveAside: (ids, options) => Effect.withSpan(queue.moveAside(ids, options), "OutboxAdmin.moveAside"),
       redrive: (ids) => Effect.withSpan(queue.redrive(ids), "OutboxAdmin.redrive"),
       replay: (ids) => Effect.withSpan(queue.replay(ids), "OutboxAdmin.replay"),
       discard: (ids) => Effect.withSpan(queue.discard(ids), "OutboxAdmin.discard"),

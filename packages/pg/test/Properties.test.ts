@@ -139,7 +139,10 @@ const operations = FastCheck.oneof<Array<FastCheck.Arbitrary<Operation>>>(
     name: "claim",
     run: Effect.flatMap(
       OutboxWorker.OutboxWorker,
-      (o) => o.claim({ worker, topics, limit, lease, maxLeaseExpiries } as unknown as OutboxWorker.ClaimOptions)
+      (o) =>
+        o.claim(
+          { worker, topics, limit, lease, maxLeaseExpiries, perKey: limit } as unknown as OutboxWorker.ClaimOptions
+        )
     )
   })),
   claim.map((c) => ({
@@ -167,13 +170,17 @@ const operations = FastCheck.oneof<Array<FastCheck.Arbitrary<Operation>>>(
     run: Effect.flatMap(OutboxAdmin.OutboxAdmin, (o) => o.deadLetters({ topic, limit, before } as never))
   })),
   FastCheck.tuple(
-    FastCheck.constantFrom("redrive" as const, "discard" as const, "replay" as const),
+    FastCheck.constantFrom("redrive" as const, "discard" as const, "replay" as const, "retryNow" as const),
     FastCheck.array(anything, { maxLength: 3 })
   ).map((
     [action, ids]
   ) => ({
     name: action,
     run: Effect.flatMap(OutboxAdmin.OutboxAdmin, (o) => o[action](ids as Array<string>))
+  })),
+  FastCheck.tuple(FastCheck.array(anything, { maxLength: 3 }), anything).map(([ids, reason]) => ({
+    name: "moveAside",
+    run: Effect.flatMap(OutboxAdmin.OutboxAdmin, (o) => o.moveAside(ids as Array<string>, { reason } as never))
   })),
   FastCheck.tuple(duration, anything).map(([olderThan, batchSize]) => ({
     name: "purge",

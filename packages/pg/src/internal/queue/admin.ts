@@ -37,6 +37,9 @@ const DeadLetterRow = Schema.Struct({
   deadAt: Schema.String
 })
 
+/** Why an operator moved a message aside: said in its `last_error`. */
+const decodeReason = Input.argument("reason", Input.Text(500))
+
 const decodeDeadLetterPage = Input.argument(
   "options",
   Schema.Struct({ limit: Input.Count(1000), before: Schema.optional(MessageId) })
@@ -149,7 +152,7 @@ export const make = (
             classifySqlErrors(op(name))
           ))
 
-  const { redrive: toReady, replay: again, discard: gone } = lifecycle.transitions
+  const { discard: gone, moveAside: aside, redrive: toReady, replay: again, retryNow: now } = lifecycle.transitions
   /** A transition of the rows named, those in its `from` state only. */
   const move = (transition: { readonly from: string; readonly set: string }) => (ids: ReadonlyArray<string>) =>
     sql<{ id: string }>`UPDATE ${table} SET ${sql.literal(transition.set)}
@@ -161,6 +164,26 @@ export const make = (
 
   /** Makes done rows ready again (deliver once more); returns the ids replayed. */
   const replay = byIds("replay", move(again))
+
+  /** Makes delayed rows (a retry's backoff, an enqueue's delay) ready now, attempts kept; returns the ids. */
+  const retryNow = byIds("retryNow", move(now))
+
+  /**
+   * Sends ready or delayed rows to the dead letters with an operator's reason (a message that
+   * blocks its ordering key: the key moves on); returns the ids moved. A claimed row is left
+   * to its delivery.
+   */
+  const moveAside = (ids: ReadonlyArray<string>, moveOptions: { readonly reason: string }) =>
+    Effect.flatMap(decodeReason(moveOptions.reason), (reason) =>
+      byIds(
+        "moveAside",
+        (decoded) =>
+          sql<{ id: string }>`UPDATE ${table}
+                 SET ${sql.literal(aside.set)},
+                     last_error = concat_ws('; ', last_error, ${`dead: moved aside by an operator: ${reason}`}::text)
+               WHERE id = ANY(${decoded}::bigint[]) AND ${sql.literal(aside.from)}
+              RETURNING id::text AS id`
+      )(ids))
 
   /** Deletes dead rows; returns the ids deleted. */
   const discard = byIds(
@@ -206,5 +229,5 @@ export const make = (
        GROUP BY 1
        ORDER BY 1`.pipe(decodeRows(GroupCounts), classifySqlErrors(op("stats")))
 
-  return { explainClaim, deadLetters, redrive, replay, discard, purge, counts }
+  return { explainClaim, deadLetters, redrive, replay, discard, retryNow, moveAside, purge, counts }
 }

@@ -8,6 +8,10 @@
  *   dead       dead_at set                  (a permanent failure, out of attempts or leases)
  *   done       the done column set          (`projected` in the outbox, `processed` in the inbox)
  *
+ * Operators move rows: redrive (dead -> ready), replay (done -> ready), discard (dead -> gone),
+ * retry now (delayed -> ready, attempts kept) and move aside (ready or delayed -> dead, with
+ * a reason: the row no longer holds back the messages of its ordering key).
+ *
  * Everything that asks "which rows are in state S" or moves rows between states reads it
  * from here: the stats, the operators' filters, the fences, bulk actions, retention, the
  * admin page, the test substrate and chaos. A new state is a migration (its column or
@@ -63,7 +67,11 @@ export const make = (spec: Pick<QueueSpec, "done" | "queue">, alias?: string) =>
       /** done -> ready: deliver once more. */
       replay: { from: is.done, set: `${spec.done} = NULL, ${restart}` },
       /** dead -> gone. */
-      discard: { from: is.dead }
+      discard: { from: is.dead },
+      /** delayed -> ready: deliverable now, its attempts kept (a retry hurried, a delay cut short). */
+      retryNow: { from: is.delayed, set: "available_at = now()" },
+      /** ready or delayed -> dead (a claimed row is being delivered: its lease decides first). */
+      moveAside: { from: `${open} AND ${unleased}`, set: "dead_at = now()" }
     }
   } as const
 }
