@@ -14,6 +14,7 @@ import { devDatabase } from "./commands/devDatabase.js"
 import { doctor } from "./commands/doctor.js"
 import { explain } from "./commands/explain.js"
 import { ledger } from "./commands/ledger.js"
+import { moveAside, retryNow } from "./commands/messages.js"
 import { purge } from "./commands/purge.js"
 import { grant, migrate, verify } from "./commands/schema.js"
 import { status } from "./commands/status.js"
@@ -39,6 +40,8 @@ const tree = root.pipe(
     verify,
     status,
     deadLetters,
+    retryNow,
+    moveAside,
     purge,
     explain,
     grant,
