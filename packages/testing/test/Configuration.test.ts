@@ -479,11 +479,10 @@ describe("numbers the code knows, wherever the docs state them", () => {
       ["docs/pagination.md", `a subject of 1–${Cursor.MAX_SUBJECT_BYTES} UTF-8 bytes (\`MAX_SUBJECT_BYTES\`)`],
       [
         "docs/pagination.md",
-        `positions of at most ${Cursor.MAX_POSITION_BYTES.value} bytes each (\`MAX_POSITION_BYTES\`)`
+        `at most ${Cursor.MAX_BYTES_PER_CHARACTER} bytes in it (\`MAX_BYTES_PER_CHARACTER\`)`
       ],
       ["docs/pagination.md", `a token of at most ${Cursor.MAX_TOKEN_LENGTH} characters (\`MAX_TOKEN_LENGTH\`)`]
     ]
-    expect(Cursor.MAX_POSITION_BYTES.tieBreaker).toBe(Cursor.MAX_POSITION_BYTES.value)
     expect(InboxAdmin.PURGE_FLOOR).toBe(MutationLedger.PURGE_FLOOR)
     // In words: the outbox's purge floor is "one minute", the inbox's "one hour".
     expect([OutboxAdmin.PURGE_FLOOR, InboxAdmin.PURGE_FLOOR]).toEqual(["1 minute", "1 hour"])
