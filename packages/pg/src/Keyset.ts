@@ -8,6 +8,9 @@
  * ordered columns' types must bound their values so that a cursor carries any position whole
  * (a cursor's size is bounded, a `text` column's values are not).
  *
+ * `Keyset.layer` takes its `CursorCodec` from you; `Durable`'s layers provide a `Keyset` only
+ * when given cursor keys, so they never shadow the one you compose.
+ *
  * @since 0.1.0
  */
 import * as Cursor from "@effect-durable/core/Cursor"
@@ -129,21 +132,3 @@ export const make: Effect.Effect<Keyset["Service"], never, SqlClient.SqlClient |
 )
 
 export const layer: Layer.Layer<Keyset, never, SqlClient.SqlClient | Cursor.CursorCodec> = Layer.effect(Keyset, make)
-
-/**
- * The `Keyset` of a substrate built without cursor keys (`Durable.layer` with no
- * `cursorKeys`, `layerConfig` with no `CURSOR_KEYS`): every page fails, saying what to set.
- */
-export const layerWithoutKeys: Layer.Layer<Keyset> = Layer.succeed(
-  Keyset,
-  Keyset.of({
-    page: () =>
-      Effect.fail(
-        new DurableConfigError({
-          field: "CURSOR_KEYS",
-          rule:
-            "signing keys (id=secret[,id=secret...], secrets of at least 16 bytes) are needed to page with signed cursors"
-        })
-      )
-  })
-)

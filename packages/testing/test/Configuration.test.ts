@@ -169,7 +169,7 @@ describe("docs/configuration.md", () => {
     const documented = rows.flatMap((row) => variableOf(row) ?? [])
     expect(
       [
-        ...(await variablesRead(Durable.layerConfig(), {
+        ...(await variablesRead(Durable.layerConfig({ cursorKeys: Cursor.keyringConfig }), {
           DATABASE_URL: UNREACHABLE,
           DURABLE_CONNECT_TIMEOUT: "1 second"
         }))
@@ -517,7 +517,10 @@ describe("numbers the code knows, wherever the docs state them", () => {
     const Projector = await load("@effect-durable/projector/Projector")
     const AdminPage = await load("@effect-durable/cli/AdminPage")
     const known = new Set([
-      ...await variablesRead(Durable.layerConfig(), { DATABASE_URL: UNREACHABLE, DURABLE_CONNECT_TIMEOUT: "1 second" }),
+      ...await variablesRead(Durable.layerConfig({ cursorKeys: Cursor.keyringConfig }), {
+        DATABASE_URL: UNREACHABLE,
+        DURABLE_CONNECT_TIMEOUT: "1 second"
+      }),
       ...await variablesRead(Projector.layerConfig()),
       ...parse(AdminPage.config).asked
     ])
