@@ -4,6 +4,7 @@
  * migrated and the bank's own tables created. Development defaults stand in for what
  * production sets in the environment (CURSOR_KEYS, WEBHOOK_SECRET).
  */
+import * as Cursor from "@effect-durable/core/Cursor"
 import * as DevDatabase from "@effect-durable/embedded/DevDatabase"
 import * as Durable from "@effect-durable/pg/Durable"
 import * as ConfigProvider from "effect/ConfigProvider"
@@ -40,9 +41,9 @@ const Tables = Layer.effectDiscard(Effect.gen(function*() {
     created_at timestamptz NOT NULL DEFAULT now())`
 }))
 
-/** The substrate (SqlClient, ledger, outbox, inbox, CAS, keyset pages) and the bank's tables. */
+/** The substrate (SqlClient, ledger, outbox, inbox, CAS, keyset pages signed by CURSOR_KEYS) and the bank's tables. */
 export const DatabaseLive = Tables.pipe(
-  Layer.provideMerge(Durable.layerConfig({ migrate: true })),
+  Layer.provideMerge(Durable.layerConfig({ migrate: true, cursorKeys: Cursor.keyringConfig })),
   Layer.provide(DevDatabase.layerDatabaseUrl())
 )
 

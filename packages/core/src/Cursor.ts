@@ -76,21 +76,26 @@ export class CursorCodec extends Context.Service<CursorCodec, {
   ) => Effect.Effect<Cursor, InvalidCursor | CursorBindingMismatch>
 }>()("@effect-durable/core/CursorCodec") {}
 
-/** Longest token accepted; checked before any decoding work. */
-export const MAX_TOKEN_LENGTH = 2048
+/**
+ * Longest token accepted; checked before any decoding work. It bounds what a client stores and
+ * sends back, and it is what `positionCapacity` shares out: large enough that a cursor carries
+ * a `varchar(400)` tie-breaker beside a timestamp whatever its characters (a control character
+ * takes six bytes in the payload), though a cursor over short values stays a few hundred.
+ */
+export const MAX_TOKEN_LENGTH = 8192
 const VERSION = 1
 const MAC_BYTES = 32
-const KEY_ID = /^[A-Za-z0-9_-]{1,32}$/
+const MAX_KEY_ID_LENGTH = 32
+const KEY_ID = new RegExp(`^[A-Za-z0-9_-]{1,${MAX_KEY_ID_LENGTH}}$`)
 const MIN_SECRET_BYTES = 16
 
 /** Longest subject a cursor carries, in UTF-8 bytes (the ledger's subjects are as long). */
 export const MAX_SUBJECT_BYTES = 256
 /**
- * Longest position parts a cursor carries, in UTF-8 bytes of their text. With the longest
- * subject, a cursor of four such parts still fits in `MAX_TOKEN_LENGTH` (unless JSON has to
- * escape many of their characters: `encode` says so then).
+ * Most bytes one character of a position takes in a token's payload: JSON writes a control
+ * character as `\u00XX`, and no character takes more (a 4-byte UTF-8 character is written as is).
  */
-export const MAX_POSITION_BYTES = { value: 256, tieBreaker: 256 } as const
+export const MAX_BYTES_PER_CHARACTER = 6
 
 // Canonical JSON refuses a lone surrogate: refusing it in the schema too names the field.
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
@@ -103,13 +108,13 @@ export const Subject: Schema.String = withoutLoneSurrogates(
   `a non-empty string of at most ${MAX_SUBJECT_BYTES} bytes without NUL`
 )
 
-// A position part may be empty: '' is a text column's value like any other.
-const PositionText = (maxBytes: number) =>
-  withoutLoneSurrogates(Input.OptionalText(maxBytes), `a string of at most ${maxBytes} bytes without NUL`)
-const PositionTuple = Schema.Tuple([
-  PositionText(MAX_POSITION_BYTES.value),
-  PositionText(MAX_POSITION_BYTES.tieBreaker)
-])
+// A position part may be empty: '' is a text column's value like any other. Its length is
+// bounded by the token's: a part no token can hold is refused by its name first.
+const PositionText = withoutLoneSurrogates(
+  Input.OptionalText(MAX_TOKEN_LENGTH),
+  `a string of at most ${MAX_TOKEN_LENGTH} bytes without NUL`
+)
+const PositionTuple = Schema.Tuple([PositionText, PositionText])
 
 // Short field names keep tokens short; the schema is the wire format of version 1. The same
 // schema checks what `encode` signs and what `decode` accepts: a cursor we issue is one we take.
@@ -121,6 +126,27 @@ const Payload = Schema.Struct({
 })
 const decodePayload = Schema.decodeUnknownResult(Payload)
 const checkPayload = Input.argumentResult("cursor", Payload)
+
+// The token's bytes besides the payload, for the longest key id: a traversal keeps fitting
+// when the keys rotate to a longer id half-way.
+const FRAME_BYTES = 2 + MAX_KEY_ID_LENGTH + MAC_BYTES
+const isSubject = Schema.is(Subject)
+
+/**
+ * The bytes a cursor for `subject` leaves to one position (its value and tie-breaker as the
+ * payload writes them, without quotes): every cursor of that subject whose two positions stay
+ * within it fits in `MAX_TOKEN_LENGTH`, whichever listed key signs it. A caller that bounds its
+ * positions by this before the first page never meets a page whose cursor cannot be issued.
+ * Zero for a subject `Subject` refuses.
+ */
+export const positionCapacity = (subject: string): number => {
+  const empty = ["", ""]
+  const frame = canonicalizeResult({ s: subject, f: "0".repeat(64), h: empty, a: empty })
+  if (!isSubject(subject) || Result.isFailure(frame)) return 0
+  // base64url without padding: 4 characters per 3 bytes.
+  const payload = Math.floor(MAX_TOKEN_LENGTH * 3 / 4) - FRAME_BYTES - Buffer.byteLength(frame.success, "utf8")
+  return Math.max(0, Math.floor(payload / 2))
+}
 
 const validateKeyring = (keys: ReadonlyArray<CursorKey>): Result.Result<void, DurableConfigError> => {
   if (keys.length === 0) return Result.fail(new DurableConfigError({ field: "cursor.keys", rule: "at least one key" }))

@@ -3,6 +3,7 @@ import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
 import * as Redacted from "effect/Redacted"
 import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
 import * as FastCheck from "fast-check"
 import { createHmac } from "node:crypto"
 import * as Cursor from "../src/Cursor.js"
@@ -199,21 +200,38 @@ describe("Cursor limits", () => {
     )
   })
 
-  it("a cursor with every part at its longest still fits in a token", () => {
-    const longest = Cursor.nextPage(
-      Cursor.firstPage("s".repeat(Cursor.MAX_SUBJECT_BYTES), filters, {
-        value: "v".repeat(Cursor.MAX_POSITION_BYTES.value),
-        tieBreaker: "t".repeat(Cursor.MAX_POSITION_BYTES.tieBreaker)
-      }),
-      {
-        value: "w".repeat(Cursor.MAX_POSITION_BYTES.value),
-        tieBreaker: "u".repeat(Cursor.MAX_POSITION_BYTES.tieBreaker)
-      }
-    )
+  it("a cursor whose positions stay within positionCapacity(subject) fits in a token, whichever key signs it; one byte more does not", () => {
     const signedByLongestKeyId = codec(key("k".repeat(32)))
-    const token = encode(longest, signedByLongestKeyId)
-    expect(token.length).toBeLessThanOrEqual(Cursor.MAX_TOKEN_LENGTH)
-    expect(decodeResult(token, signedByLongestKeyId)).toEqual(Result.succeed(longest))
+    FastCheck.assert(
+      FastCheck.property(
+        edgeText,
+        FastCheck.constantFrom("v", "é", "😀", "\u0001", "\""),
+        FastCheck.double({ min: 0, max: 1, noNaN: true }),
+        (subject, unit, split) => {
+          const capacity = Cursor.positionCapacity(subject)
+          const valid = Result.isSuccess(Schema.decodeUnknownResult(Cursor.Subject)(subject))
+          expect(capacity > 0).toBe(valid)
+          if (!valid) return
+          // The unit as the payload writes it, without its quotes.
+          const width = Buffer.byteLength(JSON.stringify(unit), "utf8") - 2
+          expect(width).toBeLessThanOrEqual(Cursor.MAX_BYTES_PER_CHARACTER)
+          const units = Math.floor(capacity / width)
+          const at = Math.floor(units * split)
+          const position = { value: unit.repeat(at), tieBreaker: unit.repeat(units - at) }
+          const longest = Cursor.nextPage(Cursor.firstPage(subject, filters, position), position)
+          const token = encode(longest, signedByLongestKeyId)
+          expect(token.length).toBeLessThanOrEqual(Cursor.MAX_TOKEN_LENGTH)
+          expect(decodeResult(token, signedByLongestKeyId)).toEqual(Result.succeed(longest))
+          // Tight: ASCII positions of one byte more each no longer fit.
+          const over = { value: "v".repeat(capacity + 1 - at), tieBreaker: "t".repeat(at) }
+          const refused = Effect.runSync(
+            Effect.flip(signedByLongestKeyId.encode(Cursor.nextPage(Cursor.firstPage(subject, filters, over), over)))
+          )
+          expect(refused).toMatchObject({ _tag: "InvalidInput", argument: "cursor" })
+        }
+      ),
+      { numRuns: 300 }
+    )
   })
 
   it("encode refuses an empty, over-long or NUL subject, an over-long position and an over-long token", () => {
@@ -222,17 +240,19 @@ describe("Cursor limits", () => {
     expect(refused({ ...first, subject: "é".repeat(129) })).toMatchObject({ argument: "cursor.s" })
     expect(refused({ ...first, subject: "a\u0000b" })).toMatchObject({ argument: "cursor.s" })
     expect(refused({ ...first, subject: "a\ud800" })).toMatchObject({ argument: "cursor.s" })
-    expect(refused({ ...second, after: { value: "1", tieBreaker: "9".repeat(257) } })).toMatchObject({
-      argument: "cursor.a[1]"
-    })
+    expect(refused({ ...second, after: { value: "1", tieBreaker: "9".repeat(Cursor.MAX_TOKEN_LENGTH + 1) } }))
+      .toMatchObject({
+        argument: "cursor.a[1]"
+      })
     // Each part within its limit, but JSON writes every control character six bytes wide.
-    const escaped = "\u0001".repeat(200)
-    const tooLong = refused(Cursor.nextPage(Cursor.firstPage(escaped, filters, { value: escaped, tieBreaker: "1" }), {
-      value: escaped,
+    const escaped = "\u0001".repeat(Cursor.MAX_SUBJECT_BYTES)
+    const wide = "\u0001".repeat(Cursor.MAX_TOKEN_LENGTH / 16)
+    const tooLong = refused(Cursor.nextPage(Cursor.firstPage(escaped, filters, { value: wide, tieBreaker: "1" }), {
+      value: wide,
       tieBreaker: "1"
     }))
     expect(tooLong).toMatchObject({ _tag: "InvalidInput", argument: "cursor" })
-    expect(tooLong.rule).toMatch(/at most 2048 characters/)
+    expect(tooLong.rule).toContain(`at most ${Cursor.MAX_TOKEN_LENGTH} characters`)
   })
 })
 

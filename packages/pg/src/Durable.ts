@@ -2,8 +2,14 @@
  * The whole substrate from one configuration: a `PgClient` (and `SqlClient`) built from the
  * connection settings, the validated `DurableSettings`, and every service over it: the
  * `MutationLedger`, the outbox (`Outbox`, `OutboxWorker`, `OutboxAdmin`), the inbox (`Inbox`,
- * `InboxWorker`, `InboxAdmin`), `Cas` and `Keyset`. Every option is decoded before a
- * connection is opened. Users who bring their own `SqlClient` use `layerOver`.
+ * `InboxWorker`, `InboxAdmin`), `Cas`, and `Keyset` when given cursor keys. Every option is
+ * decoded before a connection is opened. Users who bring their own `SqlClient` use `layerOver`.
+ *
+ * A layer here provides only services that work, and its type says which: `Keyset` comes with
+ * the substrate exactly when the layer is given the keys that sign its cursors (`cursorKeys`,
+ * or `layerConfig({ cursorKeys: Cursor.keyringConfig })`). Without them it provides no `Keyset`
+ * at all, so it can never shadow the `Keyset.layer` an application composes itself, and a
+ * program that pages without providing one fails to compile instead of at its first page.
  *
  * @since 0.1.0
  */
@@ -14,7 +20,6 @@ import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Config from "effect/Config"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Option from "effect/Option"
 import type * as SqlClient from "effect/sql/SqlClient"
 import * as Cas from "./Cas.js"
 import {
@@ -46,7 +51,7 @@ export interface Options {
   readonly settings?: SettingsInput
   readonly outbox?: Outbox.OutboxOptions
   readonly inbox?: Inbox.InboxOptions
-  /** Keys that sign `Keyset` cursors, newest first; without them `Keyset.page` fails saying so. */
+  /** Keys that sign `Keyset` cursors, newest first: with them the layer provides `Keyset`, without them it provides none. */
   readonly cursorKeys?: Cursor.Keyring
   /** Run `Migrations.migrate()` when the layer is built (needs the owner role). Default false. */
   readonly migrate?: boolean
@@ -58,6 +63,7 @@ export interface Options {
   readonly checkSchemaVersion?: boolean
 }
 
+/** What every layer of this module provides; given cursor keys, it provides `Keyset.Keyset` too. */
 export type Services =
   | PgClient.PgClient
   | SqlClient.SqlClient
@@ -70,7 +76,6 @@ export type Services =
   | InboxWorker.InboxWorker
   | InboxAdmin.InboxAdmin
   | Cas.Cas
-  | Keyset.Keyset
   | OutboxSearch.OutboxSearch
   | OutboxBulk.OutboxBulk
 
@@ -84,14 +89,19 @@ const decode = (options: Omit<Options, "connection">) =>
     return { settings, codec }
   })
 
-/** The substrate over a `SqlClient` you already have (your pool, your transactions). */
-export const layerOver = (
-  options: Omit<Options, "connection"> = {}
-): Layer.Layer<
-  Exclude<Services, PgClient.PgClient | SqlClient.SqlClient>,
-  DurableConfigError | DatabaseError | SchemaVersionMismatch,
-  SqlClient.SqlClient
-> =>
+type Substrate = Exclude<Services, PgClient.PgClient | SqlClient.SqlClient>
+type BuildError = DurableConfigError | DatabaseError | SchemaVersionMismatch
+
+/** The options of `layerOver`: `Options` without the connection. */
+export type OverOptions = Omit<Options, "connection">
+/** Options that carry cursor keys: the layer provides `Keyset` too. */
+export type WithKeys<O> = O & { readonly cursorKeys: Cursor.Keyring }
+/** Options without cursor keys: the layer provides no `Keyset`. */
+export type WithoutKeys<O> = O & { readonly cursorKeys?: undefined }
+
+// The body of both of layerOver's signatures: Keyset is in the layer exactly when keys were
+// given, as the signatures say (the keyless branch is widened here, never where a caller sees it).
+const over = (options: OverOptions): Layer.Layer<Substrate | Keyset.Keyset, BuildError, SqlClient.SqlClient> =>
   Layer.unwrap(
     Effect.map(decode(options), ({ codec, settings }) => {
       const settingsLayer = Layer.succeed(DurableSettings, settings)
@@ -100,11 +110,8 @@ export const layerOver = (
         if (options.migrate === true) yield* Migrations.migrate()
         if (options.checkSchemaVersion !== false) yield* Migrations.checkSchemaVersion
       })).pipe(Layer.provide(settingsLayer))
-      const keyset = codec === undefined
-        ? Keyset.layerWithoutKeys
-        : Keyset.layer.pipe(Layer.provide(Layer.succeed(Cursor.CursorCodec, codec)))
       // Layer.fresh: two substrates built in one memo map (two schemas, two databases) stay apart.
-      return Layer.mergeAll(
+      const services = Layer.mergeAll(
         Layer.fresh(MutationLedger.layer),
         Outbox.layer(options.outbox),
         Layer.fresh(OutboxWorker.layer),
@@ -114,16 +121,28 @@ export const layerOver = (
         Layer.fresh(InboxAdmin.layer),
         Layer.fresh(Cas.layer),
         Layer.fresh(OutboxSearch.layer),
-        Layer.fresh(OutboxBulk.layer),
-        Layer.fresh(keyset)
-      ).pipe(Layer.provideMerge(Layer.merge(settingsLayer, migrated)))
+        Layer.fresh(OutboxBulk.layer)
+      )
+      const withKeyset = codec === undefined
+        ? services as Layer.Layer<Substrate | Keyset.Keyset, BuildError, SqlClient.SqlClient>
+        : Layer.merge(
+          services,
+          Layer.fresh(Keyset.layer.pipe(Layer.provide(Layer.succeed(Cursor.CursorCodec, codec))))
+        )
+      return withKeyset.pipe(Layer.provideMerge(Layer.merge(settingsLayer, migrated)))
     })
   )
 
-/** A `PgClient` built from the connection settings, and the whole substrate over it. */
-export const layer = (
-  options: Options
-): Layer.Layer<Services, DurableConfigError | DatabaseError | SchemaVersionMismatch> =>
+/**
+ * The substrate over a `SqlClient` you already have (your pool, your transactions); with
+ * `cursorKeys`, `Keyset` too.
+ */
+export const layerOver: {
+  (options: WithKeys<OverOptions>): Layer.Layer<Substrate | Keyset.Keyset, BuildError, SqlClient.SqlClient>
+  (options?: WithoutKeys<OverOptions>): Layer.Layer<Substrate, BuildError, SqlClient.SqlClient>
+} = (options: OverOptions = {}) => over(options)
+
+const overClient = (options: Options): Layer.Layer<Services | Keyset.Keyset, BuildError> =>
   Layer.unwrap(
     Effect.gen(function*() {
       const connection = yield* makeConnection(options.connection)
@@ -138,9 +157,15 @@ export const layer = (
         prepare: connection.preparedStatements
       }).pipe(mapError(classify("Durable.layer")))
       const { connection: _, ...rest } = options
-      return layerOver(rest).pipe(Layer.provideMerge(client))
+      return over(rest).pipe(Layer.provideMerge(client))
     })
   )
+
+/** A `PgClient` built from the connection settings, and the whole substrate over it; with `cursorKeys`, `Keyset` too. */
+export const layer: {
+  (options: WithKeys<Options>): Layer.Layer<Services | Keyset.Keyset, BuildError>
+  (options: WithoutKeys<Options>): Layer.Layer<Services, BuildError>
+} = overClient
 
 /** Every variable `layerConfig` reads: what each is for and a value that works. */
 export const Variables: Readonly<Record<string, Input.VariableHint>> = {
@@ -149,30 +174,47 @@ export const Variables: Readonly<Record<string, Input.VariableHint>> = {
   ...Inbox.InboxOptionsTable.variables
 }
 
+/** What `layerConfig` takes besides the environment. */
+export interface ConfigOptions {
+  readonly migrate?: boolean
+  readonly checkSchemaVersion?: boolean
+  /**
+   * Where the keys that sign `Keyset` cursors are read (`Cursor.keyringConfig`: `CURSOR_KEYS`):
+   * with it the layer provides `Keyset` and the keys are required, without it neither.
+   */
+  readonly cursorKeys?: Config.Config<Cursor.Keyring>
+}
+
 /**
  * `layer` from configuration (see `Variables`): the connection, the settings, the outbox's
- * and the inbox's options, and `CURSOR_KEYS` (optional) to sign keyset cursors. Every
- * variable is read and checked before a connection is opened; a bad one is a
- * `DurableConfigError` naming the variable, what it is for and an example value.
+ * and the inbox's options, and, given `cursorKeys` (`Cursor.keyringConfig`), the keys that
+ * sign keyset cursors. Every variable is read and checked before a connection is opened; a
+ * bad one is a `DurableConfigError` naming the variable, what it is for and an example value.
  */
-export const layerConfig = (
-  options: { readonly migrate?: boolean; readonly checkSchemaVersion?: boolean } = {}
-): Layer.Layer<Services, DurableConfigError | DatabaseError | SchemaVersionMismatch> =>
+export const layerConfig: {
+  (options: ConfigOptions & { readonly cursorKeys: Config.Config<Cursor.Keyring> }): Layer.Layer<
+    Services | Keyset.Keyset,
+    BuildError
+  >
+  (options?: ConfigOptions & { readonly cursorKeys?: undefined }): Layer.Layer<Services, BuildError>
+} = (options: ConfigOptions = {}) =>
   Layer.unwrap(
     Effect.gen(function*() {
       const connection = yield* ConnectionOptions.fromConfig()
       const settings = yield* SettingsOptions.fromConfig()
       const outbox = yield* Outbox.OutboxOptionsTable.fromConfig()
       const inbox = yield* Inbox.InboxOptionsTable.fromConfig()
-      const keys = yield* Effect.mapError(Config.option(Cursor.keyringConfig), (error) =>
-        Input.configError(error, Variables))
+      const { cursorKeys, ...flags } = options
+      const keys = cursorKeys === undefined
+        ? undefined
+        : yield* Effect.mapError(cursorKeys, (error) => Input.configError(error, Variables))
       const full: Options = {
         connection,
         settings,
         outbox,
         inbox,
-        ...options,
-        ...(Option.isSome(keys) ? { cursorKeys: keys.value } : {})
+        ...flags,
+        ...(keys === undefined ? {} : { cursorKeys: keys })
       }
       // The keyring's own rules (lengths, duplicate ids), named by its variable.
       yield* Effect.mapError(
@@ -184,6 +226,6 @@ export const layerConfig = (
             }, Variables)
             : error
       )
-      return layer(full)
+      return overClient(full)
     })
   )

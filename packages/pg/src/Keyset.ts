@@ -4,6 +4,12 @@
  * high-water mark and later pages never go past it, so rows created during a traversal neither
  * shift it nor appear in it. Cursors are signed and bound to the subject, the table, the order
  * and the filters: a cursor presented for anything else is refused before any SQL runs.
+ * A traversal is served to its end whatever its rows hold, or refused at its first page: the
+ * ordered columns' types must bound their values so that a cursor carries any position whole
+ * (a cursor's size is bounded, a `text` column's values are not).
+ *
+ * `Keyset.layer` takes its `CursorCodec` from you; `Durable`'s layers provide a `Keyset` only
+ * when given cursor keys, so they never shadow the one you compose.
  *
  * @since 0.1.0
  */
@@ -21,7 +27,7 @@ import * as Layer from "effect/Layer"
 import * as SqlClient from "effect/sql/SqlClient"
 import type * as Statement from "effect/sql/Statement"
 import * as Catalog from "./internal/keyset/catalog.js"
-import { unencodable } from "./internal/keyset/positions.js"
+import { checkCapacity } from "./internal/keyset/positions.js"
 import * as Request from "./internal/keyset/request.js"
 import { readPage } from "./internal/keyset/statement.js"
 
@@ -30,8 +36,11 @@ export type FilterValue = string | number | boolean | null
 
 /**
  * The order of a traversal. Both columns must be NOT NULL and of a type a position carries
- * exactly: `timestamptz`, `timestamp`, `date`, `smallint`, `integer`, `bigint`, `numeric`,
- * `text`, `varchar` or `uuid`. The tie-breaker must have a unique index of its own.
+ * exactly and whole: `timestamptz`, `timestamp`, `date`, `smallint`, `integer`, `bigint`,
+ * `uuid`, `numeric(p, s)` or `varchar(n)` (not `text`, nor `numeric` or `varchar` without a
+ * bound), with positions that fit a cursor for the subject (`Cursor.positionCapacity`: a
+ * `varchar(400)` beside a timestamp always does). The tie-breaker must have a unique index of
+ * its own.
  */
 export interface Order {
   /** The column pages are ordered by; default `created_at`. */
@@ -101,6 +110,7 @@ export const make: Effect.Effect<Keyset["Service"], never, SqlClient.SqlClient |
         ? undefined
         : yield* codec.bind(request.cursor, query.subject, binding)
       const layout = yield* catalog.layout(query)
+      yield* checkCapacity(query.subject, layout.column, layout.tieBreaker)
       const rows = yield* readPage(sql, query, layout, cursor)
 
       const served = rows.slice(0, query.limit)
@@ -109,10 +119,10 @@ export const make: Effect.Effect<Keyset["Service"], never, SqlClient.SqlClient |
       const first = served[0]!
       const started = cursor ??
         Cursor.firstPage(query.subject, binding, query.direction === "asc" ? first.highWater! : first.position)
-      // A position no cursor can carry fails this page, not the next one.
-      const nextCursor = yield* Effect.mapError(
-        codec.encode(Cursor.nextPage(started, served[served.length - 1]!.position)),
-        unencodable
+      // checkCapacity bounded every position of the table for this subject: a cursor refused
+      // here would be a traversal broken half-way, a bug, not an input to report.
+      const nextCursor = yield* Effect.orDie(
+        codec.encode(Cursor.nextPage(started, served[served.length - 1]!.position))
       )
       return { items, nextCursor }
     })
@@ -122,21 +132,3 @@ export const make: Effect.Effect<Keyset["Service"], never, SqlClient.SqlClient |
 )
 
 export const layer: Layer.Layer<Keyset, never, SqlClient.SqlClient | Cursor.CursorCodec> = Layer.effect(Keyset, make)
-
-/**
- * The `Keyset` of a substrate built without cursor keys (`Durable.layer` with no
- * `cursorKeys`, `layerConfig` with no `CURSOR_KEYS`): every page fails, saying what to set.
- */
-export const layerWithoutKeys: Layer.Layer<Keyset> = Layer.succeed(
-  Keyset,
-  Keyset.of({
-    page: () =>
-      Effect.fail(
-        new DurableConfigError({
-          field: "CURSOR_KEYS",
-          rule:
-            "signing keys (id=secret[,id=secret...], secrets of at least 16 bytes) are needed to page with signed cursors"
-        })
-      )
-  })
-)

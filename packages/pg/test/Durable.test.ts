@@ -1,3 +1,4 @@
+import * as Cursor from "@effect-durable/core/Cursor"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import { describe, expect, it } from "@effect/vitest"
 import * as ConfigProvider from "effect/ConfigProvider"
@@ -7,6 +8,7 @@ import * as Redacted from "effect/Redacted"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as Durable from "../src/Durable.js"
 import { DurableSettings, layerSettings } from "../src/DurableConfig.js"
+import * as Keyset from "../src/Keyset.js"
 import * as Migrations from "../src/Migrations.js"
 import * as MutationLedger from "../src/MutationLedger.js"
 import * as Outbox from "../src/Outbox.js"
@@ -20,7 +22,7 @@ describe("Durable.layer configuration", () => {
   it.effect("bad configuration fails at layer construction with DurableConfigError naming the field", () =>
     Effect.gen(function*() {
       const url = Redacted.make("postgres://nobody@127.0.0.1:1/none")
-      const cases: ReadonlyArray<readonly [Durable.Options, string]> = [
+      const cases: ReadonlyArray<readonly [Durable.WithoutKeys<Durable.Options>, string]> = [
         [{ connection: { url, poolSize: -1 } }, "poolSize"],
         [{ connection: { url, poolSize: 1.5 } }, "poolSize"],
         [{ connection: { url: Redacted.make("") } }, "url"],
@@ -55,7 +57,9 @@ describe("Durable.layer configuration", () => {
         [{ DATABASE_URL: url, CURSOR_KEYS: "k1=short" }, "CURSOR_KEYS"]
       ]
       for (const [env, field] of cases) {
-        const error = yield* Effect.flip(build(Durable.layerConfig()).pipe(withEnv(env)))
+        const error = yield* Effect.flip(
+          build(Durable.layerConfig({ cursorKeys: Cursor.keyringConfig })).pipe(withEnv(env))
+        )
         expect(error).toMatchObject({ _tag: "DurableConfigError", field })
         // Every message says what the variable is for and gives a value that works.
         expect(error.message).toContain(`e.g. ${field}=`)
@@ -169,6 +173,69 @@ describe("Durable.layer at start", () => {
         const ahead = yield* Effect.flip(build(Durable.layer(options)))
         expect(ahead).toMatchObject({ _tag: "SchemaVersionMismatch", found: Migrations.latestVersion + 1 })
         expect(ahead.message).toContain("newer than this code knows")
+      }))
+  })
+})
+
+describe("Durable's layers and Keyset", () => {
+  const secret = Redacted.make("durable-test-secret-of-16+ bytes")
+  const appKeyset = Keyset.layer.pipe(Layer.provide(Cursor.layer([{ id: "app", secret }])))
+  const pageOfTwo = Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    yield* sql`CREATE TABLE IF NOT EXISTS composed (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now())`
+    yield* sql`TRUNCATE composed`
+    yield* sql`INSERT INTO composed SELECT FROM generate_series(1, 3)`
+    const keyset = yield* Keyset.Keyset
+    const first = yield* keyset.page({ table: "composed", subject: "s", limit: 2 })
+    return yield* keyset.page({ table: "composed", subject: "s", limit: 2, cursor: first.nextCursor! })
+  })
+
+  it("without cursor keys, no layer of Durable provides a Keyset, by its type", () => {
+    // @ts-expect-error a substrate without keys provides no Keyset to shadow the application's
+    const over: Layer.Layer<Keyset.Keyset, unknown, SqlClient.SqlClient> = Durable.layerOver({ migrate: true })
+    // @ts-expect-error nor does the one that builds its own client
+    const layer: Layer.Layer<Keyset.Keyset, unknown> = Durable.layer({ connection: { url: secret } })
+    // @ts-expect-error nor the one from configuration, unless told where the keys are
+    const config: Layer.Layer<Keyset.Keyset, unknown> = Durable.layerConfig({ migrate: true })
+    const withKeys: Layer.Layer<Keyset.Keyset, unknown, SqlClient.SqlClient> = Durable.layerOver({
+      cursorKeys: [{ id: "k1", secret }]
+    })
+    const fromConfig: Layer.Layer<Keyset.Keyset, unknown> = Durable.layerConfig({ cursorKeys: Cursor.keyringConfig })
+    expect([over, layer, config, withKeys, fromConfig].every(Layer.isLayer)).toBe(true)
+  })
+
+  it.layer(database())((it) => {
+    it.effect("an application's own Keyset.layer merged beside a keyless substrate, either side, is the Keyset that pages", () =>
+      Effect.gen(function*() {
+        for (
+          const composed of [
+            Layer.mergeAll(appKeyset, Durable.layerOver({ migrate: true })),
+            Layer.mergeAll(Durable.layerOver({ migrate: true }), appKeyset)
+          ]
+        ) {
+          const page = yield* pageOfTwo.pipe(Effect.provide(composed))
+          expect(page.items).toHaveLength(1)
+        }
+      }))
+
+    it.effect("given cursor keys, the substrate's own Keyset pages; given them in configuration, it needs them at build", () =>
+      Effect.gen(function*() {
+        const db = yield* TestDatabase.TestDatabase
+        const page = yield* pageOfTwo.pipe(
+          Effect.provide(Durable.layerOver({ migrate: true, cursorKeys: [{ id: "k1", secret }] }))
+        )
+        expect(page.items).toHaveLength(1)
+        const env = { DATABASE_URL: Redacted.value(db.url), DURABLE_SCHEMA: "keyset_config" }
+        const configured = yield* pageOfTwo.pipe(
+          Effect.provide(Durable.layerConfig({ migrate: true, cursorKeys: Cursor.keyringConfig })),
+          withEnv({ ...env, CURSOR_KEYS: "k1=a secret of sixteen bytes or more" })
+        )
+        expect(configured.items).toHaveLength(1)
+        const missing = yield* Effect.flip(
+          build(Durable.layerConfig({ migrate: true, cursorKeys: Cursor.keyringConfig })).pipe(withEnv(env))
+        )
+        expect(missing).toMatchObject({ _tag: "DurableConfigError", field: "CURSOR_KEYS" })
+        expect(missing.message).toContain("e.g. CURSOR_KEYS=")
       }))
   })
 })

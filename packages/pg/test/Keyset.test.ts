@@ -10,6 +10,7 @@ import * as Result from "effect/Result"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as Statement from "effect/sql/Statement"
 import * as FastCheck from "fast-check"
+import { positionBytes, positionText } from "../src/internal/keyset/positions.js"
 import * as Keyset from "../src/Keyset.js"
 import { database } from "./support.js"
 
@@ -51,7 +52,8 @@ const ElsewhereLive = Layer.effect(
 
 // Every supported type, with ties, ±infinity, years before 1 and after 9999, local times that
 // São Paulo skipped (2018-11-04 00:xx) or lived twice (2019-02-16 23:xx), '' and multibyte
-// text, NaN and ±Infinity numerics, and three unique tie-breakers of different types.
+// text, NaN and 20-digit numerics, and three unique tie-breakers of different types. Text and
+// numerics are bounded (varchar(n), numeric(p, s)): a cursor carries any value they hold.
 const TYPED_COLUMNS = [
   "at_tz",
   "at_local",
@@ -68,10 +70,10 @@ const TIE_BREAKERS = ["id", "uid", "code"] as const
 const createTyped = (sql: SqlClient.SqlClient) =>
   Effect.all([
     sql`CREATE TABLE typed (
-          id bigserial PRIMARY KEY, uid uuid NOT NULL UNIQUE, code text NOT NULL UNIQUE,
+          id bigserial PRIMARY KEY, uid uuid NOT NULL UNIQUE, code varchar(16) NOT NULL UNIQUE,
           at_tz timestamptz NOT NULL, at_local timestamp NOT NULL, day date NOT NULL,
-          small int2 NOT NULL, medium int4 NOT NULL, big int8 NOT NULL, amount numeric NOT NULL,
-          label text NOT NULL, short_label varchar(12) NOT NULL, ref uuid NOT NULL)`,
+          small int2 NOT NULL, medium int4 NOT NULL, big int8 NOT NULL, amount numeric(130, 20) NOT NULL,
+          label varchar(8) NOT NULL, short_label varchar(12) NOT NULL, ref uuid NOT NULL)`,
     sql`INSERT INTO typed (uid, code, at_tz, at_local, day, small, medium, big, amount, label, short_label, ref)
         SELECT md5('u' || i)::uuid,
                'code-' || lpad(i::text, 3, '0') || CASE WHEN i % 2 = 0 THEN ' é' ELSE '' END,
@@ -89,7 +91,7 @@ const createTyped = (sql: SqlClient.SqlClient) =>
                (i / 5) * -100000,
                CASE i % 12 WHEN 0 THEN 9223372036854775807 WHEN 1 THEN -9223372036854775808 ELSE i / 3 END,
                CASE i % 12 WHEN 0 THEN 'NaN'::numeric WHEN 1 THEN '-1e100' WHEN 2 THEN '1.0' WHEN 3 THEN '1.00'
-                           WHEN 4 THEN 'Infinity' ELSE (i / 3)::numeric / 7 END,
+                           WHEN 4 THEN '1e-20' ELSE (i / 3)::numeric / 7 END,
                (ARRAY['', ' ', 'a', 'A', 'é', 'e', 'b''q"\\', 'ß', '😀', 'z', 'Z', 'ab'])[i % 12 + 1],
                (ARRAY['', 'x', 'X', 'ÿ', 'x y', '0'])[i % 6 + 1],
                md5((i / 4)::text)::uuid
@@ -115,7 +117,7 @@ const createTransfers = (sql: SqlClient.SqlClient) =>
   Effect.all([
     sql`CREATE TABLE transfers (
           id bigserial PRIMARY KEY, sender text NOT NULL, receiver text NOT NULL, currency text NOT NULL,
-          amount numeric NOT NULL, created_at timestamptz NOT NULL)`,
+          amount numeric(12, 2) NOT NULL, created_at timestamptz NOT NULL)`,
     sql`INSERT INTO transfers (sender, receiver, currency, amount, created_at)
         SELECT (ARRAY['ann', 'bob', 'cy', 'dee'])[i % 4 + 1], (ARRAY['bob', 'cy', 'dee', 'ann', 'cy'])[i % 5 + 1],
                CASE WHEN i % 3 = 0 THEN 'EUR' ELSE 'USD' END, i * 10,
@@ -137,11 +139,15 @@ const PROPERTY_VALUES = {
 } as const
 type PropertyType = keyof typeof PROPERTY_VALUES
 const PROPERTY_TYPES = Object.keys(PROPERTY_VALUES) as Array<PropertyType>
+// Text and numerics with the bound a cursor needs; the other types bound themselves.
+const PROPERTY_COLUMNS: Partial<Record<PropertyType, string>> = { numeric: "numeric(20, 10)", text: "varchar(4)" }
 
 const createPropertyTables = (sql: SqlClient.SqlClient) =>
   Effect.forEach(PROPERTY_TYPES, (type) =>
     sql.unsafe(`CREATE TABLE prop_${type} (
-                  id bigserial PRIMARY KEY, k uuid NOT NULL UNIQUE DEFAULT gen_random_uuid(), v ${type} NOT NULL)`), {
+                  id bigserial PRIMARY KEY, k uuid NOT NULL UNIQUE DEFAULT gen_random_uuid(), v ${
+      PROPERTY_COLUMNS[type] ?? type
+    } NOT NULL)`), {
     discard: true
   })
 
@@ -536,7 +542,9 @@ describe("Keyset inputs", () => {
                      id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now(), maybe timestamptz,
                      score float8 NOT NULL DEFAULT 1, tags text[] NOT NULL DEFAULT '{}', rank positive NOT NULL DEFAULT 1,
                      seq int NOT NULL, pair_a int NOT NULL, pair_b int NOT NULL, partial_key int NOT NULL,
-                     maybe_key int UNIQUE, UNIQUE (pair_a, pair_b))`
+                     maybe_key int UNIQUE, UNIQUE (pair_a, pair_b),
+                     note text NOT NULL DEFAULT '', free varchar NOT NULL DEFAULT '', amount numeric NOT NULL DEFAULT 0,
+                     wide varchar(2000) NOT NULL DEFAULT '')`
         yield* sql`CREATE UNIQUE INDEX awkward_partial ON awkward (partial_key) WHERE partial_key > 0`
         yield* sql`INSERT INTO awkward (seq, pair_a, pair_b, partial_key, maybe_key) SELECT i, i, i, i, i FROM generate_series(1, 5) i`
         const cases: Array<readonly [Partial<Keyset.PageRequest>, string, RegExp]> = [
@@ -550,6 +558,11 @@ describe("Keyset inputs", () => {
           [{ order: { tieBreaker: "partial_key" } }, "order.tieBreaker", /unique index of its own/],
           [{ order: { tieBreaker: "maybe_key" } }, "order.tieBreaker", /NOT NULL/],
           [{ order: { tieBreaker: "score" } }, "order.tieBreaker", /score is double precision/],
+          // Types whose values have no bound: some row could hold a position no cursor carries.
+          [{ order: { column: "note" } }, "order.column", /note is text, which holds values of any length/],
+          [{ order: { column: "free" } }, "order.column", /free is character varying, which holds values of any/],
+          [{ order: { column: "amount" } }, "order.column", /amount is numeric, which holds values of any length/],
+          [{ order: { column: "wide" } }, "order.column", /wide is character varying\(2000\), up to 12000 bytes/],
           [{ table: "nowhere" }, "table", /there is no "nowhere"/],
           [{ schema: "nowhere" }, "table", /there is no "nowhere"."awkward"/]
         ]
@@ -588,30 +601,200 @@ describe("Keyset inputs", () => {
         expect((yield* countingStatements(keyset.page({ ...request, cursor }))).statements).toBe(1)
         expect((yield* countingStatements(keyset.page({ ...request, subject: "t" }))).statements).toBe(1)
       }))
+  })
+})
 
-    it.effect("a position no cursor can carry fails the page that would hand it out; a last page holding it is served", () =>
+// Ids of the given lengths, made of characters that take one to six bytes in a cursor (none NUL:
+// PostgreSQL text cannot hold it), each row its own, numbered so that equal lengths differ.
+const idsOf = (lengths: ReadonlyArray<number>, units: ReadonlyArray<string> = ["k"]) =>
+  lengths.map((length, i) => {
+    const number = String(i).padStart(3, "0")
+    return number + Array.from({ length: Math.max(0, length - 3) }, (_, j) => units[(i + j) % units.length]).join("")
+  })
+
+const createIds = (table: string, type: string, ids: ReadonlyArray<string>) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    Effect.all([
+      sql.unsafe(`DROP TABLE IF EXISTS ${table}`),
+      // Three creation times, so that the tie-breaker orders most pages.
+      sql.unsafe(`CREATE TABLE ${table} (id ${type} PRIMARY KEY, created_at timestamptz NOT NULL)`),
+      sql.unsafe(
+        `INSERT INTO ${table} SELECT id, timestamptz '2026-01-01' + (n % 3) * interval '1 hour'
+           FROM unnest($1::text[]) WITH ORDINALITY AS x(id, n)`,
+        [ids]
+      )
+    ], { discard: true }))
+
+const EXTREME_COLUMNS = [
+  ["at_tz", "timestamptz"],
+  ["at_local", "timestamp"],
+  ["day", "date"],
+  ["small", "int2"],
+  ["medium", "int4"],
+  ["big", "int8"],
+  ["amount", "numeric"],
+  ["tiny", "numeric"],
+  ["round", "numeric"],
+  ["u", "uuid"]
+] as const
+
+describe("Keyset traversals of long values", () => {
+  it.layer(Live)((it) => {
+    it.effect("3 short ids, then 3 of 301 characters, 2 a page: every row served exactly once, both directions", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
-        const keyset = yield* Keyset.Keyset
-        yield* sql`CREATE TABLE long_keys (id text PRIMARY KEY, created_at timestamptz NOT NULL)`
-        yield* sql`INSERT INTO long_keys VALUES ('short-1', '2026-01-01'), (repeat('k', 300), '2026-01-02'),
-                                              ('short-3', '2026-01-03')`
+        yield* sql`CREATE TABLE half_long (id varchar(301) PRIMARY KEY, created_at timestamptz NOT NULL)`
+        // The 3 newest short, the next 3 long: the page after the first ends on a long id.
+        yield* sql`INSERT INTO half_long VALUES ('short-6', '2026-01-06'), ('short-5', '2026-01-05'),
+                     ('short-4', '2026-01-04'), (repeat('c', 301), '2026-01-03'), (repeat('b', 301), '2026-01-02'),
+                     (repeat('a', 301), '2026-01-01')`
         for (const direction of ["desc", "asc"] as const) {
-          const request: Keyset.PageRequest = { table: "long_keys", subject: "s", order: { direction }, limit: 1 }
-          const first = yield* keyset.page(request)
-          expect(first.items).toHaveLength(1)
-          // The second page ends at the long key: it fails instead of handing out a cursor.
-          const { error } = yield* refusal(keyset.page({ ...request, cursor: first.nextCursor! }))
-          expect(error).toMatchObject({ _tag: "InvalidInput", argument: "order.tieBreaker" })
-          expect((error as { rule: string }).rule).toMatch(/at most 256 bytes/)
-          const onlyPage = yield* keyset.page({ ...request, limit: 3 })
-          expect(onlyPage.items).toHaveLength(3)
-          expect(onlyPage.nextCursor).toBeUndefined()
+          const order = { column: "created_at", tieBreaker: "id", direction }
+          const { pages, seen } = yield* traverse({ table: "half_long", subject: "s", order, limit: 2 })
+          expect(seen).toEqual(yield* orderedIds("half_long", order))
+          expect(new Set(seen).size).toBe(6)
+          expect(pages).toBe(3)
         }
-        // Newest first, a long key on top is the first page's high-water mark: that page fails.
-        yield* sql`UPDATE long_keys SET created_at = '2026-01-04' WHERE id LIKE 'kkk%'`
-        const { error } = yield* refusal(keyset.page({ table: "long_keys", subject: "s", limit: 1 }))
-        expect(error).toMatchObject({ _tag: "InvalidInput", argument: "order.tieBreaker" })
+      }))
+
+    it.effect("every id long, at the most its column holds, of characters a cursor writes six bytes wide: the traversal completes", () =>
+      Effect.gen(function*() {
+        const ids = idsOf(Array.from({ length: 9 }, () => 400), ["\u0001", "é", "😀", "\"", "\\"])
+        yield* createIds("all_long", "varchar(400)", ids)
+        for (const direction of ["desc", "asc"] as const) {
+          const order = { column: "created_at", tieBreaker: "id", direction }
+          for (const limit of [1, 2, 4]) {
+            const { pages, seen } = yield* traverse({ table: "all_long", subject: "s", order, limit })
+            expect(seen).toEqual(yield* orderedIds("all_long", order))
+            expect(pages).toBe(Math.ceil(9 / limit))
+          }
+        }
+        // The longest subject too: its cursors still fit.
+        const { seen } = yield* traverse({ table: "all_long", subject: "s".repeat(256), limit: 2 })
+        expect(seen).toHaveLength(9)
+      }))
+
+    it.effect("a column that can hold longer values than a cursor carries is refused at the first page, before any row is read", () =>
+      Effect.gen(function*() {
+        const keyset = yield* Keyset.Keyset
+        // The same rows as above, in a text column (no bound) and a varchar too wide for a cursor.
+        const ids = idsOf([3, 3, 3, 301, 301, 301])
+        for (
+          const [type, rule] of [
+            ["text", /id is text, which holds values of any length: make it varchar\(n\)/],
+            [
+              "varchar(1000)",
+              /id is character varying\(1000\), up to 6000 bytes in a cursor.*varchar\(n\) with n at most \d+/
+            ]
+          ] as const
+        ) {
+          yield* createIds("too_long", type, ids)
+          const { error, statements } = yield* refusal(keyset.page({ table: "too_long", subject: "s", limit: 2 }))
+          expect(error, type).toMatchObject({ _tag: "InvalidInput", argument: "order.tieBreaker" })
+          expect((error as { rule: string }).rule, type).toMatch(rule)
+          // The catalog answered; no page was read.
+          expect(statements, type).toBe(1)
+        }
+        // A column that fits with a short subject but not with the longest one names the subject.
+        yield* createIds("near_full", "varchar(480)", ids)
+        const fits = yield* traverse({ table: "near_full", subject: "s", limit: 2 })
+        expect(fits.seen).toHaveLength(6)
+        const { error } = yield* refusal(keyset.page({ table: "near_full", subject: "s".repeat(256), limit: 2 }))
+        expect(error).toMatchObject({ _tag: "InvalidInput", argument: "subject" })
+        expect((error as { rule: string }).rule).toMatch(/a subject short enough for this traversal's cursors/)
+      }))
+
+    it.effect("any ids of any lengths and characters, any page size, direction and subject: every row served once, in order, or refused before the first page", () =>
+      Effect.gen(function*() {
+        const services = yield* Effect.context<SqlClient.SqlClient | Keyset.Keyset | Elsewhere>()
+        // What each column holds at most, and whether every traversal over it must be served
+        // (for any subject), refused, or depends on the subject (the longest leaves less room).
+        const columns = {
+          "varchar(8)": { most: 8, served: "always" },
+          "varchar(64)": { most: 64, served: "always" },
+          "varchar(301)": { most: 301, served: "always" },
+          "varchar(480)": { most: 480, served: "short subject" },
+          "varchar(1000)": { most: 1000, served: "never" },
+          text: { most: 700, served: "never" }
+        } as const
+        yield* Effect.promise(() =>
+          FastCheck.assert(
+            FastCheck.asyncProperty(
+              FastCheck.record({
+                type: FastCheck.constantFrom(...(Object.keys(columns) as Array<keyof typeof columns>)),
+                lengths: FastCheck.array(FastCheck.integer({ min: 0, max: 1000 }), { maxLength: 12 }),
+                units: FastCheck.array(
+                  FastCheck.constantFrom("a", "Z", " ", "é", "€", "😀", "\u0001", "\u001f", "\"", "\\"),
+                  {
+                    minLength: 1,
+                    maxLength: 4
+                  }
+                ),
+                limit: FastCheck.integer({ min: 1, max: 5 }),
+                direction: FastCheck.constantFrom("asc" as const, "desc" as const),
+                subject: FastCheck.constantFrom("s", "s".repeat(256), "é".repeat(128))
+              }),
+              ({ direction, lengths, limit, subject, type, units }) =>
+                Effect.runPromise(Effect.provideContext(
+                  Effect.gen(function*() {
+                    const { most, served } = columns[type]
+                    const ids = idsOf(lengths.map((length) => Math.min(Math.max(length, 3), most)), units)
+                    // A table per type: the catalog keeps a table's layout for the life of the layer.
+                    const table = `prop_ids_${type.replace(/\W/g, "")}`
+                    yield* createIds(table, type, ids)
+                    const order = { column: "created_at", tieBreaker: "id", direction }
+                    let pagesServed = 0
+                    const outcome = yield* Effect.result(traverse({ table, subject, order, limit }, {
+                      between: (page) => Effect.sync(() => void (pagesServed = page))
+                    }))
+                    const mustServe = served === "always" || (served === "short subject" && subject === "s")
+                    if (Result.isFailure(outcome)) {
+                      // Refused before the first page: never half-served.
+                      expect(pagesServed).toBe(0)
+                      expect(outcome.failure, String(outcome.failure)).toMatchObject({ _tag: "InvalidInput" })
+                      expect(mustServe, `${type} for a subject of ${subject.length}`).toBe(false)
+                      return
+                    }
+                    expect(served, type).not.toBe("never")
+                    expect(outcome.success.seen).toEqual(yield* orderedIds(table, order))
+                    expect(new Set(outcome.success.seen).size).toBe(ids.length)
+                  }),
+                  services
+                ))
+            ),
+            { numRuns: 60 }
+          )
+        )
+      }))
+
+    it.effect("each type's longest values are served, and their text is within the bound the catalog gives the type", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`CREATE TABLE extremes (
+                     id bigserial PRIMARY KEY, at_tz timestamptz NOT NULL, at_local timestamp NOT NULL, day date NOT NULL,
+                     small int2 NOT NULL, medium int4 NOT NULL, big int8 NOT NULL, amount numeric(6, 3) NOT NULL,
+                     tiny numeric(3, 5) NOT NULL, round numeric(2, -3) NOT NULL, u uuid NOT NULL UNIQUE)`
+        yield* sql`INSERT INTO extremes (at_tz, at_local, day, small, medium, big, amount, tiny, round, u) VALUES
+          ('294276-12-31 23:59:59.999999+00', '294276-12-31 23:59:59.999999', '294276-12-31',
+           -32768, -2147483648, -9223372036854775808, -999.999, -0.00999, -99000, gen_random_uuid()),
+          ('4714-11-24 00:00:00+00 BC', '4714-11-24 00:00:00 BC', '4714-11-24 BC', 0, 0, 0, 0, 0, 0, gen_random_uuid()),
+          ('-infinity', '-infinity', '-infinity', 0, 0, 0, 'NaN', 'NaN', 'NaN', gen_random_uuid())`
+        for (const [column] of EXTREME_COLUMNS) {
+          for (const direction of ["asc", "desc"] as const) {
+            const order = { column, tieBreaker: "u", direction }
+            const { seen } = yield* traverse({ table: "extremes", subject: "s", order, limit: 1 })
+            expect(seen, column).toEqual(yield* orderedIds("extremes", order))
+          }
+        }
+        // Each column's longest position text, against the bound the catalog derives from its type.
+        for (const [column, type] of EXTREME_COLUMNS) {
+          const [row] = yield* sql<{ longest: number; typmod: number }>`
+            SELECT (SELECT max(octet_length(${
+            positionText(sql, type, sql`t.${sql(column)}`)
+          })) FROM extremes t) AS longest,
+                   (SELECT atttypmod FROM pg_attribute WHERE attrelid = 'extremes'::regclass AND attname = ${column}) AS typmod`
+          expect(row!.longest, column).toBeLessThanOrEqual(positionBytes(type, row!.typmod)!)
+        }
       }))
   })
 })

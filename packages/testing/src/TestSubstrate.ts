@@ -14,7 +14,8 @@ import * as Layer from "effect/Layer"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as TestDatabase from "./TestDatabase.js"
 
-export interface Options extends Omit<Durable.Options, "connection" | "migrate"> {
+// Without cursor keys: the substrate provides no Keyset, and a suite that pages composes its own.
+export interface Options extends Omit<Durable.Options, "connection" | "migrate" | "cursorKeys"> {
   /** The fresh database's options (its pool size, application name). */
   readonly database?: TestDatabase.Options
 }

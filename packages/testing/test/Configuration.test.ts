@@ -169,7 +169,7 @@ describe("docs/configuration.md", () => {
     const documented = rows.flatMap((row) => variableOf(row) ?? [])
     expect(
       [
-        ...(await variablesRead(Durable.layerConfig(), {
+        ...(await variablesRead(Durable.layerConfig({ cursorKeys: Cursor.keyringConfig }), {
           DATABASE_URL: UNREACHABLE,
           DURABLE_CONNECT_TIMEOUT: "1 second"
         }))
@@ -480,11 +480,10 @@ describe("numbers the code knows, wherever the docs state them", () => {
       ["docs/pagination.md", `a subject of 1–${Cursor.MAX_SUBJECT_BYTES} UTF-8 bytes (\`MAX_SUBJECT_BYTES\`)`],
       [
         "docs/pagination.md",
-        `positions of at most ${Cursor.MAX_POSITION_BYTES.value} bytes each (\`MAX_POSITION_BYTES\`)`
+        `at most ${Cursor.MAX_BYTES_PER_CHARACTER} bytes in it (\`MAX_BYTES_PER_CHARACTER\`)`
       ],
       ["docs/pagination.md", `a token of at most ${Cursor.MAX_TOKEN_LENGTH} characters (\`MAX_TOKEN_LENGTH\`)`]
     ]
-    expect(Cursor.MAX_POSITION_BYTES.tieBreaker).toBe(Cursor.MAX_POSITION_BYTES.value)
     expect(InboxAdmin.PURGE_FLOOR).toBe(MutationLedger.PURGE_FLOOR)
     // In words: the outbox's purge floor is "one minute", the inbox's "one hour".
     expect([OutboxAdmin.PURGE_FLOOR, InboxAdmin.PURGE_FLOOR]).toEqual(["1 minute", "1 hour"])
@@ -524,7 +523,10 @@ describe("numbers the code knows, wherever the docs state them", () => {
     const Projector = await load("@effect-durable/projector/Projector")
     const AdminPage = await load("@effect-durable/cli/AdminPage")
     const known = new Set([
-      ...await variablesRead(Durable.layerConfig(), { DATABASE_URL: UNREACHABLE, DURABLE_CONNECT_TIMEOUT: "1 second" }),
+      ...await variablesRead(Durable.layerConfig({ cursorKeys: Cursor.keyringConfig }), {
+        DATABASE_URL: UNREACHABLE,
+        DURABLE_CONNECT_TIMEOUT: "1 second"
+      }),
       ...await variablesRead(Projector.layerConfig()),
       ...parse(AdminPage.config).asked
     ])

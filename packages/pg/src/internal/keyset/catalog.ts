@@ -1,7 +1,8 @@
 /**
  * What the catalog says about a traversal's columns, read once per (schema, table, order
- * column, tie-breaker) and kept for the life of the layer: their types, that both are NOT NULL
- * and that the tie-breaker has a unique index of its own. A traversal the catalog cannot
+ * column, tie-breaker) and kept for the life of the layer: their types, that both are NOT NULL,
+ * that their types bound their text (so a cursor carries any row's position whole) and that
+ * the tie-breaker has a unique index of its own. A traversal the catalog cannot
  * support is refused before its first page; refusals are not kept (a migration may fix them).
  */
 import { type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
@@ -14,7 +15,7 @@ import type * as SqlClient from "effect/sql/SqlClient"
 import { classifySqlErrors } from "../../ErrorClassification.js"
 import { decodeRows } from "../rows.js"
 import { quote } from "../sqlText.js"
-import { isPositionType, POSITION_TYPES_SHOWN, type PositionType } from "./positions.js"
+import { isPositionType, POSITION_TYPES_SHOWN, positionBytes, type PositionType } from "./positions.js"
 
 /** Which table and columns a traversal reads; identifiers already validated. */
 export interface Target {
@@ -27,6 +28,10 @@ export interface Target {
 export interface Column {
   readonly name: string
   readonly type: PositionType
+  /** The type as PostgreSQL shows it, `varchar(64)`. */
+  readonly shown: string
+  /** The most bytes its position takes in a cursor. */
+  readonly bytes: number
 }
 
 /** A traversal the catalog supports. */
@@ -45,6 +50,7 @@ const CatalogRow = Schema.Struct({
   name: Schema.NullOr(Schema.String),
   builtin: Schema.NullOr(Schema.String),
   shown: Schema.NullOr(Schema.String),
+  typmod: Schema.NullOr(Schema.Number),
   required: Schema.NullOr(Schema.Boolean),
   uniquealone: Schema.NullOr(Schema.Boolean)
 })
@@ -66,6 +72,13 @@ const checkColumn = (
       `a column of a type positions can carry exactly (${POSITION_TYPES_SHOWN}); ${name} is ${row.shown}`
     )
   }
+  const bytes = positionBytes(row.builtin, row.typmod ?? -1)
+  if (bytes === undefined) {
+    return refuse(
+      argument,
+      `a column whose type bounds its values' length, so that a cursor carries any row's position whole (${name} is ${row.shown}, which holds values of any length: make it varchar(n) or numeric(p, s))`
+    )
+  }
   if (row.required !== true) {
     return refuse(argument, `a NOT NULL column (${name} may hold NULL, which has no place in the order)`)
   }
@@ -75,7 +88,7 @@ const checkColumn = (
       `a column with a unique index of its own, so that it breaks every tie (${name} has no unique index on it alone, without a predicate)`
     )
   }
-  return Effect.succeed({ name, type: row.builtin })
+  return Effect.succeed({ name, type: row.builtin, shown: row.shown ?? row.builtin, bytes })
 }
 
 const lookup = (sql: SqlClient.SqlClient, target: Target): Effect.Effect<Layout, InvalidInput | DatabaseError> => {
@@ -85,6 +98,7 @@ const lookup = (sql: SqlClient.SqlClient, target: Target): Effect.Effect<Layout,
            a.attname::text AS name,
            CASE WHEN ty.typnamespace = 'pg_catalog'::regnamespace THEN ty.typname::text END AS builtin,
            format_type(a.atttypid, a.atttypmod) AS shown,
+           a.atttypmod AS typmod,
            a.attnotnull AS required,
            EXISTS (SELECT FROM pg_index i
                     WHERE i.indrelid = a.attrelid AND i.indisunique AND i.indisvalid

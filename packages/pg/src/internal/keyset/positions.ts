@@ -1,14 +1,17 @@
 /**
  * How a column's value becomes a cursor position and back: text that casts back to exactly the
- * value it was read from, whatever the session's `TimeZone` and `DateStyle`. Only the types
- * listed here can order a traversal; the catalog refuses the others before any page is served.
+ * value it was read from, whatever the session's `TimeZone` and `DateStyle`; and the most a
+ * position of each type takes in a cursor. Only the types listed here, with a bounded text,
+ * order a traversal: a traversal whose every cursor fits is served to its end, any other is
+ * refused before its first page.
  */
-import { MAX_POSITION_BYTES } from "@effect-durable/core/Cursor"
+import * as Cursor from "@effect-durable/core/Cursor"
 import { InvalidInput } from "@effect-durable/core/Errors"
+import * as Effect from "effect/Effect"
 import type * as SqlClient from "effect/sql/SqlClient"
 import type * as Statement from "effect/sql/Statement"
 
-/** The built-in types (`pg_type.typname`) a position carries exactly. */
+/** The built-in types (`pg_type.typname`) a position carries exactly (`text`, unbounded, to refuse it by name). */
 export const POSITION_TYPES = [
   "timestamptz",
   "timestamp",
@@ -25,7 +28,7 @@ export type PositionType = typeof POSITION_TYPES[number]
 
 /** The same list as the documentation and errors name it. */
 export const POSITION_TYPES_SHOWN =
-  "timestamp with time zone, timestamp without time zone, date, smallint, integer, bigint, numeric, text, varchar, uuid"
+  "timestamp with time zone, timestamp without time zone, date, smallint, integer, bigint, numeric(p, s), varchar(n), uuid"
 
 export const isPositionType = (typname: string): typname is PositionType =>
   (POSITION_TYPES as ReadonlyArray<string>).includes(typname)
@@ -61,24 +64,82 @@ export const positionText = (
 export const positionValue = (sql: SqlClient.SqlClient, type: PositionType, text: string): Statement.Fragment =>
   sql`${text}::${sql.literal(type)}`
 
+// The longest text of each fixed-size type, in ASCII (one byte each in a cursor): the to_char
+// forms above at their extremes ("294276-12-31T23:59:59.999999Z", "4714-11-24T00:00:00.000000Z BC",
+// "5874897-12-31", "-9223372036854775808") and a uuid's 36 characters.
+const FIXED_BYTES: Partial<Record<PositionType, number>> = {
+  timestamptz: 30,
+  timestamp: 30,
+  date: 13,
+  int2: 6,
+  int4: 11,
+  int8: 20,
+  uuid: 36
+}
+
+// The header PostgreSQL adds to a varchar's and a numeric's type modifier (VARHDRSZ).
+const TYPMOD_HEADER = 4
+
 /**
- * A cursor the codec refused to sign, said in the request's terms: a position on this page is
- * longer than a cursor carries, so the column that holds it cannot order a traversal.
+ * The most bytes a position of this column takes in a cursor, from its type and type modifier
+ * (`pg_attribute.atttypmod`, -1 when none), or `undefined` when the column holds values of any
+ * length: `text`, `varchar` without a length, `numeric` without a precision.
  */
-export const unencodable = (error: InvalidInput): InvalidInput => {
-  const part = /^cursor\.[ha]\[(0|1)\]$/.exec(error.argument)?.[1]
-  if (part === undefined) {
-    return new InvalidInput({ argument: "order", rule: `positions short enough for a cursor: ${error.rule}` })
+export const positionBytes = (type: PositionType, typmod: number): number | undefined => {
+  const fixed = FIXED_BYTES[type]
+  if (fixed !== undefined) return fixed
+  if (typmod < TYPMOD_HEADER) return undefined
+  const modifier = typmod - TYPMOD_HEADER
+  if (type === "varchar") return modifier * Cursor.MAX_BYTES_PER_CHARACTER
+  if (type !== "numeric") return undefined
+  // numeric(p, s): a sign, the integer digits (at least "0"), then a point and s digits;
+  // s may be negative or above p (PostgreSQL 15). "-Infinity" bounds the special values.
+  const precision = (modifier >> 16) & 0xffff
+  const scale = ((modifier & 0x7ff) ^ 1024) - 1024
+  return Math.max(1 + Math.max(precision - scale, 1) + (scale > 0 ? 1 + scale : 0), "-Infinity".length)
+}
+
+/** What `checkCapacity` needs of a column. */
+export interface Bounded {
+  readonly name: string
+  readonly shown: string
+  readonly bytes: number
+}
+
+/**
+ * Refuses, before any page is read, a traversal some cursor of which would not fit in a token:
+ * its two columns' positions may take more than a cursor for this subject carries. Checked on
+ * every page (the subject is part of the request), so no page is ever served whose successor
+ * cannot be. The column to change is named; the subject when a shorter one would do.
+ */
+export const checkCapacity = (
+  subject: string,
+  column: Bounded,
+  tieBreaker: Bounded
+): Effect.Effect<void, InvalidInput> => {
+  const capacity = Cursor.positionCapacity(subject)
+  const needed = column.bytes + tieBreaker.bytes
+  if (needed <= capacity) return Effect.void
+  if (needed <= Cursor.positionCapacity("s")) {
+    return Effect.fail(
+      new InvalidInput({
+        argument: "subject",
+        rule:
+          `a subject short enough for this traversal's cursors: a position of (${column.name}, ${tieBreaker.name}) takes up to ${needed} bytes in a cursor, and a cursor for this subject carries ${capacity}`
+      })
+    )
   }
-  return part === "0"
-    ? new InvalidInput({
-      argument: "order.column",
+  const [argument, wide, other] = tieBreaker.bytes >= column.bytes
+    ? ["order.tieBreaker", tieBreaker, column] as const
+    : ["order.column", column, tieBreaker] as const
+  const room = Math.max(0, capacity - other.bytes)
+  return Effect.fail(
+    new InvalidInput({
+      argument,
       rule:
-        `a column whose values are at most ${MAX_POSITION_BYTES.value} bytes as text (a row on this page has a longer one)`
+        `a column whose values a cursor carries whole: ${wide.name} is ${wide.shown}, up to ${wide.bytes} bytes in a cursor, and beside ${other.name} a cursor for this subject carries ${room} (varchar(n) with n at most ${
+          Math.floor(room / Cursor.MAX_BYTES_PER_CHARACTER)
+        }, or a narrower type)`
     })
-    : new InvalidInput({
-      argument: "order.tieBreaker",
-      rule:
-        `a column whose values are at most ${MAX_POSITION_BYTES.tieBreaker} bytes as text (a row on this page has a longer one)`
-    })
+  )
 }
