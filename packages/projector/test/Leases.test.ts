@@ -1,4 +1,5 @@
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as Telemetry from "@effect-durable/testing/Telemetry"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
@@ -53,6 +54,7 @@ describe("Projector leases", () => {
         const [first, taken] = yield* outbox.enqueueMany([{ topic, payload: 1 }, { topic, payload: 2 }])
         const { deliveries, publisher, release, started } = yield* holdingFirst
         const lost = yield* count(Projector.metrics.leasesLost)
+        const telemetry = Telemetry.make()
         const counts = yield* withProjector(
           { topics: [topic], concurrency: 1, lease: "1500 millis", pollInterval: "50 millis" },
           publisher,
@@ -65,8 +67,14 @@ describe("Projector leases", () => {
             yield* Deferred.succeed(release, undefined)
             return yield* eventually((yield* Projector.Projector).counts, (c) => c.delivered + c.stale === 2)
           })
-        )
+        ).pipe(telemetry.observed)
         expect(counts).toMatchObject({ claimed: 2, delivered: 1, stale: 1 })
+        // Each lost lease is said at WARN, with its message's topic and id.
+        const lines = telemetry.entries.filter((entry) => entry.message.includes("lease lost"))
+        expect(lines).toEqual([expect.objectContaining({
+          level: "Warn",
+          annotations: expect.objectContaining({ messageId: taken, topic })
+        })])
         expect(deliveries.ids()).toEqual([first])
         expect(yield* outboxRows([first!, taken!])).toMatchObject([
           { projected: true },

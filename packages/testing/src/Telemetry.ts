@@ -57,6 +57,10 @@ export class RecordedSpan implements Tracer.Span {
 export const make = () => {
   const spans: Array<RecordedSpan> = []
   const logs: Array<string> = []
+  /** Each log line with its level, message and annotations, in order. */
+  const entries: Array<
+    { readonly level: string; readonly message: string; readonly annotations: Readonly<Record<string, unknown>> }
+  > = []
   const tracer = Tracer.make({
     span: (options) => {
       const span = new RecordedSpan(options)
@@ -64,9 +68,14 @@ export const make = () => {
       return span
     }
   })
-  const logger = Logger.make(({ cause, fiber, message }) => {
-    const annotations = Object.entries(fiber.getRef(References.CurrentLogAnnotations))
-    logs.push(JSON.stringify([message, annotations, String(cause)]))
+  const logger = Logger.make(({ cause, fiber, logLevel, message }) => {
+    const annotations = fiber.getRef(References.CurrentLogAnnotations)
+    logs.push(JSON.stringify([message, Object.entries(annotations), String(cause)]))
+    entries.push({
+      level: logLevel,
+      message: (Array.isArray(message) ? message : [message]).map(String).join(" "),
+      annotations
+    })
   })
   const observed = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
     effect.pipe(Effect.withTracer(tracer), Effect.provide(Logger.layer([logger])))
@@ -76,5 +85,5 @@ export const make = () => {
       [spans.map((span) => [span.name, [...span.attributes.entries()], span.events]), logs],
       (_, value) => typeof value === "bigint" ? value.toString() : value
     )
-  return { spans, logs, observed, everything }
+  return { spans, logs, entries, observed, everything }
 }

@@ -105,7 +105,19 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
           )
           return "retried" as const
         }
-        return released.success.dead ? "dead" as const : "retried" as const
+        if (!released.success.dead) return "retried" as const
+        // Each death said once, at the default level: topic, id, attempts, reason; never the payload.
+        yield* Effect.logWarning(
+          `effect-durable projector: message ${message.id} of topic ${message.topic} is dead after ${message.attempt} ${
+            message.attempt === 1 ? "attempt" : "attempts"
+          } (${error.retryable ? "out of attempts" : "a permanent failure"}): ${error.reason.slice(0, 500)}`
+        ).pipe(Effect.annotateLogs({
+          messageId: message.id,
+          topic: message.topic,
+          attempts: message.attempt,
+          permanent: !error.retryable
+        }))
+        return "dead" as const
       }
     )
 

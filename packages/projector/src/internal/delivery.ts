@@ -44,6 +44,11 @@ export class Delivery {
     this.renewAt = now + renewEveryMillis
   }
 
+  /** The claimed message with this id, if it is of this batch. */
+  message(id: string): OutboxWorker.OutboxMessage | undefined {
+    return this.claimed.find((message) => message.id === id)
+  }
+
   // The lanes.
 
   /** Whether a message not started yet may be published: its lease is neither lost nor in doubt. */

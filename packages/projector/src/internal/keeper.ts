@@ -40,11 +40,20 @@ export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker
       Effect.flatMap(({ rejected }) => {
         if (rejected.length === 0) return Effect.void
         delivery.lost(rejected.map((failure) => failure.messageId))
+        // One line per message (its topic and id, never its payload), counted.
         return Effect.andThen(
           Metric.update(metrics.leasesLost, rejected.length),
-          Effect.logWarning(
-            `effect-durable projector: ${rejected.length} leases were lost before their renewal (a stall longer than the lease?); those messages are left to their new holders`
-          )
+          Effect.forEach(rejected, (failure) => {
+            const message = delivery.message(failure.messageId)
+            return Effect.logWarning(
+              `effect-durable projector: lease lost on message ${failure.messageId}${
+                message === undefined ? "" : ` of topic ${message.topic}`
+              } before its renewal (a stall longer than the lease?): it is left to its new holder, its outcome not written`
+            ).pipe(Effect.annotateLogs({
+              messageId: failure.messageId,
+              ...(message === undefined ? {} : { topic: message.topic, attempt: message.attempt })
+            }))
+          }, { discard: true })
         )
       }),
       Effect.catch((error) =>

@@ -8,6 +8,7 @@
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Metric from "effect/Metric"
 import * as Result from "effect/Result"
 import type * as SqlClient from "effect/sql/SqlClient"
 import type * as Statement from "effect/sql/Statement"
@@ -37,6 +38,11 @@ import {
   MAX_BATCH,
   type QueueSpec
 } from "./spec.js"
+
+/** Rows a claim sent to the dead letters for their leases that ran out, by queue. */
+const exhaustedTotal = Metric.counter("effect_durable_lease_exhausted_total", {
+  description: "messages a claim sent to the dead letters because their lease ran out once too often"
+})
 
 /** How many failed deliveries a row's `failures` history keeps (the newest). */
 export const FAILURE_HISTORY = 10
@@ -131,10 +137,30 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
             spec.keyedRuns ? sql`, ${perKey}::integer` : sql``
           })`)
           .pipe(
+            Effect.tap((rows) => reportExhausted(rows)),
             // UPDATE ... RETURNING does not promise an order; the caller gets id order.
             Effect.map((rows) => inIdOrder(rows.filter((row) => !row.exhausted)))
           )
     )
+
+  /**
+   * The rows the claim sent to the dead letters because their lease ran out once too often
+   * (a worker died or stalled on each): each said once at WARN (never the payload) and
+   * counted, since no worker ever sees them.
+   */
+  const reportExhausted = (rows: ReadonlyArray<{ readonly id: string; readonly exhausted: boolean }>) =>
+    Effect.forEach(rows.filter((row) => row.exhausted), (row) => {
+      const group = (row as { readonly topic?: string; readonly consumer?: string }).topic ??
+        (row as { readonly consumer?: string }).consumer ?? ""
+      return Effect.andThen(
+        Metric.update(Metric.withAttributes(exhaustedTotal, { queue: spec.queue }), 1),
+        Effect.logWarning(
+          `effect-durable: ${spec.queue} message ${row.id} of ${
+            spec.queue === "outbox" ? "topic" : "consumer"
+          } ${group} is dead: its lease ran out once too often (a worker died or stalled while delivering it each time)`
+        ).pipe(Effect.annotateLogs({ queue: spec.queue, messageId: row.id, group }))
+      )
+    }, { discard: true })
 
   const fence = (claim: Claim) =>
     sql`id = ${claim.messageId} AND claimed_by = ${claim.worker} AND claim_generation = ${claim.generation}
