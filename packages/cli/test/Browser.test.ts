@@ -5,6 +5,7 @@
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Inbox from "@effect-durable/pg/Inbox"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
+import * as InboxWorker from "@effect-durable/pg/InboxWorker"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Projector from "@effect-durable/projector/Projector"
@@ -120,7 +121,10 @@ const Live = Layer.mergeAll(Server, BrowserLive).pipe(Layer.provideMerge(Substra
 const origin = Effect.map(HttpServer.HttpServer, (server) => `http://127.0.0.1:${portOf(server)}`)
 
 /** A page signed in (or not), accepting every confirmation, closed after `use`. */
-const withPage = <A>(use: (page: Page, base: string) => Promise<A>, options: { readonly signedIn?: boolean } = {}) =>
+const withPage = <A>(
+  use: (page: Page, base: string) => Promise<A>,
+  options: { readonly signedIn?: boolean; readonly answer?: string } = {}
+) =>
   Effect.gen(function*() {
     const b = yield* Browser
     const base = yield* origin
@@ -131,7 +135,8 @@ const withPage = <A>(use: (page: Page, base: string) => Promise<A>, options: { r
       })
       try {
         const page = await context.newPage()
-        page.on("dialog", (dialog) => void dialog.accept())
+        // Every confirm is accepted; a prompt gets `answer`.
+        page.on("dialog", (dialog) => void dialog.accept(dialog.type() === "prompt" ? options.answer ?? "" : undefined))
         return await use(page, base)
       } finally {
         await context.close()
@@ -296,6 +301,83 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
         const rows = yield* rowsOf(topic)
         expect(rows.filter((r) => !r.dead)).toHaveLength(5)
         expect(rows.filter((r) => r.dead)).toHaveLength(1)
+      }))
+
+    it.effect(
+      "a message waiting for its retry is retried now from its page; one that blocks its key is moved aside with a reason; a permanent failure says so (checked in the database)",
+      () =>
+        Effect.gen(function*() {
+          const topic = freshTopic("hurry")
+          const [waiting, blocking] = yield* enqueue(topic, 2)
+          const worker = yield* OutboxWorker.OutboxWorker
+          const claimed = yield* worker.claim({ worker: "w", topics: [topic], limit: 10, lease: "1 minute" })
+          for (const m of claimed) {
+            yield* worker.release(m.claim, { error: "the service is down", retryDelay: "1 hour" })
+          }
+          const [dead] = yield* deadLetters(topic, 1, () => "order 7 does not exist")
+          const seen = yield* withPage(async (page, base) => {
+            await page.goto(`${base}/ops/durable/messages/${waiting}`)
+            await page.getByRole("button", { name: "Retry now" }).click()
+            await status(page, "retried now 1")
+            await page.goto(`${base}/ops/durable/messages/${blocking}`)
+            await page.getByRole("button", { name: "Move aside" }).click()
+            await status(page, "moved aside 1")
+            await page.goto(`${base}/ops/durable/messages/${dead}`)
+            const attempts = await page.locator("dt:has-text('Attempts') + dd").innerText()
+            const actions = await page.locator(".actions button").allInnerTexts()
+            return { attempts, actions }
+          }, { answer: "blocks the customer's orders" })
+          expect(seen.attempts).toBe("1: a permanent failure (never retried), 0 leases ran out")
+          expect(seen.actions).toEqual(["Redrive", "Discard"])
+          const sql = yield* SqlClient.SqlClient
+          const table = sql.literal((yield* DurableSettings).table("outbox"))
+          const rows = yield* sql<{ id: string; due: boolean; dead: boolean; attempts: number; last_error: string }>`
+            SELECT id::text, available_at <= now() AS due, dead_at IS NOT NULL AS dead, attempt_count AS attempts,
+                   last_error FROM ${table} WHERE id = ANY(${[waiting!, blocking!]}::bigint[]) ORDER BY id`
+          expect(rows[0]).toMatchObject({ due: true, dead: false, attempts: 1 })
+          expect(rows[1]).toMatchObject({ dead: true })
+          expect(rows[1]!.last_error).toBe(
+            `the service is down; dead: moved aside by an operator: blocks the customer's orders (${USER}, admin page)`
+          )
+        })
+    )
+
+    it.effect("the dead letters' group row shows its group key, and the key typed as shown into the filter finds the group", () =>
+      Effect.gen(function*() {
+        const topic = freshTopic("groups")
+        yield* deadLetters(topic, 3, (id) => `payment ${id} declined`)
+        const seen = yield* withPage(async (page, base) => {
+          await page.goto(`${base}/ops/durable/dead-letters?topic=${topic}`)
+          const key = await page.locator("#groups code.group").innerText()
+          await page.goto(`${base}/ops/durable/messages?topic=${topic}&error=${encodeURIComponent(key)}`)
+          const rows = await page.locator("#messages tbody tr").count()
+          // A raw error as a message shows it, and the start of one, find it too.
+          await page.goto(`${base}/ops/durable/messages?topic=${topic}&error=${encodeURIComponent("payment 123 decl")}`)
+          return { key, rows, byPrefix: await page.locator("#messages tbody tr").count() }
+        })
+        expect(seen).toEqual({ key: "payment # declined (dead: a permanent failure)", rows: 3, byPrefix: 3 })
+      }))
+
+    it.effect("an inbox entry waiting for its retry is retried now from the inbox page (checked in the database)", () =>
+      Effect.gen(function*() {
+        const consumer = freshTopic("inbox-hurry")
+        const inbox = yield* Inbox.Inbox
+        yield* inbox.receive(consumer, "m-1", {})
+        const worker = yield* InboxWorker.InboxWorker
+        const [entry] = yield* worker.claim({ consumer, worker: "w", limit: 1, lease: "1 minute" })
+        yield* worker.release(entry!.claim, { error: "down", retryDelay: "1 hour" })
+        yield* withPage(async (page, base) => {
+          await page.goto(`${base}/ops/durable/inbox?consumer=${consumer}`)
+          await page.locator(`#receipts tr[data-row-id="${entry!.id}"]`).getByRole("button", { name: "Retry now" })
+            .click()
+          await status(page, "retried now 1")
+        })
+        const sql = yield* SqlClient.SqlClient
+        const table = sql.literal((yield* DurableSettings).table("inbox"))
+        const [row] = yield* sql<{ due: boolean }>`SELECT available_at <= now() AS due FROM ${table} WHERE id = ${
+          entry!.id
+        }`
+        expect(row).toEqual({ due: true })
       }))
 
     it.effect("pause stops a topic's deliveries by a running projector, other topics flow on; resume restarts them", () =>

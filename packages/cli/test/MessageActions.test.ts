@@ -6,7 +6,7 @@ import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as SqlClient from "effect/sql/SqlClient"
-import { cliOn, enqueue, freshTopic, json, Substrate } from "./support.js"
+import { cliOn, deadLetters, enqueue, freshTopic, json, Substrate } from "./support.js"
 
 /** Claims every message of `topic` and releases each for a retry an hour away. */
 const retrying = (topic: string, n: number, orderingKey?: string) =>
@@ -75,6 +75,29 @@ describe("effect-durable retry-now, move-aside", () => {
         expect((yield* claim).map((m) => m.id)).toEqual([next])
         const noReason = yield* cliOn(["move-aside", "--id", next!, "--yes"])
         expect(noReason.code).toBe(2)
+      }))
+
+    it.effect("dead-letters list --json shows each message's error group; --error takes it as shown, a raw error or the start of either", () =>
+      Effect.gen(function*() {
+        const topic = freshTopic("groups")
+        const ids = yield* deadLetters(topic, 2, (id) => `payment ${id} declined: 50% of 100_000`)
+        yield* deadLetters(topic, 1, () => "payment provider down")
+        const listed = json<{ items: Array<{ id: string; errorGroup: string }> }>(
+          yield* cliOn(["dead-letters", "list", "--topic", topic, "--json"])
+        )
+        const group = "payment # declined: #% of #_# (dead: a permanent failure)"
+        expect(listed.items.filter((m) => ids.includes(m.id)).map((m) => m.errorGroup)).toEqual([group, group])
+        const matching = (error: string) =>
+          Effect.map(
+            cliOn(["dead-letters", "list", "--topic", topic, "--error", error, "--json"]),
+            (result) => json<{ items: Array<{ id: string }> }>(result).items.length
+          )
+        expect(yield* matching(group)).toBe(2)
+        expect(yield* matching(`payment ${ids[0]} declined: 50% of 100_000`)).toBe(2)
+        expect(yield* matching("payment 9 decl")).toBe(2)
+        expect(yield* matching("payment")).toBe(3)
+        // % and _ are themselves, not wildcards.
+        expect(yield* matching("payment # declined: #_ of")).toBe(0)
       }))
 
     it.effect("--inbox acts on the stored inbox's entries", () =>

@@ -39,7 +39,11 @@ export interface MessageFilter {
   readonly olderThan?: Duration.Input
   /** Dead for longer than this (only dead messages match). */
   readonly deadFor?: Duration.Input
-  /** An error group, as `deadLetterGroups` names it (the last error, digits as `#`). */
+  /**
+   * An error, as anything shows it: a group key (`errorGroup`, `deadLetterGroups`' `error`:
+   * the last error with digits as `#`), a raw last error, or the start of either. It matches
+   * every message whose error group starts with its own folded form.
+   */
   readonly error?: string
   /** Values inside the payload: the value at `path`, as text (`42` matches the number and the string). */
   readonly payload?: ReadonlyArray<JsonMatch>
@@ -65,6 +69,8 @@ export interface MessageSummary {
   readonly leaseExpiries: number
   /** First 300 characters of the last error. */
   readonly lastError: string | null
+  /** The last error's group (digits as `#`, first 500 characters): what `MessageFilter.error` takes. */
+  readonly errorGroup: string | null
   /** ISO-8601 UTC. */
   readonly createdAt: string
   readonly availableAt: string
@@ -167,6 +173,7 @@ const SummaryFields = {
   failures: Schema.Number,
   leaseExpiries: Schema.Number,
   lastError: Schema.NullOr(Schema.String),
+  errorGroup: Schema.NullOr(Schema.String),
   createdAt: Schema.String,
   availableAt: Schema.String,
   projectedAt: Schema.NullOr(Schema.String),
@@ -232,9 +239,9 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
       sql`
       id::text AS id, topic, ordering_key AS "orderingKey", ${sql.literal(STATE_OF_ROW)} AS state,
       attempt_count AS attempts, failure_count AS failures, lease_expiries AS "leaseExpiries",
-      ${sql.literal(lastError)} AS "lastError", ${iso("created_at")} AS "createdAt", ${
-        iso("available_at")
-      } AS "availableAt",
+      ${sql.literal(lastError)} AS "lastError",
+      CASE WHEN last_error IS NOT NULL THEN ${sql.literal(ERROR_GROUP)} END AS "errorGroup",
+      ${iso("created_at")} AS "createdAt", ${iso("available_at")} AS "availableAt",
       ${iso("projected_at")} AS "projectedAt", ${iso("dead_at")} AS "deadAt"`
 
     const where = (filter: MessageFilter) => Effect.map(decodeFilter(filter), (decoded) => predicate(sql, decoded))

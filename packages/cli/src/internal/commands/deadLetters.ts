@@ -33,7 +33,9 @@ const olderThan = duration("older-than").pipe(
 const error = Flag.String("error").pipe(
   Flag.withMetavar("TEXT"),
   Flag.optional,
-  Flag.withDescription("Only this error group (the last error with digits as #, as the admin page groups them)")
+  Flag.withDescription(
+    "Only messages whose error group starts with this: a group as list --json (errorGroup) and the admin page show it, a raw last error, or the start of either (digits match any number)"
+  )
 )
 const consumer = Flag.String("consumer").pipe(
   Flag.withMetavar("CONSUMER"),

@@ -1,7 +1,8 @@
 /**
  * The page's writes: redrive and discard by ids (outbox and inbox) or of everything a filter
- * matches, held to the count the operator confirmed (409 when the set moved), and pause and
- * resume of a topic. Each is logged with who did it and from where.
+ * matches, held to the count the operator confirmed (409 when the set moved); retry now and
+ * move aside (with the operator's reason) by ids, outbox and inbox; pause and resume of a
+ * topic. Each is logged with who did it and from where.
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
@@ -10,7 +11,7 @@ import * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
 import * as Effect from "effect/Effect"
 import { printable } from "../printable.js"
-import { ActionBody, body, jsonResponse, type PageError, TopicBody } from "./edge.js"
+import { ActionBody, body, jsonResponse, MessageActionBody, type PageError, TopicBody } from "./edge.js"
 import type * as Jobs from "./jobs.js"
 import type { makeQueries } from "./queries.js"
 import type { PageOptions, Request } from "./routes.js"
@@ -86,6 +87,30 @@ export const make = ({ filterOf, jobs, options, queries }: ActionContext) => {
       return jsonResponse({ ids: applied })
     })
 
+  /** Retry now or move aside, by ids: the ids acted on come back (the others were in no state for it). */
+  const messageAction = (verb: "retryNow" | "moveAside", queue: "outbox" | "inbox") =>
+    Effect.fnUntraced(function*(r: Request) {
+      const input = yield* body(MessageActionBody)
+      if (verb === "moveAside" && input.reason === undefined) {
+        return jsonResponse({ error: "moving a message aside needs a reason" }, 400)
+      }
+      const reason = `${input.reason ?? ""} (${r.who.slice(0, 128)}, admin page)`
+      const run: Effect.Effect<
+        ReadonlyArray<string>,
+        InvalidInput | DatabaseError,
+        OutboxAdmin.OutboxAdmin | InboxAdmin.InboxAdmin
+      > = queue === "outbox"
+        ? Effect.flatMap(OutboxAdmin.OutboxAdmin, (admin) => admin[verb](input.ids, { reason }))
+        : Effect.flatMap(InboxAdmin.InboxAdmin, (admin) => admin[verb](input.ids, { reason }))
+      const applied = yield* queries.timed(run)
+      yield* audit(r, `${verb} of ${applied.length} ${queue} message(s) ${applied.join(",")}`, {
+        queue,
+        ids: applied.length,
+        ...(verb === "moveAside" ? { reason } : {})
+      })
+      return jsonResponse({ ids: applied })
+    })
+
   const topicAction = (verb: "pause" | "resume") =>
     Effect.fnUntraced(function*(r: Request) {
       const { topic } = yield* body(TopicBody)
@@ -97,5 +122,5 @@ export const make = ({ filterOf, jobs, options, queries }: ActionContext) => {
       return jsonResponse({ topic, changed })
     })
 
-  return { byIds, topicAction }
+  return { byIds, messageAction, topicAction }
 }

@@ -129,8 +129,9 @@ export const js = `"use strict";
     });
   }
 
-  var PAST = { redrive: "redriven", discard: "discarded" };
-  var AFTER = { redrive: "ready", discard: "discarded" };
+  var PAST = { redrive: "redriven", discard: "discarded", "retry-now": "retried now", "move-aside": "moved aside" };
+  var AFTER = { redrive: "ready", discard: "discarded", "retry-now": "ready", "move-aside": "dead" };
+  var NOT = { redrive: "not dead", discard: "not dead", "retry-now": "not waiting for a retry", "move-aside": "not ready or delayed" };
 
   function pollJob(verb, id) {
     return request("GET", "/api/jobs/" + encodeURIComponent(id)).then(function (job) {
@@ -179,11 +180,19 @@ export const js = `"use strict";
     var ids = scope === "one" ? [button.getAttribute("data-id")] : selectedIds();
     if (ids.length === 0) { say("select messages first"); return; }
     var what = ids.length === 1 ? "message " + ids[0] : ids.length + " selected messages";
-    if (!window.confirm(verb[0].toUpperCase() + verb.slice(1) + " " + what + "?")) return;
     var payload = consumer ? { consumer: consumer, ids: ids } : { ids: ids };
+    if (verb === "move-aside") {
+      // Moved aside with a reason, recorded in the message's last error.
+      var reason = window.prompt("Move " + what + " aside to the dead letters? Why (recorded with it):", "");
+      if (reason === null) return;
+      if (reason.trim() === "") { say("a reason is needed to move a message aside", true); return; }
+      payload.reason = reason;
+    } else if (verb !== "retry-now" && !window.confirm(verb[0].toUpperCase() + verb.slice(1) + " " + what + "?")) return;
     return request("POST", path, payload).then(function (result) {
-      say(PAST[verb] + " " + number(result.ids.length) + (result.ids.length < ids.length ? " (the others were not dead)" : ""));
+      say(PAST[verb] + " " + number(result.ids.length) + (result.ids.length < ids.length ? " (the others were " + NOT[verb] + ")" : ""));
       markRows(result.ids, AFTER[verb]);
+      var badge = document.querySelector("h1 .badge");
+      if (scope === "one" && result.ids.length === 1 && badge) { badge.textContent = AFTER[verb]; badge.className = "badge " + AFTER[verb]; }
     });
   }
 

@@ -43,6 +43,8 @@ const FilterBody = Schema.Struct({
   }))
 })
 export const ActionBody = Schema.Union([IdsBody, FilterBody])
+/** Retry now (no reason) and move aside (a reason the operator typed) act on ids only. */
+export const MessageActionBody = Schema.Struct({ ...IdsBody.fields, reason: Schema.optional(Schema.String) })
 export const TopicBody = Schema.Struct({ topic: Schema.String })
 
 /** Whether JSON text nests arrays and objects deeper than `max` (strings skipped, escapes too). */

@@ -154,7 +154,7 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
     return { data, samples: yield* Ref.get(samples) }
   })
 
-  const { byIds, topicAction } = Actions.make({ options, jobs, queries, filterOf })
+  const { byIds, messageAction, topicAction } = Actions.make({ options, jobs, queries, filterOf })
 
   /** The path's last segment, decoded (`/messages/:id`); one that does not decode is a 400. */
   const lastSegment = (r: Request) =>
@@ -356,10 +356,14 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
     ),
     post("/actions/redrive", route("write", "json", byIds("redrive", "outbox"))),
     post("/actions/discard", route("write", "json", byIds("discard", "outbox"))),
+    post("/actions/retry-now", route("write", "json", messageAction("retryNow", "outbox"))),
+    post("/actions/move-aside", route("write", "json", messageAction("moveAside", "outbox"))),
     post("/actions/pause", route("write", "json", topicAction("pause"))),
     post("/actions/resume", route("write", "json", topicAction("resume"))),
     post("/inbox/actions/redrive", route("write", "json", byIds("redrive", "inbox"))),
     post("/inbox/actions/discard", route("write", "json", byIds("discard", "inbox"))),
+    post("/inbox/actions/retry-now", route("write", "json", messageAction("retryNow", "inbox"))),
+    post("/inbox/actions/move-aside", route("write", "json", messageAction("moveAside", "inbox"))),
     // They apply the migrations to a scratch schema (rolled back), or LISTEN and reserve
     // sessions: not for a read-only page, nor for another site's page to set off.
     post(

@@ -19,6 +19,16 @@ export interface InboxData {
   readonly receipts: ReadonlyArray<Receipt> | undefined
 }
 
+/** A stored entry still to be processed: hurried when it waits for its retry, moved aside when not held. */
+const receiptActions = (r: Receipt): Html | string =>
+  r.state === "delayed" || r.state === "ready"
+    ? html`${
+      r.state === "delayed"
+        ? html`<button data-action="inbox-retry-now" data-scope="one" data-id="${r.id}">Retry now</button> `
+        : ""
+    }<button class="danger" data-action="inbox-move-aside" data-scope="one" data-id="${r.id}">Move aside</button>`
+    : ""
+
 export const inboxPage = (ctx: ViewContext, data: InboxData): Html => {
   const consumer = data.consumer
   const dead = data.dead === undefined || consumer === undefined ?
@@ -48,11 +58,15 @@ export const inboxPage = (ctx: ViewContext, data: InboxData): Html => {
     html`<h2>Latest receipts of ${consumer}</h2>${
       data.receipts.length === 0 ?
         html`<p class="note">None.</p>` :
-        html`<table id="receipts"><thead><tr><th>Id</th><th>Message id</th><th>State</th><th class="num">Attempts</th><th>Received</th><th>Processed</th><th>Last error</th></tr></thead><tbody>${
+        html`<table id="receipts"><thead><tr><th>Id</th><th>Message id</th><th>State</th><th class="num">Attempts</th><th>Received</th><th>Processed</th><th>Last error</th>${
+          ctx.readOnly ? "" : html`<th></th>`
+        }</tr></thead><tbody>${
           data.receipts.map((r) =>
-            html`<tr><td>${r.id}</td><td><code>${r.messageId}</code></td><td>${badge(r.state)}</td>${
-              num(r.attempts)
-            }<td>${time(r.receivedAt)}</td><td>${time(r.processedAt)}</td><td>${r.lastError ?? ""}</td></tr>`
+            html`<tr data-row-id="${r.id}"><td>${r.id}</td><td><code>${r.messageId}</code></td><td class="state">${
+              badge(r.state)
+            }</td>${num(r.attempts)}<td>${time(r.receivedAt)}</td><td>${time(r.processedAt)}</td><td>${
+              r.lastError ?? ""
+            }</td>${ctx.readOnly ? "" : html`<td class="actions">${receiptActions(r)}</td>`}</tr>`
           )
         }</tbody></table>`
     }`

@@ -259,10 +259,23 @@ ${pager}`
 
 export const messagePage = (ctx: ViewContext, m: OutboxSearch.MessageDetail): Html => {
   const field = (name: string, value: Html | string | number | null) => html`<dt>${name}</dt><dd>${value ?? "-"}</dd>`
-  const actions = ctx.readOnly || m.state !== "dead"
+  // What an operator can do in each state: a dead letter is redriven or discarded; a message
+  // waiting for its retry is hurried; one still to be delivered and not held by a worker can be
+  // moved aside (it stops holding back its ordering key).
+  const actions = ctx.readOnly
     ? ""
-    : html`<div class="actions"><button data-action="redrive" data-scope="one" data-id="${m.id}">Redrive</button>
+    : m.state === "dead"
+    ? html`<div class="actions"><button data-action="redrive" data-scope="one" data-id="${m.id}">Redrive</button>
 <button class="danger" data-action="discard" data-scope="one" data-id="${m.id}">Discard</button></div>`
+    : m.state === "delayed" || m.state === "ready"
+    ? html`<div class="actions">${
+      m.state === "delayed" ?
+        html`<button data-action="retry-now" data-scope="one" data-id="${m.id}">Retry now</button>
+` :
+        ""
+    }<button class="danger" data-action="move-aside" data-scope="one" data-id="${m.id}">Move aside</button></div>`
+    : ""
+  const permanent = m.state === "dead" && (m.lastError ?? "").endsWith("(dead: a permanent failure)")
   return layout(
     ctx,
     "messages",
@@ -272,7 +285,14 @@ ${actions}
 <dl class="fields">
 ${field("Topic", link(ctx, "/messages", toQuery({ topic: m.topic }), m.topic))}
 ${field("Ordering key", m.orderingKey)}
-${field("Attempts", `${m.attempts} of ${m.maxAttempts}: ${m.failures} failed, ${m.leaseExpiries} leases ran out`)}
+${
+      field(
+        "Attempts",
+        permanent
+          ? `${m.attempts}: a permanent failure (never retried), ${m.leaseExpiries} leases ran out`
+          : `${m.attempts} of ${m.maxAttempts}: ${m.failures} failed, ${m.leaseExpiries} leases ran out`
+      )
+    }
 ${
       field(
         "Lease holder",
@@ -325,14 +345,16 @@ export const deadLettersPage = (
     "dead",
     "Dead letters",
     html`<h1>Dead letters${topic === undefined ? "" : html` of ${topic}`}</h1>
-<p class="note">Grouped by topic and error (digits folded), so one bad deploy is one row.</p>
+<p class="note">Grouped by topic and error (digits folded to #: the group, which the filter's Error field and <code>--error</code> take as shown, as a raw error, or its start), so one bad deploy is one row.</p>
 ${
       groups.length === 0 ?
         html`<p class="note">No dead letters.</p>` :
         html`<table id="groups"><thead><tr><th>Topic</th><th>Error</th><th class="num">Messages</th><th>First died</th><th>Last died</th><th></th></tr></thead><tbody>${
           groups.map((g) => {
             const query = toQuery({ topic: g.topic, state: "dead", error: g.error })
-            return html`<tr><td>${g.topic}</td><td><code>${g.example ?? g.error}</code></td>${num(g.count)}<td>${
+            return html`<tr><td>${g.topic}</td><td><code>${
+              g.example ?? g.error
+            }</code><div class="note">group <code class="group">${g.error}</code></div></td>${num(g.count)}<td>${
               time(g.firstDeadAt)
             }</td><td>${time(g.lastDeadAt)}</td>
 <td class="actions">${link(ctx, "/messages", query, "View")}${

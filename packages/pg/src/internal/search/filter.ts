@@ -56,6 +56,20 @@ export const STATE_OF_ROW = lifecycle.stateOf
  */
 export const ERROR_GROUP = "regexp_replace(left(coalesce(last_error, ''), 500), '[0-9]+', '#', 'g')"
 
+/** The most characters of a last error its group keeps (`ERROR_GROUP`'s `left`). */
+const GROUP_CHARACTERS = 500
+
+/**
+ * An error as its group names it, folded as `ERROR_GROUP` folds a row's (first 500
+ * characters, every run of ASCII digits as `#`): a group key stays as it is, a raw error or
+ * a part of one becomes the key it belongs to.
+ */
+export const errorGroupOf = (error: string): string =>
+  Array.from(error).slice(0, GROUP_CHARACTERS).join("").replace(/[0-9]+/g, "#")
+
+/** A LIKE pattern matching every text that starts with `prefix` (its `%`, `_` and `\\` taken literally). */
+const startsWith = (prefix: string): string => `${prefix.replace(/[\\%_]/g, (c) => `\\${c}`)}%`
+
 const seconds = (duration: Duration.Duration) => Duration.toMillis(duration) / 1000
 
 /** The predicate of a decoded filter (`1=1` for an empty one). */
@@ -72,7 +86,11 @@ export const predicate = (sql: SqlClient.SqlClient, filter: DecodedFilter): Stat
   if (filter.deadFor !== undefined) {
     clauses.push(sql`dead_at < now() - make_interval(secs => ${seconds(filter.deadFor)})`)
   }
-  if (filter.error !== undefined) clauses.push(sql`${sql.literal(ERROR_GROUP)} = ${filter.error}`)
+  // The error as shown anywhere — a group key, a raw last error, or the start of either —
+  // matches every group that starts with its folded form.
+  if (filter.error !== undefined) {
+    clauses.push(sql`${sql.literal(ERROR_GROUP)} LIKE ${startsWith(errorGroupOf(filter.error))}`)
+  }
   // `#>>` reads the value at the path as text: 42, "42" and the string 42 all match "42".
   for (const match of filter.payload ?? []) clauses.push(sql`payload #>> ${match.path}::text[] = ${match.value}`)
   for (const match of filter.headers ?? []) clauses.push(sql`headers #>> ${match.path}::text[] = ${match.value}`)
