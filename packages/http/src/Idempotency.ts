@@ -111,6 +111,7 @@ export class Idempotency extends HttpApiMiddleware.Service<Idempotency, { requir
     error: [
       Problem.schema("keyMissing"),
       Problem.schema("keyInvalid"),
+      Problem.schema("keyUnsupported"),
       Problem.schema("bodyTooDeep"),
       Problem.schema("keyInFlight"),
       Problem.schema("bodyTooLarge"),
@@ -148,6 +149,21 @@ export const endpoint =
   }
 
 /**
+ * Marks an endpoint that is not idempotent: a request that carries the key is refused with
+ * 400 `idempotency-key-unsupported` before the handler runs, so a client that retries it with
+ * a key learns that the retry would run again; a request without the key runs as it is. An
+ * endpoint without the middleware ignores the key, as HTTP does: a keyed PATCH there runs
+ * again on every retry. Any method; the key's header is not documented for it.
+ */
+export const notIdempotent =
+  () =>
+  <Endpoint extends HttpApiEndpoint.Constraint>(self: Endpoint): HttpApiEndpoint.AddMiddleware<Endpoint, Idempotency> =>
+    (self as unknown as HttpApiEndpoint.Top)
+      .middleware(Idempotency)
+      .annotate(Idempotent, { required: false })
+      .annotate(Endpoints.RefusingKey, true) as any
+
+/**
  * The `Idempotency` middleware for the endpoints of `api` that have it. Options are decoded,
  * and every such endpoint checked (a method outside `methods`, a route pattern beyond the
  * ledger's bounds), when the layer is built: a `DurableConfigError` names what is wrong.
@@ -173,6 +189,7 @@ export const layer = <Id extends string, Groups extends HttpApiGroup.Constraint>
         const annotations = Context.merge(Context.merge(apiAnnotations, group.annotations), endpoint.annotations)
         const route: IdempotentRequest.Route = {
           required: Endpoints.partOf(Idempotent, annotations).required,
+          refuseKey: Context.getOrUndefined(endpoint.annotations, Endpoints.RefusingKey) === true,
           answerBeforeHandler: Endpoints.answerBeforeHandler(endpoint),
           parsesJson: Endpoints.parsesJson(endpoint)
         }
@@ -219,6 +236,8 @@ export interface Wrapper {
     options?: WrapOptions
   ) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, R | Subject | HttpServerRequest.HttpServerRequest>
   readonly optional: Wrapper["required"]
+  /** A handler that is not idempotent: a request with the key is refused (400), one without it runs. */
+  readonly notIdempotent: Wrapper["required"]
 }
 
 export interface WrapOptions {
@@ -252,8 +271,12 @@ export const wrapper = (
         })
       )
     const wrap =
-      (required: boolean) =>
+      (part: IdempotentRequest.Route) =>
       <E, R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>, wrapOptions: WrapOptions = {}) =>
-        Effect.flatMap(routeOf(wrapOptions), (route) => run({ required }, route, handler))
-    return { required: wrap(true), optional: wrap(false) }
+        Effect.flatMap(routeOf(wrapOptions), (route) => run(part, route, handler))
+    return {
+      required: wrap({ required: true }),
+      optional: wrap({ required: false }),
+      notIdempotent: wrap({ required: false, refuseKey: true })
+    }
   })

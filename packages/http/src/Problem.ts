@@ -14,6 +14,11 @@ import * as Schema from "effect/Schema"
 export const Problems = {
   keyMissing: { status: 400, code: "idempotency-key-missing", title: "Idempotency-Key is missing" },
   keyInvalid: { status: 400, code: "idempotency-key-invalid", title: "Idempotency-Key is not a valid key" },
+  keyUnsupported: {
+    status: 400,
+    code: "idempotency-key-unsupported",
+    title: "This endpoint is not idempotent: it does not take an Idempotency-Key"
+  },
   unauthenticated: { status: 401, code: "unauthenticated", title: "Authentication is required to use Idempotency-Key" },
   keyInFlight: {
     status: 409,

@@ -592,6 +592,31 @@ describe("Idempotency-Key on an HttpApi", () => {
           expect(yield* recordsOf("POST /v1/accounts/:account/unmarked", "unmarked")).toBe(0)
         }))
 
+      it.effect("an endpoint marked notIdempotent refuses a request with a key (400, nothing runs) and runs one without", () =>
+        Effect.gen(function*() {
+          const account = freshAccount()
+          const keyed = yield* send(`/v1/accounts/${account}/touches`, { method: "PATCH", key: "k", user: "alice" })
+          expectProblem(keyed, 400, "idempotency-key-unsupported")
+          expect(json(keyed)).toMatchObject({
+            detail: expect.stringContaining("a retry with the same Idempotency-Key would run it again")
+          })
+          expect(executions(account)).toBe(0)
+          const plain = yield* send(`/v1/accounts/${account}/touches`, { method: "PATCH", user: "alice" })
+          expect([plain.status, plain.text]).toEqual([200, "1"])
+          expect(yield* recordsOf("PATCH /v1/accounts/:account/touches", "k")).toBe(0)
+        }))
+
+      it.effect("a plain route wrapped notIdempotent refuses a request with a key (400, nothing runs) and runs one without", () =>
+        Effect.gen(function*() {
+          const account = freshAccount()
+          const keyed = yield* send(`/plain-touch/${account}`, { method: "PATCH", key: "k", user: "alice", body: "x" })
+          expectProblem(keyed, 400, "idempotency-key-unsupported")
+          expect(executions(account)).toBe(0)
+          const plain = yield* send(`/plain-touch/${account}`, { method: "PATCH", user: "alice", body: "x" })
+          expect([plain.status, plain.text]).toEqual([200, "PATCH x"])
+          expect(executions(account)).toBe(1)
+        }))
+
       it.effect("routes that are not idempotent pass through untouched: health, the OpenAPI document", () =>
         Effect.gen(function*() {
           const health = yield* send("/v1/health", { method: "GET", key: "ignored" })

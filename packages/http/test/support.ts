@@ -126,6 +126,10 @@ export class Bank extends HttpApiGroup.make("bank")
     HttpApiEndpoint.post("violate", "/accounts/:account/violations", { params }).pipe(
       Idempotency.endpoint({ required: true })
     ),
+    // Not idempotent, said so: a request with a key is refused.
+    HttpApiEndpoint.patch("touch", "/accounts/:account/touches", { params, success: Schema.Number }).pipe(
+      Idempotency.notIdempotent()
+    ),
     HttpApiEndpoint.get("count", "/accounts/:account/transfers", { params, success: Schema.Number }),
     HttpApiEndpoint.put("rename", "/accounts/:account", { params, payload: Amount, success: Schema.Number }),
     HttpApiEndpoint.delete("close", "/accounts/:account", { params, success: Schema.Number })
@@ -265,6 +269,7 @@ const BankLive = HttpApiBuilder.group(TestApi, "bank", (handlers) =>
           yield* Effect.orDie(sql`INSERT INTO children (parent) VALUES (${-params.account})`)
         }))
       .handle("unmarked", ({ params }) => Effect.as(ran(params.account), "ran without the middleware"))
+      .handle("touch", ({ params }) => Effect.map(ran(params.account), () => executions(params.account)))
       .handle("count", ({ params }) =>
         sql<{ n: number }>`SELECT count(*)::int AS n FROM transfers WHERE account = ${params.account}`.pipe(
           Effect.map((rows) =>
@@ -320,7 +325,10 @@ const plainRoutes = (options: Idempotency.Options) =>
       if (body === "fail") return yield* Effect.fail(new Error("a plain failure"))
       return HttpServerResponse.text(`${request.method} ${body}`, { status: body === "reject" ? 409 : 200 })
     })
-    return [HttpRouter.route("*", "/plain/:account", idempotent.required(handler))]
+    return [
+      HttpRouter.route("*", "/plain/:account", idempotent.required(handler)),
+      HttpRouter.route("PATCH", "/plain-touch/:account", idempotent.notIdempotent(handler))
+    ]
   })).pipe(Layer.provide(Identify.layer))
 
 const Tables = Layer.effectDiscard(Effect.gen(function*() {

@@ -21,6 +21,8 @@ const MAX_OPERATION_BYTES = 128
 /** What an endpoint's annotation says; an endpoint with the middleware but no annotation requires the key. */
 export interface Part {
   readonly required: boolean
+  /** Not idempotent: a request with the key is refused (400), one without it runs as it is. */
+  readonly refuseKey?: boolean
 }
 
 /** The annotation's value on an endpoint (merged over its group's and API's), or the default. */
@@ -28,6 +30,10 @@ export const partOf = (
   annotation: Context.Key<any, Part>,
   annotations: Context.Context<never>
 ): Part => Context.getOrUndefined(annotations, annotation) ?? { required: true }
+
+/** The marker `Idempotency.notIdempotent()` sets on an endpoint, beside its `Idempotent` part. */
+export class RefusingKey extends Context.Service<RefusingKey, boolean>()("@effect-durable/http/RefusingKey") {}
+const refusingKey = RefusingKey
 
 /** Why an endpoint cannot be idempotent with these settings, if it cannot. */
 export const refusal = (
@@ -37,6 +43,8 @@ export const refusal = (
 ): DurableConfigError | undefined => {
   const operation = `${endpoint.method} ${endpoint.path}`
   const field = `${group.identifier}.${endpoint.identifier}`
+  // An endpoint that refuses the key takes any method: it never reaches the ledger.
+  if (Context.getOrUndefined(endpoint.annotations, refusingKey) === true) return undefined
   if (!settings.methods.has(endpoint.method)) {
     return new DurableConfigError({
       field,

@@ -33,6 +33,8 @@ import * as StoredResponse from "./storedResponse.js"
 export interface Route {
   /** A request without the key is refused (400); otherwise it runs without the ledger. */
   readonly required: boolean
+  /** Not idempotent: a request with the key is refused (400) before anything runs; one without it runs. */
+  readonly refuseKey?: boolean
   /**
    * The answer the route gives before its handler runs, when it gives one that is not a
    * failure (HttpApi's 415 for a Content-Type it does not decode): given here once the key is
@@ -127,6 +129,12 @@ export const make = Effect.fnUntraced(function*(settings: Settings) {
   /** The answers given without a transaction; the request's key, subject and body otherwise. */
   const admit = Effect.fnUntraced(function*(request: HttpServerRequest.HttpServerRequest, route: Route) {
     const field = request.headers[settings.header]
+    if (route.refuseKey === true) {
+      return field === undefined ? PASS : answer(problem(
+        "keyUnsupported",
+        `This endpoint is not idempotent: a retry with the same ${header} would run it again. Send the request without the ${header} header.`
+      ))
+    }
     if (field === undefined) {
       return route.required ? answer(problem("keyMissing", `This endpoint requires the ${header} header.`)) : PASS
     }
