@@ -22,6 +22,16 @@ export interface QueueContender {
   readonly enqueueBulk: (url: string, messages: ReadonlyArray<Payload>) => Promise<void>
   /** One message per committed transaction, `producers` concurrent producers. */
   readonly enqueueEach?: (url: string, messages: ReadonlyArray<Payload>, producers: number) => Promise<void>
+  /**
+   * Writes `messages` with `keyOf(i)` as message i's ordering key (null: none), in bulk, with
+   * the library's own per-key order (effect-durable's ordering key, graphile-worker's named
+   * queue): the keys scenario.
+   */
+  readonly enqueueKeyed?: (
+    url: string,
+    messages: ReadonlyArray<Payload>,
+    keyOf: (i: number) => string | null
+  ) => Promise<void>
   /** Delivers every ready message to a no-op handler; returns when no open row remains. */
   readonly drain: (url: string, count: number) => Promise<void>
   /** `count` messages enqueued one per transaction at `rate`/s; sorted commit → handler-start latencies (ms). */

@@ -82,21 +82,39 @@ export interface DrainRun {
 // deployed worker would: no TypeScript loader thread, no transformed sources in memory.
 const workerScript = join(dirname(fileURLToPath(import.meta.url)), "..", "dist", "drainWorker.js")
 
-/** Drains database `url` with contender `name` in a child process (see drainWorker.ts). */
-export const drainInChild = (name: string, url: string, count: number) =>
-  new Promise<DrainRun>((resolve, reject) => {
+/**
+ * Drains database `url` with contender `name` in a child process (see drainWorker.ts). With
+ * `timeoutMillis`, a drain still running then is killed and answers `undefined`.
+ */
+export function drainInChild(name: string, url: string, count: number): Promise<DrainRun>
+export function drainInChild(
+  name: string,
+  url: string,
+  count: number,
+  timeoutMillis: number
+): Promise<DrainRun | undefined>
+export function drainInChild(name: string, url: string, count: number, timeoutMillis?: number) {
+  return new Promise<DrainRun | undefined>((resolve, reject) => {
     const child = spawn(process.execPath, [workerScript, name, url, String(count)], {
       stdio: ["ignore", "pipe", "inherit"]
     })
+    let timedOut = false
+    const timer = timeoutMillis === undefined ? undefined : setTimeout(() => {
+      timedOut = true
+      child.kill("SIGKILL")
+    }, timeoutMillis)
     let output = ""
     child.stdout.on("data", (chunk) => (output += chunk))
     child.on("error", reject)
     child.on("exit", (code) => {
+      if (timer !== undefined) clearTimeout(timer)
+      if (timedOut) return resolve(undefined)
       const line = output.trim().split("\n").pop() ?? ""
       if (code === 0 && line.startsWith("{")) resolve(JSON.parse(line))
       else reject(new Error(`drain worker for ${name} exited with ${code}: ${output}`))
     })
   })
+}
 
 /** Logs a progress line for one measurement. */
 export const progress = (round: number, name: string, detail: string) =>

@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --only=drain,enqueue,latency,ledger,claim,processes,http] [-- --skip=<contender>,...]`: effect-durable
+ * `npm run bench [-- --quick] [-- --only=drain,keys,enqueue,latency,ledger,claim,processes,http] [-- --skip=<contender>,...]`: effect-durable
  * against graphile-worker, pg-boss, Effect 4's PersistedQueue (SQL store) and the raw-SQL ceiling,
  * measured in one run on one PostgreSQL, contenders alternating round by round, each
  * measurement on a fresh database. Prints medians, ratios and the targets of issue 6, and
@@ -21,11 +21,12 @@ import * as ClaimAtScale from "./scenarios/claimAtScale.js"
 import * as Drain from "./scenarios/drain.js"
 import * as EnqueueEach from "./scenarios/enqueueEach.js"
 import * as Http from "./scenarios/http.js"
+import * as Keys from "./scenarios/keys.js"
 import * as Latency from "./scenarios/latency.js"
 import * as Ledger from "./scenarios/ledger.js"
 import * as Processes from "./scenarios/processes.js"
 
-const SCENARIOS = ["drain", "enqueue", "latency", "ledger", "claim", "processes", "http"] as const
+const SCENARIOS = ["drain", "keys", "enqueue", "latency", "ledger", "claim", "processes", "http"] as const
 type Scenario = typeof SCENARIOS[number]
 
 const parseArguments = (args: ReadonlyArray<string>) => {
@@ -61,6 +62,7 @@ const kept = <C extends { readonly name: string }>(contenders: ReadonlyArray<C>)
 const SIZES = quick
   ? {
     drain: 10_000,
+    keys: 2_000,
     enqueueEach: 2_000,
     latency: 300,
     ledger: 2_000,
@@ -72,6 +74,7 @@ const SIZES = quick
   }
   : {
     drain: 100_000,
+    keys: 10_000,
     enqueueEach: 10_000,
     latency: 2_000,
     ledger: 20_000,
@@ -117,6 +120,21 @@ const program = Effect.gen(function*() {
     "drain",
     `drain: ${SIZES.drain.toLocaleString("en")} ready messages (seeded in transactions of 1,000: bulk enqueue)`,
     () => Drain.run(bench, kept(Contenders.all), SIZES.drain)
+  )
+  results.keys = yield* step(
+    "keys",
+    `keys: ${SIZES.keys.toLocaleString("en")} ready messages without a key, over 1,000 keys, 10 keys and one hot key`,
+    () =>
+      Keys.run(
+        bench,
+        kept([
+          Contenders.EffectDurable.defaults,
+          Contenders.EffectDurable.onePerKey,
+          Contenders.GraphileWorker.fastest,
+          Contenders.GraphileWorker.defaults
+        ]),
+        SIZES.keys
+      )
   )
   results.enqueueEach = yield* step(
     "enqueue",

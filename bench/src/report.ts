@@ -4,12 +4,14 @@ import type { ClaimResult } from "./scenarios/claimAtScale.js"
 import type { DrainResult } from "./scenarios/drain.js"
 import type { EnqueueEachResult } from "./scenarios/enqueueEach.js"
 import type { HttpResult } from "./scenarios/http.js"
+import type { KeysResult } from "./scenarios/keys.js"
 import type { LatencyResult } from "./scenarios/latency.js"
 import type { LedgerResult } from "./scenarios/ledger.js"
 import type { ProcessesResult } from "./scenarios/processes.js"
 
 export interface Results {
   readonly drain?: ReadonlyArray<DrainResult> | undefined
+  readonly keys?: ReadonlyArray<KeysResult> | undefined
   readonly enqueueEach?: ReadonlyArray<EnqueueEachResult> | undefined
   readonly latency?: ReadonlyArray<LatencyResult> | undefined
   readonly ledger?: LedgerResult | undefined
@@ -32,6 +34,17 @@ const find = <A extends { readonly name: string }>(rows: ReadonlyArray<A> | unde
 /** Every target the run measured, with its ratio. */
 export const targets = (results: Results): Array<Target> => {
   const out: Array<Target> = []
+  const keyed = (name: string, layout: string) =>
+    results.keys?.find((row) => row.name === name && row.layout === layout)?.rate
+  const hotNow = keyed("effect-durable (default)", "one hot key")
+  const hotBefore = keyed("effect-durable (one per key per claim)", "one hot key")
+  if (hotNow !== undefined && hotBefore !== undefined) {
+    out.push({
+      target: "one hot key ≥ 20× the claim of 0.2 (one message per key per claim)",
+      measured: ratio(hotNow / hotBefore),
+      met: hotNow >= 20 * hotBefore
+    })
+  }
   const drain = results.drain
   const ours = find(drain, "effect-durable (default)")
   if (ours !== undefined) {
@@ -148,6 +161,29 @@ export const print = (results: Results) => {
         `| ${row.name} | ${formatRate(row.rate)} | ${of(ceiling)} | ${of(graphile)} | ${
           row.serverCpuMicrosPerMessage.toFixed(1)
         } | ${row.peakRssMB} | ${bulk} | \`${JSON.stringify(row.settings)}\` |`
+      )
+    }
+  }
+  if (results.keys !== undefined) {
+    const layouts = [...new Set(results.keys.map((row) => row.layout))]
+    const names = [...new Set(results.keys.map((row) => row.name))]
+    const rowOf = (name: string, layout: string) =>
+      results.keys!.find((row) => row.name === name && row.layout === layout)
+    const rate = (name: string, layout: string) => rowOf(name, layout)?.rate
+    const shown = (name: string, layout: string) => {
+      const row = rowOf(name, layout)
+      return row === undefined ? "–" : `${row.cut ? "< " : ""}${formatRate(row.rate)}`
+    }
+    log("\n### Keyed delivery: drain msg/s by ordering-key layout (each library's own per-key order)\n")
+    log(`| contender | ${layouts.join(" | ")} | one hot key ÷ no key |`)
+    log(`| --- |${layouts.map(() => " ---: |").join("")} ---: |`)
+    for (const name of names) {
+      const hot = rate(name, "one hot key")
+      const free = rate(name, "no key")
+      log(
+        `| ${name} | ${layouts.map((l) => shown(name, l)).join(" | ")} | ${
+          hot === undefined || free === undefined ? "–" : ratio(hot / free)
+        } |`
       )
     }
   }

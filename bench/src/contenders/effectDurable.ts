@@ -49,6 +49,23 @@ export const enqueueBulk = (url: string, messages: ReadonlyArray<unknown>) =>
     })
   )
 
+/** As `enqueueBulk`, message i with ordering key `keyOf(i)`. */
+export const enqueueKeyed = (url: string, messages: ReadonlyArray<unknown>, keyOf: (i: number) => string | null) =>
+  run(
+    url,
+    Effect.gen(function*() {
+      const outbox = yield* Outbox.Outbox
+      for (let start = 0; start < messages.length; start += BULK_TRANSACTION) {
+        yield* outbox.enqueueMany(
+          messages.slice(start, start + BULK_TRANSACTION).map((payload, j) => {
+            const key = keyOf(start + j)
+            return { topic: "bench", payload, ...(key === null ? {} : { options: { orderingKey: key } }) }
+          })
+        )
+      }
+    })
+  )
+
 export const make = (
   label: string,
   options: Projector.ProjectorOptions,
@@ -65,6 +82,7 @@ export const make = (
     ...(settings.synchronousWorkerCommits === false ? { synchronousWorkerCommits: false } : {})
   },
   enqueueBulk,
+  enqueueKeyed,
   enqueueEach: (url, messages, producers) =>
     run(
       url,
@@ -124,6 +142,8 @@ export const make = (
 })
 
 export const defaults = make("default", {})
+// The claim of 0.2: one message per ordering key per claim (perKey 1), the keys scenario's "before".
+export const onePerKey = make("one per key per claim", { perKey: 1 })
 export const tuned = make("tuned", { batchSize: 1000, batchesInFlight: 3 })
 // The defaults, with the worker's claims, marks and renewals committing without waiting for
 // the WAL flush (a lever of issue 16, not the default).

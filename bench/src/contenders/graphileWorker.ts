@@ -73,6 +73,18 @@ export const make = (label: string, worker: Record<string, unknown>): QueueConte
         )
       }
     }),
+  // A named queue runs its jobs one at a time, in order: graphile-worker's per-key order.
+  enqueueKeyed: (url, messages, keyOf) =>
+    withUtils(url, async (utils) => {
+      for (let start = 0; start < messages.length; start += BULK_TRANSACTION) {
+        await utils.addJobs(
+          messages.slice(start, start + BULK_TRANSACTION).map((payload, j) => {
+            const key = keyOf(start + j)
+            return { identifier: "bench", payload, ...(key === null ? {} : { queueName: key }) }
+          })
+        )
+      }
+    }),
   enqueueEach: (url, messages, producers) =>
     withUtils(
       url,

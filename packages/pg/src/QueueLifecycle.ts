@@ -9,7 +9,7 @@
  */
 import * as Lifecycle from "./internal/queue/lifecycle.js"
 
-export { OUTBOX_STATE_NAMES, STATES } from "./internal/queue/lifecycle.js"
+export { diedPermanently, OUTBOX_STATE_NAMES, PERMANENT_FAILURE, STATES } from "./internal/queue/lifecycle.js"
 export type { Lifecycle, OutboxStateName, State } from "./internal/queue/lifecycle.js"
 
 /** The outbox's row lifecycle (its done state is `projected`), over columns of `alias` when given. */

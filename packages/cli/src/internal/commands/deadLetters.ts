@@ -9,6 +9,7 @@
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import * as QueueLifecycle from "@effect-durable/pg/QueueLifecycle"
 import * as Argument from "effect/cli/Argument"
 import * as Command from "effect/cli/Command"
 import * as Flag from "effect/cli/Flag"
@@ -158,7 +159,9 @@ const show = Command.make(
         field("ordering key", m.orderingKey),
         field(
           "attempts",
-          `${m.attempts} of ${m.maxAttempts} (${m.failures} failed, ${m.leaseExpiries} leases ran out)`
+          m.state === "dead" && QueueLifecycle.diedPermanently(m.lastError)
+            ? `${m.attempts}: a permanent failure, never retried (${m.leaseExpiries} leases ran out)`
+            : `${m.attempts} of ${m.maxAttempts} (${m.failures} failed, ${m.leaseExpiries} leases ran out)`
         ),
         field("created", m.createdAt),
         field("available", m.availableAt),

@@ -275,7 +275,7 @@ export const messagePage = (ctx: ViewContext, m: OutboxSearch.MessageDetail): Ht
         ""
     }<button class="danger" data-action="move-aside" data-scope="one" data-id="${m.id}">Move aside</button></div>`
     : ""
-  const permanent = m.state === "dead" && (m.lastError ?? "").endsWith("(dead: a permanent failure)")
+  const permanent = m.state === "dead" && QueueLifecycle.diedPermanently(m.lastError)
   return layout(
     ctx,
     "messages",

@@ -9,8 +9,10 @@
  * limit cuts runs breadth-first (every head, then every second message, ...), so no message is
  * handed out without every open message of its key before it in the same claim. The runs are
  * cut to the limit before they are locked (a claim locks what it may take, not a key's whole
- * backlog), and every step over the claim's own rows is an array or a grouped subquery, never a
- * join of two CTEs (a generic plan estimates one row each and nests the loops).
+ * backlog). Every step over the claim's own rows is an array probe, a hashed anti-join or a
+ * join with the (materialized, usually empty) gaps: never a join of two CTEs of the claim's
+ * size, nor a subquery per row (a generic plan estimates one row each and nests the loops —
+ * 4.5 s and 0.5 s for a claim in the first two versions of this query).
  *
  * Why the head decides: only the holder of a key's head can take what follows it. Every claim,
  * of this version or version 8's, refuses a keyed row with an open row of its key before it
@@ -80,14 +82,13 @@ locked AS (
   SELECT q.id FROM ${outbox} q
    WHERE q.id = ANY(ARRAY(SELECT p.id FROM picked p WHERE p.position > 0)) AND ${open("q")}
    FOR UPDATE SKIP LOCKED),
-gaps AS (
+gaps AS MATERIALIZED (
   SELECT p.head, min(p.position) AS position FROM picked p
-   WHERE p.position > 0 AND p.id <> ALL(ARRAY(SELECT l.id FROM locked l))
+   WHERE p.position > 0 AND p.id NOT IN (SELECT l.id FROM locked l)
    GROUP BY p.head),
 chosen AS (
-  SELECT p.id FROM picked p
-   WHERE p.position = 0
-      OR p.position < coalesce((SELECT g.position FROM gaps g WHERE g.head = p.head), p.position + 1))
+  SELECT p.id FROM picked p LEFT JOIN gaps g ON g.head = p.head
+   WHERE p.position = 0 OR g.position IS NULL OR p.position < g.position)
 UPDATE ${outbox} q SET
   claimed_by = CASE WHEN ${exhausted} THEN q.claimed_by ELSE $1 END,
   claimed_until = CASE WHEN ${exhausted} THEN NULL ELSE now() + make_interval(secs => $3) END,

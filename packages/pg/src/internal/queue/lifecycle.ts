@@ -23,6 +23,12 @@ import type { QueueSpec } from "./spec.js"
 export const STATES = ["ready", "delayed", "claimed", "dead", "done"] as const
 export type State = typeof STATES[number]
 
+/** What a release that was a permanent failure appends to the row's last error. */
+export const PERMANENT_FAILURE = "(dead: a permanent failure)"
+
+/** Whether a dead row's last error says it died of a permanent failure (never retried). */
+export const diedPermanently = (lastError: string | null): boolean => lastError?.endsWith(PERMANENT_FAILURE) === true
+
 /** What each queue calls its done state. */
 export const doneName = (queue: QueueSpec["queue"]): "projected" | "processed" =>
   queue === "outbox" ? "projected" : "processed"

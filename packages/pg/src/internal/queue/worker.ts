@@ -270,7 +270,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
                  available_at = now() + make_interval(secs => ${retrySeconds}),
                  dead_at = CASE WHEN ${permanent} OR failure_count + 1 >= max_attempts THEN now() END,
                  last_error = CASE
-                   WHEN ${permanent} THEN ${error} || ' (dead: a permanent failure)'
+                   WHEN ${permanent} THEN ${error} || ${` ${Lifecycle.PERMANENT_FAILURE}`}::text
                    WHEN failure_count + 1 >= max_attempts
                      THEN ${error} || format(' (dead: %s failed deliveries)', failure_count + 1)
                    ELSE ${error} END,
