@@ -60,6 +60,7 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
     const outbox = yield* admin<{
       id: string
       uid: string
+      ordering_key: string | null
       projected: boolean
       dead: boolean
       last_error: string | null
@@ -67,7 +68,7 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
       failures: number
       lease_expiries: number
     }>`
-      SELECT id::text AS id, payload->>'uid' AS uid,
+      SELECT id::text AS id, payload->>'uid' AS uid, ordering_key,
              ${admin.literal(QueueLifecycle.outbox.is.done)} AS projected, ${
       admin.literal(QueueLifecycle.outbox.is.dead)
     } AS dead, last_error, attempt_count AS attempts,
@@ -139,6 +140,38 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
     const lost = new Set([...neverDelivered, ...ackedMissing.map((entry) => entry.uid), ...withoutMessage])
     const phantom = new Set([...phantomDeliveries, ...phantomEffects])
     const duplicates = deliveries.length - timesByMessage.size
+
+    // Per-key order: a keyed message is first delivered only after every earlier message of its
+    // key was delivered (a late duplicate of an earlier one, from a frozen holder, may come after).
+    const firstDelivery = new Map<string, number>()
+    for (const [id, times] of timesByMessage) firstDelivery.set(id, Math.min(...times))
+    const byKey = new Map<string, Array<{ readonly id: bigint; readonly first: number | undefined }>>()
+    for (const row of committedMessages) {
+      if (row.ordering_key === null || row.dead) continue
+      byKey.set(row.ordering_key, [
+        ...(byKey.get(row.ordering_key) ?? []),
+        { id: BigInt(row.id), first: firstDelivery.get(row.id) }
+      ])
+    }
+    let keyedMessages = 0
+    const outOfOrder: Array<string> = []
+    for (const [key, rows] of byKey) {
+      rows.sort((a, b) => (a.id < b.id ? -1 : 1))
+      keyedMessages += rows.length
+      for (let i = 1; i < rows.length; i++) {
+        const before = rows[i - 1]!.first
+        const after = rows[i]!.first
+        if (after !== undefined && (before === undefined || after < before)) {
+          outOfOrder.push(`${key}: ${rows[i]!.id} before ${rows[i - 1]!.id}`)
+        }
+      }
+    }
+    details.push(
+      `per-key order: ${keyedMessages} keyed messages over ${byKey.size} keys, ${outOfOrder.length} first delivered before an earlier one of their key${
+        outOfOrder.length === 0 ? "" : ` (${sample(outOfOrder)})`
+      }`
+    )
+    if (outOfOrder.length > 0) broken.push(`per-key order broken ${outOfOrder.length}`)
 
     if (lost.size > 0) broken.push(`lost ${lost.size}`)
     if (pending.length > 0) broken.push(`undelivered when the drain ended ${pending.length}`)

@@ -27,7 +27,7 @@ import * as Redacted from "effect/Redacted"
 import * as SqlClient from "effect/sql/SqlClient"
 import { appendFileSync } from "node:fs"
 import { rollsBack } from "./random.js"
-import { APPLICATION, type JournalEntry, OPERATION, type Payload, SUBJECT, TOPIC } from "./schema.js"
+import { APPLICATION, type JournalEntry, OPERATION, orderingKeyOf, type Payload, SUBJECT, TOPIC } from "./schema.js"
 
 export interface ProducerConfig {
   /** Through the commit-cutting proxy. */
@@ -85,7 +85,13 @@ const program = Effect.gen(function*() {
       const request = { kind: "order", eligibility: new Uint8Array(0), fingerprint: yield* fingerprint({ key, uid }) }
       const decide = Effect.gen(function*() {
         yield* sql`INSERT INTO chaos.orders (key, uid) VALUES (${key}, ${uid})`
-        yield* outbox.enqueue(TOPIC, { uid, key } satisfies Payload)
+        // Every other command of a customer is keyed: per-key order is checked under the faults too.
+        const orderingKey = orderingKeyOf(index)
+        yield* outbox.enqueue(
+          TOPIC,
+          { uid, key } satisfies Payload,
+          orderingKey === undefined ? {} : { orderingKey }
+        )
         if (rollback) return yield* new DeliberateRollback({ uid })
         return MutationLedger.accept({ uid })
       })

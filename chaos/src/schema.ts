@@ -53,6 +53,10 @@ export const DDL = [
      at timestamptz NOT NULL DEFAULT clock_timestamp())`
 ] as const
 
+/** Half the commands are keyed, over 100 customers: their messages must be first delivered in id order per key. */
+export const orderingKeyOf = (index: number): string | undefined =>
+  index % 2 === 0 ? `customer-${(index / 2) % 100}` : undefined
+
 /** The payload of every chaos message. */
 export interface Payload {
   readonly uid: string
