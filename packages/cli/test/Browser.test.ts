@@ -337,7 +337,7 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
           expect(rows[0]).toMatchObject({ due: true, dead: false, attempts: 1 })
           expect(rows[1]).toMatchObject({ dead: true })
           expect(rows[1]!.last_error).toBe(
-            `the service is down; dead: moved aside by an operator: blocks the customer's orders (${USER}, admin page)`
+            `the service is down; dead: moved aside by ${USER} (admin page): blocks the customer's orders`
           )
         })
     )

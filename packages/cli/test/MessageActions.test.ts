@@ -71,7 +71,7 @@ describe("effect-durable retry-now, move-aside", () => {
         expect(result.stdout.trim()).toBe(`moved aside: ${stuck}`)
         const [row] = yield* stateOf("outbox", [stuck!])
         expect(row).toMatchObject({ dead: true })
-        expect(row!.last_error).toBe("the service is down; dead: moved aside by an operator: blocks the customer")
+        expect(row!.last_error).toMatch(/^the service is down; dead: moved aside by .+ \(cli\): blocks the customer$/)
         expect((yield* claim).map((m) => m.id)).toEqual([next])
         const noReason = yield* cliOn(["move-aside", "--id", next!, "--yes"])
         expect(noReason.code).toBe(2)

@@ -91,7 +91,7 @@ export const make: Effect.Effect<InboxWorker["Service"], never, SqlClient.SqlCli
       release: (claim, options) => Effect.withSpan(queue.release(claim, options), "InboxWorker.release"),
       renewLease: (claim, lease) => Effect.withSpan(queue.renew(claim, lease), "InboxWorker.renewLease"),
       renewLeases: (claims, lease) => Effect.withSpan(queue.renewMany(claims, lease), "InboxWorker.renewLeases"),
-      giveBack: (claims) => Effect.withSpan(queue.giveBack(claims), "InboxWorker.giveBack")
+      giveBack: (claims, options) => Effect.withSpan(queue.giveBack(claims, options), "InboxWorker.giveBack")
     })
   }
 )

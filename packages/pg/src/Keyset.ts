@@ -19,7 +19,7 @@ import {
   type DatabaseError,
   DurableConfigError,
   type InvalidCursor,
-  type InvalidInput
+  InvalidInput
 } from "@effect-durable/core/Errors"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -119,10 +119,22 @@ export const make: Effect.Effect<Keyset["Service"], never, SqlClient.SqlClient |
       const first = served[0]!
       const started = cursor ??
         Cursor.firstPage(query.subject, binding, query.direction === "asc" ? first.highWater! : first.position)
-      // checkCapacity bounded every position of the table for this subject: a cursor refused
-      // here would be a traversal broken half-way, a bug, not an input to report.
-      const nextCursor = yield* Effect.orDie(
-        codec.encode(Cursor.nextPage(started, served[served.length - 1]!.position))
+      // checkCapacity bounded every position of the table for this subject, by the column types
+      // looked up when this layout was kept: a position that does not fit means a column changed
+      // since (widened to text, say). The layout is forgotten, and the page refused, typed.
+      const nextCursor = yield* codec.encode(Cursor.nextPage(started, served[served.length - 1]!.position)).pipe(
+        Effect.catch(() =>
+          Effect.andThen(
+            catalog.forget(query),
+            Effect.fail(
+              new InvalidInput({
+                argument: "order.column",
+                rule:
+                  "a position of this table no longer fits a cursor: a column changed since the traversal began; start it again from its first page"
+              })
+            )
+          )
+        )
       )
       return { items, nextCursor }
     })

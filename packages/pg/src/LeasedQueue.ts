@@ -105,10 +105,15 @@ export type RenewLeases = (
 ) => Effect.Effect<ManyResult, InvalidInput | DatabaseError>
 
 /**
- * Gives claimed rows back untouched, in one statement: claimable again at once, no failure
- * counted, no lease lost (work never started, or a worker shutting down).
+ * Unclaims rows, in one statement: another worker may claim them at once; no failure is
+ * counted, no lease lost. With `unstarted`, the rows were never delivered (the rest of a keyed
+ * run behind a failure, a batch whose leases are in doubt): the attempt their claim counted is
+ * taken back too. Without it (a worker shutting down, deliveries perhaps under way) it stays.
  */
-export type GiveBack = (claims: ReadonlyArray<Claim>) => Effect.Effect<ManyResult, DatabaseError>
+export type GiveBack = (
+  claims: ReadonlyArray<Claim>,
+  options?: { readonly unstarted?: boolean }
+) => Effect.Effect<ManyResult, DatabaseError>
 
 /** An operator action on rows named by id (at most 10,000); returns the ids it applied to. */
 export type ByIds = (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, InvalidInput | DatabaseError>
@@ -119,7 +124,11 @@ export type ByIds = (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<
  */
 export type MoveAside = (
   ids: ReadonlyArray<string>,
-  options: { readonly reason: string }
+  options: {
+    readonly reason: string
+    /** Who moves them (1-128 bytes, no NUL), recorded with the reason; default "an operator". */
+    readonly by?: string
+  }
 ) => Effect.Effect<ReadonlyArray<string>, InvalidInput | DatabaseError>
 
 /** Deletes done rows older than the retention, in batches; returns how many. */

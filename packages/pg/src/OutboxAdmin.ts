@@ -195,19 +195,23 @@ export const make: Effect.Effect<OutboxAdmin["Service"], never, SqlClient.SqlCli
       return yield* queue.explainClaim(options, yield* decodeTopics(options.topics ?? null))
     })
 
-    // The projectors claim what became ready at once, not at their next poll.
+    // The projectors claim what became ready (or what a moved-aside message held back) at once,
+    // not at their next poll. Only a wake-up: the rows changed already, so a failure is logged.
     const wake = (ids: ReadonlyArray<string>) =>
       ids.length === 0 ? Effect.succeed(ids) : sql`
         SELECT count(pg_notify(${channel}, t.topic)) AS n
           FROM (SELECT DISTINCT topic FROM ${table} WHERE id = ANY(${ids}::bigint[])) t`.pipe(
-        classifySqlErrors("OutboxAdmin.wake"),
+        Effect.catch((error) =>
+          Effect.logDebug(`effect-durable: the wake-up after an operator action failed: ${error.message}`)
+        ),
         Effect.as(ids)
       )
 
     return OutboxAdmin.of({
       deadLetters,
       retryNow: (ids) => Effect.withSpan(Effect.flatMap(queue.retryNow(ids), wake), "OutboxAdmin.retryNow"),
-      moveAside: (ids, options) => Effect.withSpan(queue.moveAside(ids, options), "OutboxAdmin.moveAside"),
+      moveAside: (ids, options) =>
+        Effect.withSpan(Effect.flatMap(queue.moveAside(ids, options), wake), "OutboxAdmin.moveAside"),
       redrive: (ids) => Effect.withSpan(queue.redrive(ids), "OutboxAdmin.redrive"),
       replay: (ids) => Effect.withSpan(queue.replay(ids), "OutboxAdmin.replay"),
       discard: (ids) => Effect.withSpan(queue.discard(ids), "OutboxAdmin.discard"),

@@ -116,7 +116,7 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
       release: (claim, options) => Effect.withSpan(queue.release(claim, options), "OutboxWorker.release"),
       renewLease: (claim, lease) => Effect.withSpan(queue.renew(claim, lease), "OutboxWorker.renewLease"),
       renewLeases: (claims, lease) => Effect.withSpan(queue.renewMany(claims, lease), "OutboxWorker.renewLeases"),
-      giveBack: (claims) => Effect.withSpan(queue.giveBack(claims), "OutboxWorker.giveBack")
+      giveBack: (claims, options) => Effect.withSpan(queue.giveBack(claims, options), "OutboxWorker.giveBack")
     })
   }
 )

@@ -674,6 +674,24 @@ describe("Keyset traversals of long values", () => {
         expect(seen).toHaveLength(9)
       }))
 
+    it.effect("a column widened to text mid-traversal: the next page is a typed refusal (never a defect), and page 1 again is refused", () =>
+      Effect.gen(function*() {
+        const keyset = yield* Keyset.Keyset
+        const sql = yield* SqlClient.SqlClient
+        yield* createIds("widened", "varchar(20)", idsOf([10, 10, 10, 10]))
+        const order = { column: "created_at", tieBreaker: "id", direction: "desc" } as const
+        const first = yield* keyset.page({ table: "widened", subject: "s", order, limit: 2 })
+        expect(first.nextCursor).toBeDefined()
+        yield* sql.unsafe(`ALTER TABLE widened ALTER COLUMN id TYPE text`)
+        yield* sql.unsafe(`UPDATE widened SET id = id || repeat('w', 9000)`)
+        const next = yield* Effect.flip(
+          keyset.page({ table: "widened", subject: "s", order, limit: 1, cursor: first.nextCursor! })
+        )
+        expect(next).toMatchObject({ _tag: "InvalidInput", argument: "order.column" })
+        const again = yield* Effect.flip(keyset.page({ table: "widened", subject: "s", order, limit: 2 }))
+        expect(again).toMatchObject({ _tag: "InvalidInput", argument: "order.tieBreaker" })
+      }))
+
     it.effect("a column that can hold longer values than a cursor carries is refused at the first page, before any row is read", () =>
       Effect.gen(function*() {
         const keyset = yield* Keyset.Keyset

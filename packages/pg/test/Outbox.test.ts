@@ -376,7 +376,7 @@ const suite = (schema: string) => {
         expect(leases[2]).toBeGreaterThan(89)
       }))
 
-    it.effect("giveBack unclaims at once and counts nothing: no failure, no lost lease, no attempt, last_error kept", () =>
+    it.effect("giveBack unclaims at once and counts no failure and no lost lease, last_error kept; unstarted takes back the attempt", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const outbox = yield* outboxServices
@@ -387,14 +387,18 @@ const suite = (schema: string) => {
         const [second] = yield* claimAll("w1", topic)
         expect((yield* outbox.giveBack([second!.claim])).applied).toEqual([id])
         const [third] = yield* claimAll("w2", topic)
-        // The given-back claim never delivered: the next delivery is the second attempt.
-        expect(third).toMatchObject({ id, attempt: 2 })
+        // A give-back of a delivery perhaps under way (a shutdown) keeps its attempt.
+        expect(third).toMatchObject({ id, attempt: 3 })
+        // One never started takes it back: the next delivery is the same attempt.
+        expect((yield* outbox.giveBack([third!.claim], { unstarted: true })).applied).toEqual([id])
+        const [fourth] = yield* claimAll("w2", topic)
+        expect(fourth).toMatchObject({ id, attempt: 3 })
         const counts = yield* sql<{ failure_count: number; lease_expiries: number; last_error: string }>`
           SELECT failure_count, lease_expiries, last_error FROM ${sql.literal(yield* table)} WHERE id = ${id!}`
         expect(counts).toEqual([{ failure_count: 1, lease_expiries: 0, last_error: "busy" }])
         // A stale token gives back nothing.
         expect((yield* outbox.giveBack([second!.claim])).rejected.map((e) => e._tag)).toEqual(["ClaimMismatch"])
-        yield* outbox.markProjected(third!.claim)
+        yield* outbox.markProjected(fourth!.claim)
         expect((yield* rowOf(id!))!).toMatchObject({ projected: true, last_error: null })
       }))
 

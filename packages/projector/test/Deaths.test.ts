@@ -3,6 +3,7 @@ import * as Outbox from "@effect-durable/pg/Outbox"
 import * as Telemetry from "@effect-durable/testing/Telemetry"
 import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as TestClock from "effect/testing/TestClock"
 import * as Projector from "../src/Projector.js"
@@ -33,6 +34,28 @@ describe("Projector: a death is never silent", () => {
             `effect-durable projector: message ${id} of topic ${topic} is dead after 1 attempt (a permanent failure): order 42 does not exist`,
           annotations: { messageId: id, topic, attempts: 1, permanent: true }
         })
+        expect(telemetry.everything()).not.toContain(CANARY)
+      }))
+
+    it.effect("a payload that does not decode is dead with the schema's issues in its last error, and its WARN line quotes none of its values", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const topic = freshName("undecodable")
+        const id = yield* outbox.enqueue(topic, { amount: CANARY })
+        const telemetry = Telemetry.make()
+        yield* Projector.drain({ topics: [topic], schemas: { [topic]: Schema.Struct({ amount: Schema.Number }) } })
+          .pipe(
+            Effect.provide(Publisher.layerHandler(() => Effect.void)),
+            TestClock.withLive,
+            telemetry.observed
+          )
+        const [row] = yield* outboxRows([id])
+        expect(row).toMatchObject({ dead: true })
+        expect(row!.last_error).toContain("payload does not decode")
+        const deaths = telemetry.entries.filter((entry) => entry.message.includes("is dead"))
+        expect(deaths.map((entry) => entry.message)).toEqual([
+          `effect-durable projector: message ${id} of topic ${topic} is dead after 1 attempt (a permanent failure): payload does not decode with its topic's schema (the issues are in the message's last error)`
+        ])
         expect(telemetry.everything()).not.toContain(CANARY)
       }))
 

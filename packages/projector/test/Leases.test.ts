@@ -82,6 +82,40 @@ describe("Projector leases", () => {
         ])
       }))
 
+    it.effect("a keyed run stops behind a message whose lease was lost mid-publish: the rest of it is held back, never published by this holder", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const outbox = yield* Outbox.Outbox
+        const topic = freshName("taken-run")
+        const key = `${topic}-customer`
+        const [first, second, third] = yield* outbox.enqueueMany(
+          [1, 2, 3].map((n) => ({ topic, payload: n, options: { orderingKey: key } }))
+        )
+        const { deliveries, publisher, release, started } = yield* holdingFirst
+        const lost = yield* count(Projector.metrics.leasesLost)
+        const counts = yield* withProjector(
+          { topics: [topic], lease: "1500 millis", pollInterval: "50 millis" },
+          publisher,
+          Effect.gen(function*() {
+            yield* Deferred.await(started)
+            // Another worker holds the first message now, mid-publish (as after a stall past its lease).
+            yield* sql`UPDATE durable.outbox SET claimed_by = 'thief', claim_generation = claim_generation + 1,
+                                        claimed_until = now() + interval '1 hour' WHERE id = ${first!}`
+            yield* eventually(count(Projector.metrics.leasesLost), (n) => n > lost)
+            yield* Deferred.succeed(release, undefined)
+            return yield* eventually((yield* Projector.Projector).counts, (c) => c.stale + c.heldBack >= 3)
+          })
+        )
+        expect(counts).toMatchObject({ claimed: 3, delivered: 0, stale: 1, heldBack: 2 })
+        // The first was being published when its lease was lost; the rest of its run never was.
+        expect(deliveries.ids()).toEqual([first])
+        expect(yield* outboxRows([first!, second!, third!])).toMatchObject([
+          { projected: false, claimed_by: "thief" },
+          { projected: false, released: true },
+          { projected: false, released: true }
+        ])
+      }))
+
     it.effect("a renewal that fails leaves the batch's unstarted messages unpublished; they are given back and delivered once", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient

@@ -22,11 +22,20 @@ import type { Counts } from "../Projector.js"
 import { type Publish, Publisher, type PublishError } from "../Publisher.js"
 import { Delivery } from "./delivery.js"
 import { makeKeeper } from "./keeper.js"
-import { makeLanes } from "./lanes.js"
+import { makeLanes, PAYLOAD_DOES_NOT_DECODE } from "./lanes.js"
 import type { Settings } from "./options.js"
 import { forTopic, metrics, tracing } from "./telemetry.js"
 
 type Outcome = "delivered" | "retried" | "dead" | "stale" | "heldBack"
+
+/**
+ * A death's reason as logged: a payload that does not decode is said without the decoder's
+ * message, which quotes the payload's values (it is in the message's last error, for the page).
+ */
+const reasonForLog = (reason: string): string =>
+  reason.startsWith(PAYLOAD_DOES_NOT_DECODE)
+    ? `${PAYLOAD_DOES_NOT_DECODE} with its topic's schema (the issues are in the message's last error)`
+    : reason.slice(0, 500)
 
 export const noCounts: Counts = { claimed: 0, delivered: 0, retried: 0, dead: 0, stale: 0, heldBack: 0 }
 
@@ -110,7 +119,7 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         yield* Effect.logWarning(
           `effect-durable projector: message ${message.id} of topic ${message.topic} is dead after ${message.attempt} ${
             message.attempt === 1 ? "attempt" : "attempts"
-          } (${error.retryable ? "out of attempts" : "a permanent failure"}): ${error.reason.slice(0, 500)}`
+          } (${error.retryable ? "out of attempts" : "a permanent failure"}): ${reasonForLog(error.reason)}`
         ).pipe(Effect.annotateLogs({
           messageId: message.id,
           topic: message.topic,
@@ -219,7 +228,9 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         const unstarted = claimed.filter((m) =>
           (delivery.wasSkipped(m.id) || delivery.wasHeldBack(m.id)) && !delivery.isStale(m.id)
         )
-        if (unstarted.length > 0) yield* Effect.ignore(settling(outbox.giveBack(unstarted.map((m) => m.claim))))
+        if (unstarted.length > 0) {
+          yield* Effect.ignore(settling(outbox.giveBack(unstarted.map((m) => m.claim), { unstarted: true })))
+        }
         const failures = claimed.flatMap((_, i) => {
           const result = published[i]!
           return results[i] === "retried" && Result.isFailure(result) ? [[i, result.failure] as const] : []

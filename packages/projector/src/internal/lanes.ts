@@ -55,6 +55,9 @@ const unitsOf = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>): ReadonlyAr
   return units
 }
 
+/** How a dead letter's reason starts when its payload did not decode with its topic's schema. */
+export const PAYLOAD_DOES_NOT_DECODE = "payload does not decode"
+
 const heldBack = () => retryable("not started: an earlier message of its ordering key did not succeed")
 
 /** The lanes of one projector: they share `concurrency` permits across all its batches. */
@@ -70,7 +73,7 @@ export const makeLanes = (
       const schema = settings.schemas[message.topic]
       if (schema === undefined) return Result.void
       return Result.mapBoth(Schema.decodeUnknownResult(schema)(message.payload), {
-        onFailure: (error) => `payload does not decode: ${error.message.slice(0, 500)}`,
+        onFailure: (error) => `${PAYLOAD_DOES_NOT_DECODE}: ${error.message.slice(0, 500)}`,
         onSuccess: () => undefined
       })
     }
@@ -118,8 +121,17 @@ export const makeLanes = (
                   positionOfLane[id] = 0
                   unit = units[nextUnit++]!
                 }
-                const i = unit[positionOfLane[id]!++]!
+                const position = positionOfLane[id]!++
+                const i = unit[position]!
                 const message = claimed[i]!
+                // A run goes on only while every earlier message of it still holds its lease: one
+                // lost mid-publish may be delivered again by its new holder, and nothing of its
+                // key may overtake that.
+                if (position > 0 && unit.slice(0, position).some((j) => delivery.isStale(claimed[j]!.id))) {
+                  positionOfLane[id] = position
+                  holdBackRest(id)
+                  return Effect.suspend(step)
+                }
                 if (!delivery.mayStart(message.id)) {
                   delivery.skip(message.id)
                   settle(i, Result.fail(retryable("not started: the lease was lost or in doubt")))

@@ -78,8 +78,8 @@ export const moveAside = Command.make(
         `move ${Output.plural(args.ids.length, "message")} aside to the dead letters (${Output.clip(args.reason, 60)})?`
       )
       const acted = args.inbox
-        ? yield* (yield* InboxAdmin.InboxAdmin).moveAside(args.ids, { reason: args.reason })
-        : yield* (yield* OutboxAdmin.OutboxAdmin).moveAside(args.ids, { reason: args.reason })
+        ? yield* (yield* InboxAdmin.InboxAdmin).moveAside(args.ids, { reason: args.reason, by: operatorName() })
+        : yield* (yield* OutboxAdmin.OutboxAdmin).moveAside(args.ids, { reason: args.reason, by: operatorName() })
       yield* Effect.logInfo(`operator action: move aside ${args.ids.join(", ")} by ${operatorName()}`)
       yield* report("moved aside", args.ids, acted, "not ready or delayed: claimed, dead, done or unknown", args.json)
     },

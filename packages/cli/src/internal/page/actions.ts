@@ -36,6 +36,18 @@ export const audit = (r: Request, action: string, fields: Record<string, unknown
     Effect.annotateLogs({ who: r.who, address: addressOf(r.request), action, ...fields })
   )
 
+/** The operator's name within `max` UTF-8 bytes (a move aside records at most 128), whole characters only. */
+const whoInBytes = (who: string, max: number): string => {
+  let bytes = 0
+  let kept = ""
+  for (const character of who) {
+    bytes += Buffer.byteLength(character, "utf8")
+    if (bytes > max) break
+    kept += character
+  }
+  return kept
+}
+
 export const make = ({ filterOf, jobs, options, queries }: ActionContext) => {
   const byIds = (verb: "redrive" | "discard", queue: "outbox" | "inbox") =>
     Effect.fnUntraced(function*(r: Request) {
@@ -94,14 +106,15 @@ export const make = ({ filterOf, jobs, options, queries }: ActionContext) => {
       if (verb === "moveAside" && input.reason === undefined) {
         return jsonResponse({ error: "moving a message aside needs a reason" }, 400)
       }
-      const reason = `${input.reason ?? ""} (${r.who.slice(0, 128)}, admin page)`
+      const reason = input.reason ?? ""
+      const by = `${whoInBytes(r.who, 100)} (admin page)`
       const run: Effect.Effect<
         ReadonlyArray<string>,
         InvalidInput | DatabaseError,
         OutboxAdmin.OutboxAdmin | InboxAdmin.InboxAdmin
       > = queue === "outbox"
-        ? Effect.flatMap(OutboxAdmin.OutboxAdmin, (admin) => admin[verb](input.ids, { reason }))
-        : Effect.flatMap(InboxAdmin.InboxAdmin, (admin) => admin[verb](input.ids, { reason }))
+        ? Effect.flatMap(OutboxAdmin.OutboxAdmin, (admin) => admin[verb](input.ids, { reason, by }))
+        : Effect.flatMap(InboxAdmin.InboxAdmin, (admin) => admin[verb](input.ids, { reason, by }))
       const applied = yield* queries.timed(run)
       yield* audit(r, `${verb} of ${applied.length} ${queue} message(s) ${applied.join(",")}`, {
         queue,

@@ -136,6 +136,9 @@ export const make = (sql: SqlClient.SqlClient) =>
     (cache) => ({
       // A plain record as the key: Effect 4 compares and hashes records by their fields.
       layout: ({ column, schema, table, tieBreaker }: Target): Effect.Effect<Layout, InvalidInput | DatabaseError> =>
-        Cache.get(cache, { schema, table, column, tieBreaker })
+        Cache.get(cache, { schema, table, column, tieBreaker }),
+      /** Forgets a kept layout (its table changed under it): the next page looks it up again. */
+      forget: ({ column, schema, table, tieBreaker }: Target): Effect.Effect<void> =>
+        Cache.invalidate(cache, { schema, table, column, tieBreaker })
     })
   )

@@ -19,9 +19,10 @@
  * unless that row is its own run's, and the head is locked (`FOR UPDATE SKIP LOCKED`) by the
  * claim that takes it, so two claims never split one key between them.
  *
- * A give-back now takes back the attempt its claim counted (`attempt_count`), for both queues:
- * a message given back unstarted — the rest of a run behind a failure, a batch whose leases
- * are in doubt, a shutdown — was never delivered, and its next delivery is the same attempt.
+ * A give-back of messages never started (`<queue>_give_back_unstarted_many`, both queues) takes
+ * back the attempt its claim counted: the rest of a run behind a failure, a batch whose leases
+ * are in doubt. Its next delivery is the same attempt. (A shutdown's give-back, of messages
+ * that may be mid-delivery, keeps counting: `give_back_many` is unchanged.)
  *
  * Version 8's five-argument claim stays for one release: processes of the previous release,
  * still running during a rolling deploy, call it (they claim heads only, which is safe beside
@@ -42,7 +43,9 @@ const claimQuery = (t: (table: string) => string) => {
   const ready = (c: string) =>
     `${c}.available_at <= now() AND (${c}.claimed_until IS NULL OR ${c}.claimed_until <= now()) AND ${taken(c)}`
   const open = (c: string) => `${c}.projected_at IS NULL AND ${c}.dead_at IS NULL`
-  const expired = "q.claimed_until IS NOT NULL"
+  // A lease that ran out is counted on a key's head only (or an unkeyed message): the rest of
+  // a run were never started while an earlier message of their key was unsettled.
+  const expired = "q.claimed_until IS NOT NULL AND c.position = 0"
   const exhausted = `${expired} AND q.lease_expiries + 1 >= $5`
   return `WITH heads AS (
   SELECT c.id, c.ordering_key FROM ${outbox} c
@@ -87,7 +90,7 @@ gaps AS MATERIALIZED (
    WHERE p.position > 0 AND p.id NOT IN (SELECT l.id FROM locked l)
    GROUP BY p.head),
 chosen AS (
-  SELECT p.id FROM picked p LEFT JOIN gaps g ON g.head = p.head
+  SELECT p.id, p.position FROM picked p LEFT JOIN gaps g ON g.head = p.head
    WHERE p.position = 0 OR g.position IS NULL OR p.position < g.position)
 UPDATE ${outbox} q SET
   claimed_by = CASE WHEN ${exhausted} THEN q.claimed_by ELSE $1 END,
@@ -99,14 +102,15 @@ UPDATE ${outbox} q SET
   last_error = CASE WHEN ${exhausted}
     THEN concat_ws('; ', q.last_error, format('dead: its lease ran out %s times (a worker died or stalled while delivering it)', q.lease_expiries + 1))
     ELSE q.last_error END
- WHERE q.id = ANY(ARRAY(SELECT c.id FROM chosen c)) AND ${open("q")}
+  FROM chosen c
+ WHERE q.id = c.id AND ${open("q")}
 RETURNING q.id::text, q.claim_generation::text, q.attempt_count, q.dead_at IS NOT NULL,
   q.topic, q.ordering_key, q.payload, q.headers, ${iso("q.created_at")}`
 }
 
 export const migration: Migration = {
   version: 12,
-  name: "keyed runs in the outbox claim, give-backs that take back their attempt",
+  name: "keyed runs in the outbox claim, give-backs of unstarted messages",
   statements: (t) => [
     `CREATE FUNCTION ${t("outbox_claim")}(text, integer, double precision, text[], integer, integer)
   RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean,
@@ -121,7 +125,7 @@ ${claimQuery(t)};
 END
 $claim$`,
     ...(["outbox", "inbox"] as const).map((queue) =>
-      `CREATE OR REPLACE FUNCTION ${t(`${queue}_give_back_many`)}(p_ids bigint[], p_fences jsonb)
+      `CREATE FUNCTION ${t(`${queue}_give_back_unstarted_many`)}(p_ids bigint[], p_fences jsonb)
   RETURNS SETOF text
   LANGUAGE plpgsql
 AS $write$

@@ -39,6 +39,7 @@ const DeadLetterRow = Schema.Struct({
 
 /** Why an operator moved a message aside: said in its `last_error`. */
 const decodeReason = Input.argument("reason", Input.Text(500))
+const decodeMovedBy = Input.argument("by", Schema.UndefinedOr(Input.Text(128)))
 
 const decodeDeadLetterPage = Input.argument(
   "options",
@@ -173,17 +174,22 @@ export const make = (
    * blocks its ordering key: the key moves on); returns the ids moved. A claimed row is left
    * to its delivery.
    */
-  const moveAside = (ids: ReadonlyArray<string>, moveOptions: { readonly reason: string }) =>
-    Effect.flatMap(decodeReason(moveOptions.reason), (reason) =>
-      byIds(
-        "moveAside",
-        (decoded) =>
-          sql<{ id: string }>`UPDATE ${table}
+  const moveAside = (ids: ReadonlyArray<string>, moveOptions: { readonly reason: string; readonly by?: string }) =>
+    Effect.flatMap(
+      Effect.all([decodeReason(moveOptions.reason), decodeMovedBy(moveOptions.by)]),
+      ([reason, by]) =>
+        byIds(
+          "moveAside",
+          (decoded) =>
+            sql<{ id: string }>`UPDATE ${table}
                  SET ${sql.literal(aside.set)},
-                     last_error = concat_ws('; ', last_error, ${`dead: moved aside by an operator: ${reason}`}::text)
+                     last_error = concat_ws('; ', last_error, ${`dead: moved aside by ${
+              by ?? "an operator"
+            }: ${reason}`}::text)
                WHERE id = ANY(${decoded}::bigint[]) AND ${sql.literal(aside.from)}
               RETURNING id::text AS id`
-      )(ids))
+        )(ids)
+    )
 
   /** Deletes dead rows; returns the ids deleted. */
   const discard = byIds(

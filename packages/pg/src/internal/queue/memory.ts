@@ -231,10 +231,11 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
     })
 
   // Never delivered: the attempt its claim counted is taken back (migration 12).
-  const giveBack = (claims: ReadonlyArray<LeasedQueue.Claim>) =>
+  const giveBack = (claims: ReadonlyArray<LeasedQueue.Claim>, options: { readonly unstarted?: boolean } = {}) =>
     many(claims, (row) => {
       row.claimedUntil = null
-      row.attempts = Math.max(0, row.attempts - 1)
+      // Never delivered: the attempt its claim counted is taken back (migration 12).
+      if (options.unstarted === true) row.attempts = Math.max(0, row.attempts - 1)
     })
 
   /** Every row, in id order, as the table would show it. */

@@ -22,7 +22,13 @@ export interface QueueSpec {
   /** Whether the claim takes keyed runs (its sixth argument, migration 12): the outbox's ordering keys. */
   readonly keyedRuns: boolean
   /** Qualified, quoted names of the queue's fenced batch writes (migration 10). */
-  readonly batchWrites: { readonly completeMany: string; readonly renewMany: string; readonly giveBackMany: string }
+  readonly batchWrites: {
+    readonly completeMany: string
+    readonly renewMany: string
+    readonly giveBackMany: string
+    /** Migration 12's: a give-back that also takes back the claim's attempt. */
+    readonly giveBackUnstartedMany: string
+  }
   /** The column that marks a row done; our constant. */
   readonly done: "projected_at" | "processed_at"
   readonly mismatch: (claim: Claim) => ClaimMismatch
@@ -51,7 +57,8 @@ export const specFor = (settings: Settings, queue: QueueName): QueueSpec => ({
   batchWrites: {
     completeMany: settings.table(`${queue}_complete_many`),
     renewMany: settings.table(`${queue}_renew_many`),
-    giveBackMany: settings.table(`${queue}_give_back_many`)
+    giveBackMany: settings.table(`${queue}_give_back_many`),
+    giveBackUnstartedMany: settings.table(`${queue}_give_back_unstarted_many`)
   },
   done: queue === "outbox" ? "projected_at" : "processed_at",
   // A malformed claim token is a mismatch too; its parts are shown as safely as they can be.

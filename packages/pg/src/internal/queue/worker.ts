@@ -337,7 +337,12 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
     )
 
   /** Unclaims rows whose work never started, or is abandoned on shutdown: nothing is counted. */
-  const giveBack = (claims: ReadonlyArray<Claim>) => many("giveBack", spec.batchWrites.giveBackMany, claims)
+  const giveBack = (claims: ReadonlyArray<Claim>, options: { readonly unstarted?: boolean } = {}) =>
+    many(
+      "giveBack",
+      options.unstarted === true ? spec.batchWrites.giveBackUnstartedMany : spec.batchWrites.giveBackMany,
+      claims
+    )
 
   /** Extends the lease of a row still held by this claim (a heartbeat for slow work). */
   const renew = (claim: Claim, lease: Duration.Input) =>

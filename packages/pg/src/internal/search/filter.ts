@@ -31,7 +31,8 @@ export const FilterSchema = Schema.Struct({
   minAttempts: Schema.optional(Input.Count(1_000_000, 0)),
   olderThan: Schema.optional(Age),
   deadFor: Schema.optional(Age),
-  error: Schema.optional(Input.Text(1024)),
+  // As shown anywhere: a group key (500 characters) or a raw last error (up to 4,096), any script.
+  error: Schema.optional(Input.Text(16_384)),
   payload: Schema.optional(Schema.Array(JsonMatch).check(Schema.isMaxLength(8))),
   headers: Schema.optional(Schema.Array(JsonMatch).check(Schema.isMaxLength(8)))
 })
