@@ -250,6 +250,39 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
     }
     const maxRecoverySeconds = recoveries.length === 0 ? 0 : Math.max(...recoveries) / 1000
 
+    // Every duplicate explained: each delivery of a message after its first must follow a fault
+    // that hit a party holding it (killed, frozen past its lease, its connections terminated, the
+    // server stopped), one such fault per extra delivery. One that no fault explains is a bug.
+    const faultsRun = facts.faults.filter((fault) => !fault.skipped)
+    const holdersOf = new Map<string, Array<FaultRecord>>()
+    for (const fault of faultsRun) {
+      for (const id of fault.held) holdersOf.set(id, [...(holdersOf.get(id) ?? []), fault])
+    }
+    const explainedBy = new Map<string, number>()
+    const unexplained: Array<string> = []
+    for (const [id, times] of timesByMessage) {
+      if (times.length < 2) continue
+      const available = [...(holdersOf.get(id) ?? [])].sort((a, b) => a.startedAt - b.startedAt)
+      const sorted = [...times].sort((a, b) => a - b)
+      for (const at of sorted.slice(1)) {
+        // The latest fault before this delivery not yet used for this message.
+        let chosen = -1
+        for (let f = 0; f < available.length; f++) if (available[f]!.startedAt <= at) chosen = f
+        if (chosen === -1) {
+          unexplained.push(id)
+          continue
+        }
+        const [fault] = available.splice(chosen, 1)
+        explainedBy.set(fault!.kind, (explainedBy.get(fault!.kind) ?? 0) + 1)
+      }
+    }
+    details.push(
+      `duplicates explained: ${duplicates - unexplained.length} of ${duplicates}${
+        explainedBy.size === 0 ? "" : ` (${[...explainedBy].map(([kind, n]) => `${kind} ${n}`).join(", ")})`
+      }, unexplained ${unexplained.length}${unexplained.length === 0 ? "" : ` (${sample(unexplained)})`}`
+    )
+    if (unexplained.length > 0) broken.push(`duplicates no fault explains ${unexplained.length}`)
+
     // The producer's side.
     const outcomes = { First: 0, Replay: 0, RolledBack: 0 }
     for (const entry of journal) outcomes[entry.outcome]++

@@ -30,7 +30,7 @@ const scansOfOpenIndex = (plan: unknown) => {
   return all
     .filter(({ node }) => node["Index Name"] === "outbox_open_idx")
     .map(({ node, parent }) => ({
-      byId: /^\(id = ANY /.test(node["Index Cond"] ?? ""),
+      byId: /^\(id = (ANY |\w+\.id\))/.test(node["Index Cond"] ?? ""),
       scan: node["Node Type"],
       above: parent?.["Node Type"],
       aboveThat: parentOf(parent)?.["Node Type"]
