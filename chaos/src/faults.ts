@@ -134,6 +134,17 @@ const record = (
   skipped
 })
 
+/**
+ * What the parties hold once the fault has hit, added to what they held when it began: a claim
+ * a victim's statement was committing at that moment (frozen or killed mid-claim, its claim
+ * still lands) is held too, and a duplicate it causes is this fault's.
+ */
+const heldAfter = (env: Environment, before: ReadonlyArray<string>, workerIds?: ReadonlyArray<string>) =>
+  Effect.map(
+    Effect.andThen(Effect.sleep(Duration.millis(200)), heldBy(env, workerIds)),
+    (after) => [...new Set([...before, ...after])]
+  ).pipe(Effect.orElseSucceed(() => before))
+
 const skip = (kind: FaultKind, why: string) => Effect.sync(() => record(kind, why, Date.now(), [], true))
 
 /**
@@ -168,8 +179,9 @@ const kill = (env: Environment) =>
     Effect.gen(function*() {
       const startedAt = Date.now()
       const workerId = slot.workerId
-      const held = yield* heldBy(env, [workerId])
+      const before = yield* heldBy(env, [workerId])
       yield* Effect.promise(() => env.workers.kill(slot))
+      const held = yield* heldAfter(env, before, [workerId])
       const down = env.random.between(1_000, 3_000)
       yield* Effect.sleep(Duration.millis(down))
       env.workers.restart(slot)
@@ -185,10 +197,13 @@ const stall = (env: Environment) =>
   withVictim(env, "stall", (slot) =>
     Effect.gen(function*() {
       const startedAt = Date.now()
-      const held = yield* heldBy(env, [slot.workerId])
+      const before = yield* heldBy(env, [slot.workerId])
       const millis = stallMillis(env.leaseMillis)
       env.workers.pause(slot)
-      yield* Effect.sleep(Duration.millis(millis)).pipe(Effect.ensuring(Effect.sync(() => env.workers.resume(slot))))
+      const held = yield* heldAfter(env, before, [slot.workerId])
+      yield* Effect.sleep(Duration.millis(millis - 200)).pipe(
+        Effect.ensuring(Effect.sync(() => env.workers.resume(slot)))
+      )
       return record(
         "stall",
         `SIGSTOP ${slot.workerId} holding ${held.length} for ${(millis / 1000).toFixed(1)} s`,
@@ -202,10 +217,11 @@ const starve = (env: Environment) =>
     const startedAt = Date.now()
     const slots = env.workers.slots.filter((slot) => slot.state === "running" && slot.child.running())
     if (slots.length === 0) return record("starve", "no worker running", startedAt, [], true)
-    const held = yield* heldBy(env, slots.map((slot) => slot.workerId))
+    const before = yield* heldBy(env, slots.map((slot) => slot.workerId))
     const millis = stallMillis(env.leaseMillis)
     for (const slot of slots) env.workers.pause(slot)
-    yield* Effect.sleep(Duration.millis(millis)).pipe(
+    const held = yield* heldAfter(env, before, slots.map((slot) => slot.workerId))
+    yield* Effect.sleep(Duration.millis(millis - 200)).pipe(
       Effect.ensuring(Effect.sync(() => slots.forEach((slot) => env.workers.resume(slot))))
     )
     return record(
@@ -219,7 +235,7 @@ const starve = (env: Environment) =>
 const terminate = (env: Environment) =>
   Effect.gen(function*() {
     const startedAt = Date.now()
-    const held = yield* heldBy(env)
+    const before = yield* heldBy(env)
     // The victims are chosen first (MATERIALIZED): a filter is never reordered behind the kill.
     const rows = yield* env.admin<{ application_name: string }>`
       WITH victims AS MATERIALIZED (
@@ -231,6 +247,7 @@ const terminate = (env: Environment) =>
     const byName = new Map<string, number>()
     for (const row of rows) byName.set(row.application_name, (byName.get(row.application_name) ?? 0) + 1)
     const detail = [...byName].sort().map(([name, n]) => `${name} ${n}`).join(", ")
+    const held = yield* heldAfter(env, before)
     return record("terminate", `pg_terminate_backend: ${rows.length} backends (${detail})`, startedAt, held)
   })
 
