@@ -35,21 +35,7 @@ export const run = <A, E>(
 
 const OPEN = `SELECT count(*) AS n FROM durable.outbox WHERE ${QueueLifecycle.outbox.open}`
 
-/** Writes the messages `BULK_TRANSACTION` per `enqueueMany` (one statement, one transaction). */
-export const enqueueBulk = (url: string, messages: ReadonlyArray<unknown>) =>
-  run(
-    url,
-    Effect.gen(function*() {
-      const outbox = yield* Outbox.Outbox
-      for (let start = 0; start < messages.length; start += BULK_TRANSACTION) {
-        yield* outbox.enqueueMany(
-          messages.slice(start, start + BULK_TRANSACTION).map((payload) => ({ topic: "bench", payload }))
-        )
-      }
-    })
-  )
-
-/** As `enqueueBulk`, message i with ordering key `keyOf(i)`. */
+/** Writes the messages `BULK_TRANSACTION` per `enqueueMany` (one statement, one transaction), message i with ordering key `keyOf(i)`. */
 export const enqueueKeyed = (url: string, messages: ReadonlyArray<unknown>, keyOf: (i: number) => string | null) =>
   run(
     url,
@@ -65,6 +51,9 @@ export const enqueueKeyed = (url: string, messages: ReadonlyArray<unknown>, keyO
       }
     })
   )
+
+/** Without ordering keys. */
+export const enqueueBulk = (url: string, messages: ReadonlyArray<unknown>) => enqueueKeyed(url, messages, () => null)
 
 export const make = (
   label: string,
