@@ -21,7 +21,25 @@ export interface Bench {
    * between its exit and its reaping shows in no counter).
    */
   readonly serverCpuSecondsSettled: () => Promise<number>
+  /** The WAL's insert position now, and the bytes written since one (`pg_wal_lsn_diff`). */
+  readonly walPosition: () => Promise<string>
+  readonly walBytesSince: (position: string) => Promise<number>
+  /**
+   * With BENCH_STATEMENTS=1 (the server loads pg_stat_statements, tracking statements inside
+   * functions too): forget the counts, and log the statements that took the most server time
+   * since, per message. Otherwise nothing.
+   */
+  readonly resetStatements: () => Promise<void>
+  readonly reportStatements: (label: string, messages: number) => Promise<void>
 }
+
+/** Whether this run reports the server's statements (see `Bench.reportStatements`). */
+export const statementsReported = process.env.BENCH_STATEMENTS === "1"
+
+/** The server settings a statements report needs (the server must be started with them). */
+export const statementSettings: Readonly<Record<string, string>> = statementsReported
+  ? { shared_preload_libraries: "pg_stat_statements", "pg_stat_statements.track": "all" }
+  : {}
 
 export const make = async (options: {
   readonly quick: boolean
@@ -55,6 +73,36 @@ export const make = async (options: {
     serverCpuSecondsSettled: async () => {
       await sleep(200)
       return postmaster === undefined ? Number.NaN : PostgresCpu.cpuSeconds(postmaster)
+    },
+    walPosition: async () => (await admin.query("SELECT pg_current_wal_insert_lsn()::text AS lsn")).rows[0].lsn,
+    walBytesSince: async (position) =>
+      Number(
+        (await admin.query("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)::float8 AS bytes", [
+          position
+        ]))
+          .rows[0].bytes
+      ),
+    resetStatements: async () => {
+      if (!statementsReported) return
+      await admin.query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+      await admin.query("SELECT pg_stat_statements_reset()")
+    },
+    reportStatements: async (label, messages) => {
+      if (!statementsReported) return
+      const { rows } = await admin.query(
+        `SELECT calls::int, total_exec_time::float8 AS ms, rows::bigint::int AS rows, wal_bytes::float8 AS wal,
+                regexp_replace(left(query, 160), '\\s+', ' ', 'g') AS query
+           FROM pg_stat_statements WHERE dbid <> (SELECT oid FROM pg_database WHERE datname = 'postgres')
+          ORDER BY total_exec_time DESC LIMIT 8`
+      )
+      log(`    statements of ${label} (server time per message, calls, WAL per message):`)
+      for (const row of rows) {
+        log(
+          `      ${(row.ms * 1000 / messages).toFixed(1).padStart(6)} µs  ${String(row.calls).padStart(6)} calls  ${
+            (row.wal / messages).toFixed(0).padStart(5)
+          } B  ${row.query}`
+        )
+      }
     },
     close: () => admin.end()
   }
@@ -95,7 +143,10 @@ export function drainInChild(
 ): Promise<DrainRun | undefined>
 export function drainInChild(name: string, url: string, count: number, timeoutMillis?: number) {
   return new Promise<DrainRun | undefined>((resolve, reject) => {
-    const child = spawn(process.execPath, [workerScript, name, url, String(count)], {
+    // BENCH_CPU_PROFILE=<dir>: each drain process writes a V8 CPU profile there (what bounds a drain).
+    const profile = process.env.BENCH_CPU_PROFILE
+    const flags = profile === undefined || profile === "" ? [] : ["--cpu-prof", `--cpu-prof-dir=${profile}`]
+    const child = spawn(process.execPath, [...flags, workerScript, name, url, String(count)], {
       stdio: ["ignore", "pipe", "inherit"]
     })
     let timedOut = false

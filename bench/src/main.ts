@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --only=drain,keys,enqueue,latency,ledger,claim,processes,http] [-- --skip=<contender>,...]`: effect-durable
+ * `npm run bench [-- --quick] [-- --drain=N] [-- --only=drain,keys,enqueue,latency,ledger,claim,processes,http] [-- --skip=<contender>,...]`: effect-durable
  * against graphile-worker, pg-boss, Effect 4's PersistedQueue (SQL store) and the raw-SQL ceiling,
  * measured in one run on one PostgreSQL, contenders alternating round by round, each
  * measurement on a fresh database. Prints medians, ratios and the targets of issue 6, and
@@ -35,9 +35,14 @@ const parseArguments = (args: ReadonlyArray<string>) => {
   // --skip=<name prefix>,...: leave contenders out of the queue scenarios (the slow ones when only
   // some figures are wanted); every ratio is still between contenders of the same run.
   let skip: ReadonlyArray<string> = []
+  // --drain=N: the drain's size (a longer quick drain, e.g. under BENCH_CPU_PROFILE).
+  let drain: number | undefined
   for (const arg of args) {
     if (arg === "--quick") quick = true
-    else if (arg.startsWith("--skip=")) skip = arg.slice("--skip=".length).split(",").filter((name) => name !== "")
+    else if (arg.startsWith("--drain=")) {
+      drain = Number(arg.slice("--drain=".length))
+      if (!Number.isSafeInteger(drain) || drain < 1) throw new Error(`--drain: a positive integer, not ${arg}`)
+    } else if (arg.startsWith("--skip=")) skip = arg.slice("--skip=".length).split(",").filter((name) => name !== "")
     else if (arg.startsWith("--only=")) {
       const names = arg.slice("--only=".length).split(",")
       const unknown = names.filter((name) => !(SCENARIOS as ReadonlyArray<string>).includes(name))
@@ -51,10 +56,10 @@ const parseArguments = (args: ReadonlyArray<string>) => {
         }] [--skip=<contender>,...])`
       )}
   }
-  return { quick, only, skip }
+  return { quick, only, skip, drain }
 }
 
-const { only, quick, skip } = parseArguments(process.argv.slice(2))
+const { drain, only, quick, skip } = parseArguments(process.argv.slice(2))
 const kept = <C extends { readonly name: string }>(contenders: ReadonlyArray<C>) =>
   contenders.filter((contender) => !skip.some((prefix) => contender.name.startsWith(prefix)))
 
@@ -84,6 +89,7 @@ const SIZES = quick
     http: 5_000,
     rounds: 3
   }
+if (drain !== undefined) SIZES.drain = drain
 
 const program = Effect.gen(function*() {
   const server = yield* PgServer.PgServer
@@ -231,7 +237,9 @@ const program = Effect.gen(function*() {
   Effect.provide(Layer.unwrap(Effect.map(PgServer.ProviderConfig, ({ databaseUrl }) =>
     databaseUrl._tag === "Some"
       ? PgServer.layerUrl(databaseUrl.value)
-      : PgServer.layerEmbedded({ settings: { fsync: "on", synchronous_commit: "on", full_page_writes: "on" } }))))
+      : PgServer.layerEmbedded({
+        settings: { fsync: "on", synchronous_commit: "on", full_page_writes: "on", ...Harness.statementSettings }
+      }))))
 )
 
 Effect.runPromise(program).catch((error) => {

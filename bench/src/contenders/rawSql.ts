@@ -1,29 +1,29 @@
-// The raw-SQL ceiling: the claim and mark-projected statements effect-durable sends (one
-// round trip each), driven with `pg` in a tight loop: the physical limit of the design here.
+// The raw-SQL ceiling: the very statements effect-durable's projector sends for a drain —
+// the claim (migration 12's function, keyed runs of up to a batch) and the fenced batch mark
+// (migration 10's), each with the worker settings in its MATERIALIZED CTE, one round trip
+// each, prepared once per connection as Effect's driver does — driven with `pg` in a tight
+// loop: what the design costs here without any of the projector's own per-message work.
 import pg from "pg"
 import type { QueueContender } from "../common.js"
 
-const claim = (limit: number) => `
-  SELECT set_config('lock_timeout', '5000', true);
-  WITH ready AS (
-    SELECT c.id FROM durable.outbox c
-     WHERE c.projected_at IS NULL AND c.dead_at IS NULL AND c.available_at <= now()
-       AND (c.claimed_until IS NULL OR c.claimed_until <= now())
-     ORDER BY c.id LIMIT ${limit} FOR UPDATE SKIP LOCKED)
-  UPDATE durable.outbox q SET claimed_by = 'raw', claimed_until = now() + interval '30 seconds',
-         claim_generation = q.claim_generation + 1, attempt_count = q.attempt_count + 1
-   WHERE q.id = ANY(ARRAY(SELECT id FROM ready))
-  RETURNING q.id::text AS id, q.claim_generation::text AS generation, q.payload`
+const WORKER = "raw"
+const LEASE_SECONDS = 30
+const MAX_LEASE_EXPIRIES = 10
+const LOCK_TIMEOUT = "5000"
 
-const markProjected = (claims: ReadonlyArray<{ id: string; generation: string }>) => `
-  SELECT set_config('lock_timeout', '5000', true);
-  UPDATE durable.outbox q SET projected_at = now(), claimed_until = NULL
-   WHERE q.id = ANY('{${claims.map((c) => c.id).join(",")}}'::bigint[])
-     AND '${
-  JSON.stringify(Object.fromEntries(claims.map((c) => [c.id, ["raw", Number(c.generation)]])))
-}'::jsonb -> q.id::text
-         = jsonb_build_array(q.claimed_by, q.claim_generation)
-     AND q.claimed_until IS NOT NULL AND q.projected_at IS NULL AND q.dead_at IS NULL`
+const claim: pg.QueryConfig = {
+  name: "raw_claim",
+  text: `WITH durable_settings AS MATERIALIZED (SELECT set_config('lock_timeout', $1, true))
+    SELECT * FROM "durable"."outbox_claim"(CASE WHEN (SELECT true FROM durable_settings) THEN $2::text END,
+      $3::integer, $4::float8, $5::text[], $6::integer, $7::integer)`
+}
+
+const complete: pg.QueryConfig = {
+  name: "raw_complete",
+  text: `WITH durable_settings AS MATERIALIZED (SELECT set_config('lock_timeout', $1, true))
+    SELECT id FROM "durable"."outbox_complete_many"(
+      CASE WHEN (SELECT true FROM durable_settings) THEN $2::bigint[] END, $3::jsonb) AS id`
+}
 
 /** Claims and marks until a claim comes back empty, `batch` at a time on `connections` connections. */
 const drain = async (url: string, batch: number, connections: number) => {
@@ -35,10 +35,13 @@ const drain = async (url: string, batch: number, connections: number) => {
   try {
     await Promise.all(clients.map(async (client) => {
       while (true) {
-        const results = await client.query(claim(batch)) as unknown as Array<pg.QueryResult>
-        const rows = results[1]!.rows as Array<{ id: string; generation: string }>
+        const { rows } = await client.query<{ id: string; generation: string }>({
+          ...claim,
+          values: [LOCK_TIMEOUT, WORKER, batch, LEASE_SECONDS, null, MAX_LEASE_EXPIRIES, batch]
+        })
         if (rows.length === 0) break
-        await client.query(markProjected(rows))
+        const fences = JSON.stringify(Object.fromEntries(rows.map((row) => [row.id, [WORKER, Number(row.generation)]])))
+        await client.query({ ...complete, values: [LOCK_TIMEOUT, rows.map((row) => row.id), fences] })
       }
     }))
   } finally {

@@ -12,9 +12,17 @@ export interface DrainResult {
   readonly rate: number
   readonly peakRssMB: number
   readonly serverCpuMicrosPerMessage: number
+  /** WAL the server wrote during the drain (the whole cluster: nothing else runs), per message. */
+  readonly walBytesPerMessage: number
   readonly bulkEnqueueRate: number
   readonly rounds: ReadonlyArray<
-    { rate: number; peakRssMB: number; serverCpuMicrosPerMessage: number; bulkEnqueueRate: number }
+    {
+      rate: number
+      peakRssMB: number
+      serverCpuMicrosPerMessage: number
+      walBytesPerMessage: number
+      bulkEnqueueRate: number
+    }
   >
 }
 
@@ -28,9 +36,13 @@ export const run = async (bench: Bench, contenders: ReadonlyArray<QueueContender
     const bulkEnqueueRate = messages / ((performance.now() - seeded) / 1000)
     // Same starting point for everyone: statistics and visibility map fresh.
     await bench.execute(url, "VACUUM ANALYZE")
+    await bench.resetStatements()
     const cpuBefore = await bench.serverCpuSecondsSettled()
+    const walBefore = await bench.walPosition()
     const drained = await drainInChild(contender.name, url, messages)
     const serverCpuMicrosPerMessage = ((await bench.serverCpuSecondsSettled()) - cpuBefore) * 1e6 / messages
+    const walBytesPerMessage = await bench.walBytesSince(walBefore) / messages
+    await bench.reportStatements(contender.name, messages)
     await bench.dropDatabase(database)
     const rate = messages / drained.seconds
     progress(
@@ -38,9 +50,11 @@ export const run = async (bench: Bench, contenders: ReadonlyArray<QueueContender
       contender.name,
       `${formatRate(rate).padStart(7)} msg/s (${drained.seconds.toFixed(2)} s)  server CPU ${
         serverCpuMicrosPerMessage.toFixed(1)
-      } µs/msg  peak RSS ${drained.peakRssMB} MB  bulk enqueue ${formatRate(bulkEnqueueRate)} msg/s`
+      } µs/msg  WAL ${walBytesPerMessage.toFixed(0)} B/msg  peak RSS ${drained.peakRssMB} MB  bulk enqueue ${
+        formatRate(bulkEnqueueRate)
+      } msg/s`
     )
-    return { rate, peakRssMB: drained.peakRssMB, serverCpuMicrosPerMessage, bulkEnqueueRate }
+    return { rate, peakRssMB: drained.peakRssMB, serverCpuMicrosPerMessage, walBytesPerMessage, bulkEnqueueRate }
   })
   return contenders.map((contender, i): DrainResult => ({
     name: contender.name,
@@ -49,6 +63,7 @@ export const run = async (bench: Bench, contenders: ReadonlyArray<QueueContender
     rate: median(rounds[i]!.map((r) => r.rate)),
     peakRssMB: median(rounds[i]!.map((r) => r.peakRssMB)),
     serverCpuMicrosPerMessage: median(rounds[i]!.map((r) => r.serverCpuMicrosPerMessage)),
+    walBytesPerMessage: median(rounds[i]!.map((r) => r.walBytesPerMessage)),
     bulkEnqueueRate: median(rounds[i]!.map((r) => r.bulkEnqueueRate)),
     rounds: rounds[i]!
   }))

@@ -26,7 +26,9 @@ import { makeLanes, PAYLOAD_DOES_NOT_DECODE } from "./lanes.js"
 import type { Settings } from "./options.js"
 import { forTopic, metrics, tracing } from "./telemetry.js"
 
-type Outcome = "delivered" | "retried" | "dead" | "stale" | "heldBack"
+const OUTCOMES = ["delivered", "retried", "dead", "stale", "heldBack"] as const
+type Outcome = typeof OUTCOMES[number]
+const noOutcomes: Record<Outcome, number> = { delivered: 0, retried: 0, dead: 0, stale: 0, heldBack: 0 }
 
 /**
  * A death's reason as logged: a payload that does not decode is said without the decoder's
@@ -243,13 +245,22 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         // The successes not marked yet, in one statement: the round trip is paid once, not per message.
         yield* marks.flush
         const tally = { ...noCounts, claimed: claimed.length }
+        // The counters move once per topic and outcome of the batch, by how many: not once per message.
+        const byTopic = new Map<string, Record<Outcome, number>>()
         for (const [i, message] of claimed.entries()) {
           const result = results[i]!
           const outcome: Outcome = result === "published"
             ? (marks.marked.has(message.id) ? "delivered" : "stale")
             : result
           tally[outcome]++
-          forTopic(metrics[outcome], message.topic).updateUnsafe(1, context)
+          let counts = byTopic.get(message.topic)
+          if (counts === undefined) byTopic.set(message.topic, counts = { ...noOutcomes })
+          counts[outcome]++
+        }
+        for (const [topic, counts] of byTopic) {
+          for (const outcome of OUTCOMES) {
+            if (counts[outcome] > 0) forTopic(metrics[outcome], topic).updateUnsafe(counts[outcome], context)
+          }
         }
         return tally
       })

@@ -75,14 +75,22 @@ export const specFor = (settings: Settings, queue: QueueName): QueueSpec => ({
 /** Most rows one call may name (ids, claims). */
 export const MAX_BATCH = 10_000
 
-const MAX_BIGINT = 9223372036854775807n
+const MAX_BIGINT = "9223372036854775807"
+const DIGITS = /^[1-9][0-9]{0,18}$/
 
-/** A row id: a positive bigint in decimal, no leading zeros, within PostgreSQL's `bigint`. */
+/**
+ * A row id: a positive bigint in decimal, no leading zeros, within PostgreSQL's `bigint`.
+ * Checked for every claim a batch write names (500 a mark): digits, then — at 19 digits, as
+ * long as the largest — a comparison of the texts, which orders equal-length digit strings as
+ * numbers (no `BigInt` per id).
+ */
+export const isMessageId = (id: unknown): id is string =>
+  typeof id === "string" && DIGITS.test(id) && (id.length < MAX_BIGINT.length || id <= MAX_BIGINT)
+
 export const MessageId = Schema.String.check(Schema.makeFilter(
-  (id) => /^[1-9][0-9]{0,18}$/.test(id) && BigInt(id) <= MAX_BIGINT,
+  (id) => isMessageId(id),
   { message: "a message id (a positive integer up to 9223372036854775807, as a string)" }
 ))
-export const isMessageId = Schema.is(MessageId)
 
 export const decodeWorker = Input.argument("worker", Input.Text(128))
 export const decodeLimit = Input.argument("limit", Input.Count(1000))
