@@ -6,12 +6,14 @@
  * - no committed message dead (the handler never fails on its own);
  * - every committed message's effect applied exactly once (an inbox receipt, one effect row);
  * - one business row per idempotency key, one outbox message per command;
- * - duplicates counted; for each fault, the time until delivery recovered.
+ * - duplicates counted, each one explained by a fault (duplicates.ts); for each fault, the
+ *   time until delivery recovered.
  */
 import * as QueueLifecycle from "@effect-durable/pg/QueueLifecycle"
 import * as Effect from "effect/Effect"
 import type * as SqlClient from "effect/sql/SqlClient"
 import { readFileSync } from "node:fs"
+import * as Duplicates from "./duplicates.js"
 import type { FaultRecord } from "./faults.js"
 import { CONSUMER, type JournalEntry, OPERATION, SUBJECT, TOPIC } from "./schema.js"
 
@@ -33,6 +35,8 @@ export interface RunFacts {
   readonly journal: string
   readonly productionStartedAt: number
   readonly faults: ReadonlyArray<FaultRecord>
+  /** The workers' lease: how long a claim a fault hit can still be delivered from. */
+  readonly leaseMillis: number
   readonly unexpectedExits: ReadonlyArray<string>
   /** Why the run did not finish normally (producer failed, drain timed out), if it did not. */
   readonly incomplete: ReadonlyArray<string>
@@ -250,42 +254,24 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
     }
     const maxRecoverySeconds = recoveries.length === 0 ? 0 : Math.max(...recoveries) / 1000
 
-    // Every duplicate explained: each delivery of a message after its first must follow a fault
-    // that hit a party holding it (killed, frozen past its lease, its connections terminated, the
-    // server stopped), one such fault per extra delivery. One that no fault explains is a bug.
-    const faultsRun = facts.faults.filter((fault) => !fault.skipped)
-    const holdersOf = new Map<string, Array<FaultRecord>>()
-    for (const fault of faultsRun) {
-      for (const id of fault.held) holdersOf.set(id, [...(holdersOf.get(id) ?? []), fault])
-    }
-    const explainedBy = new Map<string, number>()
-    const unexplained: Array<string> = []
-    for (const [id, times] of timesByMessage) {
-      if (times.length < 2) continue
-      const available = [...(holdersOf.get(id) ?? [])].sort((a, b) => a.startedAt - b.startedAt)
-      const sorted = [...times].sort((a, b) => a - b)
-      for (const at of sorted.slice(1)) {
-        // The latest fault before this delivery not yet used for this message.
-        let chosen = -1
-        for (let f = 0; f < available.length; f++) if (available[f]!.startedAt <= at) chosen = f
-        if (chosen === -1) {
-          unexplained.push(id)
-          continue
-        }
-        const [fault] = available.splice(chosen, 1)
-        explainedBy.set(fault!.kind, (explainedBy.get(fault!.kind) ?? 0) + 1)
-      }
-    }
+    // Every duplicate explained (duplicates.ts): each extra delivery is tied to a fault that
+    // hit one of its two deliveries' parties while the message was between them.
+    const explanation = Duplicates.explain(deliveries, facts.faults, facts.leaseMillis)
+    const { explainedBy, unexplained } = explanation
     details.push(
-      `duplicates explained: ${duplicates - unexplained.length} of ${duplicates}${
+      `duplicates explained: ${explanation.explained} of ${duplicates}${
         explainedBy.size === 0 ? "" : ` (${[...explainedBy].map(([kind, n]) => `${kind} ${n}`).join(", ")})`
-      }, unexplained ${unexplained.length}${unexplained.length === 0 ? "" : ` (${sample(unexplained)})`}`
+      }, unexplained ${unexplained.length}`
     )
-    // Reported, not yet enforced: CI's quick run of 2026-12-02 left 4 of 222 unexplained (four
-    // consecutive ids: one claim), a gap of the attribution still to find (issue 23).
-    if (unexplained.length > 0) {
-      details.push(`  UNEXPLAINED duplicates ${unexplained.length}: a gap to find, not noise (issue 23)`)
+    for (const { earlier, extra, messageId } of unexplained.slice(0, 10)) {
+      const at = (t: number) => `${((t - facts.productionStartedAt) / 1000).toFixed(2)} s`
+      details.push(
+        `  UNEXPLAINED message ${messageId}: delivered by ${earlier.worker} at ${
+          at(earlier.at)
+        }, again by ${extra.worker} at ${at(extra.at)}`
+      )
     }
+    if (unexplained.length > 0) broken.push(`duplicates no fault explains ${unexplained.length}`)
 
     // The producer's side.
     const outcomes = { First: 0, Replay: 0, RolledBack: 0 }

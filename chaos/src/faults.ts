@@ -41,6 +41,8 @@ export interface FaultRecord {
   readonly endedAt: number
   /** Messages (outbox ids) the parties it hit held when it began. */
   readonly held: ReadonlyArray<string>
+  /** The workers it hit (their worker ids at that moment), or every one; none for a commit cut. */
+  readonly workers: ReadonlyArray<string> | "all"
   /** A fault that could not run (no victim, nothing to cut) is recorded as skipped. */
   readonly skipped: boolean
 }
@@ -124,6 +126,7 @@ const record = (
   detail: string,
   startedAt: number,
   held: ReadonlyArray<string>,
+  workers: ReadonlyArray<string> | "all",
   skipped = false
 ): FaultRecord => ({
   kind,
@@ -131,6 +134,7 @@ const record = (
   startedAt,
   endedAt: Date.now(),
   held,
+  workers,
   skipped
 })
 
@@ -145,7 +149,7 @@ const heldAfter = (env: Environment, before: ReadonlyArray<string>, workerIds?: 
     (after) => [...new Set([...before, ...after])]
   ).pipe(Effect.orElseSucceed(() => before))
 
-const skip = (kind: FaultKind, why: string) => Effect.sync(() => record(kind, why, Date.now(), [], true))
+const skip = (kind: FaultKind, why: string) => Effect.sync(() => record(kind, why, Date.now(), [], [], true))
 
 /**
  * The victim of a worker fault: the running worker holding the most claims, so the fault
@@ -189,7 +193,8 @@ const kill = (env: Environment) =>
         "kill",
         `SIGKILL ${workerId} holding ${held.length}, restarted after ${(down / 1000).toFixed(1)} s as ${slot.workerId}`,
         startedAt,
-        held
+        held,
+        [workerId]
       )
     }))
 
@@ -208,7 +213,8 @@ const stall = (env: Environment) =>
         "stall",
         `SIGSTOP ${slot.workerId} holding ${held.length} for ${(millis / 1000).toFixed(1)} s`,
         startedAt,
-        held
+        held,
+        [slot.workerId]
       )
     }))
 
@@ -216,7 +222,7 @@ const starve = (env: Environment) =>
   Effect.gen(function*() {
     const startedAt = Date.now()
     const slots = env.workers.slots.filter((slot) => slot.state === "running" && slot.child.running())
-    if (slots.length === 0) return record("starve", "no worker running", startedAt, [], true)
+    if (slots.length === 0) return record("starve", "no worker running", startedAt, [], [], true)
     const before = yield* heldBy(env, slots.map((slot) => slot.workerId))
     const millis = stallMillis(env.leaseMillis)
     for (const slot of slots) env.workers.pause(slot)
@@ -228,7 +234,8 @@ const starve = (env: Environment) =>
       "starve",
       `SIGSTOP of all ${slots.length} workers holding ${held.length} for ${(millis / 1000).toFixed(1)} s`,
       startedAt,
-      held
+      held,
+      slots.map((slot) => slot.workerId)
     )
   })
 
@@ -248,7 +255,7 @@ const terminate = (env: Environment) =>
     for (const row of rows) byName.set(row.application_name, (byName.get(row.application_name) ?? 0) + 1)
     const detail = [...byName].sort().map(([name, n]) => `${name} ${n}`).join(", ")
     const held = yield* heldAfter(env, before)
-    return record("terminate", `pg_terminate_backend: ${rows.length} backends (${detail})`, startedAt, held)
+    return record("terminate", `pg_terminate_backend: ${rows.length} backends (${detail})`, startedAt, held, "all")
   })
 
 const restart = (env: Environment) =>
@@ -258,9 +265,15 @@ const restart = (env: Environment) =>
     const down = env.random.between(1_000, 4_000)
     const result = yield* Effect.result(env.server.restartWith({ mode: "immediate", downtime: Duration.millis(down) }))
     if (result._tag === "Failure") {
-      return record("restart", `restart failed: ${result.failure.message}`, startedAt, held, true)
+      return record("restart", `restart failed: ${result.failure.message}`, startedAt, held, "all", true)
     }
-    return record("restart", `immediate stop, down ${(down / 1000).toFixed(1)} s, crash recovery`, startedAt, held)
+    return record(
+      "restart",
+      `immediate stop, down ${(down / 1000).toFixed(1)} s, crash recovery`,
+      startedAt,
+      held,
+      "all"
+    )
   })
 
 const commitCut = (env: Environment) =>
@@ -274,7 +287,7 @@ const commitCut = (env: Environment) =>
     )
     if (cut._tag === "None") {
       env.proxy.disarm()
-      return record("commit-cut", `no COMMIT to cut within 10 s (${mode})`, startedAt, [], true)
+      return record("commit-cut", `no COMMIT to cut within 10 s (${mode})`, startedAt, [], [], true)
     }
     return record(
       "commit-cut",
@@ -282,6 +295,7 @@ const commitCut = (env: Environment) =>
         ? "producer cut after COMMIT reached the server"
         : "producer cut with COMMIT withheld from the server",
       startedAt,
+      [],
       []
     )
   })

@@ -239,6 +239,7 @@ const program = Effect.gen(function*() {
     journal,
     productionStartedAt,
     faults: faultRecords,
+    leaseMillis,
     unexpectedExits: workers.unexpectedExits(),
     incomplete
   })
