@@ -36,6 +36,7 @@ export const run = async (bench: Bench, contenders: ReadonlyArray<QueueContender
     const bulkEnqueueRate = messages / ((performance.now() - seeded) / 1000)
     // Same starting point for everyone: statistics and visibility map fresh.
     await bench.execute(url, "VACUUM ANALYZE")
+    await bench.execute(url, "CHECKPOINT") // and no checkpoint of the seeding under the drain
     await bench.resetStatements()
     const cpuBefore = await bench.serverCpuSecondsSettled()
     const walBefore = await bench.walPosition()
