@@ -19,7 +19,7 @@
  *
  * Nothing else explains a duplicate: one that no fault explains is reported, and breaks the run.
  */
-import type { FaultKind } from "./faults.js"
+import type { FaultKind, FaultRecord } from "./faults.js"
 
 export interface Delivery {
   readonly message_id: string
@@ -28,16 +28,8 @@ export interface Delivery {
   readonly at: number
 }
 
-export interface Fault {
-  readonly kind: FaultKind
-  readonly startedAt: number
-  readonly endedAt: number
-  readonly skipped: boolean
-  /** Messages its parties held when it struck. */
-  readonly held: ReadonlyArray<string>
-  /** The workers it hit: named, or every one. */
-  readonly workers: ReadonlyArray<string> | "all"
-}
+/** What the rule reads of a fault's record. */
+export type Fault = Pick<FaultRecord, "kind" | "startedAt" | "endedAt" | "skipped" | "held" | "workers">
 
 export interface Unexplained {
   readonly messageId: string

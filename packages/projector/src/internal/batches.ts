@@ -39,7 +39,7 @@ const reasonForLog = (reason: string): string =>
     ? `${PAYLOAD_DOES_NOT_DECODE} with its topic's schema (the issues are in the message's last error)`
     : reason.slice(0, 500)
 
-export const noCounts: Counts = { claimed: 0, delivered: 0, retried: 0, dead: 0, stale: 0, heldBack: 0 }
+export const noCounts: Counts = { claimed: 0, ...noOutcomes }
 
 export const addCounts = (a: Counts, b: Counts): Counts => ({
   claimed: a.claimed + b.claimed,
