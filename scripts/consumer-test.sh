@@ -11,7 +11,7 @@
 # everything it made on exit.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-PACKAGES=(core embedded pg projector nats webhook http testing cli)
+PACKAGES=(core embedded pg projector nats webhook http workflow testing cli)
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/effect-durable-consumer-XXXXXX")
 cleanup() {

@@ -139,7 +139,14 @@ export const checkSchemaVersion: Effect.Effect<
 const decodeRole = Input.argument("role", Input.Identifier)
 
 /** Tables the substrate's operations write. A migration that adds one adds it here. */
-const RUNTIME_TABLES = ["mutation_records", "outbox", "inbox", "paused_topics"] as const
+const RUNTIME_TABLES = [
+  "mutation_records",
+  "outbox",
+  "inbox",
+  "paused_topics",
+  "workflow_executions",
+  "workflow_steps"
+] as const
 /** Tables the runtime only reads: the migration history and the list of runtime roles. */
 const READ_ONLY_TABLES = ["schema_migrations", "runtime_roles"] as const
 

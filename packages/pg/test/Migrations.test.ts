@@ -23,7 +23,8 @@ const RELEASED_DDL: Readonly<Record<number, string>> = {
   9: "447ad7e943eaa403a117ba883494ffa80ef8f6e062779cc9b3ba26cee24b3011",
   10: "cbb9648342ea566e66fcf7bf640acc857af6a132c51bcedc79344003dbc5397f",
   11: "9b3d0fec0093188d47b5df9efada6d8effdc31a26f7ca1da21017e378aa6e5bc",
-  12: "64656c454de753da86639b1ae617e7d3d38a5d8b7b38cdd03e958f7674adfe1e"
+  12: "64656c454de753da86639b1ae617e7d3d38a5d8b7b38cdd03e958f7674adfe1e",
+  13: "d89f6f5104c13863cf8af9a6031a8bc6911b377139d29ec05ac853e990483d32"
 }
 
 describe("released migrations", () => {
@@ -173,7 +174,9 @@ describe("Migrations", () => {
           "outbox",
           "paused_topics",
           "runtime_roles",
-          "schema_migrations"
+          "schema_migrations",
+          "workflow_executions",
+          "workflow_steps"
         ])
         expect(yield* Migrations.verifySchema).toEqual([])
         const settings = yield* DurableSettings

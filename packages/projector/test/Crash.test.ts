@@ -1,11 +1,11 @@
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as Fixture from "@effect-durable/testing/Fixture"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as SqlClient from "effect/sql/SqlClient"
-import { spawn } from "node:child_process"
 import { fileURLToPath } from "node:url"
 import * as Projector from "../src/Projector.js"
 import * as Publisher from "../src/Publisher.js"
@@ -31,21 +31,14 @@ describe("a projector process killed mid-delivery", () => {
           Array.from({ length: 300 }, (_, i) => ({ topic: "crash", payload: { i } }))
         )
 
-        const child = spawn(process.execPath, ["--conditions=source", "--import", "tsx", doomed], {
-          env: { ...process.env, CRASH_TEST_DATABASE_URL: Redacted.value(db.url) },
-          stdio: ["ignore", "ignore", "pipe"]
-        })
-        let stderr = ""
-        child.stderr.on("data", (chunk) => (stderr += chunk))
-        const exited = new Promise<NodeJS.Signals | null>((resolve) =>
-          child.once("exit", (_, signal) => resolve(signal))
-        )
+        const { child, exited, stderr } = Fixture.spawn(doomed, { CRASH_TEST_DATABASE_URL: Redacted.value(db.url) })
+
         // Kill it for real while it is busy: some messages delivered, some marked, some in flight.
         yield* eventually(
           sql<{ n: number }>`SELECT count(*)::int AS n FROM deliveries`,
           (rows) => rows[0]!.n >= 60,
           60
-        ).pipe(Effect.tapError(() => Effect.sync(() => console.error(stderr))))
+        ).pipe(Effect.tapError(() => Effect.sync(() => console.error(stderr()))))
         child.kill("SIGKILL")
         expect(yield* Effect.promise(() => exited)).toBe("SIGKILL")
         expect(yield* projectedCount(ids)).toBeLessThan(ids.length)

@@ -1,0 +1,294 @@
+/**
+ * The engine's statements over `workflow_executions` and `workflow_steps` (migration 13), each
+ * one round trip, each joining the caller's transaction when there is one. Wakes and starts
+ * enqueue their run message in the same transaction as the row they change: a run is due iff
+ * the change committed.
+ */
+import type { DatabaseError } from "@effect-durable/core/Errors"
+import * as Fingerprint from "@effect-durable/core/Fingerprint"
+import type { Settings } from "@effect-durable/pg/DurableConfig"
+import { classifySqlErrors } from "@effect-durable/pg/ErrorClassification"
+import type * as Outbox from "@effect-durable/pg/Outbox"
+import type * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import type * as SqlClient from "effect/sql/SqlClient"
+
+/** Runs of workflow `W` are messages of this topic; clocks of `W` fire through the next. */
+export const runTopic = (workflow: string): string => `workflow.run:${workflow}`
+export const clockTopic = (workflow: string): string => `workflow.clock:${workflow}`
+/** One run of an execution at a time: its run messages share this ordering key. */
+export const runKey = (workflow: string, executionId: string): string => `${workflow}/${executionId}`
+
+export type Status = "pending" | "running" | "suspended" | "complete"
+export type StepKind = "activity" | "deferred" | "clock"
+
+export interface ExecutionRow {
+  readonly status: Status
+  readonly result: unknown
+  readonly payload: unknown
+  readonly interrupt_requested: boolean
+  readonly interrupt_unsafe: boolean
+  readonly parent_workflow: string | null
+  readonly parent_execution_id: string | null
+}
+
+export interface StepRow {
+  readonly kind: StepKind
+  readonly name: string
+  readonly attempt: number
+  readonly result: unknown
+}
+
+export type WakeMode = "explicit" | "automatic"
+
+export interface Store {
+  readonly start: (options: {
+    readonly workflow: string
+    readonly executionId: string
+    readonly payload: unknown
+    readonly parent: { readonly workflow: string; readonly executionId: string } | undefined
+  }) => Effect.Effect<{ readonly started: boolean; readonly mismatch: boolean }, DatabaseError>
+  readonly read: (workflow: string, executionId: string) => Effect.Effect<ExecutionRow | undefined, DatabaseError>
+  /** Marks a run under way and returns the wake sequence it starts from, or nothing when there is nothing to run. */
+  readonly beginRun: (
+    workflow: string,
+    executionId: string
+  ) => Effect.Effect<{ readonly row: ExecutionRow; readonly wakeSeq: string } | undefined, DatabaseError>
+  readonly steps: (workflow: string, executionId: string) => Effect.Effect<ReadonlyArray<StepRow>, DatabaseError>
+  readonly step: (
+    workflow: string,
+    executionId: string,
+    kind: StepKind,
+    name: string,
+    attempt: number
+  ) => Effect.Effect<StepRow | undefined, DatabaseError>
+  /** Records a step if it has no record yet and returns the record that stands (first write wins). */
+  readonly recordStep: (
+    workflow: string,
+    executionId: string,
+    kind: StepKind,
+    name: string,
+    attempt: number,
+    result: unknown
+  ) => Effect.Effect<{ readonly inserted: boolean; readonly result: unknown }, DatabaseError>
+  /** Bumps the wake sequence; a suspended execution the wake may wake becomes pending and gets a run. */
+  readonly wake: (workflow: string, executionId: string, mode: WakeMode) => Effect.Effect<void, DatabaseError>
+  readonly requestInterrupt: (
+    workflow: string,
+    executionId: string,
+    unsafe: boolean
+  ) => Effect.Effect<boolean, DatabaseError>
+  readonly scheduleClock: (
+    workflow: string,
+    executionId: string,
+    name: string,
+    deferredName: string,
+    delay: Duration.Duration
+  ) => Effect.Effect<void, DatabaseError>
+  /**
+   * Ends a run in one transaction, fenced by the run message's claim: a runner that lost its
+   * lease writes nothing (returns false). `suspended` settles pending (and schedules the next
+   * run) when a wake landed since `wakeSeq` that may wake it.
+   */
+  readonly settle: (options: {
+    readonly workflow: string
+    readonly executionId: string
+    readonly claim: { readonly messageId: string; readonly worker: string; readonly generation: number }
+    readonly wakeSeq: string
+    readonly result: unknown
+    readonly complete: boolean
+    readonly failed: boolean
+  }) => Effect.Effect<{ readonly fenced: boolean; readonly status: Status | undefined }, DatabaseError>
+}
+
+export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbox.Outbox["Service"]): Store => {
+  const executions = sql.literal(settings.table("workflow_executions"))
+  const steps = sql.literal(settings.table("workflow_steps"))
+  const outboxTable = sql.literal(settings.table("outbox"))
+  const json = (value: unknown) => JSON.stringify(value ?? null)
+  const transact = <A, E, R>(operation: string, body: Effect.Effect<A, E, R>) =>
+    sql.withTransaction(body).pipe(classifySqlErrors(operation))
+  // The engine's own messages are small and well formed: only a database failure is expected
+  // (and classified, so a run can tell it from a defect); anything else is a bug.
+  const enqueue = (topic: string, payload: unknown, options: Outbox.EnqueueOptions) =>
+    outbox.enqueue(topic, payload, options).pipe(
+      Effect.catchIf(
+        (error): error is Exclude<typeof error, DatabaseError> => error._tag !== "DatabaseError",
+        Effect.die
+      )
+    )
+  const enqueueRun = (workflow: string, executionId: string) =>
+    enqueue(runTopic(workflow), { executionId }, { orderingKey: runKey(workflow, executionId) })
+
+  const wakeIn = (workflow: string, executionId: string, mode: WakeMode) =>
+    Effect.gen(function*() {
+      const explicit = mode === "explicit"
+      // An automatic wake (a deferred, a clock, a child) does not wake an execution that
+      // suspended on its own failure (`SuspendOnFailure`): only `resume` does, as upstream.
+      const rows = yield* sql<{ before: Status; after: Status }>`
+        WITH before AS (
+          SELECT status FROM ${executions} WHERE workflow = ${workflow} AND execution_id = ${executionId} FOR UPDATE)
+        UPDATE ${executions} e SET
+          wake_seq = e.wake_seq + 1,
+          resume_requested = e.resume_requested OR ${explicit},
+          status = CASE WHEN e.status = 'suspended'
+                         AND (${explicit} OR coalesce((e.result ->> 'failed')::boolean, false) = false)
+                        THEN 'pending' ELSE e.status END,
+          updated_at = now()
+          FROM before
+         WHERE e.workflow = ${workflow} AND e.execution_id = ${executionId}
+        RETURNING before.status AS before, e.status AS after`
+      const row = rows[0]
+      if (row !== undefined && row.before === "suspended" && row.after === "pending") {
+        yield* enqueueRun(workflow, executionId)
+      }
+    })
+
+  return {
+    start: ({ executionId, parent, payload, workflow }) =>
+      transact(
+        "WorkflowEngine.execute",
+        Effect.gen(function*() {
+          const text = yield* Effect.orDie(Fingerprint.canonicalize(payload))
+          const fingerprint = Fingerprint.toHex(Fingerprint.fingerprintOfCanonical(text))
+          const inserted = yield* sql<{ inserted: boolean }>`
+            INSERT INTO ${executions} (workflow, execution_id, payload, payload_fingerprint, parent_workflow, parent_execution_id)
+            VALUES (${workflow}, ${executionId}, ${text}::jsonb, ${fingerprint}, ${parent?.workflow ?? null}, ${
+            parent?.executionId ?? null
+          })
+            ON CONFLICT (workflow, execution_id) DO NOTHING
+            RETURNING true AS inserted`
+          if (inserted.length > 0) {
+            yield* enqueueRun(workflow, executionId)
+            return { started: true, mismatch: false }
+          }
+          const mismatched = yield* sql<{ n: number }>`
+            UPDATE ${executions} SET payload_mismatches = payload_mismatches + 1
+             WHERE workflow = ${workflow} AND execution_id = ${executionId} AND payload_fingerprint <> ${fingerprint}
+            RETURNING payload_mismatches AS n`
+          return { started: false, mismatch: mismatched.length > 0 }
+        })
+      ),
+    read: (workflow, executionId) =>
+      sql<ExecutionRow>`
+        SELECT status, result, payload, interrupt_requested, interrupt_unsafe, parent_workflow, parent_execution_id
+          FROM ${executions} WHERE workflow = ${workflow} AND execution_id = ${executionId}`.pipe(
+        Effect.map((rows) => rows[0]),
+        classifySqlErrors("WorkflowEngine.poll")
+      ),
+    beginRun: (workflow, executionId) =>
+      sql<ExecutionRow & { wake_seq: string }>`
+        UPDATE ${executions} SET status = 'running', runs = runs + 1, resume_requested = false, updated_at = now()
+         WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
+        RETURNING status, result, payload, interrupt_requested, interrupt_unsafe, parent_workflow, parent_execution_id,
+                  wake_seq::text`.pipe(
+        Effect.map((rows) => rows[0] === undefined ? undefined : { row: rows[0], wakeSeq: rows[0].wake_seq }),
+        classifySqlErrors("WorkflowEngine.run")
+      ),
+    steps: (workflow, executionId) =>
+      sql<StepRow>`SELECT kind, name, attempt, result FROM ${steps}
+                    WHERE workflow = ${workflow} AND execution_id = ${executionId}`.pipe(
+        classifySqlErrors("WorkflowEngine.run")
+      ),
+    step: (workflow, executionId, kind, name, attempt) =>
+      sql<StepRow>`SELECT kind, name, attempt, result FROM ${steps}
+                    WHERE workflow = ${workflow} AND execution_id = ${executionId}
+                      AND kind = ${kind} AND name = ${name} AND attempt = ${attempt}`.pipe(
+        Effect.map((rows) => rows[0]),
+        classifySqlErrors("WorkflowEngine.step")
+      ),
+    recordStep: (workflow, executionId, kind, name, attempt, result) =>
+      transact(
+        "WorkflowEngine.recordStep",
+        Effect.gen(function*() {
+          const inserted = yield* sql<{ result: unknown }>`
+            INSERT INTO ${steps} (workflow, execution_id, kind, name, attempt, result)
+            VALUES (${workflow}, ${executionId}, ${kind}, ${name}, ${attempt}, ${json(result)}::jsonb)
+            ON CONFLICT DO NOTHING
+            RETURNING result`
+          if (inserted.length > 0) {
+            if (kind === "deferred") yield* wakeIn(workflow, executionId, "automatic")
+            return { inserted: true, result: inserted[0]!.result }
+          }
+          const stored = yield* sql<{ result: unknown }>`
+            SELECT result FROM ${steps} WHERE workflow = ${workflow} AND execution_id = ${executionId}
+               AND kind = ${kind} AND name = ${name} AND attempt = ${attempt}`
+          return { inserted: false, result: stored[0]?.result }
+        })
+      ),
+    wake: (workflow, executionId, mode) => transact("WorkflowEngine.resume", wakeIn(workflow, executionId, mode)),
+    requestInterrupt: (workflow, executionId, unsafe) =>
+      transact(
+        "WorkflowEngine.interrupt",
+        Effect.gen(function*() {
+          const rows = yield* sql<{ status: Status }>`
+            UPDATE ${executions} SET interrupt_requested = true, interrupt_unsafe = interrupt_unsafe OR ${unsafe},
+                   updated_at = now()
+             WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
+            RETURNING status`
+          if (rows.length === 0) return false
+          yield* wakeIn(workflow, executionId, "explicit")
+          return true
+        })
+      ),
+    scheduleClock: (workflow, executionId, name, deferredName, delay) =>
+      transact(
+        "WorkflowEngine.scheduleClock",
+        Effect.gen(function*() {
+          const inserted = yield* sql<{ name: string }>`
+            INSERT INTO ${steps} (workflow, execution_id, kind, name, attempt)
+            VALUES (${workflow}, ${executionId}, 'clock', ${name}, 0)
+            ON CONFLICT DO NOTHING RETURNING name`
+          if (inserted.length === 0) return
+          // No ordering key: a delayed message of the execution's key would hold back its
+          // later runs (a key's messages are delivered in id order).
+          const id = yield* enqueue(clockTopic(workflow), { executionId, deferredName }, { delay })
+          yield* sql`UPDATE ${steps} SET outbox_id = ${id}::bigint
+                      WHERE workflow = ${workflow} AND execution_id = ${executionId} AND kind = 'clock' AND name = ${name}
+                        AND attempt = 0`
+        })
+      ),
+    settle: ({ claim, complete, executionId, failed, result, wakeSeq, workflow }) =>
+      transact(
+        "WorkflowEngine.settle",
+        Effect.gen(function*() {
+          // The fence: the run message still held by this claim, its lease alive.
+          const held = yield* sql<{ id: string }>`
+            SELECT id::text FROM ${outboxTable}
+             WHERE id = ${claim.messageId}::bigint AND claimed_by = ${claim.worker}
+               AND claim_generation = ${claim.generation} AND claimed_until > now()
+               AND projected_at IS NULL AND dead_at IS NULL
+             FOR UPDATE`
+          if (held.length === 0) return { fenced: false, status: undefined }
+          if (complete) {
+            const rows = yield* sql<{ parent_workflow: string | null; parent_execution_id: string | null }>`
+              UPDATE ${executions} SET status = 'complete', result = ${json(result)}::jsonb, completed_at = now(),
+                     updated_at = now()
+               WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
+              RETURNING parent_workflow, parent_execution_id`
+            // Clocks that have not fired have nothing left to wake: the unclaimed ones go (they
+            // carry no ordering key, so no other message waits on them).
+            yield* sql`DELETE FROM ${outboxTable} o USING ${steps} s
+                        WHERE s.workflow = ${workflow} AND s.execution_id = ${executionId} AND s.kind = 'clock'
+                          AND o.id = s.outbox_id AND o.claimed_until IS NULL AND o.projected_at IS NULL
+                          AND o.dead_at IS NULL`
+            const parent = rows[0]
+            if (parent?.parent_workflow != null && parent.parent_execution_id !== null) {
+              yield* wakeIn(parent.parent_workflow, parent.parent_execution_id, "automatic")
+            }
+            return { fenced: true, status: "complete" as const }
+          }
+          const rows = yield* sql<{ status: Status }>`
+            UPDATE ${executions} SET
+              status = CASE WHEN wake_seq > ${wakeSeq}::bigint AND (resume_requested OR NOT ${failed})
+                            THEN 'pending' ELSE 'suspended' END,
+              result = ${json(result)}::jsonb, updated_at = now()
+             WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
+            RETURNING status`
+          const status = rows[0]?.status
+          if (status === "pending") yield* enqueueRun(workflow, executionId)
+          return { fenced: true, status }
+        })
+      )
+  }
+}

@@ -1,0 +1,396 @@
+// The engine against a real PostgreSQL: upstream's own `layerMemory` cases that do not hinge
+// on a TestClock, then a test named for each guarantee of the engine. Every case runs on the
+// live clock (`it.live`): clocks are the database's.
+import { eventually } from "@effect-durable/testing/Eventually"
+import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
+import { describe, expect, it } from "@effect/vitest"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
+import * as Activity from "effect/workflow/Activity"
+import * as DurableClock from "effect/workflow/DurableClock"
+import * as DurableDeferred from "effect/workflow/DurableDeferred"
+import * as Workflow from "effect/workflow/Workflow"
+import * as PgWorkflowEngine from "../src/PgWorkflowEngine.js"
+
+const substrate = TestSubstrate.layer({ database: { maxConnections: 16, applicationName: "workflow-test" } })
+const engine = (options: PgWorkflowEngine.PgWorkflowEngineOptions = {}) =>
+  PgWorkflowEngine.layer({ pollInterval: "200 millis", ...options }).pipe(Layer.provideMerge(substrate))
+
+/** The execution's row and its journal, as the database holds them. */
+const execution = (workflow: string, executionId: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<{ status: string; runs: number; payload_mismatches: number }>`
+      SELECT status, runs, payload_mismatches FROM durable.workflow_executions
+       WHERE workflow = ${workflow} AND execution_id = ${executionId}`.pipe(
+      Effect.map((rows) => rows[0]),
+      Effect.orDie
+    ))
+
+const steps = (workflow: string, executionId: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<{ kind: string; name: string }>`
+      SELECT kind, name FROM durable.workflow_steps WHERE workflow = ${workflow} AND execution_id = ${executionId}
+       ORDER BY kind, name`.pipe(Effect.orDie))
+
+/** Run messages of a workflow whose delivery ever failed. */
+const failedRunDeliveries = (workflow: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox
+                        WHERE topic = ${"workflow.run:" + workflow} AND last_error IS NOT NULL`.pipe(
+      Effect.map((rows) => rows[0]!.n),
+      Effect.orDie
+    ))
+
+/** Polls until the execution is complete; its result. */
+const completed = <A, E, R>(poll: Effect.Effect<Option.Option<Workflow.Result<A, E>>, never, R>) =>
+  eventually(poll, (result) => Option.isSome(result) && result.value._tag === "Complete").pipe(
+    Effect.map((result) => Option.getOrThrow(result))
+  )
+
+describe("PgWorkflowEngine: upstream's layerMemory cases", () => {
+  const IncrementWorkflow = Workflow.make("Pg/IncrementWorkflow", {
+    payload: { value: Schema.Number },
+    success: Schema.Number,
+    idempotencyKey: ({ value }) => String(value)
+  })
+  const IncrementWorkflowLayer = IncrementWorkflow.toLayer(({ value }) => Effect.succeed(value + 1))
+
+  class ClassWorkflow extends Workflow.make("Pg/ClassWorkflow", {
+    payload: { value: Schema.Number },
+    success: Schema.Number,
+    idempotencyKey: ({ value }) => String(value)
+  }) {}
+  const ClassWorkflowLayer = ClassWorkflow.toLayer(({ value }) => Effect.succeed(value + 1))
+
+  it.layer(Layer.mergeAll(IncrementWorkflowLayer, ClassWorkflowLayer).pipe(Layer.provideMerge(engine())), {
+    excludeTestServices: true
+  })((it) => {
+    it.effect("executes and polls workflows", () =>
+      Effect.gen(function*() {
+        const executionId = yield* IncrementWorkflow.execute({ value: 1 }, { discard: true })
+        const result = yield* IncrementWorkflow.execute({ value: 1 })
+        const polled = yield* IncrementWorkflow.poll(executionId)
+        expect(result).toBe(2)
+        expect(Option.isSome(polled) && polled.value._tag === "Complete" && Exit.isSuccess(polled.value.exit)).toBe(
+          true
+        )
+        expect(yield* execution(IncrementWorkflow._tag, executionId)).toMatchObject({ status: "complete", runs: 1 })
+      }))
+
+    it.effect("discard returns the deterministic execution ID", () =>
+      Effect.gen(function*() {
+        const executionId = yield* IncrementWorkflow.executionId({ value: 5 })
+        expect(yield* IncrementWorkflow.execute({ value: 5 }, { discard: true })).toBe(executionId)
+      }))
+
+    it.effect("supports class extension", () =>
+      Effect.gen(function*() {
+        expect(yield* ClassWorkflow.execute({ value: 1 })).toBe(2)
+      }))
+
+    it.effect("poll of an execution never started is none", () =>
+      Effect.gen(function*() {
+        expect(Option.isNone(yield* IncrementWorkflow.poll("never-started"))).toBe(true)
+      }))
+  })
+
+  // upstream: "layerMemory wakes an active workflow when a durable deferred completes"
+  const RaceWorkflow = Workflow.make("Pg/DeferredRaceWorkflow", {
+    payload: { id: Schema.String },
+    success: Schema.String,
+    idempotencyKey: ({ id }) => id
+  })
+  const RaceGate = DurableDeferred.make("Pg/DeferredRaceGate", { success: Schema.String })
+  let raceRuns = 0
+  const RaceLayer = RaceWorkflow.toLayer(() =>
+    Effect.suspend(() => {
+      raceRuns++
+      return DurableDeferred.raceAll({
+        name: "race",
+        success: Schema.String,
+        error: Schema.Never,
+        effects: [DurableDeferred.await(RaceGate), Effect.sleep("1 hour").pipe(Effect.as("activity"))]
+      })
+    })
+  )
+  it.layer(RaceLayer.pipe(Layer.provideMerge(engine())), { excludeTestServices: true })((it) => {
+    it.effect("wakes an active workflow when a durable deferred completes", () =>
+      Effect.gen(function*() {
+        const payload = { id: "race-1" }
+        const executionId = yield* RaceWorkflow.executionId(payload)
+        const fiber = yield* RaceWorkflow.execute(payload).pipe(Effect.forkChild({ startImmediately: true }))
+        yield* eventually(execution(RaceWorkflow._tag, executionId), (row) => row?.status === "running")
+        const token = DurableDeferred.tokenFromExecutionId(RaceGate, { workflow: RaceWorkflow, executionId })
+        yield* DurableDeferred.succeed(RaceGate, { token, value: "signal" })
+        expect(yield* Fiber.join(fiber)).toBe("signal")
+        // The completion preempts the parked run (2 runs), or lands before it parks (1).
+        expect([1, 2]).toContain(raceRuns)
+        // A preemption is a suspension, never a failed delivery of the run message.
+        expect(yield* failedRunDeliveries(RaceWorkflow._tag)).toBe(0)
+      }))
+  })
+})
+
+describe("PgWorkflowEngine: guarantees", () => {
+  // An order: reserve (an activity), wait for payment (a deferred), a durable clock, ship.
+  const Order = Workflow.make("Pg/Order", {
+    payload: { id: Schema.String },
+    success: Schema.String,
+    idempotencyKey: ({ id }) => id
+  })
+  const Paid = DurableDeferred.make("Pg/Order/Paid", { success: Schema.Number })
+  const counts = { bodies: 0, reserves: 0, ships: 0, compensations: 0 }
+  const OrderLayer = Order.toLayer(({ id }) =>
+    Effect.gen(function*() {
+      counts.bodies++
+      const reserved = yield* Activity.make({
+        name: "reserve",
+        success: Schema.String,
+        execute: Effect.sync(() => {
+          counts.reserves++
+          return `reserved:${id}`
+        })
+      }).pipe(Workflow.withCompensation(() => Effect.sync(() => void counts.compensations++)))
+      const amount = yield* DurableDeferred.await(Paid)
+      yield* DurableClock.sleep({ name: "cool-off", duration: "300 millis", inMemoryThreshold: Duration.zero })
+      yield* Activity.make({ name: "ship", execute: Effect.sync(() => void counts.ships++) })
+      return `${reserved}:paid:${amount}`
+    })
+  )
+
+  it.layer(OrderLayer.pipe(Layer.provideMerge(engine())), { excludeTestServices: true })((it) => {
+    it.effect("activities run once across replays, a deferred and a database-clock sleep resume the execution", () =>
+      Effect.gen(function*() {
+        Object.assign(counts, { bodies: 0, reserves: 0, ships: 0, compensations: 0 })
+        const executionId = yield* Order.execute({ id: "o-1" }, { discard: true })
+        yield* eventually(Order.poll(executionId), (r) => Option.isSome(r) && r.value._tag === "Suspended")
+        expect(counts).toMatchObject({ reserves: 1, ships: 0 })
+        const token = DurableDeferred.tokenFromExecutionId(Paid, { workflow: Order, executionId })
+        yield* DurableDeferred.succeed(Paid, { token, value: 42 })
+        // A second completion of the same deferred is ignored: the first write wins.
+        yield* DurableDeferred.succeed(Paid, { token, value: 7 })
+        const result = yield* completed(Order.poll(executionId))
+        expect(result).toEqual(new Workflow.Complete({ exit: Exit.succeed("reserved:o-1:paid:42") }))
+        // Body: start, after the deferred, after the clock (3 runs); each activity once.
+        expect(counts).toMatchObject({ reserves: 1, ships: 1, compensations: 0 })
+        expect(counts.bodies).toBeGreaterThanOrEqual(3)
+        expect(yield* steps(Order._tag, executionId)).toEqual([
+          { kind: "activity", name: "reserve" },
+          { kind: "activity", name: "ship" },
+          { kind: "clock", name: "cool-off" },
+          { kind: "deferred", name: "Pg/Order/Paid" },
+          { kind: "deferred", name: "DurableClock/cool-off" }
+        ].sort((a, b) => a.kind.localeCompare(b.kind) || a.name.localeCompare(b.name)))
+        // execute again: the recorded result, no new run.
+        expect(yield* Order.execute({ id: "o-1" })).toBe("reserved:o-1:paid:42")
+        expect((yield* execution(Order._tag, executionId))?.status).toBe("complete")
+      }))
+
+    it.effect("a start in the caller's transaction exists iff the transaction commits", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const rolledBack = yield* Order.executionId({ id: "o-rollback" })
+        yield* sql.withTransaction(
+          Effect.andThen(Order.execute({ id: "o-rollback" }, { discard: true }), Effect.fail("business rule"))
+        ).pipe(Effect.flip)
+        expect(yield* execution(Order._tag, rolledBack)).toBeUndefined()
+        const committed = yield* sql.withTransaction(Order.execute({ id: "o-commit" }, { discard: true }))
+        yield* eventually(Order.poll(committed), (r) => Option.isSome(r) && r.value._tag === "Suspended")
+        expect(Option.isNone(yield* Order.poll(rolledBack))).toBe(true)
+      }))
+
+    it.effect("interrupt: the run ends interrupted, compensations run once, the pending clock is cleared", () =>
+      Effect.gen(function*() {
+        Object.assign(counts, { bodies: 0, reserves: 0, ships: 0, compensations: 0 })
+        const executionId = yield* Order.execute({ id: "o-interrupt" }, { discard: true })
+        yield* eventually(Order.poll(executionId), (r) => Option.isSome(r) && r.value._tag === "Suspended")
+        yield* Order.interrupt(executionId)
+        const result = yield* completed(Order.poll(executionId))
+        expect(result._tag === "Complete" && Exit.hasInterrupts(result.exit)).toBe(true)
+        expect(counts).toMatchObject({ reserves: 1, ships: 0, compensations: 1 })
+        // A deferred completed after the end wakes nothing.
+        const token = DurableDeferred.tokenFromExecutionId(Paid, { workflow: Order, executionId })
+        yield* DurableDeferred.succeed(Paid, { token, value: 1 })
+        expect((yield* execution(Order._tag, executionId))?.status).toBe("complete")
+        // Interrupting a complete execution is a no-op.
+        yield* Order.interrupt(executionId)
+        expect(counts.compensations).toBe(1)
+      }))
+
+    it.effect("the same execution id with another payload: the first stands, the mismatch is counted", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        // Two starts of one id, the second with a payload the idempotency key does not see.
+        const executionId = yield* Order.executionId({ id: "o-mismatch" })
+        yield* Order.execute({ id: "o-mismatch" }, { discard: true })
+        yield* sql`UPDATE durable.workflow_executions SET payload = '{"id":"o-mismatch","note":"x"}',
+                   payload_fingerprint = 'other' WHERE execution_id = ${executionId}`.pipe(Effect.orDie)
+        yield* Order.execute({ id: "o-mismatch" }, { discard: true })
+        expect((yield* execution(Order._tag, executionId))?.payload_mismatches).toBe(1)
+      }))
+  })
+
+  // A child workflow's completion wakes its parent.
+  const Child = Workflow.make("Pg/Child", {
+    payload: { n: Schema.Number },
+    success: Schema.Number,
+    idempotencyKey: ({ n }) => String(n)
+  })
+  const Parent = Workflow.make("Pg/Parent", {
+    payload: {},
+    success: Schema.Array(Schema.Number),
+    idempotencyKey: () => "parent"
+  })
+  const FamilyLayer = Layer.mergeAll(
+    Child.toLayer(({ n }) =>
+      DurableClock.sleep({ name: "nap", duration: "200 millis", inMemoryThreshold: Duration.zero }).pipe(
+        Effect.as(n * 10)
+      )
+    ),
+    Parent.toLayer(() => Effect.forEach([1, 2, 3], (n) => Child.execute({ n }), { concurrency: "unbounded" }))
+  )
+  it.layer(FamilyLayer.pipe(Layer.provideMerge(engine())), { excludeTestServices: true })((it) => {
+    it.effect("children suspended on clocks complete and wake their parent", () =>
+      Effect.gen(function*() {
+        expect(yield* Parent.execute({})).toEqual([10, 20, 30])
+      }))
+  })
+
+  // A workflow whose first activity holds until the test opens it: to act on a run mid-way.
+  const gated = (name: string) => {
+    const gate = { open: undefined as undefined | (() => void), ran: 0, after: 0 }
+    const workflow = Workflow.make(name, {
+      payload: { id: Schema.String },
+      success: Schema.Number,
+      idempotencyKey: ({ id }) => id
+    })
+    const layer = workflow.toLayer(() =>
+      Effect.gen(function*() {
+        const first = yield* Activity.make({
+          name: "slow",
+          success: Schema.Number,
+          execute: Effect.suspend(() => {
+            gate.ran++
+            return gate.ran === 1
+              ? Effect.callback<number>((resume) => {
+                gate.open = () => resume(Effect.succeed(1))
+              })
+              : Effect.succeed(2)
+          })
+        })
+        yield* Activity.make({ name: "after", execute: Effect.sync(() => void gate.after++) })
+        return first
+      })
+    )
+    return { gate, workflow, layer }
+  }
+  const taken = gated("Pg/Fenced")
+  const lapsed = gated("Pg/Lapsed")
+  const interrupted = gated("Pg/InterruptedMidRun")
+  const runTopicOf = (workflow: Workflow.Any) => `workflow.run:${workflow._tag}`
+  it.layer(
+    Layer.mergeAll(taken.layer, lapsed.layer, interrupted.layer).pipe(
+      Layer.provideMerge(engine({ lease: "2 seconds" }))
+    ),
+    { excludeTestServices: true }
+  )((it) => {
+    it.effect("a runner whose claim was taken over writes nothing; the execution completes on the next run", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const { gate, workflow } = taken
+        const executionId = yield* workflow.execute({ id: "f-1" }, { discard: true })
+        yield* eventually(Effect.sync(() => gate.open), (open) => open !== undefined)
+        // Another claimer's generation on the run message, as after a lease lost to a stall.
+        yield* sql`UPDATE durable.outbox SET claim_generation = claim_generation + 1, claimed_by = 'someone-else'
+                    WHERE topic = ${runTopicOf(workflow)} AND projected_at IS NULL`.pipe(Effect.orDie)
+        gate.open!()
+        // The first run recorded its activity (at least once) but could not settle; the row
+        // stays running until the taken-over claim's lease runs out and a new run replays.
+        const result = yield* completed(workflow.poll(executionId))
+        expect(result).toEqual(new Workflow.Complete({ exit: Exit.succeed(1) }))
+        expect(gate.ran).toBe(1)
+        expect((yield* execution(workflow._tag, executionId))?.runs).toBe(2)
+      }))
+
+    it.effect("a run whose lease lapsed with nobody else holding it settles nothing and is not marked; it replays", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const { gate, workflow } = lapsed
+        const executionId = yield* workflow.execute({ id: "l-1" }, { discard: true })
+        yield* eventually(Effect.sync(() => gate.open), (open) => open !== undefined)
+        // The lease ran out (a frozen event loop, say), and no other worker has claimed it.
+        yield* sql`UPDATE durable.outbox SET claimed_until = now() - interval '1 second'
+                    WHERE topic = ${runTopicOf(workflow)} AND projected_at IS NULL`.pipe(Effect.orDie)
+        gate.open!()
+        const result = yield* completed(workflow.poll(executionId))
+        expect(result).toEqual(new Workflow.Complete({ exit: Exit.succeed(1) }))
+        expect((yield* execution(workflow._tag, executionId))?.runs).toBe(2)
+      }))
+
+    it.effect("an interrupt asked while a run is under way stops it before its next activity", () =>
+      Effect.gen(function*() {
+        const { gate, workflow } = interrupted
+        const executionId = yield* workflow.execute({ id: "i-1" }, { discard: true })
+        yield* eventually(Effect.sync(() => gate.open), (open) => open !== undefined)
+        yield* workflow.interrupt(executionId)
+        gate.open!()
+        const result = yield* completed(workflow.poll(executionId))
+        expect(result._tag === "Complete" && Exit.hasInterrupts(result.exit)).toBe(true)
+        expect(gate.after).toBe(0)
+      }))
+  })
+
+  // A deferred completed with a defect: stored as JSON, read back by the deferred's own schema.
+  const Dies = Workflow.make("Pg/DeferredDefect", {
+    payload: { id: Schema.String },
+    success: Schema.String,
+    idempotencyKey: ({ id }) => id
+  })
+  const Verdict = DurableDeferred.make("Pg/Verdict", { success: Schema.String })
+  it.layer(Dies.toLayer(() => DurableDeferred.await(Verdict)).pipe(Layer.provideMerge(engine())), {
+    excludeTestServices: true
+  })((it) => {
+    it.effect("a deferred completed with a defect fails the workflow with that defect, on every replay", () =>
+      Effect.gen(function*() {
+        const executionId = yield* Dies.execute({ id: "d-1" }, { discard: true })
+        yield* eventually(Dies.poll(executionId), (r) => Option.isSome(r) && r.value._tag === "Suspended")
+        const token = DurableDeferred.tokenFromExecutionId(Verdict, { workflow: Dies, executionId })
+        yield* DurableDeferred.done(Verdict, { token, exit: Exit.die(new Error("card reader on fire")) })
+        const result = yield* completed(Dies.poll(executionId))
+        expect(result._tag === "Complete" && Exit.isFailure(result.exit) && String(result.exit.cause)).toMatch(
+          /card reader on fire/
+        )
+      }))
+
+    it.effect("execute that waits for a result is refused inside a transaction (only a start can commit with it)", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const exit = yield* Effect.exit(sql.withTransaction(Dies.execute({ id: "d-tx" })))
+        expect(Exit.isFailure(exit) && String(exit.cause)).toMatch(/can only start it \(discard: true\)/)
+      }))
+  })
+})
+
+describe("PgWorkflowEngine: strict payloads", () => {
+  const Strict = Workflow.make("Pg/Strict", {
+    payload: { id: Schema.String, note: Schema.optional(Schema.String) },
+    idempotencyKey: ({ id }) => id
+  })
+  it.layer(Strict.toLayer(() => Effect.void).pipe(Layer.provideMerge(engine({ strictPayloads: true }))), {
+    excludeTestServices: true
+  })((it) => {
+    it.effect("refuses a second start with another payload, as a defect naming the execution", () =>
+      Effect.gen(function*() {
+        yield* Strict.execute({ id: "s-1" }, { discard: true })
+        yield* Strict.execute({ id: "s-1" }, { discard: true })
+        const exit = yield* Effect.exit(Strict.execute({ id: "s-1", note: "changed" }, { discard: true }))
+        expect(Exit.isFailure(exit) && String(exit.cause)).toMatch(/started before with another payload/)
+      }))
+  })
+})
