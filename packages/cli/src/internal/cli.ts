@@ -19,6 +19,7 @@ import { purge } from "./commands/purge.js"
 import { grant, migrate, verify } from "./commands/schema.js"
 import { status } from "./commands/status.js"
 import { pause, resume } from "./commands/topics.js"
+import { workflows } from "./commands/workflows.js"
 import { root } from "./connection.js"
 import { usage } from "./errors.js"
 import { stderrLogger } from "./output.js"
@@ -50,6 +51,7 @@ const tree = root.pipe(
     resume,
     doctor,
     dashboard,
+    workflows,
     devDatabase
   ])
 )

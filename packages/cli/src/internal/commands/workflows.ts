@@ -1,0 +1,160 @@
+/**
+ * `effect-durable workflows list|show|interrupt|resume`: the executions of
+ * `@effect-durable/workflow`'s engine, without the workflows' code. Interrupt and resume are
+ * durable requests the execution's next run applies, wherever its workflow is registered.
+ */
+import * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
+import * as Argument from "effect/cli/Argument"
+import * as Command from "effect/cli/Command"
+import * as Flag from "effect/cli/Flag"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import { json, positive } from "../arguments.js"
+import { withDatabase } from "../connection.js"
+import { checkFailed, usage } from "../errors.js"
+import * as Output from "../output.js"
+import { operatorName } from "./topics.js"
+
+const workflow = Argument.String("workflow").pipe(
+  Argument.withMetavar("WORKFLOW"),
+  Argument.withDescription("The workflow's name (its Workflow.make tag)")
+)
+const executionId = Argument.String("execution-id").pipe(
+  Argument.withMetavar("EXECUTION_ID"),
+  Argument.withDescription("The execution's id")
+)
+
+const list = Command.make(
+  "list",
+  {
+    workflow: Flag.String("workflow").pipe(
+      Flag.withMetavar("WORKFLOW"),
+      Flag.optional,
+      Flag.withDescription("Only this workflow's executions")
+    ),
+    status: Flag.Literals("status", WorkflowAdmin.Statuses).pipe(
+      Flag.optional,
+      Flag.withDescription("Only executions in this status")
+    ),
+    limit: positive("limit", 50, 1_000, "How many, most recently changed first"),
+    json
+  },
+  Effect.fn("effect-durable.workflows.list")(
+    function*(args) {
+      const admin = yield* WorkflowAdmin.make
+      const executions = yield* admin.list({
+        workflow: Option.getOrUndefined(args.workflow),
+        status: Option.getOrUndefined(args.status),
+        limit: args.limit
+      })
+      if (args.json) return yield* Output.json({ executions })
+      yield* Output.line(
+        executions.length === 0 ? "no workflow executions" : Output.table<typeof executions[number]>([
+          { header: "WORKFLOW", value: (e) => e.workflow },
+          { header: "EXECUTION", value: (e) => e.executionId },
+          {
+            header: "STATUS",
+            value: (e) => e.status + (e.interruptRequested && e.status !== "complete" ? " (interrupting)" : "")
+          },
+          { header: "RUNS", value: (e) => e.runs },
+          { header: "UPDATED", value: (e) => e.updatedAt },
+          { header: "", value: (e) => (e.payloadMismatches > 0 ? `${e.payloadMismatches} payload mismatches` : "") }
+        ], executions)
+      )
+    },
+    withDatabase({ poolSize: 1 })
+  )
+).pipe(Command.withDescription("List workflow executions, most recently changed first"))
+
+const show = Command.make(
+  "show",
+  { workflow, executionId, json },
+  Effect.fn("effect-durable.workflows.show")(
+    function*(args) {
+      const admin = yield* WorkflowAdmin.make
+      const found = yield* admin.show(args.workflow, args.executionId)
+      if (found === undefined) {
+        return yield* checkFailed(`no execution ${args.executionId} of workflow ${args.workflow}`)
+      }
+      if (args.json) return yield* Output.json(found)
+      const field = (name: string, value: string | number) =>
+        `${`${name}:`.padEnd(11)}${Output.printable(String(value))}`
+      yield* Output.line([
+        field("execution", `${found.workflow} / ${found.executionId}`),
+        field("status", found.status + (found.interruptRequested ? " (interrupt requested)" : "")),
+        field("runs", found.runs),
+        field("created", found.createdAt),
+        field("updated", found.updatedAt),
+        ...(found.completedAt === null ? [] : [field("completed", found.completedAt)]),
+        ...(found.parent === null ? [] : [field("parent", `${found.parent.workflow} / ${found.parent.executionId}`)]),
+        ...(found.payloadMismatches === 0
+          ? []
+          : [field("mismatches", `${found.payloadMismatches} later starts with another payload (ignored)`)]),
+        field("payload", Output.clip(Output.stringify(found.payload), 200) ?? "-"),
+        field("result", Output.clip(Output.stringify(found.result), 200) ?? "-"),
+        "",
+        found.steps.length === 0 ? "no steps recorded" : Output.table<typeof found.steps[number]>([
+          { header: "KIND", value: (s) => s.kind },
+          { header: "NAME", value: (s) => s.name },
+          { header: "ATTEMPT", value: (s) => s.attempt },
+          { header: "RECORDED", value: (s) => s.recordedAt },
+          { header: "RESULT", value: (s) => Output.clip(Output.stringify(s.result), 80) }
+        ], found.steps)
+      ].join("\n"))
+    },
+    withDatabase({ poolSize: 1 })
+  )
+).pipe(Command.withDescription("Show a workflow execution and its recorded steps"))
+
+const interrupt = Command.make(
+  "interrupt",
+  { workflow, executionId, json },
+  Effect.fn("effect-durable.workflows.interrupt")(
+    function*(args) {
+      const admin = yield* WorkflowAdmin.make
+      const changed = yield* admin.interrupt(args.workflow, args.executionId)
+      yield* Effect.logInfo(
+        `operator action: interrupt workflow ${args.workflow} execution ${args.executionId} by ${operatorName()}`
+      )
+      if (args.json) return yield* Output.json({ workflow: args.workflow, executionId: args.executionId, changed })
+      yield* Output.line(
+        changed
+          ? `interrupt requested: its next run ends it interrupted and runs its compensations`
+          : `no execution ${Output.printable(args.executionId)} of ${
+            Output.printable(args.workflow)
+          } that is not complete`
+      )
+    },
+    withDatabase({ poolSize: 1 })
+  )
+).pipe(Command.withDescription("Interrupt a workflow execution (durable; its compensations run)"))
+
+const resume = Command.make(
+  "resume",
+  { workflow, executionId, json },
+  Effect.fn("effect-durable.workflows.resume")(
+    function*(args) {
+      const admin = yield* WorkflowAdmin.make
+      const changed = yield* admin.resume(args.workflow, args.executionId)
+      yield* Effect.logInfo(
+        `operator action: resume workflow ${args.workflow} execution ${args.executionId} by ${operatorName()}`
+      )
+      if (args.json) return yield* Output.json({ workflow: args.workflow, executionId: args.executionId, changed })
+      yield* Output.line(
+        changed
+          ? "resumed: a run of it is due"
+          : `no suspended execution ${Output.printable(args.executionId)} of ${Output.printable(args.workflow)}`
+      )
+    },
+    withDatabase({ poolSize: 1 })
+  )
+).pipe(Command.withDescription("Resume a suspended workflow execution (one suspended on its own failure too)"))
+
+export const workflows = Command.make(
+  "workflows",
+  {},
+  () => usage("workflows: name a subcommand: list, show, interrupt, resume")
+).pipe(
+  Command.withDescription("List, show, interrupt and resume workflow executions"),
+  Command.withSubcommands([list, show, interrupt, resume])
+)

@@ -1,0 +1,66 @@
+// `effect-durable workflows`: list, show, interrupt, resume, run as the built binary on
+// executions as the engine stores them (rows written here: the CLI needs no workflow code).
+import { describe, expect, it } from "@effect/vitest"
+import * as Effect from "effect/Effect"
+import * as SqlClient from "effect/sql/SqlClient"
+import { cliOn, json, Substrate } from "./support.js"
+
+const seed = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`INSERT INTO durable.workflow_executions (workflow, execution_id, payload, payload_fingerprint, status, result)
+             VALUES ('Billing', 'e-1', '{"invoice":7}', 'f', 'suspended', '{"_tag":"Suspended"}'),
+                    ('Billing', 'e-2', '{"invoice":8}', 'f', 'running', NULL)`
+  yield* sql`INSERT INTO durable.workflow_steps (workflow, execution_id, kind, name, attempt, result)
+             VALUES ('Billing', 'e-1', 'activity', 'charge', 1, '{"_tag":"Complete"}')`
+})
+
+describe("effect-durable workflows", () => {
+  it.layer(Substrate, { timeout: "120 seconds" })((it) => {
+    it.effect("list and show the executions; interrupt and resume are durable requests, reported whether they applied", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* seed
+        const listed = yield* cliOn(["workflows", "list", "--json"])
+        expect(listed.code).toBe(0)
+        expect(json(listed).executions.map((e: { executionId: string }) => e.executionId).sort()).toEqual([
+          "e-1",
+          "e-2"
+        ])
+        const suspended = yield* cliOn(["workflows", "list", "--status", "suspended"])
+        expect(suspended.stdout).toMatch(/^Billing\s+e-1\s+suspended\s+0\s/m)
+        expect(suspended.stdout).not.toMatch(/e-2/)
+
+        const shown = yield* cliOn(["workflows", "show", "Billing", "e-1"])
+        expect(shown.code).toBe(0)
+        expect(shown.stdout).toMatch(/^status:\s+suspended$/m)
+        expect(shown.stdout).toMatch(/^activity\s+charge\s+1\s/m)
+        const missing = yield* cliOn(["workflows", "show", "Billing", "e-9"])
+        expect(missing.code).toBe(1)
+
+        // Resume: the suspended one gets a run message; the running one is left alone.
+        expect(json(yield* cliOn(["workflows", "resume", "Billing", "e-1", "--json"]))).toMatchObject({ changed: true })
+        expect(json(yield* cliOn(["workflows", "resume", "Billing", "e-2", "--json"]))).toMatchObject({
+          changed: false
+        })
+        const runs = yield* sql<{ ordering_key: string }>`
+          SELECT ordering_key FROM durable.outbox WHERE topic = 'workflow.run:Billing'`
+        expect(runs.map((r) => r.ordering_key)).toEqual(["Billing/e-1"])
+
+        const interrupted = yield* cliOn(["workflows", "interrupt", "Billing", "e-2"])
+        expect(interrupted.stdout).toMatch(/interrupt requested/)
+        const [row] = yield* sql<{ interrupt_requested: boolean }>`
+          SELECT interrupt_requested FROM durable.workflow_executions WHERE execution_id = 'e-2'`
+        expect(row?.interrupt_requested).toBe(true)
+      }))
+
+    it.effect("a bad status or an empty name exits 2 naming it, and changes nothing", () =>
+      Effect.gen(function*() {
+        const status = yield* cliOn(["workflows", "list", "--status", "stuck"])
+        expect(status.code).toBe(2)
+        expect(status.stderr).toMatch(/status/)
+        const empty = yield* cliOn(["workflows", "interrupt", "", "e-1"])
+        expect(empty.code).toBe(2)
+        expect(empty.stderr).toMatch(/workflow/)
+      }))
+  })
+})

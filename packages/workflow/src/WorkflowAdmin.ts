@@ -1,0 +1,162 @@
+/**
+ * What an operator does with workflow executions, without the workflows' code: list them,
+ * show one with its journal, interrupt it, resume it. The CLI's `workflows` commands use it.
+ * Interrupt and resume go through the same statements as the engine's own (`interrupt`,
+ * `resume`): the execution's next run, wherever its workflow is registered, applies them.
+ *
+ * @since 0.3.0
+ */
+import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import * as Input from "@effect-durable/core/Input"
+import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import { classifySqlErrors } from "@effect-durable/pg/ErrorClassification"
+import * as Outbox from "@effect-durable/pg/Outbox"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
+import * as Store from "./internal/store.js"
+
+export const Statuses = ["pending", "running", "suspended", "complete"] as const
+export type Status = typeof Statuses[number]
+
+export interface ExecutionSummary {
+  readonly workflow: string
+  readonly executionId: string
+  readonly status: Status
+  readonly runs: number
+  readonly payloadMismatches: number
+  readonly interruptRequested: boolean
+  readonly parent: { readonly workflow: string; readonly executionId: string } | null
+  readonly createdAt: string
+  readonly updatedAt: string
+  readonly completedAt: string | null
+}
+
+export interface ExecutionDetail extends ExecutionSummary {
+  readonly payload: unknown
+  /** The last run's encoded `Workflow.Result`. */
+  readonly result: unknown
+  readonly steps: ReadonlyArray<{
+    readonly kind: Store.StepKind
+    readonly name: string
+    readonly attempt: number
+    readonly result: unknown
+    readonly recordedAt: string
+  }>
+}
+
+export interface WorkflowAdmin {
+  /** Executions, most recently changed first (at most `limit`, 1 to 1,000). */
+  readonly list: (options: {
+    readonly workflow?: string | undefined
+    readonly status?: Status | undefined
+    readonly limit: number
+  }) => Effect.Effect<ReadonlyArray<ExecutionSummary>, InvalidInput | DatabaseError>
+  readonly show: (
+    workflow: string,
+    executionId: string
+  ) => Effect.Effect<ExecutionDetail | undefined, InvalidInput | DatabaseError>
+  /** Asks a durable interrupt; false when the execution is complete or unknown. */
+  readonly interrupt: (workflow: string, executionId: string) => Effect.Effect<boolean, InvalidInput | DatabaseError>
+  /** Wakes a suspended execution (a `SuspendOnFailure` one too); false when it is not suspended. */
+  readonly resume: (workflow: string, executionId: string) => Effect.Effect<boolean, InvalidInput | DatabaseError>
+}
+
+const decodeName = Input.argument("workflow", Input.Text(256))
+const decodeId = Input.argument("executionId", Input.Text(256))
+const decodeStatus = Input.argument("status", Schema.Literals(Statuses))
+const decodeLimit = Input.argument("limit", Input.Count(1_000))
+
+interface Row {
+  readonly workflow: string
+  readonly execution_id: string
+  readonly status: Status
+  readonly runs: number
+  readonly payload_mismatches: number
+  readonly interrupt_requested: boolean
+  readonly parent_workflow: string | null
+  readonly parent_execution_id: string | null
+  readonly created_at: string
+  readonly updated_at: string
+  readonly completed_at: string | null
+}
+
+const summary = (row: Row): ExecutionSummary => ({
+  workflow: row.workflow,
+  executionId: row.execution_id,
+  status: row.status,
+  runs: row.runs,
+  payloadMismatches: row.payload_mismatches,
+  interruptRequested: row.interrupt_requested,
+  parent: row.parent_workflow === null || row.parent_execution_id === null
+    ? null
+    : { workflow: row.parent_workflow, executionId: row.parent_execution_id },
+  createdAt: row.created_at,
+  updatedAt: row.updated_at,
+  completedAt: row.completed_at
+})
+
+export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | DurableSettings | Outbox.Outbox> = Effect
+  .gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const settings = yield* DurableSettings
+    const store = Store.make(sql, settings, yield* Outbox.Outbox)
+    const executions = sql.literal(settings.table("workflow_executions"))
+    const steps = sql.literal(settings.table("workflow_steps"))
+    const columns = sql.literal(`workflow, execution_id, status, runs, payload_mismatches, interrupt_requested,
+      parent_workflow, parent_execution_id, created_at::text, updated_at::text, completed_at::text`)
+    const identify = (workflow: string, executionId: string) =>
+      Effect.all([decodeName(workflow), decodeId(executionId)])
+    return {
+      list: (options) =>
+        Effect.gen(function*() {
+          const limit = yield* decodeLimit(options.limit)
+          const workflow = options.workflow === undefined ? null : yield* decodeName(options.workflow)
+          const status = options.status === undefined ? null : yield* decodeStatus(options.status)
+          const rows = yield* sql<Row>`
+            SELECT ${columns} FROM ${executions}
+             WHERE (${workflow}::text IS NULL OR workflow = ${workflow})
+               AND (${status}::text IS NULL OR status = ${status})
+             ORDER BY updated_at DESC, workflow, execution_id
+             LIMIT ${limit}`.pipe(classifySqlErrors("WorkflowAdmin.list"))
+          return rows.map(summary)
+        }),
+      show: (workflow, executionId) =>
+        Effect.gen(function*() {
+          const [name, id] = yield* identify(workflow, executionId)
+          const rows = yield* sql<Row & { payload: unknown; result: unknown }>`
+            SELECT ${columns}, payload, result FROM ${executions}
+             WHERE workflow = ${name} AND execution_id = ${id}`.pipe(classifySqlErrors("WorkflowAdmin.show"))
+          const row = rows[0]
+          if (row === undefined) return undefined
+          const journal = yield* sql<
+            { kind: Store.StepKind; name: string; attempt: number; result: unknown; recorded_at: string }
+          >`
+            SELECT kind, name, attempt, result, recorded_at::text FROM ${steps}
+             WHERE workflow = ${name} AND execution_id = ${id}
+             ORDER BY recorded_at, kind, name, attempt`.pipe(classifySqlErrors("WorkflowAdmin.show"))
+          return {
+            ...summary(row),
+            payload: row.payload,
+            result: row.result,
+            steps: journal.map((step) => ({
+              kind: step.kind,
+              name: step.name,
+              attempt: step.attempt,
+              result: step.result,
+              recordedAt: step.recorded_at
+            }))
+          }
+        }),
+      interrupt: (workflow, executionId) =>
+        Effect.flatMap(identify(workflow, executionId), ([name, id]) => store.requestInterrupt(name, id, false)),
+      resume: (workflow, executionId) =>
+        Effect.flatMap(identify(workflow, executionId), ([name, id]) =>
+          Effect.gen(function*() {
+            const row = yield* store.read(name, id)
+            if (row?.status !== "suspended") return false
+            yield* store.wake(name, id, "explicit")
+            return true
+          }))
+    }
+  })

@@ -1,0 +1,90 @@
+import { eventually } from "@effect-durable/testing/Eventually"
+import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
+import { describe, expect, it } from "@effect/vitest"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import * as Activity from "effect/workflow/Activity"
+import * as DurableDeferred from "effect/workflow/DurableDeferred"
+import * as Workflow from "effect/workflow/Workflow"
+import * as PgWorkflowEngine from "../src/PgWorkflowEngine.js"
+import * as WorkflowAdmin from "../src/WorkflowAdmin.js"
+
+const Approval = Workflow.make("Admin/Approval", {
+  payload: { id: Schema.String },
+  success: Schema.String,
+  idempotencyKey: ({ id }) => id
+})
+const Approved = DurableDeferred.make("Admin/Approved", { success: Schema.String })
+const ApprovalLayer = Approval.toLayer(({ id }) =>
+  Effect.gen(function*() {
+    yield* Activity.make({ name: "notify", execute: Effect.void })
+    const by = yield* DurableDeferred.await(Approved)
+    return `${id} approved by ${by}`
+  })
+)
+const layer = ApprovalLayer.pipe(
+  Layer.provideMerge(PgWorkflowEngine.layer({ pollInterval: "200 millis" })),
+  Layer.provideMerge(TestSubstrate.layer({ database: { applicationName: "workflow-admin-test" } }))
+)
+
+describe("WorkflowAdmin", () => {
+  it.layer(layer, { excludeTestServices: true })((it) => {
+    it.effect("lists and shows executions with their journal; interrupt and resume act on them by name", () =>
+      Effect.gen(function*() {
+        const admin = yield* WorkflowAdmin.make
+        const a = yield* Approval.execute({ id: "a" }, { discard: true })
+        const b = yield* Approval.execute({ id: "b" }, { discard: true })
+        yield* eventually(
+          admin.list({ workflow: Approval._tag, status: "suspended", limit: 10 }),
+          (l) => l.length === 2
+        )
+        const shown = yield* admin.show(Approval._tag, a)
+        expect(shown).toMatchObject({
+          workflow: Approval._tag,
+          executionId: a,
+          status: "suspended",
+          payload: { id: "a" }
+        })
+        expect(shown?.steps.map((step) => `${step.kind}:${step.name}`)).toEqual(["activity:notify"])
+        expect(yield* admin.show(Approval._tag, "nobody")).toBeUndefined()
+
+        // Resume wakes a suspended execution (it replays and suspends again: still no approval).
+        expect(yield* admin.resume(Approval._tag, a)).toBe(true)
+        yield* eventually(admin.show(Approval._tag, a), (e) => e?.status === "suspended" && e.runs === 2)
+
+        expect(yield* admin.interrupt(Approval._tag, b)).toBe(true)
+        const result = yield* eventually(
+          Approval.poll(b),
+          (r) => Option.isSome(r) && r.value._tag === "Complete"
+        )
+        expect(Option.isSome(result) && result.value._tag === "Complete" && Exit.hasInterrupts(result.value.exit))
+          .toBe(true)
+        // Acting on a complete execution changes nothing, and says so.
+        expect(yield* admin.interrupt(Approval._tag, b)).toBe(false)
+        expect(yield* admin.resume(Approval._tag, b)).toBe(false)
+        expect((yield* admin.list({ status: "complete", limit: 10 })).map((e) => e.executionId)).toEqual([b])
+      }))
+
+    it.effect("bad input is a typed InvalidInput naming the argument, before any SQL", () =>
+      Effect.gen(function*() {
+        const admin = yield* WorkflowAdmin.make
+        const failures = yield* Effect.all([
+          Effect.flip(admin.list({ limit: 0 })),
+          Effect.flip(admin.list({ limit: 10, status: "stuck" as WorkflowAdmin.Status })),
+          Effect.flip(admin.show("", "x")),
+          Effect.flip(admin.interrupt("w", "nul\u0000id")),
+          Effect.flip(admin.resume("w".repeat(300), "x"))
+        ])
+        expect(failures.map((f) => [f._tag, (f as { argument?: string }).argument])).toEqual([
+          ["InvalidInput", "limit"],
+          ["InvalidInput", "status"],
+          ["InvalidInput", "workflow"],
+          ["InvalidInput", "executionId"],
+          ["InvalidInput", "workflow"]
+        ])
+      }))
+  })
+})
