@@ -106,49 +106,49 @@ const show = Command.make(
   )
 ).pipe(Command.withDescription("Show a workflow execution and its recorded steps"))
 
-const interrupt = Command.make(
-  "interrupt",
-  { workflow, executionId, json },
-  Effect.fn("effect-durable.workflows.interrupt")(
-    function*(args) {
-      const admin = yield* WorkflowAdmin.make
-      const changed = yield* admin.interrupt(args.workflow, args.executionId)
-      yield* Effect.logInfo(
-        `operator action: interrupt workflow ${args.workflow} execution ${args.executionId} by ${operatorName()}`
-      )
-      if (args.json) return yield* Output.json({ workflow: args.workflow, executionId: args.executionId, changed })
-      yield* Output.line(
-        changed
-          ? `interrupt requested: its next run ends it interrupted and runs its compensations`
-          : `no execution ${Output.printable(args.executionId)} of ${
-            Output.printable(args.workflow)
-          } that is not complete`
-      )
-    },
-    withDatabase({ poolSize: 1 })
-  )
-).pipe(Command.withDescription("Interrupt a workflow execution (durable; its compensations run)"))
+/** interrupt and resume: a durable request by name, logged as an operator action, reported whether it applied. */
+const request = (
+  name: "interrupt" | "resume",
+  act: (admin: WorkflowAdmin.WorkflowAdmin) => WorkflowAdmin.WorkflowAdmin["interrupt"],
+  applied: string,
+  notApplied: string,
+  description: string
+) =>
+  Command.make(
+    name,
+    { workflow, executionId, json },
+    Effect.fn(`effect-durable.workflows.${name}`)(
+      function*(args) {
+        const changed = yield* act(yield* WorkflowAdmin.make)(args.workflow, args.executionId)
+        yield* Effect.logInfo(
+          `operator action: ${name} workflow ${args.workflow} execution ${args.executionId} by ${operatorName()}`
+        )
+        if (args.json) return yield* Output.json({ workflow: args.workflow, executionId: args.executionId, changed })
+        yield* Output.line(
+          changed
+            ? applied
+            : `no ${notApplied} execution ${Output.printable(args.executionId)} of ${Output.printable(args.workflow)}`
+        )
+      },
+      withDatabase({ poolSize: 1 })
+    )
+  ).pipe(Command.withDescription(description))
 
-const resume = Command.make(
+const interrupt = request(
+  "interrupt",
+  (admin) => admin.interrupt,
+  "interrupt requested: its next run ends it interrupted and runs its compensations",
+  "unfinished",
+  "Interrupt a workflow execution (durable; its compensations run)"
+)
+
+const resume = request(
   "resume",
-  { workflow, executionId, json },
-  Effect.fn("effect-durable.workflows.resume")(
-    function*(args) {
-      const admin = yield* WorkflowAdmin.make
-      const changed = yield* admin.resume(args.workflow, args.executionId)
-      yield* Effect.logInfo(
-        `operator action: resume workflow ${args.workflow} execution ${args.executionId} by ${operatorName()}`
-      )
-      if (args.json) return yield* Output.json({ workflow: args.workflow, executionId: args.executionId, changed })
-      yield* Output.line(
-        changed
-          ? "resumed: a run of it is due"
-          : `no suspended execution ${Output.printable(args.executionId)} of ${Output.printable(args.workflow)}`
-      )
-    },
-    withDatabase({ poolSize: 1 })
-  )
-).pipe(Command.withDescription("Resume a suspended workflow execution (one suspended on its own failure too)"))
+  (admin) => admin.resume,
+  "resumed: a run of it is due",
+  "suspended",
+  "Resume a suspended workflow execution (one suspended on its own failure too)"
+)
 
 export const workflows = Command.make(
   "workflows",
