@@ -51,6 +51,17 @@ describe("effect-durable workflows", () => {
         const [row] = yield* sql<{ interrupt_requested: boolean }>`
           SELECT interrupt_requested FROM durable.workflow_executions WHERE execution_id = 'e-2'`
         expect(row?.interrupt_requested).toBe(true)
+
+        // purge: complete executions past the retention, dry run first.
+        yield* sql`UPDATE durable.workflow_executions SET status = 'complete', completed_at = now() - interval '3 days'
+                    WHERE execution_id = 'e-1'`
+        expect(json(yield* cliOn(["workflows", "purge", "--older-than", "1d", "--dry-run", "--json"])))
+          .toMatchObject({ wouldDelete: 1 })
+        const purged = yield* cliOn(["workflows", "purge", "--older-than", "1d"])
+        expect(purged.stdout).toMatch(/^deleted 1 complete workflow execution \(with their steps\)/m)
+        const under = yield* cliOn(["workflows", "purge", "--older-than", "5m"])
+        expect(under.code).toBe(2)
+        expect(under.stderr).toMatch(/--older-than: a duration from 1 hour/)
       }))
 
     it.effect("a bad status or an empty name exits 2 naming it, and changes nothing", () =>

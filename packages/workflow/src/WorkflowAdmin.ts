@@ -10,7 +10,9 @@ import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import { classifySqlErrors } from "@effect-durable/pg/ErrorClassification"
+import type * as LeasedQueue from "@effect-durable/pg/LeasedQueue"
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
@@ -60,12 +62,25 @@ export interface WorkflowAdmin {
   readonly interrupt: (workflow: string, executionId: string) => Effect.Effect<boolean, InvalidInput | DatabaseError>
   /** Wakes a suspended execution (a `SuspendOnFailure` one too); false when it is not suspended. */
   readonly resume: (workflow: string, executionId: string) => Effect.Effect<boolean, InvalidInput | DatabaseError>
+  /**
+   * Deletes executions complete for longer than `olderThan` (at least `PURGE_FLOOR`) with their
+   * journal, `batchSize` (default 1000) executions per committed statement; returns how many.
+   * A child whose parent is not complete is kept: the parent's replay reads its result.
+   */
+  readonly purge: (options: LeasedQueue.PurgeOptions) => Effect.Effect<number, InvalidInput | DatabaseError>
+  /** How many executions `purge({ olderThan })` would delete now. */
+  readonly purgeable: (olderThan: Duration.Input) => Effect.Effect<number, InvalidInput | DatabaseError>
 }
+
+/** Retention floor of `purge`: executions complete for less than this are never deleted. */
+export const PURGE_FLOOR = "1 hour"
 
 const decodeName = Input.argument("workflow", Input.Text(256))
 const decodeId = Input.argument("executionId", Input.Text(256))
 const decodeStatus = Input.argument("status", Schema.Literals(Statuses))
 const decodeLimit = Input.argument("limit", Input.Count(1_000))
+const decodeOlderThan = Input.argument("olderThan", Input.DurationIn({ min: PURGE_FLOOR, max: "520 weeks" }))
+const decodeBatchSize = Input.argument("batchSize", Input.Count(10_000))
 
 interface Row {
   readonly workflow: string
@@ -105,6 +120,14 @@ export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | Dur
     const steps = sql.literal(settings.table("workflow_steps"))
     const columns = sql.literal(`workflow, execution_id, status, runs, payload_mismatches, interrupt_requested,
       parent_workflow, parent_execution_id, created_at::text, updated_at::text, completed_at::text`)
+    // Complete for longer than the retention, and not a child its unfinished parent may still read.
+    const purgeableWhere = (seconds: number) =>
+      sql`e.completed_at < now() - make_interval(secs => ${seconds})
+          AND NOT EXISTS (SELECT 1 FROM ${executions} p
+                           WHERE p.workflow = e.parent_workflow AND p.execution_id = e.parent_execution_id
+                             AND p.status <> 'complete')`
+    const retention = (olderThan: Duration.Input) =>
+      Effect.map(decodeOlderThan(olderThan), (duration) => Duration.toMillis(duration) / 1000)
     const identify = (workflow: string, executionId: string) =>
       Effect.all([decodeName(workflow), decodeId(executionId)])
     return {
@@ -150,6 +173,37 @@ export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | Dur
         }),
       interrupt: (workflow, executionId) =>
         Effect.flatMap(identify(workflow, executionId), ([name, id]) => store.requestInterrupt(name, id, false)),
+      purge: (options) =>
+        Effect.gen(function*() {
+          const seconds = yield* retention(options.olderThan)
+          const batchSize = yield* decodeBatchSize(options.batchSize ?? 1000)
+          let total = 0
+          while (true) {
+            // One statement per batch: the executions and their steps go together or not at all.
+            const [row] = yield* sql<{ n: number }>`
+              WITH gone AS (
+                DELETE FROM ${executions} WHERE (workflow, execution_id) IN (
+                  SELECT e.workflow, e.execution_id FROM ${executions} e
+                   WHERE ${purgeableWhere(seconds)}
+                   ORDER BY e.completed_at LIMIT ${batchSize} FOR UPDATE SKIP LOCKED)
+                RETURNING workflow, execution_id),
+              journal AS (
+                DELETE FROM ${steps} s USING gone g WHERE s.workflow = g.workflow AND s.execution_id = g.execution_id)
+              SELECT count(*)::int AS n FROM gone`.pipe(classifySqlErrors("WorkflowAdmin.purge"))
+            total += row!.n
+            if (row!.n > 0) yield* Effect.logDebug(`effect-durable: workflow purge deleted ${total} executions so far`)
+            if (row!.n < batchSize) return total
+          }
+        }),
+      purgeable: (olderThan) =>
+        Effect.gen(function*() {
+          const seconds = yield* retention(olderThan)
+          const [row] = yield* sql<{ n: number }>`
+            SELECT count(*)::int AS n FROM ${executions} e WHERE ${purgeableWhere(seconds)}`.pipe(
+            classifySqlErrors("WorkflowAdmin.purgeable")
+          )
+          return row!.n
+        }),
       resume: (workflow, executionId) =>
         Effect.flatMap(identify(workflow, executionId), ([name, id]) =>
           Effect.gen(function*() {

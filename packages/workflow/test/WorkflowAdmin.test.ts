@@ -6,6 +6,7 @@ import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Activity from "effect/workflow/Activity"
 import * as DurableDeferred from "effect/workflow/DurableDeferred"
 import * as Workflow from "effect/workflow/Workflow"
@@ -66,6 +67,46 @@ describe("WorkflowAdmin", () => {
         expect(yield* admin.interrupt(Approval._tag, b)).toBe(false)
         expect(yield* admin.resume(Approval._tag, b)).toBe(false)
         expect((yield* admin.list({ status: "complete", limit: 10 })).map((e) => e.executionId)).toEqual([b])
+      }))
+
+    it.effect("purge deletes executions complete past the retention with their journal; a child of an unfinished parent stays", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const admin = yield* WorkflowAdmin.make
+        const old = yield* Approval.execute({ id: "old" }, { discard: true })
+        const recent = yield* Approval.execute({ id: "recent" }, { discard: true })
+        for (const id of [old, recent]) {
+          yield* eventually(admin.show(Approval._tag, id), (e) => e?.status === "suspended")
+          yield* admin.interrupt(Approval._tag, id)
+          yield* eventually(admin.show(Approval._tag, id), (e) => e?.status === "complete")
+        }
+        // A complete child whose parent is still running: its parent's replay reads its result.
+        yield* sql`INSERT INTO durable.workflow_executions (workflow, execution_id, payload, payload_fingerprint, status)
+                   VALUES ('Admin/Parent', 'p-1', '{}', 'f', 'running')`
+        yield* sql`INSERT INTO durable.workflow_executions
+                     (workflow, execution_id, payload, payload_fingerprint, status, completed_at, parent_workflow, parent_execution_id)
+                   VALUES ('Admin/Child', 'c-1', '{}', 'f', 'complete', now(), 'Admin/Parent', 'p-1')`
+        yield* sql`UPDATE durable.workflow_executions SET completed_at = now() - interval '2 hours'
+                    WHERE execution_id IN (${old}, 'c-1')`
+        expect(yield* admin.purgeable("1 hour")).toBe(1)
+        expect(yield* admin.purge({ olderThan: "1 hour", batchSize: 1 })).toBe(1)
+        expect(yield* admin.show(Approval._tag, old)).toBeUndefined()
+        const [left] = yield* sql<{ n: number }>`
+          SELECT count(*)::int AS n FROM durable.workflow_steps WHERE execution_id = ${old}`
+        expect(left!.n).toBe(0)
+        expect((yield* admin.show(Approval._tag, recent))?.status).toBe("complete")
+        expect((yield* admin.show("Admin/Child", "c-1"))?.status).toBe("complete")
+        const refused = yield* Effect.all([
+          Effect.flip(admin.purge({ olderThan: "1 minute" })),
+          Effect.flip(admin.purge({ olderThan: Number.NaN })),
+          Effect.flip(admin.purgeable(-5))
+        ])
+        expect(refused.map((e) => [e._tag, (e as { argument?: string }).argument])).toEqual([
+          ["InvalidInput", "olderThan"],
+          ["InvalidInput", "olderThan"],
+          ["InvalidInput", "olderThan"]
+        ])
+        expect(yield* admin.purgeable("1 hour")).toBe(0)
       }))
 
     it.effect("bad input is a typed InvalidInput naming the argument, before any SQL", () =>

@@ -1,5 +1,5 @@
 /**
- * `effect-durable workflows list|show|interrupt|resume`: the executions of
+ * `effect-durable workflows list|show|interrupt|resume|purge`: the executions of
  * `@effect-durable/workflow`'s engine, without the workflows' code. Interrupt and resume are
  * durable requests the execution's next run applies, wherever its workflow is registered.
  */
@@ -9,7 +9,7 @@ import * as Command from "effect/cli/Command"
 import * as Flag from "effect/cli/Flag"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-import { json, positive } from "../arguments.js"
+import { duration, json, positive, toggle } from "../arguments.js"
 import { withDatabase } from "../connection.js"
 import { checkFailed, usage } from "../errors.js"
 import * as Output from "../output.js"
@@ -150,11 +150,45 @@ const resume = request(
   "Resume a suspended workflow execution (one suspended on its own failure too)"
 )
 
+const purge = Command.make(
+  "purge",
+  {
+    olderThan: duration("older-than").pipe(
+      Flag.withDescription(
+        `Required. Retention: delete executions complete for longer (at least ${WorkflowAdmin.PURGE_FLOOR})`
+      )
+    ),
+    batchSize: positive("batch-size", 1000, 10_000, "Executions deleted per committed batch"),
+    dryRun: toggle("dry-run", "Count what would be deleted; delete nothing"),
+    json
+  },
+  Effect.fn("effect-durable.workflows.purge")(
+    function*(args) {
+      const admin = yield* WorkflowAdmin.make
+      const n = args.dryRun
+        ? yield* admin.purgeable(args.olderThan)
+        : yield* Output.withProgressLogs(
+          "purge workflows",
+          admin.purge({ olderThan: args.olderThan, batchSize: args.batchSize })
+        )
+      if (args.json) {
+        return yield* Output.json({ olderThan: args.olderThan, [args.dryRun ? "wouldDelete" : "deleted"]: n })
+      }
+      yield* Output.line(
+        `${args.dryRun ? "would delete" : "deleted"} ${
+          Output.plural(n, "complete workflow execution")
+        } (with their steps) older than ${args.olderThan}`
+      )
+    },
+    withDatabase({ poolSize: 1 })
+  )
+).pipe(Command.withDescription("Delete workflow executions complete past a retention, with their steps"))
+
 export const workflows = Command.make(
   "workflows",
   {},
-  () => usage("workflows: name a subcommand: list, show, interrupt, resume")
+  () => usage("workflows: name a subcommand: list, show, interrupt, resume, purge")
 ).pipe(
   Command.withDescription("List, show, interrupt and resume workflow executions"),
-  Command.withSubcommands([list, show, interrupt, resume])
+  Command.withSubcommands([list, show, interrupt, resume, purge])
 )
