@@ -22,7 +22,7 @@
  * Where upstream's engines differ or are silent, this one follows `WorkflowEngine.layerMemory`
  * (see docs/workflows.md for each choice).
  *
- * @since 0.3.0
+ * @since 0.2.0
  */
 import { DatabaseError } from "@effect-durable/core/Errors"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"

@@ -4,7 +4,7 @@
  * Interrupt and resume go through the same statements as the engine's own (`interrupt`,
  * `resume`): the execution's next run, wherever its workflow is registered, applies them.
  *
- * @since 0.3.0
+ * @since 0.2.0
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
