@@ -30,7 +30,9 @@ const event = (orderId: string, what: string) =>
 
 export const PlaceOrderLayer = PlaceOrder.toLayer(({ amount, orderId }) =>
   Effect.gen(function*() {
+    // Stock lives in this database: reserving it is transactional (exactly once).
     yield* Activity.make({ name: "reserve", execute: event(orderId, "reserved") }).pipe(
+      PgWorkflowEngine.transactional,
       Workflow.withCompensation(() => event(orderId, "released"))
     )
     const authorization = yield* DurableDeferred.await(PaymentAuthorized)

@@ -65,6 +65,12 @@ export interface PgWorkflowEngineOptions {
   readonly concurrency?: number
   /** How often the run projectors poll when no NOTIFY arrives. Default 1 second. */
   readonly pollInterval?: Duration.Input
+  /**
+   * The worker id the run projectors claim under (shown with each claim in `status`). The
+   * projectors of all workflows in this process share it: they claim disjoint topics. Default
+   * `workflow:<pid>:<random>`, new in every process.
+   */
+  readonly workerId?: string
 }
 
 /** A second start of an execution id with another payload, refused in strict mode. */
@@ -77,6 +83,28 @@ export class PayloadMismatch extends Schema.TaggedError<PayloadMismatch>("@effec
   }
 }
 
+/**
+ * Marks an activity transactional: its SQL (through the `SqlClient` it uses) runs in one
+ * transaction with its journal row, so a database-only step is applied exactly once — a crash
+ * or a cut run rolls both back, and two runs racing on it apply it once (the second waits for
+ * the first's commit and takes its result). Keep such an activity short and free of calls to
+ * other systems: it holds a connection and its journal row's lock while it runs. An activity
+ * that fails is recorded as failed with its writes rolled back (a savepoint).
+ *
+ * @since 0.2.0
+ */
+export const Transactional = Context.Reference<boolean>("@effect-durable/workflow/Transactional", {
+  defaultValue: () => false
+})
+
+/**
+ * `Activity.make({ ... }).pipe(PgWorkflowEngine.transactional)`: the activity, transactional.
+ *
+ * @since 0.2.0
+ */
+export const transactional = <A extends Activity.Activity<any, any, any>>(activity: A): A =>
+  activity.annotate(Transactional, true) as A
+
 export const metrics = {
   runs: Metric.counter("effect_durable_workflow_runs", { description: "workflow runs, by outcome" }),
   payloadMismatches: Metric.counter("effect_durable_workflow_payload_mismatches", {
@@ -84,6 +112,12 @@ export const metrics = {
   }),
   repeatedActivities: Metric.counter("effect_durable_workflow_repeated_activities", {
     description: "the same activity (name, attempt) asked twice within one run: a reused or renamed activity name"
+  }),
+  activities: Metric.counter("effect_durable_workflow_activities", {
+    description: "activity executions (not replays), by workflow, activity and outcome"
+  }),
+  activityDuration: Metric.timer("effect_durable_workflow_activity_duration", {
+    description: "how long activity executions take, by workflow and activity"
   })
 }
 
@@ -142,16 +176,20 @@ export const make = (
     const runsByInstance = new WeakMap<WorkflowInstance["Service"], Run>()
     const latestRuns = new Map<string, Run>()
     const deferredState = WorkflowEngineModule.makeDeferredState()
+    const workerId = options.workerId ?? `workflow:${process.pid}:${Math.random().toString(36).slice(2, 8)}`
 
     /** A call that cannot fail: retryable failures retried, the rest a defect. */
-    const orDie = <A>(effect: Effect.Effect<A, DatabaseError>) => Effect.orDie(retrying(effect))
+    const orDie = <A, R = never>(effect: Effect.Effect<A, DatabaseError, R>) => Effect.orDie(retrying(effect))
 
     /**
      * Inside a run, a database failure must not become the workflow's outcome (a captured
      * defect would complete it): the run is abandoned — interrupted, its durable finalizers
      * skipped — and its message retried, so the execution replays.
      */
-    const inRun = <A>(run: Run | undefined, effect: Effect.Effect<A, DatabaseError>): Effect.Effect<A> =>
+    const inRun = <A, R = never>(
+      run: Run | undefined,
+      effect: Effect.Effect<A, DatabaseError, R>
+    ): Effect.Effect<A, never, R> =>
       run === undefined ? orDie(effect) : retrying(effect).pipe(
         Effect.catch((error) =>
           Effect.suspend(() => {
@@ -383,7 +421,7 @@ export const make = (
           yield* Layer.build(
             Projector.layer({
               topics: [runs, Store.clockTopic(workflow._tag)],
-              workerId: `workflow:${workflow._tag}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`,
+              workerId,
               batchSize: 16,
               concurrency: options.concurrency ?? 16,
               lease: options.lease ?? "30 seconds",
@@ -478,10 +516,57 @@ export const make = (
             awaitedDeferreds: instance.awaitedDeferreds
           })
           activityInstance.interrupted = instance.interrupted
-          const result = yield* activity.executeEncoded.pipe(
-            Workflow.intoResult,
-            Effect.provideService(WorkflowInstance, activityInstance)
-          ) as Effect.Effect<Workflow.Result<unknown, unknown>>
+          const attributes = { workflow, activity: activity.name }
+          const observed = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+            Effect.timed(effect).pipe(
+              Effect.flatMap(([duration, value]) =>
+                Effect.as(Metric.update(Metric.withAttributes(metrics.activityDuration, attributes), duration), value)
+              ),
+              Effect.withSpan("WorkflowEngine.activity", {
+                attributes: { ...attributes, attempt, executionId: instance.executionId }
+              })
+            )
+          const outcome = (result: Workflow.Result<unknown, unknown>) =>
+            Metric.update(
+              Metric.withAttributes(metrics.activities, {
+                ...attributes,
+                outcome: result._tag === "Suspended"
+                  ? "suspended"
+                  : result.exit._tag === "Success"
+                  ? "success"
+                  : "failure"
+              }),
+              1
+            )
+          const execute = (wrap: (effect: Effect.Effect<any, any, any>) => Effect.Effect<any, any, any>) =>
+            activity.executeEncoded.pipe(
+              wrap,
+              Workflow.intoResult,
+              Effect.tap(outcome),
+              Effect.provideService(WorkflowInstance, activityInstance)
+            ) as Effect.Effect<Workflow.Result<unknown, unknown>>
+          if (Context.get(activity.annotations, Transactional)) {
+            // The body's SQL in a savepoint (a failed activity leaves no writes), in the
+            // transaction that writes its journal row.
+            const recorded = yield* inRun(
+              run,
+              store.transactionalStep(
+                workflow,
+                instance.executionId,
+                activity.name,
+                attempt,
+                Effect.flatMap(
+                  execute((effect) => sql.withTransaction(effect)),
+                  (result) =>
+                    result._tag === "Suspended" ? Effect.succeed(undefined) : Codec.encodeActivityResult(result)
+                ).pipe(observed)
+              )
+            )
+            if (recorded === undefined) return new Workflow.Suspended({})
+            run?.journal.set(journalKey("activity", activity.name, attempt), recorded.result)
+            return yield* Codec.decodeActivityResult(recorded.result)
+          }
+          const result = yield* observed(execute((effect) => effect))
           if (result._tag === "Suspended") return result
           const recorded = yield* inRun(
             run,

@@ -12,7 +12,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 import * as Workflow from "effect/workflow/Workflow"
 import { fileURLToPath } from "node:url"
 import * as PgWorkflowEngine from "../src/PgWorkflowEngine.js"
-import { Crashy, CrashyLayer } from "./fixtures/crashWorkflow.js"
+import { Crashy, CrashyLayer, CrashyTx, CrashyTxLayer } from "./fixtures/crashWorkflow.js"
 
 const doomed = fileURLToPath(new URL("./fixtures/doomed-runner.ts", import.meta.url))
 const substrate = TestSubstrate.layer({ database: { maxConnections: 12, applicationName: "workflow-crash-test" } })
@@ -23,7 +23,7 @@ describe("a workflow runner process killed mid-activity", () => {
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const db = yield* TestDatabase.TestDatabase
-        yield* sql`CREATE TABLE effects (name text NOT NULL)`
+        yield* sql`CREATE TABLE IF NOT EXISTS effects (name text NOT NULL)`
         const { child, exited, stderr } = Fixture.spawn(doomed, { CRASH_TEST_DATABASE_URL: Redacted.value(db.url) })
 
         // Killed for real inside the second activity, after the first one was recorded.
@@ -60,6 +60,45 @@ describe("a workflow runner process killed mid-activity", () => {
         const [after] = yield* sql<{ status: string; runs: number }>`
           SELECT status, runs FROM durable.workflow_executions WHERE execution_id = ${executionId}`
         expect(after).toEqual({ status: "complete", runs: 2 })
+      }))
+
+    it.effect("killed inside a transactional activity: its writes and journal row roll back together, the next process applies it once", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const db = yield* TestDatabase.TestDatabase
+        yield* sql`CREATE TABLE IF NOT EXISTS effects (name text NOT NULL)`
+        const { child, exited, stderr } = Fixture.spawn(doomed, {
+          CRASH_TEST_DATABASE_URL: Redacted.value(db.url),
+          CRASH_TEST_HANG: "1"
+        })
+        // Its write is invisible until a commit; its advisory lock shows it is inside the activity.
+        yield* eventually(
+          sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242`.pipe(
+            Effect.map((rows) => rows[0]!.n)
+          ),
+          (n) => n === 1,
+          60
+        ).pipe(Effect.tapError(() => Effect.sync(() => console.error(stderr()))))
+        child.kill("SIGKILL")
+        expect(yield* Effect.promise(() => exited)).toBe("SIGKILL")
+        const executionId = yield* CrashyTx.executionId({ id: "crash-tx" })
+        const survivor = CrashyTxLayer.pipe(
+          Layer.provideMerge(PgWorkflowEngine.layer({ lease: "1 second", pollInterval: "100 millis" })),
+          Layer.provideMerge(Layer.succeedContext(yield* Effect.context<never>()))
+        )
+        const result = yield* eventually(
+          CrashyTx.poll(executionId),
+          (r) => Option.isSome(r) && r.value._tag === "Complete",
+          60
+        ).pipe(Effect.provide(survivor))
+        // The killed run's insert rolled back with its journal row: one write in all, and the
+        // activity's result says it was the first.
+        expect(Option.getOrThrow(result)).toEqual(new Workflow.Complete({ exit: Exit.succeed(1) }))
+        const [effects] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM effects WHERE name = 'invoice'`
+        expect(effects?.n).toBe(1)
+        const [after] = yield* sql<{ runs: number }>`
+          SELECT runs FROM durable.workflow_executions WHERE execution_id = ${executionId}`
+        expect(after?.runs).toBe(2)
       }))
   })
 })

@@ -377,6 +377,122 @@ describe("PgWorkflowEngine: guarantees", () => {
   })
 })
 
+describe("PgWorkflowEngine: transactional activities", () => {
+  /** Rows of the activities' own table, by what wrote them. */
+  const written = (what: string) =>
+    Effect.flatMap(
+      SqlClient.SqlClient,
+      (sql) =>
+        sql<{ n: number }>`SELECT count(*)::int AS n FROM tx_effects WHERE what = ${what}`.pipe(
+          Effect.map((rows) => rows[0]!.n),
+          Effect.orDie
+        )
+    )
+  const insert = (what: string) =>
+    Effect.flatMap(SqlClient.SqlClient, (sql) => sql`INSERT INTO tx_effects (what) VALUES (${what})`).pipe(
+      Effect.orDie,
+      Effect.asVoid
+    )
+  const bodies = { book: 0, refuse: 0, raced: 0 }
+
+  const Booking = Workflow.make("Pg/Booking", {
+    payload: { id: Schema.String },
+    success: Schema.String,
+    idempotencyKey: ({ id }) => id
+  })
+  const Confirmed = DurableDeferred.make("Pg/Booking/Confirmed")
+  const BookingLayer = Booking.toLayer(({ id }) =>
+    Effect.gen(function*() {
+      yield* Activity.make({
+        name: "book",
+        execute: Effect.andThen(Effect.sync(() => void bodies.book++), insert(`book:${id}`))
+      }).pipe(PgWorkflowEngine.transactional)
+      yield* DurableDeferred.await(Confirmed)
+      // Writes, then fails: its writes roll back with it, its failure is recorded.
+      const refused = yield* Activity.make({
+        name: "refuse",
+        error: Schema.String,
+        execute: Effect.andThen(
+          Effect.andThen(Effect.sync(() => void bodies.refuse++), insert(`refuse:${id}`)),
+          Effect.fail("sold out")
+        )
+      }).pipe(
+        PgWorkflowEngine.transactional,
+        Effect.match({ onFailure: (error) => error, onSuccess: () => "not refused" })
+      )
+      return `booked, then ${refused}`
+    })
+  )
+
+  // The first run of `race` blocks inside its transaction until the test lets it go.
+  const raceGate: { open: (() => void) | undefined } = { open: undefined }
+  const Race = Workflow.make("Pg/TxRace", { payload: { id: Schema.String }, idempotencyKey: ({ id }) => id })
+  const RaceLayer = Race.toLayer(({ id }) =>
+    Activity.make({
+      name: "race",
+      execute: Effect.andThen(
+        insert(`race:${id}`),
+        Effect.suspend(() =>
+          ++bodies.raced === 1
+            ? Effect.callback<void>((resume) => {
+              raceGate.open = () => resume(Effect.void)
+            })
+            : Effect.void
+        )
+      )
+    }).pipe(PgWorkflowEngine.transactional)
+  )
+
+  it.layer(Layer.mergeAll(BookingLayer, RaceLayer).pipe(Layer.provideMerge(engine({ lease: "2 seconds" }))), {
+    excludeTestServices: true
+  })((it) => {
+    it.effect("its writes commit with its journal row: once across replays; a failed one leaves no writes and is recorded failed", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`CREATE TABLE IF NOT EXISTS tx_effects (what text NOT NULL)`.pipe(Effect.orDie)
+        const executionId = yield* Booking.execute({ id: "b-1" }, { discard: true })
+        yield* eventually(Booking.poll(executionId), (r) => Option.isSome(r) && r.value._tag === "Suspended")
+        const token = DurableDeferred.tokenFromExecutionId(Confirmed, { workflow: Booking, executionId })
+        yield* DurableDeferred.succeed(Confirmed, { token, value: undefined })
+        const result = yield* completed(Booking.poll(executionId))
+        expect(result).toEqual(new Workflow.Complete({ exit: Exit.succeed("booked, then sold out") }))
+        expect(yield* written("book:b-1")).toBe(1)
+        expect(bodies.book).toBe(1)
+        expect(yield* written("refuse:b-1")).toBe(0)
+        expect(bodies.refuse).toBe(1)
+        const [refuse] = yield* sql<{ result: { exit: { _tag: string } } }>`
+          SELECT result FROM durable.workflow_steps
+           WHERE workflow = ${Booking._tag} AND execution_id = ${executionId} AND name = 'refuse'`.pipe(Effect.orDie)
+        expect(refuse?.result.exit._tag).toBe("Failure")
+      }))
+
+    it.effect("two runs racing on one transactional activity apply it once: the second waits for the first's commit and takes its result", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`CREATE TABLE IF NOT EXISTS tx_effects (what text NOT NULL)`.pipe(Effect.orDie)
+        const executionId = yield* Race.execute({ id: "r-1" }, { discard: true })
+        yield* eventually(Effect.sync(() => raceGate.open), (open) => open !== undefined)
+        // The first run's lease runs out while it is inside the activity: a second run begins.
+        yield* sql`UPDATE durable.outbox SET claimed_until = now() - interval '1 second'
+                    WHERE topic = ${`workflow.run:${Race._tag}`} AND projected_at IS NULL`.pipe(Effect.orDie)
+        yield* eventually(execution(Race._tag, executionId), (row) => row !== undefined && row.runs >= 2)
+        // The second run's journal insert waits on the first's row lock.
+        yield* eventually(
+          sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
+                              WHERE wait_event_type = 'Lock' AND query LIKE '%workflow_steps%'`.pipe(
+            Effect.map((rows) => rows[0]!.n),
+            Effect.orDie
+          ),
+          (n) => n >= 1
+        )
+        raceGate.open!()
+        yield* completed(Race.poll(executionId))
+        expect(yield* written("race:r-1")).toBe(1)
+        expect(bodies.raced).toBe(1)
+      }))
+  })
+})
+
 describe("PgWorkflowEngine: strict payloads", () => {
   const Strict = Workflow.make("Pg/Strict", {
     payload: { id: Schema.String, note: Schema.optional(Schema.String) },

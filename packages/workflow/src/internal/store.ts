@@ -41,6 +41,11 @@ export interface StepRow {
 
 export type WakeMode = "explicit" | "automatic"
 
+/** Rolls a transactional activity's transaction back when the activity suspended. */
+class Suspension {
+  readonly _tag = "Suspension"
+}
+
 export interface Store {
   readonly start: (options: {
     readonly workflow: string
@@ -71,6 +76,20 @@ export interface Store {
     attempt: number,
     result: unknown
   ) => Effect.Effect<{ readonly inserted: boolean; readonly result: unknown }, DatabaseError>
+  /**
+   * A transactional activity: its journal row is taken first (first writer wins; a second one
+   * waits for the first's commit, then reads its result), `body` runs in the same transaction
+   * and its result is written before the commit — the body's SQL and its journal row commit
+   * together or not at all. `body` returning `undefined` (the activity suspended) rolls
+   * everything back and returns `undefined`.
+   */
+  readonly transactionalStep: <R>(
+    workflow: string,
+    executionId: string,
+    name: string,
+    attempt: number,
+    body: Effect.Effect<unknown, never, R>
+  ) => Effect.Effect<{ readonly inserted: boolean; readonly result: unknown } | undefined, DatabaseError, R>
   /** Bumps the wake sequence; a suspended execution the wake may wake becomes pending and gets a run. */
   readonly wake: (workflow: string, executionId: string, mode: WakeMode) => Effect.Effect<void, DatabaseError>
   readonly requestInterrupt: (
@@ -216,6 +235,29 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
           return { inserted: false, result: stored[0]?.result }
         })
       ),
+    transactionalStep: (workflow, executionId, name, attempt, body) =>
+      transact(
+        "WorkflowEngine.transactionalActivity",
+        Effect.gen(function*() {
+          const taken = yield* sql<{ taken: boolean }>`
+            INSERT INTO ${steps} (workflow, execution_id, kind, name, attempt)
+            VALUES (${workflow}, ${executionId}, 'activity', ${name}, ${attempt})
+            ON CONFLICT DO NOTHING
+            RETURNING true AS taken`
+          if (taken.length === 0) {
+            const stored = yield* sql<{ result: unknown }>`
+              SELECT result FROM ${steps} WHERE workflow = ${workflow} AND execution_id = ${executionId}
+                 AND kind = 'activity' AND name = ${name} AND attempt = ${attempt}`
+            return { inserted: false, result: stored[0]?.result }
+          }
+          const result = yield* body
+          if (result === undefined) return yield* Effect.fail(new Suspension())
+          yield* sql`UPDATE ${steps} SET result = ${json(result)}::jsonb
+                      WHERE workflow = ${workflow} AND execution_id = ${executionId}
+                        AND kind = 'activity' AND name = ${name} AND attempt = ${attempt}`
+          return { inserted: true, result }
+        })
+      ).pipe(Effect.catchTag("Suspension", () => Effect.succeed(undefined))),
     wake: (workflow, executionId, mode) => transact("WorkflowEngine.resume", wakeIn(workflow, executionId, mode)),
     requestInterrupt: (workflow, executionId, unsafe) =>
       transact(
