@@ -163,6 +163,15 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
       }
     })
 
+  /** The record that stands when an insert found one. */
+  const standing = (workflow: string, executionId: string, kind: StepKind, name: string, attempt: number) =>
+    Effect.map(
+      sql<{ result: unknown }>`
+        SELECT result FROM ${steps} WHERE workflow = ${workflow} AND execution_id = ${executionId}
+           AND kind = ${kind} AND name = ${name} AND attempt = ${attempt}`,
+      (rows) => ({ inserted: false, result: rows[0]?.result })
+    )
+
   return {
     start: ({ executionId, parent, payload, workflow }) =>
       transact(
@@ -229,10 +238,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
             if (kind === "deferred") yield* wakeIn(workflow, executionId, "automatic")
             return { inserted: true, result: inserted[0]!.result }
           }
-          const stored = yield* sql<{ result: unknown }>`
-            SELECT result FROM ${steps} WHERE workflow = ${workflow} AND execution_id = ${executionId}
-               AND kind = ${kind} AND name = ${name} AND attempt = ${attempt}`
-          return { inserted: false, result: stored[0]?.result }
+          return yield* standing(workflow, executionId, kind, name, attempt)
         })
       ),
     transactionalStep: (workflow, executionId, name, attempt, body) =>
@@ -245,10 +251,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
             ON CONFLICT DO NOTHING
             RETURNING true AS taken`
           if (taken.length === 0) {
-            const stored = yield* sql<{ result: unknown }>`
-              SELECT result FROM ${steps} WHERE workflow = ${workflow} AND execution_id = ${executionId}
-                 AND kind = 'activity' AND name = ${name} AND attempt = ${attempt}`
-            return { inserted: false, result: stored[0]?.result }
+            return yield* standing(workflow, executionId, "activity", name, attempt)
           }
           const result = yield* body
           if (result === undefined) return yield* Effect.fail(new Suspension())
