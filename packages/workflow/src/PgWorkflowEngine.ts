@@ -71,6 +71,11 @@ export interface PgWorkflowEngineOptions {
    * `workflow:<pid>:<random>`, new in every process.
    */
   readonly workerId?: string
+  /**
+   * False: this process starts, signals, polls and interrupts executions of the workflows it
+   * registers but runs none (no projector; a web tier beside the runners). Default true.
+   */
+  readonly runs?: boolean
 }
 
 /** A second start of an execution id with another payload, refused in strict mode. */
@@ -414,6 +419,7 @@ export const make = (
         Effect.gen(function*() {
           const entry = { workflow, execute }
           workflows.set(workflow._tag, entry)
+          if (options.runs === false) return
           const runs = Store.runTopic(workflow._tag)
           const publisher = Publisher.layerHandler((message: OutboxWorker.OutboxMessage) =>
             message.topic === runs ? runExecution(entry, message) : fireClock(workflow._tag, message)

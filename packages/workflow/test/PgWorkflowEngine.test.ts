@@ -493,6 +493,39 @@ describe("PgWorkflowEngine: transactional activities", () => {
   })
 })
 
+describe("PgWorkflowEngine: a process that starts executions and runs none", () => {
+  const Greet = Workflow.make("Pg/Greet", {
+    payload: { name: Schema.String },
+    success: Schema.String,
+    idempotencyKey: ({ name }) => name
+  })
+  // A layer per engine: a layer already built in this scope would be shared, not registered again.
+  const greetLayer = () => Greet.toLayer(({ name }) => Effect.succeed(`hello ${name}`))
+  it.layer(greetLayer().pipe(Layer.provideMerge(engine({ runs: false, workerId: "web-tier" }))), {
+    excludeTestServices: true
+  })((it) => {
+    it.effect("runs: false starts and polls; a runner process runs the execution", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const executionId = yield* Greet.execute({ name: "ada" }, { discard: true })
+        expect(yield* Greet.poll(executionId)).toEqual(Option.none())
+        // A runner beside it (its own engine over the same substrate) runs it.
+        const runner = greetLayer().pipe(
+          Layer.provideMerge(PgWorkflowEngine.layer({ workerId: "runner", pollInterval: "200 millis" })),
+          Layer.provideMerge(Layer.succeedContext(yield* Effect.context<never>()))
+        )
+        const result = yield* completed(Greet.poll(executionId)).pipe(Effect.provide(runner))
+        expect(result).toEqual(new Workflow.Complete({ exit: Exit.succeed("hello ada") }))
+        const claims = yield* sql<{ claimed_by: string }>`
+          SELECT DISTINCT claimed_by FROM durable.outbox WHERE topic = ${`workflow.run:${Greet._tag}`}`.pipe(
+          Effect.orDie
+        )
+        expect(claims).toEqual([{ claimed_by: "runner" }])
+        expect((yield* execution(Greet._tag, executionId))?.runs).toBe(1)
+      }))
+  })
+})
+
 describe("PgWorkflowEngine: strict payloads", () => {
   const Strict = Workflow.make("Pg/Strict", {
     payload: { id: Schema.String, note: Schema.optional(Schema.String) },
