@@ -37,6 +37,8 @@ import * as Proxy from "./proxy.js"
 import * as Random from "./random.js"
 import { APPLICATION, DDL, READY } from "./schema.js"
 import * as Workers from "./workers.js"
+import * as WorkflowChecker from "./workflows/checker.js"
+import * as WorkflowSchema from "./workflows/schema.js"
 
 const here = dirname(fileURLToPath(import.meta.url))
 const DATABASE = "chaos"
@@ -79,7 +81,7 @@ const prepareDatabase = (server: PgServer.PgServer["Service"]) =>
     )
     const admin = Context.get(context, SqlClient.SqlClient)
     yield* Layer.build(Durable.layerOver({ migrate: true })).pipe(Effect.provideService(SqlClient.SqlClient, admin))
-    for (const statement of DDL) yield* admin.unsafe(statement)
+    for (const statement of options.workflows ? WorkflowSchema.DDL : DDL) yield* admin.unsafe(statement)
     return admin
   })
 
@@ -102,8 +104,34 @@ const progress = (admin: SqlClient.SqlClient) =>
       Effect.orElseSucceed(() => "database unreachable")
     )
 
+/** The workflow schedule's progress line. */
+const workflowProgress = (admin: SqlClient.SqlClient) =>
+  admin<{ started: number; rolled_back: number; complete: number; executions: number; runs: number; open: number }>`
+    SELECT (SELECT count(*)::int FROM chaos.wf_orders) AS started,
+           (SELECT count(*)::int FROM chaos.wf_rolled_back) AS rolled_back,
+           (SELECT count(*) FILTER (WHERE status = 'complete')::int FROM durable.workflow_executions) AS complete,
+           (SELECT count(*)::int FROM durable.workflow_executions) AS executions,
+           (SELECT coalesce(sum(runs), 0)::int FROM durable.workflow_executions) AS runs,
+           (SELECT count(*)::int FROM durable.outbox WHERE ${admin.literal(QueueLifecycle.outbox.open)}) AS open`
+    .pipe(
+      Effect.map(([row]) =>
+        `started ${row!.started} (rolled back ${row!.rolled_back}), complete ${row!.complete} of ${
+          row!.executions
+        } executions (${row!.runs} runs), open run and clock messages ${row!.open}`
+      ),
+      Effect.timeout("5 seconds"),
+      Effect.orElseSucceed(() => "database unreachable")
+    )
+
+/** Work still to do: open messages (and, for workflows, executions not complete). */
 const openMessages = (admin: SqlClient.SqlClient) =>
-  admin<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox WHERE ${admin.literal(QueueLifecycle.outbox.open)}`
+  admin<{ n: number }>`
+    SELECT (SELECT count(*)::int FROM durable.outbox WHERE ${admin.literal(QueueLifecycle.outbox.open)}) +
+           ${
+    options.workflows
+      ? admin`(SELECT count(*)::int FROM durable.workflow_executions WHERE status <> 'complete')`
+      : admin`0`
+  } AS n`
     .pipe(
       Effect.map(([row]) => row!.n)
     )
@@ -112,9 +140,12 @@ const program = Effect.gen(function*() {
   const random = Random.make(options.seed)
   const schedule = Faults.plan(options.quick, leaseMillis, random)
   const productionMillis = Faults.productionMillis(options.quick, schedule)
-  const messages = options.messages ?? Math.round(productionMillis / 10)
+  // Outbox commands: about 100 a second; workflows (each several runs): 5 a second.
+  const messages = options.messages ?? Math.round(productionMillis / (options.workflows ? 200 : 10))
   log(
-    `effect-durable chaos (${options.quick ? "quick" : "full"}): seed ${options.seed}, ${messages} messages over ${
+    `effect-durable chaos (${options.workflows ? "workflows, " : ""}${
+      options.quick ? "quick" : "full"
+    }): seed ${options.seed}, ${messages} ${options.workflows ? "workflows" : "messages"} over ${
       productionMillis / 1000
     } s, ${schedule.length} faults, ${options.workers} workers, lease ${
       options.leaseMillis === undefined ? `${leaseMillis / 1000} s (projector default)` : `${leaseMillis / 1000} s`
@@ -157,14 +188,19 @@ const program = Effect.gen(function*() {
 
   const workers = yield* Effect.acquireRelease(
     Effect.sync(() =>
-      Workers.start(run, join(here, "worker.js"), options.workers, (index, workerId) => ({
-        index,
-        workerId,
-        url: poolUrl,
-        ...(Option.isSome(pooler) ? { listenUrl: direct } : {}),
-        ...(options.leaseMillis === undefined ? {} : { leaseMillis: options.leaseMillis }),
-        ...(options.asyncWorkerCommits ? { asyncWorkerCommits: true } : {})
-      }))
+      Workers.start(
+        run,
+        join(here, options.workflows ? "workflows/worker.js" : "worker.js"),
+        options.workers,
+        (index, workerId) => ({
+          index,
+          workerId,
+          url: poolUrl,
+          ...(Option.isSome(pooler) ? { listenUrl: direct } : {}),
+          ...(options.leaseMillis === undefined ? {} : { leaseMillis: options.leaseMillis }),
+          ...(options.asyncWorkerCommits ? { asyncWorkerCommits: true } : {})
+        })
+      )
     ),
     (workers) => Effect.promise(workers.shutdown)
   )
@@ -188,12 +224,20 @@ const program = Effect.gen(function*() {
     journal
   }
   const producer = yield* Effect.acquireRelease(
-    Effect.sync(() => Children.spawnNode(run, "producer", join(here, "producer.js"), producerConfig)),
+    Effect.sync(() =>
+      Children.spawnNode(
+        run,
+        "producer",
+        join(here, options.workflows ? "workflows/producer.js" : "producer.js"),
+        producerConfig
+      )
+    ),
     (producer) => Effect.promise(() => Children.stop(producer, 5_000))
   )
   const productionStartedAt = Date.now()
 
-  yield* progress(admin).pipe(
+  const progressLine = options.workflows ? workflowProgress : progress
+  yield* progressLine(admin).pipe(
     Effect.flatMap((line) => Effect.sync(() => log(line))),
     Effect.schedule(Schedule.spaced("10 seconds")),
     Effect.forkScoped
@@ -230,12 +274,12 @@ const program = Effect.gen(function*() {
     Effect.option
   )
   if (Option.isNone(drained)) incomplete.push(`messages still open after the ${drainMillis / 1000} s drain`)
-  log(yield* progress(admin))
+  log(yield* progressLine(admin))
   // No delivery may happen while the checker reads.
   yield* Effect.promise(workers.shutdown)
   log(`workers stopped; checking every message`)
 
-  const report = yield* Checker.check(admin, {
+  const report = yield* (options.workflows ? WorkflowChecker.check : Checker.check)(admin, {
     journal,
     productionStartedAt,
     faults: faultRecords,
@@ -246,7 +290,7 @@ const program = Effect.gen(function*() {
   console.log("")
   for (const line of report.details) console.log(line)
   console.log(report.broken.length === 0 ? "invariants: all hold" : `invariants BROKEN: ${report.broken.join("; ")}`)
-  console.log(Checker.summary(report))
+  console.log((options.workflows ? WorkflowChecker.summary : Checker.summary)(report))
   if (report.broken.length > 0) return yield* Effect.fail(new InvariantBroken(report.broken.join("; ")))
 }).pipe(
   Effect.scoped,

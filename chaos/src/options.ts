@@ -19,13 +19,15 @@ export interface Options {
   readonly keep: boolean
   /** The workers' claims, marks and renewals commit without waiting for the WAL flush (`synchronousWorkerCommits: false`). */
   readonly asyncWorkerCommits: boolean
+  /** The workflow schedule: `PgWorkflowEngine` runners, orders started and approved by the producer. */
+  readonly workflows: boolean
 }
 
 /** The projector's default lease (`@effect-durable/projector` Projector.ts), used to size stalls. */
 export const PROJECTOR_DEFAULT_LEASE_MILLIS = 30_000
 
 export const USAGE =
-  "usage: npm run chaos -- [--quick] [--lease=5s] [--workers=4] [--messages=N] [--pooler] [--async-worker-commits] [--seed=N] [--keep]"
+  "usage: npm run chaos -- [--quick] [--lease=5s] [--workers=4] [--messages=N] [--pooler] [--async-worker-commits] [--workflows] [--seed=N] [--keep]"
 
 const parseDuration = (text: string): number => {
   const match = /^(\d+(?:\.\d+)?)\s*(ms|s|m)?$/.exec(text.trim())
@@ -56,6 +58,7 @@ export const parse = (args: ReadonlyArray<string>): Options => {
       seed: { type: "string" },
       keep: { type: "boolean", default: false },
       "async-worker-commits": { type: "boolean", default: false },
+      workflows: { type: "boolean", default: false },
       help: { type: "boolean", default: false }
     }
   })
@@ -72,6 +75,7 @@ export const parse = (args: ReadonlyArray<string>): Options => {
     pooler: values.pooler,
     seed: values.seed === undefined ? Math.floor(Math.random() * 2 ** 31) : parseCount("seed", values.seed, 2 ** 31),
     keep: values.keep,
-    asyncWorkerCommits: values["async-worker-commits"]
+    asyncWorkerCommits: values["async-worker-commits"],
+    workflows: values.workflows
   }
 }

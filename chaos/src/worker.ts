@@ -8,7 +8,6 @@
  *
  * Run by main.ts as `node dist/worker.js <config JSON> <run dir>`.
  */
-import * as Durable from "@effect-durable/pg/Durable"
 import * as Inbox from "@effect-durable/pg/Inbox"
 import * as Projector from "@effect-durable/projector/Projector"
 import * as Publisher from "@effect-durable/projector/Publisher"
@@ -18,23 +17,11 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as SqlClient from "effect/sql/SqlClient"
-import { APPLICATION, CONSUMER, type Payload, READY, TOPIC } from "./schema.js"
-
-export interface WorkerConfig {
-  readonly index: number
-  /** Stored with each claim; a restarted worker gets a new one, as a restarted process would. */
-  readonly workerId: string
-  /** The pool's URL: the server, or PgBouncer in front of it. */
-  readonly url: string
-  /** Behind a pooler: a direct URL for the projector's LISTEN connection (and no prepared statements). */
-  readonly listenUrl?: string
-  /** The projector lease in ms; absent: the projector's default. */
-  readonly leaseMillis?: number
-  /** `synchronousWorkerCommits: false`: claims, marks and renewals do not wait for the WAL flush. */
-  readonly asyncWorkerCommits?: boolean
-}
+import { CONSUMER, type Payload, READY, TOPIC } from "./schema.js"
+import { type WorkerConfig, workerSubstrate } from "./substrate.js"
 
 const config: WorkerConfig = JSON.parse(process.argv[2]!)
+const substrate = workerSubstrate(config)
 
 const handler = Layer.unwrap(Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
@@ -64,16 +51,6 @@ const projector = Projector.layer({
   // Behind a pooler the pool cannot carry LISTEN: the wake-ups come over a direct connection.
   ...(config.listenUrl === undefined ? {} : { listenUrl: Redacted.make(config.listenUrl) })
 }).pipe(Layer.provide(handler))
-
-const substrate = Durable.layer({
-  connection: {
-    url: Redacted.make(config.url),
-    applicationName: APPLICATION.worker(config.index),
-    // PgBouncer 1.18 in transaction mode cannot keep named prepared statements.
-    preparedStatements: config.listenUrl === undefined
-  },
-  ...(config.asyncWorkerCommits === true ? { settings: { synchronousWorkerCommits: false } } : {})
-})
 
 Effect.scoped(Effect.gen(function*() {
   yield* Layer.build(projector)

@@ -5,7 +5,7 @@
  * would, and counted.
  */
 import { type Child, type RunDirectory, spawnNode, stop } from "./children.js"
-import type { WorkerConfig } from "./worker.js"
+import type { WorkerConfig } from "./substrate.js"
 
 export interface Slot {
   readonly index: number

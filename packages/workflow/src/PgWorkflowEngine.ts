@@ -39,6 +39,7 @@ import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import type * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
@@ -76,6 +77,11 @@ export interface PgWorkflowEngineOptions {
    * registers but runs none (no projector; a web tier beside the runners). Default true.
    */
   readonly runs?: boolean
+  /**
+   * Behind a transaction pooler (PgBouncer), a direct URL for the run projectors' LISTEN
+   * connection (the pool cannot carry it), as `Projector.layer`'s `listenUrl`.
+   */
+  readonly listenUrl?: Redacted.Redacted<string>
 }
 
 /** A second start of an execution id with another payload, refused in strict mode. */
@@ -433,7 +439,8 @@ export const make = (
               lease: options.lease ?? "30 seconds",
               pollInterval: options.pollInterval ?? "1 second",
               deliveryTimeout: options.runTimeout ?? "1 hour",
-              backoff: { min: "100 millis", max: "30 seconds" }
+              backoff: { min: "100 millis", max: "30 seconds" },
+              ...(options.listenUrl === undefined ? {} : { listenUrl: options.listenUrl })
             }).pipe(Layer.provide(publisher), Layer.provide(Layer.succeedContext(substrate)))
           ).pipe(Effect.orDie)
         }),

@@ -1,0 +1,199 @@
+/**
+ * The workflow schedule's checker, order by order:
+ * - every start the producer was told committed has its business row, and every business
+ *   row its execution (nothing lost); no execution without one (no phantom), none for an
+ *   order rolled back on purpose;
+ * - every execution complete, with the right result (the approval the producer sent);
+ * - each transactional activity applied exactly once per order (one row: its SQL committed
+ *   with its journal row);
+ * - each ordinary activity at least once; every extra execution explained by a fault
+ *   (`duplicates.ts`'s rule: a fault that hit one of the two runners, or the claims, while
+ *   the step was between them);
+ * - no execution run by two runners at once: two ordinary activity executions of one order by
+ *   different runners that overlap in time are explained by a fault the same way (a runner
+ *   frozen past its lease wakes up mid-activity; its settle is then fenced out);
+ * - no dead run or clock message.
+ */
+import * as QueueLifecycle from "@effect-durable/pg/QueueLifecycle"
+import * as Effect from "effect/Effect"
+import type * as SqlClient from "effect/sql/SqlClient"
+import { readFileSync } from "node:fs"
+import type { Report, RunFacts } from "../checker.js"
+import * as Duplicates from "../duplicates.js"
+import { ChaosOrder, expectedResult, type JournalEntry, ORDINARY, TRANSACTIONAL } from "./schema.js"
+
+const sample = (items: Iterable<string>, n = 5) => {
+  const list = [...items]
+  return list.length <= n ? list.join(", ") : `${list.slice(0, n).join(", ")}, … (${list.length})`
+}
+const percent = (part: number, whole: number) => whole === 0 ? "0.0" : ((100 * part) / whole).toFixed(1)
+
+const readJournal = (path: string): Array<JournalEntry> => {
+  try {
+    return readFileSync(path, "utf8").split("\n").filter((line) => line.length > 0).map((line) => JSON.parse(line))
+  } catch {
+    return []
+  }
+}
+
+const explainedText = (explanation: Duplicates.Explanation) =>
+  [...explanation.explainedBy].map(([kind, n]) => `${kind} ${n}`).join(", ") || "none needed"
+
+export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effect<Report, unknown> =>
+  Effect.gen(function*() {
+    const orders = yield* admin<{ order_id: string }>`SELECT order_id FROM chaos.wf_orders`
+    const rolledBackRows = yield* admin<{ order_id: string }>`SELECT DISTINCT order_id FROM chaos.wf_rolled_back`
+    const executions = yield* admin<{
+      order_id: string
+      status: string
+      runs: number
+      outcome: string | null
+      value: string | null
+    }>`
+      SELECT payload->>'orderId' AS order_id, status, runs,
+             result->>'_tag' || '/' || (result->'exit'->>'_tag') AS outcome, result->'exit'->>'value' AS value
+        FROM durable.workflow_executions WHERE workflow = ${ChaosOrder._tag}`
+    const transactional = yield* admin<{ order_id: string; name: string; n: number }>`
+      SELECT order_id, name, count(*)::int AS n FROM chaos.wf_transactional GROUP BY order_id, name`
+    const activities = yield* admin<
+      { order_id: string; name: string; worker: string; at: number; ended: number | null }
+    >`
+      SELECT order_id, name, worker, extract(epoch FROM started_at)::float8 * 1000 AS at,
+             extract(epoch FROM ended_at)::float8 * 1000 AS ended
+        FROM chaos.wf_activities ORDER BY started_at`
+    const [dead] = yield* admin<{ n: number }>`
+      SELECT count(*)::int AS n FROM durable.outbox
+       WHERE topic LIKE 'workflow.%' AND ${admin.literal(QueueLifecycle.outbox.is.dead)}`
+    const journal = readJournal(facts.journal)
+
+    const broken: Array<string> = [...facts.incomplete]
+    const details: Array<string> = []
+
+    const committed = new Set(orders.map((row) => row.order_id))
+    const rolledBack = new Set(rolledBackRows.map((row) => row.order_id))
+    const byOrder = new Map(executions.map((row) => [row.order_id, row] as const))
+    const ackedMissing = journal.filter((entry) => entry.outcome === "Started" && !committed.has(entry.orderId))
+    const rolledBackCommitted = journal.filter((entry) =>
+      entry.outcome === "RolledBack" && committed.has(entry.orderId)
+    )
+    const withoutExecution = [...committed].filter((id) => !byOrder.has(id))
+    const phantom = executions.filter((row) => !committed.has(row.order_id)).map((row) => row.order_id)
+    const rolledBackStarted = [...rolledBack].filter((id) => byOrder.has(id))
+    const unfinished = [...committed].filter((id) => byOrder.has(id) && byOrder.get(id)!.status !== "complete")
+    const wrong = [...committed].filter((id) => {
+      const row = byOrder.get(id)
+      return row?.status === "complete" && (row.outcome !== "Complete/Success" || row.value !== expectedResult(id))
+    })
+
+    const txCount = new Map<string, number>(transactional.map((row) => [`${row.order_id}/${row.name}`, row.n]))
+    const notOnce = [...committed].flatMap((id) =>
+      TRANSACTIONAL.map((name): string => `${id}/${name}`).filter((step) =>
+        byOrder.get(id)?.status === "complete" && txCount.get(step) !== 1
+      )
+    )
+    const phantomTx = transactional.filter((row) => !committed.has(row.order_id))
+
+    const runsOf = new Map<string, Array<typeof activities[number]>>()
+    for (const row of activities) {
+      const key = `${row.order_id}/${row.name}`
+      runsOf.set(key, [...(runsOf.get(key) ?? []), row])
+    }
+    const ordinaryMissing = [...committed].flatMap((id) =>
+      ORDINARY.map((name): string => `${id}/${name}`).filter((step) =>
+        byOrder.get(id)?.status === "complete" && !runsOf.has(step)
+      )
+    )
+    const duplicates = Duplicates.explain(
+      activities.map((row) => ({ message_id: `${row.order_id}/${row.name}`, worker: row.worker, at: row.at })),
+      facts.faults,
+      facts.leaseMillis
+    )
+    const extra = activities.length - runsOf.size
+
+    // Two runners at once: activity executions of one order by different workers overlapping
+    // in time (an unfinished one — its runner killed — counts until 500 ms, its longest call).
+    const perOrder = new Map<string, Array<typeof activities[number]>>()
+    for (const row of activities) perOrder.set(row.order_id, [...(perOrder.get(row.order_id) ?? []), row])
+    const overlaps: Array<Duplicates.Delivery> = []
+    let overlapCount = 0
+    for (const [id, rows] of perOrder) {
+      for (let i = 0; i < rows.length; i++) {
+        for (let j = i + 1; j < rows.length; j++) {
+          const a = rows[i]!
+          const b = rows[j]!
+          if (a.worker !== b.worker && b.at < (a.ended ?? a.at + 500)) {
+            const pair = `${id}#${overlapCount++}`
+            overlaps.push({ message_id: pair, worker: a.worker, at: a.at }, {
+              message_id: pair,
+              worker: b.worker,
+              at: b.at
+            })
+          }
+        }
+      }
+    }
+    const concurrent = Duplicates.explain(overlaps, facts.faults, facts.leaseMillis)
+
+    const runs = executions.map((row) => row.runs)
+    details.push(
+      `executions: ${executions.length}, runs ${runs.reduce((a, b) => a + b, 0)} (per execution: max ${
+        Math.max(0, ...runs)
+      }), ${unfinished.length} unfinished`,
+      `transactional activities: ${transactional.reduce((a, row) => a + row.n, 0)} rows for ${
+        committed.size * TRANSACTIONAL.length
+      } steps, ${notOnce.length} not exactly once${notOnce.length === 0 ? "" : ` (${sample(notOnce)})`}`,
+      `ordinary activities: ${activities.length} executions of ${runsOf.size} steps, ${extra} repeated (${
+        percent(extra, runsOf.size)
+      }%), ${duplicates.explained} explained (${explainedText(duplicates)})${
+        duplicates.unexplained.length === 0 ?
+          "" :
+          `, unexplained: ${
+            sample(duplicates.unexplained.map((u) => `${u.messageId} by ${u.earlier.worker} then ${u.extra.worker}`))
+          }`
+      }`,
+      `two runners of one execution at once: ${overlapCount}, ${concurrent.explained} explained (${
+        explainedText(concurrent)
+      })${
+        concurrent.unexplained.length === 0
+          ? ""
+          : `, unexplained: ${sample(concurrent.unexplained.map((u) => u.messageId))}`
+      }`,
+      `faults: ${facts.faults.filter((f) => !f.skipped).map((f) => f.kind).join(", ") || "none"}`
+    )
+    if (facts.unexpectedExits.length > 0) {
+      details.push(`runners restarted after exiting on their own: ${sample(facts.unexpectedExits)}`)
+    }
+
+    const lost = new Set([...ackedMissing.map((entry) => entry.orderId), ...withoutExecution])
+    if (lost.size > 0) broken.push(`lost ${lost.size} (${sample(lost)})`)
+    if (phantom.length + rolledBackStarted.length + phantomTx.length > 0) {
+      broken.push(`phantom ${phantom.length + rolledBackStarted.length + phantomTx.length}`)
+    }
+    if (rolledBackCommitted.length > 0) broken.push(`rolled back yet committed ${rolledBackCommitted.length}`)
+    if (unfinished.length > 0) broken.push(`unfinished ${unfinished.length} (${sample(unfinished)})`)
+    if (wrong.length > 0) broken.push(`wrong result ${wrong.length} (${sample(wrong)})`)
+    if (notOnce.length > 0) broken.push(`transactional activity not exactly once ${notOnce.length}`)
+    if (ordinaryMissing.length > 0) broken.push(`ordinary activity never run ${ordinaryMissing.length}`)
+    if (duplicates.unexplained.length > 0) broken.push(`unexplained repeats ${duplicates.unexplained.length}`)
+    if (concurrent.unexplained.length > 0) {
+      broken.push(`two runners at once, unexplained ${concurrent.unexplained.length}`)
+    }
+    if ((dead?.n ?? 0) > 0) broken.push(`dead run or clock messages ${dead!.n}`)
+
+    return {
+      committed: committed.size,
+      delivered: executions.filter((row) => row.status === "complete").length,
+      lost: lost.size,
+      phantom: phantom.length + rolledBackStarted.length + phantomTx.length,
+      dead: dead?.n ?? 0,
+      duplicates: extra,
+      maxRecoverySeconds: 0,
+      details,
+      broken
+    }
+  })
+
+export const summary = (report: Report): string =>
+  `workflow chaos: started ${report.committed}, complete ${report.delivered}, lost ${report.lost}, phantom ${report.phantom}, dead ${report.dead}, repeated ordinary activities ${report.duplicates} (${
+    percent(report.duplicates, report.committed * ORDINARY.length)
+  }%)`
