@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --drain=N] [-- --only=drain,keys,enqueue,latency,ledger,claim,processes,http] [-- --skip=<contender>,...]`: effect-durable
+ * `npm run bench [-- --quick] [-- --drain=N] [-- --only=drain,keys,enqueue,latency,ledger,claim,processes,http,workflows] [-- --skip=<contender>,...]`: effect-durable
  * against graphile-worker, pg-boss, Effect 4's PersistedQueue (SQL store) and the raw-SQL ceiling,
  * measured in one run on one PostgreSQL, contenders alternating round by round, each
  * measurement on a fresh database. Prints medians, ratios and the targets of issue 6, and
@@ -25,8 +25,9 @@ import * as Keys from "./scenarios/keys.js"
 import * as Latency from "./scenarios/latency.js"
 import * as Ledger from "./scenarios/ledger.js"
 import * as Processes from "./scenarios/processes.js"
+import * as Workflows from "./scenarios/workflows.js"
 
-const SCENARIOS = ["drain", "keys", "enqueue", "latency", "ledger", "claim", "processes", "http"] as const
+const SCENARIOS = ["drain", "keys", "enqueue", "latency", "ledger", "claim", "processes", "http", "workflows"] as const
 type Scenario = typeof SCENARIOS[number]
 
 const parseArguments = (args: ReadonlyArray<string>) => {
@@ -75,6 +76,8 @@ const SIZES = quick
     claimHuge: undefined,
     processes: 10_000,
     http: 1_000,
+    workflows: 300,
+    workflowsTimed: 10,
     rounds: 1
   }
   : {
@@ -87,6 +90,8 @@ const SIZES = quick
     claimHuge: 10_000_000,
     processes: 100_000,
     http: 5_000,
+    workflows: 2_000,
+    workflowsTimed: 30,
     rounds: 3
   }
 if (drain !== undefined) SIZES.drain = drain
@@ -198,6 +203,13 @@ const program = Effect.gen(function*() {
       SIZES.http.toLocaleString("en")
     } requests, ${Http.CONCURRENCY} at a time, through the Idempotency-Key middleware and without it`,
     () => Http.run(bench, SIZES.http)
+  )
+  results.workflows = yield* step(
+    "workflows",
+    `workflows: ${
+      SIZES.workflows.toLocaleString("en")
+    } starts ${Workflows.CONCURRENCY} at a time, ${SIZES.workflowsTimed} timed runs of 10 steps, ${SIZES.workflowsTimed} clocks of 1 s`,
+    () => Workflows.run(bench, SIZES.workflows, SIZES.workflowsTimed)
   )
 
   Report.print(results)

@@ -8,6 +8,7 @@ import type { KeysResult } from "./scenarios/keys.js"
 import type { LatencyResult } from "./scenarios/latency.js"
 import type { LedgerResult } from "./scenarios/ledger.js"
 import type { ProcessesResult } from "./scenarios/processes.js"
+import type { WorkflowResult } from "./scenarios/workflows.js"
 
 export interface Results {
   readonly drain?: ReadonlyArray<DrainResult> | undefined
@@ -18,6 +19,7 @@ export interface Results {
   readonly claimAtScale?: ReadonlyArray<ClaimResult> | undefined
   readonly processes?: ProcessesResult | undefined
   readonly http?: HttpResult | undefined
+  readonly workflows?: WorkflowResult | undefined
 }
 
 export interface Target {
@@ -261,6 +263,23 @@ export const print = (results: Results) => {
         replay.p50.toFixed(2)
       } | ${replay.p99.toFixed(2)} |`
     )
+  }
+  if (results.workflows !== undefined) {
+    const engines = Object.entries(results.workflows.engines)
+    const cluster = results.workflows.engines["ClusterWorkflowEngine (SingleRunner)"]
+    log("\n### Durable workflows, PgWorkflowEngine vs the cluster engine on the same PostgreSQL (scenario 9)\n")
+    log("| engine | starts/s | ÷ cluster | completed/s | ÷ cluster | activity step ms | clock late ms (p50 / p95) |")
+    log("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for (const [name, row] of engines) {
+      const of = (value: number, base: number | undefined) => base === undefined ? "–" : (value / base).toFixed(2)
+      log(
+        `| ${name} | ${formatRate(row.startRate)} | ${of(row.startRate, cluster?.startRate)} | ${
+          formatRate(row.completeRate)
+        } | ${of(row.completeRate, cluster?.completeRate)} | ${row.stepMillis.toFixed(2)} | ${
+          row.wakeMillis.toFixed(0)
+        } / ${row.wakeP95Millis.toFixed(0)} |`
+      )
+    }
   }
   const measured = targets(results)
   if (measured.length > 0) {
