@@ -15,11 +15,27 @@ import * as Option from "effect/Option"
 import * as SqlClient from "effect/sql/SqlClient"
 import type { SqlError } from "effect/sql/SqlError"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import { advisoryKey, bounded, inCallerTransaction } from "./internal/transaction.js"
+import { advisoryKey, bounded, inCallerTransaction, transact } from "./internal/transaction.js"
 
 const decodeTimeout = Input.argument("lockTimeout", Input.DurationIn({ max: "1 day" }))
 const decodeStatementTimeout = Input.argument("statementTimeout", Input.DurationIn({ max: "1 day" }))
 const decodeKey = Input.argument("key", Input.Text(1024))
+
+/**
+ * Runs `effect` in a transaction (a savepoint inside yours) whose own failures come back as a
+ * classified `DatabaseError` under `operation`, never as a defect: a failed BEGIN or COMMIT,
+ * and a ROLLBACK that failed beside a failure of `effect` because the connection is gone
+ * (`effect`'s failure stands then; `sql.withTransaction` alone makes the whole cause a
+ * defect, which code that retries database failures would not see). The SQL errors of
+ * `effect` come back classified too.
+ *
+ * @since 0.2.0
+ */
+export const transaction = (operation: string) =>
+<A, E, R>(
+  effect: Effect.Effect<A, E, R>
+): Effect.Effect<A, Exclude<E, SqlError> | DatabaseError, R | SqlClient.SqlClient> =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) => transact(sql, operation, classifySqlErrors(operation)(effect)))
 
 /**
  * Runs `effect` in a transaction (a savepoint inside yours) where a lock wait longer than

@@ -36,6 +36,20 @@ describe("Transactions (the substrate's primitives, for applications)", () => {
         })
       }))
 
+    it.effect("transaction: a connection cut inside it is a retryable DatabaseError (sql.withTransaction alone dies of it); its own failures stay its own", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const cut = sql`SELECT pg_terminate_backend(pg_backend_pid())`
+        // Upstream's transaction: the failed ROLLBACK on the dead connection makes it a defect.
+        const bare = yield* Effect.exit(sql.withTransaction(cut))
+        expect(bare._tag === "Failure" && bare.cause.reasons.some((reason) => reason._tag === "Die")).toBe(true)
+        const error = yield* Effect.flip(cut.pipe(Transactions.transaction("test.cut")))
+        expect(error).toMatchObject({ _tag: "DatabaseError", operation: "test.cut", retryable: true })
+        // The pool has a good connection again; a failure of the body is the body's.
+        expect(yield* Effect.flip(Effect.fail("refused").pipe(Transactions.transaction("test.own")))).toBe("refused")
+        expect(yield* sql<{ n: number }>`SELECT 1 AS n`.pipe(Transactions.transaction("test.ok"))).toEqual([{ n: 1 }])
+      }))
+
     it.effect("advisoryLock holds a key until the transaction ends; a second holder waits or is told no", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient

@@ -26,6 +26,7 @@
  */
 import { DatabaseError } from "@effect-durable/core/Errors"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import { classify } from "@effect-durable/pg/ErrorClassification"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Projector from "@effect-durable/projector/Projector"
@@ -44,6 +45,7 @@ import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import * as SqlClient from "effect/sql/SqlClient"
+import { SqlError } from "effect/sql/SqlError"
 import type * as Activity from "effect/workflow/Activity"
 import * as Workflow from "effect/workflow/Workflow"
 import { WorkflowEngine, WorkflowInstance } from "effect/workflow/WorkflowEngine"
@@ -146,6 +148,26 @@ interface Run {
   fiber: Fiber.Fiber<unknown, unknown> | undefined
   /** The database failure that abandoned the run. */
   failure: DatabaseError | undefined
+}
+
+/**
+ * A retryable database failure (a lost connection, a serialization failure, a deadlock, a
+ * lock timeout) in what a transactional activity's body became, as a failure or a defect: its
+ * transaction is lost or refused, so it is not the activity's result. The step rolls back and
+ * is retried (then the run is abandoned and replays); other failures are the activity's own.
+ */
+const retryableDatabaseFailure = (result: Workflow.Result<unknown, unknown>): DatabaseError | undefined => {
+  if (result._tag !== "Complete" || Exit.isSuccess(result.exit)) return undefined
+  for (const reason of result.exit.cause.reasons) {
+    const value = Cause.isFailReason(reason) ? reason.error : Cause.isDieReason(reason) ? reason.defect : undefined
+    const error = value instanceof SqlError
+      ? classify("WorkflowEngine.transactionalActivity")(value)
+      : value instanceof DatabaseError
+      ? value
+      : undefined
+    if (error?.retryable === true) return error
+  }
+  return undefined
 }
 
 const journalKey = (kind: Store.StepKind, name: string, attempt: number) => `${kind}/${name}/${attempt}`
@@ -570,8 +592,11 @@ export const make = (
                 attempt,
                 Effect.flatMap(
                   execute((effect) => sql.withTransaction(effect)),
-                  (result) =>
-                    result._tag === "Suspended" ? Effect.succeed(undefined) : Codec.encodeActivityResult(result)
+                  (result) => {
+                    if (result._tag === "Suspended") return Effect.succeed(undefined)
+                    const lost = retryableDatabaseFailure(result)
+                    return lost === undefined ? Codec.encodeActivityResult(result) : Effect.fail(lost)
+                  }
                 ).pipe(observed)
               )
             )

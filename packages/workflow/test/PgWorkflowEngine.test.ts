@@ -393,7 +393,7 @@ describe("PgWorkflowEngine: transactional activities", () => {
       Effect.orDie,
       Effect.asVoid
     )
-  const bodies = { book: 0, refuse: 0, raced: 0 }
+  const bodies = { book: 0, refuse: 0, raced: 0, lost: { cut: 0, serialization: 0 } }
 
   const Booking = Workflow.make("Pg/Booking", {
     payload: { id: Schema.String },
@@ -443,9 +443,37 @@ describe("PgWorkflowEngine: transactional activities", () => {
     }).pipe(PgWorkflowEngine.transactional)
   )
 
-  it.layer(Layer.mergeAll(BookingLayer, RaceLayer).pipe(Layer.provideMerge(engine({ lease: "2 seconds" }))), {
-    excludeTestServices: true
-  })((it) => {
+  // A database failure inside the body, on its first call only: its connection cut (the
+  // backend terminated mid-transaction, so even the rollback fails) or a serialization failure
+  // (the connection lives on). Neither is the activity's result.
+  const Lost = Workflow.make("Pg/TxLost", {
+    payload: { id: Schema.String, how: Schema.Literals(["cut", "serialization"]) },
+    success: Schema.String,
+    idempotencyKey: ({ id }) => id
+  })
+  const LostLayer = Lost.toLayer(({ how, id }) =>
+    Effect.as(
+      Activity.make({
+        name: "lost",
+        execute: Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          yield* insert(`lost:${id}`)
+          if (++bodies.lost[how] > 1) return
+          yield* how === "cut"
+            ? sql`SELECT pg_terminate_backend(pg_backend_pid())`
+            : sql`DO $$ BEGIN RAISE EXCEPTION 'could not serialize' USING ERRCODE = '40001'; END $$`
+        }).pipe(Effect.orDie, Effect.asVoid)
+      }).pipe(PgWorkflowEngine.transactional),
+      `applied ${id}`
+    )
+  )
+
+  it.layer(
+    Layer.mergeAll(BookingLayer, RaceLayer, LostLayer).pipe(Layer.provideMerge(engine({ lease: "2 seconds" }))),
+    {
+      excludeTestServices: true
+    }
+  )((it) => {
     it.effect("its writes commit with its journal row: once across replays; a failed one leaves no writes and is recorded failed", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
@@ -489,6 +517,24 @@ describe("PgWorkflowEngine: transactional activities", () => {
         yield* completed(Race.poll(executionId))
         expect(yield* written("race:r-1")).toBe(1)
         expect(bodies.raced).toBe(1)
+      }))
+
+    it.effect("a database failure inside one is not its result: its connection cut or its transaction refused, the run retries and applies it once", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`CREATE TABLE IF NOT EXISTS tx_effects (what text NOT NULL)`.pipe(Effect.orDie)
+        for (const how of ["cut", "serialization"] as const) {
+          const id = `l-${how}`
+          const executionId = yield* Lost.execute({ id, how }, { discard: true })
+          const result = yield* completed(Lost.poll(executionId))
+          expect(result).toEqual(new Workflow.Complete({ exit: Exit.succeed(`applied ${id}`) }))
+          expect(bodies.lost[how]).toBe(2)
+          expect(yield* written(`lost:${id}`)).toBe(1)
+          const [step] = yield* sql<{ result: { exit: { _tag: string } } }>`
+            SELECT result FROM durable.workflow_steps
+             WHERE workflow = ${Lost._tag} AND execution_id = ${executionId} AND name = 'lost'`.pipe(Effect.orDie)
+          expect(step?.result.exit._tag).toBe("Success")
+        }
       }))
   })
 })

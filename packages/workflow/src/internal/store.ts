@@ -9,9 +9,10 @@ import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import type { Settings } from "@effect-durable/pg/DurableConfig"
 import { classifySqlErrors } from "@effect-durable/pg/ErrorClassification"
 import type * as Outbox from "@effect-durable/pg/Outbox"
+import * as Transactions from "@effect-durable/pg/Transactions"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import type * as SqlClient from "effect/sql/SqlClient"
+import * as SqlClient from "effect/sql/SqlClient"
 
 /** Runs of workflow `W` are messages of this topic; clocks of `W` fire through the next. */
 export const runTopic = (workflow: string): string => `workflow.run:${workflow}`
@@ -81,14 +82,15 @@ export interface Store {
    * waits for the first's commit, then reads its result), `body` runs in the same transaction
    * and its result is written before the commit — the body's SQL and its journal row commit
    * together or not at all. `body` returning `undefined` (the activity suspended) rolls
-   * everything back and returns `undefined`.
+   * everything back and returns `undefined`; `body` failing (a database failure that is not the
+   * activity's result) rolls everything back and fails.
    */
   readonly transactionalStep: <R>(
     workflow: string,
     executionId: string,
     name: string,
     attempt: number,
-    body: Effect.Effect<unknown, never, R>
+    body: Effect.Effect<unknown, DatabaseError, R>
   ) => Effect.Effect<{ readonly inserted: boolean; readonly result: unknown } | undefined, DatabaseError, R>
   /** Bumps the wake sequence; a suspended execution the wake may wake becomes pending and gets a run. */
   readonly wake: (workflow: string, executionId: string, mode: WakeMode) => Effect.Effect<void, DatabaseError>
@@ -125,8 +127,10 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
   const steps = sql.literal(settings.table("workflow_steps"))
   const outboxTable = sql.literal(settings.table("outbox"))
   const json = (value: unknown) => JSON.stringify(value ?? null)
+  // A connection lost mid-transaction is a retryable DatabaseError here, never a defect (which
+  // a run would capture as the workflow's outcome).
   const transact = <A, E, R>(operation: string, body: Effect.Effect<A, E, R>) =>
-    sql.withTransaction(body).pipe(classifySqlErrors(operation))
+    Transactions.transaction(operation)(body).pipe(Effect.provideService(SqlClient.SqlClient, sql))
   // The engine's own messages are small and well formed: only a database failure is expected
   // (and classified, so a run can tell it from a defect); anything else is a bug.
   const enqueue = (topic: string, payload: unknown, options: Outbox.EnqueueOptions) =>
