@@ -11,14 +11,12 @@ import * as Config from "effect/Config"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Redacted from "effect/Redacted"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
-import * as SchemaIssue from "effect/SchemaIssue"
-import { createHmac, timingSafeEqual } from "node:crypto"
 import { CursorBindingMismatch, DurableConfigError, InvalidCursor, InvalidInput } from "./Errors.js"
 import { canonicalizeResult, type RequestFingerprint, toHex } from "./Fingerprint.js"
 import * as Input from "./Input.js"
+import * as Signed from "./Signed.js"
 
 /**
  * A row's place in a traversal's order: its order column's value and its tie-breaker's, as
@@ -52,14 +50,10 @@ export const firstPage = (subject: string, filter: RequestFingerprint, highWater
 export const nextPage = (cursor: Cursor, after: Position): Cursor => ({ ...cursor, after })
 
 /** One signing key. Secrets are at least 16 bytes. */
-export interface CursorKey {
-  /** 1–32 characters of `[A-Za-z0-9_-]`, stored in every token it signs. */
-  readonly id: string
-  readonly secret: Redacted.Redacted<string>
-}
+export type CursorKey = Signed.Key
 
 /** Signing keys, newest first: the first signs, all verify (rotation without breaking pages). */
-export type Keyring = readonly [CursorKey, ...Array<CursorKey>]
+export type Keyring = Signed.Keyring
 
 export class CursorCodec extends Context.Service<CursorCodec, {
   /**
@@ -83,11 +77,8 @@ export class CursorCodec extends Context.Service<CursorCodec, {
  * takes six bytes in the payload), though a cursor over short values stays a few hundred.
  */
 export const MAX_TOKEN_LENGTH = 8192
-const VERSION = 1
-const MAC_BYTES = 32
-const MAX_KEY_ID_LENGTH = 32
-const KEY_ID = new RegExp(`^[A-Za-z0-9_-]{1,${MAX_KEY_ID_LENGTH}}$`)
-const MIN_SECRET_BYTES = 16
+/** The signed frame's purpose byte for cursors (the wire format's version 1). */
+const PURPOSE = 1
 
 /** Longest subject a cursor carries, in UTF-8 bytes (the ledger's subjects are as long). */
 export const MAX_SUBJECT_BYTES = 256
@@ -127,9 +118,6 @@ const Payload = Schema.Struct({
 const decodePayload = Schema.decodeUnknownResult(Payload)
 const checkPayload = Input.argumentResult("cursor", Payload)
 
-// The token's bytes besides the payload, for the longest key id: a traversal keeps fitting
-// when the keys rotate to a longer id half-way.
-const FRAME_BYTES = 2 + MAX_KEY_ID_LENGTH + MAC_BYTES
 const isSubject = Schema.is(Subject)
 
 /**
@@ -144,46 +132,14 @@ export const positionCapacity = (subject: string): number => {
   const frame = canonicalizeResult({ s: subject, f: "0".repeat(64), h: empty, a: empty })
   if (!isSubject(subject) || Result.isFailure(frame)) return 0
   // base64url without padding: 4 characters per 3 bytes.
-  const payload = Math.floor(MAX_TOKEN_LENGTH * 3 / 4) - FRAME_BYTES - Buffer.byteLength(frame.success, "utf8")
+  const payload = Math.floor(MAX_TOKEN_LENGTH * 3 / 4) - Signed.FRAME_BYTES - Buffer.byteLength(frame.success, "utf8")
   return Math.max(0, Math.floor(payload / 2))
-}
-
-const validateKeyring = (keys: ReadonlyArray<CursorKey>): Result.Result<void, DurableConfigError> => {
-  if (keys.length === 0) return Result.fail(new DurableConfigError({ field: "cursor.keys", rule: "at least one key" }))
-  const seen = new Set<string>()
-  for (const [i, key] of keys.entries()) {
-    if (!KEY_ID.test(key.id)) {
-      return Result.fail(
-        new DurableConfigError({ field: `cursor.keys[${i}].id`, rule: "1-32 characters of A-Z a-z 0-9 _ -" })
-      )
-    }
-    if (seen.has(key.id)) {
-      return Result.fail(
-        new DurableConfigError({ field: `cursor.keys[${i}].id`, rule: `key id ${key.id} is listed twice` })
-      )
-    }
-    seen.add(key.id)
-    if (Buffer.byteLength(Redacted.value(key.secret), "utf8") < MIN_SECRET_BYTES) {
-      return Result.fail(
-        new DurableConfigError({ field: `cursor.keys[${i}].secret`, rule: `at least ${MIN_SECRET_BYTES} bytes` })
-      )
-    }
-  }
-  return Result.void
 }
 
 /** Builds a codec over a keyring; a malformed keyring is a `DurableConfigError`. */
 export const make = (keys: Keyring): Effect.Effect<CursorCodec["Service"], DurableConfigError> =>
-  Effect.map(Effect.fromResult(validateKeyring(keys)), () => {
-    const secrets = new Map(keys.map((key) => [key.id, Buffer.from(Redacted.value(key.secret), "utf8")] as const))
-    const signer = keys[0]
-    const mac = (secret: Buffer, signed: Buffer) => createHmac("sha256", secret).update(signed).digest()
-
-    const sign = (payload: string): string => {
-      const kid = Buffer.from(signer.id, "ascii")
-      const signed = Buffer.concat([Buffer.from([VERSION, kid.length]), kid, Buffer.from(payload, "utf8")])
-      return Buffer.concat([signed, mac(secrets.get(signer.id)!, signed)]).toString("base64url")
-    }
+  Effect.map(Effect.fromResult(Signed.validateKeyring(keys, "cursor.keys")), () => {
+    const { open, sign } = Signed.makeSigner(keys, PURPOSE)
 
     const encodeResult = (cursor: Cursor): Result.Result<string, InvalidInput> =>
       checkPayload({
@@ -214,34 +170,9 @@ export const make = (keys: Keyring): Effect.Effect<CursorCodec["Service"], Durab
     const invalid = (reason: string): Result.Result<never, InvalidCursor> => Result.fail(new InvalidCursor({ reason }))
 
     const decodeResult = (token: string): Result.Result<Cursor, InvalidCursor> => {
-      if (typeof token !== "string" || token.length === 0) return invalid("empty")
-      if (token.length > MAX_TOKEN_LENGTH) return invalid(`longer than ${MAX_TOKEN_LENGTH} characters`)
-      if (!/^[A-Za-z0-9_-]+$/.test(token)) return invalid("not base64url without padding")
-      const bytes = Buffer.from(token, "base64url")
-      // Several strings decode to the same bytes (unused trailing bits); accept only the one we emit.
-      if (bytes.toString("base64url") !== token) return invalid("not the canonical base64url encoding")
-      if (bytes.length < 2 + MAC_BYTES + 1) return invalid("truncated")
-      if (bytes[0] !== VERSION) return invalid(`unsupported version ${bytes[0]}`)
-      const kidLength = bytes[1]!
-      const payloadStart = 2 + kidLength
-      const macStart = bytes.length - MAC_BYTES
-      if (kidLength === 0 || payloadStart >= macStart) return invalid("truncated")
-      const kid = bytes.subarray(2, payloadStart).toString("latin1")
-      const secret = KEY_ID.test(kid) ? secrets.get(kid) : undefined
-      if (secret === undefined) return invalid("signed by an unknown key")
-      const expected = mac(secret, bytes.subarray(0, macStart))
-      const given = bytes.subarray(macStart)
-      if (given.length !== expected.length || !timingSafeEqual(given, expected)) return invalid("signature mismatch")
-      // Authentic from here on: we signed these bytes, but check them as if we had not.
-      const text = bytes.subarray(payloadStart, macStart).toString("utf8")
-      let json: unknown
-      try {
-        json = JSON.parse(text)
-      } catch {
-        return invalid("payload is not JSON")
-      }
-      const canonical = canonicalizeResult(json)
-      if (Result.isFailure(canonical) || canonical.success !== text) return invalid("payload is not canonical JSON")
+      const opened = open(token, MAX_TOKEN_LENGTH)
+      if (Result.isFailure(opened)) return invalid(opened.failure)
+      const json = opened.success
       return Result.match(decodePayload(json), {
         onFailure: () => invalid("payload has the wrong shape"),
         onSuccess: (payload) =>
@@ -274,26 +205,7 @@ export const layer = (keys: Keyring): Layer.Layer<CursorCodec, DurableConfigErro
  * Keys from configuration: `CURSOR_KEYS` is a redacted list `id=secret,id=secret`, newest
  * first (prefix it through `Config.nested` for your own naming).
  */
-export const keyringConfig: Config.Config<Keyring> = Config.Redacted("CURSOR_KEYS").pipe(
-  Config.mapEffect((listed) => {
-    const keys = Redacted.value(listed).split(",").map((entry) => {
-      const at = entry.indexOf("=")
-      return { id: entry.slice(0, at < 0 ? 0 : at).trim(), secret: Redacted.make(at < 0 ? "" : entry.slice(at + 1)) }
-    })
-    return keys.length > 0 && keys.every((key) => key.id.length > 0)
-      ? Effect.succeed(keys as unknown as Keyring)
-      : Effect.fail(
-        new Config.ConfigError(
-          new Schema.SchemaError(
-            new SchemaIssue.Pointer(
-              ["CURSOR_KEYS"],
-              new SchemaIssue.InvalidValue({ message: "cursor signing keys, newest first: id=secret[,id=secret...]" })
-            )
-          )
-        )
-      )
-  })
-)
+export const keyringConfig: Config.Config<Keyring> = Signed.keyringConfig("CURSOR_KEYS", "cursor signing keys")
 
 export const layerConfig = (
   config: Config.Config<Keyring> = keyringConfig

@@ -51,6 +51,7 @@ import * as Workflow from "effect/workflow/Workflow"
 import { WorkflowEngine, WorkflowInstance } from "effect/workflow/WorkflowEngine"
 import * as WorkflowEngineModule from "effect/workflow/WorkflowEngine"
 import * as Codec from "./internal/codec.js"
+import * as Preemption from "./internal/preemption.js"
 import * as Store from "./internal/store.js"
 
 export interface PgWorkflowEngineOptions {
@@ -209,6 +210,7 @@ export const make = (
     const runsByInstance = new WeakMap<WorkflowInstance["Service"], Run>()
     const latestRuns = new Map<string, Run>()
     const deferredState = WorkflowEngineModule.makeDeferredState()
+    Preemption.register(sql, deferredState.deferredDone)
     const workerId = options.workerId ?? `workflow:${process.pid}:${Math.random().toString(36).slice(2, 8)}`
 
     /** A call that cannot fail: retryable failures retried, the rest a defect. */
