@@ -26,9 +26,11 @@ import { declare, option } from "@effect-durable/core/Options"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
+import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Config from "effect/Config"
 import * as Context from "effect/Context"
@@ -156,6 +158,7 @@ export const make = Effect.fn("AdminPage.make")(function*(
   const search = yield* OutboxSearch.make
   // Exactly the services the page runs on, so a request keeps its own span, logger and scope.
   let context = Context.make(SqlClient.SqlClient, yield* SqlClient.SqlClient).pipe(
+    Context.add(Outbox.Outbox, yield* Outbox.Outbox),
     Context.add(DurableSettings, yield* DurableSettings),
     Context.add(OutboxAdmin.OutboxAdmin, yield* OutboxAdmin.OutboxAdmin),
     Context.add(InboxAdmin.InboxAdmin, yield* InboxAdmin.InboxAdmin),
@@ -166,18 +169,22 @@ export const make = Effect.fn("AdminPage.make")(function*(
   // The schema view's LISTEN/NOTIFY check needs the PostgreSQL client itself, when there is one.
   const pg = yield* Effect.serviceOption(PgClient.PgClient)
   if (Option.isSome(pg)) context = Context.add(context, PgClient.PgClient, pg.value)
-  return yield* Routes.make({
-    policy: {
-      auth: options.auth,
-      readOnly: decoded.readOnly,
-      allowedHosts: options.allowedHosts,
-      operator: options.operator
+  return yield* Routes.make(
+    {
+      policy: {
+        auth: options.auth,
+        readOnly: decoded.readOnly,
+        allowedHosts: options.allowedHosts,
+        operator: options.operator
+      },
+      showPayloads: decoded.showPayloads,
+      statementTimeout: decoded.statementTimeout,
+      basePath: decoded.basePath,
+      batchSize: decoded.batchSize
     },
-    showPayloads: decoded.showPayloads,
-    statementTimeout: decoded.statementTimeout,
-    basePath: decoded.basePath,
-    batchSize: decoded.batchSize
-  }, context)
+    context,
+    yield* WorkflowAdmin.make
+  )
 })
 
 export interface LayerOptions extends Options {

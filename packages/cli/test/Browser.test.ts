@@ -380,6 +380,49 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
         expect(row).toEqual({ due: true })
       }))
 
+    it.effect("workflows: the list links to an execution with its journal; Interrupt and Resume act on it (checked in the database), the read-only page has neither", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const workflow = freshTopic("Billing/<b>")
+        yield* sql`INSERT INTO durable.workflow_executions (workflow, execution_id, payload, payload_fingerprint, status, result)
+                   VALUES (${workflow}, 'inv 7/a', '{"invoice":7}', 'f', 'suspended', '{"_tag":"Suspended"}'),
+                          (${workflow}, 'inv-8', '{"invoice":8}', 'f', 'running', NULL)`
+        yield* sql`INSERT INTO durable.workflow_steps (workflow, execution_id, kind, name, attempt, result)
+                   VALUES (${workflow}, 'inv 7/a', 'activity', 'charge', 1,
+                           '{"_tag":"Complete","exit":{"_tag":"Success","value":"ch_42"}}')`
+        const seen = yield* withPage(async (page, base) => {
+          await page.goto(`${base}/ops/durable/workflows?workflow=${encodeURIComponent(workflow)}`)
+          const listed = await page.locator("#executions tbody tr").count()
+          await page.getByRole("link", { name: "inv-8" }).click()
+          await page.getByRole("button", { name: "Interrupt" }).click()
+          await status(page, "interrupt requested for")
+          await page.goto(`${base}/ops/durable/workflows?workflow=${encodeURIComponent(workflow)}&status=suspended`)
+          await page.getByRole("link", { name: "inv 7/a" }).click()
+          const heading = await page.locator("h1").innerText()
+          const journal = await page.locator("#journal tbody").innerText()
+          await page.getByRole("button", { name: "Resume" }).click()
+          await status(page, "resumed")
+          await page.goto(`${base}/ro/durable/workflows/${encodeURIComponent(workflow)}/inv-8`)
+          const readOnlyButtons = await page.locator("button[data-action]").count()
+          return { listed, heading, journal, readOnlyButtons }
+        })
+        expect(seen.listed).toBe(2)
+        expect(seen.heading).toContain(`${workflow} inv 7/a`)
+        expect(seen.journal).toMatch(/activity\s+charge\s+1\s+success/)
+        expect(seen.journal).toContain("ch_42") // this page shows payloads
+        expect(seen.readOnlyButtons).toBe(0)
+        const rows = yield* sql<{ execution_id: string; status: string; interrupt_requested: boolean }>`
+          SELECT execution_id, status, interrupt_requested FROM durable.workflow_executions
+           WHERE workflow = ${workflow} ORDER BY execution_id`
+        expect(rows).toEqual([
+          { execution_id: "inv 7/a", status: "pending", interrupt_requested: false },
+          { execution_id: "inv-8", status: "running", interrupt_requested: true }
+        ])
+        const runs = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox
+                                                WHERE topic = ${"workflow.run:" + workflow}`
+        expect(runs[0]!.n).toBe(1) // the resumed execution's run (the running one gets its interrupt on its next run)
+      }))
+
     it.effect("pause stops a topic's deliveries by a running projector, other topics flow on; resume restarts them", () =>
       Effect.gen(function*() {
         const paused = freshTopic("paused")

@@ -115,6 +115,41 @@ describe("admin page over HTTP", () => {
         expect(put.status).toBe(405)
       }))
 
+    it.effect("workflows: names escaped in the list and the execution's page, payloads hidden, bad filters 400, unknown 404, actions logged", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`INSERT INTO durable.workflow_executions (workflow, execution_id, payload, payload_fingerprint, status, result)
+                   VALUES ('Page<script>', 'e/1?x', '{"card":"4242"}', 'f', 'suspended', '{"_tag":"Suspended"}')`
+        const list = yield* get("/ops/durable/workflows?workflow=Page%3Cscript%3E")
+        expect(list.status).toBe(200)
+        expect(list.body).toContain("Page&lt;script&gt;")
+        expect(list.body).not.toContain("Page<script>")
+        expect(list.body).toContain(`href="/ops/durable/workflows/Page%3Cscript%3E/e%2F1%3Fx"`)
+        const shown = yield* get("/ops/durable/workflows/Page%3Cscript%3E/e%2F1%3Fx")
+        expect(shown.status).toBe(200)
+        expect(shown.body).toContain("<code>e/1?x</code>")
+        expect(shown.body).not.toContain("4242") // payloads hidden unless the page shows them
+        expect((yield* get("/ops/durable/workflows?status=stuck")).status).toBe(400)
+        expect((yield* get("/ops/durable/workflows/Page%3Cscript%3E/nope")).status).toBe(404)
+        // A path that is not valid percent-encoding matches no route exactly: not found, as for messages.
+        expect((yield* get("/ops/durable/workflows/Page/%E0%A4%A")).status).toBe(404)
+        const resumed = yield* get("/ops/durable/workflows/actions/resume", {
+          method: "POST",
+          headers: { "content-type": "application/json", "x-test-user": "carol" },
+          body: JSON.stringify({ workflow: "Page<script>", executionId: "e/1?x" })
+        })
+        expect(JSON.parse(resumed.body)).toEqual({ workflow: "Page<script>", executionId: "e/1?x", changed: true })
+        expect(logged).toContainEqual(
+          expect.stringMatching(/^effect-durable admin: resume workflow Page<script> execution e\/1\?x by carol from /)
+        )
+        const refused = yield* get("/ops/durable/workflows/actions/interrupt", {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ workflow: "x".repeat(300), executionId: "e" })
+        })
+        expect([refused.status, JSON.parse(refused.body).error]).toEqual([400, expect.stringMatching(/workflow/)])
+      }))
+
     it.effect("health: live always, ready only when the database answers and the schema is this release's", () =>
       Effect.gen(function*() {
         expect(yield* get("/ops/durable/health/live")).toEqual({ status: 200, body: "{\"status\":\"live\"}" })

@@ -9,9 +9,10 @@ import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import type * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
 import * as Effect from "effect/Effect"
 import { printable } from "../printable.js"
-import { ActionBody, body, jsonResponse, MessageActionBody, type PageError, TopicBody } from "./edge.js"
+import { ActionBody, body, ExecutionBody, jsonResponse, MessageActionBody, type PageError, TopicBody } from "./edge.js"
 import type * as Jobs from "./jobs.js"
 import type { makeQueries } from "./queries.js"
 import type { PageOptions, Request } from "./routes.js"
@@ -22,6 +23,7 @@ export interface ActionContext {
   readonly jobs: Effect.Success<typeof Jobs.make>
   readonly queries: ReturnType<typeof makeQueries>
   readonly filterOf: (params: URLSearchParams) => Effect.Effect<OutboxSearch.MessageFilter, PageError>
+  readonly workflows: WorkflowAdmin.WorkflowAdmin
 }
 
 /**
@@ -48,7 +50,7 @@ const whoInBytes = (who: string, max: number): string => {
   return kept
 }
 
-export const make = ({ filterOf, jobs, options, queries }: ActionContext) => {
+export const make = ({ filterOf, jobs, options, queries, workflows }: ActionContext) => {
   const byIds = (verb: "redrive" | "discard", queue: "outbox" | "inbox") =>
     Effect.fnUntraced(function*(r: Request) {
       const input = yield* body(ActionBody)
@@ -135,5 +137,14 @@ export const make = ({ filterOf, jobs, options, queries }: ActionContext) => {
       return jsonResponse({ topic, changed })
     })
 
-  return { byIds, messageAction, topicAction }
+  /** Interrupt or resume of one workflow execution; `changed` false when it was in no state for it. */
+  const workflowAction = (verb: "interrupt" | "resume") =>
+    Effect.fnUntraced(function*(r: Request) {
+      const { executionId, workflow } = yield* body(ExecutionBody)
+      const changed = yield* queries.timed(workflows[verb](workflow, executionId))
+      yield* audit(r, `${verb} workflow ${workflow} execution ${executionId}`, { workflow, executionId, changed })
+      return jsonResponse({ workflow, executionId, changed })
+    })
+
+  return { byIds, messageAction, topicAction, workflowAction }
 }

@@ -30,7 +30,9 @@ a { color: var(--accent); }
 .badge.dead, .badge.paused { background: #fde2e2; color: var(--danger); }
 .badge.ready { background: #dcfce7; color: var(--ok); }
 .badge.claimed, .badge.delayed { background: #fef3c7; color: var(--warn); }
-.badge.projected { background: #e0e7ff; color: #3730a3; }
+.badge.projected, .badge.complete { background: #e0e7ff; color: #3730a3; }
+.badge.running, .badge.pending, .badge.interrupting { background: #fef3c7; color: var(--warn); }
+.badge.suspended { background: #dcfce7; color: var(--ok); }
 button, .button { font: inherit; padding: .25rem .7rem; border: 1px solid #9fb3c8; border-radius: .3rem; background: #fff; cursor: pointer; color: var(--fg); text-decoration: none; }
 button:hover { background: #f0f4f8; }
 button.danger { border-color: #f5a3a3; color: var(--danger); }
@@ -161,6 +163,18 @@ export const js = `"use strict";
       return request("POST", "/schema/" + action, {}).then(function (result) {
         document.getElementById(action + "-result").innerHTML = result.html;
         say(action === "drift" ? "compared with the migrations" : "checks done");
+      });
+    }
+    if (action === "workflow-interrupt" || action === "workflow-resume") {
+      var workflowVerb = action.replace("workflow-", "");
+      var execution = { workflow: button.getAttribute("data-workflow"), executionId: button.getAttribute("data-execution") };
+      var named = execution.workflow + " execution " + execution.executionId;
+      if (workflowVerb === "interrupt" && !window.confirm("Interrupt " + named + "? Its compensations run and it ends interrupted.")) return;
+      return request("POST", "/workflows/actions/" + workflowVerb, execution).then(function (result) {
+        say(result.changed
+          ? (workflowVerb === "interrupt" ? "interrupt requested for " : "resumed ") + named
+          : named + (workflowVerb === "interrupt" ? " is complete: nothing to interrupt" : " is not suspended: nothing to resume"));
+        if (result.changed) button.remove();
       });
     }
     var verb = action.replace("inbox-", "");

@@ -46,6 +46,7 @@ export const ActionBody = Schema.Union([IdsBody, FilterBody])
 /** Retry now (no reason) and move aside (a reason the operator typed) act on ids only. */
 export const MessageActionBody = Schema.Struct({ ...IdsBody.fields, reason: Schema.optional(Schema.String) })
 export const TopicBody = Schema.Struct({ topic: Schema.String })
+export const ExecutionBody = Schema.Struct({ workflow: Schema.String, executionId: Schema.String })
 
 /** Whether JSON text nests arrays and objects deeper than `max` (strings skipped, escapes too). */
 const nestedDeeperThan = (text: string, max: number): boolean => {

@@ -11,9 +11,11 @@ import { DatabaseError } from "@effect-durable/core/Errors"
 import type { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import type * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import type * as MutationLedger from "@effect-durable/pg/MutationLedger"
+import type * as Outbox from "@effect-durable/pg/Outbox"
 import type * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import type * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
 import * as Clock from "effect/Clock"
 import type * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
@@ -36,6 +38,7 @@ import { HISTORY, makeQueries } from "./queries.js"
 import { check, type Policy, secured } from "./security.js"
 import * as StoreViews from "./storeViews.js"
 import * as Views from "./views.js"
+import * as WorkflowViews from "./workflowViews.js"
 
 export interface PageOptions {
   readonly policy: Policy
@@ -60,6 +63,7 @@ type RouteRequirements = HttpServerRequest.HttpServerRequest | HttpRouter.RouteC
 /** What the page reads and acts through (`AdminPage.make` builds `OutboxSearch` and `OutboxBulk` itself). */
 export type Requirements =
   | SqlClient.SqlClient
+  | Outbox.Outbox
   | DurableSettings
   | OutboxAdmin.OutboxAdmin
   | InboxAdmin.InboxAdmin
@@ -72,7 +76,11 @@ export type Requirements =
  * runs on `context` (the services the page was made with), in the scope of `make` for the
  * bulk actions it starts.
  */
-export const make = Effect.fnUntraced(function*(options: PageOptions, context: Context.Context<Requirements>) {
+export const make = Effect.fnUntraced(function*(
+  options: PageOptions,
+  context: Context.Context<Requirements>,
+  workflows: WorkflowAdmin.WorkflowAdmin
+) {
   const jobs = yield* Jobs.make
   const queries = makeQueries(options.statementTimeout)
   const samples = yield* Ref.make(new Map<string, ReadonlyArray<Sample>>())
@@ -154,14 +162,21 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
     return { data, samples: yield* Ref.get(samples) }
   })
 
-  const { byIds, messageAction, topicAction } = Actions.make({ options, jobs, queries, filterOf })
+  const { byIds, messageAction, topicAction, workflowAction } = Actions.make({
+    options,
+    jobs,
+    queries,
+    filterOf,
+    workflows
+  })
 
-  /** The path's last segment, decoded (`/messages/:id`); one that does not decode is a 400. */
-  const lastSegment = (r: Request) =>
+  /** The path's last `n` segments, decoded (`/messages/:id`); one that does not decode is a 400. */
+  const lastSegments = (r: Request, n: number) =>
     Effect.try({
-      try: () => decodeURIComponent(r.url.pathname.split("/").pop() ?? ""),
+      try: () => r.url.pathname.split("/").slice(-n).map(decodeURIComponent),
       catch: () => new PageError({ status: 400, message: "the path is not valid percent-encoding" })
     })
+  const lastSegment = (r: Request) => Effect.map(lastSegments(r, 1), ([segment]) => segment ?? "")
 
   const refuseOther = (r: Request) =>
     Effect.succeed(
@@ -284,6 +299,43 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
       })
     ),
     get(
+      "/workflows",
+      route("read", "html", (r) =>
+        Effect.gen(function*() {
+          const p = r.url.searchParams
+          const workflow = p.get("workflow") || undefined
+          const status = p.get("status") || undefined
+          const listed = yield* Effect.result(
+            queries.timed(
+              workflows.list({ workflow, status: status as WorkflowAdmin.Status, limit: WorkflowViews.LIST_LIMIT })
+            )
+          )
+          const data: WorkflowViews.ExecutionsData = {
+            workflow,
+            status: WorkflowAdmin.Statuses.find((s) => s === status),
+            executions: listed._tag === "Success" ? listed.success : undefined,
+            error: listed._tag === "Failure" ? listed.failure.message : undefined
+          }
+          // A bad filter is the request's fault; a database that does not answer is not.
+          const code = listed._tag === "Success" ? 200 : listed.failure instanceof DatabaseError ? 503 : 400
+          return htmlResponse(WorkflowViews.executionsPage(r.view, data), code)
+        }))
+    ),
+    get(
+      "/workflows/:workflow/:id",
+      route("read", "html", (r) =>
+        Effect.gen(function*() {
+          const [workflow, executionId] = yield* lastSegments(r, 2)
+          const found = yield* queries.timed(workflows.show(workflow!, executionId!))
+          return found === undefined
+            ? htmlResponse(
+              Views.errorPage(r.view, "Not found", `no execution ${executionId} of workflow ${workflow}`),
+              404
+            )
+            : htmlResponse(WorkflowViews.executionPage(r.view, found))
+        }))
+    ),
+    get(
       "/ledger",
       route("read", "html", (r) =>
         Effect.gen(function*() {
@@ -360,6 +412,8 @@ export const make = Effect.fnUntraced(function*(options: PageOptions, context: C
     post("/actions/move-aside", route("write", "json", messageAction("moveAside", "outbox"))),
     post("/actions/pause", route("write", "json", topicAction("pause"))),
     post("/actions/resume", route("write", "json", topicAction("resume"))),
+    post("/workflows/actions/interrupt", route("write", "json", workflowAction("interrupt"))),
+    post("/workflows/actions/resume", route("write", "json", workflowAction("resume"))),
     post("/inbox/actions/redrive", route("write", "json", byIds("redrive", "inbox"))),
     post("/inbox/actions/discard", route("write", "json", byIds("discard", "inbox"))),
     post("/inbox/actions/retry-now", route("write", "json", messageAction("retryNow", "inbox"))),
