@@ -343,12 +343,16 @@ export const make = (
             if (latestRuns.get(id) === run) latestRuns.delete(id)
           }))
         )
-        // Preempted while parked on a deferred: a suspension (as `layerMemory` reads it).
-        const exit: Exit.Exit<Workflow.Result<unknown, unknown>, unknown> =
-          Exit.isFailure(awaited) && Cause.hasInterruptsOnly(awaited.cause) && instance.suspended &&
-            !instance.abandoned
-            ? Exit.succeed(new Workflow.Suspended({}))
-            : awaited
+        // Preempted by a completed deferred: a suspension (as `layerMemory` reads it) that
+        // runs again at once. The completion's wake may predate this run (it was recorded
+        // before the run began, and its in-process wake came late, to a run that had already
+        // read it but still holds it awaited), so the wake sequence cannot be relied on here:
+        // without a run of its own the execution would stay suspended with nothing to wake it.
+        const preempted = Exit.isFailure(awaited) && Cause.hasInterruptsOnly(awaited.cause) && instance.suspended &&
+          !instance.abandoned
+        const exit: Exit.Exit<Workflow.Result<unknown, unknown>, unknown> = preempted
+          ? Exit.succeed(new Workflow.Suspended({}))
+          : awaited
         if (run.failure !== undefined) {
           yield* Metric.update(Metric.withAttributes(metrics.runs, { outcome: "abandoned" }), 1)
           return yield* Publisher.retryable(`run abandoned: ${run.failure.message}`)
@@ -377,7 +381,8 @@ export const make = (
           wakeSeq: begun.wakeSeq,
           result: yield* Codec.encodeWorkflowResult(workflow, result),
           complete: result._tag === "Complete",
-          failed: result._tag === "Suspended" && result.failed === true
+          failed: result._tag === "Suspended" && result.failed === true,
+          rerun: preempted
         })
         yield* Metric.update(
           Metric.withAttributes(metrics.runs, {

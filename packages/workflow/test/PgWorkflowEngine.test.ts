@@ -4,6 +4,7 @@
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import { describe, expect, it } from "@effect/vitest"
+import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -16,6 +17,7 @@ import * as Activity from "effect/workflow/Activity"
 import * as DurableClock from "effect/workflow/DurableClock"
 import * as DurableDeferred from "effect/workflow/DurableDeferred"
 import * as Workflow from "effect/workflow/Workflow"
+import * as Preemption from "../src/internal/preemption.js"
 import * as PgWorkflowEngine from "../src/PgWorkflowEngine.js"
 
 const substrate = TestSubstrate.layer({ database: { maxConnections: 16, applicationName: "workflow-test" } })
@@ -138,6 +140,50 @@ describe("PgWorkflowEngine: upstream's layerMemory cases", () => {
 })
 
 describe("PgWorkflowEngine: guarantees", () => {
+  // The full chaos schedule's stuck execution (2026-12-04): a clock fired, its completion and the
+  // next run's message committed together, the run began and read the completion, and only then
+  // did the clock's in-process wake reach it — still registered as awaited, the run was
+  // preempted and settled suspended with the wake sequence unchanged. Nothing woke it again.
+  const LateWake = Workflow.make("Pg/LateWake", {
+    payload: { id: Schema.String },
+    success: Schema.String,
+    idempotencyKey: ({ id }) => id
+  })
+  const LateGate = DurableDeferred.make("Pg/LateWake/Gate", { success: Schema.String })
+  const late = { slowRuns: 0, entered: Deferred.makeUnsafe<void>(), release: Deferred.makeUnsafe<void>() }
+  const LateWakeLayer = LateWake.toLayer(() =>
+    Effect.gen(function*() {
+      const value = yield* DurableDeferred.await(LateGate)
+      yield* Activity.make({
+        name: "slow",
+        execute: Effect.gen(function*() {
+          late.slowRuns++
+          yield* Deferred.succeed(late.entered, undefined)
+          yield* Deferred.await(late.release)
+        })
+      })
+      return value
+    })
+  )
+  it.layer(LateWakeLayer.pipe(Layer.provideMerge(engine())), { excludeTestServices: true })((it) => {
+    it.effect("a preempted run runs again, even when the completion that preempted it came before it began", () =>
+      Effect.gen(function*() {
+        const executionId = yield* LateWake.execute({ id: "late-1" }, { discard: true })
+        yield* eventually(execution(LateWake._tag, executionId), (row) => row?.status === "suspended")
+        const token = DurableDeferred.tokenFromExecutionId(LateGate, { workflow: LateWake, executionId })
+        yield* DurableDeferred.succeed(LateGate, { token, value: "open" })
+        // The next run has read the gate's value and is inside "slow": now the late wake.
+        yield* Deferred.await(late.entered)
+        const preempt = Preemption.lookup(yield* SqlClient.SqlClient)!
+        yield* preempt(executionId, LateGate.name)
+        yield* Deferred.succeed(late.release, undefined)
+        const result = yield* completed(LateWake.poll(executionId))
+        expect(result).toEqual(new Workflow.Complete({ exit: Exit.succeed("open") }))
+        // The cut activity ran again in the run after the preemption (activities are at least once).
+        expect(late.slowRuns).toBe(2)
+      }))
+  })
+
   // An order: reserve (an activity), wait for payment (a deferred), a durable clock, ship.
   const Order = Workflow.make("Pg/Order", {
     payload: { id: Schema.String },

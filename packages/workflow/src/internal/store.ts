@@ -109,7 +109,7 @@ export interface Store {
   /**
    * Ends a run in one transaction, fenced by the run message's claim: a runner that lost its
    * lease writes nothing (returns false). `suspended` settles pending (and schedules the next
-   * run) when a wake landed since `wakeSeq` that may wake it.
+   * run) when a wake landed since `wakeSeq` that may wake it, or when `rerun` asks for one.
    */
   readonly settle: (options: {
     readonly workflow: string
@@ -119,6 +119,8 @@ export interface Store {
     readonly result: unknown
     readonly complete: boolean
     readonly failed: boolean
+    /** Settle pending with a next run whatever the wake sequence says (a preempted run). */
+    readonly rerun: boolean
   }) => Effect.Effect<{ readonly fenced: boolean; readonly status: Status | undefined }, DatabaseError>
 }
 
@@ -297,7 +299,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
                         AND attempt = 0`
         })
       ),
-    settle: ({ claim, complete, executionId, failed, result, wakeSeq, workflow }) =>
+    settle: ({ claim, complete, executionId, failed, rerun, result, wakeSeq, workflow }) =>
       transact(
         "WorkflowEngine.settle",
         Effect.gen(function*() {
@@ -329,7 +331,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
           }
           const rows = yield* sql<{ status: Status }>`
             UPDATE ${executions} SET
-              status = CASE WHEN wake_seq > ${wakeSeq}::bigint AND (resume_requested OR NOT ${failed})
+              status = CASE WHEN ${rerun} OR (wake_seq > ${wakeSeq}::bigint AND (resume_requested OR NOT ${failed}))
                             THEN 'pending' ELSE 'suspended' END,
               result = ${json(result)}::jsonb, updated_at = now()
              WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
