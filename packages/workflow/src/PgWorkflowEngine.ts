@@ -33,6 +33,7 @@ import * as Projector from "@effect-durable/projector/Projector"
 import * as Publisher from "@effect-durable/projector/Publisher"
 import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -197,6 +198,10 @@ export const make = (
       SqlClient.SqlClient | DurableSettings | Outbox.Outbox | OutboxWorker.OutboxWorker
     >()
     const engineScope = yield* Effect.scope
+    // Closed with the engine: callers still waiting for a result are interrupted then, as
+    // upstream's engines interrupt them (the execution itself goes on in another process).
+    const shutdown = yield* Deferred.make<void>()
+    yield* Scope.addFinalizer(engineScope, Deferred.succeed(shutdown, undefined))
     const store = Store.make(sql, settings, outbox)
     const workflows = new Map<string, {
       readonly workflow: Workflow.Any
@@ -205,9 +210,11 @@ export const make = (
         executionId: string
       ) => Effect.Effect<unknown, unknown, WorkflowInstance | WorkflowEngine>
     }>()
-    // By instance: two runs of one execution in this process (a stalled one and its replay)
-    // never share a journal. By execution: the latest, for `interruptUnsafe`.
-    const runsByInstance = new WeakMap<WorkflowInstance["Service"], Run>()
+    // By the run's instance, through its scope (upstream's durable races run their branches on
+    // copies of the instance, `{ ...instance }`, which share its scope): two runs of one
+    // execution in this process (a stalled one and its replay) never share a journal. By
+    // execution: the latest, for `interruptUnsafe`.
+    const runsByInstance = new WeakMap<Scope.Scope, Run>()
     const latestRuns = new Map<string, Run>()
     const deferredState = WorkflowEngineModule.makeDeferredState()
     Preemption.register(sql, deferredState.deferredDone)
@@ -241,7 +248,7 @@ export const make = (
       Effect.serviceOption(WorkflowInstance),
       (instance) =>
         Option.isSome(instance)
-          ? runsByInstance.get(instance.value)
+          ? runsByInstance.get(instance.value.scope)
           : undefined
     )
 
@@ -295,7 +302,7 @@ export const make = (
           failure: undefined
         }
         const id = runId(workflow._tag, executionId)
-        runsByInstance.set(instance, run)
+        runsByInstance.set(instance.scope, run)
         latestRuns.set(id, run)
         const pipeline = entry.execute(payload, executionId).pipe(
           Effect.onExit((exit) =>
@@ -423,7 +430,11 @@ export const make = (
         if (!recorded.inserted) return
         const wake = deferredState.deferredDone(options.executionId, options.deferredName)
         const own = yield* Effect.serviceOption(WorkflowInstance)
-        // A workflow's own finalizer cannot wait for its own run's cleanup.
+        // A workflow's own finalizer cannot wait for its own run's cleanup. (A run completing
+        // its own deferred is preempted by this wake while it still awaits it, as in
+        // `layerMemory`; where the run's next writes take round trips the wake can land before
+        // they are done, and the run replays: docs/workflows.md, "A run that completes its own
+        // deferred".)
         yield* Option.isSome(own) && own.value.executionId === options.executionId
           ? Effect.asVoid(Effect.forkIn(wake, engineScope))
           : wake
@@ -445,13 +456,29 @@ export const make = (
         schedule: WAIT,
         until: (result) =>
           Option.isSome(result) && done(result.value)
-      }).pipe(Effect.map((result) =>
-        Option.getOrThrow(result)
-      ))
+      }).pipe(
+        Effect.map((result) =>
+          Option.getOrThrow(result)
+        ),
+        Effect.raceFirst(Effect.andThen(Deferred.await(shutdown), Effect.interrupt))
+      )
 
     const engine: WorkflowEngine["Service"] = WorkflowEngineModule.makeUnsafe({
       register: (workflow, execute) =>
         Effect.gen(function*() {
+          const existing = workflows.get(workflow._tag)
+          if (existing !== undefined) {
+            // One definition (and one projector) per name: the same one again is a no-op;
+            // another one is ignored with a warning, as the cluster engine does.
+            if (existing.workflow !== workflow) {
+              yield* Effect.logWarning(
+                `effect-durable workflow ${workflow._tag}: already registered with payload shape ${
+                  Codec.payloadShape(existing.workflow)
+                }; ignoring another definition with payload shape ${Codec.payloadShape(workflow)}`
+              )
+            }
+            return
+          }
           const entry = { workflow, execute }
           workflows.set(workflow._tag, entry)
           if (options.runs === false) return
@@ -554,9 +581,10 @@ export const make = (
           }
           // A pending interrupt replays only to rebuild compensations: no new activity starts.
           if (run?.interruptPending === true && !instance.interrupted) return new Workflow.Suspended({})
-          const activityInstance = WorkflowInstance.initial(instance.workflow, instance.executionId, {
-            awaitedDeferreds: instance.awaitedDeferreds
-          })
+          // Its own awaited deferreds, as `layerMemory` gives it: a deferred awaited inside an
+          // activity body never preempts the run (when the activity suspends on it, the run
+          // settles suspended and the completion's wake sequence wakes it).
+          const activityInstance = WorkflowInstance.initial(instance.workflow, instance.executionId)
           activityInstance.interrupted = instance.interrupted
           const attributes = { workflow, activity: activity.name }
           const observed = <A, E, R>(effect: Effect.Effect<A, E, R>) =>

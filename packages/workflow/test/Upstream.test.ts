@@ -55,6 +55,10 @@
 // - Workflow.test.ts "releases acquisition interrupted before the body starts": a unit test of
 //   `Workflow.wrapActivityResult` with no engine.
 // - cluster-integration "mysql: ...": the MySQL backend of the same cases.
+//
+// Versions: WorkflowEngine.test.ts and DurableQueue.test.ts of the `effect/workflow` layout
+// (4.1); ClusterWorkflowEngine.test.ts as its newest stored version (with
+// `TwoStepBranchControl`), newer than the fetched mirror's HEAD (4.0.0-rc.111).
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import { describe, expect, it } from "@effect/vitest"
@@ -252,11 +256,18 @@ describe("upstream WorkflowEngine.test.ts: deferred self-completion", () => {
               }
               const result = yield* Fiber.join(execution)
               if (failure) {
+                // Upstream: exactly one Fail("boom"). This engine (docs/workflows.md, "A run that
+                // completes its own deferred"): the completion's preemption can land while the
+                // race still records its result (a round trip here, instant in memory), the run
+                // replays, and there both branches fail with the recorded "boom". The caller
+                // fails with "boom" either way; the cause may carry it once per branch.
                 expect(Exit.isFailure(result)).toBe(true)
                 if (Exit.isFailure(result)) {
-                  expect(result.cause.reasons).toHaveLength(1)
-                  const reason = result.cause.reasons[0]!
-                  expect(Cause.isFailReason(reason) && reason.error).toBe("boom")
+                  expect(result.cause.reasons.length).toBeGreaterThanOrEqual(1)
+                  expect(result.cause.reasons.length).toBeLessThanOrEqual(2)
+                  for (const reason of result.cause.reasons) {
+                    expect(Cause.isFailReason(reason) && reason.error).toBe("boom")
+                  }
                 }
               } else {
                 expect(result).toEqual(Exit.succeed("ok"))
@@ -1350,8 +1361,12 @@ describe("upstream ClusterWorkflowEngine.test.ts: DurableDeferred.raceAll", () =
           })
           yield* DurableDeferred.succeed(LosingDeferredGate, { token, value: "signal" })
           expect(yield* Fiber.join(fiber)).toEqual("activity:tail")
-          // The late completion preempts the tail; the replay re-executes it.
-          expect(flags.get("losing-deferred-tail-runs")).toEqual(2)
+          // Upstream's engines differ here, and this engine follows `layerMemory`
+          // (docs/workflows.md, "A losing deferred completing late"): the cluster engine resumes
+          // a run on any completion and re-executes the tail (2); `layerMemory` and this engine
+          // preempt only for a deferred the run still awaits, and the race released it once it
+          // settled, so the tail runs once and the result is the same.
+          expect(flags.get("losing-deferred-tail-runs")).toEqual(1)
         }),
       30_000
     )
@@ -1786,7 +1801,12 @@ describe("upstream ClusterWorkflowEngine.test.ts: child workflows", () => {
     it.effect("upstream: nested workflows", () =>
       Effect.gen(function*() {
         yield* ParentWorkflow.execute({ id: "123" }).pipe(Effect.forkChild)
-        yield* eventually(Effect.sync(() => flags.get("parent-suspended")), (suspended) => suspended !== undefined)
+        // The child's run is a delivery of its own here (not a message the parent's entity sends
+        // before it suspends): wait for the child to have started too.
+        yield* eventually(
+          Effect.sync(() => [flags.get("parent-suspended"), flags.get("child-token")]),
+          ([suspended, token]) => suspended !== undefined && token !== undefined
+        )
         expect(flags.get("parent-end")).toBeUndefined()
         expect(flags.get("child-end")).toBeUndefined()
         expect(flags.get("parent-suspended")).toBe(true)
@@ -2881,9 +2901,12 @@ describe("upstream cluster-integration Workflow.test.ts (pg)", () => {
           raceBoundaryCommitStarted = Latch.makeUnsafe()
           raceBoundaryCommit = Latch.makeUnsafe()
           const owner = yield* startRunner(RaceBoundaryWorkflowLayer())
-          const other = yield* startRunner(RaceBoundaryWorkflowLayer())
           const executionId = yield* owner.run(RaceBoundaryWorkflow.execute({ id }, { discard: true }))
           yield* raceBoundaryCommitStarted.await
+          // The other runner starts once the owner holds the run (upstream's shard owner is fixed;
+          // here whichever runner claims the run message owns it, and a run held in the other
+          // runner's finalizer would block the completion this test sends from there).
+          const other = yield* startRunner(RaceBoundaryWorkflowLayer())
 
           // The completion comes from another runner while the owner is mid-unwind.
           const token = DurableDeferred.tokenFromExecutionId(RaceBoundaryGateB, {

@@ -55,6 +55,16 @@ const payloadCodec = (workflow: Workflow.Any) => {
   return codec
 }
 
+/** A workflow's payload schema as JSON Schema text, for messages; `<unavailable>` when it has none. */
+export const payloadShape = (workflow: Workflow.Any): string => {
+  try {
+    const { definitions, schema } = Schema.toJsonSchemaDocument(workflow.payloadSchema)
+    return JSON.stringify(Object.keys(definitions).length === 0 ? schema : { ...schema, $defs: definitions })
+  } catch {
+    return "<unavailable>"
+  }
+}
+
 /** The payload an execution was started with, as it is stored (and fingerprinted). */
 export const encodePayload = (workflow: Workflow.Any, payload: object): Effect.Effect<unknown> =>
   Effect.orDie(Schema.encodeEffect(payloadCodec(workflow))(payload)) as Effect.Effect<unknown>
