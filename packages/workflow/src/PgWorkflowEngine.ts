@@ -66,6 +66,11 @@ export interface PgWorkflowEngineOptions {
   readonly lease?: Duration.Input
   /** How long one run may take (its activities included). Default 1 hour, at most 1 day. */
   readonly runTimeout?: Duration.Input
+  /**
+   * How long shutting down waits for runs under way before it cuts them (a cut run is
+   * abandoned: its execution replays in the next process). Default 10 seconds.
+   */
+  readonly shutdownDeadline?: Duration.Input
   /** Runs of one workflow at once in this process. Default 16. */
   readonly concurrency?: number
   /** How often the run projectors poll when no NOTIFY arrives. Default 1 second. */
@@ -495,6 +500,7 @@ export const make = (
               lease: options.lease ?? "30 seconds",
               pollInterval: options.pollInterval ?? "1 second",
               deliveryTimeout: options.runTimeout ?? "1 hour",
+              ...(options.shutdownDeadline === undefined ? {} : { shutdownDeadline: options.shutdownDeadline }),
               backoff: { min: "100 millis", max: "30 seconds" },
               ...(options.listenUrl === undefined ? {} : { listenUrl: options.listenUrl })
             }).pipe(Layer.provide(publisher), Layer.provide(Layer.succeedContext(substrate)))

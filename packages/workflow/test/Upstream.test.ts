@@ -425,7 +425,9 @@ describe("upstream WorkflowEngine.test.ts: WorkflowEngine", () => {
             payload: { id: Schema.String },
             idempotencyKey: ({ id }) => id
           })
-          const layer = Stuck.toLayer(() => Effect.never).pipe(Layer.provideMerge(engineOver({ lease: "2 seconds" })))
+          const layer = Stuck.toLayer(() => Effect.never).pipe(
+            Layer.provideMerge(engineOver({ lease: "2 seconds", shutdownDeadline: "100 millis" }))
+          )
           const scope = yield* Scope.make()
           const context = yield* Layer.buildWithScope(layer, scope)
           const executionId = yield* Stuck.executionId({ id: "one" })
@@ -468,7 +470,7 @@ describe("upstream WorkflowEngine.test.ts: WorkflowEngine", () => {
               return yield* Effect.never
             })
           )
-        const first = yield* startRunner(workflows())
+        const first = yield* startRunner(workflows(), { shutdownDeadline: "100 millis" })
         const executionId = yield* Stuck.executionId({ id: "one" })
         const fiber = yield* first.run(Stuck.execute({ id: "one" })).pipe(Effect.forkChild({ startImmediately: true }))
         yield* ready.await
@@ -478,7 +480,7 @@ describe("upstream WorkflowEngine.test.ts: WorkflowEngine", () => {
         // Documented: the cut run ran no compensation...
         expect(compensated).toEqual([])
         // ...and the execution resumes in the next runner (its lease lapsed: 2 seconds).
-        const second = yield* startRunner(workflows())
+        const second = yield* startRunner(workflows(), { shutdownDeadline: "100 millis" })
         yield* eventually(Effect.sync(() => runs), (n) => n === 2)
         expect((yield* row(Stuck._tag, executionId))?.status).toBe("running")
         expect(compensated).toEqual([])
