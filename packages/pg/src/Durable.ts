@@ -45,6 +45,7 @@ import * as OutboxAdmin from "./OutboxAdmin.js"
 import * as OutboxBulk from "./OutboxBulk.js"
 import * as OutboxSearch from "./OutboxSearch.js"
 import * as OutboxWorker from "./OutboxWorker.js"
+import * as Schedules from "./Schedules.js"
 
 export interface Options {
   readonly connection: ConnectionInput
@@ -78,6 +79,7 @@ export type Services =
   | Cas.Cas
   | OutboxSearch.OutboxSearch
   | OutboxBulk.OutboxBulk
+  | Schedules.Schedules
 
 /** Decodes every option; the first one broken is a `DurableConfigError` naming it. */
 const decode = (options: Omit<Options, "connection">) =>
@@ -113,7 +115,6 @@ const over = (options: OverOptions): Layer.Layer<Substrate | Keyset.Keyset, Buil
       // Layer.fresh: two substrates built in one memo map (two schemas, two databases) stay apart.
       const services = Layer.mergeAll(
         Layer.fresh(MutationLedger.layer),
-        Outbox.layer(options.outbox),
         Layer.fresh(OutboxWorker.layer),
         Layer.fresh(OutboxAdmin.layer),
         Inbox.layer(options.inbox),
@@ -121,8 +122,10 @@ const over = (options: OverOptions): Layer.Layer<Substrate | Keyset.Keyset, Buil
         Layer.fresh(InboxAdmin.layer),
         Layer.fresh(Cas.layer),
         Layer.fresh(OutboxSearch.layer),
-        Layer.fresh(OutboxBulk.layer)
-      )
+        Layer.fresh(OutboxBulk.layer),
+        // Schedules enqueue through this substrate's outbox.
+        Layer.fresh(Schedules.layer)
+      ).pipe(Layer.provideMerge(Outbox.layer(options.outbox)))
       const withKeyset = codec === undefined
         ? services as Layer.Layer<Substrate | Keyset.Keyset, BuildError, SqlClient.SqlClient>
         : Layer.merge(
