@@ -30,6 +30,7 @@ import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import * as Schedules from "@effect-durable/pg/Schedules"
 import * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Config from "effect/Config"
@@ -159,6 +160,7 @@ export const make = Effect.fn("AdminPage.make")(function*(
   // Exactly the services the page runs on, so a request keeps its own span, logger and scope.
   let context = Context.make(SqlClient.SqlClient, yield* SqlClient.SqlClient).pipe(
     Context.add(Outbox.Outbox, yield* Outbox.Outbox),
+    Context.add(Schedules.Schedules, yield* Schedules.Schedules),
     Context.add(DurableSettings, yield* DurableSettings),
     Context.add(OutboxAdmin.OutboxAdmin, yield* OutboxAdmin.OutboxAdmin),
     Context.add(InboxAdmin.InboxAdmin, yield* InboxAdmin.InboxAdmin),

@@ -8,6 +8,7 @@ import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as InboxWorker from "@effect-durable/pg/InboxWorker"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import * as Schedules from "@effect-durable/pg/Schedules"
 import * as Projector from "@effect-durable/projector/Projector"
 import * as Publisher from "@effect-durable/projector/Publisher"
 import { eventually } from "@effect-durable/testing/Eventually"
@@ -421,6 +422,26 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
         const runs = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox
                                                 WHERE topic = ${"workflow.run:" + workflow}`
         expect(runs[0]!.n).toBe(1) // the resumed execution's run (the running one gets its interrupt on its next run)
+      }))
+
+    it.effect("schedules: Pause and Resume from the page act on the schedule (checked in the database)", () =>
+      Effect.gen(function*() {
+        const schedules = yield* Schedules.Schedules
+        const name = freshTopic("nightly")
+        yield* schedules.define({ name, cron: "0 3 * * *", topic: "reports" })
+        const stateOf = Effect.map(schedules.list, (all) => all.find((s) => s.name === name)!.paused)
+        yield* withPage(async (page, base) => {
+          await page.goto(`${base}/ops/durable/schedules`)
+          await page.locator(`tr[data-schedule="${name}"]`).getByRole("button", { name: "Pause" }).click()
+          await status(page, `paused schedule ${name}`)
+        })
+        expect(yield* stateOf).toBe(true)
+        yield* withPage(async (page, base) => {
+          await page.goto(`${base}/ops/durable/schedules`)
+          await page.locator(`tr[data-schedule="${name}"]`).getByRole("button", { name: "Resume" }).click()
+          await status(page, `resumed schedule ${name}`)
+        })
+        expect(yield* stateOf).toBe(false)
       }))
 
     it.effect("pause stops a topic's deliveries by a running projector, other topics flow on; resume restarts them", () =>

@@ -4,6 +4,7 @@
 import * as Durable from "@effect-durable/pg/Durable"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
+import * as Schedules from "@effect-durable/pg/Schedules"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
@@ -148,6 +149,35 @@ describe("admin page over HTTP", () => {
           body: JSON.stringify({ workflow: "x".repeat(300), executionId: "e" })
         })
         expect([refused.status, JSON.parse(refused.body).error]).toEqual([400, expect.stringMatching(/workflow/)])
+      }))
+
+    it.effect("schedules: listed with their next slot and counts, escaped; pause and resume act and are logged; a read of an unknown one changes nothing", () =>
+      Effect.gen(function*() {
+        const schedules = yield* Schedules.Schedules
+        yield* schedules.define({ name: "report<b>", cron: "0 3 * * *", timeZone: "Europe/Berlin", topic: "reports" })
+        const page = yield* get("/ops/durable/schedules")
+        expect(page.status).toBe(200)
+        expect(page.body).toContain("report&lt;b&gt;")
+        expect(page.body).toContain("<code>0 3 * * *</code> Europe/Berlin")
+        expect(page.body).toContain(`data-action="schedule-pause" data-schedule="report&lt;b&gt;"`)
+        const act = (verb: string, name: string) =>
+          get(`/ops/durable/schedules/actions/${verb}`, {
+            method: "POST",
+            headers: { "content-type": "application/json", "x-test-user": "dana" },
+            body: JSON.stringify({ name })
+          })
+        expect(JSON.parse((yield* act("pause", "report<b>")).body)).toEqual({ name: "report<b>", changed: true })
+        expect(JSON.parse((yield* act("pause", "nobody")).body)).toEqual({ name: "nobody", changed: false })
+        expect(logged).toContainEqual(
+          expect.stringMatching(/^effect-durable admin: pause schedule report<b> by dana from /)
+        )
+        const paused = yield* get("/ops/durable/schedules")
+        expect(paused.body).toContain(`data-action="schedule-resume"`)
+        expect((yield* schedules.list).find((x) => x.name === "report<b>")).toMatchObject({
+          paused: true,
+          pausedBy: "dana"
+        })
+        expect(JSON.parse((yield* act("resume", "report<b>")).body)).toEqual({ name: "report<b>", changed: true })
       }))
 
     it.effect("health: live always, ready only when the database answers and the schema is this release's", () =>

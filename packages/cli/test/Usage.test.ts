@@ -61,7 +61,8 @@ describe("effect-durable usage", () => {
       ["resume"],
       ["doctor"],
       ["dashboard"],
-      ["dev-database"]
+      ["dev-database"],
+      ["schedules", "backfill"]
     ]
     const helps = await Promise.all(commands.map((command) => runCli([...command, "--help"])))
     const help = new Map(commands.map((command, i) => [command.join(" "), helps[i]!.stdout]))
@@ -80,6 +81,7 @@ describe("effect-durable usage", () => {
     expect(help.get("dashboard")).toMatch(/--host HOST\s+.*default 127\.0\.0\.1/)
     expect(help.get("dashboard")).toMatch(/--statement-timeout DURATION\s+.*default 5s/)
     expect(help.get("dead-letters list")).toMatch(/--limit N\s+.*default 50/)
+    expect(help.get("schedules backfill")).toMatch(/--from TIME\s+Required\./)
   })
 
   it("a bad command, flag, value or a missing argument exits 2 with what is wrong and the usage", async () => {

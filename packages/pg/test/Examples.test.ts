@@ -12,11 +12,13 @@ import * as LedgerExample from "../examples/ledger.js"
 import * as MigrationsExample from "../examples/migrations.js"
 import * as OutboxExample from "../examples/outbox.js"
 import * as PaginationExample from "../examples/pagination.js"
+import * as SchedulesExample from "../examples/schedules.js"
 import * as TransactionsExample from "../examples/transactions.js"
 import * as Cas from "../src/Cas.js"
 import { layerSettings } from "../src/DurableConfig.js"
 import * as Keyset from "../src/Keyset.js"
 import * as Migrations from "../src/Migrations.js"
+import * as Schedules from "../src/Schedules.js"
 import { database, substrate } from "./support.js"
 
 const Live = Layer.mergeAll(
@@ -33,6 +35,21 @@ describe("the README examples do what the README says", () => {
         expect(retry).toMatchObject({ _tag: "Replay", status: "accepted", response: { chargeId: 1 } })
         expect(changed).toMatchObject({ _tag: "MutationConflict", differences: ["fingerprint"] })
       }))
+
+    it.effect(
+      "schedules: the runner defines both; the nightly report's last three nights are backfilled once",
+      () =>
+        Effect.gen(function*() {
+          const filled = yield* SchedulesExample.operate.pipe(Effect.provide(SchedulesExample.runner))
+          expect(filled).toEqual({ enqueued: 3, present: 0 })
+          const schedules = yield* Schedules.Schedules
+          expect((yield* schedules.list).map((s) => [s.name, s.paused])).toEqual([
+            ["nightly-report", false],
+            ["sweep", false]
+          ])
+        }),
+      { timeout: 30_000 }
+    )
 
     it.effect("cas: the first save wins, the second gets the revision it lost to", () =>
       Effect.gen(function*() {

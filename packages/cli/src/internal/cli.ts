@@ -16,6 +16,7 @@ import { explain } from "./commands/explain.js"
 import { ledger } from "./commands/ledger.js"
 import { moveAside, retryNow } from "./commands/messages.js"
 import { purge } from "./commands/purge.js"
+import { schedules } from "./commands/schedules.js"
 import { grant, migrate, verify } from "./commands/schema.js"
 import { status } from "./commands/status.js"
 import { pause, resume } from "./commands/topics.js"
@@ -52,6 +53,7 @@ const tree = root.pipe(
     doctor,
     dashboard,
     workflows,
+    schedules,
     devDatabase
   ])
 )

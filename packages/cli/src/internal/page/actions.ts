@@ -9,10 +9,20 @@ import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import * as Schedules from "@effect-durable/pg/Schedules"
 import type * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
 import * as Effect from "effect/Effect"
 import { printable } from "../printable.js"
-import { ActionBody, body, ExecutionBody, jsonResponse, MessageActionBody, type PageError, TopicBody } from "./edge.js"
+import {
+  ActionBody,
+  body,
+  ExecutionBody,
+  jsonResponse,
+  MessageActionBody,
+  type PageError,
+  ScheduleBody,
+  TopicBody
+} from "./edge.js"
 import type * as Jobs from "./jobs.js"
 import type { makeQueries } from "./queries.js"
 import type { PageOptions, Request } from "./routes.js"
@@ -146,5 +156,17 @@ export const make = ({ filterOf, jobs, options, queries, workflows }: ActionCont
       return jsonResponse({ workflow, executionId, changed })
     })
 
-  return { byIds, messageAction, topicAction, workflowAction }
+  /** Pause or resume of a schedule; `changed` false when it was in no state for it. */
+  const scheduleAction = (verb: "pause" | "resume") =>
+    Effect.fnUntraced(function*(r: Request) {
+      const { name } = yield* body(ScheduleBody)
+      const schedules = yield* Schedules.Schedules
+      const changed = yield* queries.timed(
+        verb === "pause" ? schedules.pause(name, { by: whoInBytes(r.who, 128) }) : schedules.resume(name)
+      )
+      yield* audit(r, `${verb} schedule ${name}`, { schedule: name, changed })
+      return jsonResponse({ name, changed })
+    })
+
+  return { byIds, messageAction, topicAction, workflowAction, scheduleAction }
 }

@@ -165,6 +165,21 @@ export const js = `"use strict";
         say(action === "drift" ? "compared with the migrations" : "checks done");
       });
     }
+    if (action === "schedule-pause" || action === "schedule-resume") {
+      var scheduleVerb = action.replace("schedule-", "");
+      var schedule = button.getAttribute("data-schedule");
+      if (scheduleVerb === "pause" && !window.confirm("Pause schedule " + schedule + "? Its slots are missed until it is resumed.")) return;
+      return request("POST", "/schedules/actions/" + scheduleVerb, { name: schedule }).then(function (result) {
+        say(result.changed
+          ? (scheduleVerb === "pause" ? "paused schedule " : "resumed schedule ") + schedule
+          : "schedule " + schedule + (scheduleVerb === "pause" ? " was not running" : " was not paused"));
+        if (result.changed) {
+          var state = button.closest("tr").querySelector(".state");
+          if (state) state.textContent = scheduleVerb === "pause" ? "paused" : "running";
+          button.remove();
+        }
+      });
+    }
     if (action === "workflow-interrupt" || action === "workflow-resume") {
       var workflowVerb = action.replace("workflow-", "");
       var execution = { workflow: button.getAttribute("data-workflow"), executionId: button.getAttribute("data-execution") };

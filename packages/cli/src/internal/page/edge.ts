@@ -47,6 +47,7 @@ export const ActionBody = Schema.Union([IdsBody, FilterBody])
 export const MessageActionBody = Schema.Struct({ ...IdsBody.fields, reason: Schema.optional(Schema.String) })
 export const TopicBody = Schema.Struct({ topic: Schema.String })
 export const ExecutionBody = Schema.Struct({ workflow: Schema.String, executionId: Schema.String })
+export const ScheduleBody = Schema.Struct({ name: Schema.String })
 
 /** Whether JSON text nests arrays and objects deeper than `max` (strings skipped, escapes too). */
 const nestedDeeperThan = (text: string, max: number): boolean => {

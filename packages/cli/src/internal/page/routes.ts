@@ -15,6 +15,7 @@ import type * as Outbox from "@effect-durable/pg/Outbox"
 import type * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import type * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import * as Schedules from "@effect-durable/pg/Schedules"
 import * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
 import * as Clock from "effect/Clock"
 import type * as Context from "effect/Context"
@@ -35,6 +36,7 @@ import { basePathOf, describe, exactlyAt, htmlResponse, jsonResponse, PageError,
 import * as Filters from "./filters.js"
 import * as Jobs from "./jobs.js"
 import { HISTORY, makeQueries } from "./queries.js"
+import * as ScheduleViews from "./scheduleViews.js"
 import { check, type Policy, secured } from "./security.js"
 import * as StoreViews from "./storeViews.js"
 import * as Views from "./views.js"
@@ -70,6 +72,7 @@ export type Requirements =
   | MutationLedger.MutationLedger
   | OutboxSearch.OutboxSearch
   | OutboxBulk.OutboxBulk
+  | Schedules.Schedules
 
 /**
  * The page's routes, unprefixed (`HttpRouter.addAll` puts them under a mount). Every handler
@@ -162,7 +165,7 @@ export const make = Effect.fnUntraced(function*(
     return { data, samples: yield* Ref.get(samples) }
   })
 
-  const { byIds, messageAction, topicAction, workflowAction } = Actions.make({
+  const { byIds, messageAction, scheduleAction, topicAction, workflowAction } = Actions.make({
     options,
     jobs,
     queries,
@@ -336,6 +339,18 @@ export const make = Effect.fnUntraced(function*(
         }))
     ),
     get(
+      "/schedules",
+      route(
+        "read",
+        "html",
+        (r) =>
+          Effect.map(
+            queries.timed(Effect.flatMap(Schedules.Schedules, (schedules) => schedules.list)),
+            (list) => htmlResponse(ScheduleViews.schedulesPage(r.view, list))
+          )
+      )
+    ),
+    get(
       "/ledger",
       route("read", "html", (r) =>
         Effect.gen(function*() {
@@ -412,6 +427,8 @@ export const make = Effect.fnUntraced(function*(
     post("/actions/move-aside", route("write", "json", messageAction("moveAside", "outbox"))),
     post("/actions/pause", route("write", "json", topicAction("pause"))),
     post("/actions/resume", route("write", "json", topicAction("resume"))),
+    post("/schedules/actions/pause", route("write", "json", scheduleAction("pause"))),
+    post("/schedules/actions/resume", route("write", "json", scheduleAction("resume"))),
     post("/workflows/actions/interrupt", route("write", "json", workflowAction("interrupt"))),
     post("/workflows/actions/resume", route("write", "json", workflowAction("resume"))),
     post("/inbox/actions/redrive", route("write", "json", byIds("redrive", "inbox"))),

@@ -13,7 +13,7 @@ import { type Sample, topicChart } from "./chart.js"
 import { toQuery } from "./filters.js"
 import { Html, html, raw } from "./html.js"
 
-export type Section = "overview" | "messages" | "dead" | "inbox" | "workflows" | "ledger" | "schema"
+export type Section = "overview" | "messages" | "dead" | "inbox" | "workflows" | "schedules" | "ledger" | "schema"
 
 export interface ViewContext {
   readonly base: string
@@ -29,6 +29,7 @@ const NAV: ReadonlyArray<readonly [Section, string, string]> = [
   ["dead", "/dead-letters", "Dead letters"],
   ["inbox", "/inbox", "Inbox"],
   ["workflows", "/workflows", "Workflows"],
+  ["schedules", "/schedules", "Schedules"],
   ["ledger", "/ledger", "Ledger"],
   ["schema", "/schema", "Schema"]
 ]
