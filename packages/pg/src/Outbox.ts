@@ -7,7 +7,7 @@
  * @since 0.1.0
  */
 import {
-  type DatabaseError,
+  DatabaseError,
   type DurableConfigError,
   InvalidInput,
   PayloadTooLarge,
@@ -29,6 +29,7 @@ import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import * as QueueOptions from "./internal/queue/options.js"
 import { arrayLiteral } from "./internal/sqlText.js"
+import { transact } from "./internal/transaction.js"
 
 /** Largest headers object, as canonical JSON bytes. */
 const MAX_HEADER_BYTES = 16 * 1024
@@ -70,7 +71,24 @@ export interface EnqueueOptions {
   readonly orderingKey?: string
   /** String headers; the current span's W3C `traceparent` is added. */
   readonly headers?: Readonly<Record<string, string>>
+  /**
+   * At most one open message per (topic, dedup key) (1-256 bytes): an enqueue with the key of
+   * an open message acts on that one, as `dedupMode` says, and returns its id.
+   */
+  readonly dedupKey?: string
+  /**
+   * What an enqueue does when a message with its dedup key is open. `keep` (default): nothing,
+   * the open one stands (uniqueness). `replace`: it takes this payload, headers and delay
+   * (debounce: the last one wins, delivered after the last delay). `extend`: its payload
+   * stays, its delay grows to this one's end if that is later (throttle). A message being
+   * delivered cannot change: `replace` and `extend` then enqueue a new message, which takes the
+   * key over and waits behind it.
+   */
+  readonly dedupMode?: DedupMode
 }
+
+export const DEDUP_MODES = ["keep", "replace", "extend"] as const
+export type DedupMode = typeof DEDUP_MODES[number]
 
 /** One message of `enqueueMany`. */
 export interface NewMessage {
@@ -109,6 +127,11 @@ const decodeOrderingKey = Input.argument("orderingKey", Input.Text(256))
 const decodeDelay = Input.argument("delay", Input.DurationIn({ min: 0, max: "365 days" }))
 const decodeHeaders = Input.argument("headers", Schema.Record(Input.Text(256), Input.OptionalText(MAX_HEADER_BYTES)))
 const decodeCount = Input.argument("messages", Input.Count(100_000))
+const decodeDedupKey = Input.argument("dedupKey", Input.Text(256))
+const decodeDedupMode = Input.argument("dedupMode", Schema.Literals(DEDUP_MODES))
+
+/** Tries of a deduplicated enqueue racing others on its key (each one a fresh look) before it gives up, retryable. */
+const DEDUP_TRIES = 8
 
 export const make = (
   options: OutboxOptions = {}
@@ -138,7 +161,16 @@ export const make = (
         if (Buffer.byteLength(headersJson) > MAX_HEADER_BYTES) {
           return yield* new InvalidInput({ argument: "headers", rule: `at most ${MAX_HEADER_BYTES} bytes as JSON` })
         }
+        const dedupKey = enqueueOptions.dedupKey === undefined ? null : yield* decodeDedupKey(enqueueOptions.dedupKey)
+        const dedupMode = enqueueOptions.dedupMode === undefined
+          ? "keep" as const
+          : yield* decodeDedupMode(enqueueOptions.dedupMode)
+        if (dedupKey === null && enqueueOptions.dedupMode !== undefined) {
+          return yield* new InvalidInput({ argument: "dedupMode", rule: "only with a dedupKey" })
+        }
         return {
+          dedupKey,
+          dedupMode,
           topic,
           orderingKey,
           payload: json,
@@ -148,21 +180,87 @@ export const make = (
         }
       })
 
+    type Row = Effect.Success<ReturnType<typeof prepare>>
+
     // One statement, no transaction of its own: it joins the caller's, and pg_notify's
-    // wake-up is delivered only if that transaction commits.
+    // wake-up is delivered only if that transaction commits. With a dedup key, nothing when an
+    // open message holds the key (the unique index answers, without waiting for a lock).
+    const insert = (row: Row) =>
+      sql<{ id: string }>`
+        WITH m AS (
+          INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts, dedup_key)
+          VALUES (${row.topic}, ${row.orderingKey}, ${row.payload}::jsonb, ${row.headers}::jsonb,
+                  now() + make_interval(secs => ${row.delaySeconds}), ${row.maxAttempts}, ${row.dedupKey})
+          ${
+        row.dedupKey === null
+          ? sql``
+          : sql`ON CONFLICT (topic, dedup_key) WHERE dedup_key IS NOT NULL AND projected_at IS NULL AND dead_at IS NULL
+                DO NOTHING`
+      }
+          RETURNING id, topic)
+        SELECT m.id::text AS id, pg_notify(${channel}, m.topic) IS NULL AS notified FROM m`.pipe(
+        Effect.map((rows) => rows[0]?.id)
+      )
+
+    /**
+     * The open message holding the row's dedup key, acted on as its mode says, under its row
+     * lock: its id, or nothing when it was settled meanwhile (or a racing enqueue took the key
+     * a delivered one gave up), to be tried again.
+     */
+    const settleDuplicate = (row: Row & { readonly dedupKey: string }) =>
+      Effect.gen(function*() {
+        const [open] = yield* sql<{ id: string; delivering: boolean }>`
+          SELECT id::text, claimed_until IS NOT NULL AND claimed_until > now() AS delivering FROM ${table}
+           WHERE topic = ${row.topic} AND dedup_key = ${row.dedupKey} AND projected_at IS NULL AND dead_at IS NULL
+           FOR UPDATE`
+        if (open === undefined) return undefined
+        if (row.dedupMode === "keep") return open.id
+        if (open.delivering) {
+          // Being delivered: it keeps running, a new message takes the key and waits behind it.
+          yield* sql`UPDATE ${table} SET dedup_key = NULL WHERE id = ${open.id}::bigint`
+          return yield* insert(row)
+        }
+        // Waiting: changed in place (its lease, if one lapsed, cleared: a late holder's mark is refused).
+        const replace = row.dedupMode === "replace"
+        const [changed] = yield* sql<{ id: string }>`
+          WITH m AS (
+            UPDATE ${table} SET
+              payload = ${replace ? sql`${row.payload}::jsonb` : sql`payload`},
+              headers = ${replace ? sql`${row.headers}::jsonb` : sql`headers`},
+              available_at = ${
+          replace
+            ? sql`now() + make_interval(secs => ${row.delaySeconds})`
+            : sql`greatest(available_at, now() + make_interval(secs => ${row.delaySeconds}))`
+        },
+              claimed_until = NULL
+             WHERE id = ${open.id}::bigint
+            RETURNING id, topic)
+          SELECT m.id::text AS id, pg_notify(${channel}, m.topic) IS NULL AS notified FROM m`
+        return changed?.id
+      })
+
     const enqueue = Effect.fn("Outbox.enqueue")(
       function*(topic: string, payload: unknown, enqueueOptions: EnqueueOptions = {}) {
         const row = yield* prepare(topic, payload, enqueueOptions, yield* traceparent)
-        const inserted = yield* sql<{ id: string }>`
-          WITH m AS (
-            INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts)
-            VALUES (${row.topic}, ${row.orderingKey}, ${row.payload}::jsonb, ${row.headers}::jsonb,
-                    now() + make_interval(secs => ${row.delaySeconds}), ${row.maxAttempts})
-            RETURNING id, topic)
-          SELECT m.id::text AS id, pg_notify(${channel}, m.topic) IS NULL AS notified FROM m`.pipe(
-          classifySqlErrors("Outbox.enqueue")
-        )
-        return inserted[0]!.id
+        const dedupKey = row.dedupKey
+        if (dedupKey === null) return (yield* classifySqlErrors("Outbox.enqueue")(insert(row)))!
+        for (let tries = 0; tries < DEDUP_TRIES; tries++) {
+          // The common case, one statement: the key is free.
+          const id = (yield* classifySqlErrors("Outbox.enqueue")(insert(row))) ??
+            (yield* transact(
+              sql,
+              "Outbox.enqueue",
+              classifySqlErrors("Outbox.enqueue")(settleDuplicate({ ...row, dedupKey }))
+            ))
+          if (id !== undefined) return id
+        }
+        return yield* new DatabaseError({
+          code: null,
+          retryable: true,
+          operation: "Outbox.enqueue",
+          detail:
+            `dedup key ${dedupKey} of topic ${topic} changed hands ${DEDUP_TRIES} times while this enqueue looked at it`
+        })
       }
     )
 
@@ -171,6 +269,12 @@ export const make = (
       yield* decodeCount(messages.length)
       const trace = yield* traceparent
       const rows = yield* Effect.forEach(messages, (m) => prepare(m.topic, m.payload, m.options ?? {}, trace))
+      if (rows.some((row) => row.dedupKey !== null)) {
+        return yield* new InvalidInput({
+          argument: "dedupKey",
+          rule: "one message at a time: enqueue, not enqueueMany"
+        })
+      }
       const inserted = yield* sql<{ id: string }>`
           WITH m AS (
             INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts)

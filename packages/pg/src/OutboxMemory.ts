@@ -20,6 +20,8 @@ export interface MemoryRow {
   readonly id: string
   readonly topic: string
   readonly orderingKey: string | null
+  /** Held while the message is open and not given up to a replacing enqueue. */
+  readonly dedupKey: string | null
   readonly payload: unknown
   readonly headers: Readonly<Record<string, string>>
   readonly createdAt: number

@@ -25,7 +25,8 @@ const RELEASED_DDL: Readonly<Record<number, string>> = {
   11: "9b3d0fec0093188d47b5df9efada6d8effdc31a26f7ca1da21017e378aa6e5bc",
   12: "64656c454de753da86639b1ae617e7d3d38a5d8b7b38cdd03e958f7674adfe1e",
   13: "d89f6f5104c13863cf8af9a6031a8bc6911b377139d29ec05ac853e990483d32",
-  14: "42e491f5912e4debced1b96c26cfe921aaac56ee59d31a74848a3fcbd1d9067d"
+  14: "42e491f5912e4debced1b96c26cfe921aaac56ee59d31a74848a3fcbd1d9067d",
+  15: "515dc3171dbc55d3262f792f69255fb477aa566278d749855601db5a056b70a0"
 }
 
 describe("released migrations", () => {

@@ -2,6 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "../src/DurableConfig.js"
+import * as Outbox from "../src/Outbox.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
 import { substrate } from "./support.js"
@@ -45,9 +46,10 @@ describe("Outbox at scale", () => {
         const admin = yield* OutboxAdmin.OutboxAdmin
         const worker = yield* OutboxWorker.OutboxWorker
         const table = sql.literal((yield* DurableSettings).table("outbox"))
-        yield* sql`INSERT INTO ${table} (topic, payload, projected_at)
+        // One open row in ten holds a dedup key (the index of migration 15 at 50,000 entries).
+        yield* sql`INSERT INTO ${table} (topic, payload, projected_at, dedup_key)
                    SELECT CASE WHEN i % 10 = 0 THEN 'audit' ELSE 'orders' END, jsonb_build_object('i', i),
-                          CASE WHEN i % 2 = 0 THEN now() END
+                          CASE WHEN i % 2 = 0 THEN now() END, CASE WHEN i % 20 = 1 THEN 'key-' || i END
                      FROM generate_series(1, 1000000) i`
         yield* sql`ANALYZE ${table}`
         const [{ total, open }] = (yield* sql<{ total: number; open: number }>`
@@ -72,6 +74,18 @@ describe("Outbox at scale", () => {
         // And it claims: the first 100 open rows in id order.
         const claimed = yield* worker.claim({ worker: "w", limit: 100, lease: "30 seconds" })
         expect(claimed.map((m) => Number(m.id))).toEqual(Array.from({ length: 100 }, (_, i) => 2 * i + 1))
+
+        // A dedup key among 50,000 open ones in a table of 1,000,000: the unique index, never a scan.
+        const [dedupPlan] = yield* sql<{ "QUERY PLAN": unknown }>`
+          EXPLAIN (FORMAT JSON) SELECT id FROM ${table}
+           WHERE topic = 'orders' AND dedup_key = 'key-777761' AND projected_at IS NULL AND dead_at IS NULL FOR UPDATE`
+        const dedupNodes = nodes((dedupPlan!["QUERY PLAN"] as ReadonlyArray<{ Plan: PlanNode }>)[0]!.Plan)
+        expect(dedupNodes.some(({ node }) => node["Index Name"] === "outbox_dedup_key_idx")).toBe(true)
+        expect(dedupNodes.some(({ node }) => node["Node Type"] === "Seq Scan")).toBe(false)
+        const outbox = yield* Outbox.Outbox
+        expect(yield* outbox.enqueue("orders", { again: true }, { dedupKey: "key-777761" })).toBe("777761")
+        const fresh = yield* outbox.enqueue("orders", { fresh: true }, { dedupKey: "key-new" })
+        expect(Number(fresh)).toBeGreaterThan(1_000_000)
       }))
   })
 })

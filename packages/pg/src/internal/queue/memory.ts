@@ -34,11 +34,34 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
     const delay = enqueueOptions.delay === undefined
       ? 0
       : Duration.toMillis(Duration.fromInputUnsafe(enqueueOptions.delay))
+    const dedupKey = enqueueOptions.dedupKey ?? null
+    // The database's dedup rules (migration 15, `Outbox.enqueue`), on the in-memory rows.
+    const holder = dedupKey === null
+      ? undefined
+      : [...rows.values()].find((row) => row.topic === topic && row.dedupKey === dedupKey && open(row))
+    if (holder !== undefined) {
+      const mode = enqueueOptions.dedupMode ?? "keep"
+      if (mode === "keep") return holder.id
+      const delivering = holder.claimedUntil !== null && holder.claimedUntil > now
+      if (!delivering) {
+        if (mode === "replace") {
+          holder.payload = json
+          holder.headers = enqueueOptions.headers ?? {}
+          holder.availableAt = now + delay
+        } else {
+          holder.availableAt = Math.max(holder.availableAt, now + delay)
+        }
+        holder.claimedUntil = null
+        return holder.id
+      }
+      holder.dedupKey = null
+    }
     const id = String(++nextId)
     rows.set(id, {
       id,
       topic,
       orderingKey: enqueueOptions.orderingKey ?? null,
+      dedupKey,
       payload: json,
       headers: enqueueOptions.headers ?? {},
       createdAt: now,
