@@ -117,5 +117,31 @@ describe("effect-durable retry-now, move-aside", () => {
           true
         ]])
       }))
+
+    it.effect("cancel --id stops waiting messages for good (exit 1 naming one that was not open); restore brings them back", () =>
+      Effect.gen(function*() {
+        const topic = freshTopic("cli-cancel")
+        const [a, b] = yield* enqueue(topic, 2)
+        const sql = yield* SqlClient.SqlClient
+        const table = sql.literal((yield* DurableSettings).table("outbox"))
+        const cancelled = yield* cliOn(["cancel", "--id", a!, "--id", "999999", "--reason", "withdrawn", "--yes"])
+        expect(cancelled.code).toBe(1)
+        expect(cancelled.stdout).toContain(`cancelled: ${a}`)
+        expect(cancelled.stderr).toMatch(/left as they are \(not waiting or being delivered.*\): 999999/)
+        const [row] = yield* sql<{ cancelled: boolean; last_error: string }>`
+          SELECT cancelled_at IS NOT NULL AS cancelled, last_error FROM ${table} WHERE id = ${a!}::bigint`
+        expect(row).toMatchObject({
+          cancelled: true,
+          last_error: expect.stringMatching(/^cancelled by .+: withdrawn$/)
+        })
+        const status = yield* cliOn(["status", "--json"])
+        expect(json(status).topics.find((t: { topic: string }) => t.topic === topic)).toMatchObject({
+          cancelled: 1,
+          ready: 1
+        })
+        const restored = yield* cliOn(["restore", "--id", a!, "--id", b!, "--json"])
+        expect(json(restored)).toEqual({ restored: [a], left: [b] })
+        expect(restored.code).toBe(1)
+      }))
   })
 })

@@ -3,6 +3,7 @@
 // the operator the application names, links follow the mount, readiness follows the schema.
 import * as Durable from "@effect-durable/pg/Durable"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as Schedules from "@effect-durable/pg/Schedules"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
@@ -178,6 +179,35 @@ describe("admin page over HTTP", () => {
           pausedBy: "dana"
         })
         expect(JSON.parse((yield* act("resume", "report<b>")).body)).toEqual({ name: "report<b>", changed: true })
+      }))
+
+    it.effect("a message still to be delivered has Cancel; cancelling it is logged, its page then offers Restore", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const id = yield* outbox.enqueue(freshTopic("page-cancel"), { n: 1 })
+        expect((yield* get(`/ops/durable/messages/${id}`)).body).toContain(
+          `data-action="cancel" data-scope="one" data-id="${id}"`
+        )
+        const cancelled = yield* get("/ops/durable/actions/cancel", {
+          method: "POST",
+          headers: { "content-type": "application/json", "x-test-user": "erin" },
+          body: JSON.stringify({ ids: [id], reason: "withdrawn" })
+        })
+        expect(JSON.parse(cancelled.body)).toEqual({ ids: [id], interrupted: [] })
+        expect(logged).toContainEqual(
+          expect.stringMatching(
+            new RegExp(`^effect-durable admin: cancel of 1 outbox message\\(s\\) ${id} by erin from `)
+          )
+        )
+        const page = (yield* get(`/ops/durable/messages/${id}`)).body
+        expect(page).toContain(`<span class="badge cancelled">cancelled</span>`)
+        expect(page).toContain(`data-action="restore" data-scope="one" data-id="${id}"`)
+        const restored = yield* get("/ops/durable/actions/restore", {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ ids: [id] })
+        })
+        expect(JSON.parse(restored.body)).toEqual({ ids: [id] })
       }))
 
     it.effect("health: live always, ready only when the database answers and the schema is this release's", () =>

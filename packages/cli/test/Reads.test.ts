@@ -30,9 +30,10 @@ describe("effect-durable read commands", () => {
         ]))
         expect(status.consumers).toEqual([expect.objectContaining({ consumer: "billing", ready: 1 })])
         const text = yield* cliOn(["status"])
-        expect(text.stdout).toMatch(new RegExp(`${topic}\\s+3\\s+0\\s+0\\s+0\\s+0\\s+\\S+`))
-        expect(text.stdout).toMatch(new RegExp(`${topic}-bad\\s+0\\s+0\\s+0\\s+2\\s+0\\s+-\\s+paused`))
-        expect(text.stdout).toMatch(/billing\s+1\s+0\s+0\s+0\s+0/)
+        // READY DELAYED CLAIMED DEAD CANCELLED PROJECTED OLDEST READY
+        expect(text.stdout).toMatch(new RegExp(`${topic}\\s+3\\s+0\\s+0\\s+0\\s+0\\s+0\\s+\\S+`))
+        expect(text.stdout).toMatch(new RegExp(`${topic}-bad\\s+0\\s+0\\s+0\\s+2\\s+0\\s+0\\s+-\\s+paused`))
+        expect(text.stdout).toMatch(/billing\s+1\s+0\s+0\s+0\s+0\s+0/)
       }))
 
     it.effect("status --watch refreshes until Ctrl-C and then exits 130", () =>

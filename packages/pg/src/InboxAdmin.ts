@@ -28,6 +28,8 @@ export interface ConsumerStats {
   readonly delayed: number
   readonly claimed: number
   readonly dead: number
+  /** Called off (`cancel`); dead too, but never a dead letter. */
+  readonly cancelled: number
   /** Receipts of processed deliveries (both modes), not yet purged. */
   readonly processed: number
   readonly oldestReadySeconds: number | null
@@ -51,6 +53,13 @@ export class InboxAdmin extends Context.Service<InboxAdmin, {
   readonly retryNow: LeasedQueue.ByIds
   /** Sends ready or delayed stored entries to the dead letters with the operator's reason. */
   readonly moveAside: LeasedQueue.MoveAside
+  /**
+   * Cancels stored entries waiting or being processed (state `cancelled`): never processed
+   * again; a worker processing one has its late mark refused (it is not interrupted).
+   */
+  readonly cancel: LeasedQueue.Cancel
+  /** Makes cancelled entries processable again with fresh attempts; returns the ids. */
+  readonly restore: LeasedQueue.ByIds
   /** Counts per consumer. */
   readonly stats: Effect.Effect<ReadonlyArray<ConsumerStats>, DatabaseError>
   /** Deletes receipts processed longer ago than `olderThan` (at least `PURGE_FLOOR`), in batches. */
@@ -89,6 +98,9 @@ export const make: Effect.Effect<InboxAdmin["Service"], never, SqlClient.SqlClie
       discard: (ids) => Effect.withSpan(queue.discard(ids), "InboxAdmin.discard"),
       retryNow: (ids) => Effect.withSpan(queue.retryNow(ids), "InboxAdmin.retryNow"),
       moveAside: (ids, options) => Effect.withSpan(queue.moveAside(ids, options), "InboxAdmin.moveAside"),
+      // No inbox worker listens for cancellations: a processing one is fenced out, not interrupted.
+      cancel: (ids, options = {}) => Effect.withSpan(queue.cancel(ids, options, undefined), "InboxAdmin.cancel"),
+      restore: (ids) => Effect.withSpan(queue.restore(ids), "InboxAdmin.restore"),
       stats: Effect.map(
         queue.counts("consumer"),
         (rows) =>

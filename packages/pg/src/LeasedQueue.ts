@@ -122,6 +122,21 @@ export type ByIds = (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<
  * Sends ready or delayed rows to the dead letters, `reason` (1-500 bytes, no NUL) recorded in
  * their `last_error`; a claimed row is left to its delivery. Returns the ids moved.
  */
+/**
+ * Cancels messages waiting or being delivered: they will not be delivered (again), their
+ * state is `cancelled`, and a holder still delivering one is told at once (its delivery is
+ * interrupted where it runs, its late writes refused). `reason` (1-500 bytes) goes to the
+ * last error, `by` (1-128 bytes, default "an operator") with it. Returns the ids cancelled and
+ * which of them were being delivered.
+ */
+export type Cancel = (
+  ids: ReadonlyArray<string>,
+  options?: { readonly reason?: string; readonly by?: string }
+) => Effect.Effect<
+  { readonly cancelled: ReadonlyArray<string>; readonly interrupted: ReadonlyArray<string> },
+  InvalidInput | DatabaseError
+>
+
 export type MoveAside = (
   ids: ReadonlyArray<string>,
   options: {

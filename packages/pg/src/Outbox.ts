@@ -106,15 +106,23 @@ export class Outbox extends Context.Service<Outbox, {
   readonly enqueueMany: (messages: ReadonlyArray<NewMessage>) => Effect.Effect<ReadonlyArray<string>, EnqueueError>
   /** The NOTIFY channel an enqueue wakes at commit. */
   readonly channel: string
+  /** The NOTIFY channel a cancellation sends the id of a message being delivered on. */
+  readonly cancelChannel: string
 }>()("@effect-durable/pg/Outbox") {}
 
-/** The NOTIFY channel of a schema's outbox (channel names are at most 63 bytes). */
-export const channelFor = (schema: string): string => {
-  const channel = `effect_durable_outbox:${schema}`
+/** A schema's NOTIFY channel of one kind (channel names are at most 63 bytes: a long schema is hashed). */
+const schemaChannel = (kind: string, schema: string): string => {
+  const channel = `effect_durable_${kind}:${schema}`
   return Buffer.byteLength(channel) <= 63
     ? channel
-    : `effect_durable_outbox:${createHash("sha256").update(schema).digest("hex").slice(0, 32)}`
+    : `effect_durable_${kind}:${createHash("sha256").update(schema).digest("hex").slice(0, 32)}`
 }
+
+/** The NOTIFY channel of a schema's outbox: an enqueue wakes the projectors with its topic. */
+export const channelFor = (schema: string): string => schemaChannel("outbox", schema)
+
+/** The NOTIFY channel on which a cancellation tells the projectors the id of a message being delivered. */
+export const cancelChannelFor = (schema: string): string => schemaChannel("cancel", schema)
 
 const traceparent = Effect.map(
   Effect.currentSpan,
@@ -296,7 +304,7 @@ export const make = (
       return inserted.map((row) => BigInt(row.id)).sort((a, b) => (a < b ? -1 : 1)).map(String)
     })
 
-    return Outbox.of({ enqueue, enqueueMany, channel })
+    return Outbox.of({ enqueue, enqueueMany, channel, cancelChannel: cancelChannelFor(settings.schema) })
   })
 
 export const layer = (

@@ -22,7 +22,7 @@ import { decodeRows } from "./internal/rows.js"
 import type { MessageState } from "./internal/search/filter.js"
 import { isoUtc } from "./internal/timestamps.js"
 import type * as LeasedQueue from "./LeasedQueue.js"
-import { channelFor } from "./Outbox.js"
+import { cancelChannelFor, channelFor } from "./Outbox.js"
 import { type ClaimOptions, decodeTopics } from "./OutboxWorker.js"
 
 const PausedTopicRow = Schema.Struct({
@@ -42,6 +42,8 @@ export interface TopicStats {
   /** Held by a live lease. */
   readonly claimed: number
   readonly dead: number
+  /** Called off (`cancel`); dead too, but never a dead letter. */
+  readonly cancelled: number
   /** Projected and not yet purged. */
   readonly projected: number
   /** How long the oldest ready message has been deliverable, in seconds (`null`: none). */
@@ -85,6 +87,14 @@ export class OutboxAdmin extends Context.Service<OutboxAdmin, {
    * blocks its ordering key stops holding back the key's later messages (redrive brings it back).
    */
   readonly moveAside: LeasedQueue.MoveAside
+  /**
+   * Cancels messages waiting or being delivered (state `cancelled`): never delivered again; a
+   * projector delivering one interrupts that delivery at once, and its late mark is refused.
+   * Later messages of their ordering keys move on.
+   */
+  readonly cancel: LeasedQueue.Cancel
+  /** Makes cancelled messages deliverable again with fresh attempts (and wakes the projectors); returns the ids. */
+  readonly restore: LeasedQueue.ByIds
   /** Counts per topic (paused topics included, even when empty). */
   readonly stats: Effect.Effect<ReadonlyArray<TopicStats>, DatabaseError>
   /**
@@ -212,6 +222,13 @@ export const make: Effect.Effect<OutboxAdmin["Service"], never, SqlClient.SqlCli
       retryNow: (ids) => Effect.withSpan(Effect.flatMap(queue.retryNow(ids), wake), "OutboxAdmin.retryNow"),
       moveAside: (ids, options) =>
         Effect.withSpan(Effect.flatMap(queue.moveAside(ids, options), wake), "OutboxAdmin.moveAside"),
+      // A cancelled message no longer holds back its ordering key: the projectors are woken.
+      cancel: (ids, options = {}) =>
+        Effect.withSpan(
+          Effect.tap(queue.cancel(ids, options, cancelChannelFor(settings.schema)), (done) => wake(done.cancelled)),
+          "OutboxAdmin.cancel"
+        ),
+      restore: (ids) => Effect.withSpan(Effect.flatMap(queue.restore(ids), wake), "OutboxAdmin.restore"),
       redrive: (ids) => Effect.withSpan(queue.redrive(ids), "OutboxAdmin.redrive"),
       replay: (ids) => Effect.withSpan(queue.replay(ids), "OutboxAdmin.replay"),
       discard: (ids) => Effect.withSpan(queue.discard(ids), "OutboxAdmin.discard"),

@@ -58,7 +58,7 @@ export const layer = (options: Options = {}): Layer.Layer<Outbox | OutboxWorker 
     const store = Memory.make(options)
     return Context.make(
       Outbox,
-      Outbox.of({ enqueue: store.enqueue, enqueueMany: store.enqueueMany, channel: "memory" })
+      Outbox.of({ enqueue: store.enqueue, enqueueMany: store.enqueueMany, channel: "memory", cancelChannel: "memory" })
     ).pipe(
       Context.add(
         OutboxWorker,

@@ -100,6 +100,8 @@ export interface Counts {
    * not succeed in the same batch (no attempt counted): claimed again after it.
    */
   readonly heldBack: number
+  /** Messages cancelled while this projector held them (`OutboxAdmin.cancel`): never marked. */
+  readonly cancelled: number
 }
 
 export class Projector extends Context.Service<Projector, {
@@ -127,11 +129,22 @@ const make = Effect.fnUntraced(function*(settings: Settings) {
   const batches = yield* makeBatches(settings, yield* keeperOutbox(pg))
   const loops = yield* runLoops(settings, batches)
   if (Option.isSome(pg)) {
-    // Wake on the outbox's NOTIFY (an empty payload: the connection was (re)established).
-    const channel = (yield* Outbox.Outbox).channel
+    // Wake on the outbox's NOTIFY (an empty payload: the connection was (re)established), and
+    // stop a delivery of this projector's the moment its message is cancelled.
+    const { cancelChannel: cancels, channel } = yield* Outbox.Outbox
     const config = settings.listenUrl === undefined ? pg.value.config : { url: settings.listenUrl }
-    yield* listen(config, channel, (topic) => {
-      if (topic === "" || settings.topics === undefined || settings.topics.includes(topic)) loops.wake()
+    yield* listen(config, [channel, cancels], (from, payload) => {
+      if (from === cancels) {
+        if (payload !== "" && batches.cancel(payload)) {
+          Effect.runFork(
+            Effect.logInfo(
+              `effect-durable projector: message ${payload} was cancelled while delivered; its delivery is stopped`
+            )
+          )
+        }
+        return
+      }
+      if (payload === "" || settings.topics === undefined || settings.topics.includes(payload)) loops.wake()
     })
   }
   return Projector.of({ workerId: settings.workerId, counts: loops.counts })

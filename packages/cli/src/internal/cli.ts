@@ -14,7 +14,7 @@ import { devDatabase } from "./commands/devDatabase.js"
 import { doctor } from "./commands/doctor.js"
 import { explain } from "./commands/explain.js"
 import { ledger } from "./commands/ledger.js"
-import { moveAside, retryNow } from "./commands/messages.js"
+import { cancel, moveAside, restore, retryNow } from "./commands/messages.js"
 import { purge } from "./commands/purge.js"
 import { schedules } from "./commands/schedules.js"
 import { grant, migrate, verify } from "./commands/schema.js"
@@ -44,6 +44,8 @@ const tree = root.pipe(
     deadLetters,
     retryNow,
     moveAside,
+    cancel,
+    restore,
     purge,
     explain,
     grant,

@@ -26,9 +26,16 @@ import { makeLanes, PAYLOAD_DOES_NOT_DECODE } from "./lanes.js"
 import type { Settings } from "./options.js"
 import { forTopic, metrics, tracing } from "./telemetry.js"
 
-const OUTCOMES = ["delivered", "retried", "dead", "stale", "heldBack"] as const
+const OUTCOMES = ["delivered", "retried", "dead", "stale", "heldBack", "cancelled"] as const
 type Outcome = typeof OUTCOMES[number]
-const noOutcomes: Record<Outcome, number> = { delivered: 0, retried: 0, dead: 0, stale: 0, heldBack: 0 }
+const noOutcomes: Record<Outcome, number> = {
+  delivered: 0,
+  retried: 0,
+  dead: 0,
+  stale: 0,
+  heldBack: 0,
+  cancelled: 0
+}
 
 /**
  * A death's reason as logged: a payload that does not decode is said without the decoder's
@@ -47,7 +54,8 @@ export const addCounts = (a: Counts, b: Counts): Counts => ({
   retried: a.retried + b.retried,
   dead: a.dead + b.dead,
   stale: a.stale + b.stale,
-  heldBack: a.heldBack + b.heldBack
+  heldBack: a.heldBack + b.heldBack,
+  cancelled: a.cancelled + b.cancelled
 })
 
 /**
@@ -65,6 +73,8 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
     const lanes = yield* makeLanes(settings, session)
     // Claims not yet settled: whatever is here when the projector stops is released.
     const inFlight = yield* Ref.make(new Map<string, OutboxWorker.OutboxMessage["claim"]>())
+    // The batches being delivered, for a cancellation to find the one holding its message.
+    const deliveries = new Set<Delivery>()
     const forget = (ids: Iterable<string>) =>
       Ref.update(inFlight, (map) => {
         for (const id of ids) map.delete(id)
@@ -203,8 +213,8 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         )
       }
       const spans = yield* tracing
+      const delivery = new Delivery(claimed, Duration.toMillis(settings.renewEvery), now)
       const settled = Effect.gen(function*() {
-        const delivery = new Delivery(claimed, Duration.toMillis(settings.renewEvery), now)
         const marks = makeMarks(claimed, delivery)
         // Successes are marked as they accumulate while the batch runs, not only at its end.
         const published = yield* keeper.watching(
@@ -219,6 +229,8 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         const results: Array<Outcome | "published"> = claimed.map((message, i) =>
           marks.marked.has(message.id)
             ? "published"
+            : delivery.wasCancelled(message.id)
+            ? "cancelled"
             : delivery.isStale(message.id) || delivery.wasSkipped(message.id)
             ? "stale"
             : delivery.wasHeldBack(message.id)
@@ -265,10 +277,20 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         return tally
       })
       // Interrupted (shutdown): the claims stay listed for `releaseInFlight`. Otherwise they are settled.
-      return yield* settled.pipe(
+      return yield* Effect.suspend(() => {
+        deliveries.add(delivery)
+        return settled
+      }).pipe(
+        Effect.ensuring(Effect.sync(() => deliveries.delete(delivery))),
         Effect.onExit((exit) => Exit.hasInterrupts(exit) ? Effect.void : forget(claimed.map((message) => message.id)))
       )
     })
+
+    /** A message was cancelled: the batch holding it (if this projector's) stops it. Whether one did. */
+    const cancel = (id: string): boolean => {
+      for (const delivery of deliveries) if (delivery.cancel(id)) return true
+      return false
+    }
 
     /** Gives back every claim still held (shutdown), in one statement: another worker may take them at once. */
     const releaseInFlight = Effect.gen(function*() {
@@ -278,5 +300,5 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
       yield* Effect.logInfo(`effect-durable projector gave back ${left.size} in-flight messages on shutdown`)
     })
 
-    return { deliverBatch, releaseInFlight, keeper: keeper.run }
+    return { deliverBatch, releaseInFlight, cancel, keeper: keeper.run }
   })

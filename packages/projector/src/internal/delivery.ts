@@ -33,6 +33,8 @@ export class Delivery {
   >()
   /** Ids whose publish the keeper cut at its deadline. */
   private readonly expired = new Set<string>()
+  /** Ids cancelled while this batch held them: never written, their publish cut if running. */
+  private readonly cancelled = new Set<string>()
   private renewAt: number
 
   constructor(
@@ -75,6 +77,26 @@ export class Delivery {
   /** Whether the keeper cut this message's publish at its deadline. */
   timedOut(id: string): boolean {
     return this.expired.has(id)
+  }
+
+  // Cancellation (`OutboxAdmin.cancel`, heard on the cancel channel).
+
+  /**
+   * The message was cancelled: its outcome is never written (the row refuses it anyway), it is
+   * never started if it has not been, and a publish under way is interrupted on its lane (the
+   * handler sees the interruption). Whether this batch holds it.
+   */
+  cancel(id: string): boolean {
+    if (this.message(id) === undefined) return false
+    this.cancelled.add(id)
+    this.lost([id])
+    const running = this.running.get(id)
+    if (running !== undefined && running.lane.pollUnsafe() === undefined) running.lane.interruptUnsafe()
+    return true
+  }
+  /** Whether the message was cancelled while this batch held it. */
+  wasCancelled(id: string): boolean {
+    return this.cancelled.has(id)
   }
 
   // The keeper.

@@ -16,13 +16,14 @@ import type { SqlError } from "effect/sql/SqlError"
 export const APPLICATION_NAME = "effect-durable-listener"
 
 /**
- * One connection, from connect to loss: LISTENs, wakes once (an empty payload) when the LISTEN
- * is in place, then hands over each notification. It only ends by failing.
+ * One connection, from connect to loss: LISTENs on every channel, hands each an empty payload
+ * when the LISTEN is in place (notifications sent while it was down are lost), then hands over
+ * each notification with its channel. It only ends by failing.
  */
 const session = (
   config: PgClient.PgClientConfig,
-  channel: string,
-  onNotify: (payload: string) => void
+  channels: ReadonlyArray<string>,
+  onNotify: (channel: string, payload: string) => void
 ): Effect.Effect<never, SqlError> =>
   Effect.scoped(Effect.gen(function*() {
     const connection = yield* PgConnection.make({
@@ -32,29 +33,33 @@ const session = (
       // A LISTEN session of its own: no statements to share it with.
       multiplex: false
     })
-    const notifications = yield* connection.listen(channel)
-    onNotify("")
-    return yield* Effect.forever(
-      Effect.map(Queue.take(notifications), (notification) => onNotify(notification.payload))
-    )
+    // Every LISTEN on one pinned view of the session (each `listen` of the connection itself
+    // would pin it anew, and wait for the first one's pin forever).
+    const pinned = yield* connection.pin
+    const queues = yield* Effect.forEach(channels, (channel) => pinned.listen(channel))
+    for (const channel of channels) onNotify(channel, "")
+    return yield* Effect.raceAll(queues.map((notifications, i) =>
+      Effect.forever(Effect.map(Queue.take(notifications), (notification) =>
+        onNotify(channels[i]!, notification.payload)))
+    ))
   }))
 
 /** Reconnects: 50 ms doubling, capped at 5 s; a connection that came up starts over. */
 const reconnect = Schedule.min([Schedule.exponential(Duration.millis(50)), Schedule.spaced(Duration.seconds(5))])
 
-/** Listens on `channel` until the scope closes, reconnecting with a capped backoff. */
+/** Listens on `channels` until the scope closes, reconnecting with a capped backoff. */
 export const listen = (
   config: PgClient.PgClientConfig,
-  channel: string,
-  onNotify: (payload: string) => void
+  channels: ReadonlyArray<string>,
+  onNotify: (channel: string, payload: string) => void
 ): Effect.Effect<void, never, Scope.Scope> =>
   Effect.gen(function*() {
     let backoff = yield* Schedule.toStepWithSleep(reconnect)
     while (true) {
       let connected = false
-      const lost = yield* Effect.flip(session(config, channel, (payload) => {
+      const lost = yield* Effect.flip(session(config, channels, (channel, payload) => {
         connected = true
-        onNotify(payload)
+        onNotify(channel, payload)
       }))
       // A fresh step function is a schedule started over.
       if (connected) backoff = yield* Schedule.toStepWithSleep(reconnect)

@@ -20,6 +20,9 @@ export const metrics = {
   heldBack: Metric.counter("effect_durable_projector_held_back_total", {
     description: "messages of a keyed run given back unstarted behind one of their key that did not succeed"
   }),
+  cancelled: Metric.counter("effect_durable_projector_cancelled_total", {
+    description: "messages cancelled while this projector held them (their delivery stopped, never marked)"
+  }),
   leasesLost: Metric.counter("effect_durable_projector_leases_lost_total", {
     description: "claims a lease renewal found taken over (the lease ran out first)"
   }),

@@ -3,8 +3,10 @@
  * on a message still to be delivered. Retry now hurries a message waiting out a retry's
  * backoff or an enqueue's delay (its attempts kept); move aside sends a message that blocks
  * its ordering key to the dead letters with a reason, so the key's later messages flow
- * (`dead-letters redrive` brings it back). `--inbox` acts on the stored inbox instead.
- * Ids that were not in a state the action applies to are named, and the exit code is 1.
+ * (`dead-letters redrive` brings it back). `cancel` calls messages off, waiting or being
+ * delivered (a projector delivering one stops at once); `restore` brings cancelled ones back.
+ * `--inbox` acts on the stored inbox instead. Ids that were not in a state the action applies
+ * to are named, and the exit code is 1.
  */
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
@@ -88,3 +90,60 @@ export const moveAside = Command.make(
 ).pipe(Command.withDescription(
   "Send messages that block their ordering key to the dead letters with a reason, so the key moves on: --id ... --reason ... (asks first unless --yes)"
 ))
+
+export const cancel = Command.make(
+  "cancel",
+  {
+    ids,
+    reason: Flag.String("reason").pipe(
+      Flag.withMetavar("TEXT"),
+      Flag.optional,
+      Flag.withDescription("Why, recorded in the message's last error")
+    ),
+    inbox,
+    yes,
+    json
+  },
+  Effect.fn("effect-durable.cancel")(
+    function*(args) {
+      yield* requireIds("cancel", args.ids)
+      yield* confirm(args.yes, `cancel ${Output.plural(args.ids.length, "message")}? They will not be delivered.`)
+      const options = { by: operatorName(), ...(args.reason._tag === "Some" ? { reason: args.reason.value } : {}) }
+      const done = args.inbox
+        ? yield* (yield* InboxAdmin.InboxAdmin).cancel(args.ids, options)
+        : yield* (yield* OutboxAdmin.OutboxAdmin).cancel(args.ids, options)
+      yield* Effect.logInfo(`operator action: cancel ${args.ids.join(", ")} by ${operatorName()}`)
+      if (done.interrupted.length > 0 && !args.json) {
+        yield* Output.line(
+          `being delivered when cancelled (their deliveries are stopped): ${done.interrupted.join(", ")}`
+        )
+      }
+      yield* report(
+        "cancelled",
+        args.ids,
+        done.cancelled,
+        "not waiting or being delivered: done, dead, cancelled or unknown",
+        args.json
+      )
+    },
+    withDatabase({ poolSize: 1 })
+  )
+).pipe(Command.withDescription(
+  "Cancel messages waiting or being delivered, so they are never delivered (a delivery under way is stopped): --id ... [--reason ...] (asks first unless --yes)"
+))
+
+export const restore = Command.make(
+  "restore",
+  { ids, inbox, json },
+  Effect.fn("effect-durable.restore")(
+    function*(args) {
+      yield* requireIds("restore", args.ids)
+      const acted = args.inbox
+        ? yield* (yield* InboxAdmin.InboxAdmin).restore(args.ids)
+        : yield* (yield* OutboxAdmin.OutboxAdmin).restore(args.ids)
+      yield* Effect.logInfo(`operator action: restore ${args.ids.join(", ")} by ${operatorName()}`)
+      yield* report("restored", args.ids, acted, "not cancelled", args.json)
+    },
+    withDatabase({ poolSize: 1 })
+  )
+).pipe(Command.withDescription("Make cancelled messages deliverable again with fresh attempts: --id ..."))

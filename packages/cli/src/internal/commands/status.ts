@@ -38,6 +38,7 @@ const render = (s: Snapshot): string => {
       { header: "DELAYED", value: (t) => t.delayed },
       { header: "CLAIMED", value: (t) => t.claimed },
       { header: "DEAD", value: (t) => t.dead },
+      { header: "CANCELLED", value: (t) => t.cancelled },
       { header: "PROJECTED", value: (t) => t.projected },
       { header: "OLDEST READY", value: (t) => Output.age(t.oldestReadySeconds), align: "right" },
       { header: "", value: (t) => (t.paused ? "paused" : "") }
@@ -50,6 +51,7 @@ const render = (s: Snapshot): string => {
       { header: "DELAYED", value: (c) => c.delayed },
       { header: "CLAIMED", value: (c) => c.claimed },
       { header: "DEAD", value: (c) => c.dead },
+      { header: "CANCELLED", value: (c) => c.cancelled },
       { header: "PROCESSED", value: (c) => c.processed },
       { header: "OLDEST READY", value: (c) => Output.age(c.oldestReadySeconds), align: "right" }
     ], s.consumers)

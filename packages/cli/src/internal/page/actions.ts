@@ -61,11 +61,12 @@ const whoInBytes = (who: string, max: number): string => {
 }
 
 export const make = ({ filterOf, jobs, options, queries, workflows }: ActionContext) => {
-  const byIds = (verb: "redrive" | "discard", queue: "outbox" | "inbox") =>
+  const byIds = (verb: "redrive" | "discard" | "restore", queue: "outbox" | "inbox") =>
     Effect.fnUntraced(function*(r: Request) {
       const input = yield* body(ActionBody)
       if (!("ids" in input)) {
         if (queue === "inbox") return jsonResponse({ error: "the inbox acts on ids" }, 400)
+        if (verb === "restore") return jsonResponse({ error: "restore acts on ids" }, 400)
         // Everything matching the filter, dead ones only, held to what the operator confirmed.
         const filter: OutboxSearch.MessageFilter = {
           ...(yield* filterOf(new URLSearchParams(input.filter))),
@@ -168,5 +169,29 @@ export const make = ({ filterOf, jobs, options, queries, workflows }: ActionCont
       return jsonResponse({ name, changed })
     })
 
-  return { byIds, messageAction, topicAction, workflowAction, scheduleAction }
+  /** Cancel by ids, with an optional reason: the ids cancelled come back (a delivery under way is stopped). */
+  const cancelAction = (queue: "outbox" | "inbox") =>
+    Effect.fnUntraced(function*(r: Request) {
+      const input = yield* body(MessageActionBody)
+      const options = {
+        by: `${whoInBytes(r.who, 100)} (admin page)`,
+        ...(input.reason === undefined ? {} : { reason: input.reason })
+      }
+      const run: Effect.Effect<
+        { readonly cancelled: ReadonlyArray<string>; readonly interrupted: ReadonlyArray<string> },
+        InvalidInput | DatabaseError,
+        OutboxAdmin.OutboxAdmin | InboxAdmin.InboxAdmin
+      > = queue === "outbox"
+        ? Effect.flatMap(OutboxAdmin.OutboxAdmin, (admin) => admin.cancel(input.ids, options))
+        : Effect.flatMap(InboxAdmin.InboxAdmin, (admin) => admin.cancel(input.ids, options))
+      const done = yield* queries.timed(run)
+      yield* audit(r, `cancel of ${done.cancelled.length} ${queue} message(s) ${done.cancelled.join(",")}`, {
+        queue,
+        ids: done.cancelled.length,
+        interrupted: done.interrupted.length
+      })
+      return jsonResponse({ ids: done.cancelled, interrupted: done.interrupted })
+    })
+
+  return { byIds, messageAction, topicAction, workflowAction, scheduleAction, cancelAction }
 }

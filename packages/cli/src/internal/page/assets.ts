@@ -28,6 +28,7 @@ pre { background: #fff; border: 1px solid var(--line); padding: .6rem; overflow:
 a { color: var(--accent); }
 .badge { display: inline-block; padding: 0 .45rem; border-radius: .6rem; font-size: .75rem; font-weight: 600; background: #e4e7eb; }
 .badge.dead, .badge.paused { background: #fde2e2; color: var(--danger); }
+.badge.cancelled { background: #ececec; color: #555; text-decoration: line-through; }
 .badge.ready { background: #dcfce7; color: var(--ok); }
 .badge.claimed, .badge.delayed { background: #fef3c7; color: var(--warn); }
 .badge.projected, .badge.complete { background: #e0e7ff; color: #3730a3; }
@@ -131,9 +132,9 @@ export const js = `"use strict";
     });
   }
 
-  var PAST = { redrive: "redriven", discard: "discarded", "retry-now": "retried now", "move-aside": "moved aside" };
-  var AFTER = { redrive: "ready", discard: "discarded", "retry-now": "ready", "move-aside": "dead" };
-  var NOT = { redrive: "not dead", discard: "not dead", "retry-now": "not waiting for a retry", "move-aside": "not ready or delayed" };
+  var PAST = { redrive: "redriven", discard: "discarded", "retry-now": "retried now", "move-aside": "moved aside", cancel: "cancelled", restore: "restored" };
+  var AFTER = { redrive: "ready", discard: "discarded", "retry-now": "ready", "move-aside": "dead", cancel: "cancelled", restore: "ready" };
+  var NOT = { redrive: "not dead", discard: "not dead or cancelled", "retry-now": "not waiting for a retry", "move-aside": "not ready or delayed", cancel: "done, dead or cancelled already", restore: "not cancelled" };
 
   function pollJob(verb, id) {
     return request("GET", "/api/jobs/" + encodeURIComponent(id)).then(function (job) {

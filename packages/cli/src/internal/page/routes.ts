@@ -165,7 +165,7 @@ export const make = Effect.fnUntraced(function*(
     return { data, samples: yield* Ref.get(samples) }
   })
 
-  const { byIds, messageAction, scheduleAction, topicAction, workflowAction } = Actions.make({
+  const { byIds, cancelAction, messageAction, scheduleAction, topicAction, workflowAction } = Actions.make({
     options,
     jobs,
     queries,
@@ -425,6 +425,8 @@ export const make = Effect.fnUntraced(function*(
     post("/actions/discard", route("write", "json", byIds("discard", "outbox"))),
     post("/actions/retry-now", route("write", "json", messageAction("retryNow", "outbox"))),
     post("/actions/move-aside", route("write", "json", messageAction("moveAside", "outbox"))),
+    post("/actions/cancel", route("write", "json", cancelAction("outbox"))),
+    post("/actions/restore", route("write", "json", byIds("restore", "outbox"))),
     post("/actions/pause", route("write", "json", topicAction("pause"))),
     post("/actions/resume", route("write", "json", topicAction("resume"))),
     post("/schedules/actions/pause", route("write", "json", scheduleAction("pause"))),

@@ -264,10 +264,16 @@ export const messagePage = (ctx: ViewContext, m: OutboxSearch.MessageDetail): Ht
   // What an operator can do in each state: a dead letter is redriven or discarded; a message
   // waiting for its retry is hurried; one still to be delivered and not held by a worker can be
   // moved aside (it stops holding back its ordering key).
+  // Any message still to be delivered can be cancelled (a delivery under way is stopped); a
+  // cancelled one restored or discarded.
+  const cancel = html`<button class="danger" data-action="cancel" data-scope="one" data-id="${m.id}">Cancel</button>`
   const actions = ctx.readOnly
     ? ""
     : m.state === "dead"
     ? html`<div class="actions"><button data-action="redrive" data-scope="one" data-id="${m.id}">Redrive</button>
+<button class="danger" data-action="discard" data-scope="one" data-id="${m.id}">Discard</button></div>`
+    : m.state === "cancelled"
+    ? html`<div class="actions"><button data-action="restore" data-scope="one" data-id="${m.id}">Restore</button>
 <button class="danger" data-action="discard" data-scope="one" data-id="${m.id}">Discard</button></div>`
     : m.state === "delayed" || m.state === "ready"
     ? html`<div class="actions">${
@@ -275,7 +281,10 @@ export const messagePage = (ctx: ViewContext, m: OutboxSearch.MessageDetail): Ht
         html`<button data-action="retry-now" data-scope="one" data-id="${m.id}">Retry now</button>
 ` :
         ""
-    }<button class="danger" data-action="move-aside" data-scope="one" data-id="${m.id}">Move aside</button></div>`
+    }<button class="danger" data-action="move-aside" data-scope="one" data-id="${m.id}">Move aside</button>
+${cancel}</div>`
+    : m.state === "claimed"
+    ? html`<div class="actions">${cancel}</div>`
     : ""
   const permanent = m.state === "dead" && QueueLifecycle.diedPermanently(m.lastError)
   return layout(

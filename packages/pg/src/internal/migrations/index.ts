@@ -19,6 +19,7 @@ import { migration as v12 } from "./0012_keyed_runs.js"
 import { migration as v13 } from "./0013_workflows.js"
 import { migration as v14 } from "./0014_schedules.js"
 import { migration as v15 } from "./0015_dedup_keys.js"
+import { migration as v16 } from "./0016_cancellation.js"
 
 export const released: Readonly<Record<string, Migration>> = {
   "0001_mutation_ledger": v1,
@@ -35,5 +36,6 @@ export const released: Readonly<Record<string, Migration>> = {
   "0012_keyed_runs": v12,
   "0013_workflows": v13,
   "0014_schedules": v14,
-  "0015_dedup_keys": v15
+  "0015_dedup_keys": v15,
+  "0016_cancellation": v16
 }

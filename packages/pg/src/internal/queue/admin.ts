@@ -153,7 +153,15 @@ export const make = (
             classifySqlErrors(op(name))
           ))
 
-  const { discard: gone, moveAside: aside, redrive: toReady, replay: again, retryNow: now } = lifecycle.transitions
+  const {
+    cancel: off,
+    discard: gone,
+    moveAside: aside,
+    redrive: toReady,
+    replay: again,
+    restore: back,
+    retryNow: now
+  } = lifecycle.transitions
   /** A transition of the rows named, those in its `from` state only. */
   const move = (transition: { readonly from: string; readonly set: string }) => (ids: ReadonlyArray<string>) =>
     sql<{ id: string }>`UPDATE ${table} SET ${sql.literal(transition.set)}
@@ -190,6 +198,48 @@ export const make = (
               RETURNING id::text AS id`
         )(ids)
     )
+
+  /**
+   * Cancels open rows (waiting or claimed) with an optional reason; returns the ids cancelled
+   * and those that were being delivered (their ids are sent to the holders on `cancelChannel`
+   * at commit, when the queue has one).
+   */
+  const cancel = (
+    ids: ReadonlyArray<string>,
+    cancelOptions: { readonly reason?: string; readonly by?: string },
+    cancelChannel: string | undefined
+  ) =>
+    Effect.gen(function*() {
+      const reason = cancelOptions.reason === undefined ? undefined : yield* decodeReason(cancelOptions.reason)
+      const by = (yield* decodeMovedBy(cancelOptions.by)) ?? "an operator"
+      const decoded = yield* decodeIds(ids)
+      if (decoded.length === 0) return { cancelled: [], interrupted: [] }
+      // One statement: the rows change and the holders of those being delivered hear of it at commit.
+      const rows = yield* sql<{ id: string; delivering: boolean }>`
+        WITH before AS (
+          SELECT id, claimed_until IS NOT NULL AND claimed_until > now() AS delivering FROM ${table}
+           WHERE id = ANY(${decoded}::bigint[]) AND ${sql.literal(off.from)} FOR UPDATE),
+        changed AS (
+          UPDATE ${table} q SET ${sql.literal(off.set)}, cancelled_by = ${by},
+                 last_error = concat_ws('; ', q.last_error, ${`cancelled by ${by}${
+        reason === undefined ? "" : `: ${reason}`
+      }`}::text)
+            FROM before b WHERE q.id = b.id
+          RETURNING q.id, b.delivering)
+        SELECT id::text AS id, delivering${
+        cancelChannel === undefined
+          ? sql``
+          : sql`, CASE WHEN delivering THEN pg_notify(${cancelChannel}, id::text) IS NULL END AS notified`
+      }
+          FROM changed ORDER BY id`.pipe(classifySqlErrors(op("cancel")))
+      return {
+        cancelled: rows.map((row) => row.id),
+        interrupted: rows.filter((row) => row.delivering).map((row) => row.id)
+      }
+    })
+
+  /** Makes cancelled rows ready again with fresh attempts; returns the ids restored. */
+  const restore = byIds("restore", move(back))
 
   /** Deletes dead rows; returns the ids deleted. */
   const discard = byIds(
@@ -235,5 +285,5 @@ export const make = (
        GROUP BY 1
        ORDER BY 1`.pipe(decodeRows(GroupCounts), classifySqlErrors(op("stats")))
 
-  return { explainClaim, deadLetters, redrive, replay, discard, retryNow, moveAside, purge, counts }
+  return { explainClaim, deadLetters, redrive, replay, discard, retryNow, moveAside, cancel, restore, purge, counts }
 }

@@ -5,12 +5,15 @@
  *   ready      open, unleased, due          (claimable)
  *   delayed    open, unleased, not yet due  (a retry's backoff, an enqueue's delay)
  *   claimed    open, leased                 (a worker holds it until the lease's end)
- *   dead       dead_at set                  (a permanent failure, out of attempts or leases)
+ *   dead       dead_at set, not cancelled   (a permanent failure, out of attempts or leases)
+ *   cancelled  cancelled_at set (dead too)  (called off by an operator or the application)
  *   done       the done column set          (`projected` in the outbox, `processed` in the inbox)
  *
- * Operators move rows: redrive (dead -> ready), replay (done -> ready), discard (dead -> gone),
- * retry now (delayed -> ready, attempts kept) and move aside (ready or delayed -> dead, with
- * a reason: the row no longer holds back the messages of its ordering key).
+ * Operators move rows: redrive (dead -> ready), replay (done -> ready), discard (dead or
+ * cancelled -> gone), retry now (delayed -> ready, attempts kept), move aside (ready or delayed
+ * -> dead, with a reason: the row no longer holds back the messages of its ordering key),
+ * cancel (ready, delayed or claimed -> cancelled: a claimed one's holder is fenced out, since
+ * every fenced write refuses a row with `dead_at` set) and restore (cancelled -> ready).
  *
  * Everything that asks "which rows are in state S" or moves rows between states reads it
  * from here: the stats, the operators' filters, the fences, bulk actions, retention, the
@@ -20,7 +23,7 @@
 import type { QueueSpec } from "./spec.js"
 
 /** The states, in the order counts and the page list them. */
-export const STATES = ["ready", "delayed", "claimed", "dead", "done"] as const
+export const STATES = ["ready", "delayed", "claimed", "dead", "cancelled", "done"] as const
 export type State = typeof STATES[number]
 
 /** What a release that was a permanent failure appends to the row's last error. */
@@ -49,7 +52,8 @@ export const make = (spec: Pick<QueueSpec, "done" | "queue">, alias?: string) =>
     ready: `${open} AND ${unleased} AND ${c("available_at")} <= now()`,
     delayed: `${open} AND ${unleased} AND ${c("available_at")} > now()`,
     claimed: `${open} AND ${liveLease}`,
-    dead: `${c("dead_at")} IS NOT NULL`,
+    dead: `${c("dead_at")} IS NOT NULL AND ${c("cancelled_at")} IS NULL`,
+    cancelled: `${c("cancelled_at")} IS NOT NULL`,
     done: `${c(spec.done)} IS NOT NULL`
   }
   /** Fresh attempts, deliverable now, no lease: where a redriven or replayed row starts again. */
@@ -59,7 +63,7 @@ export const make = (spec: Pick<QueueSpec, "done" | "queue">, alias?: string) =>
     /** Neither done nor dead: a row still to be delivered (ready, delayed or claimed). */
     open,
     /** A row's state as text: one of `STATES`, the done state by the queue's name for it. */
-    stateOf: `CASE WHEN ${is.dead} THEN 'dead' WHEN ${is.done} THEN '${
+    stateOf: `CASE WHEN ${is.cancelled} THEN 'cancelled' WHEN ${is.dead} THEN 'dead' WHEN ${is.done} THEN '${
       doneName(spec.queue)
     }' WHEN ${liveLease} THEN 'claimed'
       WHEN ${c("available_at")} > now() THEN 'delayed' ELSE 'ready' END`,
@@ -72,12 +76,16 @@ export const make = (spec: Pick<QueueSpec, "done" | "queue">, alias?: string) =>
       redrive: { from: is.dead, set: `dead_at = NULL, ${restart}` },
       /** done -> ready: deliver once more. */
       replay: { from: is.done, set: `${spec.done} = NULL, ${restart}` },
-      /** dead -> gone. */
-      discard: { from: is.dead },
+      /** dead or cancelled -> gone. */
+      discard: { from: `${c("dead_at")} IS NOT NULL` },
       /** delayed -> ready: deliverable now, its attempts kept (a retry hurried, a delay cut short). */
       retryNow: { from: is.delayed, set: "available_at = now()" },
       /** ready or delayed -> dead (a claimed row is being delivered: its lease decides first). */
-      moveAside: { from: `${open} AND ${unleased}`, set: "dead_at = now()" }
+      moveAside: { from: `${open} AND ${unleased}`, set: "dead_at = now()" },
+      /** ready, delayed or claimed -> cancelled (`cancelled_by` is set beside it). */
+      cancel: { from: open, set: "dead_at = now(), cancelled_at = now(), claimed_until = NULL" },
+      /** cancelled -> ready, with fresh attempts. */
+      restore: { from: is.cancelled, set: `dead_at = NULL, cancelled_at = NULL, cancelled_by = NULL, ${restart}` }
     }
   } as const
 }
