@@ -130,14 +130,23 @@ export type QueueName = typeof QueueName.Type
 
 /**
  * A claim token is stale or foreign: the row was claimed again after this worker's lease
- * ran out, or is held by another worker. The same shape for the outbox and the inbox.
+ * ran out, is held by another worker, or was cancelled (`cancelled`: the holder should stop
+ * its delivery, not only skip its write). The same shape for the outbox and the inbox.
  */
 export class ClaimMismatch extends Schema.TaggedError<ClaimMismatch>("@effect-durable/ClaimMismatch")(
   "ClaimMismatch",
-  { queue: QueueName, messageId: Schema.String, worker: Schema.String, generation: Schema.Number }
+  {
+    queue: QueueName,
+    messageId: Schema.String,
+    worker: Schema.String,
+    generation: Schema.Number,
+    cancelled: Schema.optionalKey(Schema.Boolean)
+  }
 ) {
   override get message() {
-    return `${this.queue} message ${this.messageId} is not claimed by ${this.worker} at generation ${this.generation}`
+    return `${this.queue} message ${this.messageId} is not claimed by ${this.worker} at generation ${this.generation}${
+      this.cancelled === true ? ": it was cancelled" : ""
+    }`
   }
 }
 

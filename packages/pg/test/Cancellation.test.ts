@@ -63,9 +63,14 @@ describe("cancellation", () => {
         const id = yield* outbox.enqueue("cx.live", { v: 1 })
         const [held] = yield* worker.claim({ worker: "w", topics: ["cx.live"], limit: 1, lease: "1 minute" })
         expect(yield* admin.cancel([id])).toEqual({ cancelled: [id], interrupted: [id] })
-        expect((yield* worker.markProjectedMany([held!.claim])).completed).toEqual([])
+        const marked = yield* worker.markProjectedMany([held!.claim])
+        expect(marked.completed).toEqual([])
+        // Each refusal says why: the holder is to stop, not only to skip its write.
+        expect(marked.rejected).toMatchObject([{ _tag: "ClaimMismatch", messageId: id, cancelled: true }])
+        expect((yield* worker.renewLeases([held!.claim], "1 minute")).rejected).toMatchObject([{ cancelled: true }])
         const released = yield* Effect.flip(worker.release(held!.claim, { error: "x", retryDelay: Duration.zero }))
-        expect(released._tag).toBe("ClaimMismatch")
+        expect(released).toMatchObject({ _tag: "ClaimMismatch", cancelled: true })
+        expect(released.message).toMatch(/it was cancelled$/)
         expect(yield* stateOf(id)).toBe("cancelled")
         // Done is done: cancelling a projected message changes nothing.
         const other = yield* outbox.enqueue("cx.live", { v: 2 })

@@ -135,7 +135,10 @@ const make = Effect.fnUntraced(function*(settings: Settings) {
     const config = settings.listenUrl === undefined ? pg.value.config : { url: settings.listenUrl }
     yield* listen(config, [channel, cancels], (from, payload) => {
       if (from === cancels) {
-        if (payload !== "" && batches.cancel(payload)) {
+        // (Re)connected: cancellations sent while it was down were not heard; the renewal
+        // of every batch now finds them (a cancelled row refuses its lease).
+        if (payload === "") batches.renewSoon()
+        else if (batches.cancel(payload)) {
           Effect.runFork(
             Effect.logInfo(
               `effect-durable projector: message ${payload} was cancelled while delivered; its delivery is stopped`

@@ -7,9 +7,10 @@ export { eventually } from "@effect-durable/testing/Eventually"
 export { freshName, outboxRows, projectedCount } from "@effect-durable/testing/TestSubstrate"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import type * as Redacted from "effect/Redacted"
+import * as Redacted from "effect/Redacted"
 import type * as Scope from "effect/Scope"
 import * as TestClock from "effect/testing/TestClock"
+import * as net from "node:net"
 import type { PublishError } from "../src/Publisher.js"
 import * as Publisher from "../src/Publisher.js"
 
@@ -56,3 +57,33 @@ export const withLayerLive = <ROut, E, RIn, A, E2, R>(
   body: Effect.Effect<A, E2, R>
 ): Effect.Effect<A, E | E2, Exclude<RIn | Exclude<R, ROut>, Scope.Scope>> =>
   Effect.scoped(Effect.flatMap(TestClock.withLive(Layer.build(layer)), (context) => Effect.provide(body, context)))
+
+/**
+ * A gate in front of the database for one connection path (a projector's `listenUrl`): while
+ * shut it drops every connection at once (the listener's reconnects fail fast), once opened
+ * it relays them to the database. Closed with the scope.
+ */
+export const gate = Effect.fnUntraced(function*(url: Redacted.Redacted<string>) {
+  const target = new URL(Redacted.value(url))
+  let opened = false
+  const server = net.createServer((socket) => {
+    if (!opened) return void socket.destroy()
+    const upstream = net.connect(Number(target.port || 5432), target.hostname)
+    socket.pipe(upstream).pipe(socket)
+    socket.on("error", () => upstream.destroy())
+    upstream.on("error", () => socket.destroy())
+  })
+  const port = yield* Effect.acquireRelease(
+    Effect.callback<number>((resume) => {
+      server.listen(0, "127.0.0.1", () => resume(Effect.succeed((server.address() as net.AddressInfo).port)))
+    }),
+    () => Effect.sync(() => void server.close())
+  )
+  const through = new URL(target)
+  through.hostname = "127.0.0.1"
+  through.port = String(port)
+  return {
+    url: Redacted.make(through.toString()),
+    open: Effect.sync(() => void (opened = true))
+  }
+})

@@ -300,5 +300,5 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
       yield* Effect.logInfo(`effect-durable projector gave back ${left.size} in-flight messages on shutdown`)
     })
 
-    return { deliverBatch, releaseInFlight, cancel, keeper: keeper.run }
+    return { deliverBatch, releaseInFlight, cancel, renewSoon: keeper.renewSoon, keeper: keeper.run }
   })

@@ -116,6 +116,10 @@ export class Delivery {
     this.renewAt = now + this.renewEveryMillis
     return true
   }
+  /** Renew at the next tick (a catch-up: the cancel channel's LISTEN was just (re)established). */
+  renewSoon(): void {
+    this.renewAt = 0
+  }
   /** The claims whose leases a renewal extends. */
   leases(): ReadonlyArray<Claim> {
     return [...this.leased.values()]

@@ -9,7 +9,8 @@
  * the whole batch's leases in doubt, and its messages not yet started are not published. So
  * does one still unanswered when the leases it renews would lapse (two thirds of the lease:
  * a stalled connection, a lock wait no timeout bounds), which is then given up.
- * Both are logged and counted. A batch leaves the set when it ends, however it ends: nothing
+ * Both are logged and counted. A renewal refused because the message was cancelled stops its
+ * delivery (a cancellation whose NOTIFY was not heard). A batch leaves the set when it ends, however it ends: nothing
  * keeps its leases alive after that.
  */
 import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
@@ -37,13 +38,26 @@ export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker
         duration: renewalDeadline,
         orElse: () => Effect.fail(new Error(`no answer in ${Duration.format(renewalDeadline)}`))
       }),
-      Effect.flatMap(({ rejected }) => {
-        if (rejected.length === 0) return Effect.void
-        delivery.lost(rejected.map((failure) => failure.messageId))
+      Effect.flatMap(({ rejected: refused }) => {
+        if (refused.length === 0) return Effect.void
+        // A cancelled message found here (its NOTIFY not heard: sent while the LISTEN was
+        // down) is stopped as the notification would have stopped it.
+        const wasCancelled = (failure: (typeof refused)[number]) =>
+          failure._tag === "ClaimMismatch" && failure.cancelled === true
+        const cancelled = refused.filter(wasCancelled)
+        for (const failure of cancelled) delivery.cancel(failure.messageId)
+        const lost = refused.filter((failure) => !wasCancelled(failure))
+        delivery.lost(lost.map((failure) => failure.messageId))
         // One line per message (its topic and id, never its payload), counted.
         return Effect.andThen(
-          Metric.update(metrics.leasesLost, rejected.length),
-          Effect.forEach(rejected, (failure) => {
+          Effect.andThen(
+            Metric.update(metrics.leasesLost, lost.length),
+            Effect.forEach(cancelled, (failure) =>
+              Effect.logInfo(
+                `effect-durable projector: message ${failure.messageId} was cancelled while delivered (found at its lease renewal); its delivery is stopped`
+              ), { discard: true })
+          ),
+          Effect.forEach(lost, (failure) => {
             const message = delivery.message(failure.messageId)
             return Effect.logWarning(
               `effect-durable projector: lease lost on message ${failure.messageId}${
@@ -100,5 +114,14 @@ export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker
       () => Effect.sync(() => deliveries.delete(delivery))
     )
 
-  return { run, watching }
+  /**
+   * Renews every batch at the next tick. The cancel channel's LISTEN calls it each time it is
+   * (re)established: a cancellation sent while it was down is found by the renewal (its row
+   * refuses the lease) and stopped then, not at the next regular renewal.
+   */
+  const renewSoon = () => {
+    for (const delivery of deliveries) delivery.renewSoon()
+  }
+
+  return { run, watching, renewSoon }
 }

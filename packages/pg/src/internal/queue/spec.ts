@@ -31,7 +31,8 @@ export interface QueueSpec {
   }
   /** The column that marks a row done; our constant. */
   readonly done: "projected_at" | "processed_at"
-  readonly mismatch: (claim: Claim) => ClaimMismatch
+  /** A claim that cannot write; `cancelled` when its row was cancelled. */
+  readonly mismatch: (claim: Claim, cancelled?: boolean) => ClaimMismatch
   readonly missing: (messageId: string) => MessageMissing
 }
 
@@ -62,12 +63,13 @@ export const specFor = (settings: Settings, queue: QueueName): QueueSpec => ({
   },
   done: queue === "outbox" ? "projected_at" : "processed_at",
   // A malformed claim token is a mismatch too; its parts are shown as safely as they can be.
-  mismatch: (claim) =>
+  mismatch: (claim, cancelled) =>
     new ClaimMismatch({
       queue,
       messageId: shown(claim?.messageId),
       worker: shown(claim?.worker),
-      generation: typeof claim?.generation === "number" ? claim.generation : Number.NaN
+      generation: typeof claim?.generation === "number" ? claim.generation : Number.NaN,
+      ...(cancelled === true ? { cancelled } : {})
     }),
   missing: (messageId) => new MessageMissing({ queue, messageId })
 })

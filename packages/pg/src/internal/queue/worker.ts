@@ -94,6 +94,7 @@ interface RowState {
   readonly claim_generation: string
   readonly done: boolean
   readonly dead: boolean
+  readonly cancelled: boolean
 }
 
 const wellFormed = (claim: Claim) =>
@@ -179,7 +180,8 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
 
   const stateOf = (ids: ReadonlyArray<string>) =>
     sql<RowState>`SELECT id::text AS id, claimed_by, claim_generation::text AS claim_generation,
-                         ${sql.literal(lifecycle.is.done)} AS done, ${sql.literal(lifecycle.is.dead)} AS dead
+                         ${sql.literal(lifecycle.is.done)} AS done, ${sql.literal(lifecycle.is.dead)} AS dead,
+                         ${sql.literal(lifecycle.is.cancelled)} AS cancelled
                     FROM ${table} WHERE id = ANY(${ids}::bigint[])`
 
   // Why a fenced write changed nothing. A row this very claim already completed is not an
@@ -189,7 +191,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
       ? Result.fail(spec.missing(claim.messageId))
       : completing && row.done && row.claimed_by === claim.worker && row.claim_generation === String(claim.generation)
       ? Result.void
-      : Result.fail(spec.mismatch(claim))
+      : Result.fail(spec.mismatch(claim, row.cancelled))
 
   const settle = <A>(
     name: string,
