@@ -33,6 +33,7 @@ import {
   Variables as ConnectionVariables
 } from "./DurableConfig.js"
 import { classify } from "./ErrorClassification.js"
+import * as FlowControl from "./FlowControl.js"
 import * as Inbox from "./Inbox.js"
 import * as InboxAdmin from "./InboxAdmin.js"
 import * as InboxWorker from "./InboxWorker.js"
@@ -80,6 +81,7 @@ export type Services =
   | OutboxSearch.OutboxSearch
   | OutboxBulk.OutboxBulk
   | Schedules.Schedules
+  | FlowControl.FlowControl
 
 /** Decodes every option; the first one broken is a `DurableConfigError` naming it. */
 const decode = (options: Omit<Options, "connection">) =>
@@ -124,7 +126,8 @@ const over = (options: OverOptions): Layer.Layer<Substrate | Keyset.Keyset, Buil
         Layer.fresh(OutboxSearch.layer),
         Layer.fresh(OutboxBulk.layer),
         // Schedules enqueue through this substrate's outbox.
-        Layer.fresh(Schedules.layer)
+        Layer.fresh(Schedules.layer),
+        Layer.fresh(FlowControl.layer)
       ).pipe(Layer.provideMerge(Outbox.layer(options.outbox)))
       const withKeyset = codec === undefined
         ? services as Layer.Layer<Substrate | Keyset.Keyset, BuildError, SqlClient.SqlClient>

@@ -144,6 +144,12 @@ const RUNTIME_TABLES = [
   "outbox",
   "inbox",
   "paused_topics",
+  "flow_limits",
+  "flow_group_limits",
+  "flow_leases",
+  "flow_group_state",
+  "schedules",
+  "schedule_slots",
   "workflow_executions",
   "workflow_steps"
 ] as const

@@ -85,6 +85,11 @@ export interface EnqueueOptions {
    * key over and waits behind it.
    */
   readonly dedupMode?: DedupMode
+  /**
+   * The group the message belongs to (1-128 bytes: a tenant, a customer): the unit of a
+   * per-group limit and of fair share on a limited topic (`FlowControl`). None by default.
+   */
+  readonly group?: string
 }
 
 export const DEDUP_MODES = ["keep", "replace", "extend"] as const
@@ -137,6 +142,7 @@ const decodeHeaders = Input.argument("headers", Schema.Record(Input.Text(256), I
 const decodeCount = Input.argument("messages", Input.Count(100_000))
 const decodeDedupKey = Input.argument("dedupKey", Input.Text(256))
 const decodeDedupMode = Input.argument("dedupMode", Schema.Literals(DEDUP_MODES))
+const decodeGroup = Input.argument("group", Input.Text(128))
 
 /** Tries of a deduplicated enqueue racing others on its key (each one a fresh look) before it gives up, retryable. */
 const DEDUP_TRIES = 8
@@ -176,9 +182,11 @@ export const make = (
         if (dedupKey === null && enqueueOptions.dedupMode !== undefined) {
           return yield* new InvalidInput({ argument: "dedupMode", rule: "only with a dedupKey" })
         }
+        const group = enqueueOptions.group === undefined ? "" : yield* decodeGroup(enqueueOptions.group)
         return {
           dedupKey,
           dedupMode,
+          group,
           topic,
           orderingKey,
           payload: json,
@@ -196,9 +204,9 @@ export const make = (
     const insert = (row: Row) =>
       sql<{ id: string }>`
         WITH m AS (
-          INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts, dedup_key)
+          INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts, dedup_key, group_key)
           VALUES (${row.topic}, ${row.orderingKey}, ${row.payload}::jsonb, ${row.headers}::jsonb,
-                  now() + make_interval(secs => ${row.delaySeconds}), ${row.maxAttempts}, ${row.dedupKey})
+                  now() + make_interval(secs => ${row.delaySeconds}), ${row.maxAttempts}, ${row.dedupKey}, ${row.group})
           ${
         row.dedupKey === null
           ? sql``
@@ -285,14 +293,14 @@ export const make = (
       }
       const inserted = yield* sql<{ id: string }>`
           WITH m AS (
-            INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts)
-            SELECT t, k, p::jsonb, h::jsonb, now() + make_interval(secs => d), a
+            INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts, group_key)
+            SELECT t, k, p::jsonb, h::jsonb, now() + make_interval(secs => d), a, g
               FROM unnest(${rows.map((r) => r.topic)}::text[], ${arrayLiteral(rows.map((r) => r.orderingKey))}::text[],
                           ${rows.map((r) => r.payload)}::text[], ${rows.map((r) => r.headers)}::text[],
                           ${arrayLiteral(rows.map((r) => r.delaySeconds))}::float8[], ${
         arrayLiteral(rows.map((r) => r.maxAttempts))
-      }::int[])
-                   WITH ORDINALITY AS u(t, k, p, h, d, a, n)
+      }::int[], ${rows.map((r) => r.group)}::text[])
+                   WITH ORDINALITY AS u(t, k, p, h, d, a, g, n)
              ORDER BY n
             RETURNING id, topic),
           -- One wake-up per topic, not per row (each pg_notify call is checked for duplicates).

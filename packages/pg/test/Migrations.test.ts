@@ -27,7 +27,8 @@ const RELEASED_DDL: Readonly<Record<number, string>> = {
   13: "d89f6f5104c13863cf8af9a6031a8bc6911b377139d29ec05ac853e990483d32",
   14: "42e491f5912e4debced1b96c26cfe921aaac56ee59d31a74848a3fcbd1d9067d",
   15: "515dc3171dbc55d3262f792f69255fb477aa566278d749855601db5a056b70a0",
-  16: "29e06729b4602e7b439b6e2a2fbe9380e62ebc8f2a3571b50d8b93fdf2ee666b"
+  16: "29e06729b4602e7b439b6e2a2fbe9380e62ebc8f2a3571b50d8b93fdf2ee666b",
+  17: "de426df64c82583bea2e9b7883c83b8049643dbeb6e965d1426ed844eb419f6c"
 }
 
 describe("released migrations", () => {
@@ -172,6 +173,10 @@ describe("Migrations", () => {
           { name: string }
         >`SELECT tablename AS name FROM pg_tables WHERE schemaname = 'Durable_Mixed' ORDER BY 1`
         expect(tables.map((t) => t.name)).toEqual([
+          "flow_group_limits",
+          "flow_group_state",
+          "flow_leases",
+          "flow_limits",
           "inbox",
           "mutation_records",
           "outbox",
@@ -232,9 +237,14 @@ describe("Migrations", () => {
         yield* runtime.sql`INSERT INTO m_grants.outbox (topic, payload) VALUES ('t', '{}')`
         const claimed = yield* runtime.sql`SELECT * FROM m_grants.outbox_claim('w', 10, 30, NULL, 10)`
         expect(claimed).toHaveLength(1)
+        // And with a flow limit on its topic, through the current claim (its own tables granted).
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`INSERT INTO m_grants.flow_limits (topic, max_in_flight, updated_by) VALUES ('t', 1, 'test')`
+        yield* runtime.sql`INSERT INTO m_grants.outbox (topic, payload) VALUES ('t', '{}'), ('t', '{}')`
+        expect(yield* runtime.sql`SELECT * FROM m_grants.outbox_claim('w', 10, 30, NULL, 10, 1)`).toHaveLength(1)
+        expect(yield* runtime.sql`SELECT * FROM m_grants.outbox_claim('w', 10, 30, NULL, 10, 1)`).toHaveLength(0)
         // Every migration run grants the remembered roles what the versions made: a table a
         // later version adds, or a grant lost by hand.
-        const sql = yield* SqlClient.SqlClient
         yield* sql`REVOKE ALL ON m_grants.paused_topics FROM ${sql(runtime.name)}`
         expect(sqlState(yield* Effect.flip(runtime.sql`SELECT * FROM m_grants.paused_topics`))).toBe("42501")
         expect((yield* Migrations.migrate()).applied).toEqual([])

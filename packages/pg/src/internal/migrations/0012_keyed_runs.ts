@@ -33,66 +33,30 @@ import type { Migration } from "../../Migrations.js"
 const iso = (column: string) => `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`
 
 /**
- * The claim's query. $1 worker, $2 limit, $3 lease in seconds, $4 topics (NULL: all), $5 the
- * most leases a row may lose, $6 the most messages of one key per claim.
+ * The claim's conditions over a row aliased `c`. `also` narrows the topics a claim takes
+ * (version 17 claims limited topics apart; this version passes nothing).
  */
-const claimQuery = (t: (table: string) => string) => {
-  const outbox = t("outbox")
+export const claimConditions = (t: (table: string) => string, also: (c: string) => string = () => "") => {
   const paused = `ARRAY(SELECT p.topic FROM ${t("paused_topics")} p)`
-  const taken = (c: string) => `($4 IS NULL OR ${c}.topic = ANY($4)) AND ${c}.topic <> ALL(${paused})`
+  const taken = (c: string) => `($4 IS NULL OR ${c}.topic = ANY($4)) AND ${c}.topic <> ALL(${paused})${also(c)}`
   const ready = (c: string) =>
     `${c}.available_at <= now() AND (${c}.claimed_until IS NULL OR ${c}.claimed_until <= now()) AND ${taken(c)}`
   const open = (c: string) => `${c}.projected_at IS NULL AND ${c}.dead_at IS NULL`
+  return { taken, ready, open }
+}
+
+/**
+ * The claim's last step: leases the rows of `chosen` (id, position: 0 for a key's head or an
+ * unkeyed message) and returns them; a row out of leases is dead instead.
+ */
+export const claimUpdate = (t: (table: string) => string) => {
+  const outbox = t("outbox")
+  const { open } = claimConditions(t)
   // A lease that ran out is counted on a key's head only (or an unkeyed message): the rest of
   // a run were never started while an earlier message of their key was unsettled.
   const expired = "q.claimed_until IS NOT NULL AND c.position = 0"
   const exhausted = `${expired} AND q.lease_expiries + 1 >= $5`
-  return `WITH heads AS (
-  SELECT c.id, c.ordering_key FROM ${outbox} c
-   WHERE ${open("c")} AND ${ready("c")}
-     AND (c.ordering_key IS NULL OR (
-       c.id <= (SELECT max(w.id) FROM (
-         SELECT w.id FROM ${outbox} w WHERE ${open("w")} AND ${ready("w")} ORDER BY w.id LIMIT 1000) w)
-       AND NOT EXISTS (
-         SELECT 1 FROM ${outbox} e
-          WHERE e.ordering_key = c.ordering_key AND e.ordering_key IS NOT NULL AND e.id < c.id AND ${open("e")})))
-   ORDER BY c.id
-   LIMIT $2
-   FOR UPDATE SKIP LOCKED),
-behind AS (
-  SELECT h.id AS head, f.id, f.ready,
-         row_number() OVER (PARTITION BY h.id ORDER BY f.id) AS position
-    FROM heads h
-   CROSS JOIN LATERAL (
-     SELECT n.id, (${ready("n")}) AS ready FROM ${outbox} n
-      WHERE n.ordering_key = h.ordering_key AND n.id > h.id AND ${open("n")}
-      ORDER BY n.id
-      LIMIT least($6 - 1, $2 - (SELECT count(*) FROM heads))) f
-   WHERE h.ordering_key IS NOT NULL AND $6 > 1),
-reachable AS (
-  SELECT b.head, b.id, b.position FROM (
-    SELECT b.head, b.id, b.position, bool_and(b.ready) OVER (PARTITION BY b.head ORDER BY b.position) AS reachable
-      FROM behind b) b
-   WHERE b.reachable),
-picked AS (
-  SELECT a.head, a.id, a.position FROM (
-    SELECT h.id AS head, h.id, 0::bigint AS position FROM heads h
-    UNION ALL
-    SELECT r.head, r.id, r.position FROM reachable r) a
-   ORDER BY a.position, a.id
-   LIMIT $2),
-locked AS (
-  SELECT q.id FROM ${outbox} q
-   WHERE q.id = ANY(ARRAY(SELECT p.id FROM picked p WHERE p.position > 0)) AND ${open("q")}
-   FOR UPDATE SKIP LOCKED),
-gaps AS MATERIALIZED (
-  SELECT p.head, min(p.position) AS position FROM picked p
-   WHERE p.position > 0 AND p.id NOT IN (SELECT l.id FROM locked l)
-   GROUP BY p.head),
-chosen AS (
-  SELECT p.id, p.position FROM picked p LEFT JOIN gaps g ON g.head = p.head
-   WHERE p.position = 0 OR g.position IS NULL OR p.position < g.position)
-UPDATE ${outbox} q SET
+  return `UPDATE ${outbox} q SET
   claimed_by = CASE WHEN ${exhausted} THEN q.claimed_by ELSE $1 END,
   claimed_until = CASE WHEN ${exhausted} THEN NULL ELSE now() + make_interval(secs => $3) END,
   claim_generation = CASE WHEN ${exhausted} THEN q.claim_generation ELSE q.claim_generation + 1 END,
@@ -106,6 +70,66 @@ UPDATE ${outbox} q SET
  WHERE q.id = c.id AND ${open("q")}
 RETURNING q.id::text, q.claim_generation::text, q.attempt_count, q.dead_at IS NOT NULL,
   q.topic, q.ordering_key, q.payload, q.headers, ${iso("q.created_at")}`
+}
+
+/**
+ * The claim's query. $1 worker, $2 limit, $3 lease in seconds, $4 topics (NULL: all), $5 the
+ * most leases a row may lose, $6 the most messages of one key per claim. Version 17 narrows
+ * the topics (`also`) and the limit (`limit`, an expression; this version: $2).
+ */
+export const claimQuery = (
+  t: (table: string) => string,
+  also: (c: string) => string = () => "",
+  limit = "$2"
+) => {
+  const outbox = t("outbox")
+  const { open, ready } = claimConditions(t, also)
+  return `WITH heads AS (
+  SELECT c.id, c.ordering_key FROM ${outbox} c
+   WHERE ${open("c")} AND ${ready("c")}
+     AND (c.ordering_key IS NULL OR (
+       c.id <= (SELECT max(w.id) FROM (
+         SELECT w.id FROM ${outbox} w WHERE ${open("w")} AND ${ready("w")} ORDER BY w.id LIMIT 1000) w)
+       AND NOT EXISTS (
+         SELECT 1 FROM ${outbox} e
+          WHERE e.ordering_key = c.ordering_key AND e.ordering_key IS NOT NULL AND e.id < c.id AND ${open("e")})))
+   ORDER BY c.id
+   LIMIT ${limit}
+   FOR UPDATE SKIP LOCKED),
+behind AS (
+  SELECT h.id AS head, f.id, f.ready,
+         row_number() OVER (PARTITION BY h.id ORDER BY f.id) AS position
+    FROM heads h
+   CROSS JOIN LATERAL (
+     SELECT n.id, (${ready("n")}) AS ready FROM ${outbox} n
+      WHERE n.ordering_key = h.ordering_key AND n.id > h.id AND ${open("n")}
+      ORDER BY n.id
+      LIMIT least($6 - 1, ${limit} - (SELECT count(*) FROM heads))) f
+   WHERE h.ordering_key IS NOT NULL AND $6 > 1),
+reachable AS (
+  SELECT b.head, b.id, b.position FROM (
+    SELECT b.head, b.id, b.position, bool_and(b.ready) OVER (PARTITION BY b.head ORDER BY b.position) AS reachable
+      FROM behind b) b
+   WHERE b.reachable),
+picked AS (
+  SELECT a.head, a.id, a.position FROM (
+    SELECT h.id AS head, h.id, 0::bigint AS position FROM heads h
+    UNION ALL
+    SELECT r.head, r.id, r.position FROM reachable r) a
+   ORDER BY a.position, a.id
+   LIMIT ${limit}),
+locked AS (
+  SELECT q.id FROM ${outbox} q
+   WHERE q.id = ANY(ARRAY(SELECT p.id FROM picked p WHERE p.position > 0)) AND ${open("q")}
+   FOR UPDATE SKIP LOCKED),
+gaps AS MATERIALIZED (
+  SELECT p.head, min(p.position) AS position FROM picked p
+   WHERE p.position > 0 AND p.id NOT IN (SELECT l.id FROM locked l)
+   GROUP BY p.head),
+chosen AS (
+  SELECT p.id, p.position FROM picked p LEFT JOIN gaps g ON g.head = p.head
+   WHERE p.position = 0 OR g.position IS NULL OR p.position < g.position)
+${claimUpdate(t)}`
 }
 
 export const migration: Migration = {

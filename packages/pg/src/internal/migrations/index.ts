@@ -20,6 +20,7 @@ import { migration as v13 } from "./0013_workflows.js"
 import { migration as v14 } from "./0014_schedules.js"
 import { migration as v15 } from "./0015_dedup_keys.js"
 import { migration as v16 } from "./0016_cancellation.js"
+import { migration as v17 } from "./0017_flow_limits.js"
 
 export const released: Readonly<Record<string, Migration>> = {
   "0001_mutation_ledger": v1,
@@ -37,5 +38,6 @@ export const released: Readonly<Record<string, Migration>> = {
   "0013_workflows": v13,
   "0014_schedules": v14,
   "0015_dedup_keys": v15,
-  "0016_cancellation": v16
+  "0016_cancellation": v16,
+  "0017_flow_limits": v17
 }

@@ -46,9 +46,13 @@ const decodeDeadLetterPage = Input.argument(
   Schema.Struct({ limit: Input.Count(1000), before: Schema.optional(MessageId) })
 )
 
-/** The query a claim function returns (`RETURN QUERY <query>;`), from its deployed source. */
+/**
+ * The query a claim function returns (`RETURN QUERY <query>;`), from its deployed source: its
+ * first one, which a function of one query ends with, and the outbox's claim since version 17
+ * returns when no topic it may take has a flow limit (`RETURN QUERY <query>; RETURN;`).
+ */
 const deployedQuery = (source: string | undefined): string | undefined =>
-  source === undefined ? undefined : /RETURN QUERY\s+([\s\S]*?);\s*END\s*$/.exec(source)?.[1]
+  source === undefined ? undefined : /RETURN QUERY\s+([\s\S]*?);\s*(?:RETURN;|END\s*$)/.exec(source)?.[1]
 
 export const make = (
   sql: SqlClient.SqlClient,

@@ -1,0 +1,224 @@
+/**
+ * Global concurrency limits and fair share for outbox topics, held by the claim itself
+ * (migration 17): at most `maxInFlight` messages of a topic in flight across every projector
+ * process, at most `groupMaxInFlight` of one group (`Outbox.enqueue(..., { group })`: a
+ * tenant, a customer), a group's own limit and weight where it differs (a tier). A claim of a
+ * limited topic takes its capacity in its own transaction, after the claims before it
+ * committed, so concurrent workers never both use the same free slot; a mark, a release, a
+ * give-back, a cancellation or a lease that ran out gives it back. Among the groups with ready
+ * messages the least served goes first (in flight + position, over its weight): a group with a
+ * large backlog does not hold up one with a few.
+ *
+ * Limits are rows, set and changed at run time (here, the CLI's `limits`, the admin page);
+ * every claim reads them. A lowered limit lets the deliveries under way finish.
+ *
+ * @since 0.4.0
+ */
+import { type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import * as Input from "@effect-durable/core/Input"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
+import { DurableSettings } from "./DurableConfig.js"
+import { classifySqlErrors } from "./ErrorClassification.js"
+import { limitsLock } from "./internal/migrations/0017_flow_limits.js"
+import * as Lifecycle from "./internal/queue/lifecycle.js"
+import { specFor } from "./internal/queue/spec.js"
+import { decodeRows } from "./internal/rows.js"
+import { isoUtc } from "./internal/timestamps.js"
+
+/** The most a limit may allow in flight. */
+export const MAX_IN_FLIGHT = 1_000_000
+/** The largest weight of a group. */
+export const MAX_WEIGHT = 1000
+
+export interface GroupLimit {
+  readonly group: string
+  /** At most this many of the group's messages in flight (`null`: the topic's per-group limit). */
+  readonly maxInFlight: number | null
+  /** Its share against the other groups of the topic (1 by default). */
+  readonly weight: number
+}
+
+export interface TopicLimit {
+  readonly topic: string
+  /** At most this many of the topic's messages in flight (`null`: no limit on the topic). */
+  readonly maxInFlight: number | null
+  /** At most this many of one group's (`null`: no per-group limit). */
+  readonly groupMaxInFlight: number | null
+  /** The groups with a limit or weight of their own. */
+  readonly groups: ReadonlyArray<GroupLimit>
+  /** Messages in flight now (claimed, their lease running). */
+  readonly inFlight: number
+  /** ISO-8601 UTC. */
+  readonly updatedAt: string
+  readonly updatedBy: string
+}
+
+export interface LimitOptions {
+  /** At most this many of the topic's messages in flight (1-1,000,000; `null` or absent: none). */
+  readonly maxInFlight?: number | null
+  /** At most this many of one group's messages in flight (1-1,000,000; `null` or absent: none). */
+  readonly groupMaxInFlight?: number | null
+  /** Who sets it (1-128 bytes), recorded; default "an operator". */
+  readonly by?: string
+}
+
+export interface GroupOptions {
+  /** The group's own limit (1-1,000,000; `null` or absent: the topic's per-group limit). */
+  readonly maxInFlight?: number | null
+  /** Its weight (1-1000; default 1): a group of weight 3 gets three slots to another's one. */
+  readonly weight?: number
+  readonly by?: string
+}
+
+export class FlowControl extends Context.Service<FlowControl, {
+  /** Sets (replaces) the limits of a topic; its group settings stay. */
+  readonly setLimit: (topic: string, options: LimitOptions) => Effect.Effect<void, InvalidInput | DatabaseError>
+  /** Sets one group's own limit and weight (the topic is limited from then on, by its group settings at least). */
+  readonly setGroup: (
+    topic: string,
+    group: string,
+    options: GroupOptions
+  ) => Effect.Effect<void, InvalidInput | DatabaseError>
+  /** Removes every limit of a topic (and its groups' settings). Returns whether it had any. */
+  readonly clear: (topic: string) => Effect.Effect<boolean, InvalidInput | DatabaseError>
+  /** Every limited topic, with what is in flight now. */
+  readonly limits: Effect.Effect<ReadonlyArray<TopicLimit>, DatabaseError>
+}>()("@effect-durable/pg/FlowControl") {}
+
+const decodeTopic = Input.argument("topic", Input.Text(128))
+const decodeGroup = Input.argument("group", Input.Text(128))
+const decodeBy = Input.argument("by", Input.Text(128))
+const limitOf = (name: string) => Input.argument(name, Schema.NullOr(Input.Count(MAX_IN_FLIGHT)))
+const decodeMaxInFlight = limitOf("maxInFlight")
+const decodeGroupMaxInFlight = limitOf("groupMaxInFlight")
+const decodeWeight = Input.argument("weight", Input.Count(MAX_WEIGHT))
+
+/** Refuses an option this call does not know (a typo must not pass for "no limit"). */
+const onlyKnown = (options: object, known: ReadonlyArray<string>) => {
+  const unknown = Object.keys(options).find((key) => !known.includes(key))
+  return unknown === undefined
+    ? Effect.void
+    : Effect.fail(new InvalidInput({ argument: `options.${unknown}`, rule: `one of ${known.join(", ")}` }))
+}
+
+const LimitRow = Schema.Struct({
+  topic: Schema.String,
+  maxInFlight: Schema.NullOr(Schema.Number),
+  groupMaxInFlight: Schema.NullOr(Schema.Number),
+  groups: Schema.Array(Schema.Struct({
+    group: Schema.String,
+    maxInFlight: Schema.NullOr(Schema.Number),
+    weight: Schema.Number
+  })),
+  inFlight: Schema.Number,
+  updatedAt: Schema.String,
+  updatedBy: Schema.String
+})
+
+export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
+  function*() {
+    const sql = yield* SqlClient.SqlClient
+    const settings = yield* DurableSettings
+    const t = settings.table
+    const limitsTable = sql.literal(t("flow_limits"))
+    const groupsTable = sql.literal(t("flow_group_limits"))
+    const leases = sql.literal(t("flow_leases"))
+    const outbox = sql.literal(t("outbox"))
+    const spec = specFor(settings, "outbox")
+    // In flight: claimed, its lease running (the claim reads the same from each recorded capacity).
+    const claimed = sql.literal(Lifecycle.make(spec).is.claimed)
+    const claimedO = sql.literal(Lifecycle.make(spec, "o").is.claimed)
+
+    /**
+     * Makes sure the topic has its limits row, under the lock every claim takes shared: a
+     * claim that began before it has committed, and what it claimed is recorded as taken.
+     */
+    const limited = (topic: string, by: string) =>
+      Effect.gen(function*() {
+        yield* sql`SELECT pg_advisory_xact_lock(${sql.literal(limitsLock(t))})`
+        const created = yield* sql`INSERT INTO ${limitsTable} (topic, updated_by) VALUES (${topic}, ${by})
+                                   ON CONFLICT (topic) DO NOTHING RETURNING topic`
+        if (created.length === 0) return
+        yield* sql`INSERT INTO ${leases} (id, generation, topic, group_key)
+                   SELECT id, claim_generation, topic, group_key FROM ${outbox} WHERE topic = ${topic} AND ${claimed}
+                   ON CONFLICT (id) DO UPDATE SET generation = excluded.generation`
+      })
+
+    const setLimit = Effect.fn("FlowControl.setLimit")(function*(topic: string, options: LimitOptions) {
+      yield* onlyKnown(options, ["maxInFlight", "groupMaxInFlight", "by"])
+      const decoded = yield* decodeTopic(topic)
+      const max = yield* decodeMaxInFlight(options.maxInFlight ?? null)
+      const groupMax = yield* decodeGroupMaxInFlight(options.groupMaxInFlight ?? null)
+      const by = options.by === undefined ? "an operator" : yield* decodeBy(options.by)
+      yield* Effect.gen(function*() {
+        yield* limited(decoded, by)
+        yield* sql`UPDATE ${limitsTable} SET max_in_flight = ${max}, group_max_in_flight = ${groupMax},
+                                             updated_at = now(), updated_by = ${by}
+                    WHERE topic = ${decoded}`
+      }).pipe(sql.withTransaction, classifySqlErrors("FlowControl.setLimit"))
+      yield* Effect.logInfo(
+        `effect-durable: ${by} set the limits of topic ${decoded}: ${max ?? "no limit"} in flight, ${
+          groupMax ?? "no limit"
+        } per group`
+      )
+    })
+
+    const setGroup = Effect.fn("FlowControl.setGroup")(function*(topic: string, group: string, options: GroupOptions) {
+      yield* onlyKnown(options, ["maxInFlight", "weight", "by"])
+      const decodedTopic = yield* decodeTopic(topic)
+      const decodedGroup = yield* decodeGroup(group)
+      const max = yield* decodeMaxInFlight(options.maxInFlight ?? null)
+      const weight = yield* decodeWeight(options.weight ?? 1)
+      const by = options.by === undefined ? "an operator" : yield* decodeBy(options.by)
+      yield* Effect.gen(function*() {
+        yield* limited(decodedTopic, by)
+        yield* sql`INSERT INTO ${groupsTable} (topic, group_key, max_in_flight, weight)
+                   VALUES (${decodedTopic}, ${decodedGroup}, ${max}, ${weight})
+                   ON CONFLICT (topic, group_key) DO UPDATE SET max_in_flight = excluded.max_in_flight,
+                                                               weight = excluded.weight`
+        yield* sql`UPDATE ${limitsTable} SET updated_at = now(), updated_by = ${by} WHERE topic = ${decodedTopic}`
+      }).pipe(sql.withTransaction, classifySqlErrors("FlowControl.setGroup"))
+      yield* Effect.logInfo(
+        `effect-durable: ${by} set group ${decodedGroup} of topic ${decodedTopic}: ${
+          max ?? "the topic's per-group limit"
+        } in flight, weight ${weight}`
+      )
+    })
+
+    const clear = Effect.fn("FlowControl.clear")(function*(topic: string) {
+      const decoded = yield* decodeTopic(topic)
+      // Its group settings go with it (ON DELETE CASCADE); its recorded capacities and fair-share places too.
+      return yield* Effect.gen(function*() {
+        const gone = yield* sql`DELETE FROM ${limitsTable} WHERE topic = ${decoded} RETURNING topic`
+        yield* sql`DELETE FROM ${leases} WHERE topic = ${decoded}`
+        yield* sql`DELETE FROM ${sql.literal(t("flow_group_state"))} WHERE topic = ${decoded}`
+        return gone.length > 0
+      }).pipe(sql.withTransaction, classifySqlErrors("FlowControl.clear"))
+    })
+
+    const limits = sql`
+      SELECT l.topic, l.max_in_flight AS "maxInFlight", l.group_max_in_flight AS "groupMaxInFlight",
+             coalesce((SELECT jsonb_agg(jsonb_build_object('group', g.group_key, 'maxInFlight', g.max_in_flight,
+                                                           'weight', g.weight) ORDER BY g.group_key)
+                         FROM ${groupsTable} g WHERE g.topic = l.topic), '[]'::jsonb) AS groups,
+             (SELECT count(*)::int FROM ${leases} f JOIN ${outbox} o ON o.id = f.id AND o.claim_generation = f.generation
+               WHERE f.topic = l.topic AND ${claimedO}) AS "inFlight",
+             ${sql.literal(isoUtc("l.updated_at"))} AS "updatedAt", l.updated_by AS "updatedBy"
+        FROM ${limitsTable} l ORDER BY l.topic`.pipe(
+      decodeRows(LimitRow),
+      classifySqlErrors("FlowControl.limits"),
+      Effect.withSpan("FlowControl.limits")
+    )
+
+    return FlowControl.of({ setLimit, setGroup, clear, limits })
+  }
+)
+
+export const layer: Layer.Layer<FlowControl, never, SqlClient.SqlClient | DurableSettings> = Layer.effect(
+  FlowControl,
+  make
+)

@@ -1,0 +1,211 @@
+/**
+ * Version 17, released: never edit it (a test holds its text); add the next version instead.
+ *
+ * Global concurrency limits and fair share over groups, held by the outbox claim itself.
+ *
+ * - `group_key` on the outbox (enqueue's `group`, '' for none): the unit of a per-group limit
+ *   and of fair share (a tenant, a customer). Only grouped open messages are in the new index,
+ *   so messages without a group cost nothing more to enqueue; the columns a claim writes are
+ *   not in it, so claims stay HOT.
+ * - `flow_limits`: per topic, the most messages in flight across every worker
+ *   (`max_in_flight`) and the most of one group (`group_max_in_flight`); `flow_group_limits`
+ *   overrides a group's limit and gives it a weight (a tier). NULL: no limit.
+ * - `flow_leases`: one row per claim of a limited topic, written by the claim in its own
+ *   statement — the capacity it took. Whether a capacity is still taken is read from the
+ *   claimed row itself (still open, same generation, lease running), so a mark, a release, a
+ *   give-back, a cancellation or a lease that ran out returns it with no write of its own,
+ *   and each claim prunes the rows that no longer hold one.
+ *
+ * The claim: with no limit on any topic it may take, it is version 12's query unchanged. With
+ * one, it first locks the limits of its topics (`FOR UPDATE`, in name order: claims of one
+ * limited topic run one at a time), then counts what is in flight in a statement of its own —
+ * a snapshot taken after the lock, so it sees every claim committed before it: two claims
+ * never both see the same free capacity (the race of a count read and then acted on). It
+ * takes what the limits leave, group by group: each group with ready messages offers its
+ * first ones (a key's head only, in id order), ranked by start-time fair queueing — a group's
+ * virtual time (`flow_group_state`: what it was served, over its weight) plus its position
+ * over its weight — so the least served group goes first and a group with a large backlog
+ * does not hold up one with a few (work-conserving weighted round-robin, kept across claims).
+ * The topics without limits are then claimed as version 12 does, with what is left of the
+ * batch.
+ *
+ * Setting the first limit of a topic takes the advisory lock every claim takes shared, and
+ * records the claims then in flight: no claim that began before the limit escapes its count.
+ */
+import type { Migration } from "../../Migrations.js"
+import { claimConditions, claimQuery, claimUpdate } from "./0012_keyed_runs.js"
+
+/** The advisory lock (two-key form, its own key space) a claim takes shared and a new limit exclusive. */
+export const limitsLock = (t: (table: string) => string) => `'${t("flow_limits")}'::regclass::oid::integer, 17`
+
+const limitedClaim = (t: (table: string) => string) => {
+  const outbox = t("outbox")
+  const { open, ready } = claimConditions(t)
+  const keyHead = (c: string) =>
+    `(${c}.ordering_key IS NULL OR NOT EXISTS (
+         SELECT 1 FROM ${outbox} e
+          WHERE e.ordering_key = ${c}.ordering_key AND e.ordering_key IS NOT NULL AND e.id < ${c}.id AND ${open("e")}))`
+  return `WITH RECURSIVE
+lim AS (
+  SELECT l.topic, l.max_in_flight, l.group_max_in_flight FROM ${t("flow_limits")} l WHERE l.topic = ANY(limited)),
+busy AS (
+  SELECT f.topic, f.group_key, count(*) AS n FROM ${t("flow_leases")} f WHERE f.topic = ANY(limited) GROUP BY 1, 2),
+topic_free AS (
+  SELECT l.topic, CASE WHEN l.max_in_flight IS NULL THEN $2
+    ELSE greatest(l.max_in_flight - coalesce((SELECT sum(b.n) FROM busy b WHERE b.topic = l.topic), 0), 0)::integer END AS free
+    FROM lim l),
+named AS (
+  (SELECT o.topic, o.group_key FROM ${outbox} o
+    WHERE o.topic = ANY(limited) AND o.group_key <> '' AND ${open("o")}
+    ORDER BY o.topic, o.group_key LIMIT 1)
+  UNION ALL
+  SELECT n.topic, n.group_key FROM named g CROSS JOIN LATERAL (
+    SELECT o.topic, o.group_key FROM ${outbox} o
+     WHERE o.topic = ANY(limited) AND o.group_key <> '' AND ${
+    open("o")
+  } AND (o.topic, o.group_key) > (g.topic, g.group_key)
+     ORDER BY o.topic, o.group_key LIMIT 1) n),
+grouped AS (
+  SELECT g.topic, g.group_key FROM named g
+  UNION ALL
+  SELECT l.topic, '' FROM lim l),
+quota AS (
+  SELECT g.topic, g.group_key, s.vtime, coalesce(o.weight, 1) AS weight,
+         least(tf.free, $2, CASE WHEN g.cap IS NULL THEN $2 ELSE greatest(g.cap - coalesce(b.n, 0), 0)::integer END) AS free
+    FROM (
+      -- A group's own limit, else the topic's per-group one (messages without a group: none).
+      SELECT g.topic, g.group_key, coalesce(o.max_in_flight, CASE WHEN g.group_key <> '' THEN l.group_max_in_flight END) AS cap
+        FROM grouped g JOIN lim l ON l.topic = g.topic
+        LEFT JOIN ${t("flow_group_limits")} o ON o.topic = g.topic AND o.group_key = g.group_key) g
+    JOIN topic_free tf ON tf.topic = g.topic
+    LEFT JOIN busy b ON b.topic = g.topic AND b.group_key = g.group_key
+    LEFT JOIN ${t("flow_group_limits")} o ON o.topic = g.topic AND o.group_key = g.group_key
+    LEFT JOIN ${t("flow_group_state")} s ON s.topic = g.topic AND s.group_key = g.group_key),
+candidates AS (
+  SELECT c.id, c.topic, c.generation, q.group_key, q.vtime, q.weight,
+         row_number() OVER (PARTITION BY q.topic, q.group_key ORDER BY c.id) AS nth
+    FROM quota q CROSS JOIN LATERAL (
+      SELECT c.id, c.topic, c.claim_generation AS generation FROM ${outbox} c
+       WHERE c.topic = q.topic AND c.group_key = q.group_key AND ${open("c")} AND ${ready("c")} AND ${keyHead("c")}
+       ORDER BY c.id LIMIT q.free) c
+   WHERE q.free > 0),
+clock AS (
+  -- The topic's virtual time: the least served of the groups with messages to offer. A group
+  -- new or back from idle starts there (no credit saved up while it had nothing to do).
+  SELECT c.topic, min(c.vtime) AS now FROM candidates c GROUP BY c.topic),
+started AS (
+  SELECT c.*, greatest(coalesce(c.vtime, k.now, 0), coalesce(k.now, 0)) AS start
+    FROM candidates c JOIN clock k ON k.topic = c.topic),
+offered AS (
+  SELECT c.id, c.topic, c.generation, c.group_key, c.start, c.start + c.nth::float8 / c.weight AS rank FROM started c),
+fitting AS (
+  SELECT o.id, o.topic, o.generation, o.group_key FROM (
+    SELECT o.*, row_number() OVER (PARTITION BY o.topic ORDER BY o.rank, o.id) AS nth FROM offered o) o
+    JOIN topic_free tf ON tf.topic = o.topic
+   WHERE o.nth <= tf.free
+   ORDER BY o.rank, o.id
+   LIMIT $2),
+locked AS (
+  SELECT q.id, q.topic, q.group_key, q.claim_generation FROM ${outbox} q
+   WHERE q.id = ANY(ARRAY(SELECT f.id FROM fitting f)) AND ${open("q")}
+   FOR UPDATE SKIP LOCKED),
+chosen AS (SELECT l.id, 0::bigint AS position FROM locked l),
+leased AS (
+  INSERT INTO ${t("flow_leases")} (id, generation, topic, group_key)
+  SELECT l.id, l.claim_generation + 1, l.topic, l.group_key FROM locked l
+  ON CONFLICT (id) DO UPDATE SET generation = excluded.generation),
+served AS (
+  -- Each group that offered keeps its place; one served moves on by what it took over its weight.
+  INSERT INTO ${t("flow_group_state")} (topic, group_key, vtime)
+  SELECT o.topic, o.group_key,
+         greatest(min(o.start), max(o.rank) FILTER (WHERE o.id IN (SELECT l.id FROM locked l)))
+    FROM offered o GROUP BY 1, 2
+  ON CONFLICT (topic, group_key) DO UPDATE SET vtime = excluded.vtime)
+${claimUpdate(t)}`
+}
+
+export const migration: Migration = {
+  version: 17,
+  name: "flow limits and fair share in the outbox claim",
+  statements: (t) => [
+    `ALTER TABLE ${t("outbox")} ADD COLUMN group_key text NOT NULL DEFAULT ''`,
+    `CREATE INDEX outbox_open_group_idx ON ${t("outbox")} (topic, group_key, id)
+       WHERE group_key <> '' AND projected_at IS NULL AND dead_at IS NULL`,
+    `CREATE TABLE ${t("flow_limits")} (
+        topic text PRIMARY KEY,
+        max_in_flight integer CHECK (max_in_flight > 0),
+        group_max_in_flight integer CHECK (group_max_in_flight > 0),
+        updated_at timestamptz NOT NULL DEFAULT now(),
+        updated_by text NOT NULL
+      )`,
+    `CREATE TABLE ${t("flow_group_limits")} (
+        topic text NOT NULL REFERENCES ${t("flow_limits")} (topic) ON DELETE CASCADE,
+        group_key text NOT NULL,
+        max_in_flight integer CHECK (max_in_flight > 0),
+        weight integer NOT NULL DEFAULT 1 CHECK (weight > 0),
+        PRIMARY KEY (topic, group_key)
+      )`,
+    `CREATE TABLE ${t("flow_leases")} (
+        id bigint PRIMARY KEY,
+        generation bigint NOT NULL,
+        topic text NOT NULL,
+        group_key text NOT NULL
+      )`,
+    `CREATE INDEX flow_leases_topic_idx ON ${t("flow_leases")} (topic, group_key)`,
+    `CREATE TABLE ${t("flow_group_state")} (
+        topic text NOT NULL,
+        group_key text NOT NULL,
+        vtime float8 NOT NULL,
+        PRIMARY KEY (topic, group_key)
+      )`,
+    `CREATE OR REPLACE FUNCTION ${t("outbox_claim")}(text, integer, double precision, text[], integer, integer)
+  RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean,
+    topic text, ordering_key text, payload jsonb, headers jsonb, created_at text)
+  LANGUAGE plpgsql
+  SET plan_cache_mode = force_generic_plan
+AS $claim$
+#variable_conflict use_column
+DECLARE
+  limited text[];
+  taken integer;
+BEGIN
+PERFORM pg_advisory_xact_lock_shared(${limitsLock(t)});
+IF NOT EXISTS (SELECT 1 FROM ${t("flow_limits")} l WHERE $4 IS NULL OR l.topic = ANY($4)) THEN
+  RETURN QUERY
+${claimQuery(t)};
+  RETURN;
+END IF;
+-- The limits of this claim's topics, locked in name order: one claim of a limited topic at a time.
+limited := ARRAY(
+  SELECT l.topic FROM ${t("flow_limits")} l
+   WHERE ($4 IS NULL OR l.topic = ANY($4)) AND l.topic <> ALL(ARRAY(SELECT p.topic FROM ${t("paused_topics")} p))
+   ORDER BY l.topic FOR UPDATE);
+-- A new snapshot from here on: every claim committed before the lock is seen. The capacities
+-- no longer taken (their row settled, given back, cancelled, its lease run out) are dropped.
+DELETE FROM ${t("flow_leases")} f
+ WHERE f.topic = ANY(limited) AND NOT EXISTS (
+   SELECT 1 FROM ${t("outbox")} o
+    WHERE o.id = f.id AND o.claim_generation = f.generation AND ${claimConditions(t).open("o")}
+      AND o.claimed_until > now());
+-- A group with nothing open forgets its place: back, it starts at the topic's virtual time.
+DELETE FROM ${t("flow_group_state")} s
+ WHERE s.topic = ANY(limited) AND s.group_key <> '' AND NOT EXISTS (
+   SELECT 1 FROM ${t("outbox")} o
+    WHERE o.topic = s.topic AND o.group_key = s.group_key AND ${claimConditions(t).open("o")});
+RETURN QUERY
+${limitedClaim(t)};
+GET DIAGNOSTICS taken = ROW_COUNT;
+IF taken < $2 THEN
+  RETURN QUERY
+${
+      claimQuery(
+        t,
+        (c) => ` AND ${c}.topic <> ALL(ARRAY(SELECT l.topic FROM ${t("flow_limits")} l))`,
+        "($2 - taken)"
+      )
+    };
+END IF;
+END
+$claim$`
+  ]
+}

@@ -1,0 +1,284 @@
+// Flow limits held by the claim (migration 17): a topic's and a group's most messages in flight
+// across concurrent workers (an overshoot checker inside the database counts at every claim),
+// each way a slot comes back, fair share over groups (Jain's index), weights, limits set while
+// messages are in flight, keyed order, unlimited topics beside limited ones, typed refusals.
+import * as FlowChecker from "@effect-durable/testing/FlowChecker"
+import { describe, expect, it } from "@effect/vitest"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as SqlClient from "effect/sql/SqlClient"
+import * as FlowControl from "../src/FlowControl.js"
+import * as Outbox from "../src/Outbox.js"
+import * as OutboxAdmin from "../src/OutboxAdmin.js"
+import * as OutboxWorker from "../src/OutboxWorker.js"
+import { substrate } from "./support.js"
+
+const claimOf = (worker: string, topics: ReadonlyArray<string> | undefined, limit = 100) =>
+  Effect.flatMap(
+    OutboxWorker.OutboxWorker,
+    (w) => w.claim({ worker, limit, lease: "1 minute", ...(topics === undefined ? {} : { topics }) })
+  )
+
+const enqueueAll = (topic: string, n: number, options: Outbox.EnqueueOptions = {}) =>
+  Effect.flatMap(
+    Outbox.Outbox,
+    (outbox) => outbox.enqueueMany(Array.from({ length: n }, (_, i) => ({ topic, payload: { i }, options })))
+  )
+
+const markAll = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>) =>
+  Effect.flatMap(OutboxWorker.OutboxWorker, (w) => w.markProjectedMany(claimed.map((m) => m.claim)))
+
+/** The group each claimed message was enqueued with. */
+const groupsOf = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    claimed.length === 0
+      ? Effect.succeed([] as Array<string>)
+      : Effect.map(
+        sql<{ id: string; group_key: string }>`SELECT id::text AS id, group_key FROM durable.outbox
+                                               WHERE id = ANY(${claimed.map((m) => m.id)}::bigint[])`,
+        (rows) => {
+          const byId = new Map(rows.map((r) => [r.id, r.group_key]))
+          return claimed.map((m) => byId.get(m.id)!)
+        }
+      ))
+
+/** Jain's fairness index of the shares: 1 when equal, 1/n when one takes everything. */
+const jain = (shares: ReadonlyArray<number>) => {
+  const sum = shares.reduce((a, b) => a + b, 0)
+  const squares = shares.reduce((a, b) => a + b * b, 0)
+  return (sum * sum) / (shares.length * squares)
+}
+
+describe("FlowControl: limits held by the claim", () => {
+  it.layer(substrate({}, { maxConnections: 24 }), { timeout: "3 minutes", excludeTestServices: true })((it) => {
+    it.effect("a topic's limit: a claim takes what is free; a mark, a release, a give-back, a cancellation and a lapsed lease each give one back", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const worker = yield* OutboxWorker.OutboxWorker
+        const admin = yield* OutboxAdmin.OutboxAdmin
+        const sql = yield* SqlClient.SqlClient
+        yield* flow.setLimit("fc.basic", { maxInFlight: 3 })
+        yield* enqueueAll("fc.basic", 20)
+        const first = yield* claimOf("w1", ["fc.basic"])
+        expect(first).toHaveLength(3)
+        expect(yield* claimOf("w2", ["fc.basic"])).toHaveLength(0)
+        expect((yield* flow.limits).find((l) => l.topic === "fc.basic")).toMatchObject({ maxInFlight: 3, inFlight: 3 })
+        // A mark.
+        yield* markAll([first[0]!])
+        const second = yield* claimOf("w2", ["fc.basic"])
+        expect(second).toHaveLength(1)
+        // A release (a retry).
+        yield* worker.release(first[1]!.claim, { error: "later", retryDelay: Duration.hours(1) })
+        const third = yield* claimOf("w2", ["fc.basic"])
+        expect(third).toHaveLength(1)
+        // A give-back.
+        yield* worker.giveBack([first[2]!.claim], { unstarted: true })
+        const fourth = yield* claimOf("w2", ["fc.basic"])
+        expect(fourth).toHaveLength(1)
+        // A cancellation.
+        yield* admin.cancel([second[0]!.id])
+        const fifth = yield* claimOf("w2", ["fc.basic"])
+        expect(fifth).toHaveLength(1)
+        // A lease that ran out (its holder stalled): the slot is free again.
+        yield* sql`UPDATE durable.outbox SET claimed_until = now() - interval '1 second' WHERE id = ${third[0]!.id}`
+        const sixth = yield* claimOf("w3", ["fc.basic"])
+        expect(sixth).toHaveLength(1)
+        expect(yield* claimOf("w3", ["fc.basic"])).toHaveLength(0)
+        // Raised: room at once. Cleared: no limit at all.
+        yield* flow.setLimit("fc.basic", { maxInFlight: 5 })
+        expect(yield* claimOf("w3", ["fc.basic"])).toHaveLength(2)
+        expect(yield* flow.clear("fc.basic")).toBe(true)
+        expect(yield* flow.clear("fc.basic")).toBe(false)
+        expect((yield* claimOf("w3", ["fc.basic"])).length).toBeGreaterThan(5)
+      }))
+
+    it.effect("16 workers claiming at once, then claiming and marking in loops: never more than the limit in flight (checked inside every claim), every message delivered once", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        yield* FlowChecker.install()
+        yield* flow.setLimit("fc.race", { maxInFlight: 5, groupMaxInFlight: 2 })
+        const ids = [
+          ...(yield* enqueueAll("fc.race", 150, { group: "a" })),
+          ...(yield* enqueueAll("fc.race", 150, { group: "b" })),
+          ...(yield* enqueueAll("fc.race", 100))
+        ]
+        // All at once: exactly the limit is claimed, however the 16 interleave.
+        const go = yield* Deferred.make<void>()
+        const firsts = yield* Effect.all(
+          Array.from({ length: 16 }, (_, i) => Effect.andThen(Deferred.await(go), claimOf(`w${i}`, ["fc.race"], 10))),
+          { concurrency: "unbounded" }
+        ).pipe(Effect.forkChild)
+        yield* Deferred.succeed(go, undefined)
+        const claimedAtOnce = (yield* Fiber.join(firsts)).flat()
+        expect(claimedAtOnce).toHaveLength(5)
+        yield* markAll(claimedAtOnce)
+        // Then 16 loops of claim and mark until every message is delivered.
+        const delivered: Array<string> = [...claimedAtOnce.map((m) => m.id)]
+        yield* Effect.all(
+          Array.from({ length: 16 }, (_, i) =>
+            Effect.gen(function*() {
+              let idle = 0
+              while (idle < 50) {
+                const claimed = yield* claimOf(`loop${i}`, ["fc.race"], 3)
+                if (claimed.length === 0) {
+                  idle++
+                  yield* Effect.yieldNow
+                  continue
+                }
+                idle = 0
+                delivered.push(...claimed.map((m) => m.id))
+                yield* markAll(claimed)
+              }
+            })),
+          { concurrency: "unbounded" }
+        )
+        // A last sweep for what the loops left when they gave up.
+        while (true) {
+          const claimed = yield* claimOf("sweep", ["fc.race"], 5)
+          if (claimed.length === 0) break
+          delivered.push(...claimed.map((m) => m.id))
+          yield* markAll(claimed)
+        }
+        expect(delivered.slice().sort()).toEqual(ids.slice().sort())
+        expect(yield* FlowChecker.overshoots()).toEqual([])
+      }))
+
+    it.effect("the checker itself: a claim that ignores the limits (the previous release's, still callable during a rolling deploy) is caught", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const sql = yield* SqlClient.SqlClient
+        yield* FlowChecker.install()
+        yield* flow.setLimit("fc.checker", { maxInFlight: 2 })
+        yield* enqueueAll("fc.checker", 5)
+        yield* sql`SELECT * FROM durable.outbox_claim('old', 5, 60, ARRAY['fc.checker'], 10)`
+        // Counted after the statement, once per message it claimed: 5 in flight against 2, five times.
+        expect((yield* FlowChecker.overshoots()).filter((o) => o.topic === "fc.checker")).toEqual(
+          Array(5).fill({ topic: "fc.checker", group: "", inFlight: 5, limit: 2 })
+        )
+        yield* sql`DELETE FROM durable.flow_overshoots`
+      }))
+
+    it.effect("per-group limits: the topic's per-group limit, a group's own limit (a tier), messages without a group under the topic's limit only", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        yield* flow.setLimit("fc.groups", { maxInFlight: 20, groupMaxInFlight: 2 })
+        yield* flow.setGroup("fc.groups", "gold", { maxInFlight: 5 })
+        yield* enqueueAll("fc.groups", 10, { group: "free" })
+        yield* enqueueAll("fc.groups", 10, { group: "gold" })
+        yield* enqueueAll("fc.groups", 4)
+        const claimed = yield* claimOf("w", ["fc.groups"])
+        const groups = yield* groupsOf(claimed)
+        const count = (g: string) => groups.filter((x) => x === g).length
+        expect([count("free"), count("gold"), count("")]).toEqual([2, 5, 4])
+        expect(yield* claimOf("w", ["fc.groups"])).toHaveLength(0)
+        const listed = (yield* flow.limits).find((l) => l.topic === "fc.groups")
+        expect(listed).toMatchObject({
+          maxInFlight: 20,
+          groupMaxInFlight: 2,
+          inFlight: 11,
+          groups: [{ group: "gold", maxInFlight: 5, weight: 1 }]
+        })
+      }))
+
+    it.effect("fair share: one group with 2,000 ready messages does not hold up ten groups with 3 each (every light message within the first rounds; Jain's index over the busy rounds)", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        yield* flow.setLimit("fc.fair", { maxInFlight: 6 })
+        // The heavy group's backlog is older than every light message.
+        yield* enqueueAll("fc.fair", 2000, { group: "heavy" })
+        for (let g = 0; g < 10; g++) yield* enqueueAll("fc.fair", 3, { group: `light${g}` })
+        const rounds: Array<Array<string>> = []
+        while (rounds.length < 12) {
+          const claimed = yield* claimOf("w", ["fc.fair"], 100)
+          rounds.push(yield* groupsOf(claimed))
+          yield* markAll(claimed)
+        }
+        // 30 light messages and the heavy group's share: every light message is out by round 6
+        // (31 shares of 6 slots), none waits behind the 2,000.
+        const lastLight = Math.max(...rounds.map((r, i) => r.some((g) => g.startsWith("light")) ? i : -1))
+        expect(lastLight).toBeLessThanOrEqual(5)
+        expect(rounds.slice(0, 5).every((r) => r.length === 6)).toBe(true)
+        // Slots per group over the rounds where all eleven had messages ready.
+        const busy = rounds.slice(0, 3).flat()
+        const shares = ["heavy", ...Array.from({ length: 10 }, (_, g) => `light${g}`)].map((g) =>
+          busy.filter((x) => x === g).length
+        )
+        const index = jain(shares)
+        expect(index).toBeGreaterThan(0.9)
+        // Work-conserving: with the light groups done, the heavy one gets every slot.
+        expect(rounds[11]).toEqual(Array(6).fill("heavy"))
+      }))
+
+    it.effect("weights: a group of weight 3 gets three slots to another's one while both have messages ready", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        yield* flow.setLimit("fc.weights", { maxInFlight: 4 })
+        yield* flow.setGroup("fc.weights", "gold", { weight: 3 })
+        yield* enqueueAll("fc.weights", 200, { group: "basic" })
+        yield* enqueueAll("fc.weights", 200, { group: "gold" })
+        const all: Array<string> = []
+        for (let round = 0; round < 20; round++) {
+          const claimed = yield* claimOf("w", ["fc.weights"])
+          all.push(...(yield* groupsOf(claimed)))
+          yield* markAll(claimed)
+        }
+        expect([all.filter((g) => g === "gold").length, all.filter((g) => g === "basic").length]).toEqual([60, 20])
+      }))
+
+    it.effect("a limit set while messages are in flight counts them; a limited topic at its limit does not hold up other topics in the same claim", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        yield* enqueueAll("fc.late", 10)
+        const before = yield* claimOf("w", ["fc.late"], 4)
+        expect(before).toHaveLength(4)
+        yield* flow.setLimit("fc.late", { maxInFlight: 5 })
+        expect(yield* claimOf("w", ["fc.late"])).toHaveLength(1)
+        // The limited topic's older backlog first in id order; an unlimited topic behind it.
+        yield* enqueueAll("fc.other", 7)
+        const both = yield* claimOf("w", ["fc.late", "fc.other"])
+        expect(both.map((m) => m.topic)).toEqual(Array(7).fill("fc.other"))
+      }))
+
+    it.effect("keyed messages of a limited topic keep their order: a key's next message waits for its head to settle", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        yield* flow.setLimit("fc.keys", { maxInFlight: 10 })
+        const outbox = yield* Outbox.Outbox
+        const ids = yield* outbox.enqueueMany([
+          { topic: "fc.keys", payload: 1, options: { orderingKey: "k" } },
+          { topic: "fc.keys", payload: 2, options: { orderingKey: "k" } },
+          { topic: "fc.keys", payload: 3 }
+        ])
+        const first = yield* claimOf("w", ["fc.keys"])
+        expect(first.map((m) => m.id)).toEqual([ids[0], ids[2]])
+        expect(yield* claimOf("w", ["fc.keys"])).toEqual([])
+        yield* markAll([first[0]!])
+        expect((yield* claimOf("w", ["fc.keys"])).map((m) => m.id)).toEqual([ids[1]])
+      }))
+
+    it.effect("bad limits are typed refusals naming the rule; nothing is written", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const refusal = (effect: Effect.Effect<unknown, unknown>) => Effect.map(Effect.flip(effect), (e) => e)
+        for (const bad of [0, -1, 1.5, Number.NaN, Infinity, 2_000_000]) {
+          expect(yield* refusal(flow.setLimit("fc.bad", { maxInFlight: bad }))).toMatchObject({
+            _tag: "InvalidInput",
+            argument: "maxInFlight"
+          })
+        }
+        expect(yield* refusal(flow.setLimit("", { maxInFlight: 1 }))).toMatchObject({ argument: "topic" })
+        expect(yield* refusal(flow.setLimit("fc.bad", { maxInFlight: 1, maxInflight: 2 } as never))).toMatchObject({
+          argument: "options.maxInflight"
+        })
+        expect(yield* refusal(flow.setGroup("fc.bad", "g", { weight: 0 }))).toMatchObject({ argument: "weight" })
+        expect(yield* refusal(flow.setGroup("fc.bad", "a\u0000b", {}))).toMatchObject({ argument: "group" })
+        const outbox = yield* Outbox.Outbox
+        expect(yield* refusal(outbox.enqueue("fc.bad", {}, { group: "x".repeat(129) }))).toMatchObject({
+          argument: "group"
+        })
+        expect((yield* flow.limits).some((l) => l.topic === "fc.bad")).toBe(false)
+      }))
+  })
+})
