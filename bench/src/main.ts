@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --drain=N] [-- --only=drain,keys,enqueue,latency,ledger,claim,processes,http,workflows] [-- --skip=<contender>,...]`: effect-durable
+ * `npm run bench [-- --quick] [-- --drain=N] [-- --only=drain,keys,enqueue,latency,ledger,claim,processes,http,workflows,limits] [-- --skip=<contender>,...]`: effect-durable
  * against graphile-worker, pg-boss, Effect 4's PersistedQueue (SQL store) and the raw-SQL ceiling,
  * measured in one run on one PostgreSQL, contenders alternating round by round, each
  * measurement on a fresh database. Prints medians, ratios and the targets of issue 6, and
@@ -24,10 +24,22 @@ import * as Http from "./scenarios/http.js"
 import * as Keys from "./scenarios/keys.js"
 import * as Latency from "./scenarios/latency.js"
 import * as Ledger from "./scenarios/ledger.js"
+import * as Limits from "./scenarios/limits.js"
 import * as Processes from "./scenarios/processes.js"
 import * as Workflows from "./scenarios/workflows.js"
 
-const SCENARIOS = ["drain", "keys", "enqueue", "latency", "ledger", "claim", "processes", "http", "workflows"] as const
+const SCENARIOS = [
+  "drain",
+  "keys",
+  "enqueue",
+  "latency",
+  "ledger",
+  "claim",
+  "processes",
+  "http",
+  "workflows",
+  "limits"
+] as const
 type Scenario = typeof SCENARIOS[number]
 
 const parseArguments = (args: ReadonlyArray<string>) => {
@@ -78,6 +90,8 @@ const SIZES = quick
     http: 1_000,
     workflows: 300,
     workflowsTimed: 10,
+    limitsFast: 10_000,
+    limitsSlow: 2_000,
     rounds: 1
   }
   : {
@@ -92,6 +106,8 @@ const SIZES = quick
     http: 5_000,
     workflows: 2_000,
     workflowsTimed: 30,
+    limitsFast: 50_000,
+    limitsSlow: 5_000,
     rounds: 3
   }
 if (drain !== undefined) SIZES.drain = drain
@@ -210,6 +226,14 @@ const program = Effect.gen(function*() {
       SIZES.workflows.toLocaleString("en")
     } starts ${Workflows.CONCURRENCY} at a time, ${SIZES.workflowsTimed} timed runs of 10 steps, ${SIZES.workflowsTimed} clocks of 1 s`,
     () => Workflows.run(bench, SIZES.workflows, SIZES.workflowsTimed)
+  )
+
+  results.limits = yield* step(
+    "limits",
+    `limits: ${SIZES.limitsFast.toLocaleString("en")} no-op deliveries with no limit and a limit that never binds; ${
+      SIZES.limitsSlow.toLocaleString("en")
+    } deliveries of 10 ms with no limit and a limit of 8`,
+    () => Limits.run(bench, { fast: SIZES.limitsFast, slow: SIZES.limitsSlow })
   )
 
   Report.print(results)

@@ -7,6 +7,7 @@ import type { HttpResult } from "./scenarios/http.js"
 import type { KeysResult } from "./scenarios/keys.js"
 import type { LatencyResult } from "./scenarios/latency.js"
 import type { LedgerResult } from "./scenarios/ledger.js"
+import { type LimitsResult, summary as limitsSummary } from "./scenarios/limits.js"
 import type { ProcessesResult } from "./scenarios/processes.js"
 import type { WorkflowResult } from "./scenarios/workflows.js"
 
@@ -20,6 +21,7 @@ export interface Results {
   readonly processes?: ProcessesResult | undefined
   readonly http?: HttpResult | undefined
   readonly workflows?: WorkflowResult | undefined
+  readonly limits?: ReadonlyArray<LimitsResult> | undefined
 }
 
 export interface Target {
@@ -280,6 +282,19 @@ export const print = (results: Results) => {
         } / ${row.wakeP95Millis.toFixed(0)} |`
       )
     }
+  }
+  if (results.limits !== undefined) {
+    const ratios = limitsSummary(results.limits)
+    log("\n### Flow limits, taken in the claim (scenario 10)\n")
+    log("| case | msg/s |")
+    log("| --- | ---: |")
+    for (const row of results.limits) log(`| ${row.name} | ${formatRate(row.rate)} |`)
+    log(
+      `\nA limit that never binds: ${ratios.unboundLimitOverNone.toFixed(2)} × the rate without one. ` +
+        `A limit of 8 with 10 ms deliveries: ${
+          (ratios.atLimitOverCeiling * 100).toFixed(0)
+        } % of its ceiling (800 msg/s).`
+    )
   }
   const measured = targets(results)
   if (measured.length > 0) {

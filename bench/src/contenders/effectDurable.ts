@@ -59,7 +59,9 @@ export const make = (
   label: string,
   options: Projector.ProjectorOptions,
   poolSize = 10,
-  settings: SettingsInput = {}
+  settings: SettingsInput = {},
+  /** How long each delivery takes in `drain` (default: nothing, a no-op handler). */
+  handlerMillis = 0
 ): QueueContender => ({
   name: `effect-durable (${label})`,
   library: "effect-durable",
@@ -87,7 +89,11 @@ export const make = (
     ),
   drain: (url, count) => {
     let delivered = 0
-    const handler = Publisher.layerHandler(() => Effect.sync(() => void delivered++))
+    const handler = Publisher.layerHandler(() =>
+      handlerMillis === 0
+        ? Effect.sync(() => void delivered++)
+        : Effect.andThen(Effect.sleep(handlerMillis), Effect.sync(() => void delivered++))
+    )
     return run(
       url,
       Effect.promise(async () => {
@@ -137,3 +143,7 @@ export const tuned = make("tuned", { batchSize: 1000, batchesInFlight: 3 })
 // The defaults, with the worker's claims, marks and renewals committing without waiting for
 // the WAL flush (a lever of issue 16, not the default).
 export const asyncCommits = make("async worker commits", {}, 10, { synchronousWorkerCommits: false })
+
+// The limits scenario: the same projector, its deliveries taking 10 ms each (the limit, not the
+// database, bounds them), with and without a topic limit set beforehand (see scenarios/limits.ts).
+export const slowHandler = make("10 ms deliveries", {}, 10, {}, 10)

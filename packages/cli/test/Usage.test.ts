@@ -62,7 +62,9 @@ describe("effect-durable usage", () => {
       ["doctor"],
       ["dashboard"],
       ["dev-database"],
-      ["schedules", "backfill"]
+      ["schedules", "backfill"],
+      ["limits", "set"],
+      ["limits", "group"]
     ]
     const helps = await Promise.all(commands.map((command) => runCli([...command, "--help"])))
     const help = new Map(commands.map((command, i) => [command.join(" "), helps[i]!.stdout]))
@@ -82,6 +84,7 @@ describe("effect-durable usage", () => {
     expect(help.get("dashboard")).toMatch(/--statement-timeout DURATION\s+.*default 5s/)
     expect(help.get("dead-letters list")).toMatch(/--limit N\s+.*default 50/)
     expect(help.get("schedules backfill")).toMatch(/--from TIME\s+Required\./)
+    expect(help.get("limits set")).toMatch(/--max N\s+At most N/)
   })
 
   it("a bad command, flag, value or a missing argument exits 2 with what is wrong and the usage", async () => {

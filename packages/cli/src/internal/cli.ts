@@ -14,6 +14,7 @@ import { devDatabase } from "./commands/devDatabase.js"
 import { doctor } from "./commands/doctor.js"
 import { explain } from "./commands/explain.js"
 import { ledger } from "./commands/ledger.js"
+import { limits } from "./commands/limits.js"
 import { cancel, moveAside, restore, retryNow } from "./commands/messages.js"
 import { purge } from "./commands/purge.js"
 import { schedules } from "./commands/schedules.js"
@@ -56,6 +57,7 @@ const tree = root.pipe(
     dashboard,
     workflows,
     schedules,
+    limits,
     devDatabase
   ])
 )

@@ -69,7 +69,10 @@ const FLAGS: Readonly<Record<string, string>> = {
   "page.before": "--before",
   "page.limit": "--limit",
   "options.limit": "--limit",
-  "options.batchSize": "--batch-size"
+  "options.batchSize": "--batch-size",
+  maxInFlight: "--max",
+  groupMaxInFlight: "--group-max",
+  weight: "--weight"
 }
 
 const flagOf = (argument: string): string => {

@@ -1,0 +1,68 @@
+// Flow limits (issue 25): what a global concurrency limit costs and whether it is reached.
+// - No-op deliveries, no limit vs a limit of 1,000 (above every lane the projector has): the
+//   limit never binds, so any difference is what taking capacity in the claim costs (River's
+//   #1145: a global limit that halved throughput).
+// - 10 ms deliveries, no limit vs a limit of 8: at the limit the ceiling is 8 x 100/s; the
+//   rate over that ceiling says how much of the allowed concurrency the claim keeps busy.
+// effect-durable only: no peer offers a global limit without a paid tier to measure against.
+import * as FlowControl from "@effect-durable/pg/FlowControl"
+import * as Effect from "effect/Effect"
+import { formatRate, median, payloads } from "../common.js"
+import { defaults, enqueueBulk, run as withDurable, slowHandler } from "../contenders/effectDurable.js"
+import { alternate, type Bench, drainInChild, progress } from "../harness.js"
+
+const SLOW_LIMIT = 8
+const SLOW_MILLIS = 10
+
+const CASES = [
+  { name: "no-op, no limit", contender: defaults, limit: undefined, fast: true },
+  { name: "no-op, limit 1,000", contender: defaults, limit: 1000, fast: true },
+  { name: "10 ms, no limit", contender: slowHandler, limit: undefined, fast: false },
+  { name: `10 ms, limit ${SLOW_LIMIT}`, contender: slowHandler, limit: SLOW_LIMIT, fast: false }
+] as const
+
+export interface LimitsResult {
+  readonly name: string
+  readonly limit: number | null
+  /** Median drain rate, msg/s. */
+  readonly rate: number
+  readonly rounds: ReadonlyArray<number>
+}
+
+export const run = async (bench: Bench, messages: { readonly fast: number; readonly slow: number }) => {
+  const rounds = await alternate(bench, CASES, async (c, round, index) => {
+    const count = c.fast ? messages.fast : messages.slow
+    const database = `bench_limits_${index}`
+    const url = await bench.freshDatabase(database)
+    await enqueueBulk(url, payloads(count))
+    if (c.limit !== undefined) {
+      const limit = c.limit
+      await withDurable(
+        url,
+        Effect.flatMap(FlowControl.FlowControl, (flow) => flow.setLimit("bench", { maxInFlight: limit }))
+      )
+    }
+    await bench.execute(url, "VACUUM ANALYZE")
+    const drained = await drainInChild(c.contender.name, url, count)
+    await bench.dropDatabase(database)
+    const rate = count / drained.seconds
+    progress(round, c.name, `${formatRate(rate).padStart(7)} msg/s (${drained.seconds.toFixed(2)} s)`)
+    return rate
+  })
+  return CASES.map((c, i): LimitsResult => ({
+    name: c.name,
+    limit: c.limit ?? null,
+    rate: median(rounds[i]!),
+    rounds: rounds[i]!
+  }))
+}
+
+/** The ratios the report prints: the cost of a limit that never binds, and how full a binding one runs. */
+export const summary = (results: ReadonlyArray<LimitsResult>) => {
+  const rate = (name: string) => results.find((r) => r.name === name)!.rate
+  return {
+    unboundLimitOverNone: rate("no-op, limit 1,000") / rate("no-op, no limit"),
+    atLimitOverCeiling: rate(`10 ms, limit ${SLOW_LIMIT}`) / (SLOW_LIMIT * (1000 / SLOW_MILLIS)),
+    slowNoLimit: rate("10 ms, no limit")
+  }
+}
