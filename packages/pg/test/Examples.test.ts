@@ -7,6 +7,7 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as CasExample from "../examples/cas.js"
 import * as DatabaseExample from "../examples/database.js"
+import * as FlowControlExample from "../examples/flowControl.js"
 import * as InboxExample from "../examples/inbox.js"
 import * as LedgerExample from "../examples/ledger.js"
 import * as MigrationsExample from "../examples/migrations.js"
@@ -18,6 +19,7 @@ import * as Cas from "../src/Cas.js"
 import { layerSettings } from "../src/DurableConfig.js"
 import * as Keyset from "../src/Keyset.js"
 import * as Migrations from "../src/Migrations.js"
+import * as OutboxWorker from "../src/OutboxWorker.js"
 import * as Schedules from "../src/Schedules.js"
 import { database, substrate } from "./support.js"
 
@@ -50,6 +52,23 @@ describe("the README examples do what the README says", () => {
         }),
       { timeout: 30_000 }
     )
+
+    it.effect("flow limits: 20 at once, 2 per customer, the enterprise customer 5; the claim obeys", () =>
+      Effect.gen(function*() {
+        const limits = yield* FlowControlExample.configure
+        expect(limits.find((l) => l.topic === "emails")).toMatchObject({
+          maxInFlight: 20,
+          groupMaxInFlight: 2,
+          groups: [{ group: "customer-42", maxInFlight: 5, weight: 3 }]
+        })
+        for (let i = 0; i < 10; i++) {
+          yield* FlowControlExample.send("customer-42", `a${i}@example.com`)
+          yield* FlowControlExample.send("customer-7", `b${i}@example.com`)
+        }
+        const worker = yield* OutboxWorker.OutboxWorker
+        const claimed = yield* worker.claim({ worker: "w", topics: ["emails"], limit: 100, lease: "1 minute" })
+        expect(claimed).toHaveLength(7)
+      }))
 
     it.effect("cas: the first save wins, the second gets the revision it lost to", () =>
       Effect.gen(function*() {
