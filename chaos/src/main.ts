@@ -7,7 +7,9 @@
  * directories) it stops and deletes, however it ends.
  */
 import * as Durable from "@effect-durable/pg/Durable"
+import * as FlowControl from "@effect-durable/pg/FlowControl"
 import * as QueueLifecycle from "@effect-durable/pg/QueueLifecycle"
+import * as FlowChecker from "@effect-durable/testing/FlowChecker"
 import * as PgServer from "@effect-durable/testing/PgServer"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as PgClient from "@effect/sql-pg/PgClient"
@@ -35,7 +37,7 @@ import * as Pooler from "./pooler.js"
 import type { ProducerConfig } from "./producer.js"
 import * as Proxy from "./proxy.js"
 import * as Random from "./random.js"
-import { APPLICATION, DDL, READY } from "./schema.js"
+import { APPLICATION, DDL, READY, TOPIC } from "./schema.js"
 import * as Workers from "./workers.js"
 import * as WorkflowChecker from "./workflows/checker.js"
 import * as WorkflowSchema from "./workflows/schema.js"
@@ -80,8 +82,19 @@ const prepareDatabase = (server: PgServer.PgServer["Service"]) =>
       PgClient.layer({ url: server.url(DATABASE), applicationName: APPLICATION.admin, maxConnections: 4 })
     )
     const admin = Context.get(context, SqlClient.SqlClient)
-    yield* Layer.build(Durable.layerOver({ migrate: true })).pipe(Effect.provideService(SqlClient.SqlClient, admin))
+    const substrate = yield* Layer.build(Durable.layerOver({ migrate: true })).pipe(
+      Effect.provideService(SqlClient.SqlClient, admin)
+    )
     for (const statement of options.workflows ? WorkflowSchema.DDL : DDL) yield* admin.unsafe(statement)
+    if (options.limits) {
+      // Set before any claim: the checker then sees every claim of the topic.
+      yield* FlowChecker.install().pipe(Effect.provideService(SqlClient.SqlClient, admin))
+      yield* Context.get(substrate, FlowControl.FlowControl).setLimit(TOPIC, {
+        maxInFlight: Options.FLOW_LIMIT,
+        groupMaxInFlight: Options.FLOW_GROUP_LIMIT,
+        by: "chaos"
+      })
+    }
     return admin
   })
 
@@ -136,6 +149,28 @@ const openMessages = (admin: SqlClient.SqlClient) =>
       Effect.map(([row]) => row!.n)
     )
 
+/** `--limits`: the overshoot checker's findings (it counted in flight inside every claim of the topic). */
+const withFlowCheck = <R extends { readonly details: ReadonlyArray<string>; readonly broken: ReadonlyArray<string> }>(
+  admin: SqlClient.SqlClient,
+  report: R
+) =>
+  Effect.gen(function*() {
+    const overshoots = yield* FlowChecker.overshoots().pipe(Effect.provideService(SqlClient.SqlClient, admin))
+    const [claims] = yield* admin<{ n: number }>`
+      SELECT coalesce(sum(attempt_count), 0)::int AS n FROM durable.outbox WHERE topic = ${TOPIC}`
+    const line =
+      `flow limits (${Options.FLOW_LIMIT} in flight, ${Options.FLOW_GROUP_LIMIT} per group): ${overshoots.length} overshoots over about ${
+        claims!.n
+      } claims of the topic, each counted inside its claim`
+    return {
+      ...report,
+      details: [...report.details, line],
+      broken: overshoots.length === 0
+        ? report.broken
+        : [...report.broken, `flow limit overshoots: ${overshoots.length} (first: ${JSON.stringify(overshoots[0])})`]
+    }
+  })
+
 const program = Effect.gen(function*() {
   const random = Random.make(options.seed)
   const schedule = Faults.plan(options.quick, leaseMillis, random)
@@ -151,6 +186,10 @@ const program = Effect.gen(function*() {
       options.leaseMillis === undefined ? `${leaseMillis / 1000} s (projector default)` : `${leaseMillis / 1000} s`
     }${options.pooler ? ", through PgBouncer (transaction mode)" : ""}${
       options.asyncWorkerCommits ? ", worker commits asynchronous" : ""
+    }${
+      options.limits
+        ? `, flow limits: ${Options.FLOW_LIMIT} in flight, ${Options.FLOW_GROUP_LIMIT} per group of ${Options.FLOW_GROUPS}`
+        : ""
     }`
   )
   const server = yield* PgServer.PgServer
@@ -221,7 +260,8 @@ const program = Effect.gen(function*() {
     concurrency: PRODUCER_CONCURRENCY,
     rollbackShare: ROLLBACK_SHARE,
     seed: options.seed,
-    journal
+    journal,
+    ...(options.limits ? { groups: Options.FLOW_GROUPS } : {})
   }
   const producer = yield* Effect.acquireRelease(
     Effect.sync(() =>
@@ -279,7 +319,7 @@ const program = Effect.gen(function*() {
   yield* Effect.promise(workers.shutdown)
   log(`workers stopped; checking every message`)
 
-  const report = yield* (options.workflows ? WorkflowChecker.check : Checker.check)(admin, {
+  const checked = yield* (options.workflows ? WorkflowChecker.check : Checker.check)(admin, {
     journal,
     productionStartedAt,
     faults: faultRecords,
@@ -287,6 +327,7 @@ const program = Effect.gen(function*() {
     unexpectedExits: workers.unexpectedExits(),
     incomplete
   })
+  const report = options.limits ? yield* withFlowCheck(admin, checked) : checked
   console.log("")
   for (const line of report.details) console.log(line)
   console.log(report.broken.length === 0 ? "invariants: all hold" : `invariants BROKEN: ${report.broken.join("; ")}`)

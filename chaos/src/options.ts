@@ -21,13 +21,23 @@ export interface Options {
   readonly asyncWorkerCommits: boolean
   /** The workflow schedule: `PgWorkflowEngine` runners, orders started and approved by the producer. */
   readonly workflows: boolean
+  /**
+   * Flow limits on the chaos topic (`FlowControl`): at most `FLOW_LIMIT` in flight, `FLOW_GROUP_LIMIT`
+   * per customer group; an overshoot checker inside the database counts at every claim.
+   */
+  readonly limits: boolean
 }
+
+/** The chaos topic's limits with `--limits`, and how many customer groups the producer spreads its messages over. */
+export const FLOW_LIMIT = 8
+export const FLOW_GROUP_LIMIT = 3
+export const FLOW_GROUPS = 10
 
 /** The projector's default lease (`@effect-durable/projector` Projector.ts), used to size stalls. */
 export const PROJECTOR_DEFAULT_LEASE_MILLIS = 30_000
 
 export const USAGE =
-  "usage: npm run chaos -- [--quick] [--lease=5s] [--workers=4] [--messages=N] [--pooler] [--async-worker-commits] [--workflows] [--seed=N] [--keep]"
+  "usage: npm run chaos -- [--quick] [--lease=5s] [--workers=4] [--messages=N] [--pooler] [--async-worker-commits] [--workflows] [--limits] [--seed=N] [--keep]"
 
 const parseDuration = (text: string): number => {
   const match = /^(\d+(?:\.\d+)?)\s*(ms|s|m)?$/.exec(text.trim())
@@ -59,6 +69,7 @@ export const parse = (args: ReadonlyArray<string>): Options => {
       keep: { type: "boolean", default: false },
       "async-worker-commits": { type: "boolean", default: false },
       workflows: { type: "boolean", default: false },
+      limits: { type: "boolean", default: false },
       help: { type: "boolean", default: false }
     }
   })
@@ -76,6 +87,7 @@ export const parse = (args: ReadonlyArray<string>): Options => {
     seed: values.seed === undefined ? Math.floor(Math.random() * 2 ** 31) : parseCount("seed", values.seed, 2 ** 31),
     keep: values.keep,
     asyncWorkerCommits: values["async-worker-commits"],
-    workflows: values.workflows
+    workflows: values.workflows,
+    limits: values.limits
   }
 }

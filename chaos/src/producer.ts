@@ -40,6 +40,8 @@ export interface ProducerConfig {
   readonly rollbackShare: number
   readonly seed: number
   readonly journal: string
+  /** Spread the messages over this many groups (`--limits`); none when absent. */
+  readonly groups?: number
 }
 
 const config: ProducerConfig = JSON.parse(process.argv[2]!)
@@ -90,7 +92,10 @@ const program = Effect.gen(function*() {
         yield* outbox.enqueue(
           TOPIC,
           { uid, key } satisfies Payload,
-          orderingKey === undefined ? {} : { orderingKey }
+          {
+            ...(orderingKey === undefined ? {} : { orderingKey }),
+            ...(config.groups === undefined ? {} : { group: `group-${index % config.groups}` })
+          }
         )
         if (rollback) return yield* new DeliberateRollback({ uid })
         return MutationLedger.accept({ uid })

@@ -160,6 +160,28 @@ describe("FlowControl: limits held by the claim", () => {
         yield* sql`DELETE FROM durable.flow_overshoots`
       }))
 
+    it.effect("a lease that ran out on a limited topic is not renewed (its slot may be another claim's now); on a topic without limits it still is", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const worker = yield* OutboxWorker.OutboxWorker
+        const sql = yield* SqlClient.SqlClient
+        yield* flow.setLimit("fc.renew", { maxInFlight: 1 })
+        yield* enqueueAll("fc.renew", 2)
+        yield* enqueueAll("fc.renew.free", 1)
+        const [stalled] = yield* claimOf("stalled", ["fc.renew"])
+        const [free] = yield* claimOf("stalled", ["fc.renew.free"])
+        // Both holders stall past their leases: the limited slot is free for any claim from then on.
+        yield* sql`UPDATE durable.outbox SET claimed_until = now() - interval '1 second'
+                    WHERE id IN (${stalled!.id}, ${free!.id})`
+        // The stalled holder wakes and renews: refused on the limited topic, in one statement or alone.
+        const renewed = yield* worker.renewLeases([stalled!.claim, free!.claim], "1 minute")
+        expect([renewed.applied, renewed.rejected.map((r) => r.messageId)]).toEqual([[free!.id], [stalled!.id]])
+        expect((yield* Effect.flip(worker.renewLease(stalled!.claim, "1 minute")))._tag).toBe("ClaimMismatch")
+        // So the slot is another claim's, and one is in flight, not two.
+        expect(yield* claimOf("other", ["fc.renew"])).toHaveLength(1)
+        expect((yield* flow.limits).find((l) => l.topic === "fc.renew")!.inFlight).toBe(1)
+      }))
+
     it.effect("per-group limits: the topic's per-group limit, a group's own limit (a tier), messages without a group under the topic's limit only", () =>
       Effect.gen(function*() {
         const flow = yield* FlowControl.FlowControl

@@ -28,7 +28,7 @@ const RELEASED_DDL: Readonly<Record<number, string>> = {
   14: "42e491f5912e4debced1b96c26cfe921aaac56ee59d31a74848a3fcbd1d9067d",
   15: "515dc3171dbc55d3262f792f69255fb477aa566278d749855601db5a056b70a0",
   16: "29e06729b4602e7b439b6e2a2fbe9380e62ebc8f2a3571b50d8b93fdf2ee666b",
-  17: "de426df64c82583bea2e9b7883c83b8049643dbeb6e965d1426ed844eb419f6c"
+  17: "36fba4952c2c2d836343e84a892a7d8606406af9452c68de52194a40aad28e79"
 }
 
 describe("released migrations", () => {

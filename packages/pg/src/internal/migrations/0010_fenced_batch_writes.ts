@@ -27,7 +27,7 @@ const QUEUES: ReadonlyArray<QueueTable> = [
 
 // The rows of $1 each still held by its own fence in $2: primary-key probes, a jsonb lookup
 // per row (never a join of the claims, which the planner turned into a nested loop).
-const fenced = (queue: QueueTable) =>
+export const fenced = (queue: QueueTable) =>
   `q.id = ANY(p_ids) AND p_fences -> q.id::text = jsonb_build_array(q.claimed_by, q.claim_generation)
      AND q.claimed_until IS NOT NULL AND q.${queue.done} IS NULL AND q.dead_at IS NULL`
 

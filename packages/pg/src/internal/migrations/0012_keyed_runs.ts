@@ -49,12 +49,20 @@ export const claimConditions = (t: (table: string) => string, also: (c: string) 
  * The claim's last step: leases the rows of `chosen` (id, position: 0 for a key's head or an
  * unkeyed message) and returns them; a row out of leases is dead instead.
  */
-export const claimUpdate = (t: (table: string) => string) => {
+export const claimUpdate = (
+  t: (table: string) => string,
+  /** Where the rows come from (version 17 names them by id and has heads only); this version: `chosen`. */
+  rows: { readonly from: string; readonly where: string; readonly position: string } = {
+    from: "\n  FROM chosen c",
+    where: "q.id = c.id",
+    position: "c.position"
+  }
+) => {
   const outbox = t("outbox")
   const { open } = claimConditions(t)
   // A lease that ran out is counted on a key's head only (or an unkeyed message): the rest of
   // a run were never started while an earlier message of their key was unsettled.
-  const expired = "q.claimed_until IS NOT NULL AND c.position = 0"
+  const expired = `q.claimed_until IS NOT NULL AND ${rows.position} = 0`
   const exhausted = `${expired} AND q.lease_expiries + 1 >= $5`
   return `UPDATE ${outbox} q SET
   claimed_by = CASE WHEN ${exhausted} THEN q.claimed_by ELSE $1 END,
@@ -65,9 +73,8 @@ export const claimUpdate = (t: (table: string) => string) => {
   dead_at = CASE WHEN ${exhausted} THEN now() END,
   last_error = CASE WHEN ${exhausted}
     THEN concat_ws('; ', q.last_error, format('dead: its lease ran out %s times (a worker died or stalled while delivering it)', q.lease_expiries + 1))
-    ELSE q.last_error END
-  FROM chosen c
- WHERE q.id = c.id AND ${open("q")}
+    ELSE q.last_error END${rows.from}
+ WHERE ${rows.where} AND ${open("q")}
 RETURNING q.id::text, q.claim_generation::text, q.attempt_count, q.dead_at IS NOT NULL,
   q.topic, q.ordering_key, q.payload, q.headers, ${iso("q.created_at")}`
 }

@@ -31,13 +31,28 @@
  *
  * Setting the first limit of a topic takes the advisory lock every claim takes shared, and
  * records the claims then in flight: no claim that began before the limit escapes its count.
+ *
+ * A lease renewal (`outbox_renew_many`, replaced) no longer extends a lease that ran out on a
+ * limited topic: its capacity may already be another claim's (found by the chaos schedule
+ * with limits: a worker stopped past its lease renewed it on waking, 10 in flight against 8).
  */
 import type { Migration } from "../../Migrations.js"
+import { fenced } from "./0010_fenced_batch_writes.js"
 import { claimConditions, claimQuery, claimUpdate } from "./0012_keyed_runs.js"
+
+/**
+ * What a lease renewal of the outbox also asks since this version: a lease that ran out on a
+ * limited topic stays out (its capacity may have gone to another claim; extending it again
+ * would put one more in flight than the limit). Elsewhere a holder late by a stall keeps its
+ * message if nobody claimed it meanwhile, as before.
+ */
+export const renewable = (t: (table: string) => string, q: string) =>
+  `(${q}.claimed_until > now() OR NOT EXISTS (SELECT 1 FROM ${t("flow_limits")} l WHERE l.topic = ${q}.topic))`
 
 /** The advisory lock (two-key form, its own key space) a claim takes shared and a new limit exclusive. */
 export const limitsLock = (t: (table: string) => string) => `'${t("flow_limits")}'::regclass::oid::integer, 17`
 
+/** The claim of the limited topics ($7: their names), run by EXECUTE with the claim's arguments. */
 const limitedClaim = (t: (table: string) => string) => {
   const outbox = t("outbox")
   const { open, ready } = claimConditions(t)
@@ -47,23 +62,21 @@ const limitedClaim = (t: (table: string) => string) => {
           WHERE e.ordering_key = ${c}.ordering_key AND e.ordering_key IS NOT NULL AND e.id < ${c}.id AND ${open("e")}))`
   return `WITH RECURSIVE
 lim AS (
-  SELECT l.topic, l.max_in_flight, l.group_max_in_flight FROM ${t("flow_limits")} l WHERE l.topic = ANY(limited)),
+  SELECT l.topic, l.max_in_flight, l.group_max_in_flight FROM ${t("flow_limits")} l WHERE l.topic = ANY($7)),
 busy AS (
-  SELECT f.topic, f.group_key, count(*) AS n FROM ${t("flow_leases")} f WHERE f.topic = ANY(limited) GROUP BY 1, 2),
+  SELECT f.topic, f.group_key, count(*) AS n FROM ${t("flow_leases")} f WHERE f.topic = ANY($7) GROUP BY 1, 2),
 topic_free AS (
   SELECT l.topic, CASE WHEN l.max_in_flight IS NULL THEN $2
     ELSE greatest(l.max_in_flight - coalesce((SELECT sum(b.n) FROM busy b WHERE b.topic = l.topic), 0), 0)::integer END AS free
     FROM lim l),
 named AS (
   (SELECT o.topic, o.group_key FROM ${outbox} o
-    WHERE o.topic = ANY(limited) AND o.group_key <> '' AND ${open("o")}
+    WHERE o.topic = ANY($7) AND o.group_key <> '' AND ${open("o")}
     ORDER BY o.topic, o.group_key LIMIT 1)
   UNION ALL
   SELECT n.topic, n.group_key FROM named g CROSS JOIN LATERAL (
     SELECT o.topic, o.group_key FROM ${outbox} o
-     WHERE o.topic = ANY(limited) AND o.group_key <> '' AND ${
-    open("o")
-  } AND (o.topic, o.group_key) > (g.topic, g.group_key)
+     WHERE o.topic = ANY($7) AND o.group_key <> '' AND ${open("o")} AND (o.topic, o.group_key) > (g.topic, g.group_key)
      ORDER BY o.topic, o.group_key LIMIT 1) n),
 grouped AS (
   SELECT g.topic, g.group_key FROM named g
@@ -82,12 +95,20 @@ quota AS (
     LEFT JOIN ${t("flow_group_limits")} o ON o.topic = g.topic AND o.group_key = g.group_key
     LEFT JOIN ${t("flow_group_state")} s ON s.topic = g.topic AND s.group_key = g.group_key),
 candidates AS (
+  -- A named group's first ready messages through the group index; the messages without a
+  -- group through the open messages' index.
   SELECT c.id, c.topic, c.generation, q.group_key, q.vtime, q.weight,
          row_number() OVER (PARTITION BY q.topic, q.group_key ORDER BY c.id) AS nth
     FROM quota q CROSS JOIN LATERAL (
-      SELECT c.id, c.topic, c.claim_generation AS generation FROM ${outbox} c
-       WHERE c.topic = q.topic AND c.group_key = q.group_key AND ${open("c")} AND ${ready("c")} AND ${keyHead("c")}
-       ORDER BY c.id LIMIT q.free) c
+      (SELECT c.id, c.topic, c.claim_generation AS generation FROM ${outbox} c
+        WHERE q.group_key <> '' AND c.topic = q.topic AND c.group_key = q.group_key AND c.group_key <> ''
+          AND ${open("c")} AND ${ready("c")} AND ${keyHead("c")}
+        ORDER BY c.topic, c.group_key, c.id LIMIT q.free)
+      UNION ALL
+      (SELECT c.id, c.topic, c.claim_generation AS generation FROM ${outbox} c
+        WHERE q.group_key = '' AND c.topic = q.topic AND c.group_key = ''
+          AND ${open("c")} AND ${ready("c")} AND ${keyHead("c")}
+        ORDER BY c.id LIMIT q.free)) c
    WHERE q.free > 0),
 clock AS (
   -- The topic's virtual time: the least served of the groups with messages to offer. A group
@@ -109,7 +130,6 @@ locked AS (
   SELECT q.id, q.topic, q.group_key, q.claim_generation FROM ${outbox} q
    WHERE q.id = ANY(ARRAY(SELECT f.id FROM fitting f)) AND ${open("q")}
    FOR UPDATE SKIP LOCKED),
-chosen AS (SELECT l.id, 0::bigint AS position FROM locked l),
 leased AS (
   INSERT INTO ${t("flow_leases")} (id, generation, topic, group_key)
   SELECT l.id, l.claim_generation + 1, l.topic, l.group_key FROM locked l
@@ -121,7 +141,10 @@ served AS (
          greatest(min(o.start), max(o.rank) FILTER (WHERE o.id IN (SELECT l.id FROM locked l)))
     FROM offered o GROUP BY 1, 2
   ON CONFLICT (topic, group_key) DO UPDATE SET vtime = excluded.vtime)
-${claimUpdate(t)}`
+${
+    // Through the primary key, whatever the statistics say (a plan that scanned every open
+    // message to join a handful was seen on a table not analyzed yet); heads only: position 0.
+    claimUpdate(t, { from: "", where: "q.id = ANY(ARRAY(SELECT l.id FROM locked l))", position: "0" })}`
 }
 
 export const migration: Migration = {
@@ -158,6 +181,19 @@ export const migration: Migration = {
         vtime float8 NOT NULL,
         PRIMARY KEY (topic, group_key)
       )`,
+    `CREATE OR REPLACE FUNCTION ${
+      t("outbox_renew_many")
+    }(p_ids bigint[], p_fences jsonb, p_lease_seconds double precision)
+  RETURNS SETOF text
+  LANGUAGE plpgsql
+AS $write$
+BEGIN
+RETURN QUERY
+UPDATE ${t("outbox")} q SET claimed_until = now() + make_interval(secs => p_lease_seconds)
+ WHERE ${fenced({ name: "outbox", done: "projected_at" })} AND ${renewable(t, "q")}
+RETURNING q.id::text;
+END
+$write$`,
     `CREATE OR REPLACE FUNCTION ${t("outbox_claim")}(text, integer, double precision, text[], integer, integer)
   RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean,
     topic text, ordering_key text, payload jsonb, headers jsonb, created_at text)
@@ -192,10 +228,17 @@ DELETE FROM ${t("flow_group_state")} s
  WHERE s.topic = ANY(limited) AND s.group_key <> '' AND NOT EXISTS (
    SELECT 1 FROM ${t("outbox")} o
     WHERE o.topic = s.topic AND o.group_key = s.group_key AND ${claimConditions(t).open("o")});
-RETURN QUERY
-${limitedClaim(t)};
+-- Planned at each call, for the values at hand (the topics, what is free) and the table as it
+-- is now: a plan cached when the table was empty scans every open message per group.
+RETURN QUERY EXECUTE $limited$
+${limitedClaim(t)}
+$limited$ USING $1, $2, $3, $4, $5, $6, limited;
 GET DIAGNOSTICS taken = ROW_COUNT;
-IF taken < $2 THEN
+-- The rest of the batch from the topics without limits, if the claim may take any.
+IF taken < $2 AND ($4 IS NULL OR EXISTS (
+     SELECT 1 FROM unnest($4) x(topic) WHERE NOT EXISTS (SELECT 1 FROM ${
+      t("flow_limits")
+    } l WHERE l.topic = x.topic))) THEN
   RETURN QUERY
 ${
       claimQuery(

@@ -371,7 +371,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
         "renewLease",
         claim,
         sql`UPDATE ${table} SET claimed_until = now() + make_interval(secs => ${Duration.toMillis(decoded) / 1000})
-             WHERE ${fence(claim)} RETURNING id`,
+             WHERE ${fence(claim)} AND ${sql.literal(spec.renewable)} RETURNING id`,
         false
       )).pipe(Effect.asVoid)
 
