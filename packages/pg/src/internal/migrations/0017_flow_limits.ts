@@ -4,12 +4,13 @@
  * Global concurrency limits and fair share over groups, held by the outbox claim itself.
  *
  * - `group_key` on the outbox (enqueue's `group`, '' for none): the unit of a per-group limit
- *   and of fair share (a tenant, a customer). Only grouped open messages are in the new index,
- *   so messages without a group cost nothing more to enqueue; the columns a claim writes are
- *   not in it, so claims stay HOT.
+ *   and of fair share (a tenant, a customer). The open messages are indexed by (topic, group,
+ *   id): one more index entry per enqueue; the columns a claim writes are not in it, so claims
+ *   stay HOT, and a mark leaves it (partial on open messages).
  * - `flow_limits`: per topic, the most messages in flight across every worker
- *   (`max_in_flight`) and the most of one group (`group_max_in_flight`); `flow_group_limits`
- *   overrides a group's limit and gives it a weight (a tier). NULL: no limit.
+ *   (`max_in_flight`) and the most of one group (`group_max_in_flight`), and the topic's
+ *   fair-share virtual time (`vclock`); `flow_group_limits` overrides a group's limit and gives
+ *   it a weight (a tier). NULL: no limit.
  * - `flow_leases`: one row per claim of a limited topic, written by the claim in its own
  *   statement — the capacity it took. Whether a capacity is still taken is read from the
  *   claimed row itself (still open, same generation, lease running), so a mark, a release, a
@@ -52,7 +53,12 @@ export const renewable = (t: (table: string) => string, q: string) =>
 /** The advisory lock (two-key form, its own key space) a claim takes shared and a new limit exclusive. */
 export const limitsLock = (t: (table: string) => string) => `'${t("flow_limits")}'::regclass::oid::integer, 17`
 
-/** The claim of the limited topics ($7: their names), run by EXECUTE with the claim's arguments. */
+/**
+ * The claim of the limited topics (`limited`: their names). Its shapes hold whatever the
+ * statistics say: named groups through the group index (the partial index's condition is
+ * written out), rows updated by primary key (a plan seen on a table not analyzed yet scanned
+ * every open message to join a handful).
+ */
 const limitedClaim = (t: (table: string) => string) => {
   const outbox = t("outbox")
   const { open, ready } = claimConditions(t)
@@ -62,21 +68,23 @@ const limitedClaim = (t: (table: string) => string) => {
           WHERE e.ordering_key = ${c}.ordering_key AND e.ordering_key IS NOT NULL AND e.id < ${c}.id AND ${open("e")}))`
   return `WITH RECURSIVE
 lim AS (
-  SELECT l.topic, l.max_in_flight, l.group_max_in_flight FROM ${t("flow_limits")} l WHERE l.topic = ANY($7)),
+  SELECT l.topic, l.max_in_flight, l.group_max_in_flight FROM ${t("flow_limits")} l WHERE l.topic = ANY(limited)),
 busy AS (
-  SELECT f.topic, f.group_key, count(*) AS n FROM ${t("flow_leases")} f WHERE f.topic = ANY($7) GROUP BY 1, 2),
+  SELECT f.topic, f.group_key, count(*) AS n FROM ${t("flow_leases")} f WHERE f.topic = ANY(limited) GROUP BY 1, 2),
 topic_free AS (
   SELECT l.topic, CASE WHEN l.max_in_flight IS NULL THEN $2
     ELSE greatest(l.max_in_flight - coalesce((SELECT sum(b.n) FROM busy b WHERE b.topic = l.topic), 0), 0)::integer END AS free
     FROM lim l),
 named AS (
   (SELECT o.topic, o.group_key FROM ${outbox} o
-    WHERE o.topic = ANY($7) AND o.group_key <> '' AND ${open("o")}
+    WHERE o.topic = ANY(limited) AND o.group_key <> '' AND ${open("o")}
     ORDER BY o.topic, o.group_key LIMIT 1)
   UNION ALL
   SELECT n.topic, n.group_key FROM named g CROSS JOIN LATERAL (
     SELECT o.topic, o.group_key FROM ${outbox} o
-     WHERE o.topic = ANY($7) AND o.group_key <> '' AND ${open("o")} AND (o.topic, o.group_key) > (g.topic, g.group_key)
+     WHERE o.topic = ANY(limited) AND o.group_key <> '' AND ${
+    open("o")
+  } AND (o.topic, o.group_key) > (g.topic, g.group_key)
      ORDER BY o.topic, o.group_key LIMIT 1) n),
 grouped AS (
   SELECT g.topic, g.group_key FROM named g
@@ -95,27 +103,22 @@ quota AS (
     LEFT JOIN ${t("flow_group_limits")} o ON o.topic = g.topic AND o.group_key = g.group_key
     LEFT JOIN ${t("flow_group_state")} s ON s.topic = g.topic AND s.group_key = g.group_key),
 candidates AS (
-  -- A named group's first ready messages through the group index; the messages without a
-  -- group through the open messages' index.
+  -- Each group's first ready messages, in id order through the group index.
   SELECT c.id, c.topic, c.generation, q.group_key, q.vtime, q.weight,
          row_number() OVER (PARTITION BY q.topic, q.group_key ORDER BY c.id) AS nth
     FROM quota q CROSS JOIN LATERAL (
-      (SELECT c.id, c.topic, c.claim_generation AS generation FROM ${outbox} c
-        WHERE q.group_key <> '' AND c.topic = q.topic AND c.group_key = q.group_key AND c.group_key <> ''
-          AND ${open("c")} AND ${ready("c")} AND ${keyHead("c")}
-        ORDER BY c.topic, c.group_key, c.id LIMIT q.free)
-      UNION ALL
-      (SELECT c.id, c.topic, c.claim_generation AS generation FROM ${outbox} c
-        WHERE q.group_key = '' AND c.topic = q.topic AND c.group_key = ''
-          AND ${open("c")} AND ${ready("c")} AND ${keyHead("c")}
-        ORDER BY c.id LIMIT q.free)) c
+      SELECT c.id, c.topic, c.claim_generation AS generation FROM ${outbox} c
+       WHERE c.topic = q.topic AND c.group_key = q.group_key AND ${open("c")} AND ${ready("c")} AND ${keyHead("c")}
+       ORDER BY c.topic, c.group_key, c.id LIMIT q.free) c
    WHERE q.free > 0),
 clock AS (
-  -- The topic's virtual time: the least served of the groups with messages to offer. A group
-  -- new or back from idle starts there (no credit saved up while it had nothing to do).
-  SELECT c.topic, min(c.vtime) AS now FROM candidates c GROUP BY c.topic),
+  -- The topic's virtual time: the least served of the groups with messages to offer, never
+  -- behind where it was. A group new or back from idle starts there (no credit saved up while
+  -- it had nothing to do).
+  SELECT c.topic, greatest(min(coalesce(c.vtime, l.vclock)), min(l.vclock)) AS now
+    FROM candidates c JOIN ${t("flow_limits")} l ON l.topic = c.topic GROUP BY c.topic),
 started AS (
-  SELECT c.*, greatest(coalesce(c.vtime, k.now, 0), coalesce(k.now, 0)) AS start
+  SELECT c.*, greatest(coalesce(c.vtime, k.now), k.now) AS start
     FROM candidates c JOIN clock k ON k.topic = c.topic),
 offered AS (
   SELECT c.id, c.topic, c.generation, c.group_key, c.start, c.start + c.nth::float8 / c.weight AS rank FROM started c),
@@ -140,10 +143,11 @@ served AS (
   SELECT o.topic, o.group_key,
          greatest(min(o.start), max(o.rank) FILTER (WHERE o.id IN (SELECT l.id FROM locked l)))
     FROM offered o GROUP BY 1, 2
-  ON CONFLICT (topic, group_key) DO UPDATE SET vtime = excluded.vtime)
+  ON CONFLICT (topic, group_key) DO UPDATE SET vtime = excluded.vtime),
+ticked AS (
+  UPDATE ${t("flow_limits")} l SET vclock = k.now FROM clock k WHERE l.topic = k.topic AND l.vclock < k.now)
 ${
-    // Through the primary key, whatever the statistics say (a plan that scanned every open
-    // message to join a handful was seen on a table not analyzed yet); heads only: position 0.
+    // Heads only: position 0.
     claimUpdate(t, { from: "", where: "q.id = ANY(ARRAY(SELECT l.id FROM locked l))", position: "0" })}`
 }
 
@@ -153,13 +157,14 @@ export const migration: Migration = {
   statements: (t) => [
     `ALTER TABLE ${t("outbox")} ADD COLUMN group_key text NOT NULL DEFAULT ''`,
     `CREATE INDEX outbox_open_group_idx ON ${t("outbox")} (topic, group_key, id)
-       WHERE group_key <> '' AND projected_at IS NULL AND dead_at IS NULL`,
+       WHERE projected_at IS NULL AND dead_at IS NULL`,
     `CREATE TABLE ${t("flow_limits")} (
         topic text PRIMARY KEY,
         max_in_flight integer CHECK (max_in_flight > 0),
         group_max_in_flight integer CHECK (group_max_in_flight > 0),
         updated_at timestamptz NOT NULL DEFAULT now(),
-        updated_by text NOT NULL
+        updated_by text NOT NULL,
+        vclock float8 NOT NULL DEFAULT 0
       )`,
     `CREATE TABLE ${t("flow_group_limits")} (
         topic text NOT NULL REFERENCES ${t("flow_limits")} (topic) ON DELETE CASCADE,
@@ -223,17 +228,16 @@ DELETE FROM ${t("flow_leases")} f
    SELECT 1 FROM ${t("outbox")} o
     WHERE o.id = f.id AND o.claim_generation = f.generation AND ${claimConditions(t).open("o")}
       AND o.claimed_until > now());
--- A group with nothing open forgets its place: back, it starts at the topic's virtual time.
-DELETE FROM ${t("flow_group_state")} s
- WHERE s.topic = ANY(limited) AND s.group_key <> '' AND NOT EXISTS (
-   SELECT 1 FROM ${t("outbox")} o
-    WHERE o.topic = s.topic AND o.group_key = s.group_key AND ${claimConditions(t).open("o")});
--- Planned at each call, for the values at hand (the topics, what is free) and the table as it
--- is now: a plan cached when the table was empty scans every open message per group.
-RETURN QUERY EXECUTE $limited$
-${limitedClaim(t)}
-$limited$ USING $1, $2, $3, $4, $5, $6, limited;
+-- A group at or behind the topic's virtual time holds nothing a new one would not: forgotten.
+DELETE FROM ${t("flow_group_state")} s USING ${t("flow_limits")} l
+ WHERE l.topic = ANY(limited) AND s.topic = l.topic AND s.vtime <= l.vclock;
+-- Each group's messages are read in index order until its few are found: a bitmap scan would
+-- read a group's whole backlog and sort it (the plan is made once, under this setting).
+PERFORM set_config('enable_bitmapscan', 'off', true);
+RETURN QUERY
+${limitedClaim(t)};
 GET DIAGNOSTICS taken = ROW_COUNT;
+PERFORM set_config('enable_bitmapscan', 'on', true);
 -- The rest of the batch from the topics without limits, if the claim may take any.
 IF taken < $2 AND ($4 IS NULL OR EXISTS (
      SELECT 1 FROM unnest($4) x(topic) WHERE NOT EXISTS (SELECT 1 FROM ${
