@@ -29,8 +29,8 @@ export interface Options {
 }
 
 /** The chaos topic's limits with `--limits`, and how many customer groups the producer spreads its messages over. */
-export const FLOW_LIMIT = 8
-export const FLOW_GROUP_LIMIT = 3
+export const FLOW_LIMIT = 48
+export const FLOW_GROUP_LIMIT = 8
 export const FLOW_GROUPS = 10
 
 /** The projector's default lease (`@effect-durable/projector` Projector.ts), used to size stalls. */

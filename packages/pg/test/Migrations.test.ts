@@ -28,7 +28,7 @@ const RELEASED_DDL: Readonly<Record<number, string>> = {
   14: "42e491f5912e4debced1b96c26cfe921aaac56ee59d31a74848a3fcbd1d9067d",
   15: "515dc3171dbc55d3262f792f69255fb477aa566278d749855601db5a056b70a0",
   16: "29e06729b4602e7b439b6e2a2fbe9380e62ebc8f2a3571b50d8b93fdf2ee666b",
-  17: "be19ec274b120f80286ec3bd1e1366a690ef96aeb1e25b6cab76c650704d410f"
+  17: "5b57e32c9c322ad3cf5700ed6dcb4e90fddb214d9ea2ad718a615e641b4ef5d1"
 }
 
 describe("released migrations", () => {

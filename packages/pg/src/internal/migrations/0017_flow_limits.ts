@@ -231,13 +231,23 @@ DELETE FROM ${t("flow_leases")} f
 -- A group at or behind the topic's virtual time holds nothing a new one would not: forgotten.
 DELETE FROM ${t("flow_group_state")} s USING ${t("flow_limits")} l
  WHERE l.topic = ANY(limited) AND s.topic = l.topic AND s.vtime <= l.vclock;
--- Each group's messages are read in index order until its few are found: a bitmap scan would
--- read a group's whole backlog and sort it (the plan is made once, under this setting).
-PERFORM set_config('enable_bitmapscan', 'off', true);
-RETURN QUERY
+taken := 0;
+-- At the limit (what a claim most often finds while the slots are busy): nothing more to read.
+IF EXISTS (
+  SELECT 1 FROM ${t("flow_limits")} l
+   WHERE l.topic = ANY(limited)
+     AND (l.max_in_flight IS NULL OR l.max_in_flight > (SELECT count(*) FROM ${
+      t("flow_leases")
+    } f WHERE f.topic = l.topic)))
+THEN
+  -- Each group's messages are read in index order until its few are found: a bitmap scan would
+  -- read a group's whole backlog and sort it (the plan is made once, under this setting).
+  PERFORM set_config('enable_bitmapscan', 'off', true);
+  RETURN QUERY
 ${limitedClaim(t)};
-GET DIAGNOSTICS taken = ROW_COUNT;
-PERFORM set_config('enable_bitmapscan', 'on', true);
+  GET DIAGNOSTICS taken = ROW_COUNT;
+  PERFORM set_config('enable_bitmapscan', 'on', true);
+END IF;
 -- The rest of the batch from the topics without limits, if the claim may take any.
 IF taken < $2 AND ($4 IS NULL OR EXISTS (
      SELECT 1 FROM unnest($4) x(topic) WHERE NOT EXISTS (SELECT 1 FROM ${
