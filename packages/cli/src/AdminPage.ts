@@ -24,6 +24,7 @@ import type { DurableConfigError } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
 import { declare, option } from "@effect-durable/core/Options"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as FlowControl from "@effect-durable/pg/FlowControl"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as Outbox from "@effect-durable/pg/Outbox"
@@ -161,6 +162,8 @@ export const make = Effect.fn("AdminPage.make")(function*(
   let context = Context.make(SqlClient.SqlClient, yield* SqlClient.SqlClient).pipe(
     Context.add(Outbox.Outbox, yield* Outbox.Outbox),
     Context.add(Schedules.Schedules, yield* Schedules.Schedules),
+    // Built here from the SQL client and settings: mounting the page asks for no more services.
+    Context.add(FlowControl.FlowControl, yield* FlowControl.make),
     Context.add(DurableSettings, yield* DurableSettings),
     Context.add(OutboxAdmin.OutboxAdmin, yield* OutboxAdmin.OutboxAdmin),
     Context.add(InboxAdmin.InboxAdmin, yield* InboxAdmin.InboxAdmin),

@@ -3,6 +3,7 @@
 // auth: a writable page at /ops/durable and a read-only one at /ro/durable. Every action is
 // checked in the database; pause and resume against a running projector.
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as FlowControl from "@effect-durable/pg/FlowControl"
 import * as Inbox from "@effect-durable/pg/Inbox"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as InboxWorker from "@effect-durable/pg/InboxWorker"
@@ -442,6 +443,38 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
           await status(page, `resumed schedule ${name}`)
         })
         expect(yield* stateOf).toBe(false)
+      }))
+
+    it.effect("limits: a new limit set from the form, changed in its row, cleared (checked in the database)", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const topic = freshTopic("mail")
+        const limitOf = Effect.map(flow.limits, (all) => all.find((l) => l.topic === topic))
+        const submitted = (page: Page, action: string, click: () => Promise<void>) =>
+          Promise.all([page.waitForResponse((r) => r.url().endsWith(`/limits/actions/${action}`)), click()])
+        yield* withPage(async (page, base) => {
+          await page.goto(`${base}/ops/durable/limits`)
+          const form = page.locator(".limit-new")
+          await form.locator("input[name=topic]").fill(topic)
+          await form.locator("input[name=max]").fill("20")
+          await form.locator("input[name=group-max]").fill("2")
+          await submitted(page, "set", () => form.getByRole("button", { name: "Set" }).click())
+        })
+        expect(yield* limitOf).toMatchObject({ maxInFlight: 20, groupMaxInFlight: 2 })
+        yield* withPage(async (page, base) => {
+          await page.goto(`${base}/ops/durable/limits`)
+          const row = page.locator(`tr[data-topic="${topic}"]`)
+          await row.locator("input[name=max]").fill("5")
+          await row.locator("input[name=group-max]").fill("")
+          await submitted(page, "set", () => row.getByRole("button", { name: "Set" }).click())
+        })
+        expect(yield* limitOf).toMatchObject({ maxInFlight: 5, groupMaxInFlight: null })
+        yield* withPage(async (page, base) => {
+          await page.goto(`${base}/ops/durable/limits`)
+          const row = page.locator(`tr[data-topic="${topic}"]`)
+          await submitted(page, "clear", () => row.getByRole("button", { name: "Clear" }).click())
+        })
+        expect(yield* limitOf).toBeUndefined()
       }))
 
     it.effect("pause stops a topic's deliveries by a running projector, other topics flow on; resume restarts them", () =>

@@ -3,6 +3,7 @@
 // the operator the application names, links follow the mount, readiness follows the schema.
 import * as Durable from "@effect-durable/pg/Durable"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as FlowControl from "@effect-durable/pg/FlowControl"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as Schedules from "@effect-durable/pg/Schedules"
@@ -179,6 +180,40 @@ describe("admin page over HTTP", () => {
           pausedBy: "dana"
         })
         expect(JSON.parse((yield* act("resume", "report<b>")).body)).toEqual({ name: "report<b>", changed: true })
+      }))
+
+    it.effect("limits: set from the page (logged with who), listed escaped with what is in flight, refused when bad, cleared", () =>
+      Effect.gen(function*() {
+        const act = (verb: string, body: unknown) =>
+          get(`/ops/durable/limits/actions/${verb}`, {
+            method: "POST",
+            headers: { "content-type": "application/json", "x-test-user": "fay" },
+            body: JSON.stringify(body)
+          })
+        expect((yield* get("/ops/durable/limits")).body).toContain("No limits.")
+        const set = yield* act("set", { topic: "mail<x>", maxInFlight: 20, groupMaxInFlight: 2 })
+        expect([set.status, JSON.parse(set.body)]).toEqual([200, { topic: "mail<x>", changed: true }])
+        expect(logged).toContainEqual(
+          expect.stringMatching(/^effect-durable admin: set limits of topic mail<x>: max 20, per group 2 by fay from /)
+        )
+        const page = yield* get("/ops/durable/limits")
+        expect(page.body).toContain(`<tr data-topic="mail&lt;x&gt;"><td>mail&lt;x&gt;</td><td class="num">0</td>`)
+        expect(page.body).toContain(`<td class="num max">20</td><td class="num group-max">2</td>`)
+        expect(page.body).toContain(`data-action="limit-clear" data-topic="mail&lt;x&gt;"`)
+        const flow = yield* FlowControl.FlowControl
+        expect((yield* flow.limits).find((l) => l.topic === "mail<x>")).toMatchObject({
+          maxInFlight: 20,
+          groupMaxInFlight: 2,
+          updatedBy: "fay (admin page)"
+        })
+        const bad = yield* act("set", { topic: "mail<x>", maxInFlight: 0 })
+        expect([bad.status, JSON.parse(bad.body).error]).toEqual([400, expect.stringMatching(/maxInFlight/)])
+        expect((yield* flow.limits).find((l) => l.topic === "mail<x>")!.maxInFlight).toBe(20)
+        expect(JSON.parse((yield* act("clear", { topic: "mail<x>" })).body)).toEqual({
+          topic: "mail<x>",
+          changed: true
+        })
+        expect((yield* flow.limits).some((l) => l.topic === "mail<x>")).toBe(false)
       }))
 
     it.effect("a message still to be delivered has Cancel; cancelling it is logged, its page then offers Restore", () =>

@@ -5,6 +5,7 @@
  * topic. Each is logged with who did it and from where.
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import * as FlowControl from "@effect-durable/pg/FlowControl"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
@@ -18,6 +19,7 @@ import {
   body,
   ExecutionBody,
   jsonResponse,
+  LimitBody,
   MessageActionBody,
   type PageError,
   ScheduleBody,
@@ -169,6 +171,33 @@ export const make = ({ filterOf, jobs, options, queries, workflows }: ActionCont
       return jsonResponse({ name, changed })
     })
 
+  /** Set a topic's limits (both given: null is none) or clear them; the library checks the values. */
+  const limitAction = (verb: "set" | "clear") =>
+    Effect.fnUntraced(function*(r: Request) {
+      const input = yield* body(LimitBody)
+      const flow = yield* FlowControl.FlowControl
+      const maxInFlight = input.maxInFlight ?? null
+      const groupMaxInFlight = input.groupMaxInFlight ?? null
+      const changed = verb === "set"
+        ? yield* Effect.as(
+          queries.timed(flow.setLimit(input.topic, {
+            maxInFlight,
+            groupMaxInFlight,
+            by: `${whoInBytes(r.who, 100)} (admin page)`
+          })),
+          true
+        )
+        : yield* queries.timed(flow.clear(input.topic))
+      yield* audit(
+        r,
+        verb === "set"
+          ? `set limits of topic ${input.topic}: max ${maxInFlight ?? "none"}, per group ${groupMaxInFlight ?? "none"}`
+          : `clear limits of topic ${input.topic}`,
+        { topic: input.topic, changed }
+      )
+      return jsonResponse({ topic: input.topic, changed })
+    })
+
   /** Cancel by ids, with an optional reason: the ids cancelled come back (a delivery under way is stopped). */
   const cancelAction = (queue: "outbox" | "inbox") =>
     Effect.fnUntraced(function*(r: Request) {
@@ -193,5 +222,5 @@ export const make = ({ filterOf, jobs, options, queries, workflows }: ActionCont
       return jsonResponse({ ids: done.cancelled, interrupted: done.interrupted })
     })
 
-  return { byIds, messageAction, topicAction, workflowAction, scheduleAction, cancelAction }
+  return { byIds, messageAction, topicAction, workflowAction, scheduleAction, limitAction, cancelAction }
 }

@@ -181,6 +181,26 @@ export const js = `"use strict";
         }
       });
     }
+    if (action === "limit-set" || action === "limit-clear") {
+      var holder = button.closest("tr") || button.closest(".limit-new");
+      var field = function (name) { var input = holder.querySelector("input[name=" + name + "]"); return input ? input.value.trim() : ""; };
+      var limitTopic = button.getAttribute("data-topic") || field("topic");
+      if (limitTopic === "") { say("name the topic first", true); return; }
+      if (action === "limit-clear") {
+        if (!window.confirm("Clear every limit of topic " + limitTopic + "?")) return;
+        return request("POST", "/limits/actions/clear", { topic: limitTopic }).then(function (result) {
+          say(result.changed ? "cleared the limits of " + limitTopic : limitTopic + " had no limits");
+          window.location.reload();
+        });
+      }
+      var asLimit = function (text) { return text === "" ? null : Number(text); };
+      return request("POST", "/limits/actions/set", {
+        topic: limitTopic, maxInFlight: asLimit(field("max")), groupMaxInFlight: asLimit(field("group-max"))
+      }).then(function () {
+        say("set the limits of " + limitTopic);
+        window.location.reload();
+      });
+    }
     if (action === "workflow-interrupt" || action === "workflow-resume") {
       var workflowVerb = action.replace("workflow-", "");
       var execution = { workflow: button.getAttribute("data-workflow"), executionId: button.getAttribute("data-execution") };

@@ -48,6 +48,11 @@ export const MessageActionBody = Schema.Struct({ ...IdsBody.fields, reason: Sche
 export const TopicBody = Schema.Struct({ topic: Schema.String })
 export const ExecutionBody = Schema.Struct({ workflow: Schema.String, executionId: Schema.String })
 export const ScheduleBody = Schema.Struct({ name: Schema.String })
+export const LimitBody = Schema.Struct({
+  topic: Schema.String,
+  maxInFlight: Schema.optionalKey(Schema.NullOr(Schema.Number)),
+  groupMaxInFlight: Schema.optionalKey(Schema.NullOr(Schema.Number))
+})
 
 /** Whether JSON text nests arrays and objects deeper than `max` (strings skipped, escapes too). */
 const nestedDeeperThan = (text: string, max: number): boolean => {

@@ -9,6 +9,7 @@
  */
 import { DatabaseError } from "@effect-durable/core/Errors"
 import type { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as FlowControl from "@effect-durable/pg/FlowControl"
 import type * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import type * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import type * as Outbox from "@effect-durable/pg/Outbox"
@@ -35,6 +36,7 @@ import { type Sample, withSamples } from "./chart.js"
 import { basePathOf, describe, exactlyAt, htmlResponse, jsonResponse, PageError, rawPath, reasonOf } from "./edge.js"
 import * as Filters from "./filters.js"
 import * as Jobs from "./jobs.js"
+import * as LimitViews from "./limitViews.js"
 import { HISTORY, makeQueries } from "./queries.js"
 import * as ScheduleViews from "./scheduleViews.js"
 import { check, type Policy, secured } from "./security.js"
@@ -73,6 +75,7 @@ export type Requirements =
   | OutboxSearch.OutboxSearch
   | OutboxBulk.OutboxBulk
   | Schedules.Schedules
+  | FlowControl.FlowControl
 
 /**
  * The page's routes, unprefixed (`HttpRouter.addAll` puts them under a mount). Every handler
@@ -165,13 +168,14 @@ export const make = Effect.fnUntraced(function*(
     return { data, samples: yield* Ref.get(samples) }
   })
 
-  const { byIds, cancelAction, messageAction, scheduleAction, topicAction, workflowAction } = Actions.make({
-    options,
-    jobs,
-    queries,
-    filterOf,
-    workflows
-  })
+  const { byIds, cancelAction, limitAction, messageAction, scheduleAction, topicAction, workflowAction } = Actions
+    .make({
+      options,
+      jobs,
+      queries,
+      filterOf,
+      workflows
+    })
 
   /** The path's last `n` segments, decoded (`/messages/:id`); one that does not decode is a 400. */
   const lastSegments = (r: Request, n: number) =>
@@ -351,6 +355,18 @@ export const make = Effect.fnUntraced(function*(
       )
     ),
     get(
+      "/limits",
+      route(
+        "read",
+        "html",
+        (r) =>
+          Effect.map(
+            queries.timed(Effect.flatMap(FlowControl.FlowControl, (flow) => flow.limits)),
+            (list) => htmlResponse(LimitViews.limitsPage(r.view, list))
+          )
+      )
+    ),
+    get(
       "/ledger",
       route("read", "html", (r) =>
         Effect.gen(function*() {
@@ -431,6 +447,8 @@ export const make = Effect.fnUntraced(function*(
     post("/actions/resume", route("write", "json", topicAction("resume"))),
     post("/schedules/actions/pause", route("write", "json", scheduleAction("pause"))),
     post("/schedules/actions/resume", route("write", "json", scheduleAction("resume"))),
+    post("/limits/actions/set", route("write", "json", limitAction("set"))),
+    post("/limits/actions/clear", route("write", "json", limitAction("clear"))),
     post("/workflows/actions/interrupt", route("write", "json", workflowAction("interrupt"))),
     post("/workflows/actions/resume", route("write", "json", workflowAction("resume"))),
     post("/inbox/actions/redrive", route("write", "json", byIds("redrive", "inbox"))),

@@ -13,7 +13,16 @@ import { type Sample, topicChart } from "./chart.js"
 import { toQuery } from "./filters.js"
 import { Html, html, raw } from "./html.js"
 
-export type Section = "overview" | "messages" | "dead" | "inbox" | "workflows" | "schedules" | "ledger" | "schema"
+export type Section =
+  | "overview"
+  | "messages"
+  | "dead"
+  | "inbox"
+  | "workflows"
+  | "schedules"
+  | "limits"
+  | "ledger"
+  | "schema"
 
 export interface ViewContext {
   readonly base: string
@@ -30,6 +39,7 @@ const NAV: ReadonlyArray<readonly [Section, string, string]> = [
   ["inbox", "/inbox", "Inbox"],
   ["workflows", "/workflows", "Workflows"],
   ["schedules", "/schedules", "Schedules"],
+  ["limits", "/limits", "Limits"],
   ["ledger", "/ledger", "Ledger"],
   ["schema", "/schema", "Schema"]
 ]
