@@ -166,7 +166,11 @@ const send = (port: number, mount: string, r: PageRequest) =>
       port,
       path: `${mount}${r.path}`,
       method: r.method,
-      headers: r.headers
+      headers: r.headers,
+      // A connection per request: Node's default agent keeps connections alive, and a request
+      // written on one the server is closing (after refusing a body it did not read) fails with
+      // "socket hang up" before any answer: HTTP/1.1's keep-alive race, not the page's answer.
+      agent: false
     }, (res) => {
       res.resume()
       res.on("end", () => resolve(res.statusCode ?? 0))

@@ -15,6 +15,7 @@ import * as Redacted from "effect/Redacted"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as FastCheck from "fast-check"
 import * as Cas from "../src/Cas.js"
+import * as FlowControl from "../src/FlowControl.js"
 import * as Inbox from "../src/Inbox.js"
 import * as InboxAdmin from "../src/InboxAdmin.js"
 import * as InboxWorker from "../src/InboxWorker.js"
@@ -106,6 +107,7 @@ type Services =
   | MutationLedger.MutationLedger
   | Cas.Cas
   | Keyset.Keyset
+  | FlowControl.FlowControl
 
 interface Operation {
   readonly name: string
@@ -185,6 +187,23 @@ const operations = FastCheck.oneof<Array<FastCheck.Arbitrary<Operation>>>(
   FastCheck.tuple(duration, anything).map(([olderThan, batchSize]) => ({
     name: "purge",
     run: Effect.flatMap(OutboxAdmin.OutboxAdmin, (o) => o.purge({ olderThan, batchSize } as never))
+  })),
+  FastCheck.tuple(text, anything, anything, optionalBag(anything), anything).map((
+    [topic, maxInFlight, groupMaxInFlight, by, group]
+  ) => ({
+    name: "flow limits",
+    run: Effect.flatMap(FlowControl.FlowControl, (flow) =>
+      Effect.ensuring(
+        Effect.andThen(
+          flow.setLimit(topic, { maxInFlight, groupMaxInFlight, by } as never),
+          flow.setGroup(topic, group as never, { maxInFlight: groupMaxInFlight, weight: maxInFlight } as never)
+        ),
+        Effect.ignore(flow.clear(topic))
+      ))
+  })),
+  FastCheck.tuple(text, json, anything).map(([topic, payload, group]) => ({
+    name: "enqueue in a group",
+    run: Effect.flatMap(Outbox.Outbox, (o) => o.enqueue(topic, payload, { group } as never))
   })),
   FastCheck.tuple(text, optionalBag(text)).map(([topic, by]) => ({
     name: "pause",
