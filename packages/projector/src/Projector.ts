@@ -128,7 +128,6 @@ const make = Effect.fnUntraced(function*(settings: Settings) {
   const pg = yield* Effect.serviceOption(PgClient.PgClient)
   const batches = yield* makeBatches(settings, yield* keeperOutbox(pg))
   const loops = yield* runLoops(settings, batches)
-  batches.onCapacityFreed(loops.wake)
   if (Option.isSome(pg)) {
     // Wake on the outbox's NOTIFY (an empty payload: the connection was (re)established), and
     // stop a delivery of this projector's the moment its message is cancelled.

@@ -10,6 +10,7 @@
  */
 import * as Effect from "effect/Effect"
 import * as SqlClient from "effect/sql/SqlClient"
+import { quoteIdentifier } from "./internal/admin.js"
 
 export interface Overshoot {
   readonly topic: string
@@ -19,12 +20,10 @@ export interface Overshoot {
   readonly limit: number
 }
 
-const quoted = (schema: string) => `"${schema.replaceAll("\"", "\"\"")}"`
-
 /** Installs the checker in `schema` (the substrate's; default `durable`). Idempotent. */
 export const install = (schema = "durable") =>
   Effect.flatMap(SqlClient.SqlClient, (sql) => {
-    const s = quoted(schema)
+    const s = quoteIdentifier(schema)
     const statements = [
       `CREATE TABLE IF NOT EXISTS ${s}.flow_overshoots (
         topic text NOT NULL, group_key text NOT NULL, in_flight integer NOT NULL, max_in_flight integer NOT NULL,
@@ -71,5 +70,5 @@ export const overshoots = (schema = "durable") =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
     sql.unsafe<Overshoot>(
       `SELECT topic, group_key AS "group", in_flight AS "inFlight", max_in_flight AS "limit"
-         FROM ${quoted(schema)}.flow_overshoots ORDER BY at`
+         FROM ${quoteIdentifier(schema)}.flow_overshoots ORDER BY at`
     ))

@@ -75,13 +75,6 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
     const inFlight = yield* Ref.make(new Map<string, OutboxWorker.OutboxMessage["claim"]>())
     // The batches being delivered, for a cancellation to find the one holding its message.
     const deliveries = new Set<Delivery>()
-    /**
-     * Called when marks gave capacity back after a short claim (set by the loops: it wakes an
-     * idle one). A claim came back short of the batch size because of per-key order or a flow
-     * limit; what the marks free can be claimed now, by a loop that would otherwise sleep.
-     */
-    let capacityFreed: () => void = () => {}
-    let lastClaimShort = false
     const forget = (ids: Iterable<string>) =>
       Ref.update(inFlight, (map) => {
         for (const id of ids) map.delete(id)
@@ -178,7 +171,6 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         return markProjected(taken.map((i) => claimed[i]!.claim)).pipe(
           Effect.map(({ completed }) => {
             for (const id of completed) marked.add(id)
-            if (completed.length > 0 && lastClaimShort) capacityFreed()
           }),
           Effect.onExit((exit) => Exit.isSuccess(exit) ? Effect.void : Effect.sync(() => delivery.putBack(taken)))
         )
@@ -203,7 +195,6 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
     /** Claims one batch and settles every message in it; returns what happened. */
     const deliverBatch: Effect.Effect<Counts, DatabaseError | InvalidInput> = Effect.gen(function*() {
       const claimed = yield* claim
-      lastClaimShort = claimed.length < settings.batchSize
       if (claimed.length === 0) return noCounts
       yield* Ref.update(inFlight, (map) => {
         for (const message of claimed) map.set(message.id, message.claim)
@@ -309,12 +300,5 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
       yield* Effect.logInfo(`effect-durable projector gave back ${left.size} in-flight messages on shutdown`)
     })
 
-    return {
-      deliverBatch,
-      releaseInFlight,
-      cancel,
-      renewSoon: keeper.renewSoon,
-      keeper: keeper.run,
-      onCapacityFreed: (wake: () => void) => void (capacityFreed = wake)
-    }
+    return { deliverBatch, releaseInFlight, cancel, renewSoon: keeper.renewSoon, keeper: keeper.run }
   })
