@@ -458,9 +458,16 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
           await form.locator("input[name=topic]").fill(topic)
           await form.locator("input[name=max]").fill("20")
           await form.locator("input[name=group-max]").fill("2")
+          await form.locator("input[name=rate]").fill("30/1m")
+          await form.locator("input[name=burst]").fill("5")
           await submitted(page, "set", () => form.getByRole("button", { name: "Set" }).click())
         })
-        expect(yield* limitOf).toMatchObject({ maxInFlight: 20, groupMaxInFlight: 2 })
+        expect(yield* limitOf).toMatchObject({
+          maxInFlight: 20,
+          groupMaxInFlight: 2,
+          rate: { limit: 30, perMillis: 60_000, burst: 5 },
+          groupRate: null
+        })
         yield* withPage(async (page, base) => {
           await page.goto(`${base}/ops/durable/limits`)
           const row = page.locator(`tr[data-topic="${topic}"]`)
@@ -468,7 +475,12 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
           await row.locator("input[name=group-max]").fill("")
           await submitted(page, "set", () => row.getByRole("button", { name: "Set" }).click())
         })
-        expect(yield* limitOf).toMatchObject({ maxInFlight: 5, groupMaxInFlight: null })
+        // The row's other fields came filled with what is set: changing one keeps the rest (the rate too).
+        expect(yield* limitOf).toMatchObject({
+          maxInFlight: 5,
+          groupMaxInFlight: null,
+          rate: { limit: 30, perMillis: 60_000, burst: 5 }
+        })
         yield* withPage(async (page, base) => {
           await page.goto(`${base}/ops/durable/limits`)
           const row = page.locator(`tr[data-topic="${topic}"]`)

@@ -194,7 +194,9 @@ describe("admin page over HTTP", () => {
         const set = yield* act("set", { topic: "mail<x>", maxInFlight: 20, groupMaxInFlight: 2 })
         expect([set.status, JSON.parse(set.body)]).toEqual([200, { topic: "mail<x>", changed: true }])
         expect(logged).toContainEqual(
-          expect.stringMatching(/^effect-durable admin: set limits of topic mail<x>: max 20, per group 2 by fay from /)
+          expect.stringMatching(
+            /^effect-durable admin: set limits of topic mail<x>: max 20, per group 2, rate none, per-group rate none by fay from /
+          )
         )
         const page = yield* get("/ops/durable/limits")
         expect(page.body).toContain(`<tr data-topic="mail&lt;x&gt;"><td>mail&lt;x&gt;</td><td class="num">0</td>`)
@@ -209,6 +211,32 @@ describe("admin page over HTTP", () => {
         const bad = yield* act("set", { topic: "mail<x>", maxInFlight: 0 })
         expect([bad.status, JSON.parse(bad.body).error]).toEqual([400, expect.stringMatching(/maxInFlight/)])
         expect((yield* flow.limits).find((l) => l.topic === "mail<x>")!.maxInFlight).toBe(20)
+        // Rates: as the CLI writes them; listed with the bucket's tokens; refused when bad, naming the field.
+        const rated = yield* act("set", {
+          topic: "mail<x>",
+          maxInFlight: 20,
+          rate: "10/1m",
+          burst: 4,
+          groupRate: "2/s"
+        })
+        expect(rated.status).toBe(200)
+        expect((yield* flow.limits).find((l) => l.topic === "mail<x>")).toMatchObject({
+          maxInFlight: 20,
+          rate: { limit: 10, perMillis: 60_000, burst: 4 },
+          groupRate: { limit: 2, perMillis: 1000, burst: 2 }
+        })
+        const ratedPage = (yield* get("/ops/durable/limits")).body
+        expect(ratedPage).toContain(`<td class="rate">10/1m (burst 4)</td><td class="num tokens">4</td>`)
+        expect(ratedPage).toContain(`name="rate" size="7" maxlength="32" placeholder="rate 10/1m" value="10/1m"`)
+        for (const [field, value] of [["rate", "10/fortnight"], ["groupRate", "0/1m"], ["rate", "5"]] as const) {
+          const refused = yield* act("set", { topic: "mail<x>", maxInFlight: 20, [field]: value })
+          expect([refused.status, JSON.parse(refused.body).error]).toEqual([400, expect.stringContaining(field)])
+        }
+        expect((yield* flow.limits).find((l) => l.topic === "mail<x>")!.rate).toEqual({
+          limit: 10,
+          perMillis: 60_000,
+          burst: 4
+        })
         expect(JSON.parse((yield* act("clear", { topic: "mail<x>" })).body)).toEqual({
           topic: "mail<x>",
           changed: true

@@ -9,14 +9,21 @@
  * messages the least served goes first (in flight + position, over its weight): a group with a
  * large backlog does not hold up one with a few.
  *
+ * Rate limits (migration 18) are token buckets on the database's clock, per topic and per
+ * group: `{ limit: 10, per: "1 minute" }` lets the topic's claims take at most 10 messages a
+ * minute across every worker, `burst` of them at once after a quiet spell (default: `limit`).
+ * In any span of time `d` at most `burst + limit * d / per` are claimed.
+ *
  * Limits are rows, set and changed at run time (here, the CLI's `limits`, the admin page);
- * every claim reads them. A lowered limit lets the deliveries under way finish.
+ * every claim reads them. A lowered limit lets the deliveries under way finish; a changed
+ * rate keeps the tokens its bucket holds (at most the new burst).
  *
  * @since 0.4.0
  */
 import { type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
 import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
@@ -24,6 +31,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import { limitsLock } from "./internal/migrations/0017_flow_limits.js"
+import { bucket, groupRate } from "./internal/migrations/0018_rate_limits.js"
 import * as Lifecycle from "./internal/queue/lifecycle.js"
 import { specFor } from "./internal/queue/spec.js"
 import { decodeRows } from "./internal/rows.js"
@@ -33,6 +41,25 @@ import { isoUtc } from "./internal/timestamps.js"
 export const MAX_IN_FLIGHT = 1_000_000
 /** The largest weight of a group. */
 export const MAX_WEIGHT = 1000
+/** The longest period of a rate. */
+export const MAX_RATE_PERIOD = "7 days"
+
+/** A token bucket: at most `limit` messages per `per`, `burst` of them at once. */
+export interface Rate {
+  /** Messages per period (1-1,000,000). */
+  readonly limit: number
+  /** The period (1 millisecond to 7 days), e.g. `"1 minute"`. */
+  readonly per: Duration.Input
+  /** The most taken at once after a quiet spell (1-1,000,000; default `limit`). */
+  readonly burst?: number
+}
+
+/** A rate as set: its period in milliseconds. */
+export interface RateLimit {
+  readonly limit: number
+  readonly perMillis: number
+  readonly burst: number
+}
 
 export interface GroupLimit {
   readonly group: string
@@ -40,6 +67,8 @@ export interface GroupLimit {
   readonly maxInFlight: number | null
   /** Its share against the other groups of the topic (1 by default). */
   readonly weight: number
+  /** The group's own rate (`null`: the topic's per-group rate). */
+  readonly rate: RateLimit | null
 }
 
 export interface TopicLimit {
@@ -48,6 +77,12 @@ export interface TopicLimit {
   readonly maxInFlight: number | null
   /** At most this many of one group's (`null`: no per-group limit). */
   readonly groupMaxInFlight: number | null
+  /** The topic's rate (`null`: none). */
+  readonly rate: RateLimit | null
+  /** Every group's rate (`null`: none). */
+  readonly groupRate: RateLimit | null
+  /** The tokens the topic's bucket holds now (`null`: no rate): messages a claim could take at once. */
+  readonly tokens: number | null
   /** The groups with a limit or weight of their own. */
   readonly groups: ReadonlyArray<GroupLimit>
   /** Messages in flight now (claimed, their lease running). */
@@ -62,6 +97,10 @@ export interface LimitOptions {
   readonly maxInFlight?: number | null
   /** At most this many of one group's messages in flight (1-1,000,000; `null` or absent: none). */
   readonly groupMaxInFlight?: number | null
+  /** The topic's rate (`null` or absent: none). */
+  readonly rate?: Rate | null
+  /** Each group's rate (`null` or absent: none). */
+  readonly groupRate?: Rate | null
   /** Who sets it (1-128 bytes), recorded; default "an operator". */
   readonly by?: string
 }
@@ -71,6 +110,8 @@ export interface GroupOptions {
   readonly maxInFlight?: number | null
   /** Its weight (1-1000; default 1): a group of weight 3 gets three slots to another's one. */
   readonly weight?: number
+  /** The group's own rate (`null` or absent: the topic's per-group rate). */
+  readonly rate?: Rate | null
   readonly by?: string
 }
 
@@ -98,26 +139,64 @@ const decodeGroupMaxInFlight = limitOf("groupMaxInFlight")
 const decodeWeight = Input.argument("weight", Input.Count(MAX_WEIGHT))
 
 /** Refuses an option this call does not know (a typo must not pass for "no limit"). */
-const onlyKnown = (options: object, known: ReadonlyArray<string>) => {
+const onlyKnown = (options: object, known: ReadonlyArray<string>, prefix = "options") => {
   const unknown = Object.keys(options).find((key) => !known.includes(key))
   return unknown === undefined
     ? Effect.void
-    : Effect.fail(new InvalidInput({ argument: `options.${unknown}`, rule: `one of ${known.join(", ")}` }))
+    : Effect.fail(new InvalidInput({ argument: `${prefix}.${unknown}`, rule: `one of ${known.join(", ")}` }))
 }
+
+const RateInput = Schema.NullOr(Schema.Struct({
+  limit: Input.Count(MAX_IN_FLIGHT),
+  per: Input.DurationIn({ min: "1 millis", max: MAX_RATE_PERIOD }),
+  burst: Schema.optional(Input.Count(MAX_IN_FLIGHT))
+}))
+const rateOf = (name: string) => {
+  const decode = Input.argument(name, RateInput)
+  return (rate: Rate | null | undefined) =>
+    Effect.gen(function*() {
+      if (rate === undefined || rate === null) return null
+      if (typeof rate === "object") yield* onlyKnown(rate, ["limit", "per", "burst"], name)
+      const decoded = yield* decode(rate)
+      return decoded === null ? null : {
+        limit: decoded.limit,
+        seconds: Duration.toMillis(decoded.per) / 1000,
+        burst: decoded.burst ?? decoded.limit
+      }
+    })
+}
+const decodeRate = rateOf("rate")
+const decodeGroupRate = rateOf("groupRate")
+
+const RateRow = Schema.NullOr(Schema.Struct({ limit: Schema.Number, perMillis: Schema.Number, burst: Schema.Number }))
 
 const LimitRow = Schema.Struct({
   topic: Schema.String,
   maxInFlight: Schema.NullOr(Schema.Number),
   groupMaxInFlight: Schema.NullOr(Schema.Number),
+  rate: RateRow,
+  groupRate: RateRow,
+  tokens: Schema.NullOr(Schema.Number),
   groups: Schema.Array(Schema.Struct({
     group: Schema.String,
     maxInFlight: Schema.NullOr(Schema.Number),
-    weight: Schema.Number
+    weight: Schema.Number,
+    rate: RateRow
   })),
   inFlight: Schema.Number,
   updatedAt: Schema.String,
   updatedBy: Schema.String
 })
+
+/** A rate's columns (`prefix`: `l.rate_`) as JSON, its period in milliseconds. */
+const rateJson = (prefix: string) =>
+  `CASE WHEN ${prefix}limit IS NOT NULL THEN jsonb_build_object('limit', ${prefix}limit,
+     'perMillis', round(${prefix}period * 1000), 'burst', ${prefix}burst) END`
+
+const describeRate = (rate: { readonly limit: number; readonly seconds: number; readonly burst: number } | null) =>
+  rate === null
+    ? "none"
+    : `${rate.limit} per ${Duration.format(Duration.seconds(rate.seconds))} (burst ${rate.burst})`
 
 export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
@@ -128,6 +207,7 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
     const groupsTable = sql.literal(t("flow_group_limits"))
     const leases = sql.literal(t("flow_leases"))
     const outbox = sql.literal(t("outbox"))
+    const buckets = sql.literal(t("flow_group_buckets"))
     const spec = specFor(settings, "outbox")
     // In flight: claimed, its lease running (the claim reads the same from each recorded capacity).
     const claimed = sql.literal(Lifecycle.make(spec).is.claimed)
@@ -148,44 +228,98 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
                    ON CONFLICT (id) DO UPDATE SET generation = excluded.generation`
       })
 
+    // A group's rate, its own or the topic's per-group one (`b`: its bucket row, `l`: the topic's limits).
+    const groupRateOf = (c: "limit" | "period" | "burst") => groupRate(c, "o", "l", "b")
+    const groupBuckets = sql.literal(
+      `SELECT b.topic, b.group_key, ${bucket(t, "b", groupRateOf, "clock_timestamp()")} AS tokens, ${
+        groupRateOf("burst")
+      } AS burst
+        FROM ${t("flow_group_buckets")} b JOIN ${t("flow_limits")} l ON l.topic = b.topic
+        LEFT JOIN ${t("flow_group_limits")} o ON o.topic = b.topic AND o.group_key = b.group_key`
+    )
+
+    /**
+     * Changes a topic's rates (`change`, under the lock `limited` took): its buckets are first
+     * brought to now at the old rates, then hold at most the new bursts; a new rate starts full.
+     */
+    const rebucket = <A, E, R>(topic: string, change: Effect.Effect<A, E, R>) =>
+      Effect.gen(function*() {
+        yield* sql`UPDATE ${limitsTable} l
+                      SET tokens = ${sql.literal(bucket(t, "l", (c) => `l.rate_${c}`, "clock_timestamp()"))},
+                          tokens_at = clock_timestamp()
+                    WHERE l.topic = ${topic} AND l.rate_limit IS NOT NULL`
+        yield* sql`WITH settled AS (${groupBuckets} WHERE b.topic = ${topic})
+                   UPDATE ${buckets} b SET tokens = s.tokens, tokens_at = clock_timestamp()
+                     FROM settled s WHERE b.topic = s.topic AND b.group_key = s.group_key`
+        const result = yield* change
+        yield* sql`UPDATE ${limitsTable}
+                      SET tokens = CASE WHEN rate_limit IS NOT NULL THEN least(coalesce(tokens, rate_burst), rate_burst) END,
+                          tokens_at = CASE WHEN rate_limit IS NOT NULL THEN coalesce(tokens_at, clock_timestamp()) END
+                    WHERE topic = ${topic}`
+        // A bucket without a rate now is gone; one above its new burst holds the burst.
+        yield* sql`WITH settled AS (${groupBuckets} WHERE b.topic = ${topic}),
+                        gone AS (DELETE FROM ${buckets} b USING settled s
+                                  WHERE b.topic = s.topic AND b.group_key = s.group_key AND s.burst IS NULL)
+                   UPDATE ${buckets} b SET tokens = s.burst
+                     FROM settled s WHERE b.topic = s.topic AND b.group_key = s.group_key AND b.tokens > s.burst`
+        return result
+      })
+
     const setLimit = Effect.fn("FlowControl.setLimit")(function*(topic: string, options: LimitOptions) {
-      yield* onlyKnown(options, ["maxInFlight", "groupMaxInFlight", "by"])
+      yield* onlyKnown(options, ["maxInFlight", "groupMaxInFlight", "rate", "groupRate", "by"])
       const decoded = yield* decodeTopic(topic)
       const max = yield* decodeMaxInFlight(options.maxInFlight ?? null)
       const groupMax = yield* decodeGroupMaxInFlight(options.groupMaxInFlight ?? null)
+      const rate = yield* decodeRate(options.rate)
+      const groupRate = yield* decodeGroupRate(options.groupRate)
       const by = options.by === undefined ? "an operator" : yield* decodeBy(options.by)
       yield* Effect.gen(function*() {
         yield* limited(decoded, by)
-        yield* sql`UPDATE ${limitsTable} SET max_in_flight = ${max}, group_max_in_flight = ${groupMax},
-                                             updated_at = now(), updated_by = ${by}
-                    WHERE topic = ${decoded}`
+        yield* rebucket(
+          decoded,
+          sql`UPDATE ${limitsTable} SET max_in_flight = ${max}, group_max_in_flight = ${groupMax},
+                                        rate_limit = ${rate?.limit ?? null}, rate_period = ${rate?.seconds ?? null},
+                                        rate_burst = ${rate?.burst ?? null},
+                                        group_rate_limit = ${groupRate?.limit ?? null},
+                                        group_rate_period = ${groupRate?.seconds ?? null},
+                                        group_rate_burst = ${groupRate?.burst ?? null},
+                                        updated_at = now(), updated_by = ${by}
+               WHERE topic = ${decoded}`
+        )
       }).pipe(sql.withTransaction, classifySqlErrors("FlowControl.setLimit"))
       yield* Effect.logInfo(
         `effect-durable: ${by} set the limits of topic ${decoded}: ${max ?? "no limit"} in flight, ${
           groupMax ?? "no limit"
-        } per group`
+        } per group, rate ${describeRate(rate)}, per-group rate ${describeRate(groupRate)}`
       )
     })
 
     const setGroup = Effect.fn("FlowControl.setGroup")(function*(topic: string, group: string, options: GroupOptions) {
-      yield* onlyKnown(options, ["maxInFlight", "weight", "by"])
+      yield* onlyKnown(options, ["maxInFlight", "weight", "rate", "by"])
       const decodedTopic = yield* decodeTopic(topic)
       const decodedGroup = yield* decodeGroup(group)
       const max = yield* decodeMaxInFlight(options.maxInFlight ?? null)
       const weight = yield* decodeWeight(options.weight ?? 1)
+      const rate = yield* decodeRate(options.rate)
       const by = options.by === undefined ? "an operator" : yield* decodeBy(options.by)
       yield* Effect.gen(function*() {
         yield* limited(decodedTopic, by)
-        yield* sql`INSERT INTO ${groupsTable} (topic, group_key, max_in_flight, weight)
-                   VALUES (${decodedTopic}, ${decodedGroup}, ${max}, ${weight})
-                   ON CONFLICT (topic, group_key) DO UPDATE SET max_in_flight = excluded.max_in_flight,
-                                                               weight = excluded.weight`
+        yield* rebucket(
+          decodedTopic,
+          sql`INSERT INTO ${groupsTable} (topic, group_key, max_in_flight, weight, rate_limit, rate_period, rate_burst)
+              VALUES (${decodedTopic}, ${decodedGroup}, ${max}, ${weight},
+                      ${rate?.limit ?? null}, ${rate?.seconds ?? null}, ${rate?.burst ?? null})
+              ON CONFLICT (topic, group_key) DO UPDATE SET max_in_flight = excluded.max_in_flight,
+                                                          weight = excluded.weight, rate_limit = excluded.rate_limit,
+                                                          rate_period = excluded.rate_period,
+                                                          rate_burst = excluded.rate_burst`
+        )
         yield* sql`UPDATE ${limitsTable} SET updated_at = now(), updated_by = ${by} WHERE topic = ${decodedTopic}`
       }).pipe(sql.withTransaction, classifySqlErrors("FlowControl.setGroup"))
       yield* Effect.logInfo(
         `effect-durable: ${by} set group ${decodedGroup} of topic ${decodedTopic}: ${
           max ?? "the topic's per-group limit"
-        } in flight, weight ${weight}`
+        } in flight, weight ${weight}, rate ${rate === null ? "the topic's per-group rate" : describeRate(rate)}`
       )
     })
 
@@ -196,14 +330,19 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
         const gone = yield* sql`DELETE FROM ${limitsTable} WHERE topic = ${decoded} RETURNING topic`
         yield* sql`DELETE FROM ${leases} WHERE topic = ${decoded}`
         yield* sql`DELETE FROM ${sql.literal(t("flow_group_state"))} WHERE topic = ${decoded}`
+        yield* sql`DELETE FROM ${buckets} WHERE topic = ${decoded}`
         return gone.length > 0
       }).pipe(sql.withTransaction, classifySqlErrors("FlowControl.clear"))
     })
 
     const limits = sql`
       SELECT l.topic, l.max_in_flight AS "maxInFlight", l.group_max_in_flight AS "groupMaxInFlight",
+             ${sql.literal(rateJson("l.rate_"))} AS rate, ${sql.literal(rateJson("l.group_rate_"))} AS "groupRate",
+             ${sql.literal(bucket(t, "l", (c) => `l.rate_${c}`, "clock_timestamp()"))} AS tokens,
              coalesce((SELECT jsonb_agg(jsonb_build_object('group', g.group_key, 'maxInFlight', g.max_in_flight,
-                                                           'weight', g.weight) ORDER BY g.group_key)
+                                                           'weight', g.weight, 'rate', ${
+      sql.literal(rateJson("g.rate_"))
+    }) ORDER BY g.group_key)
                          FROM ${groupsTable} g WHERE g.topic = l.topic), '[]'::jsonb) AS groups,
              (SELECT count(*)::int FROM ${leases} f JOIN ${outbox} o ON o.id = f.id AND o.claim_generation = f.generation
                WHERE f.topic = l.topic AND ${claimedO}) AS "inFlight",

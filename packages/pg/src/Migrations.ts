@@ -148,6 +148,7 @@ const RUNTIME_TABLES = [
   "flow_group_limits",
   "flow_leases",
   "flow_group_state",
+  "flow_group_buckets",
   "schedules",
   "schedule_slots",
   "workflow_executions",

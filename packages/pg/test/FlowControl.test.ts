@@ -13,22 +13,7 @@ import * as FlowControl from "../src/FlowControl.js"
 import * as Outbox from "../src/Outbox.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
-import { substrate } from "./support.js"
-
-const claimOf = (worker: string, topics: ReadonlyArray<string> | undefined, limit = 100) =>
-  Effect.flatMap(
-    OutboxWorker.OutboxWorker,
-    (w) => w.claim({ worker, limit, lease: "1 minute", ...(topics === undefined ? {} : { topics }) })
-  )
-
-const enqueueAll = (topic: string, n: number, options: Outbox.EnqueueOptions = {}) =>
-  Effect.flatMap(
-    Outbox.Outbox,
-    (outbox) => outbox.enqueueMany(Array.from({ length: n }, (_, i) => ({ topic, payload: { i }, options })))
-  )
-
-const markAll = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>) =>
-  Effect.flatMap(OutboxWorker.OutboxWorker, (w) => w.markProjectedMany(claimed.map((m) => m.claim)))
+import { claimOf, enqueueAll, markAll, substrate } from "./support.js"
 
 /** The group each claimed message was enqueued with. */
 const groupsOf = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>) =>

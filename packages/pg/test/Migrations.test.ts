@@ -28,7 +28,8 @@ const RELEASED_DDL: Readonly<Record<number, string>> = {
   14: "42e491f5912e4debced1b96c26cfe921aaac56ee59d31a74848a3fcbd1d9067d",
   15: "515dc3171dbc55d3262f792f69255fb477aa566278d749855601db5a056b70a0",
   16: "29e06729b4602e7b439b6e2a2fbe9380e62ebc8f2a3571b50d8b93fdf2ee666b",
-  17: "5b57e32c9c322ad3cf5700ed6dcb4e90fddb214d9ea2ad718a615e641b4ef5d1"
+  17: "5b57e32c9c322ad3cf5700ed6dcb4e90fddb214d9ea2ad718a615e641b4ef5d1",
+  18: "97bcebee24f1f5db89e862f3f505cbaae0d557e436d7c5f6323f1bb628fdce9c"
 }
 
 describe("released migrations", () => {
@@ -173,6 +174,7 @@ describe("Migrations", () => {
           { name: string }
         >`SELECT tablename AS name FROM pg_tables WHERE schemaname = 'Durable_Mixed' ORDER BY 1`
         expect(tables.map((t) => t.name)).toEqual([
+          "flow_group_buckets",
           "flow_group_limits",
           "flow_group_state",
           "flow_leases",

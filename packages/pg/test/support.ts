@@ -10,7 +10,8 @@ import * as Schedule from "effect/Schedule"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as TestClock from "effect/testing/TestClock"
 import type { SettingsInput } from "../src/DurableConfig.js"
-import type * as Outbox from "../src/Outbox.js"
+import * as Outbox from "../src/Outbox.js"
+import * as OutboxWorker from "../src/OutboxWorker.js"
 
 export const database = (options: TestDatabase.Options = {}) =>
   TestDatabase.layerFresh({ maxConnections: 12, ...options })
@@ -48,3 +49,20 @@ export const barrier = Effect.map(Deferred.make<void>(), (gate) => ({
 
 /** The SQLSTATE of a failure (a driver `SqlError` or a classified `DatabaseError`). */
 export const sqlState = (error: unknown): string | undefined => sqlStateOf(error) ?? undefined
+
+/** A claim of up to `limit` messages of `topics` (all when left out) with a one-minute lease. */
+export const claimOf = (worker: string, topics: ReadonlyArray<string> | undefined, limit = 100) =>
+  Effect.flatMap(
+    OutboxWorker.OutboxWorker,
+    (w) => w.claim({ worker, limit, lease: "1 minute", ...(topics === undefined ? {} : { topics }) })
+  )
+
+/** Enqueues `n` messages `{ i }` on `topic`, each with `options`; returns their ids. */
+export const enqueueAll = (topic: string, n: number, options: Outbox.EnqueueOptions = {}) =>
+  Effect.flatMap(
+    Outbox.Outbox,
+    (outbox) => outbox.enqueueMany(Array.from({ length: n }, (_, i) => ({ topic, payload: { i }, options })))
+  )
+
+export const markAll = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>) =>
+  Effect.flatMap(OutboxWorker.OutboxWorker, (w) => w.markProjectedMany(claimed.map((m) => m.claim)))

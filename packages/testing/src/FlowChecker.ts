@@ -6,6 +6,13 @@
  * exact: no other claim of the topic can commit before it does. Tests and the chaos suite
  * install it, run their load, then read `overshoots` (0 rows: the limits held).
  *
+ * Rates: the trigger also writes down each message claimed on a topic with a rate (its
+ * claim's statement start and the time of the claim), and `rateOvershoots` checks every span
+ * of them against the token bucket the topic and each group have now: from the i-th claimed
+ * message to the j-th, at most `burst + limit * (at_j - start_i) / period`. The bucket's own
+ * clock is read between those two times, so the bound is never tighter than the bucket's: an
+ * overshoot found is one.
+ *
  * @since 0.4.0
  */
 import * as Effect from "effect/Effect"
@@ -28,14 +35,19 @@ export const install = (schema = "durable") =>
       `CREATE TABLE IF NOT EXISTS ${s}.flow_overshoots (
         topic text NOT NULL, group_key text NOT NULL, in_flight integer NOT NULL, max_in_flight integer NOT NULL,
         at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+      `CREATE TABLE IF NOT EXISTS ${s}.flow_rate_claims (
+        seq bigserial PRIMARY KEY, topic text NOT NULL, group_key text NOT NULL,
+        started timestamptz NOT NULL DEFAULT statement_timestamp(), at timestamptz NOT NULL DEFAULT clock_timestamp())`,
       `CREATE OR REPLACE FUNCTION ${s}.flow_check() RETURNS trigger LANGUAGE plpgsql AS $check$
       DECLARE
         topic_cap integer;
         group_cap integer;
         n integer;
+        rated boolean;
       BEGIN
-        SELECT l.max_in_flight, coalesce(g.max_in_flight, CASE WHEN NEW.group_key <> '' THEN l.group_max_in_flight END)
-          INTO topic_cap, group_cap
+        SELECT l.max_in_flight, coalesce(g.max_in_flight, CASE WHEN NEW.group_key <> '' THEN l.group_max_in_flight END),
+               l.rate_limit IS NOT NULL OR g.rate_limit IS NOT NULL OR (NEW.group_key <> '' AND l.group_rate_limit IS NOT NULL)
+          INTO topic_cap, group_cap, rated
           FROM ${s}.flow_limits l LEFT JOIN ${s}.flow_group_limits g ON g.topic = l.topic AND g.group_key = NEW.group_key
          WHERE l.topic = NEW.topic;
         IF topic_cap IS NOT NULL THEN
@@ -53,6 +65,9 @@ export const install = (schema = "durable") =>
             INSERT INTO ${s}.flow_overshoots (topic, group_key, in_flight, max_in_flight)
             VALUES (NEW.topic, NEW.group_key, n, group_cap);
           END IF;
+        END IF;
+        IF rated THEN
+          INSERT INTO ${s}.flow_rate_claims (topic, group_key) VALUES (NEW.topic, NEW.group_key);
         END IF;
         RETURN NULL;
       END
@@ -72,3 +87,48 @@ export const overshoots = (schema = "durable") =>
       `SELECT topic, group_key AS "group", in_flight AS "inFlight", max_in_flight AS "limit"
          FROM ${quoteIdentifier(schema)}.flow_overshoots ORDER BY at`
     ))
+
+export interface RateOvershoot {
+  readonly topic: string
+  /** '' for the topic's own rate; else the group whose rate was passed. */
+  readonly group: string
+  /** The most messages claimed above what the bucket allowed, over every span of time. */
+  readonly excess: number
+}
+
+/**
+ * Every topic and group whose claims took more than their token bucket allows in some span of
+ * time (checked against the rates set now: set them before the load and leave them).
+ */
+export const rateOvershoots = (schema = "durable") =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) => {
+    const s = quoteIdentifier(schema)
+    // For the i-th and j-th claimed message of a bucket (i <= j, in claim order): j - i + 1
+    // messages against burst + r * (at_j - started_i), i.e. (j - r at_j) - (i - r started_i) + 1
+    // against burst: the least (i - r started_i) so far is a running minimum.
+    return sql.unsafe<RateOvershoot>(
+      `WITH base AS (SELECT min(started) AS t0 FROM ${s}.flow_rate_claims),
+      buckets AS (
+        SELECT c.seq, c.topic, '' AS group_key, c.started, c.at, l.rate_limit / l.rate_period AS r, l.rate_burst AS burst
+          FROM ${s}.flow_rate_claims c JOIN ${s}.flow_limits l ON l.topic = c.topic WHERE l.rate_limit IS NOT NULL
+        UNION ALL
+        SELECT c.seq, c.topic, c.group_key, c.started, c.at,
+               coalesce(g.rate_limit / g.rate_period, l.group_rate_limit / l.group_rate_period),
+               coalesce(g.rate_burst, l.group_rate_burst)
+          FROM ${s}.flow_rate_claims c JOIN ${s}.flow_limits l ON l.topic = c.topic
+          LEFT JOIN ${s}.flow_group_limits g ON g.topic = c.topic AND g.group_key = c.group_key
+         WHERE c.group_key <> '' AND (g.rate_limit IS NOT NULL OR l.group_rate_limit IS NOT NULL)),
+      numbered AS (
+        SELECT b.*, row_number() OVER (PARTITION BY b.topic, b.group_key ORDER BY b.seq) AS k FROM buckets b),
+      spans AS (
+        SELECT n.topic, n.group_key, n.burst,
+               n.k - n.r * extract(epoch FROM n.at - base.t0)::float8 AS hi,
+               min(n.k - n.r * extract(epoch FROM n.started - base.t0)::float8)
+                 OVER (PARTITION BY n.topic, n.group_key ORDER BY n.k ROWS UNBOUNDED PRECEDING) AS lo
+          FROM numbered n CROSS JOIN base),
+      worst AS (
+        SELECT DISTINCT ON (topic, group_key) topic, group_key, hi - lo + 1 - burst AS excess
+          FROM spans ORDER BY topic, group_key, hi - lo DESC)
+      SELECT topic, group_key AS "group", excess FROM worst WHERE excess > 1e-6 ORDER BY topic, group_key`
+    )
+  })

@@ -28,3 +28,26 @@ export const parseDuration = (text: string): Duration.Input | undefined => {
   const long = /^(\d+(?:\.\d+)?)\s+(millis?|seconds?|minutes?|hours?|days?|weeks?)$/.exec(text.trim())
   return long === null ? undefined : spelled(long[1]!, long[2]!)
 }
+
+/**
+ * A rate as operators write it: `10/1m`, `5/s` (one of the unit), `100/2 hours`. Only its
+ * shape is read here; the library refuses what is out of range. `undefined`: not a rate.
+ */
+export const parseRate = (text: string): { readonly limit: number; readonly per: Duration.Input } | undefined => {
+  const shape = /^\s*(\d+)\s*\/\s*(.+?)\s*$/.exec(text)
+  if (shape === null) return undefined
+  const period = shape[2]!
+  const per = parseDuration(/^[a-z]+$/i.test(period) ? `1${period}` : period)
+  return per === undefined ? undefined : { limit: Number(shape[1]), per }
+}
+
+const PERIOD_UNITS: ReadonlyArray<readonly [string, number]> = [["d", 86_400_000], ["h", 3_600_000], [
+  "m",
+  60_000
+], ["s", 1000]]
+
+/** A rate's period as `parseRate` reads it back: the largest unit that divides it (`90s`, `2h`, `250ms`). */
+export const formatPeriod = (millis: number): string => {
+  const unit = PERIOD_UNITS.find(([, size]) => millis % size === 0)
+  return unit === undefined ? `${millis}ms` : `${millis / unit[1]}${unit[0]}`
+}

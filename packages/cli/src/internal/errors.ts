@@ -72,7 +72,11 @@ const FLAGS: Readonly<Record<string, string>> = {
   "options.batchSize": "--batch-size",
   maxInFlight: "--max",
   groupMaxInFlight: "--group-max",
-  weight: "--weight"
+  weight: "--weight",
+  "rate.burst": "--burst",
+  "groupRate.burst": "--group-burst",
+  rate: "--rate",
+  groupRate: "--group-rate"
 }
 
 const flagOf = (argument: string): string => {

@@ -1,7 +1,8 @@
 /**
  * `effect-durable limits list|set|group|clear`: the flow limits of `FlowControl` — a topic's
  * most messages in flight across every projector, its most per group, a group's own limit and
- * weight — changed at run time: every claim reads them, no process restarts.
+ * weight, and rates (`--rate 10/1m`: a token bucket per topic, `--group-rate` per group) —
+ * changed at run time: every claim reads them, no process restarts.
  */
 import * as FlowControl from "@effect-durable/pg/FlowControl"
 import * as Argument from "effect/cli/Argument"
@@ -11,6 +12,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { json } from "../arguments.js"
 import { withDatabase } from "../connection.js"
+import { formatPeriod, parseRate } from "../durations.js"
 import { usage } from "../errors.js"
 import * as Output from "../output.js"
 import { operatorName } from "./topics.js"
@@ -20,6 +22,27 @@ const group = Argument.String("group").pipe(Argument.withMetavar("GROUP"), Argum
 const count = (name: string, description: string) =>
   Flag.Int(name).pipe(Flag.withMetavar("N"), Flag.optional, Flag.withDescription(description))
 const orNone = (n: number | null) => (n === null ? "-" : String(n))
+const rateFlag = (name: string, description: string) =>
+  Flag.String(name).pipe(Flag.withMetavar("N/PERIOD"), Flag.optional, Flag.withDescription(description))
+
+/** A rate flag and its burst flag as the library's rate; the library refuses what is out of range (naming `--rate`). */
+const readRate = (flag: string, text: Option.Option<string>, burst: Option.Option<number>, burstFlag: string) =>
+  Effect.gen(function*() {
+    if (Option.isNone(text)) {
+      if (Option.isSome(burst)) return yield* usage(`${burstFlag} needs ${flag}`)
+      return null
+    }
+    const rate = parseRate(text.value)
+    if (rate === undefined) {
+      return yield* usage(
+        `invalid ${flag}: N/PERIOD, such as 10/1m, 5/s or 100/2h (got ${Output.printable(text.value)})`
+      )
+    }
+    return Option.isSome(burst) ? { ...rate, burst: burst.value } : rate
+  })
+
+const showRate = (rate: FlowControl.RateLimit | null) =>
+  rate === null ? "-" : `${rate.limit}/${formatPeriod(rate.perMillis)} (burst ${rate.burst})`
 
 const list = Command.make(
   "list",
@@ -34,10 +57,17 @@ const list = Command.make(
           { header: "IN FLIGHT", value: (l) => l.inFlight },
           { header: "MAX", value: (l) => orNone(l.maxInFlight) },
           { header: "PER GROUP", value: (l) => orNone(l.groupMaxInFlight) },
+          { header: "RATE", value: (l) => showRate(l.rate) },
+          { header: "TOKENS", value: (l) => (l.tokens === null ? "-" : Math.floor(l.tokens)) },
+          { header: "GROUP RATE", value: (l) => showRate(l.groupRate) },
           {
             header: "GROUPS",
             value: (l) =>
-              l.groups.map((g) => `${g.group}: ${g.maxInFlight ?? "per group"}, weight ${g.weight}`).join("; ") || "-"
+              l.groups.map((g) =>
+                `${g.group}: ${g.maxInFlight ?? "per group"}, weight ${g.weight}${
+                  g.rate === null ? "" : `, rate ${showRate(g.rate)}`
+                }`
+              ).join("; ") || "-"
           },
           { header: "SET BY", value: (l) => `${l.updatedBy} at ${l.updatedAt}` }
         ], limits)
@@ -53,6 +83,10 @@ const set = Command.make(
     topic,
     max: count("max", "At most N of the topic's messages in flight (none when left out)"),
     groupMax: count("group-max", "At most N of one group's messages in flight (none when left out)"),
+    rate: rateFlag("rate", "At most N of the topic's messages claimed per PERIOD, e.g. 10/1m (none when left out)"),
+    burst: count("burst", "The most of them claimed at once after a quiet spell (default: N of --rate)"),
+    groupRate: rateFlag("group-rate", "At most N of one group's messages claimed per PERIOD (none when left out)"),
+    groupBurst: count("group-burst", "A group's most claimed at once (default: N of --group-rate)"),
     json
   },
   Effect.fn("effect-durable.limits.set")(
@@ -60,29 +94,38 @@ const set = Command.make(
       const by = operatorName()
       const maxInFlight = Option.getOrNull(args.max)
       const groupMaxInFlight = Option.getOrNull(args.groupMax)
-      if (maxInFlight === null && groupMaxInFlight === null) {
-        return yield* usage("limits set: give --max, --group-max or both (`limits clear` removes a topic's limits)")
+      const rate = yield* readRate("--rate", args.rate, args.burst, "--burst")
+      const groupRate = yield* readRate("--group-rate", args.groupRate, args.groupBurst, "--group-burst")
+      if (maxInFlight === null && groupMaxInFlight === null && rate === null && groupRate === null) {
+        return yield* usage(
+          "limits set: give --max, --group-max, --rate or --group-rate (`limits clear` removes a topic's limits)"
+        )
       }
-      yield* (yield* FlowControl.FlowControl).setLimit(args.topic, {
-        maxInFlight,
-        groupMaxInFlight,
-        by: by.slice(0, 128)
-      })
-      yield* Effect.logInfo(
-        `operator action: limits of topic ${args.topic} set to max ${orNone(maxInFlight)}, per group ${
-          orNone(groupMaxInFlight)
-        } by ${by}`
-      )
-      if (args.json) return yield* Output.json({ topic: args.topic, maxInFlight, groupMaxInFlight })
-      yield* Output.line(
-        `topic ${Output.printable(args.topic)}: at most ${orNone(maxInFlight)} in flight, ${
-          orNone(groupMaxInFlight)
-        } per group`
-      )
+      const flow = yield* FlowControl.FlowControl
+      yield* flow.setLimit(args.topic, { maxInFlight, groupMaxInFlight, rate, groupRate, by: by.slice(0, 128) })
+      const set = (yield* flow.limits).find((l) => l.topic === args.topic)
+      const said = `at most ${orNone(maxInFlight)} in flight, ${orNone(groupMaxInFlight)} per group, rate ${
+        showRate(set?.rate ?? null)
+      }, per-group rate ${showRate(set?.groupRate ?? null)}`
+      yield* Effect.logInfo(`operator action: limits of topic ${args.topic} set to ${said} by ${by}`)
+      if (args.json) {
+        return yield* Output.json({
+          topic: args.topic,
+          maxInFlight,
+          groupMaxInFlight,
+          rate: set?.rate ?? null,
+          groupRate: set?.groupRate ?? null
+        })
+      }
+      yield* Output.line(`topic ${Output.printable(args.topic)}: ${said}`)
     },
     withDatabase({ poolSize: 1 })
   )
-).pipe(Command.withDescription("Set (replace) a topic's limits: in flight across every projector, and per group"))
+).pipe(
+  Command.withDescription(
+    "Set (replace) a topic's limits: in flight across every projector and per group, rates per topic and per group"
+  )
+)
 
 const setGroup = Command.make(
   "group",
@@ -91,6 +134,11 @@ const setGroup = Command.make(
     group,
     max: count("max", "At most N of this group's messages in flight (the topic's per-group limit when left out)"),
     weight: count("weight", "Its share against the topic's other groups (1 to 1000; default 1)"),
+    rate: rateFlag(
+      "rate",
+      "At most N of this group's messages claimed per PERIOD (the topic's per-group rate when left out)"
+    ),
+    burst: count("burst", "The most of them claimed at once (default: N of --rate)"),
     json
   },
   Effect.fn("effect-durable.limits.group")(
@@ -98,21 +146,27 @@ const setGroup = Command.make(
       const by = operatorName()
       const maxInFlight = Option.getOrNull(args.max)
       const weight = Option.getOrElse(args.weight, () => 1)
-      yield* (yield* FlowControl.FlowControl).setGroup(args.topic, args.group, {
-        maxInFlight,
-        weight,
-        by: by.slice(0, 128)
-      })
-      yield* Effect.logInfo(
-        `operator action: group ${args.group} of topic ${args.topic} set to max ${
-          orNone(maxInFlight)
-        }, weight ${weight} by ${by}`
-      )
-      if (args.json) return yield* Output.json({ topic: args.topic, group: args.group, maxInFlight, weight })
+      const rate = yield* readRate("--rate", args.rate, args.burst, "--burst")
+      const flow = yield* FlowControl.FlowControl
+      yield* flow.setGroup(args.topic, args.group, { maxInFlight, weight, rate, by: by.slice(0, 128) })
+      const set = (yield* flow.limits).find((l) => l.topic === args.topic)?.groups.find((g) => g.group === args.group)
+      const said = `max ${orNone(maxInFlight)}, weight ${weight}, rate ${
+        set?.rate ? showRate(set.rate) : "the topic's per-group rate"
+      }`
+      yield* Effect.logInfo(`operator action: group ${args.group} of topic ${args.topic} set to ${said} by ${by}`)
+      if (args.json) {
+        return yield* Output.json({
+          topic: args.topic,
+          group: args.group,
+          maxInFlight,
+          weight,
+          rate: set?.rate ?? null
+        })
+      }
       yield* Output.line(
         `group ${Output.printable(args.group)} of ${Output.printable(args.topic)}: at most ${
           maxInFlight ?? "the topic's per-group limit"
-        } in flight, weight ${weight}`
+        } in flight, weight ${weight}, rate ${set?.rate ? showRate(set.rate) : "the topic's per-group rate"}`
       )
     },
     withDatabase({ poolSize: 1 })
@@ -142,6 +196,6 @@ export const limits = Command.make(
   {},
   () => usage("limits: name a subcommand: list, set, group, clear")
 ).pipe(
-  Command.withDescription("Global concurrency limits and fair share per topic: list, set, group, clear"),
+  Command.withDescription("Global concurrency limits, rates and fair share per topic: list, set, group, clear"),
   Command.withSubcommands([list, set, setGroup, clear])
 )

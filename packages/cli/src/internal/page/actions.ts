@@ -4,7 +4,7 @@
  * move aside (with the operator's reason) by ids, outbox and inbox; pause and resume of a
  * topic. Each is logged with who did it and from where.
  */
-import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import { type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as FlowControl from "@effect-durable/pg/FlowControl"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
@@ -13,6 +13,7 @@ import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
 import * as Schedules from "@effect-durable/pg/Schedules"
 import type * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
 import * as Effect from "effect/Effect"
+import { parseRate } from "../durations.js"
 import { printable } from "../printable.js"
 import {
   ActionBody,
@@ -171,18 +172,31 @@ export const make = ({ filterOf, jobs, options, queries, workflows }: ActionCont
       return jsonResponse({ name, changed })
     })
 
-  /** Set a topic's limits (both given: null is none) or clear them; the library checks the values. */
+  /** A rate field of the form (`10/1m`) and its burst: absent or empty is none. */
+  const rateField = (argument: string, text: string | null | undefined, burst: number | null | undefined) => {
+    if (text === null || text === undefined || text.trim() === "") return Effect.succeed(null)
+    const rate = parseRate(text)
+    return rate === undefined
+      ? Effect.fail(new InvalidInput({ argument, rule: "N/PERIOD, such as 10/1m, 5/s or 100/2h" }))
+      : Effect.succeed(burst === null || burst === undefined ? rate : { ...rate, burst })
+  }
+
+  /** Set a topic's limits (every one given: null is none) or clear them; the library checks the values. */
   const limitAction = (verb: "set" | "clear") =>
     Effect.fnUntraced(function*(r: Request) {
       const input = yield* body(LimitBody)
       const flow = yield* FlowControl.FlowControl
       const maxInFlight = input.maxInFlight ?? null
       const groupMaxInFlight = input.groupMaxInFlight ?? null
+      const rate = yield* rateField("rate", input.rate, input.burst)
+      const groupRate = yield* rateField("groupRate", input.groupRate, input.groupBurst)
       const changed = verb === "set"
         ? yield* Effect.as(
           queries.timed(flow.setLimit(input.topic, {
             maxInFlight,
             groupMaxInFlight,
+            rate,
+            groupRate,
             by: `${whoInBytes(r.who, 100)} (admin page)`
           })),
           true
@@ -191,7 +205,9 @@ export const make = ({ filterOf, jobs, options, queries, workflows }: ActionCont
       yield* audit(
         r,
         verb === "set"
-          ? `set limits of topic ${input.topic}: max ${maxInFlight ?? "none"}, per group ${groupMaxInFlight ?? "none"}`
+          ? `set limits of topic ${input.topic}: max ${maxInFlight ?? "none"}, per group ${
+            groupMaxInFlight ?? "none"
+          }, rate ${input.rate || "none"}, per-group rate ${input.groupRate || "none"}`
           : `clear limits of topic ${input.topic}`,
         { topic: input.topic, changed }
       )

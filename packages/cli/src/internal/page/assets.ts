@@ -195,7 +195,9 @@ export const js = `"use strict";
       }
       var asLimit = function (text) { return text === "" ? null : Number(text); };
       return request("POST", "/limits/actions/set", {
-        topic: limitTopic, maxInFlight: asLimit(field("max")), groupMaxInFlight: asLimit(field("group-max"))
+        topic: limitTopic, maxInFlight: asLimit(field("max")), groupMaxInFlight: asLimit(field("group-max")),
+        rate: field("rate") || null, burst: asLimit(field("burst")),
+        groupRate: field("group-rate") || null, groupBurst: asLimit(field("group-burst"))
       }).then(function () {
         say("set the limits of " + limitTopic);
         window.location.reload();

@@ -51,7 +51,12 @@ export const ScheduleBody = Schema.Struct({ name: Schema.String })
 export const LimitBody = Schema.Struct({
   topic: Schema.String,
   maxInFlight: Schema.optionalKey(Schema.NullOr(Schema.Number)),
-  groupMaxInFlight: Schema.optionalKey(Schema.NullOr(Schema.Number))
+  groupMaxInFlight: Schema.optionalKey(Schema.NullOr(Schema.Number)),
+  /** `10/1m` as the CLI reads it; its burst apart. */
+  rate: Schema.optionalKey(Schema.NullOr(Schema.String)),
+  burst: Schema.optionalKey(Schema.NullOr(Schema.Number)),
+  groupRate: Schema.optionalKey(Schema.NullOr(Schema.String)),
+  groupBurst: Schema.optionalKey(Schema.NullOr(Schema.Number))
 })
 
 /** Whether JSON text nests arrays and objects deeper than `max` (strings skipped, escapes too). */

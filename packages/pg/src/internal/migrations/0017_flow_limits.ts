@@ -54,12 +54,58 @@ export const renewable = (t: (table: string) => string, q: string) =>
 export const limitsLock = (t: (table: string) => string) => `'${t("flow_limits")}'::regclass::oid::integer, 17`
 
 /**
+ * What a later version adds to this version's limited claim (version 18: token buckets). Each
+ * part is empty here, so this version's text stays what was released.
+ */
+export interface ClaimExtensions {
+  /** Declarations of the claim function. */
+  readonly declare: string
+  /** Statements run once the limits are locked. */
+  readonly afterLock: string
+  /** A condition over a topic's limits `l`: the claim may take any of it (beside its in-flight limit). */
+  readonly open: string
+  /** Columns of `lim` (the topic's limits `l`) after its own. */
+  readonly topicColumns: string
+  /** What the topic can take, given what its in-flight limit leaves (`free`); `l` is `lim`. */
+  readonly topicFree: (free: string) => string
+  /** Columns and joins of a group's limits (`g` grouped, `l` lim, `o` its own limits). */
+  readonly groupColumns: string
+  readonly groupJoins: string
+  /** More bounds on what a group `g` may take (`, expr` each). */
+  readonly groupFree: string
+  /** Columns `quota` passes on from `g`. */
+  readonly quotaColumns: string
+  /** CTEs written after the claim's rows are locked (each ending in a comma). */
+  readonly spend: string
+  /** The CTE that moves the topics' virtual time (`ticked`). */
+  readonly ticked: string
+}
+
+const ticked = (t: (table: string) => string) =>
+  `ticked AS (
+  UPDATE ${t("flow_limits")} l SET vclock = k.now FROM clock k WHERE l.topic = k.topic AND l.vclock < k.now)`
+
+const released = (t: (table: string) => string): ClaimExtensions => ({
+  declare: "",
+  afterLock: "",
+  open: "",
+  topicColumns: "",
+  topicFree: (free) => free,
+  groupColumns: "",
+  groupJoins: "",
+  groupFree: "",
+  quotaColumns: "",
+  spend: "",
+  ticked: ticked(t)
+})
+
+/**
  * The claim of the limited topics (`limited`: their names). Its shapes hold whatever the
  * statistics say: named groups through the group index (the partial index's condition is
  * written out), rows updated by primary key (a plan seen on a table not analyzed yet scanned
  * every open message to join a handful).
  */
-const limitedClaim = (t: (table: string) => string) => {
+const limitedClaim = (t: (table: string) => string, x: ClaimExtensions) => {
   const outbox = t("outbox")
   const { open, ready } = claimConditions(t)
   const keyHead = (c: string) =>
@@ -68,12 +114,16 @@ const limitedClaim = (t: (table: string) => string) => {
           WHERE e.ordering_key = ${c}.ordering_key AND e.ordering_key IS NOT NULL AND e.id < ${c}.id AND ${open("e")}))`
   return `WITH RECURSIVE
 lim AS (
-  SELECT l.topic, l.max_in_flight, l.group_max_in_flight FROM ${t("flow_limits")} l WHERE l.topic = ANY(limited)),
+  SELECT l.topic, l.max_in_flight, l.group_max_in_flight${x.topicColumns} FROM ${
+    t("flow_limits")
+  } l WHERE l.topic = ANY(limited)),
 busy AS (
   SELECT f.topic, f.group_key, count(*) AS n FROM ${t("flow_leases")} f WHERE f.topic = ANY(limited) GROUP BY 1, 2),
 topic_free AS (
-  SELECT l.topic, CASE WHEN l.max_in_flight IS NULL THEN $2
-    ELSE greatest(l.max_in_flight - coalesce((SELECT sum(b.n) FROM busy b WHERE b.topic = l.topic), 0), 0)::integer END AS free
+  SELECT l.topic, ${
+    x.topicFree(`CASE WHEN l.max_in_flight IS NULL THEN $2
+    ELSE greatest(l.max_in_flight - coalesce((SELECT sum(b.n) FROM busy b WHERE b.topic = l.topic), 0), 0)::integer END`)
+  } AS free
     FROM lim l),
 named AS (
   (SELECT o.topic, o.group_key FROM ${outbox} o
@@ -91,13 +141,13 @@ grouped AS (
   UNION ALL
   SELECT l.topic, '' FROM lim l),
 quota AS (
-  SELECT g.topic, g.group_key, s.vtime, coalesce(o.weight, 1) AS weight,
-         least(tf.free, $2, CASE WHEN g.cap IS NULL THEN $2 ELSE greatest(g.cap - coalesce(b.n, 0), 0)::integer END) AS free
+  SELECT g.topic, g.group_key, s.vtime, coalesce(o.weight, 1) AS weight${x.quotaColumns},
+         least(tf.free, $2, CASE WHEN g.cap IS NULL THEN $2 ELSE greatest(g.cap - coalesce(b.n, 0), 0)::integer END${x.groupFree}) AS free
     FROM (
       -- A group's own limit, else the topic's per-group one (messages without a group: none).
-      SELECT g.topic, g.group_key, coalesce(o.max_in_flight, CASE WHEN g.group_key <> '' THEN l.group_max_in_flight END) AS cap
+      SELECT g.topic, g.group_key, coalesce(o.max_in_flight, CASE WHEN g.group_key <> '' THEN l.group_max_in_flight END) AS cap${x.groupColumns}
         FROM grouped g JOIN lim l ON l.topic = g.topic
-        LEFT JOIN ${t("flow_group_limits")} o ON o.topic = g.topic AND o.group_key = g.group_key) g
+        LEFT JOIN ${t("flow_group_limits")} o ON o.topic = g.topic AND o.group_key = g.group_key${x.groupJoins}) g
     JOIN topic_free tf ON tf.topic = g.topic
     LEFT JOIN busy b ON b.topic = g.topic AND b.group_key = g.group_key
     LEFT JOIN ${t("flow_group_limits")} o ON o.topic = g.topic AND o.group_key = g.group_key
@@ -143,13 +193,83 @@ served AS (
   SELECT o.topic, o.group_key,
          greatest(min(o.start), max(o.rank) FILTER (WHERE o.id IN (SELECT l.id FROM locked l)))
     FROM offered o GROUP BY 1, 2
-  ON CONFLICT (topic, group_key) DO UPDATE SET vtime = excluded.vtime),
-ticked AS (
-  UPDATE ${t("flow_limits")} l SET vclock = k.now FROM clock k WHERE l.topic = k.topic AND l.vclock < k.now)
+  ON CONFLICT (topic, group_key) DO UPDATE SET vtime = excluded.vtime),${x.spend}
+${x.ticked}
 ${
     // Heads only: position 0.
     claimUpdate(t, { from: "", where: "q.id = ANY(ARRAY(SELECT l.id FROM locked l))", position: "0" })}`
 }
+
+/**
+ * The outbox claim of this version (`x`: what a later version adds to it). Its signature is
+ * version 12's: processes of every release since call it alike.
+ */
+export const claimFunction = (t: (table: string) => string, x: ClaimExtensions = released(t)) =>
+  `CREATE OR REPLACE FUNCTION ${t("outbox_claim")}(text, integer, double precision, text[], integer, integer)
+  RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean,
+    topic text, ordering_key text, payload jsonb, headers jsonb, created_at text)
+  LANGUAGE plpgsql
+  SET plan_cache_mode = force_generic_plan
+AS $claim$
+#variable_conflict use_column
+DECLARE
+  limited text[];
+  taken integer;${x.declare}
+BEGIN
+PERFORM pg_advisory_xact_lock_shared(${limitsLock(t)});
+IF NOT EXISTS (SELECT 1 FROM ${t("flow_limits")} l WHERE $4 IS NULL OR l.topic = ANY($4)) THEN
+  RETURN QUERY
+${claimQuery(t)};
+  RETURN;
+END IF;
+-- The limits of this claim's topics, locked in name order: one claim of a limited topic at a time.
+limited := ARRAY(
+  SELECT l.topic FROM ${t("flow_limits")} l
+   WHERE ($4 IS NULL OR l.topic = ANY($4)) AND l.topic <> ALL(ARRAY(SELECT p.topic FROM ${t("paused_topics")} p))
+   ORDER BY l.topic FOR UPDATE);${x.afterLock}
+-- A new snapshot from here on: every claim committed before the lock is seen. The capacities
+-- no longer taken (their row settled, given back, cancelled, its lease run out) are dropped.
+DELETE FROM ${t("flow_leases")} f
+ WHERE f.topic = ANY(limited) AND NOT EXISTS (
+   SELECT 1 FROM ${t("outbox")} o
+    WHERE o.id = f.id AND o.claim_generation = f.generation AND ${claimConditions(t).open("o")}
+      AND o.claimed_until > now());
+-- A group at or behind the topic's virtual time holds nothing a new one would not: forgotten.
+DELETE FROM ${t("flow_group_state")} s USING ${t("flow_limits")} l
+ WHERE l.topic = ANY(limited) AND s.topic = l.topic AND s.vtime <= l.vclock;
+taken := 0;
+-- At the limit (what a claim most often finds while the slots are busy): nothing more to read.
+IF EXISTS (
+  SELECT 1 FROM ${t("flow_limits")} l
+   WHERE l.topic = ANY(limited)
+     AND (l.max_in_flight IS NULL OR l.max_in_flight > (SELECT count(*) FROM ${
+    t("flow_leases")
+  } f WHERE f.topic = l.topic))${x.open})
+THEN
+  -- Each group's messages are read in index order until its few are found: a bitmap scan would
+  -- read a group's whole backlog and sort it (the plan is made once, under this setting).
+  PERFORM set_config('enable_bitmapscan', 'off', true);
+  RETURN QUERY
+${limitedClaim(t, x)};
+  GET DIAGNOSTICS taken = ROW_COUNT;
+  PERFORM set_config('enable_bitmapscan', 'on', true);
+END IF;
+-- The rest of the batch from the topics without limits, if the claim may take any.
+IF taken < $2 AND ($4 IS NULL OR EXISTS (
+     SELECT 1 FROM unnest($4) x(topic) WHERE NOT EXISTS (SELECT 1 FROM ${
+    t("flow_limits")
+  } l WHERE l.topic = x.topic))) THEN
+  RETURN QUERY
+${
+    claimQuery(
+      t,
+      (c) => ` AND ${c}.topic <> ALL(ARRAY(SELECT l.topic FROM ${t("flow_limits")} l))`,
+      "($2 - taken)"
+    )
+  };
+END IF;
+END
+$claim$`
 
 export const migration: Migration = {
   version: 17,
@@ -199,70 +319,6 @@ UPDATE ${t("outbox")} q SET claimed_until = now() + make_interval(secs => p_leas
 RETURNING q.id::text;
 END
 $write$`,
-    `CREATE OR REPLACE FUNCTION ${t("outbox_claim")}(text, integer, double precision, text[], integer, integer)
-  RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean,
-    topic text, ordering_key text, payload jsonb, headers jsonb, created_at text)
-  LANGUAGE plpgsql
-  SET plan_cache_mode = force_generic_plan
-AS $claim$
-#variable_conflict use_column
-DECLARE
-  limited text[];
-  taken integer;
-BEGIN
-PERFORM pg_advisory_xact_lock_shared(${limitsLock(t)});
-IF NOT EXISTS (SELECT 1 FROM ${t("flow_limits")} l WHERE $4 IS NULL OR l.topic = ANY($4)) THEN
-  RETURN QUERY
-${claimQuery(t)};
-  RETURN;
-END IF;
--- The limits of this claim's topics, locked in name order: one claim of a limited topic at a time.
-limited := ARRAY(
-  SELECT l.topic FROM ${t("flow_limits")} l
-   WHERE ($4 IS NULL OR l.topic = ANY($4)) AND l.topic <> ALL(ARRAY(SELECT p.topic FROM ${t("paused_topics")} p))
-   ORDER BY l.topic FOR UPDATE);
--- A new snapshot from here on: every claim committed before the lock is seen. The capacities
--- no longer taken (their row settled, given back, cancelled, its lease run out) are dropped.
-DELETE FROM ${t("flow_leases")} f
- WHERE f.topic = ANY(limited) AND NOT EXISTS (
-   SELECT 1 FROM ${t("outbox")} o
-    WHERE o.id = f.id AND o.claim_generation = f.generation AND ${claimConditions(t).open("o")}
-      AND o.claimed_until > now());
--- A group at or behind the topic's virtual time holds nothing a new one would not: forgotten.
-DELETE FROM ${t("flow_group_state")} s USING ${t("flow_limits")} l
- WHERE l.topic = ANY(limited) AND s.topic = l.topic AND s.vtime <= l.vclock;
-taken := 0;
--- At the limit (what a claim most often finds while the slots are busy): nothing more to read.
-IF EXISTS (
-  SELECT 1 FROM ${t("flow_limits")} l
-   WHERE l.topic = ANY(limited)
-     AND (l.max_in_flight IS NULL OR l.max_in_flight > (SELECT count(*) FROM ${
-      t("flow_leases")
-    } f WHERE f.topic = l.topic)))
-THEN
-  -- Each group's messages are read in index order until its few are found: a bitmap scan would
-  -- read a group's whole backlog and sort it (the plan is made once, under this setting).
-  PERFORM set_config('enable_bitmapscan', 'off', true);
-  RETURN QUERY
-${limitedClaim(t)};
-  GET DIAGNOSTICS taken = ROW_COUNT;
-  PERFORM set_config('enable_bitmapscan', 'on', true);
-END IF;
--- The rest of the batch from the topics without limits, if the claim may take any.
-IF taken < $2 AND ($4 IS NULL OR EXISTS (
-     SELECT 1 FROM unnest($4) x(topic) WHERE NOT EXISTS (SELECT 1 FROM ${
-      t("flow_limits")
-    } l WHERE l.topic = x.topic))) THEN
-  RETURN QUERY
-${
-      claimQuery(
-        t,
-        (c) => ` AND ${c}.topic <> ALL(ARRAY(SELECT l.topic FROM ${t("flow_limits")} l))`,
-        "($2 - taken)"
-      )
-    };
-END IF;
-END
-$claim$`
+    claimFunction(t)
   ]
 }

@@ -21,6 +21,7 @@ import { migration as v14 } from "./0014_schedules.js"
 import { migration as v15 } from "./0015_dedup_keys.js"
 import { migration as v16 } from "./0016_cancellation.js"
 import { migration as v17 } from "./0017_flow_limits.js"
+import { migration as v18 } from "./0018_rate_limits.js"
 
 export const released: Readonly<Record<string, Migration>> = {
   "0001_mutation_ledger": v1,
@@ -39,5 +40,6 @@ export const released: Readonly<Record<string, Migration>> = {
   "0014_schedules": v14,
   "0015_dedup_keys": v15,
   "0016_cancellation": v16,
-  "0017_flow_limits": v17
+  "0017_flow_limits": v17,
+  "0018_rate_limits": v18
 }
