@@ -69,7 +69,9 @@ export const layer = (options: Options = {}): Layer.Layer<Outbox | OutboxWorker 
           release: store.release,
           renewLease: store.renew,
           renewLeases: store.renewMany,
-          giveBack: store.giveBack
+          giveBack: store.giveBack,
+          // The in-memory outbox has no limits.
+          rateWait: () => Effect.succeedNone
         })
       ),
       Context.add(OutboxMemory, OutboxMemory.of({ rows: store.inspect }))

@@ -13,12 +13,15 @@
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
 import * as Context from "effect/Context"
-import type * as Duration from "effect/Duration"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
+import { classifySqlErrors } from "./ErrorClassification.js"
+import { bucket, groupRate } from "./internal/migrations/0018_rate_limits.js"
 import { specFor } from "./internal/queue/spec.js"
 import * as QueueWorker from "./internal/queue/worker.js"
 import type * as LeasedQueue from "./LeasedQueue.js"
@@ -69,6 +72,15 @@ export class OutboxWorker extends Context.Service<OutboxWorker, {
   readonly renewLeases: LeasedQueue.RenewLeases
   /** Unclaims rows whose delivery never started (or is abandoned on shutdown): nothing is counted. */
   readonly giveBack: LeasedQueue.GiveBack
+  /**
+   * After a claim that came back empty: how long until a rate limit of these topics (all when
+   * left out) lets a claim take one of their open messages — the soonest next token of an
+   * empty bucket. None when no rate holds one back (nothing to take, or an in-flight limit).
+   * A projector sleeps this long instead of its poll interval.
+   */
+  readonly rateWait: (
+    topics?: ReadonlyArray<string>
+  ) => Effect.Effect<Option.Option<Duration.Duration>, InvalidInput | DatabaseError>
 }>()("@effect-durable/pg/OutboxWorker") {}
 
 /** The claim function's fourth argument: the topics, decoded, or `null` for all. */
@@ -108,8 +120,51 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
         claim: { messageId: row.id, worker: options.worker, generation: Number(row.generation) }
       }))
     })
+    const t = settings.table
+    const outbox = t("outbox")
+    const open = (c: string) => `${c}.projected_at IS NULL AND ${c}.dead_at IS NULL`
+    const at = "clock_timestamp()"
+    const waitFor = (tokens: string, limit: string, period: string) =>
+      `CASE WHEN ${tokens} < 1 THEN (1 - ${tokens}) * ${period} / ${limit} ELSE 0 END`
+    // Per limited topic with open messages: the later of its own bucket's next token and the
+    // soonest of its groups' (an empty group bucket with open messages); the soonest topic wins.
+    const rateWaitQuery = sql.literal(`
+      SELECT min(greatest(
+               coalesce(${waitFor(bucket(t, "l", (c) => `l.rate_${c}`, at), "l.rate_limit", "l.rate_period")}, 0),
+               coalesce((
+                 SELECT min(${
+      waitFor(
+        bucket(t, "b", (c) => groupRate(c, "o", "l", "b"), at),
+        groupRate("limit", "o", "l", "b"),
+        groupRate("period", "o", "l", "b")
+      )
+    })
+                   FROM ${t("flow_group_buckets")} b
+                   LEFT JOIN ${t("flow_group_limits")} o ON o.topic = b.topic AND o.group_key = b.group_key
+                  WHERE b.topic = l.topic AND EXISTS (
+                    SELECT 1 FROM ${outbox} g WHERE g.topic = b.topic AND g.group_key = b.group_key AND ${
+      open("g")
+    })), 0)
+             )) AS seconds
+        FROM ${t("flow_limits")} l
+       WHERE (l.rate_limit IS NOT NULL OR l.group_rate_limit IS NOT NULL
+              OR EXISTS (SELECT 1 FROM ${
+      t("flow_group_limits")
+    } o WHERE o.topic = l.topic AND o.rate_limit IS NOT NULL))
+         AND EXISTS (SELECT 1 FROM ${outbox} m WHERE m.topic = l.topic AND ${open("m")} AND m.available_at <= now())`)
+    const rateWait = Effect.fn("OutboxWorker.rateWait")(function*(topics?: ReadonlyArray<string>) {
+      const only = yield* decodeTopics(topics ?? null)
+      const rows = yield* sql<{ readonly seconds: number | null }>`${rateWaitQuery}
+         AND (${only}::text[] IS NULL OR l.topic = ANY(${only}::text[]))`.pipe(
+        classifySqlErrors("OutboxWorker.rateWait")
+      )
+      const seconds = rows[0]?.seconds ?? null
+      return seconds === null || !(seconds > 0) ? Option.none() : Option.some(Duration.millis(seconds * 1000))
+    })
+
     // Each operation's span is named here; the queue implementation is shared with the inbox.
     return OutboxWorker.of({
+      rateWait,
       claim,
       markProjected: (claim) => Effect.withSpan(queue.complete(claim), "OutboxWorker.markProjected"),
       markProjectedMany: (claims) => Effect.withSpan(queue.completeMany(claims), "OutboxWorker.markProjectedMany"),

@@ -201,6 +201,29 @@ const operations = FastCheck.oneof<Array<FastCheck.Arbitrary<Operation>>>(
         Effect.ignore(flow.clear(topic))
       ))
   })),
+  FastCheck.tuple(
+    text,
+    FastCheck.oneof(anything, FastCheck.record({ limit: anything, per: duration, burst: anything })),
+    anything,
+    text
+  ).map(([topic, rate, groupRate, group]) => ({
+    name: "flow rates",
+    run: Effect.flatMap(FlowControl.FlowControl, (flow) =>
+      Effect.ensuring(
+        Effect.andThen(
+          flow.setLimit(topic, { rate, groupRate } as never),
+          Effect.andThen(
+            flow.setGroup(topic, group, { rate: groupRate } as never),
+            Effect.flatMap(OutboxWorker.OutboxWorker, (o) => o.rateWait([topic]))
+          )
+        ),
+        Effect.ignore(flow.clear(topic))
+      ))
+  })),
+  FastCheck.tuple(anything).map(([topics]) => ({
+    name: "rateWait",
+    run: Effect.flatMap(OutboxWorker.OutboxWorker, (o) => o.rateWait(topics as never))
+  })),
   FastCheck.tuple(text, json, anything).map(([topic, payload, group]) => ({
     name: "enqueue in a group",
     run: Effect.flatMap(Outbox.Outbox, (o) => o.enqueue(topic, payload, { group } as never))

@@ -5,8 +5,10 @@
 import * as FlowChecker from "@effect-durable/testing/FlowChecker"
 import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as FlowControl from "../src/FlowControl.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
@@ -129,6 +131,40 @@ describe("FlowControl: rate limits held by the claim", () => {
         expect(claimed.filter((m) => m.topic === "rl.free")).toHaveLength(5)
         const again = yield* claimOf("w1", ["rl.empty", "rl.free"])
         expect(again).toHaveLength(0)
+      }))
+
+    it.effect("rateWait: after an empty claim, how long until a bucket lets a claim take an open message (the topic's, a group's), none when no rate holds one back", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const worker = yield* OutboxWorker.OutboxWorker
+        const seconds = (topics: ReadonlyArray<string>) =>
+          Effect.map(worker.rateWait(topics), Option.map((d) => Duration.toMillis(d) / 1000))
+        yield* enqueueAll("rw.none", 3)
+        expect(yield* seconds(["rw.none"])).toEqual(Option.none())
+        // The topic's bucket: one token an hour, spent.
+        yield* flow.setLimit("rw.topic", { rate: { limit: 1, per: "1 hour", burst: 1 } })
+        yield* enqueueAll("rw.topic", 3)
+        expect(yield* seconds(["rw.topic"])).toEqual(Option.none())
+        expect(yield* claimOf("w1", ["rw.topic"])).toHaveLength(1)
+        const topicWait = Option.getOrThrow(yield* seconds(["rw.topic"]))
+        expect(topicWait).toBeGreaterThan(3500)
+        expect(topicWait).toBeLessThanOrEqual(3600)
+        // A group's bucket: the topic has tokens, the one group with messages has none for 30 s.
+        yield* flow.setLimit("rw.group", { groupRate: { limit: 2, per: "1 minute", burst: 1 } })
+        yield* enqueueAll("rw.group", 3, { group: "a" })
+        expect(yield* claimOf("w1", ["rw.group"])).toHaveLength(1)
+        const groupWait = Option.getOrThrow(yield* seconds(["rw.group"]))
+        expect(groupWait).toBeGreaterThan(25)
+        expect(groupWait).toBeLessThanOrEqual(30)
+        // Both topics asked at once: the sooner.
+        expect(Option.getOrThrow(yield* seconds(["rw.topic", "rw.group"]))).toBeCloseTo(groupWait, 0)
+        // Held back by an in-flight limit, not a rate: none (a mark frees it, not time).
+        yield* flow.setLimit("rw.slots", { maxInFlight: 1, rate: { limit: 100, per: "1 second" } })
+        yield* enqueueAll("rw.slots", 3)
+        expect(yield* claimOf("w1", ["rw.slots"])).toHaveLength(1)
+        expect(yield* claimOf("w1", ["rw.slots"])).toHaveLength(0)
+        expect(yield* seconds(["rw.slots"])).toEqual(Option.none())
+        expect(yield* Effect.flip(worker.rateWait([""]))).toMatchObject({ _tag: "InvalidInput", argument: "topics[0]" })
       }))
 
     it.effect("16 workers claiming in loops on real time: every span of claims within the topic's and each group's bucket (checked inside the database), every message once", () =>

@@ -62,3 +62,26 @@ describe("Projector: a topic's global concurrency limit", () => {
       }))
   })
 })
+
+describe("Projector: a topic's rate limit", () => {
+  it.layer(substrate(), { timeout: "2 minutes" })((it) => {
+    it.effect("with an hour-long poll interval the projector still drains a rate-limited backlog: it sleeps until the bucket's next token, and never past the bucket", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const flow = yield* FlowControl.FlowControl
+        yield* FlowChecker.install()
+        const topic = freshName("rated")
+        yield* flow.setLimit(topic, { rate: { limit: 20, per: "1 second", burst: 2 } })
+        const ids = yield* outbox.enqueueMany(Array.from({ length: 16 }, (_, i) => ({ topic, payload: { i } })))
+        const delivered = new Set<string>()
+        const publisher = Publisher.layerHandler((message) => Effect.sync(() => void delivered.add(message.id)))
+        const listen = yield* listenDirect
+        yield* withLayerLive(
+          Projector.layer({ ...listen, topics: [topic], pollInterval: "1 hour" }).pipe(Layer.provide(publisher)),
+          eventually(Effect.sync(() => delivered.size), (n) => n === ids.length)
+        )
+        expect([...delivered].sort()).toEqual([...ids].sort())
+        expect((yield* FlowChecker.rateOvershoots()).filter((o) => o.topic === topic)).toEqual([])
+      }))
+  })
+})

@@ -300,5 +300,11 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
       yield* Effect.logInfo(`effect-durable projector gave back ${left.size} in-flight messages on shutdown`)
     })
 
-    return { deliverBatch, releaseInFlight, cancel, renewSoon: keeper.renewSoon, keeper: keeper.run }
+    /** How long a rate limit holds back the next claim, if one does: a hint, so a failure is none. */
+    const rateWait = outbox.rateWait(settings.topics).pipe(
+      Effect.catch(() => Effect.succeedNone),
+      Effect.withSpan("projector.rateWait")
+    )
+
+    return { deliverBatch, releaseInFlight, cancel, rateWait, renewSoon: keeper.renewSoon, keeper: keeper.run }
   })

@@ -2,6 +2,9 @@
  * The projector's running shape: `batchesInFlight` batch loops and the keeper, forked into
  * the layer's scope. A NOTIFY wakes one idle loop; a loop that claimed a full batch wakes the
  * next (more is likely waiting) — waking all at once would have them race for one message.
+ * An empty claim right after a busy one asks whether a rate limit holds the topics back, and
+ * sleeps until its next token (at most the poll interval) instead of the whole interval: a
+ * rate above the burst per poll interval is still reached.
  * A store failure (the database restarting, a missing table) backs off on a capped schedule
  * (started over by the next success) and carries on; closing the scope stops claiming, waits
  * for in-flight batches up to the shutdown deadline and releases what is left.
@@ -47,6 +50,7 @@ export const runLoops = (
   settings: Settings,
   batches: {
     readonly deliverBatch: Effect.Effect<Counts, DatabaseError | InvalidInput>
+    readonly rateWait: Effect.Effect<Option.Option<Duration.Duration>>
     readonly releaseInFlight: Effect.Effect<void>
     readonly keeper: Effect.Effect<void>
   }
@@ -56,12 +60,18 @@ export const runLoops = (
     const wake = yield* Queue.sliding<void>(1)
     const stop = yield* Deferred.make<void>()
     const stopped = Deferred.await(stop)
-    const idle = Effect.raceFirst(Effect.raceFirst(Queue.take(wake), Effect.sleep(settings.pollInterval)), stopped)
+    const idleFor = (wait: Duration.Duration) =>
+      Effect.raceFirst(Effect.raceFirst(Queue.take(wake), Effect.sleep(wait)), stopped)
+    // A token is due at the wait's end: a millisecond later it is surely there.
+    const tokenLag = Duration.millis(1)
 
     const loop = Effect.gen(function*() {
       // The store backoff's steps while claims or settlements keep failing; a success drops
       // it, so the next failure starts the schedule over.
       let backoff: ((error: DatabaseError | InvalidInput) => Effect.Effect<unknown, unknown>) | undefined
+      // Whether the last claim took something, or the last sleep was for a token: only then is
+      // a rate worth asking about (an idle projector's empty claims cost no more than before).
+      let busy = false
       while (!(yield* Deferred.isDone(stop))) {
         const result = yield* Effect.result(batches.deliverBatch)
         if (Result.isFailure(result)) {
@@ -81,7 +91,16 @@ export const runLoops = (
         if (result.success.claimed === settings.batchSize) yield* Queue.offer(wake, undefined)
         // Only an empty claim means there is nothing to do: a short batch can be short because
         // of per-key order (one message per key at a time), with the next heads ready now.
-        if (result.success.claimed === 0) yield* idle
+        if (result.success.claimed === 0) {
+          const wait: Option.Option<Duration.Duration> = busy ? yield* batches.rateWait : Option.none()
+          busy = Option.isSome(wait)
+          yield* idleFor(Option.match(wait, {
+            onNone: () => settings.pollInterval,
+            onSome: (d) => Duration.min(Duration.sum(d, tokenLag), settings.pollInterval)
+          }))
+        } else {
+          busy = true
+        }
       }
     })
 
