@@ -13,6 +13,8 @@ import * as LedgerExample from "../examples/ledger.js"
 import * as MigrationsExample from "../examples/migrations.js"
 import * as OutboxExample from "../examples/outbox.js"
 import * as PaginationExample from "../examples/pagination.js"
+import * as RateLimiterExample from "../examples/rateLimiter.js"
+import * as RateLimitsExample from "../examples/rateLimits.js"
 import * as SchedulesExample from "../examples/schedules.js"
 import * as TransactionsExample from "../examples/transactions.js"
 import * as Cas from "../src/Cas.js"
@@ -68,6 +70,35 @@ describe("the README examples do what the README says", () => {
         const worker = yield* OutboxWorker.OutboxWorker
         const claimed = yield* worker.claim({ worker: "w", topics: ["emails"], limit: 100, lease: "1 minute" })
         expect(claimed).toHaveLength(7)
+      }))
+
+    it.effect("rate limits: the topic's burst of 10, each recipient's 3", () =>
+      Effect.gen(function*() {
+        const limits = yield* RateLimitsExample.configure
+        expect(limits.find((l) => l.topic === "sms")).toMatchObject({
+          rate: { limit: 10, perMillis: 1000, burst: 10 },
+          groupRate: { limit: 1, perMillis: 1000, burst: 3 }
+        })
+        for (let i = 0; i < 6; i++) {
+          yield* RateLimitsExample.text("+15550001", `a${i}`)
+          yield* RateLimitsExample.text("+15550002", `b${i}`)
+        }
+        const worker = yield* OutboxWorker.OutboxWorker
+        const claimed = yield* worker.claim({ worker: "w", topics: ["sms"], limit: 100, lease: "1 minute" })
+        expect(claimed).toHaveLength(6)
+      }))
+
+    it.effect("effect's RateLimiter on the PostgreSQL store: 100 calls a minute per account, then a refusal with retryAfter", () =>
+      Effect.gen(function*() {
+        let calls = 0
+        const run = Effect.gen(function*() {
+          for (let i = 0; i < 100; i++) yield* RateLimiterExample.callPartner("acme", Effect.sync(() => calls++))
+          for (let i = 0; i < 100; i++) yield* RateLimiterExample.tryPartner("acme")
+          return yield* Effect.flip(RateLimiterExample.tryPartner("acme"))
+        })
+        const refused = yield* run.pipe(Effect.provide(RateLimiterExample.RateLimiterLive))
+        expect(calls).toBe(100)
+        expect(refused.reason._tag).toBe("RateLimitExceeded")
       }))
 
     it.effect("cas: the first save wins, the second gets the revision it lost to", () =>

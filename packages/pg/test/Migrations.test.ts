@@ -29,7 +29,8 @@ const RELEASED_DDL: Readonly<Record<number, string>> = {
   15: "515dc3171dbc55d3262f792f69255fb477aa566278d749855601db5a056b70a0",
   16: "29e06729b4602e7b439b6e2a2fbe9380e62ebc8f2a3571b50d8b93fdf2ee666b",
   17: "5b57e32c9c322ad3cf5700ed6dcb4e90fddb214d9ea2ad718a615e641b4ef5d1",
-  18: "97bcebee24f1f5db89e862f3f505cbaae0d557e436d7c5f6323f1bb628fdce9c"
+  18: "97bcebee24f1f5db89e862f3f505cbaae0d557e436d7c5f6323f1bb628fdce9c",
+  19: "0c4c50d4a2fbc0be1266706c6a6c90b5c23f42b6ac9e8d7db4575ff5cef9a1f2"
 }
 
 describe("released migrations", () => {
@@ -183,6 +184,9 @@ describe("Migrations", () => {
           "mutation_records",
           "outbox",
           "paused_topics",
+          "rate_adaptive",
+          "rate_buckets",
+          "rate_windows",
           "runtime_roles",
           "schedule_slots",
           "schedules",

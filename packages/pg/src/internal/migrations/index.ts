@@ -22,6 +22,7 @@ import { migration as v15 } from "./0015_dedup_keys.js"
 import { migration as v16 } from "./0016_cancellation.js"
 import { migration as v17 } from "./0017_flow_limits.js"
 import { migration as v18 } from "./0018_rate_limits.js"
+import { migration as v19 } from "./0019_rate_limiter_store.js"
 
 export const released: Readonly<Record<string, Migration>> = {
   "0001_mutation_ledger": v1,
@@ -41,5 +42,6 @@ export const released: Readonly<Record<string, Migration>> = {
   "0015_dedup_keys": v15,
   "0016_cancellation": v16,
   "0017_flow_limits": v17,
-  "0018_rate_limits": v18
+  "0018_rate_limits": v18,
+  "0019_rate_limiter_store": v19
 }
