@@ -9,7 +9,7 @@ import { dirname, join } from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..")
-const bin = join(root, "packages", "cli", "dist", "bin.js")
+const bin = join(root, "packages", "cli", "dist", "bundle", "effect-durable.mjs")
 if (!existsSync(bin)) {
   process.stderr.write("effect-durable is not built yet: building it (npm run build builds everything)...\n")
   execFileSync(process.execPath, [
@@ -17,6 +17,7 @@ if (!existsSync(bin)) {
     "-b",
     join(root, "packages", "cli", "tsconfig.src.json")
   ], { stdio: "inherit" })
+  execFileSync(process.execPath, [join(root, "packages", "cli", "scripts", "bundle.mjs")], { stdio: "inherit" })
 }
 // npm runs a script in the repository's root; the command belongs where it was typed (its
 // development database is found from there: examples/jobs keeps its own).

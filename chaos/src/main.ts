@@ -92,6 +92,8 @@ const prepareDatabase = (server: PgServer.PgServer["Service"]) =>
       yield* Context.get(substrate, FlowControl.FlowControl).setLimit(TOPIC, {
         maxInFlight: Options.FLOW_LIMIT,
         groupMaxInFlight: Options.FLOW_GROUP_LIMIT,
+        rate: Options.FLOW_RATE,
+        groupRate: Options.FLOW_GROUP_RATE,
         by: "chaos"
       })
     }
@@ -149,25 +151,39 @@ const openMessages = (admin: SqlClient.SqlClient) =>
       Effect.map(([row]) => row!.n)
     )
 
-/** `--limits`: the overshoot checker's findings (it counted in flight inside every claim of the topic). */
+/**
+ * `--limits`: the overshoot checker's findings (it counted in flight inside every claim of the
+ * topic, and held every span of claimed messages against the topic's and each group's bucket).
+ */
+const rateText = (rate: { readonly limit: number; readonly per: string; readonly burst: number }) =>
+  `${rate.limit} per ${rate.per}, burst ${rate.burst}`
+
 const withFlowCheck = <R extends { readonly details: ReadonlyArray<string>; readonly broken: ReadonlyArray<string> }>(
   admin: SqlClient.SqlClient,
   report: R
 ) =>
   Effect.gen(function*() {
     const overshoots = yield* FlowChecker.overshoots().pipe(Effect.provideService(SqlClient.SqlClient, admin))
+    const rateOvershoots = yield* FlowChecker.rateOvershoots().pipe(Effect.provideService(SqlClient.SqlClient, admin))
     const [claims] = yield* admin<{ n: number }>`
       SELECT coalesce(sum(attempt_count), 0)::int AS n FROM durable.outbox WHERE topic = ${TOPIC}`
     const line =
       `flow limits (${Options.FLOW_LIMIT} in flight, ${Options.FLOW_GROUP_LIMIT} per group): ${overshoots.length} overshoots over about ${
         claims!.n
       } claims of the topic, each counted inside its claim`
+    const rateLine = `rates (${rateText(Options.FLOW_RATE)}, ${
+      rateText(Options.FLOW_GROUP_RATE)
+    } per group): ${rateOvershoots.length} buckets overshot, every span of claimed messages checked`
     return {
       ...report,
-      details: [...report.details, line],
-      broken: overshoots.length === 0
-        ? report.broken
-        : [...report.broken, `flow limit overshoots: ${overshoots.length} (first: ${JSON.stringify(overshoots[0])})`]
+      details: [...report.details, line, rateLine],
+      broken: [
+        ...report.broken,
+        ...(overshoots.length === 0
+          ? []
+          : [`flow limit overshoots: ${overshoots.length} (first: ${JSON.stringify(overshoots[0])})`]),
+        ...(rateOvershoots.length === 0 ? [] : [`rate overshoots: ${JSON.stringify(rateOvershoots)}`])
+      ]
     }
   })
 
@@ -188,7 +204,9 @@ const program = Effect.gen(function*() {
       options.asyncWorkerCommits ? ", worker commits asynchronous" : ""
     }${
       options.limits
-        ? `, flow limits: ${Options.FLOW_LIMIT} in flight, ${Options.FLOW_GROUP_LIMIT} per group of ${Options.FLOW_GROUPS}`
+        ? `, flow limits: ${Options.FLOW_LIMIT} in flight, ${Options.FLOW_GROUP_LIMIT} per group of ${Options.FLOW_GROUPS}, rates ${
+          rateText(Options.FLOW_RATE)
+        } and ${rateText(Options.FLOW_GROUP_RATE)} per group`
         : ""
     }`
   )

@@ -23,7 +23,9 @@ export interface Options {
   readonly workflows: boolean
   /**
    * Flow limits on the chaos topic (`FlowControl`): at most `FLOW_LIMIT` in flight, `FLOW_GROUP_LIMIT`
-   * per customer group; an overshoot checker inside the database counts at every claim.
+   * per customer group, and the rates `FLOW_RATE` and `FLOW_GROUP_RATE`; an overshoot checker
+   * inside the database counts at every claim and records every claimed message against the
+   * buckets.
    */
   readonly limits: boolean
 }
@@ -32,6 +34,12 @@ export interface Options {
 export const FLOW_LIMIT = 48
 export const FLOW_GROUP_LIMIT = 8
 export const FLOW_GROUPS = 10
+/**
+ * Rates that bind while a backlog drains after a fault (the producer writes about 30 a second)
+ * and leave headroom to catch up: 60 a second for the topic, 10 for each of its groups.
+ */
+export const FLOW_RATE = { limit: 60, per: "1 second", burst: 30 } as const
+export const FLOW_GROUP_RATE = { limit: 10, per: "1 second", burst: 5 } as const
 
 /** The projector's default lease (`@effect-durable/projector` Projector.ts), used to size stalls. */
 export const PROJECTOR_DEFAULT_LEASE_MILLIS = 30_000

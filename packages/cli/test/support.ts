@@ -15,7 +15,8 @@ import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 
 export const PACKAGE = join(dirname(fileURLToPath(import.meta.url)), "..")
-export const BIN = join(PACKAGE, "dist", "bin.js")
+/** The command as the package ships it (its `bin`): the bundle of dist/bin.js. */
+export const BIN = join(PACKAGE, "dist", "bundle", "effect-durable.mjs")
 
 export interface Result {
   readonly code: number | null

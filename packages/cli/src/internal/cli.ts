@@ -27,6 +27,7 @@ import { usage } from "./errors.js"
 import { stderrLogger } from "./output.js"
 
 // With rootDir src, a JSON import of ../package.json would leave the compiled tree.
+// Two folders under the package, here (dist/internal/) as in the bundle (dist/bundle/).
 export const version: string = createRequire(import.meta.url)("../../package.json").version
 
 /** Every command logs through `stderrLogger`; `--verbose` adds the debug logs. */

@@ -4,13 +4,16 @@
  * used through the app's server while the app runs, and otherwise started by the command
  * itself for as long as the command runs. `@effect-durable/embedded` is an optional peer: it
  * is loaded only here, only when the development database is used, so a production install
- * of the CLI never carries PostgreSQL's binaries.
+ * of the CLI never carries PostgreSQL's binaries. The shipped command is a bundle that holds
+ * its code (one copy of effect for both: a second one would not know the first's values), so
+ * whether it is installed — with the binaries it brings — is asked of the resolver first.
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Logger from "effect/Logger"
 import * as Redacted from "effect/Redacted"
 import { existsSync } from "node:fs"
+import { createRequire } from "node:module"
 import { dirname, join, resolve } from "node:path"
 import { CommandError, ExitCode, usage } from "./errors.js"
 import { note, registerUrlSecrets } from "./output.js"
@@ -58,14 +61,20 @@ export const CurrentDevDatabase = Context.Reference<OpenDevDatabase | undefined>
 export const INSTALL_EMBEDDED =
   "the development database needs @effect-durable/embedded: npm install --save-dev @effect-durable/embedded"
 
-const isMissingPackage = (cause: unknown): boolean =>
-  (cause as NodeJS.ErrnoException | undefined)?.code === "ERR_MODULE_NOT_FOUND" &&
-  String((cause as Error).message).includes("@effect-durable/embedded")
+const isMissingPackage = (cause: unknown): boolean => {
+  const code = (cause as NodeJS.ErrnoException | undefined)?.code
+  return (code === "ERR_MODULE_NOT_FOUND" || code === "MODULE_NOT_FOUND") &&
+    String((cause as Error).message).includes("@effect-durable/embedded")
+}
 
-const load = Effect.tryPromise({
-  try: () => import("@effect-durable/embedded/DevDatabase"),
+const load = Effect.try({
+  try: () => createRequire(import.meta.url).resolve("@effect-durable/embedded/DevDatabase"),
   catch: (cause) => cause
 }).pipe(
+  Effect.andThen(Effect.tryPromise({
+    try: () => import("@effect-durable/embedded/DevDatabase"),
+    catch: (cause) => cause
+  })),
   Effect.catch((cause) => isMissingPackage(cause) ? Effect.fail(usage(INSTALL_EMBEDDED, cause)) : Effect.die(cause))
 )
 
