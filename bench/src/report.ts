@@ -293,7 +293,9 @@ export const print = (results: Results) => {
       `\nA limit that never binds: ${ratios.unboundLimitOverNone.toFixed(2)} × the rate without one. ` +
         `A limit of 8 with 10 ms deliveries: ${
           (ratios.atLimitOverCeiling * 100).toFixed(0)
-        } % of its ceiling (800 msg/s).`
+        } % of its ceiling (800 msg/s). A rate of 2,000/s (burst 200): ${
+          (ratios.rateReached * 100).toFixed(0)
+        } % of it reached.`
     )
   }
   const measured = targets(results)

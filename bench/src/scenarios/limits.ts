@@ -4,6 +4,9 @@
 //   #1145: a global limit that halved throughput).
 // - 10 ms deliveries, no limit vs a limit of 8: at the limit the ceiling is 8 x 100/s; the
 //   rate over that ceiling says how much of the allowed concurrency the claim keeps busy.
+// - No-op deliveries with a rate of 2,000 a second (burst 200), well under the drain's own pace:
+//   the rate over 2,000 says whether the projector keeps up with the bucket (it sleeps until the
+//   next token, not its poll interval) without passing it.
 // effect-durable only: no peer offers a global limit without a paid tier to measure against.
 import * as FlowControl from "@effect-durable/pg/FlowControl"
 import * as Effect from "effect/Effect"
@@ -13,13 +16,21 @@ import { alternate, type Bench, drainInChild, progress } from "../harness.js"
 
 const SLOW_LIMIT = 8
 const SLOW_MILLIS = 10
+const RATE = { limit: 2000, per: "1 second", burst: 200 } as const
 
 const CASES = [
   { name: "no-op, no limit", contender: defaults, limit: undefined, fast: true },
   { name: "no-op, limit 1,000", contender: defaults, limit: 1000, fast: true },
   { name: "10 ms, no limit", contender: slowHandler, limit: undefined, fast: false },
-  { name: `10 ms, limit ${SLOW_LIMIT}`, contender: slowHandler, limit: SLOW_LIMIT, fast: false }
-] as const
+  { name: `10 ms, limit ${SLOW_LIMIT}`, contender: slowHandler, limit: SLOW_LIMIT, fast: false },
+  { name: "no-op, rate 2,000/s", contender: defaults, rate: RATE, fast: true }
+] as const satisfies ReadonlyArray<{
+  readonly name: string
+  readonly contender: typeof defaults
+  readonly limit?: number | undefined
+  readonly rate?: FlowControl.Rate
+  readonly fast: boolean
+}>
 
 export interface LimitsResult {
   readonly name: string
@@ -35,11 +46,15 @@ export const run = async (bench: Bench, messages: { readonly fast: number; reado
     const database = `bench_limits_${index}`
     const url = await bench.freshDatabase(database)
     await enqueueBulk(url, payloads(count))
-    if (c.limit !== undefined) {
-      const limit = c.limit
+    const limit = "limit" in c ? c.limit : undefined
+    const bucket = "rate" in c ? c.rate : undefined
+    if (limit !== undefined || bucket !== undefined) {
       await withDurable(
         url,
-        Effect.flatMap(FlowControl.FlowControl, (flow) => flow.setLimit("bench", { maxInFlight: limit }))
+        Effect.flatMap(
+          FlowControl.FlowControl,
+          (flow) => flow.setLimit("bench", { maxInFlight: limit ?? null, rate: bucket ?? null })
+        )
       )
     }
     await bench.execute(url, "VACUUM ANALYZE")
@@ -51,7 +66,7 @@ export const run = async (bench: Bench, messages: { readonly fast: number; reado
   })
   return CASES.map((c, i): LimitsResult => ({
     name: c.name,
-    limit: c.limit ?? null,
+    limit: ("limit" in c ? c.limit : undefined) ?? null,
     rate: median(rounds[i]!),
     rounds: rounds[i]!
   }))
@@ -63,6 +78,8 @@ export const summary = (results: ReadonlyArray<LimitsResult>) => {
   return {
     unboundLimitOverNone: rate("no-op, limit 1,000") / rate("no-op, no limit"),
     atLimitOverCeiling: rate(`10 ms, limit ${SLOW_LIMIT}`) / (SLOW_LIMIT * (1000 / SLOW_MILLIS)),
+    /** Over the bucket's own pace, counting its first burst: at most 1 (slightly above by the burst). */
+    rateReached: rate("no-op, rate 2,000/s") / RATE.limit,
     slowNoLimit: rate("10 ms, no limit")
   }
 }

@@ -171,7 +171,11 @@ const setGroup = Command.make(
     },
     withDatabase({ poolSize: 1 })
   )
-).pipe(Command.withDescription("Give one group of a topic its own limit and weight (a tier)"))
+).pipe(
+  Command.withDescription(
+    "Give one group of a topic its own limit, weight and rate (a tier); a limit or rate left out is the topic's per-group one"
+  )
+)
 
 const clear = Command.make(
   "clear",
