@@ -167,6 +167,37 @@ describe("FlowControl: limits held by the claim", () => {
         expect((yield* flow.limits).find((l) => l.topic === "fc.renew")!.inFlight).toBe(1)
       }))
 
+    it.effect("a renewal looks at the clock, not its statement's start: one that began before its lease ran out and ran after is refused on a limited topic; so is one with under a sixth of a lease left", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const worker = yield* OutboxWorker.OutboxWorker
+        const sql = yield* SqlClient.SqlClient
+        yield* flow.setLimit("fc.clock", { maxInFlight: 5 })
+        yield* enqueueAll("fc.clock", 3)
+        const [late, close, fine] = yield* claimOf("holder", ["fc.clock"])
+        // Late: the renewal's transaction begins while the lease still runs (now() is fixed
+        // there), and renews after it ran out — a backend starved or queued between the two.
+        yield* sql`UPDATE durable.outbox SET claimed_until = clock_timestamp() + interval '200 milliseconds'
+                    WHERE id = ${late!.id}`
+        const lateRenewal = yield* sql.withTransaction(Effect.gen(function*() {
+          yield* sql`SELECT now()`
+          yield* sql`SELECT pg_sleep(0.4)`
+          return yield* worker.renewLeases([late!.claim], "1 minute")
+        }))
+        expect(lateRenewal.rejected.map((r) => r.messageId)).toEqual([late!.id])
+        // Close: 5 s left of a lease of a minute (under its sixth, 10 s) — refused; 20 s left: renewed.
+        yield* sql`UPDATE durable.outbox SET claimed_until = clock_timestamp() + interval '5 seconds' WHERE id = ${
+          close!.id
+        }`
+        yield* sql`UPDATE durable.outbox SET claimed_until = clock_timestamp() + interval '20 seconds' WHERE id = ${
+          fine!.id
+        }`
+        const renewed = yield* worker.renewLeases([close!.claim, fine!.claim], "1 minute")
+        expect([renewed.applied, renewed.rejected.map((r) => r.messageId)]).toEqual([[fine!.id], [close!.id]])
+        expect((yield* Effect.flip(worker.renewLease(close!.claim, "1 minute")))._tag).toBe("ClaimMismatch")
+        yield* worker.renewLease(fine!.claim, "1 minute")
+      }))
+
     it.effect("per-group limits: the topic's per-group limit, a group's own limit (a tier), messages without a group under the topic's limit only", () =>
       Effect.gen(function*() {
         const flow = yield* FlowControl.FlowControl

@@ -47,8 +47,31 @@ import { claimConditions, claimQuery, claimUpdate } from "./0012_keyed_runs.js"
  * would put one more in flight than the limit). Elsewhere a holder late by a stall keeps its
  * message if nobody claimed it meanwhile, as before.
  */
-export const renewable = (t: (table: string) => string, q: string) =>
-  `(${q}.claimed_until > now() OR NOT EXISTS (SELECT 1 FROM ${t("flow_limits")} l WHERE l.topic = ${q}.topic))`
+export const renewable = (t: (table: string) => string, q: string, until = "now()") =>
+  `(${q}.claimed_until > ${until} OR NOT EXISTS (SELECT 1 FROM ${t("flow_limits")} l WHERE l.topic = ${q}.topic))`
+
+/**
+ * The outbox's batch renewal: `rule` is what a row must also meet (this version: `renewable`),
+ * `from` the time the new lease runs from (this version: `now()`). Version 18 passes its own.
+ */
+export const renewManyFunction = (
+  t: (table: string) => string,
+  rule: string = renewable(t, "q"),
+  from = "now()"
+) =>
+  `CREATE OR REPLACE FUNCTION ${
+    t("outbox_renew_many")
+  }(p_ids bigint[], p_fences jsonb, p_lease_seconds double precision)
+  RETURNS SETOF text
+  LANGUAGE plpgsql
+AS $write$
+BEGIN
+RETURN QUERY
+UPDATE ${t("outbox")} q SET claimed_until = ${from} + make_interval(secs => p_lease_seconds)
+ WHERE ${fenced({ name: "outbox", done: "projected_at" })} AND ${rule}
+RETURNING q.id::text;
+END
+$write$`
 
 /** The advisory lock (two-key form, its own key space) a claim takes shared and a new limit exclusive. */
 export const limitsLock = (t: (table: string) => string) => `'${t("flow_limits")}'::regclass::oid::integer, 17`
@@ -306,19 +329,7 @@ export const migration: Migration = {
         vtime float8 NOT NULL,
         PRIMARY KEY (topic, group_key)
       )`,
-    `CREATE OR REPLACE FUNCTION ${
-      t("outbox_renew_many")
-    }(p_ids bigint[], p_fences jsonb, p_lease_seconds double precision)
-  RETURNS SETOF text
-  LANGUAGE plpgsql
-AS $write$
-BEGIN
-RETURN QUERY
-UPDATE ${t("outbox")} q SET claimed_until = now() + make_interval(secs => p_lease_seconds)
- WHERE ${fenced({ name: "outbox", done: "projected_at" })} AND ${renewable(t, "q")}
-RETURNING q.id::text;
-END
-$write$`,
+    renewManyFunction(t),
     claimFunction(t)
   ]
 }

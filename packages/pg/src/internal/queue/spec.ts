@@ -9,7 +9,7 @@ import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import type { Settings } from "../../DurableConfig.js"
 import type { Claim } from "../../LeasedQueue.js"
-import { renewable } from "../migrations/0017_flow_limits.js"
+import { renewableInTime } from "../migrations/0018_rate_limits.js"
 
 export interface QueueSpec {
   readonly queue: QueueName
@@ -32,8 +32,12 @@ export interface QueueSpec {
   }
   /** The column that marks a row done; our constant. */
   readonly done: "projected_at" | "processed_at"
-  /** What a lease renewal also asks of the row (the outbox: a lease run out on a limited topic stays out). */
-  readonly renewable: string
+  /**
+   * What a lease renewal also asks of the row, given the new lease's seconds (an SQL
+   * expression). The outbox: on a limited topic the lease still runs, by the clock, a sixth of
+   * a lease from now (migration 18).
+   */
+  readonly renewable: (leaseSeconds: string) => string
   /** A claim that cannot write; `cancelled` when its row was cancelled. */
   readonly mismatch: (claim: Claim, cancelled?: boolean) => ClaimMismatch
   readonly missing: (messageId: string) => MessageMissing
@@ -65,7 +69,8 @@ export const specFor = (settings: Settings, queue: QueueName): QueueSpec => ({
     giveBackUnstartedMany: settings.table(`${queue}_give_back_unstarted_many`)
   },
   done: queue === "outbox" ? "projected_at" : "processed_at",
-  renewable: queue === "outbox" ? renewable(settings.table, settings.table("outbox")) : "true",
+  renewable: (leaseSeconds) =>
+    queue === "outbox" ? renewableInTime(settings.table, settings.table("outbox"), leaseSeconds) : "true",
   // A malformed claim token is a mismatch too; its parts are shown as safely as they can be.
   mismatch: (claim, cancelled) =>
     new ClaimMismatch({

@@ -370,8 +370,12 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
       settle(
         "renewLease",
         claim,
-        sql`UPDATE ${table} SET claimed_until = now() + make_interval(secs => ${Duration.toMillis(decoded) / 1000})
-             WHERE ${fence(claim)} AND ${sql.literal(spec.renewable)} RETURNING id`,
+        sql`UPDATE ${table} SET claimed_until = clock_timestamp() + make_interval(secs => ${
+          Duration.toMillis(decoded) / 1000
+        }::float8)
+             WHERE ${fence(claim)} AND ${
+          sql.literal(spec.renewable(`${Duration.toMillis(decoded) / 1000}::float8`))
+        } RETURNING id`,
         false
       )).pipe(Effect.asVoid)
 
