@@ -31,7 +31,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import { limitsLock } from "./internal/migrations/0017_flow_limits.js"
-import { bucket, groupRate } from "./internal/migrations/0018_rate_limits.js"
+import { bucket, groupRate, topicRate } from "./internal/migrations/0018_rate_limits.js"
 import * as Lifecycle from "./internal/queue/lifecycle.js"
 import { specFor } from "./internal/queue/spec.js"
 import { decodeRows } from "./internal/rows.js"
@@ -245,7 +245,7 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
     const rebucket = <A, E, R>(topic: string, change: Effect.Effect<A, E, R>) =>
       Effect.gen(function*() {
         yield* sql`UPDATE ${limitsTable} l
-                      SET tokens = ${sql.literal(bucket(t, "l", (c) => `l.rate_${c}`, "clock_timestamp()"))},
+                      SET tokens = ${sql.literal(bucket(t, "l", topicRate, "clock_timestamp()"))},
                           tokens_at = clock_timestamp()
                     WHERE l.topic = ${topic} AND l.rate_limit IS NOT NULL`
         yield* sql`WITH settled AS (${groupBuckets} WHERE b.topic = ${topic})
@@ -338,7 +338,7 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
     const limits = sql`
       SELECT l.topic, l.max_in_flight AS "maxInFlight", l.group_max_in_flight AS "groupMaxInFlight",
              ${sql.literal(rateJson("l.rate_"))} AS rate, ${sql.literal(rateJson("l.group_rate_"))} AS "groupRate",
-             ${sql.literal(bucket(t, "l", (c) => `l.rate_${c}`, "clock_timestamp()"))} AS tokens,
+             ${sql.literal(bucket(t, "l", topicRate, "clock_timestamp()"))} AS tokens,
              coalesce((SELECT jsonb_agg(jsonb_build_object('group', g.group_key, 'maxInFlight', g.max_in_flight,
                                                            'weight', g.weight, 'rate', ${
       sql.literal(rateJson("g.rate_"))

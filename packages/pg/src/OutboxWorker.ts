@@ -21,7 +21,8 @@ import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import { bucket, groupRate } from "./internal/migrations/0018_rate_limits.js"
+import { bucket, groupRate, topicRate } from "./internal/migrations/0018_rate_limits.js"
+import * as Lifecycle from "./internal/queue/lifecycle.js"
 import { specFor } from "./internal/queue/spec.js"
 import * as QueueWorker from "./internal/queue/worker.js"
 import type * as LeasedQueue from "./LeasedQueue.js"
@@ -104,7 +105,8 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
   function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
-    const queue = QueueWorker.make(sql, settings, specFor(settings, "outbox"), "OutboxWorker")
+    const spec = specFor(settings, "outbox")
+    const queue = QueueWorker.make(sql, settings, spec, "OutboxWorker")
 
     const claim = Effect.fn("OutboxWorker.claim")(function*(options: ClaimOptions) {
       // Per-key order, keyed runs, paused topics and the topic filter live in the claim function (migration 12).
@@ -122,7 +124,7 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
     })
     const t = settings.table
     const outbox = t("outbox")
-    const open = (c: string) => `${c}.projected_at IS NULL AND ${c}.dead_at IS NULL`
+    const open = (alias: string) => Lifecycle.make(spec, alias).open
     const at = "clock_timestamp()"
     const waitFor = (tokens: string, limit: string, period: string) =>
       `CASE WHEN ${tokens} < 1 THEN (1 - ${tokens}) * ${period} / ${limit} ELSE 0 END`
@@ -130,7 +132,7 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
     // soonest of its groups' (an empty group bucket with open messages); the soonest topic wins.
     const rateWaitQuery = sql.literal(`
       SELECT min(greatest(
-               coalesce(${waitFor(bucket(t, "l", (c) => `l.rate_${c}`, at), "l.rate_limit", "l.rate_period")}, 0),
+               coalesce(${waitFor(bucket(t, "l", topicRate, at), "l.rate_limit", "l.rate_period")}, 0),
                coalesce((
                  SELECT min(${
       waitFor(

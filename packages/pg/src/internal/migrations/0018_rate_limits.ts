@@ -79,7 +79,8 @@ export const bucket = (
     rate("burst")
   }, ${at})`
 
-const topicRate = (c: "limit" | "period" | "burst") => `l.rate_${c}`
+/** A topic's own rate (its limits row `l`). */
+export const topicRate = (c: "limit" | "period" | "burst") => `l.rate_${c}`
 
 const claim = (t: (table: string) => string) =>
   claimFunction(t, {
