@@ -75,9 +75,10 @@ export class OutboxWorker extends Context.Service<OutboxWorker, {
   readonly giveBack: LeasedQueue.GiveBack
   /**
    * After a claim that came back empty: how long until a rate limit of these topics (all when
-   * left out) lets a claim take one of their open messages — the soonest next token of an
-   * empty bucket. None when no rate holds one back (nothing to take, or an in-flight limit).
-   * A projector sleeps this long instead of its poll interval.
+   * left out) lets a claim take one of their ready messages — the soonest next token of an
+   * empty bucket; zero when a token is there already (it came after the claim). None when no
+   * rate holds one back (nothing ready, or the topic at its in-flight limit). A projector
+   * sleeps this long instead of its poll interval.
    */
   readonly rateWait: (
     topics?: ReadonlyArray<string>
@@ -125,6 +126,7 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
     const t = settings.table
     const outbox = t("outbox")
     const open = (alias: string) => Lifecycle.make(spec, alias).open
+    const ready = Lifecycle.make(spec, "m").is.ready
     const at = "clock_timestamp()"
     const waitFor = (tokens: string, limit: string, period: string) =>
       `CASE WHEN ${tokens} < 1 THEN (1 - ${tokens}) * ${period} / ${limit} ELSE 0 END`
@@ -153,7 +155,10 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
               OR EXISTS (SELECT 1 FROM ${
       t("flow_group_limits")
     } o WHERE o.topic = l.topic AND o.rate_limit IS NOT NULL))
-         AND EXISTS (SELECT 1 FROM ${outbox} m WHERE m.topic = l.topic AND ${open("m")} AND m.available_at <= now())`)
+         AND (l.max_in_flight IS NULL OR (SELECT count(*) FROM ${
+      t("flow_leases")
+    } f WHERE f.topic = l.topic) < l.max_in_flight)
+         AND EXISTS (SELECT 1 FROM ${outbox} m WHERE m.topic = l.topic AND ${ready})`)
     const rateWait = Effect.fn("OutboxWorker.rateWait")(function*(topics?: ReadonlyArray<string>) {
       const only = yield* decodeTopics(topics ?? null)
       const rows = yield* sql<{ readonly seconds: number | null }>`${rateWaitQuery}
@@ -161,7 +166,7 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
         classifySqlErrors("OutboxWorker.rateWait")
       )
       const seconds = rows[0]?.seconds ?? null
-      return seconds === null || !(seconds > 0) ? Option.none() : Option.some(Duration.millis(seconds * 1000))
+      return seconds === null ? Option.none() : Option.some(Duration.millis(Math.max(0, seconds) * 1000))
     })
 
     // Each operation's span is named here; the queue implementation is shared with the inbox.

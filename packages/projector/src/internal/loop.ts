@@ -72,6 +72,8 @@ export const runLoops = (
       // Whether the last claim took something, or the last sleep was for a token: only then is
       // a rate worth asking about (an idle projector's empty claims cost no more than before).
       let busy = false
+      // Whether the last empty claim was made because a token was there already.
+      let tokenNow = false
       while (!(yield* Deferred.isDone(stop))) {
         const result = yield* Effect.result(batches.deliverBatch)
         if (Result.isFailure(result)) {
@@ -93,13 +95,23 @@ export const runLoops = (
         // of per-key order (one message per key at a time), with the next heads ready now.
         if (result.success.claimed === 0) {
           const wait: Option.Option<Duration.Duration> = busy ? yield* batches.rateWait : Option.none()
-          busy = Option.isSome(wait)
+          // A token came between the empty claim and the question: claim again at once — but
+          // only once in a row (if that claim is empty too, the rate is not what holds it back).
+          const tokenThere: boolean = Option.isSome(wait) && Duration.isZero(wait.value)
+          if (tokenThere && !tokenNow) {
+            tokenNow = true
+            continue
+          }
+          tokenNow = false
+          busy = Option.isSome(wait) && !tokenThere
           yield* idleFor(Option.match(wait, {
             onNone: () => settings.pollInterval,
-            onSome: (d) => Duration.min(Duration.sum(d, tokenLag), settings.pollInterval)
+            onSome: (d) =>
+              tokenThere ? settings.pollInterval : Duration.min(Duration.sum(d, tokenLag), settings.pollInterval)
           }))
         } else {
           busy = true
+          tokenNow = false
         }
       }
     })
