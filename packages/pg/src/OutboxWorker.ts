@@ -125,17 +125,25 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
     })
     const t = settings.table
     const outbox = t("outbox")
-    const open = (alias: string) => Lifecycle.make(spec, alias).open
-    const ready = Lifecycle.make(spec, "m").is.ready
     const at = "clock_timestamp()"
     const waitFor = (tokens: string, limit: string, period: string) =>
       `CASE WHEN ${tokens} < 1 THEN (1 - ${tokens}) * ${period} / ${limit} ELSE 0 END`
-    // Per limited topic with open messages: the later of its own bucket's next token and the
-    // soonest of its groups' (an empty group bucket with open messages); the soonest topic wins.
+    // Per rated topic with a ready message, not paused, not at its in-flight limit: the later of
+    // its own bucket's next token and its groups' — zero when a ready message's group has no
+    // empty bucket, else the soonest next token of the empty buckets with a ready message.
+    // The soonest topic wins.
+    const readyIn = (alias: string) => Lifecycle.make(spec, alias).is.ready
+    const emptyGroup = (alias: string) =>
+      `EXISTS (SELECT 1 FROM ${t("flow_group_buckets")} b
+                 LEFT JOIN ${t("flow_group_limits")} o ON o.topic = b.topic AND o.group_key = b.group_key
+                WHERE b.topic = ${alias}.topic AND b.group_key = ${alias}.group_key
+                  AND ${bucket(t, "b", (c) => groupRate(c, "o", "l", "b"), at)} < 1)`
     const rateWaitQuery = sql.literal(`
       SELECT min(greatest(
                coalesce(${waitFor(bucket(t, "l", topicRate, at), "l.rate_limit", "l.rate_period")}, 0),
-               coalesce((
+               CASE WHEN EXISTS (SELECT 1 FROM ${outbox} r WHERE r.topic = l.topic AND ${readyIn("r")}
+                                   AND NOT ${emptyGroup("r")}) THEN 0
+               ELSE coalesce((
                  SELECT min(${
       waitFor(
         bucket(t, "b", (c) => groupRate(c, "o", "l", "b"), at),
@@ -147,18 +155,19 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
                    LEFT JOIN ${t("flow_group_limits")} o ON o.topic = b.topic AND o.group_key = b.group_key
                   WHERE b.topic = l.topic AND EXISTS (
                     SELECT 1 FROM ${outbox} g WHERE g.topic = b.topic AND g.group_key = b.group_key AND ${
-      open("g")
-    })), 0)
+      readyIn("g")
+    })), 0) END
              )) AS seconds
         FROM ${t("flow_limits")} l
        WHERE (l.rate_limit IS NOT NULL OR l.group_rate_limit IS NOT NULL
               OR EXISTS (SELECT 1 FROM ${
       t("flow_group_limits")
     } o WHERE o.topic = l.topic AND o.rate_limit IS NOT NULL))
+         AND l.topic <> ALL(ARRAY(SELECT p.topic FROM ${t("paused_topics")} p))
          AND (l.max_in_flight IS NULL OR (SELECT count(*) FROM ${
       t("flow_leases")
     } f WHERE f.topic = l.topic) < l.max_in_flight)
-         AND EXISTS (SELECT 1 FROM ${outbox} m WHERE m.topic = l.topic AND ${ready})`)
+         AND EXISTS (SELECT 1 FROM ${outbox} m WHERE m.topic = l.topic AND ${readyIn("m")})`)
     const rateWait = Effect.fn("OutboxWorker.rateWait")(function*(topics?: ReadonlyArray<string>) {
       const only = yield* decodeTopics(topics ?? null)
       const rows = yield* sql<{ readonly seconds: number | null }>`${rateWaitQuery}

@@ -107,7 +107,9 @@ export const make = (
         })
         const rows = yield* Effect.flatMap(now, (at) =>
           sql<{ count: number; ttl: number }>`SELECT count, ttl FROM ${fn("rate_fixed_window")}(
-            ${o.key}, ${o.tokens}::float8, ${refill}::float8, ${o.limit ?? null}::float8, ${at}::float8)`).pipe(
+            ${o.key}, ${o.tokens}::float8, ${refill}::float8, ${
+            // As the memory store reads it: a limit of 0 is no limit.
+            o.limit === undefined || o.limit === 0 ? null : o.limit}::float8, ${at}::float8)`).pipe(
             failed("fixedWindow")
           )
         const row = rows[0]!
@@ -186,14 +188,18 @@ export const prune = (
     let total = 0
     for (const table of ["rate_windows", "rate_buckets", "rate_adaptive"]) {
       for (;;) {
-        const gone = yield* sql<{ n: number }>`
-          WITH gone AS (
-            DELETE FROM ${sql.literal(t(table))} WHERE key IN (
-              SELECT key FROM ${sql.literal(t(table))}
-               WHERE expires_at <= coalesce(${at}::float8, extract(epoch FROM clock_timestamp())::float8 * 1000)
-               LIMIT ${PRUNE_BATCH})
+        // The expiry is asked again of the row the DELETE finds: one a caller has just written
+        // (it waited for that caller's lock) is not expired any more, and stays.
+        const expired = "expires_at <= coalesce($1::float8, extract(epoch FROM clock_timestamp())::float8 * 1000)"
+        const gone = yield* sql.unsafe<{ n: number }>(
+          `WITH gone AS (
+            DELETE FROM ${t(table)} WHERE key IN (
+              SELECT key FROM ${t(table)} WHERE ${expired} LIMIT ${PRUNE_BATCH})
+              AND ${expired}
             RETURNING 1)
-          SELECT count(*)::int AS n FROM gone`.pipe(
+          SELECT count(*)::int AS n FROM gone`,
+          [at]
+        ).pipe(
           Effect.mapError((cause) => storeError("Failed to prune expired rate limiter rows", cause))
         )
         total += gone[0]!.n

@@ -13,7 +13,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 import * as TestClock from "effect/testing/TestClock"
 import * as FastCheck from "fast-check"
 import * as RateLimiterStore from "../src/RateLimiterStore.js"
-import { substrate } from "./support.js"
+import { eventually, substrate } from "./support.js"
 
 type Store = RateLimiter.RateLimiterStore["Service"]
 
@@ -53,7 +53,7 @@ const step: FastCheck.Arbitrary<Step> = FastCheck.oneof(
     key,
     tokens,
     refill: FastCheck.constantFrom(100, 1000, 12_000),
-    limit: FastCheck.option(FastCheck.integer({ min: 1, max: 6 }), { nil: undefined })
+    limit: FastCheck.option(FastCheck.integer({ min: 0, max: 6 }), { nil: undefined })
   }),
   FastCheck.record({
     op: FastCheck.constant("tokenBucket" as const),
@@ -268,6 +268,35 @@ describe("RateLimiterStore on PostgreSQL", () => {
           SELECT key FROM durable.rate_windows WHERE key LIKE 'prune:%'
           UNION ALL SELECT key FROM durable.rate_buckets WHERE key LIKE 'prune:%'`
         expect(left.map((r) => r.key)).toEqual(["prune:kept"])
+      }))
+
+    it.effect("the pruner never deletes a row that a caller wrote while the pruner waited for its lock", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`INSERT INTO durable.rate_buckets (key, tokens, refilled_at, expires_at) VALUES ('race:prune', 0, 0, 0)`
+        // A caller holds the expired row, and writes a live state once the pruner waits for it.
+        const locked = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
+        const caller = yield* sql.withTransaction(Effect.gen(function*() {
+          yield* sql`SELECT 1 FROM durable.rate_buckets WHERE key = 'race:prune' FOR UPDATE`
+          yield* Deferred.succeed(locked, undefined)
+          yield* Deferred.await(release)
+          yield* sql`UPDATE durable.rate_buckets
+                        SET expires_at = extract(epoch FROM clock_timestamp())::float8 * 1000 + 3600000
+                      WHERE key = 'race:prune'`
+        })).pipe(Effect.forkChild)
+        yield* Deferred.await(locked)
+        const pruning = yield* RateLimiterStore.prune().pipe(Effect.forkChild)
+        yield* eventually(
+          sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
+                              WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM%rate_buckets%'`,
+          (rows) => rows[0]!.n === 1
+        )
+        yield* Deferred.succeed(release, undefined)
+        yield* Fiber.join(caller)
+        yield* Fiber.join(pruning)
+        const left = yield* sql<{ key: string }>`SELECT key FROM durable.rate_buckets WHERE key = 'race:prune'`
+        expect(left).toHaveLength(1)
       }))
 
     it.effect("bad input is a store error naming the rule, before anything is written", () =>

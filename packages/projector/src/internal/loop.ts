@@ -64,6 +64,8 @@ export const runLoops = (
       Effect.raceFirst(Effect.raceFirst(Queue.take(wake), Effect.sleep(wait)), stopped)
     // A token is due at the wait's end: a millisecond later it is surely there.
     const tokenLag = Duration.millis(1)
+    // How soon to look again when a token is there and the claim still came back empty.
+    const heldBack = Duration.millis(50)
 
     const loop = Effect.gen(function*() {
       // The store backoff's steps while claims or settlements keep failing; a success drops
@@ -95,19 +97,20 @@ export const runLoops = (
         // of per-key order (one message per key at a time), with the next heads ready now.
         if (result.success.claimed === 0) {
           const wait: Option.Option<Duration.Duration> = busy ? yield* batches.rateWait : Option.none()
-          // A token came between the empty claim and the question: claim again at once — but
-          // only once in a row (if that claim is empty too, the rate is not what holds it back).
+          // A token came between the empty claim and the question: claim again at once. Zero
+          // again after that: something else holds the ready messages back for now (their
+          // group's in-flight limit, a key's head in flight): look again shortly, not at the
+          // poll interval's end.
           const tokenThere: boolean = Option.isSome(wait) && Duration.isZero(wait.value)
           if (tokenThere && !tokenNow) {
             tokenNow = true
             continue
           }
           tokenNow = false
-          busy = Option.isSome(wait) && !tokenThere
+          busy = Option.isSome(wait)
           yield* idleFor(Option.match(wait, {
             onNone: () => settings.pollInterval,
-            onSome: (d) =>
-              tokenThere ? settings.pollInterval : Duration.min(Duration.sum(d, tokenLag), settings.pollInterval)
+            onSome: (d) => Duration.min(tokenThere ? heldBack : Duration.sum(d, tokenLag), settings.pollInterval)
           }))
         } else {
           busy = true

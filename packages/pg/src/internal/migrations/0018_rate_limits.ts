@@ -33,11 +33,12 @@ import { claimFunction, renewable, renewManyFunction } from "./0017_flow_limits.
 
 /**
  * What a lease renewal of the outbox asks since this version (`lease`: the new lease's seconds,
- * an SQL expression): the lease still runs, by the clock, a sixth of a lease from now — or the
- * topic has no limits.
+ * an SQL expression): the lease still runs, by the clock, a sixth of a lease from now (at least
+ * a second: a renewal asking for a tiny lease does not shrink the margin) — or the topic has no
+ * limits.
  */
 export const renewableInTime = (t: (table: string) => string, q: string, lease: string) =>
-  renewable(t, q, `clock_timestamp() + make_interval(secs => ${lease} / 6)`)
+  renewable(t, q, `clock_timestamp() + make_interval(secs => greatest(${lease} / 6, 1))`)
 
 const rateColumns = (prefix: string) => [
   `ADD COLUMN ${prefix}rate_limit integer CHECK (${prefix}rate_limit > 0)`,
