@@ -32,6 +32,7 @@ import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
+import { millisNow } from "./internal/migrations/0019_rate_limiter_store.js"
 
 /** The longest key, in UTF-8 bytes. */
 export const MAX_KEY_BYTES = 1024
@@ -94,8 +95,15 @@ export const make = (
     const fn = (name: string) => sql.literal(t(name))
     // NULL: the database's clock.
     const now = decoded.clock === "application" ? Clock.currentTimeMillis : Effect.succeed(null)
-    const failed = (operation: string) =>
-      Effect.mapError((cause: unknown) => storeError(`Failed to execute ${operation} rate limiting command`, cause))
+    /** One operation's function call at the store's clock: its one row, or a store error. */
+    const call = <Row>(
+      operation: string,
+      statement: (at: number | null) => Effect.Effect<ReadonlyArray<Row>, unknown>
+    ) =>
+      Effect.flatMap(now, statement).pipe(
+        Effect.mapError((cause) => storeError(`Failed to execute ${operation} rate limiting command`, cause)),
+        Effect.map((rows) => rows[0]!)
+      )
 
     const fixedWindow: RateLimiter.RateLimiterStore["Service"]["fixedWindow"] = (o) =>
       Effect.gen(function*() {
@@ -105,14 +113,11 @@ export const make = (
           refillRate: { value: refill, positive: true },
           ...(o.limit === undefined ? {} : { limit: { value: o.limit, positive: false } })
         })
-        const rows = yield* Effect.flatMap(now, (at) =>
+        const row = yield* call("fixedWindow", (at) =>
           sql<{ count: number; ttl: number }>`SELECT count, ttl FROM ${fn("rate_fixed_window")}(
             ${o.key}, ${o.tokens}::float8, ${refill}::float8, ${
             // As the memory store reads it: a limit of 0 is no limit.
-            o.limit === undefined || o.limit === 0 ? null : o.limit}::float8, ${at}::float8)`).pipe(
-            failed("fixedWindow")
-          )
-        const row = rows[0]!
+            o.limit === undefined || o.limit === 0 ? null : o.limit}::float8, ${at}::float8)`)
         return [row.count, row.ttl] as const
       })
 
@@ -124,11 +129,10 @@ export const make = (
           limit: { value: o.limit, positive: true },
           refillRate: { value: refill, positive: true }
         })
-        const rows = yield* Effect.flatMap(now, (at) =>
+        const row = yield* call("tokenBucket", (at) =>
           sql<{ remaining: number; elapsed: number }>`SELECT remaining, elapsed FROM ${fn("rate_token_bucket")}(
             ${o.key}, ${o.tokens}::float8, ${o.limit}::float8, ${refill}::float8, ${o.allowOverflow}::boolean,
-            ${at}::float8)`).pipe(failed("tokenBucket"))
-        const row = rows[0]!
+            ${at}::float8)`)
         return [row.remaining, row.elapsed] as const
       })
 
@@ -139,12 +143,10 @@ export const make = (
           tokens: { value: o.tokens, positive: false },
           fallbackWindow: { value: fallback, positive: false }
         })
-        const rows = yield* Effect.flatMap(now, (at) =>
+        const row = yield* call("adaptiveConsume", (at) =>
           sql<{ delay: number; epoch: number; phase: RateLimiter.AdaptivePhase }>`
             SELECT delay, epoch, phase FROM ${fn("rate_adaptive_consume")}(
               ${o.key}, ${o.tokens}::float8, ${fallback}::float8, ${ADAPTIVE_GRACE_MILLIS}::float8, ${at}::float8)`)
-          .pipe(failed("adaptiveConsume"))
-        const row = rows[0]!
         return {
           delay: row.delay <= 0 ? Duration.zero : Duration.millis(row.delay),
           epoch: row.epoch,
@@ -162,12 +164,10 @@ export const make = (
           tokens: { value: o.tokens, positive: false },
           epoch: { value: o.epoch, positive: false }
         })
-        yield* Effect.flatMap(now, (at) =>
+        yield* call("adaptiveFeedback", (at) =>
           sql`SELECT ${fn("rate_adaptive_feedback")}(
             ${o.key}, ${o.epoch}::integer, ${o.tokens}::float8, ${retryAfter}::float8,
-            ${ADAPTIVE_GRACE_MILLIS}::float8, ${ADAPTIVE_MAX_WINDOW_MILLIS}::float8, ${at}::float8)`).pipe(
-            failed("adaptiveFeedback")
-          )
+            ${ADAPTIVE_GRACE_MILLIS}::float8, ${ADAPTIVE_MAX_WINDOW_MILLIS}::float8, ${at}::float8)`)
       })
 
     return RateLimiter.RateLimiterStore.of({ fixedWindow, tokenBucket, adaptiveConsume, adaptiveFeedback })
@@ -190,7 +190,7 @@ export const prune = (
       for (;;) {
         // The expiry is asked again of the row the DELETE finds: one a caller has just written
         // (it waited for that caller's lock) is not expired any more, and stays.
-        const expired = "expires_at <= coalesce($1::float8, extract(epoch FROM clock_timestamp())::float8 * 1000)"
+        const expired = `expires_at <= ${millisNow("$1::float8")}`
         const gone = yield* sql.unsafe<{ n: number }>(
           `WITH gone AS (
             DELETE FROM ${t(table)} WHERE key IN (

@@ -15,7 +15,10 @@
  */
 import type { Migration } from "../../Migrations.js"
 
-const now = "coalesce(p_now, extract(epoch FROM clock_timestamp())::float8 * 1000)"
+/** Milliseconds since the epoch: `given` (the application's clock), or the database's when NULL. */
+export const millisNow = (given: string) => `coalesce(${given}, extract(epoch FROM clock_timestamp())::float8 * 1000)`
+
+const now = millisNow("p_now")
 
 export const migration: Migration = {
   version: 19,
