@@ -8,13 +8,22 @@ import * as Effect from "effect/Effect"
 import * as Logger from "effect/Logger"
 import * as Redacted from "effect/Redacted"
 import { type ChildProcess, spawn } from "node:child_process"
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync
+} from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 import pg from "pg"
 import { DEV_DIRECTORY } from "../src/internal/devDatabase.js"
-import { cli, PACKAGE, type Result, runCli } from "./support.js"
+import { BIN, cli, PACKAGE, type Result, runCli } from "./support.js"
 
 const quiet = Effect.provide(Logger.layer([]))
 
@@ -27,6 +36,18 @@ const project = Effect.acquireRelease(
   }),
   (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
 )
+
+/**
+ * The package as npm installs it where its optional peer is not: its manifest and its bundle
+ * in a folder with no node_modules above it. Returns the command's file.
+ */
+const installedAlone = Effect.map(project, (dir) => {
+  const bundle = join(dir, "node_modules", "@effect-durable", "cli", "dist", "bundle")
+  mkdirSync(bundle, { recursive: true })
+  copyFileSync(join(PACKAGE, "package.json"), join(dir, "node_modules", "@effect-durable", "cli", "package.json"))
+  copyFileSync(BIN, join(bundle, "effect-durable.mjs"))
+  return join(bundle, "effect-durable.mjs")
+})
 
 /** A project whose development database exists (created, migrated, stopped), as an app leaves it. */
 const projectWithDatabase = Effect.gen(function*() {
@@ -247,10 +268,8 @@ describe("effect-durable on the development database", () => {
     () =>
       Effect.gen(function*() {
         const { root } = yield* projectWithDatabase
-        const result = yield* cli(["--dev", "status"], {
-          cwd: root,
-          nodeArgs: ["--import", fixture("without-embedded.mjs")]
-        })
+        const bin = yield* installedAlone
+        const result = yield* cli(["--dev", "status"], { cwd: root, bin })
         expect(result).toMatchObject({ code: 2, stdout: "" })
         expect(result.stderr.trim()).toBe(
           "effect-durable: the development database needs @effect-durable/embedded: npm install --save-dev @effect-durable/embedded"

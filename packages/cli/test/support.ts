@@ -34,13 +34,15 @@ export interface RunOptions {
   readonly cwd?: string
   /** Options of node itself, before the script (`--import` a hook). */
   readonly nodeArgs?: ReadonlyArray<string>
+  /** The command's file (default: BIN, the package's own). */
+  readonly bin?: string
 }
 
 /** Runs `effect-durable ...args` to its end. The test's DATABASE_URL is never inherited: tests pass it. */
 export const runCli = (args: ReadonlyArray<string>, options: RunOptions = {}): Promise<Result> =>
   new Promise((resolve, reject) => {
     const { DATABASE_URL: _url, DURABLE_SCHEMA: _schema, ...inherited } = process.env
-    const child = spawn(process.execPath, [...(options.nodeArgs ?? []), BIN, ...args], {
+    const child = spawn(process.execPath, [...(options.nodeArgs ?? []), options.bin ?? BIN, ...args], {
       ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
       env: { ...inherited, NO_COLOR: "1", ...options.env },
       stdio: ["ignore", "pipe", "pipe"]
