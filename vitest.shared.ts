@@ -13,6 +13,9 @@ export const project = (name: string, extra: UserWorkspaceConfig["test"] = {}): 
     test: {
       name,
       include: ["test/**/*.test.ts"],
+      // Two test files at a time (see vitest.config.ts). Vitest 5 takes this per project: the
+      // root's value alone left every project at its default, one file at a time on 2 cores.
+      maxWorkers: 2,
       testTimeout: 60_000,
       hookTimeout: 120_000,
       ...extra
