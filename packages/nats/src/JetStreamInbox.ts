@@ -7,6 +7,8 @@
  *
  * @since 0.1.0
  */
+import type { InvalidInput } from "@effect-durable/core/Errors"
+import * as Input from "@effect-durable/core/Input"
 import * as Inbox from "@effect-durable/pg/Inbox"
 import { AckPolicy, type JsMsg } from "@nats-io/jetstream"
 import * as Duration from "effect/Duration"
@@ -36,7 +38,15 @@ export interface ConsumeOptions<E, R> {
   readonly retryDelay?: Duration.Input
   /** Messages fetched per pull. Default 100. */
   readonly batch?: number
+  /**
+   * Deliveries applied at once (1 to 256), each in its own inbox transaction. Default 1: one
+   * at a time, in the order the consumer hands them over. More is faster (each application
+   * waits on PostgreSQL) but keeps no order between messages.
+   */
+  readonly concurrency?: number
 }
+
+const decodeConcurrency = Input.argument("concurrency", Input.Count(256))
 
 const toDelivery = (message: JsMsg): Delivery => {
   const headers: Record<string, string> = {}
@@ -63,8 +73,9 @@ const toDelivery = (message: JsMsg): Delivery => {
  */
 export const consume = <E, R>(
   options: ConsumeOptions<E, R>
-): Effect.Effect<void, NatsError, Nats | Inbox.Inbox | Scope.Scope | R> =>
+): Effect.Effect<void, NatsError | InvalidInput, Nats | Inbox.Inbox | Scope.Scope | R> =>
   Effect.gen(function*() {
+    const concurrency = options.concurrency === undefined ? 1 : yield* decodeConcurrency(options.concurrency)
     const { jetstream, manager } = yield* Nats
     const inbox = yield* Inbox.Inbox
     const retryDelay = Duration.toMillis(Duration.fromInputUnsafe(options.retryDelay ?? "1 second"))
@@ -104,10 +115,11 @@ export const consume = <E, R>(
       }),
       (messages) => Effect.promise(() => messages.close().then(() => undefined, () => undefined))
     )
-    // One message at a time, in the order the consumer hands them over, until the scope closes.
+    // `concurrency` at a time (default one, in the order the consumer hands them over), until the scope closes.
     yield* Stream.fromAsyncIterable(messages, (error) => new NatsError({ operation: "consume", reason: reason(error) }))
       .pipe(
-        Stream.runForEach(apply),
+        Stream.mapEffect(apply, { concurrency, unordered: true }),
+        Stream.runDrain,
         Effect.forkScoped
       )
   })

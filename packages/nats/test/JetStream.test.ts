@@ -10,6 +10,7 @@ import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import { describe, expect, it } from "@effect/vitest"
 import { RetentionPolicy, StorageType } from "@nats-io/jetstream"
 import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as SqlClient from "effect/sql/SqlClient"
@@ -145,6 +146,45 @@ describe.skipIf(!nats.available)("NATS JetStream (real nats-server)", () => {
         expect(failedOnce).toBe(true)
       }))
 
+    it.effect("with concurrency 8, eight deliveries are inside their inbox transactions at once; a bad concurrency is refused by name", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`CREATE TABLE parallel (message_id text PRIMARY KEY)`
+        yield* addStream("PARALLEL", ["parallel.>"])
+        const publisher = yield* JetStreamPublisher.make({ subject: (topic) => `parallel.${topic}` })
+        for (let i = 1; i <= 16; i++) yield* publisher.publish(message(String(i), "items", { n: i }))
+        for (const concurrency of [0, 1.5, Number.NaN, 257]) {
+          expect(
+            yield* Effect.flip(
+              Effect.scoped(
+                JetStreamInbox.consume({ stream: "PARALLEL", durable: "bad", concurrency, handle: () => Effect.void })
+              )
+            )
+          ).toMatchObject({ _tag: "InvalidInput", argument: "concurrency" })
+        }
+        // A barrier: each of the first eight handlers waits until all eight are inside.
+        const allInside = yield* Deferred.make<void>()
+        let inside = 0
+        yield* JetStreamInbox.consume({
+          stream: "PARALLEL",
+          durable: "parallel",
+          concurrency: 8,
+          handle: (delivery) =>
+            Effect.gen(function*() {
+              yield* sql`INSERT INTO parallel VALUES (${delivery.id})`
+              if (++inside === 8) yield* Deferred.succeed(allInside, undefined)
+              yield* Deferred.await(allInside)
+            })
+        }).pipe(live)
+        // One at a time, the first handler would wait forever: the barrier opens only with eight at once.
+        yield* Deferred.await(allInside).pipe(Effect.timeout("60 seconds"))
+        const rows = yield* eventually(
+          sql<{ message_id: string }>`SELECT message_id FROM parallel`,
+          (rows) => rows.length === 16
+        )
+        expect(new Set(rows.map((r) => r.message_id)).size).toBe(16)
+      }))
+
     it.effect("the README example: a committed order reaches the invoicing consumer once through JetStream", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
@@ -203,6 +243,8 @@ describe.skipIf(!nats.available)("NATS JetStream (real nats-server)", () => {
           yield* JetStreamInbox.consume({
             stream: "E2E",
             durable: "e2e-applier",
+            // Sixteen inbox transactions at once (one at a time applies about 200 a second here).
+            concurrency: 16,
             handle: (delivery) =>
               Effect.andThen(
                 Effect.sync(() =>
