@@ -173,8 +173,11 @@ const main = Effect.gen(function*() {
   }))
   assert.ok(JSON.stringify(status).includes("order-placed"), JSON.stringify(status))
   console.log("consumer: effect-durable status --json lists the topic")
-  yield* sql`DROP SCHEMA ${sql(schema)} CASCADE`
-}).pipe(Effect.scoped)
+}).pipe(
+  Effect.scoped,
+  // After the scope: the projector has stopped, so it never claims from a dropped schema.
+  Effect.andThen(Effect.flatMap(SqlClient.SqlClient, (sql) => sql`DROP SCHEMA ${sql(schema)} CASCADE`))
+)
 
 const database = Durable.layerConfig({ migrate: true }).pipe(Layer.provideMerge(DevDatabase.layerDatabaseUrl()))
 await Effect.runPromise(main.pipe(Effect.provide(database)))
