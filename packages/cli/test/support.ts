@@ -32,8 +32,6 @@ export interface RunOptions {
   readonly onStdout?: (stdout: string, child: ChildProcess) => void
   /** The working directory (default: the test's). */
   readonly cwd?: string
-  /** Options of node itself, before the script (`--import` a hook). */
-  readonly nodeArgs?: ReadonlyArray<string>
   /** The command's file (default: BIN, the package's own). */
   readonly bin?: string
 }
@@ -42,7 +40,7 @@ export interface RunOptions {
 export const runCli = (args: ReadonlyArray<string>, options: RunOptions = {}): Promise<Result> =>
   new Promise((resolve, reject) => {
     const { DATABASE_URL: _url, DURABLE_SCHEMA: _schema, ...inherited } = process.env
-    const child = spawn(process.execPath, [...(options.nodeArgs ?? []), options.bin ?? BIN, ...args], {
+    const child = spawn(process.execPath, [options.bin ?? BIN, ...args], {
       ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
       env: { ...inherited, NO_COLOR: "1", ...options.env },
       stdio: ["ignore", "pipe", "pipe"]

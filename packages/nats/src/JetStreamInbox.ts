@@ -11,6 +11,7 @@ import type { InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
 import * as Inbox from "@effect-durable/pg/Inbox"
 import { AckPolicy, type JsMsg } from "@nats-io/jetstream"
+import * as Cause from "effect/Cause"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
@@ -41,7 +42,9 @@ export interface ConsumeOptions<E, R> {
   /**
    * Deliveries applied at once (1 to 256), each in its own inbox transaction. Default 1: one
    * at a time, in the order the consumer hands them over. More is faster (each application
-   * waits on PostgreSQL) but keeps no order between messages.
+   * waits on PostgreSQL) but keeps no order between messages. Keep it at most the pool's
+   * connections left to this consumer: a delivery waiting for a connection still counts
+   * against the consumer's ack wait (30 s by default), after which the broker redelivers it.
    */
   readonly concurrency?: number
 }
@@ -98,14 +101,22 @@ export const consume = <E, R>(
       yield* inbox.handle(options.durable, delivery.id, options.handle(delivery)).pipe(
         // Ack only after the inbox transaction committed (Processed) or found the receipt (Duplicate).
         Effect.andThen(Effect.sync(() => message.ack())),
-        Effect.catch((error) =>
-          Effect.andThen(
+        // A failure or a defect of the handler: logged and nak'ed for a later redelivery; the
+        // consumer goes on (a defect used to end it, silently).
+        Effect.catchCause((cause) =>
+          Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : Effect.andThen(
             Effect.logWarning(
-              `effect-durable inbox ${options.durable}: ${delivery.id} failed, redelivering: ${String(error)}`
+              `effect-durable inbox ${options.durable}: ${delivery.id} failed, redelivering: ${
+                String(Cause.squash(cause))
+              }`
             ),
             Effect.sync(() => message.nak(retryDelay))
           )
-        )
+        ),
+        // Stopped mid-delivery (the scope closed): its transaction rolled back, or committed
+        // before the ack; nak'ed, it comes back at once rather than after the ack wait, and the
+        // inbox absorbs it if it had committed.
+        Effect.onInterrupt(() => Effect.sync(() => message.nak()))
       )
     })
     const messages = yield* Effect.acquireRelease(

@@ -162,25 +162,46 @@ describe.skipIf(!nats.available)("NATS JetStream (real nats-server)", () => {
             )
           ).toMatchObject({ _tag: "InvalidInput", argument: "concurrency" })
         }
-        // A barrier: each of the first eight handlers waits until all eight are inside.
+        // A barrier: each of the first eight handlers waits until all eight are inside; the most
+        // inside at once is counted too (exactly eight: the limit holds as well as the overlap).
         const allInside = yield* Deferred.make<void>()
         let inside = 0
+        let running = 0
+        let most = 0
+        let died = false
         yield* JetStreamInbox.consume({
           stream: "PARALLEL",
           durable: "parallel",
           concurrency: 8,
+          retryDelay: "50 millis",
           handle: (delivery) =>
             Effect.gen(function*() {
+              most = Math.max(most, ++running)
               yield* sql`INSERT INTO parallel VALUES (${delivery.id})`
               if (++inside === 8) yield* Deferred.succeed(allInside, undefined)
               yield* Deferred.await(allInside)
-            })
+              // A defect once (its insert rolls back): logged and nak'ed, the consumer goes on.
+              if (delivery.id === "16" && !died) {
+                died = true
+                return yield* Effect.die("a handler's defect")
+              }
+            }).pipe(Effect.ensuring(Effect.sync(() => running--)))
         }).pipe(live)
         // One at a time, the first handler would wait forever: the barrier opens only with eight at once.
-        yield* Deferred.await(allInside).pipe(Effect.timeout("60 seconds"))
+        yield* Deferred.await(allInside).pipe(Effect.timeout("30 seconds"), live)
         const rows = yield* eventually(
           sql<{ message_id: string }>`SELECT message_id FROM parallel`,
           (rows) => rows.length === 16
+        )
+        expect(died).toBe(true)
+        expect(most).toBe(8)
+        // Every delivery acked: nothing pending or awaiting an ack on the consumer.
+        yield* eventually(
+          Effect.flatMap(
+            Nats.Nats,
+            ({ manager }) => Effect.promise(() => manager.consumers.info("PARALLEL", "parallel"))
+          ),
+          (info) => info.num_ack_pending === 0 && info.num_pending === 0
         )
         expect(new Set(rows.map((r) => r.message_id)).size).toBe(16)
       }))

