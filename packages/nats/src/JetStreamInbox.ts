@@ -37,7 +37,7 @@ export interface ConsumeOptions<E, R> {
   readonly handle: (delivery: Delivery) => Effect.Effect<void, E, R>
   /** Redelivery delay after a failed handler. Default 1 s. */
   readonly retryDelay?: Duration.Input
-  /** Messages fetched per pull. Default 100. */
+  /** Messages fetched per pull (1 to 10,000). Default 100. */
   readonly batch?: number
   /**
    * Deliveries applied at once (1 to 256), each in its own inbox transaction. Default 1: one
@@ -50,6 +50,7 @@ export interface ConsumeOptions<E, R> {
 }
 
 const decodeConcurrency = Input.argument("concurrency", Input.Count(256))
+const decodeBatch = Input.argument("batch", Input.Count(10_000))
 
 const toDelivery = (message: JsMsg): Delivery => {
   const headers: Record<string, string> = {}
@@ -79,6 +80,7 @@ export const consume = <E, R>(
 ): Effect.Effect<void, NatsError | InvalidInput, Nats | Inbox.Inbox | Scope.Scope | R> =>
   Effect.gen(function*() {
     const concurrency = options.concurrency === undefined ? 1 : yield* decodeConcurrency(options.concurrency)
+    const batch = options.batch === undefined ? 100 : yield* decodeBatch(options.batch)
     const { jetstream, manager } = yield* Nats
     const inbox = yield* Inbox.Inbox
     const retryDelay = Duration.toMillis(Duration.fromInputUnsafe(options.retryDelay ?? "1 second"))
@@ -121,7 +123,7 @@ export const consume = <E, R>(
     })
     const messages = yield* Effect.acquireRelease(
       Effect.tryPromise({
-        try: () => consumer.consume({ max_messages: options.batch ?? 100 }),
+        try: () => consumer.consume({ max_messages: batch }),
         catch: (error) => new NatsError({ operation: "consume", reason: reason(error) })
       }),
       (messages) => Effect.promise(() => messages.close().then(() => undefined, () => undefined))

@@ -146,7 +146,7 @@ describe.skipIf(!nats.available)("NATS JetStream (real nats-server)", () => {
         expect(failedOnce).toBe(true)
       }))
 
-    it.effect("with concurrency 8, eight deliveries are inside their inbox transactions at once; a bad concurrency is refused by name", () =>
+    it.effect("with concurrency 8, eight deliveries are inside their inbox transactions at once; a bad concurrency or batch is refused by name", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         yield* sql`CREATE TABLE parallel (message_id text PRIMARY KEY)`
@@ -161,6 +161,15 @@ describe.skipIf(!nats.available)("NATS JetStream (real nats-server)", () => {
               )
             )
           ).toMatchObject({ _tag: "InvalidInput", argument: "concurrency" })
+        }
+        for (const batch of [0, 2.5, Number.NaN, 10_001]) {
+          expect(
+            yield* Effect.flip(
+              Effect.scoped(
+                JetStreamInbox.consume({ stream: "PARALLEL", durable: "bad", batch, handle: () => Effect.void })
+              )
+            )
+          ).toMatchObject({ _tag: "InvalidInput", argument: "batch" })
         }
         // A barrier: each of the first eight handlers waits until all eight are inside; the most
         // inside at once is counted too (exactly eight: the limit holds as well as the overlap).
