@@ -153,23 +153,22 @@ describe.skipIf(!nats.available)("NATS JetStream (real nats-server)", () => {
         yield* addStream("PARALLEL", ["parallel.>"])
         const publisher = yield* JetStreamPublisher.make({ subject: (topic) => `parallel.${topic}` })
         for (let i = 1; i <= 16; i++) yield* publisher.publish(message(String(i), "items", { n: i }))
-        for (const concurrency of [0, 1.5, Number.NaN, 257]) {
-          expect(
-            yield* Effect.flip(
-              Effect.scoped(
-                JetStreamInbox.consume({ stream: "PARALLEL", durable: "bad", concurrency, handle: () => Effect.void })
+        const bad = { concurrency: [0, 1.5, Number.NaN, 257], batch: [0, 2.5, Number.NaN, 10_001] }
+        for (const [argument, values] of Object.entries(bad)) {
+          for (const value of values) {
+            expect(
+              yield* Effect.flip(
+                Effect.scoped(
+                  JetStreamInbox.consume({
+                    stream: "PARALLEL",
+                    durable: "bad",
+                    [argument]: value,
+                    handle: () => Effect.void
+                  })
+                )
               )
-            )
-          ).toMatchObject({ _tag: "InvalidInput", argument: "concurrency" })
-        }
-        for (const batch of [0, 2.5, Number.NaN, 10_001]) {
-          expect(
-            yield* Effect.flip(
-              Effect.scoped(
-                JetStreamInbox.consume({ stream: "PARALLEL", durable: "bad", batch, handle: () => Effect.void })
-              )
-            )
-          ).toMatchObject({ _tag: "InvalidInput", argument: "batch" })
+            ).toMatchObject({ _tag: "InvalidInput", argument })
+          }
         }
         // A barrier: each of the first eight handlers waits until all eight are inside; the most
         // inside at once is counted too (exactly eight: the limit holds as well as the overlap).
