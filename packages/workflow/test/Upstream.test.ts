@@ -1456,8 +1456,33 @@ const TwoStepWorkflow = Workflow.make("Upstream/TwoStepWorkflow", {
 const TwoStepGateA = DurableDeferred.make("TwoStepGateA", { success: Schema.String })
 const TwoStepGateB = DurableDeferred.make("TwoStepGateB", { success: Schema.String })
 
-/** Upstream's `TwoStepBranchControl` service. */
-const branchControl = { entered: Latch.makeUnsafe(), release: Latch.makeUnsafe(), started: Latch.makeUnsafe() }
+/**
+ * Upstream's `TwoStepBranchControl` service, plus `parkedOnB`: opened when the branch's await of
+ * the second gate found it still open, so the test completes that gate only once the branch must
+ * park on it (completed earlier, the await reads it directly and nothing re-runs).
+ */
+const branchControl = {
+  entered: Latch.makeUnsafe(),
+  release: Latch.makeUnsafe(),
+  started: Latch.makeUnsafe(),
+  parkedOnB: Latch.makeUnsafe()
+}
+
+/** `DurableDeferred.await(TwoStepGateB)`, opening `parkedOnB` when the engine finds no result. */
+const awaitGateB = Effect.gen(function*() {
+  const engine = yield* WorkflowEngine
+  return yield* DurableDeferred.await(TwoStepGateB).pipe(
+    Effect.provideService(WorkflowEngine, {
+      ...engine,
+      deferredResult: (deferred) =>
+        engine.deferredResult(deferred).pipe(
+          Effect.tap((result) =>
+            deferred.name === TwoStepGateB.name && Option.isNone(result) ? branchControl.parkedOnB.open : Effect.void
+          )
+        )
+    })
+  )
+})
 
 const TwoStepWorkflowLayer = TwoStepWorkflow.toLayer(() =>
   DurableDeferred.raceAll({
@@ -1471,7 +1496,7 @@ const TwoStepWorkflowLayer = TwoStepWorkflow.toLayer(() =>
         increment("two-step-branch-runs")
         branchControl.started.openUnsafe()
         const a = yield* DurableDeferred.await(TwoStepGateA)
-        const b = yield* DurableDeferred.await(TwoStepGateB)
+        const b = yield* awaitGateB
         return `${a}:${b}`
       }),
       // a live branch that holds no activity slot, so wake re-runs are processed while the
@@ -1575,6 +1600,7 @@ describe("upstream ClusterWorkflowEngine.test.ts: DurableDeferred wakes around a
           // replaying once while the completion is committed.
           expect([1, 2]).toContain(flags.get("two-step-branch-runs"))
 
+          yield* branchControl.parkedOnB.await
           const tokenB = DurableDeferred.tokenFromExecutionId(TwoStepGateB, { workflow: TwoStepWorkflow, executionId })
           yield* DurableDeferred.succeed(TwoStepGateB, { token: tokenB, value: "b" })
           expect(yield* Fiber.join(fiber)).toEqual("a:b")
