@@ -117,9 +117,10 @@ export const make: Effect.Effect<OutboxBulk["Service"], never, SqlClient.SqlClie
                  AND ${matches}
                ORDER BY id LIMIT ${size} FOR UPDATE SKIP LOCKED`)),
             (rows): readonly [ReadonlyArray<BulkProgress>, Option.Option<Walk>] => {
-              const ids = rows.map((row) => row.id)
+              // In id order: an UPDATE's RETURNING follows its plan, not the batch's ORDER BY.
+              const ids = rows.map((row) => row.id).sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1))
               const total = walk.total + ids.length
-              const last = ids.length === 0 ? walk.after : ids.reduce((a, b) => (BigInt(a) > BigInt(b) ? a : b))
+              const last = ids.length === 0 ? walk.after : ids[ids.length - 1]!
               const more = ids.length === size && total < limit
               return [[{ ids, total }], more ? Option.some({ after: last, total }) : Option.none()]
             }
