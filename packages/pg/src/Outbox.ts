@@ -78,7 +78,7 @@ export interface EnqueueOptions {
   readonly dedupKey?: string
   /**
    * What an enqueue does when a message with its dedup key is open. `keep` (default): nothing,
-   * the open one stands (uniqueness). `replace`: it takes this payload, headers and delay
+   * the open one stands (uniqueness). `replace`: it takes this payload, headers, delay and wait
    * (debounce: the last one wins, delivered after the last delay). `extend`: its payload
    * stays, its delay grows to this one's end if that is later (throttle). A message being
    * delivered cannot change: `replace` and `extend` then enqueue a new message, which takes the
@@ -90,6 +90,16 @@ export interface EnqueueOptions {
    * per-group limit and of fair share on a limited topic (`FlowControl`). None by default.
    */
   readonly group?: string
+  /**
+   * Its priority, as a bound on waiting (zero to 30 days; default zero): how long it may wait
+   * behind messages that become ready after it. Claims take the earliest due time first —
+   * when a message becomes ready plus its wait — so a message without a wait goes before one
+   * with an hour's wait enqueued earlier, and none is passed over by a message that became
+   * ready more than its wait after it (never starved). For example urgent: none, normal:
+   * `"1 minute"`, bulk: `"1 hour"`. On a limited topic it orders each group's messages; fair
+   * share chooses between the groups. A key's messages still go in their order.
+   */
+  readonly maxWait?: Duration.Input
 }
 
 export const DEDUP_MODES = ["keep", "replace", "extend"] as const
@@ -143,6 +153,7 @@ const decodeCount = Input.argument("messages", Input.Count(100_000))
 const decodeDedupKey = Input.argument("dedupKey", Input.Text(256))
 const decodeDedupMode = Input.argument("dedupMode", Schema.Literals(DEDUP_MODES))
 const decodeGroup = Input.argument("group", Input.Text(128))
+const decodeMaxWait = Input.argument("maxWait", Input.DurationIn({ min: 0, max: "30 days" }))
 
 /** Tries of a deduplicated enqueue racing others on its key (each one a fresh look) before it gives up, retryable. */
 const DEDUP_TRIES = 8
@@ -183,6 +194,9 @@ export const make = (
           return yield* new InvalidInput({ argument: "dedupMode", rule: "only with a dedupKey" })
         }
         const group = enqueueOptions.group === undefined ? "" : yield* decodeGroup(enqueueOptions.group)
+        const maxWait = enqueueOptions.maxWait === undefined
+          ? Duration.zero
+          : yield* decodeMaxWait(enqueueOptions.maxWait)
         return {
           dedupKey,
           dedupMode,
@@ -192,6 +206,8 @@ export const make = (
           payload: json,
           headers: headersJson,
           delaySeconds: Duration.toMillis(delay) / 1000,
+          /** When it is due, from now: its delay plus its wait (migration 20's `due_at`). */
+          dueSeconds: (Duration.toMillis(delay) + Duration.toMillis(maxWait)) / 1000,
           maxAttempts: maxAttemptsByTopic[topic] ?? maxAttempts
         }
       })
@@ -204,9 +220,11 @@ export const make = (
     const insert = (row: Row) =>
       sql<{ id: string }>`
         WITH m AS (
-          INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts, dedup_key, group_key)
+          INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts, dedup_key, group_key,
+                                due_at)
           VALUES (${row.topic}, ${row.orderingKey}, ${row.payload}::jsonb, ${row.headers}::jsonb,
-                  now() + make_interval(secs => ${row.delaySeconds}), ${row.maxAttempts}, ${row.dedupKey}, ${row.group})
+                  now() + make_interval(secs => ${row.delaySeconds}), ${row.maxAttempts}, ${row.dedupKey}, ${row.group},
+                  now() + make_interval(secs => ${row.dueSeconds}))
           ${
         row.dedupKey === null
           ? sql``
@@ -247,6 +265,12 @@ export const make = (
           replace
             ? sql`now() + make_interval(secs => ${row.delaySeconds})`
             : sql`greatest(available_at, now() + make_interval(secs => ${row.delaySeconds}))`
+        },
+              -- Replaced: this enqueue's due time. Extended: moved on by as much as its delay grew.
+              due_at = ${
+          replace
+            ? sql`now() + make_interval(secs => ${row.dueSeconds})`
+            : sql`due_at + greatest(now() + make_interval(secs => ${row.delaySeconds}) - available_at, interval '0')`
         },
               claimed_until = NULL
              WHERE id = ${open.id}::bigint
@@ -293,14 +317,14 @@ export const make = (
       }
       const inserted = yield* sql<{ id: string }>`
           WITH m AS (
-            INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts, group_key)
-            SELECT t, k, p::jsonb, h::jsonb, now() + make_interval(secs => d), a, g
+            INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts, group_key, due_at)
+            SELECT t, k, p::jsonb, h::jsonb, now() + make_interval(secs => d), a, g, now() + make_interval(secs => w)
               FROM unnest(${rows.map((r) => r.topic)}::text[], ${arrayLiteral(rows.map((r) => r.orderingKey))}::text[],
                           ${rows.map((r) => r.payload)}::text[], ${rows.map((r) => r.headers)}::text[],
                           ${arrayLiteral(rows.map((r) => r.delaySeconds))}::float8[], ${
         arrayLiteral(rows.map((r) => r.maxAttempts))
-      }::int[], ${rows.map((r) => r.group)}::text[])
-                   WITH ORDINALITY AS u(t, k, p, h, d, a, g, n)
+      }::int[], ${rows.map((r) => r.group)}::text[], ${arrayLiteral(rows.map((r) => r.dueSeconds))}::float8[])
+                   WITH ORDINALITY AS u(t, k, p, h, d, a, g, w, n)
              ORDER BY n
             RETURNING id, topic),
           -- One wake-up per topic, not per row (each pg_notify call is checked for duplicates).

@@ -79,7 +79,7 @@ export const make = (
    * deallocated before the transaction ends (a `PREPARE` outlives a rollback), so nothing is
    * left behind on a connection another client gets next.
    */
-  const explainClaim = (claimOptions: ClaimOptions, filter: unknown) =>
+  const explainClaim = (claimOptions: ClaimOptions, filter: unknown, analyze = false) =>
     Effect.flatMap(
       decodeClaim(claimOptions),
       ({ leaseSeconds, limit, maxLeaseExpiries, perKey, worker }) =>
@@ -91,9 +91,15 @@ export const make = (
           yield* run("SET LOCAL plan_cache_mode = force_generic_plan")
           // On the reserved connection: the pool may be all taken by other explains.
           const [deployed] = yield* run(inline(
-            sql`SELECT prosrc AS source FROM pg_proc WHERE oid = ${`${spec.claimFunction}(${spec.claimArguments})`}::regprocedure`
+            sql`SELECT prosrc AS source, coalesce(proconfig, '{}') AS config FROM pg_proc WHERE oid = ${`${spec.claimFunction}(${spec.claimArguments})`}::regprocedure`
           ))
-          const query = deployedQuery((deployed as { source?: string } | undefined)?.source)
+          const { config = [], source } = (deployed ?? {}) as { source?: string; config?: ReadonlyArray<string> }
+          // Planned under the function's own settings (version 20: sorts and JIT off), as it runs.
+          for (const setting of config) {
+            const at = setting.indexOf("=")
+            yield* run(inline(sql`SELECT set_config(${setting.slice(0, at)}, ${setting.slice(at + 1)}, true)`))
+          }
+          const query = deployedQuery(source)
           // Only a function some migration did not deploy (drift) has another shape.
           if (query === undefined) {
             return yield* Effect.die(
@@ -104,7 +110,7 @@ export const make = (
           // A failed EXPLAIN aborts the transaction: back to the savepoint, so DEALLOCATE runs.
           yield* run("SAVEPOINT explain")
           const explain = run(inline(
-            sql`EXPLAIN (FORMAT JSON) EXECUTE ${
+            sql`EXPLAIN (${sql.literal(analyze ? "ANALYZE, " : "")}FORMAT JSON) EXECUTE ${
               sql.literal(name)
             }(${worker}::text, ${limit}::integer, ${leaseSeconds}::float8, ${filter}::${
               sql.literal(spec.filterType)
