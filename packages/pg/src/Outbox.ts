@@ -24,6 +24,7 @@ import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import { createHash } from "node:crypto"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
@@ -214,6 +215,16 @@ export const make = (
 
     type Row = Effect.Success<ReturnType<typeof prepare>>
 
+    /**
+     * The due time of key `k`'s last open message (one probe of the key index): a keyed
+     * message is never due before the messages ahead of it in its key, so due order never
+     * puts a key's later message before its head (which only the head's claim may take; a
+     * thousand such in front would fill the claim's window for keyed heads).
+     */
+    const dueOfKeyTail = (k: Statement.Fragment) =>
+      sql`(SELECT e.due_at FROM ${table} e
+            WHERE e.ordering_key = ${k} AND e.projected_at IS NULL AND e.dead_at IS NULL ORDER BY e.id DESC LIMIT 1)`
+
     // One statement, no transaction of its own: it joins the caller's, and pg_notify's
     // wake-up is delivered only if that transaction commits. With a dedup key, nothing when an
     // open message holds the key (the unique index answers, without waiting for a lock).
@@ -224,7 +235,11 @@ export const make = (
                                 due_at)
           VALUES (${row.topic}, ${row.orderingKey}, ${row.payload}::jsonb, ${row.headers}::jsonb,
                   now() + make_interval(secs => ${row.delaySeconds}), ${row.maxAttempts}, ${row.dedupKey}, ${row.group},
-                  now() + make_interval(secs => ${row.dueSeconds}))
+                  ${
+        row.orderingKey === null
+          ? sql`now() + make_interval(secs => ${row.dueSeconds})`
+          : sql`greatest(now() + make_interval(secs => ${row.dueSeconds}), ${dueOfKeyTail(sql`${row.orderingKey}`)})`
+      })
           ${
         row.dedupKey === null
           ? sql``
@@ -266,12 +281,14 @@ export const make = (
             ? sql`now() + make_interval(secs => ${row.delaySeconds})`
             : sql`greatest(available_at, now() + make_interval(secs => ${row.delaySeconds}))`
         },
-              -- Replaced: this enqueue's due time. Extended: moved on by as much as its delay grew.
-              due_at = ${
+              -- Replaced: this enqueue's due time. Extended: moved on by as much as its readiness
+              -- moved. A keyed message keeps its due time: its place is its key's order.
+              due_at = CASE WHEN ordering_key IS NOT NULL THEN due_at ELSE ${
           replace
             ? sql`now() + make_interval(secs => ${row.dueSeconds})`
-            : sql`due_at + greatest(now() + make_interval(secs => ${row.delaySeconds}) - available_at, interval '0')`
-        },
+            : sql`due_at + greatest(now() + make_interval(secs => ${row.delaySeconds}) - greatest(available_at, now()),
+                                     interval '0')`
+        } END,
               claimed_until = NULL
              WHERE id = ${open.id}::bigint
             RETURNING id, topic)
@@ -318,7 +335,11 @@ export const make = (
       const inserted = yield* sql<{ id: string }>`
           WITH m AS (
             INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts, group_key, due_at)
-            SELECT t, k, p::jsonb, h::jsonb, now() + make_interval(secs => d), a, g, now() + make_interval(secs => w)
+            SELECT t, k, p::jsonb, h::jsonb, now() + make_interval(secs => d), a, g,
+                   -- A keyed message: no earlier than its key's messages before it, here or stored.
+                   CASE WHEN k IS NULL THEN now() + make_interval(secs => w)
+                        ELSE greatest(max(now() + make_interval(secs => w)) OVER (PARTITION BY k ORDER BY n),
+                                      ${dueOfKeyTail(sql`k`)}) END
               FROM unnest(${rows.map((r) => r.topic)}::text[], ${arrayLiteral(rows.map((r) => r.orderingKey))}::text[],
                           ${rows.map((r) => r.payload)}::text[], ${rows.map((r) => r.headers)}::text[],
                           ${arrayLiteral(rows.map((r) => r.delaySeconds))}::float8[], ${

@@ -80,8 +80,13 @@ describe("Outbox priority: due order with a bound on waiting", () => {
         const outbox = yield* Outbox.Outbox
         const sql = yield* SqlClient.SqlClient
         const topic = "waits.bound"
-        const bulk = yield* outbox.enqueue(topic, { name: "bulk" }, { maxWait: "1 second" })
-        yield* outbox.enqueue(topic, { name: "within" })
+        // One transaction, one now(): "within" became ready inside the bulk message's wait,
+        // however slow the machine.
+        const bulk = yield* sql.withTransaction(Effect.gen(function*() {
+          const id = yield* outbox.enqueue(topic, { name: "bulk" }, { maxWait: "1 second" })
+          yield* outbox.enqueue(topic, { name: "within" })
+          return id
+        }))
         // Once the database's clock is past the bulk message's due time, a newcomer goes after it.
         yield* sql<{ past: boolean }>`
           SELECT now() > due_at AS past FROM durable.outbox WHERE id = ${bulk}::bigint`.pipe(
@@ -116,6 +121,37 @@ describe("Outbox priority: due order with a bound on waiting", () => {
         expect(claimed!.id).toBe(urgent)
         yield* markAll([claimed!])
         yield* sql`DELETE FROM durable.outbox WHERE topic = ${topic}`
+      }))
+
+    it.effect("a keyed message is never due before its key's messages ahead of it: a thousand keys whose heads were delayed still claim their heads", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const sql = yield* SqlClient.SqlClient
+        const topic = "waits.key-tails"
+        // Per key, a head delayed a second, then one without delay: in due order the second
+        // would come first, a thousand of them would fill the claim's window for keyed heads, and
+        // no head behind them could ever be claimed.
+        yield* outbox.enqueueMany(
+          Array.from({ length: 1000 }, (_, i) => [
+            { topic, payload: { i, n: 0 }, options: { orderingKey: `tail.${i}`, delay: Duration.seconds(1) } },
+            { topic, payload: { i, n: 1 }, options: { orderingKey: `tail.${i}` } }
+          ]).flat()
+        )
+        // And one by one: a stored head with an hour's wait, then one without.
+        yield* outbox.enqueue(topic, { i: -1, n: 0 }, { orderingKey: "tail.single", maxWait: "1 hour" })
+        yield* outbox.enqueue(topic, { i: -1, n: 1 }, { orderingKey: "tail.single" })
+        const [inverted] = yield* sql<{ n: number }>`
+          SELECT count(*)::int AS n FROM durable.outbox f JOIN durable.outbox h
+              ON h.ordering_key = f.ordering_key AND h.id < f.id
+           WHERE f.topic = ${topic} AND (f.due_at, f.id) < (h.due_at, h.id)`
+        expect(inverted!.n).toBe(0)
+        yield* sql`SELECT pg_sleep(greatest(0, extract(epoch FROM max(available_at) - now()))) FROM durable.outbox
+                    WHERE topic = ${topic} AND ordering_key <> 'tail.single'`
+        const claimed = yield* claimIn([topic], 100)
+        expect(claimed).toHaveLength(100)
+        expect(claimed.every((m) => (m.payload as { n: number }).n === 0)).toBe(true)
+        yield* markAll(claimed)
+        yield* sql`UPDATE durable.outbox SET projected_at = now() WHERE topic = ${topic} AND projected_at IS NULL`
       }))
 
     it.effect("a key's order is never overtaken: an urgent message waits behind its key's earlier bulk one", () =>
@@ -155,15 +191,29 @@ describe("Outbox priority: due order with a bound on waiting", () => {
           SELECT extract(epoch FROM due_at - available_at)::float8 AS wait,
                  extract(epoch FROM available_at - created_at)::float8 AS delay
             FROM durable.outbox WHERE id = ${e}::bigint`
-        expect(extended!.wait).toBe(60)
+        expect(extended!.wait).toBeCloseTo(60, 0)
         expect(extended!.delay).toBeCloseTo(600, 0)
         yield* sql`UPDATE durable.outbox SET projected_at = now() WHERE id = ${e}::bigint`
-        // A retry: ready again, it keeps its due time (its place), ahead of a later one with the same wait.
-        yield* outbox.enqueue(topic, { name: "retried" }, { maxWait: "1 minute" })
+        // Extended while ready, with no delay: it has waited, and it keeps its due time.
+        const f = yield* outbox.enqueue(topic, { name: "f" }, { dedupKey: "f", maxWait: "1 minute" })
+        yield* sql`UPDATE durable.outbox SET available_at = available_at - interval '10 minutes',
+                          due_at = due_at - interval '10 minutes' WHERE id = ${f}::bigint`
+        const dueOf = (id: string) =>
+          Effect.map(
+            sql<{ due: string }>`SELECT due_at::text AS due FROM durable.outbox WHERE id = ${id}::bigint`,
+            ([row]) => row!.due
+          )
+        const before = yield* dueOf(f)
+        yield* outbox.enqueue(topic, { name: "f2" }, { dedupKey: "f", dedupMode: "extend" })
+        expect(yield* dueOf(f)).toBe(before)
+        yield* sql`UPDATE durable.outbox SET projected_at = now() WHERE id = ${f}::bigint`
+        // A retry keeps its due time (its place): released with a delay, only its readiness moves.
+        const retried = yield* outbox.enqueue(topic, { name: "retried" }, { maxWait: "1 minute" })
+        const due = yield* dueOf(retried)
         const [first] = yield* claimIn([topic], 1)
-        yield* worker.release(first!.claim, { error: "later", retryDelay: Duration.zero })
-        yield* outbox.enqueue(topic, { name: "fresh" }, { maxWait: "1 minute" })
-        expect(yield* drainOneByOne(topic)).toEqual(["retried", "fresh"])
+        yield* worker.release(first!.claim, { error: "later", retryDelay: "10 seconds" })
+        expect(yield* dueOf(retried)).toBe(due)
+        yield* sql`UPDATE durable.outbox SET projected_at = now() WHERE id = ${retried}::bigint`
       }))
 
     it.effect("a limited topic's group offers its messages in due order; a claim over it and a free topic takes from both", () =>

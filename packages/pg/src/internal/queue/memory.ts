@@ -51,9 +51,9 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
           holder.payload = json
           holder.headers = enqueueOptions.headers ?? {}
           holder.availableAt = now + delay
-          holder.dueAt = now + delay + wait
+          if (holder.orderingKey === null) holder.dueAt = now + delay + wait
         } else {
-          holder.dueAt += Math.max(now + delay - holder.availableAt, 0)
+          if (holder.orderingKey === null) holder.dueAt += Math.max(now + delay - Math.max(holder.availableAt, now), 0)
           holder.availableAt = Math.max(holder.availableAt, now + delay)
         }
         holder.claimedUntil = null
@@ -72,7 +72,13 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
       createdAt: now,
       maxAttempts: options.maxAttempts ?? 25,
       availableAt: now + delay,
-      dueAt: now + delay + wait,
+      // A keyed message is never due before its key's open messages ahead of it (as enqueue writes it).
+      dueAt: Math.max(
+        now + delay + wait,
+        ...[...rows.values()].filter((row) =>
+          enqueueOptions.orderingKey !== undefined && row.orderingKey === enqueueOptions.orderingKey && open(row)
+        ).map((row) => row.dueAt)
+      ),
       claimedBy: null,
       claimedUntil: null,
       generation: 0,
