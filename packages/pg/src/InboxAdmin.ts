@@ -65,7 +65,7 @@ export class InboxAdmin extends Context.Service<InboxAdmin, {
   /** Deletes receipts processed longer ago than `olderThan` (at least `PURGE_FLOOR`), in batches. */
   readonly purge: LeasedQueue.Purge
   /** The query plan of a stored-mode claim (`EXPLAIN (FORMAT JSON)`); claims nothing. */
-  readonly explainClaim: (options: ClaimOptions) => Effect.Effect<unknown, InvalidInput | DatabaseError>
+  readonly explainClaim: LeasedQueue.ExplainClaim<ClaimOptions>
 }>()("@effect-durable/pg/InboxAdmin") {}
 
 export const make: Effect.Effect<InboxAdmin["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
@@ -88,9 +88,11 @@ export const make: Effect.Effect<InboxAdmin["Service"], never, SqlClient.SqlClie
       )
     })
 
-    const explainClaim = Effect.fn("InboxAdmin.explainClaim")(function*(options: ClaimOptions) {
-      return yield* queue.explainClaim(options, yield* decodeConsumer(options.consumer))
-    })
+    const explainClaim = Effect.fn("InboxAdmin.explainClaim")(
+      function*(options: ClaimOptions, explain: LeasedQueue.ExplainOptions = {}) {
+        return yield* queue.explainClaim(options, yield* decodeConsumer(options.consumer), explain.analyze === true)
+      }
+    )
 
     return InboxAdmin.of({
       deadLetters,

@@ -148,3 +148,18 @@ export type MoveAside = (
 
 /** Deletes done rows older than the retention, in batches; returns how many. */
 export type Purge = (options: PurgeOptions) => Effect.Effect<number, InvalidInput | DatabaseError>
+
+/**
+ * How `explainClaim` explains. `analyze`: the claim runs (`EXPLAIN ANALYZE`) in a transaction
+ * that is rolled back, and the plan carries the rows each step read and its time; the rows it
+ * would claim stay locked until then (other claims skip them for that long).
+ */
+export interface ExplainOptions {
+  readonly analyze?: boolean
+}
+
+/** The query plan of a claim with these options, planned as the claim function plans it; claims nothing. */
+export type ExplainClaim<Options> = (
+  options: Options,
+  explain?: ExplainOptions
+) => Effect.Effect<unknown, InvalidInput | DatabaseError>

@@ -117,16 +117,8 @@ export class OutboxAdmin extends Context.Service<OutboxAdmin, {
    * batches; never one replayed meanwhile. Returns how many.
    */
   readonly purge: LeasedQueue.Purge
-  /**
-   * The query plan of a claim with these options (`EXPLAIN (FORMAT JSON)`), planned as the claim
-   * function plans it; claims nothing. With `analyze`, the claim runs (`EXPLAIN ANALYZE`) in a
-   * transaction that is rolled back: the plan carries the rows each step read and its time. The
-   * rows it would claim stay locked until then (other claims skip them for that long).
-   */
-  readonly explainClaim: (
-    options: ClaimOptions,
-    explain?: { readonly analyze?: boolean }
-  ) => Effect.Effect<unknown, InvalidInput | DatabaseError>
+  /** The query plan of a claim with these options (`EXPLAIN (FORMAT JSON)`); claims nothing. */
+  readonly explainClaim: LeasedQueue.ExplainClaim<ClaimOptions>
 }>()("@effect-durable/pg/OutboxAdmin") {}
 
 export const make: Effect.Effect<OutboxAdmin["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
@@ -210,7 +202,7 @@ export const make: Effect.Effect<OutboxAdmin["Service"], never, SqlClient.SqlCli
     })
 
     const explainClaim = Effect.fn("OutboxAdmin.explainClaim")(
-      function*(options: ClaimOptions, explain: { readonly analyze?: boolean } = {}) {
+      function*(options: ClaimOptions, explain: LeasedQueue.ExplainOptions = {}) {
         return yield* queue.explainClaim(options, yield* decodeTopics(options.topics ?? null), explain.analyze === true)
       }
     )

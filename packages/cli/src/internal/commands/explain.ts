@@ -1,7 +1,9 @@
 /**
- * `effect-durable explain [--topic T]... [--consumer C] [--limit N] [--json]`: the query plan
- * of a claim with these options, as the claim function runs it (generic plan), without
- * claiming anything. Needs a session of its own: behind a transaction pooler, connect direct.
+ * `effect-durable explain [--topic T]... [--consumer C] [--limit N] [--analyze] [--json]`: the
+ * query plan of a claim with these options, as the claim function runs it (generic plan, its
+ * settings), without claiming anything; `--analyze` runs it in a transaction rolled back and
+ * shows the rows each step read. Needs a session of its own: behind a transaction pooler,
+ * connect direct.
  */
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
@@ -9,7 +11,7 @@ import * as Command from "effect/cli/Command"
 import * as Flag from "effect/cli/Flag"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-import { json, positive } from "../arguments.js"
+import { json, positive, toggle } from "../arguments.js"
 import { withDatabase } from "../connection.js"
 import { usage } from "../errors.js"
 import * as Output from "../output.js"
@@ -20,6 +22,9 @@ interface PlanNode {
   readonly "Index Name"?: string
   readonly "Parent Relationship"?: string
   readonly "Subplan Name"?: string
+  readonly "Actual Rows"?: number
+  readonly "Actual Loops"?: number
+  readonly "Rows Removed by Filter"?: number
   readonly Plans?: ReadonlyArray<PlanNode>
 }
 
@@ -31,7 +36,15 @@ export const renderPlan = (plan: unknown): string => {
     const using = node["Index Name"] === undefined ? "" : ` using ${node["Index Name"]}`
     const on = node["Relation Name"] === undefined ? "" : ` on ${node["Relation Name"]}`
     const sub = node["Subplan Name"] === undefined ? "" : ` (${node["Subplan Name"]})`
-    lines.push(`${"    ".repeat(depth)}${depth === 0 ? "" : "-> "}${node["Node Type"] ?? "?"}${using}${on}${sub}`)
+    // Analyzed: the rows it returned per loop, the loops, the rows its filter read and dropped.
+    const actual = node["Actual Rows"] === undefined ?
+      "" :
+      ` [rows ${node["Actual Rows"]}${(node["Actual Loops"] ?? 1) === 1 ? "" : ` x ${node["Actual Loops"]} loops`}${
+        node["Rows Removed by Filter"] ? `, ${node["Rows Removed by Filter"]} filtered out` : ""
+      }]`
+    lines.push(
+      `${"    ".repeat(depth)}${depth === 0 ? "" : "-> "}${node["Node Type"] ?? "?"}${using}${on}${sub}${actual}`
+    )
     for (const child of node.Plans ?? []) walk(child, depth + 1)
   }
   if (root?.Plan !== undefined) walk(root.Plan, 0)
@@ -52,6 +65,7 @@ export const explain = Command.make(
       Flag.withDescription("Explain the stored inbox's claim for this consumer")
     ),
     limit: positive("limit", 500, 1000, "Rows the explained claim takes"),
+    analyze: toggle("analyze", "Run the claim in a transaction rolled back and show the rows each step read"),
     json
   },
   Effect.fn("effect-durable.explain")(
@@ -65,12 +79,15 @@ export const explain = Command.make(
         }
         plan = yield* Effect.flatMap(
           InboxAdmin.InboxAdmin,
-          (admin) => admin.explainClaim({ ...claim, consumer: consumer.value })
+          (admin) => admin.explainClaim({ ...claim, consumer: consumer.value }, { analyze: args.analyze })
         )
       } else {
         plan = yield* Effect.flatMap(
           OutboxAdmin.OutboxAdmin,
-          (admin) => admin.explainClaim({ ...claim, ...(args.topic.length > 0 ? { topics: args.topic } : {}) })
+          (admin) =>
+            admin.explainClaim({ ...claim, ...(args.topic.length > 0 ? { topics: args.topic } : {}) }, {
+              analyze: args.analyze
+            })
         )
       }
       yield* args.json ? Output.json(plan) : Output.line(renderPlan(plan))
