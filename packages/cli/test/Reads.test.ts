@@ -177,14 +177,16 @@ describe("effect-durable read commands", () => {
         expect(plan.code).toBe(0)
         expect(json(plan)[0].Plan["Node Type"]).toBeDefined()
         const text = yield* cliOn(["explain", "--topic", topic])
-        expect(text.stdout).toContain("outbox_open_due_idx")
+        expect(text.stdout).toContain("outbox_open_idx")
         const inbox = yield* cliOn(["explain", "--consumer", "billing"])
         expect(inbox.code).toBe(0)
         expect(inbox.stdout).toContain("on inbox")
         // Analyzed: the claim ran (it read and locked the two rows) and was rolled back.
         const analyzed = yield* cliOn(["explain", "--topic", topic, "--analyze"])
         expect(analyzed.code).toBe(0)
-        expect(analyzed.stdout).toMatch(/Index Scan using outbox_open_due_idx on outbox \[rows 2\]/)
+        expect(analyzed.stdout).toMatch(
+          /-> LockRows \[rows 2\]\n\s+-> Index Scan using outbox_open_idx on outbox \[rows 2/
+        )
         const status = json(yield* cliOn(["status", "--json"]))
         expect(status.topics.find((t: { topic: string }) => t.topic === topic)).toMatchObject({ ready: 2, claimed: 0 })
       }))

@@ -151,7 +151,7 @@ export type Purge = (options: PurgeOptions) => Effect.Effect<number, InvalidInpu
 
 /**
  * How `explainClaim` explains. `analyze`: the claim runs (`EXPLAIN ANALYZE`) in a transaction
- * that is rolled back, and the plan carries the rows each step read and its time; the rows it
+ * that is rolled back, and the plan carries the rows each step returned and its time; the rows it
  * would claim stay locked until then (other claims skip them for that long).
  */
 export interface ExplainOptions {

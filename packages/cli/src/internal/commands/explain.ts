@@ -2,7 +2,7 @@
  * `effect-durable explain [--topic T]... [--consumer C] [--limit N] [--analyze] [--json]`: the
  * query plan of a claim with these options, as the claim function runs it (generic plan, its
  * settings), without claiming anything; `--analyze` runs it in a transaction rolled back and
- * shows the rows each step read. Needs a session of its own: behind a transaction pooler,
+ * shows the rows each step returned. Needs a session of its own: behind a transaction pooler,
  * connect direct.
  */
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
@@ -28,7 +28,7 @@ interface PlanNode {
   readonly Plans?: ReadonlyArray<PlanNode>
 }
 
-/** The plan as an indented tree: `Limit`, `-> LockRows`, `-> Index Scan using outbox_open_due_idx on outbox`. */
+/** The plan as an indented tree: `Limit`, `-> LockRows`, `-> Index Scan using outbox_open_idx on outbox`. */
 export const renderPlan = (plan: unknown): string => {
   const root = (Array.isArray(plan) ? plan[0] : plan) as { readonly Plan?: PlanNode } | undefined
   const lines: Array<string> = []
@@ -37,11 +37,13 @@ export const renderPlan = (plan: unknown): string => {
     const on = node["Relation Name"] === undefined ? "" : ` on ${node["Relation Name"]}`
     const sub = node["Subplan Name"] === undefined ? "" : ` (${node["Subplan Name"]})`
     // Analyzed: the rows it returned per loop, the loops, the rows its filter read and dropped.
-    const actual = node["Actual Rows"] === undefined ?
-      "" :
-      ` [rows ${node["Actual Rows"]}${(node["Actual Loops"] ?? 1) === 1 ? "" : ` x ${node["Actual Loops"]} loops`}${
-        node["Rows Removed by Filter"] ? `, ${node["Rows Removed by Filter"]} filtered out` : ""
-      }]`
+    const loops = node["Actual Loops"] ?? 1
+    const removed = node["Rows Removed by Filter"] ? `, ${node["Rows Removed by Filter"]} filtered out` : ""
+    const actual = node["Actual Rows"] === undefined
+      ? ""
+      : loops === 0
+      ? " [never run]"
+      : ` [rows ${node["Actual Rows"]}${loops === 1 ? "" : ` x ${loops} loops`}${removed}]`
     lines.push(
       `${"    ".repeat(depth)}${depth === 0 ? "" : "-> "}${node["Node Type"] ?? "?"}${using}${on}${sub}${actual}`
     )
@@ -65,7 +67,10 @@ export const explain = Command.make(
       Flag.withDescription("Explain the stored inbox's claim for this consumer")
     ),
     limit: positive("limit", 500, 1000, "Rows the explained claim takes"),
-    analyze: toggle("analyze", "Run the claim in a transaction rolled back and show the rows each step read"),
+    analyze: toggle(
+      "analyze",
+      "Run the claim in a transaction rolled back and show the rows each step returned and filtered out"
+    ),
     json
   },
   Effect.fn("effect-durable.explain")(

@@ -39,7 +39,7 @@
  */
 import type { Migration } from "../../Migrations.js"
 import { fenced } from "./0010_fenced_batch_writes.js"
-import { claimConditions, type ClaimOrder, claimQuery, claimUpdate, idOrder } from "./0012_keyed_runs.js"
+import { claimConditions, claimQuery, claimUpdate } from "./0012_keyed_runs.js"
 
 /**
  * What a lease renewal of the outbox also asks since this version: a lease that ran out on a
@@ -128,7 +128,7 @@ const released = (t: (table: string) => string): ClaimExtensions => ({
  * written out), rows updated by primary key (a plan seen on a table not analyzed yet scanned
  * every open message to join a handful).
  */
-const limitedClaim = (t: (table: string) => string, x: ClaimExtensions, order: ClaimOrder) => {
+const limitedClaim = (t: (table: string) => string, x: ClaimExtensions) => {
   const outbox = t("outbox")
   const { open, ready } = claimConditions(t)
   const keyHead = (c: string) =>
@@ -178,11 +178,11 @@ quota AS (
 candidates AS (
   -- Each group's first ready messages, in id order through the group index.
   SELECT c.id, c.topic, c.generation, q.group_key, q.vtime, q.weight,
-         row_number() OVER (PARTITION BY q.topic, q.group_key ORDER BY ${order.by}) AS nth
+         row_number() OVER (PARTITION BY q.topic, q.group_key ORDER BY c.id) AS nth
     FROM quota q CROSS JOIN LATERAL (
-      SELECT c.id, c.topic, c.claim_generation AS generation${order.columns} FROM ${outbox} c
+      SELECT c.id, c.topic, c.claim_generation AS generation FROM ${outbox} c
        WHERE c.topic = q.topic AND c.group_key = q.group_key AND ${open("c")} AND ${ready("c")} AND ${keyHead("c")}
-       ORDER BY c.topic, c.group_key, ${order.by} LIMIT q.free) c
+       ORDER BY c.topic, c.group_key, c.id LIMIT q.free) c
    WHERE q.free > 0),
 clock AS (
   -- The topic's virtual time: the least served of the groups with messages to offer, never
@@ -224,20 +224,15 @@ ${
 }
 
 /**
- * The outbox claim of this version (`x`: what a later version adds to it; `order`: the order
- * it takes messages in, version 20's by due time). Its signature is version 12's: processes of
- * every release since call it alike.
+ * The outbox claim of this version (`x`: what a later version adds to it). Its signature is
+ * version 12's: processes of every release since call it alike.
  */
-export const claimFunction = (
-  t: (table: string) => string,
-  x: ClaimExtensions = released(t),
-  order: ClaimOrder = idOrder
-) =>
+export const claimFunction = (t: (table: string) => string, x: ClaimExtensions = released(t)) =>
   `CREATE OR REPLACE FUNCTION ${t("outbox_claim")}(text, integer, double precision, text[], integer, integer)
   RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean,
     topic text, ordering_key text, payload jsonb, headers jsonb, created_at text)
   LANGUAGE plpgsql
-  SET plan_cache_mode = force_generic_plan${order.settings}
+  SET plan_cache_mode = force_generic_plan
 AS $claim$
 #variable_conflict use_column
 DECLARE
@@ -247,7 +242,7 @@ BEGIN
 PERFORM pg_advisory_xact_lock_shared(${limitsLock(t)});
 IF NOT EXISTS (SELECT 1 FROM ${t("flow_limits")} l WHERE $4 IS NULL OR l.topic = ANY($4)) THEN
   RETURN QUERY
-${claimQuery(t, undefined, undefined, order)};
+${claimQuery(t)};
   RETURN;
 END IF;
 -- The limits of this claim's topics, locked in name order: one claim of a limited topic at a time.
@@ -278,7 +273,7 @@ THEN
   -- read a group's whole backlog and sort it (the plan is made once, under this setting).
   PERFORM set_config('enable_bitmapscan', 'off', true);
   RETURN QUERY
-${limitedClaim(t, x, order)};
+${limitedClaim(t, x)};
   GET DIAGNOSTICS taken = ROW_COUNT;
   PERFORM set_config('enable_bitmapscan', 'on', true);
 END IF;
@@ -292,8 +287,7 @@ ${
     claimQuery(
       t,
       (c) => ` AND ${c}.topic <> ALL(ARRAY(SELECT l.topic FROM ${t("flow_limits")} l))`,
-      "($2 - taken)",
-      order
+      "($2 - taken)"
     )
   };
 END IF;

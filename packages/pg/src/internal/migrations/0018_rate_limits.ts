@@ -29,7 +29,6 @@
  * from the clock too. A healthy holder renews every third of its lease, far inside the margin.
  */
 import type { Migration } from "../../Migrations.js"
-import type { ClaimOrder } from "./0012_keyed_runs.js"
 import { claimFunction, renewable, renewManyFunction } from "./0017_flow_limits.js"
 
 /**
@@ -84,8 +83,7 @@ export const bucket = (
 /** A topic's own rate (its limits row `l`). */
 export const topicRate = (c: "limit" | "period" | "burst") => `l.rate_${c}`
 
-/** This version's outbox claim; version 20 re-creates it in its own order (`order`). */
-export const claimWithRates = (t: (table: string) => string, order?: ClaimOrder) =>
+const claim = (t: (table: string) => string) =>
   claimFunction(t, {
     declare: "\n  clk timestamptz;",
     afterLock: `
@@ -127,7 +125,7 @@ spent AS (
     LEFT JOIN clock k ON k.topic = m.topic
     LEFT JOIN (SELECT x.topic, count(*) AS n FROM locked x GROUP BY x.topic) s ON s.topic = m.topic
    WHERE l.topic = m.topic AND (l.vclock < k.now OR s.n > 0))`
-  }, order)
+  })
 
 export const migration: Migration = {
   version: 18,
@@ -147,7 +145,7 @@ export const migration: Migration = {
         PRIMARY KEY (topic, group_key)
       )`,
     tokensFunction(t),
-    claimWithRates(t),
+    claim(t),
     renewManyFunction(t, renewableInTime(t, "q", "p_lease_seconds"), "clock_timestamp()")
   ]
 }
