@@ -187,6 +187,9 @@ describe("effect-durable read commands", () => {
         expect(analyzed.stdout).toMatch(
           /-> LockRows \[rows 2\]\n\s+-> Index Scan using outbox_open_idx on outbox \[rows 2/
         )
+        const inboxAnalyzed = yield* cliOn(["explain", "--consumer", "billing", "--analyze"])
+        expect(inboxAnalyzed.code).toBe(0)
+        expect(inboxAnalyzed.stdout).toMatch(/on inbox \[(rows \d+|never run)/)
         const status = json(yield* cliOn(["status", "--json"]))
         expect(status.topics.find((t: { topic: string }) => t.topic === topic)).toMatchObject({ ready: 2, claimed: 0 })
       }))
