@@ -23,6 +23,7 @@ import * as Stream from "effect/Stream"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import { MAX_BATCH, MessageId } from "./internal/queue/spec.js"
+import { inIdOrder } from "./internal/queue/worker.js"
 import { decodeFilter, predicate } from "./internal/search/filter.js"
 import { bounded } from "./internal/transaction.js"
 import type { MessageFilter } from "./OutboxSearch.js"
@@ -118,7 +119,7 @@ export const make: Effect.Effect<OutboxBulk["Service"], never, SqlClient.SqlClie
                ORDER BY id LIMIT ${size} FOR UPDATE SKIP LOCKED`)),
             (rows): readonly [ReadonlyArray<BulkProgress>, Option.Option<Walk>] => {
               // In id order: an UPDATE's RETURNING follows its plan, not the batch's ORDER BY.
-              const ids = rows.map((row) => row.id).sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1))
+              const ids = inIdOrder([...rows]).map((row) => row.id)
               const total = walk.total + ids.length
               const last = ids.length === 0 ? walk.after : ids[ids.length - 1]!
               const more = ids.length === size && total < limit

@@ -52,7 +52,7 @@ const byId = (a: { readonly id: string }, b: { readonly id: string }) =>
   a.id.length - b.id.length || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
 
 /** `rows` in id order; they usually come back so (the primary key's order), then no sort is paid. */
-const inIdOrder = <Row extends { readonly id: string }>(rows: Array<Row>): Array<Row> => {
+export const inIdOrder = <Row extends { readonly id: string }>(rows: Array<Row>): Array<Row> => {
   for (let i = 1; i < rows.length; i++) if (byId(rows[i - 1]!, rows[i]!) > 0) return rows.sort(byId)
   return rows
 }
