@@ -83,6 +83,87 @@ describe("the projector on TestClock (in-memory outbox)", () => {
         yield* Scope.close(scope, Exit.void)
       }))
 
+    /**
+     * A worker whose first claim that takes something returns `millis` of the clock after the
+     * claim ran (its leases running from then): a claim slowed by a loaded machine or a lock.
+     */
+    const slowClaim = (worker: OutboxWorker.OutboxWorker["Service"], millis: number) => {
+      let slowed = false
+      return OutboxWorker.OutboxWorker.of({
+        ...worker,
+        claim: (options) =>
+          Effect.tap(worker.claim(options), (claimed) => {
+            if (slowed || claimed.length === 0) return Effect.void
+            slowed = true
+            return Effect.sleep(millis)
+          })
+      })
+    }
+
+    it.effect("a claim that came back late is renewed at once: its lease never lapses under the delivery", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const worker = yield* OutboxWorker.OutboxWorker
+        const id = yield* outbox.enqueue("late", {})
+        const started = yield* Deferred.make<void>()
+        const finish = yield* Deferred.make<void>()
+        // 2.2 s of a 3 s lease spent before the rows come back; renewals every second.
+        const { scope } = yield* startProjector(
+          { topics: ["late"], lease: "3 seconds", deliveryTimeout: "1 minute", pollInterval: "1 second" },
+          () => Effect.andThen(Deferred.succeed(started, undefined), Deferred.await(finish))
+        ).pipe(Effect.provideService(OutboxWorker.OutboxWorker, slowClaim(worker, 2_200)))
+        yield* advanceUntil(Deferred.isDone(started))
+        const claimed = yield* rowOf(id)
+        // Past the lease the claim took: renewed (a third of a lease after the rows came back,
+        // as before, it would have lapsed at 3 s and been renewed only at 3.2 s).
+        yield* advance(claimed.claimedUntil! - (yield* Clock.currentTimeMillis) + 100)
+        const row = yield* rowOf(id)
+        expect(row).toMatchObject({ claimedBy: claimed.claimedBy, generation: claimed.generation })
+        expect(row.claimedUntil!).toBeGreaterThan(yield* Clock.currentTimeMillis)
+        expect(yield* worker.claim({ worker: "rival", topics: ["late"], limit: 10, lease: "1 minute" })).toEqual([])
+        yield* Deferred.succeed(finish, undefined)
+        yield* advanceUntil(Effect.map(rowOf(id), (row) => row.projectedAt !== null))
+        expect(yield* rowOf(id)).toMatchObject({ attempts: 1, generation: claimed.generation })
+        yield* Scope.close(scope, Exit.void)
+      }))
+
+    it.effect("a claim that came back after its lease ran out publishes nothing: the messages are its new holder's", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const worker = yield* OutboxWorker.OutboxWorker
+        const ids = yield* outbox.enqueueMany([0, 1, 2].map((i) => ({ topic: "lapsed", payload: { i } })))
+        const published: Array<string> = []
+        const projector = yield* Effect.forkChild(
+          startProjector(
+            // One batch loop: the one slowed is the projector's only claimer.
+            {
+              topics: ["lapsed"],
+              lease: "3 seconds",
+              deliveryTimeout: "1 minute",
+              pollInterval: "1 second",
+              batchesInFlight: 1
+            },
+            (message) => Effect.sync(() => void published.push(message.id))
+          ).pipe(Effect.provideService(OutboxWorker.OutboxWorker, slowClaim(worker, 5_000)))
+        )
+        // The projector's claim has run (its rows leased) and is on its way back.
+        yield* advanceUntil(Effect.map(rowOf(ids[0]!), (row) => row.claimedUntil !== null))
+        const first = yield* rowOf(ids[0]!)
+        // Its lease runs out before the rows come back, and another worker takes them.
+        yield* advance(first.claimedUntil! - (yield* Clock.currentTimeMillis) + 100)
+        const rival = yield* worker.claim({ worker: "rival", topics: ["lapsed"], limit: 10, lease: "1 minute" })
+        expect(rival.map((m) => m.id)).toEqual(ids)
+        const { scope } = yield* Fiber.join(projector)
+        yield* advance(5_000)
+        // The projector's rows came back 2 s after their lease ran out: none was published.
+        expect(published).toEqual([])
+        for (const message of rival) yield* worker.markProjected(message.claim)
+        expect((yield* Effect.forEach(ids, rowOf)).map((row) => row.generation)).toEqual(
+          ids.map(() => first.generation + 1)
+        )
+        yield* Scope.close(scope, Exit.void)
+      }))
+
     it.effect("a delivery past its deadline is cut and released for a retry, its lane moving on", () =>
       Effect.gen(function*() {
         const outbox = yield* Outbox.Outbox

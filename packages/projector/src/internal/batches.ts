@@ -194,6 +194,8 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
 
     /** Claims one batch and settles every message in it; returns what happened. */
     const deliverBatch: Effect.Effect<Counts, DatabaseError | InvalidInput> = Effect.gen(function*() {
+      // The leases run from no earlier than this: the batch's lease clock starts here (Delivery).
+      const claimedAt = yield* Clock.currentTimeMillis
       const claimed = yield* claim
       if (claimed.length === 0) return noCounts
       yield* Ref.update(inFlight, (map) => {
@@ -213,7 +215,12 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
         )
       }
       const spans = yield* tracing
-      const delivery = new Delivery(claimed, Duration.toMillis(settings.renewEvery), now)
+      const delivery = new Delivery(
+        claimed,
+        Duration.toMillis(settings.renewEvery),
+        Duration.toMillis(settings.lease),
+        claimedAt
+      )
       const settled = Effect.gen(function*() {
         const marks = makeMarks(claimed, delivery)
         // Successes are marked as they accumulate while the batch runs, not only at its end.

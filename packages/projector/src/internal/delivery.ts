@@ -36,14 +36,25 @@ export class Delivery {
   /** Ids cancelled while this batch held them: never written, their publish cut if running. */
   private readonly cancelled = new Set<string>()
   private renewAt: number
+  /**
+   * Until when (Clock milliseconds) the leases surely hold: a lease runs from when its claim
+   * or renewal statement ran, which is no earlier than when it was sent. So the clock of a
+   * batch starts when its claim was sent, not when the rows came back: a claim slowed by a
+   * loaded machine returns leases already partly spent (one that took 17 s of a 30 s lease was
+   * seen), and renewing a third of a lease after the rows came back was then too late.
+   */
+  private heldUntil: number
 
   constructor(
     private readonly claimed: ReadonlyArray<OutboxWorker.OutboxMessage>,
     private readonly renewEveryMillis: number,
-    now: number
+    private readonly leaseMillis: number,
+    /** When the claim was sent. */
+    claimedAt: number
   ) {
     this.leased = new Map(claimed.map((message) => [message.id, message.claim] as const))
-    this.renewAt = now + renewEveryMillis
+    this.renewAt = claimedAt + renewEveryMillis
+    this.heldUntil = claimedAt + leaseMillis
   }
 
   /** The claimed message with this id, if it is of this batch. */
@@ -53,9 +64,13 @@ export class Delivery {
 
   // The lanes.
 
-  /** Whether a message not started yet may be published: its lease is neither lost nor in doubt. */
-  mayStart(id: string): boolean {
-    return !this.inDoubt && !this.stale.has(id)
+  /**
+   * Whether a message not started yet may be published at `now`: its lease is neither lost nor
+   * in doubt, and surely still holds (a lease that may have run out could already be another
+   * worker's: the message is given back instead).
+   */
+  mayStart(id: string, now: number): boolean {
+    return !this.inDoubt && !this.stale.has(id) && now < this.heldUntil
   }
   /** A message left unpublished because its lease was lost or in doubt. */
   skip(id: string): void {
@@ -123,6 +138,10 @@ export class Delivery {
   /** The claims whose leases a renewal extends. */
   leases(): ReadonlyArray<Claim> {
     return [...this.leased.values()]
+  }
+  /** A renewal sent at `sentAt` answered: the leases it did not find lost hold a lease from then. */
+  renewed(sentAt: number): void {
+    this.heldUntil = Math.max(this.heldUntil, sentAt + this.leaseMillis)
   }
   /** A renewal found these claims taken over: their messages are left to the new holders. */
   lost(ids: ReadonlyArray<string>): void {

@@ -2,7 +2,8 @@
  * The keeper: one fiber per projector, not two per batch. A few times per delivery timeout
  * it cuts the publishes past their deadline (check and interruption in one synchronous step,
  * so a lane cannot move on between them). Every third of the lease it renews the leases of
- * each batch's unsettled messages — one fenced statement per batch, on a connection of the
+ * each batch's unsettled messages (counted from when the batch's claim was sent: a claim that
+ * came back late is renewed at once) — one fenced statement per batch, on a connection of the
  * keeper's own when it has one, so busy handlers cannot starve it — in a fiber of its own so
  * that a stalled database cannot hold up the deadlines. A claim a renewal finds stale is
  * never published (if not started) and its outcome never written; a renewal that fails puts
@@ -33,55 +34,57 @@ export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker
   const renew = (delivery: Delivery) => {
     const claims = delivery.leases()
     if (claims.length === 0) return Effect.void
-    return outbox.renewLeases(claims, settings.lease).pipe(
-      Effect.timeoutOrElse({
-        duration: renewalDeadline,
-        orElse: () => Effect.fail(new Error(`no answer in ${Duration.format(renewalDeadline)}`))
-      }),
-      Effect.flatMap(({ rejected: refused }) => {
-        if (refused.length === 0) return Effect.void
-        // A cancelled message found here (its NOTIFY not heard: sent while the LISTEN was
-        // down) is stopped as the notification would have stopped it.
-        const wasCancelled = (failure: (typeof refused)[number]) =>
-          failure._tag === "ClaimMismatch" && failure.cancelled === true
-        const cancelled = refused.filter(wasCancelled)
-        for (const failure of cancelled) delivery.cancel(failure.messageId)
-        const lost = refused.filter((failure) => !wasCancelled(failure))
-        delivery.lost(lost.map((failure) => failure.messageId))
-        // One line per message (its topic and id, never its payload), counted.
-        return Effect.andThen(
+    return Effect.flatMap(Clock.currentTimeMillis, (sentAt) =>
+      outbox.renewLeases(claims, settings.lease).pipe(
+        Effect.timeoutOrElse({
+          duration: renewalDeadline,
+          orElse: () => Effect.fail(new Error(`no answer in ${Duration.format(renewalDeadline)}`))
+        }),
+        Effect.flatMap(({ rejected: refused }) => {
+          delivery.renewed(sentAt)
+          if (refused.length === 0) return Effect.void
+          // A cancelled message found here (its NOTIFY not heard: sent while the LISTEN was
+          // down) is stopped as the notification would have stopped it.
+          const wasCancelled = (failure: (typeof refused)[number]) =>
+            failure._tag === "ClaimMismatch" && failure.cancelled === true
+          const cancelled = refused.filter(wasCancelled)
+          for (const failure of cancelled) delivery.cancel(failure.messageId)
+          const lost = refused.filter((failure) => !wasCancelled(failure))
+          delivery.lost(lost.map((failure) => failure.messageId))
+          // One line per message (its topic and id, never its payload), counted.
+          return Effect.andThen(
+            Effect.andThen(
+              Metric.update(metrics.leasesLost, lost.length),
+              Effect.forEach(cancelled, (failure) =>
+                Effect.logInfo(
+                  `effect-durable projector: message ${failure.messageId} was cancelled while delivered (found at its lease renewal); its delivery is stopped`
+                ), { discard: true })
+            ),
+            Effect.forEach(lost, (failure) => {
+              const message = delivery.message(failure.messageId)
+              return Effect.logWarning(
+                `effect-durable projector: lease lost on message ${failure.messageId}${
+                  message === undefined ? "" : ` of topic ${message.topic}`
+                } before its renewal (a stall longer than the lease?): it is left to its new holder, its outcome not written`
+              ).pipe(Effect.annotateLogs({
+                messageId: failure.messageId,
+                ...(message === undefined ? {} : { topic: message.topic, attempt: message.attempt })
+              }))
+            }, { discard: true })
+          )
+        }),
+        Effect.catch((error) =>
           Effect.andThen(
-            Metric.update(metrics.leasesLost, lost.length),
-            Effect.forEach(cancelled, (failure) =>
-              Effect.logInfo(
-                `effect-durable projector: message ${failure.messageId} was cancelled while delivered (found at its lease renewal); its delivery is stopped`
-              ), { discard: true })
-          ),
-          Effect.forEach(lost, (failure) => {
-            const message = delivery.message(failure.messageId)
-            return Effect.logWarning(
-              `effect-durable projector: lease lost on message ${failure.messageId}${
-                message === undefined ? "" : ` of topic ${message.topic}`
-              } before its renewal (a stall longer than the lease?): it is left to its new holder, its outcome not written`
-            ).pipe(Effect.annotateLogs({
-              messageId: failure.messageId,
-              ...(message === undefined ? {} : { topic: message.topic, attempt: message.attempt })
-            }))
-          }, { discard: true })
-        )
-      }),
-      Effect.catch((error) =>
-        Effect.andThen(
-          Effect.sync(() => delivery.doubt()),
-          Effect.andThen(
-            Metric.update(metrics.renewalFailures, 1),
-            Effect.logWarning(
-              `effect-durable projector: lease renewal failed (${error.message}); the batch's messages not yet started are given back`
+            Effect.sync(() => delivery.doubt()),
+            Effect.andThen(
+              Metric.update(metrics.renewalFailures, 1),
+              Effect.logWarning(
+                `effect-durable projector: lease renewal failed (${error.message}); the batch's messages not yet started are given back`
+              )
             )
           )
         )
-      )
-    )
+      ))
   }
 
   const run = Effect.withFiber<void>((self) => {

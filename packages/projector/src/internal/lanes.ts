@@ -132,7 +132,7 @@ export const makeLanes = (
                   holdBackRest(id)
                   return Effect.suspend(step)
                 }
-                if (!delivery.mayStart(message.id)) {
+                if (!delivery.mayStart(message.id, clock.currentTimeMillisUnsafe())) {
                   delivery.skip(message.id)
                   settle(i, Result.fail(retryable("not started: the lease was lost or in doubt")))
                   holdBackRest(id)
