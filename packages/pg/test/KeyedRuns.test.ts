@@ -7,6 +7,7 @@ import * as Layer from "effect/Layer"
 import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "../src/DurableConfig.js"
 import * as Outbox from "../src/Outbox.js"
+import * as OutboxAdmin from "../src/OutboxAdmin.js"
 import * as OutboxMemory from "../src/OutboxMemory.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
 import { barrier, substrate } from "./support.js"
@@ -124,6 +125,42 @@ describe("keyed runs (PostgreSQL)", () => {
           }
         })
     )
+
+    it.effect("a claim of keyed runs updates its rows by id: it never reads the whole open backlog (migration 20)", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const admin = yield* OutboxAdmin.OutboxAdmin
+        const topic = freshTopic()
+        const keys = Array.from({ length: 50 }, (_, k) => `${topic}-${k}`)
+        yield* outbox.enqueueMany(
+          Array.from(
+            { length: 100 },
+            (_, i) => keys.map((key) => ({ topic, payload: i, options: { orderingKey: key } }))
+          )
+            .flat()
+        )
+        interface Node {
+          readonly "Index Name"?: string
+          readonly "Actual Rows": number
+          readonly "Actual Loops": number
+          readonly Plans?: ReadonlyArray<Node>
+        }
+        const all = (node: Node): ReadonlyArray<Node> => [node, ...(node.Plans ?? []).flatMap(all)]
+        const plan = yield* admin.explainClaim(
+          { worker: "w", topics: [topic], limit: 500, lease: "30 seconds", perKey: 500 },
+          { analyze: true }
+        )
+        const nodes = all((plan as ReadonlyArray<{ Plan: Node }>)[0]!.Plan)
+        expect(nodes[0]!["Actual Rows"]).toBe(500)
+        // What the claim read of the open messages in id or group order: the window (1,000), the
+        // heads and the rows it took. Joined with the outbox, its 500 rows were found by reading
+        // all 5,000 open messages (2.4 s for a backlog of 10,000).
+        const readOfOpen = nodes
+          .filter((node) => node["Index Name"] === "outbox_open_idx" || node["Index Name"] === "outbox_open_group_idx")
+          .reduce((sum, node) => sum + node["Actual Rows"] * node["Actual Loops"], 0)
+        expect(readOfOpen).toBeGreaterThan(0)
+        expect(readOfOpen).toBeLessThan(4_000)
+      }))
 
     it.effect("the previous release's claim (heads only), still called during a rolling deploy, takes nothing of a key a run holds", () =>
       Effect.gen(function*() {

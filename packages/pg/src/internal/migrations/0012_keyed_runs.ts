@@ -82,12 +82,14 @@ RETURNING q.id::text, q.claim_generation::text, q.attempt_count, q.dead_at IS NO
 /**
  * The claim's query. $1 worker, $2 limit, $3 lease in seconds, $4 topics (NULL: all), $5 the
  * most leases a row may lose, $6 the most messages of one key per claim. Version 17 narrows
- * the topics (`also`) and the limit (`limit`, an expression; this version: $2).
+ * the topics (`also`) and the limit (`limit`, an expression; this version: $2); version 20
+ * updates the rows by id (`update`: the last step over `chosen`; this version: `claimUpdate`).
  */
 export const claimQuery = (
   t: (table: string) => string,
   also: (c: string) => string = () => "",
-  limit = "$2"
+  limit = "$2",
+  update = claimUpdate(t)
 ) => {
   const outbox = t("outbox")
   const { open, ready } = claimConditions(t, also)
@@ -136,7 +138,7 @@ gaps AS MATERIALIZED (
 chosen AS (
   SELECT p.id, p.position FROM picked p LEFT JOIN gaps g ON g.head = p.head
    WHERE p.position = 0 OR g.position IS NULL OR p.position < g.position)
-${claimUpdate(t)}`
+${update}`
 }
 
 export const migration: Migration = {

@@ -224,10 +224,15 @@ ${
 }
 
 /**
- * The outbox claim of this version (`x`: what a later version adds to it). Its signature is
- * version 12's: processes of every release since call it alike.
+ * The outbox claim of this version (`x`: what a later version adds to it; `update`: the last
+ * step of its claims of topics without limits, version 20's by id). Its signature is version
+ * 12's: processes of every release since call it alike.
  */
-export const claimFunction = (t: (table: string) => string, x: ClaimExtensions = released(t)) =>
+export const claimFunction = (
+  t: (table: string) => string,
+  x: ClaimExtensions = released(t),
+  update = claimUpdate(t)
+) =>
   `CREATE OR REPLACE FUNCTION ${t("outbox_claim")}(text, integer, double precision, text[], integer, integer)
   RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean,
     topic text, ordering_key text, payload jsonb, headers jsonb, created_at text)
@@ -242,7 +247,7 @@ BEGIN
 PERFORM pg_advisory_xact_lock_shared(${limitsLock(t)});
 IF NOT EXISTS (SELECT 1 FROM ${t("flow_limits")} l WHERE $4 IS NULL OR l.topic = ANY($4)) THEN
   RETURN QUERY
-${claimQuery(t)};
+${claimQuery(t, undefined, undefined, update)};
   RETURN;
 END IF;
 -- The limits of this claim's topics, locked in name order: one claim of a limited topic at a time.
@@ -287,7 +292,8 @@ ${
     claimQuery(
       t,
       (c) => ` AND ${c}.topic <> ALL(ARRAY(SELECT l.topic FROM ${t("flow_limits")} l))`,
-      "($2 - taken)"
+      "($2 - taken)",
+      update
     )
   };
 END IF;

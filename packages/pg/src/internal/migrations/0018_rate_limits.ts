@@ -83,7 +83,8 @@ export const bucket = (
 /** A topic's own rate (its limits row `l`). */
 export const topicRate = (c: "limit" | "period" | "burst") => `l.rate_${c}`
 
-const claim = (t: (table: string) => string) =>
+/** This version's outbox claim; version 20 re-creates it with its last step (`update`) by id. */
+export const claimWithRates = (t: (table: string) => string, update?: string) =>
   claimFunction(t, {
     declare: "\n  clk timestamptz;",
     afterLock: `
@@ -125,7 +126,7 @@ spent AS (
     LEFT JOIN clock k ON k.topic = m.topic
     LEFT JOIN (SELECT x.topic, count(*) AS n FROM locked x GROUP BY x.topic) s ON s.topic = m.topic
    WHERE l.topic = m.topic AND (l.vclock < k.now OR s.n > 0))`
-  })
+  }, update)
 
 export const migration: Migration = {
   version: 18,
@@ -145,7 +146,7 @@ export const migration: Migration = {
         PRIMARY KEY (topic, group_key)
       )`,
     tokensFunction(t),
-    claim(t),
+    claimWithRates(t),
     renewManyFunction(t, renewableInTime(t, "q", "p_lease_seconds"), "clock_timestamp()")
   ]
 }
