@@ -39,7 +39,7 @@
  */
 import type { Migration } from "../../Migrations.js"
 import { fenced } from "./0010_fenced_batch_writes.js"
-import { claimConditions, claimQuery, claimUpdate } from "./0012_keyed_runs.js"
+import { claimConditions, type ClaimOrder, claimQuery, claimUpdate, idOrder } from "./0012_keyed_runs.js"
 
 /**
  * What a lease renewal of the outbox also asks since this version: a lease that ran out on a
@@ -128,7 +128,7 @@ const released = (t: (table: string) => string): ClaimExtensions => ({
  * written out), rows updated by primary key (a plan seen on a table not analyzed yet scanned
  * every open message to join a handful).
  */
-const limitedClaim = (t: (table: string) => string, x: ClaimExtensions) => {
+const limitedClaim = (t: (table: string) => string, x: ClaimExtensions, order: ClaimOrder) => {
   const outbox = t("outbox")
   const { open, ready } = claimConditions(t)
   const keyHead = (c: string) =>
@@ -178,11 +178,11 @@ quota AS (
 candidates AS (
   -- Each group's first ready messages, in id order through the group index.
   SELECT c.id, c.topic, c.generation, q.group_key, q.vtime, q.weight,
-         row_number() OVER (PARTITION BY q.topic, q.group_key ORDER BY c.id) AS nth
+         row_number() OVER (PARTITION BY q.topic, q.group_key ORDER BY ${order.by}) AS nth
     FROM quota q CROSS JOIN LATERAL (
-      SELECT c.id, c.topic, c.claim_generation AS generation FROM ${outbox} c
+      SELECT c.id, c.topic, c.claim_generation AS generation${order.columns} FROM ${outbox} c
        WHERE c.topic = q.topic AND c.group_key = q.group_key AND ${open("c")} AND ${ready("c")} AND ${keyHead("c")}
-       ORDER BY c.topic, c.group_key, c.id LIMIT q.free) c
+       ORDER BY c.topic, c.group_key, ${order.by} LIMIT q.free) c
    WHERE q.free > 0),
 clock AS (
   -- The topic's virtual time: the least served of the groups with messages to offer, never
@@ -225,19 +225,21 @@ ${
 
 /**
  * The outbox claim of this version (`x`: what a later version adds to it; `update`: the last
- * step of its claims of topics without limits, version 20's by id). Its signature is version
- * 12's: processes of every release since call it alike.
+ * step of its claims of topics without limits, version 20's by id; `order`: the order it takes
+ * messages in, version 21's by due time). Its signature is version 12's: processes of every
+ * release since call it alike.
  */
 export const claimFunction = (
   t: (table: string) => string,
   x: ClaimExtensions = released(t),
-  update = claimUpdate(t)
+  update = claimUpdate(t),
+  order: ClaimOrder = idOrder
 ) =>
   `CREATE OR REPLACE FUNCTION ${t("outbox_claim")}(text, integer, double precision, text[], integer, integer)
   RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean,
     topic text, ordering_key text, payload jsonb, headers jsonb, created_at text)
   LANGUAGE plpgsql
-  SET plan_cache_mode = force_generic_plan
+  SET plan_cache_mode = force_generic_plan${order.settings}
 AS $claim$
 #variable_conflict use_column
 DECLARE
@@ -247,7 +249,7 @@ BEGIN
 PERFORM pg_advisory_xact_lock_shared(${limitsLock(t)});
 IF NOT EXISTS (SELECT 1 FROM ${t("flow_limits")} l WHERE $4 IS NULL OR l.topic = ANY($4)) THEN
   RETURN QUERY
-${claimQuery(t, undefined, undefined, update)};
+${claimQuery(t, undefined, undefined, update, order)};
   RETURN;
 END IF;
 -- The limits of this claim's topics, locked in name order: one claim of a limited topic at a time.
@@ -278,7 +280,7 @@ THEN
   -- read a group's whole backlog and sort it (the plan is made once, under this setting).
   PERFORM set_config('enable_bitmapscan', 'off', true);
   RETURN QUERY
-${limitedClaim(t, x)};
+${limitedClaim(t, x, order)};
   GET DIAGNOSTICS taken = ROW_COUNT;
   PERFORM set_config('enable_bitmapscan', 'on', true);
 END IF;
@@ -293,7 +295,8 @@ ${
       t,
       (c) => ` AND ${c}.topic <> ALL(ARRAY(SELECT l.topic FROM ${t("flow_limits")} l))`,
       "($2 - taken)",
-      update
+      update,
+      order
     )
   };
 END IF;

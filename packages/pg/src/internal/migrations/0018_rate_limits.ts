@@ -29,6 +29,7 @@
  * from the clock too. A healthy holder renews every third of its lease, far inside the margin.
  */
 import type { Migration } from "../../Migrations.js"
+import type { ClaimOrder } from "./0012_keyed_runs.js"
 import { claimFunction, renewable, renewManyFunction } from "./0017_flow_limits.js"
 
 /**
@@ -83,8 +84,11 @@ export const bucket = (
 /** A topic's own rate (its limits row `l`). */
 export const topicRate = (c: "limit" | "period" | "burst") => `l.rate_${c}`
 
-/** This version's outbox claim; version 20 re-creates it with its last step (`update`) by id. */
-export const claimWithRates = (t: (table: string) => string, update?: string) =>
+/**
+ * This version's outbox claim; version 20 re-creates it with its last step (`update`) by id,
+ * version 21 in its own order (`order`).
+ */
+export const claimWithRates = (t: (table: string) => string, update?: string, order?: ClaimOrder) =>
   claimFunction(t, {
     declare: "\n  clk timestamptz;",
     afterLock: `
@@ -126,7 +130,7 @@ spent AS (
     LEFT JOIN clock k ON k.topic = m.topic
     LEFT JOIN (SELECT x.topic, count(*) AS n FROM locked x GROUP BY x.topic) s ON s.topic = m.topic
    WHERE l.topic = m.topic AND (l.vclock < k.now OR s.n > 0))`
-  }, update)
+  }, update, order)
 
 export const migration: Migration = {
   version: 18,
