@@ -34,11 +34,14 @@ const planNodes = (node: PlanNode): ReadonlyArray<PlanNode> => [node, ...(node.P
 /** Keyed messages of `topic` due before an earlier open message of their key. */
 const inversions = (topic: string) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    // Each open keyed message due before the one right before it in its key (one scan of the
+    // topic: a self-join, planned on the statistics a 100,000-row test left, took 56 s).
     sql<{ n: number }>`
-      SELECT count(*)::int AS n FROM durable.outbox f JOIN durable.outbox h
-          ON h.ordering_key = f.ordering_key AND h.id < f.id
-       WHERE f.topic = ${topic} AND f.projected_at IS NULL AND h.projected_at IS NULL
-         AND (f.due_at, f.id) < (h.due_at, h.id)`.pipe(Effect.map(([row]) => row!.n)))
+      SELECT count(*)::int AS n FROM (
+        SELECT o.due_at, lag(o.due_at) OVER (PARTITION BY o.ordering_key ORDER BY o.id) AS before
+          FROM durable.outbox o
+         WHERE o.topic = ${topic} AND o.ordering_key IS NOT NULL AND o.projected_at IS NULL AND o.dead_at IS NULL) r
+       WHERE r.due_at < r.before`.pipe(Effect.map(([row]) => row!.n)))
 
 const claimIn = (topics: ReadonlyArray<string>, limit: number, perKey = 1) =>
   Effect.flatMap(
