@@ -89,9 +89,11 @@ export const topicRate = (c: "limit" | "period" | "burst") => `l.rate_${c}`
  * version 21 in its own order (`order`).
  */
 export const claimWithRates = (t: (table: string) => string, update?: string, order?: ClaimOrder) =>
-  claimFunction(t, {
-    declare: "\n  clk timestamptz;",
-    afterLock: `
+  claimFunction(
+    t,
+    {
+      declare: "\n  clk timestamptz;",
+      afterLock: `
 -- The buckets' clock: after the lock, so a claim that waited for it does not spend at the time it began.
 clk := clock_timestamp();
 -- A group's bucket that has filled up again (or lost its rate) is no row: dropped.
@@ -101,17 +103,17 @@ DELETE FROM ${t("flow_group_buckets")} b
      LEFT JOIN ${t("flow_group_limits")} o ON o.topic = l.topic AND o.group_key = b.group_key
     WHERE l.topic = b.topic
       AND ${bucket(t, "b", (c) => groupRate(c, "o", "l", "b"))} < ${groupRate("burst", "o", "l", "b")});`,
-    open: ` AND (l.rate_limit IS NULL OR ${bucket(t, "l", topicRate)} >= 1)`,
-    topicColumns: `, ${bucket(t, "l", topicRate)} AS tokens,
+      open: ` AND (l.rate_limit IS NULL OR ${bucket(t, "l", topicRate)} >= 1)`,
+      topicColumns: `, ${bucket(t, "l", topicRate)} AS tokens,
          l.group_rate_limit, l.group_rate_period, l.group_rate_burst`,
-    topicFree: (free) => `least(${free}, floor(l.tokens)::integer)`,
-    groupColumns: `,
+      topicFree: (free) => `least(${free}, floor(l.tokens)::integer)`,
+      groupColumns: `,
              ${bucket(t, "u", (c) => groupRate(c))} AS tokens`,
-    groupJoins: `
+      groupJoins: `
         LEFT JOIN ${t("flow_group_buckets")} u ON u.topic = g.topic AND u.group_key = g.group_key`,
-    groupFree: ", floor(g.tokens)::integer",
-    quotaColumns: ", g.tokens",
-    spend: `
+      groupFree: ", floor(g.tokens)::integer",
+      quotaColumns: ", g.tokens",
+      spend: `
 spent AS (
   -- Each group with a rate spends a token per message taken.
   INSERT INTO ${t("flow_group_buckets")} (topic, group_key, tokens, tokens_at)
@@ -120,7 +122,7 @@ spent AS (
    WHERE q.tokens IS NOT NULL
    GROUP BY q.topic, q.group_key, q.tokens
   ON CONFLICT (topic, group_key) DO UPDATE SET tokens = excluded.tokens, tokens_at = excluded.tokens_at),`,
-    ticked: `ticked AS (
+      ticked: `ticked AS (
   -- The topic's virtual time moves on; a topic with a rate spends a token per message taken.
   UPDATE ${t("flow_limits")} l
      SET vclock = greatest(l.vclock, coalesce(k.now, l.vclock)),
@@ -130,7 +132,10 @@ spent AS (
     LEFT JOIN clock k ON k.topic = m.topic
     LEFT JOIN (SELECT x.topic, count(*) AS n FROM locked x GROUP BY x.topic) s ON s.topic = m.topic
    WHERE l.topic = m.topic AND (l.vclock < k.now OR s.n > 0))`
-  }, update, order)
+    },
+    update,
+    order
+  )
 
 export const migration: Migration = {
   version: 18,
