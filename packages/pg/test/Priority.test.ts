@@ -19,17 +19,7 @@ import * as Outbox from "../src/Outbox.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"
 import * as OutboxMemory from "../src/OutboxMemory.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
-import { database, markAll, substrate } from "./support.js"
-
-interface PlanNode {
-  readonly "Index Name"?: string
-  readonly "Actual Rows"?: number
-  readonly "Rows Removed by Filter"?: number
-  readonly Plans?: ReadonlyArray<PlanNode>
-}
-
-/** Every node of a plan. */
-const planNodes = (node: PlanNode): ReadonlyArray<PlanNode> => [node, ...(node.Plans ?? []).flatMap(planNodes)]
+import { database, markAll, nodesOfPlan, substrate } from "./support.js"
 
 /** Keyed messages of `topic` due before an earlier open message of their key. */
 const inversions = (topic: string) =>
@@ -122,8 +112,7 @@ describe("Outbox priority: due order with a bound on waiting", () => {
         const explained = yield* admin.explainClaim({ worker: "w", limit: 1, lease: "1 minute", topics: [topic] }, {
           analyze: true
         })
-        const plan = (explained as ReadonlyArray<{ Plan: PlanNode }>)[0]!.Plan
-        const scans = planNodes(plan).filter((node) => node["Index Name"] === "outbox_open_due_idx")
+        const scans = nodesOfPlan(explained).filter((node) => node["Index Name"] === "outbox_open_due_idx")
         expect(scans.length).toBeGreaterThan(0)
         // Read in due order: the urgent message is the first entry; the rest is never read.
         for (const scan of scans) {

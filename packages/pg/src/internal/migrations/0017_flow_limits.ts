@@ -223,19 +223,38 @@ ${
     claimUpdate(t, { from: "", where: "q.id = ANY(ARRAY(SELECT l.id FROM locked l))", position: "0" })}`
 }
 
+/** What later versions change in the whole claim function (each left out: this version's). */
+export interface LaterClaim {
+  /** The last step of its claims of topics without limits (version 20: by id). */
+  readonly update?: string
+  /** The order it takes messages in (version 21: by due time). */
+  readonly order?: ClaimOrder
+  /**
+   * That the capacity row `f` of `flow_leases` is still taken (version 22: a probe by id). This
+   * version: a NOT EXISTS over the outbox.
+   */
+  readonly held?: (f: string) => string
+}
+
+/** This version's test of a capacity still taken: its row open, same generation, lease running. */
+const heldByAntiJoin = (t: (table: string) => string) => (f: string) =>
+  `EXISTS (
+   SELECT 1 FROM ${t("outbox")} o
+    WHERE o.id = ${f}.id AND o.claim_generation = ${f}.generation AND ${claimConditions(t).open("o")}
+      AND o.claimed_until > now())`
+
 /**
- * The outbox claim of this version (`x`: what a later version adds to it; `update`: the last
- * step of its claims of topics without limits, version 20's by id; `order`: the order it takes
- * messages in, version 21's by due time). Its signature is version 12's: processes of every
- * release since call it alike.
+ * The outbox claim of this version (`x`: what a later version adds to its limited claim;
+ * `later`: what later versions change in the whole function). Its signature is version 12's:
+ * processes of every release since call it alike.
  */
 export const claimFunction = (
   t: (table: string) => string,
   x: ClaimExtensions = released(t),
-  update = claimUpdate(t),
-  order: ClaimOrder = idOrder
-) =>
-  `CREATE OR REPLACE FUNCTION ${t("outbox_claim")}(text, integer, double precision, text[], integer, integer)
+  later: LaterClaim = {}
+) => {
+  const { held = heldByAntiJoin(t), order = idOrder, update = claimUpdate(t) } = later
+  return `CREATE OR REPLACE FUNCTION ${t("outbox_claim")}(text, integer, double precision, text[], integer, integer)
   RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean,
     topic text, ordering_key text, payload jsonb, headers jsonb, created_at text)
   LANGUAGE plpgsql
@@ -260,10 +279,7 @@ limited := ARRAY(
 -- A new snapshot from here on: every claim committed before the lock is seen. The capacities
 -- no longer taken (their row settled, given back, cancelled, its lease run out) are dropped.
 DELETE FROM ${t("flow_leases")} f
- WHERE f.topic = ANY(limited) AND NOT EXISTS (
-   SELECT 1 FROM ${t("outbox")} o
-    WHERE o.id = f.id AND o.claim_generation = f.generation AND ${claimConditions(t).open("o")}
-      AND o.claimed_until > now());
+ WHERE f.topic = ANY(limited) AND NOT ${held("f")};
 -- A group at or behind the topic's virtual time holds nothing a new one would not: forgotten.
 DELETE FROM ${t("flow_group_state")} s USING ${t("flow_limits")} l
  WHERE l.topic = ANY(limited) AND s.topic = l.topic AND s.vtime <= l.vclock;
@@ -302,6 +318,7 @@ ${
 END IF;
 END
 $claim$`
+}
 
 export const migration: Migration = {
   version: 17,

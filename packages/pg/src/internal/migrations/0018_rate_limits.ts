@@ -29,8 +29,7 @@
  * from the clock too. A healthy holder renews every third of its lease, far inside the margin.
  */
 import type { Migration } from "../../Migrations.js"
-import type { ClaimOrder } from "./0012_keyed_runs.js"
-import { claimFunction, renewable, renewManyFunction } from "./0017_flow_limits.js"
+import { claimFunction, type LaterClaim, renewable, renewManyFunction } from "./0017_flow_limits.js"
 
 /**
  * What a lease renewal of the outbox asks since this version (`lease`: the new lease's seconds,
@@ -85,10 +84,10 @@ export const bucket = (
 export const topicRate = (c: "limit" | "period" | "burst") => `l.rate_${c}`
 
 /**
- * This version's outbox claim; version 20 re-creates it with its last step (`update`) by id,
- * version 21 in its own order (`order`).
+ * This version's outbox claim; versions 20 to 22 re-create it with what they change (`later`:
+ * the last step by id, due order, the capacities' prune by id).
  */
-export const claimWithRates = (t: (table: string) => string, update?: string, order?: ClaimOrder) =>
+export const claimWithRates = (t: (table: string) => string, later?: LaterClaim) =>
   claimFunction(
     t,
     {
@@ -133,8 +132,7 @@ spent AS (
     LEFT JOIN (SELECT x.topic, count(*) AS n FROM locked x GROUP BY x.topic) s ON s.topic = m.topic
    WHERE l.topic = m.topic AND (l.vclock < k.now OR s.n > 0))`
     },
-    update,
-    order
+    later
   )
 
 export const migration: Migration = {

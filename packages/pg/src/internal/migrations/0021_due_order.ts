@@ -75,7 +75,7 @@ export const migration: Migration = {
       `DROP INDEX ${t("outbox_open_idx")}`,
       `CREATE INDEX outbox_open_group_due_idx ON ${t("outbox")} (topic, group_key, due_at, id) ${open}`,
       `DROP INDEX ${t("outbox_open_group_idx")}`,
-      claimWithRates(t, claimUpdateById(t), dueOrder)
+      claimWithRates(t, { update: claimUpdateById(t), order: dueOrder })
     ]
   }
 }
