@@ -7,6 +7,8 @@
 // - No-op deliveries with a rate of 2,000 a second (burst 200), well under the drain's own pace:
 //   the rate over 2,000 says whether the projector keeps up with the bucket (it sleeps until the
 //   next token, not its poll interval) without passing it.
+// - No-op deliveries, messages with waits (four levels: none, one, two and three minutes,
+//   interleaved): the claim in due order (migration 21) over the drain without waits.
 // effect-durable only: no peer offers a global limit without a paid tier to measure against.
 import * as FlowControl from "@effect-durable/pg/FlowControl"
 import * as Effect from "effect/Effect"
@@ -23,12 +25,14 @@ const CASES = [
   { name: "no-op, limit 1,000", contender: defaults, limit: 1000, fast: true },
   { name: "10 ms, no limit", contender: slowHandler, limit: undefined, fast: false },
   { name: `10 ms, limit ${SLOW_LIMIT}`, contender: slowHandler, limit: SLOW_LIMIT, fast: false },
-  { name: "no-op, rate 2,000/s", contender: defaults, rate: RATE, fast: true }
+  { name: "no-op, rate 2,000/s", contender: defaults, rate: RATE, fast: true },
+  { name: "no-op, waits (4 levels)", contender: defaults, waits: true, fast: true }
 ] as const satisfies ReadonlyArray<{
   readonly name: string
   readonly contender: typeof defaults
   readonly limit?: number | undefined
   readonly rate?: FlowControl.Rate
+  readonly waits?: boolean
   readonly fast: boolean
 }>
 
@@ -57,6 +61,9 @@ export const run = async (bench: Bench, messages: { readonly fast: number; reado
         )
       )
     }
+    if ("waits" in c) {
+      await bench.execute(url, "UPDATE durable.outbox SET due_at = due_at + make_interval(mins => (id % 4)::integer)")
+    }
     await bench.execute(url, "VACUUM ANALYZE")
     const drained = await drainInChild(c.contender.name, url, count)
     await bench.dropDatabase(database)
@@ -80,6 +87,7 @@ export const summary = (results: ReadonlyArray<LimitsResult>) => {
     atLimitOverCeiling: rate(`10 ms, limit ${SLOW_LIMIT}`) / (SLOW_LIMIT * (1000 / SLOW_MILLIS)),
     /** Over the bucket's own pace, counting its first burst: at most 1 (slightly above by the burst). */
     rateReached: rate("no-op, rate 2,000/s") / RATE.limit,
+    waitsOverNone: rate("no-op, waits (4 levels)") / rate("no-op, no limit"),
     slowNoLimit: rate("10 ms, no limit")
   }
 }

@@ -177,7 +177,7 @@ describe("effect-durable read commands", () => {
         expect(plan.code).toBe(0)
         expect(json(plan)[0].Plan["Node Type"]).toBeDefined()
         const text = yield* cliOn(["explain", "--topic", topic])
-        expect(text.stdout).toContain("outbox_open_idx")
+        expect(text.stdout).toContain("outbox_open_due_idx")
         const inbox = yield* cliOn(["explain", "--consumer", "billing"])
         expect(inbox.code).toBe(0)
         expect(inbox.stdout).toContain("on inbox")
@@ -185,7 +185,7 @@ describe("effect-durable read commands", () => {
         const analyzed = yield* cliOn(["explain", "--topic", topic, "--analyze"])
         expect(analyzed.code).toBe(0)
         expect(analyzed.stdout).toMatch(
-          /-> LockRows \[rows 2\]\n\s+-> Index Scan using outbox_open_idx on outbox \[rows 2/
+          /-> LockRows \[rows 2\]\n\s+-> Index Scan using outbox_open_due_idx on outbox \[rows 2/
         )
         const inboxAnalyzed = yield* cliOn(["explain", "--consumer", "billing", "--analyze"])
         expect(inboxAnalyzed.code).toBe(0)

@@ -24,6 +24,7 @@ import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import { createHash } from "node:crypto"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
@@ -78,7 +79,7 @@ export interface EnqueueOptions {
   readonly dedupKey?: string
   /**
    * What an enqueue does when a message with its dedup key is open. `keep` (default): nothing,
-   * the open one stands (uniqueness). `replace`: it takes this payload, headers and delay
+   * the open one stands (uniqueness). `replace`: it takes this payload, headers, delay and wait
    * (debounce: the last one wins, delivered after the last delay). `extend`: its payload
    * stays, its delay grows to this one's end if that is later (throttle). A message being
    * delivered cannot change: `replace` and `extend` then enqueue a new message, which takes the
@@ -90,6 +91,16 @@ export interface EnqueueOptions {
    * per-group limit and of fair share on a limited topic (`FlowControl`). None by default.
    */
   readonly group?: string
+  /**
+   * Its priority, as a bound on waiting (zero to 30 days; default zero): how long it may wait
+   * behind messages that become ready after it. Claims take the earliest due time first —
+   * when a message becomes ready plus its wait — so a message without a wait goes before one
+   * with an hour's wait enqueued earlier, and none is passed over by a message that became
+   * ready more than its wait after it (never starved). For example urgent: none, normal:
+   * `"1 minute"`, bulk: `"1 hour"`. On a limited topic it orders each group's messages; fair
+   * share chooses between the groups. A key's messages still go in their order.
+   */
+  readonly maxWait?: Duration.Input
 }
 
 export const DEDUP_MODES = ["keep", "replace", "extend"] as const
@@ -143,6 +154,7 @@ const decodeCount = Input.argument("messages", Input.Count(100_000))
 const decodeDedupKey = Input.argument("dedupKey", Input.Text(256))
 const decodeDedupMode = Input.argument("dedupMode", Schema.Literals(DEDUP_MODES))
 const decodeGroup = Input.argument("group", Input.Text(128))
+const decodeMaxWait = Input.argument("maxWait", Input.DurationIn({ min: 0, max: "30 days" }))
 
 /** Tries of a deduplicated enqueue racing others on its key (each one a fresh look) before it gives up, retryable. */
 const DEDUP_TRIES = 8
@@ -183,6 +195,9 @@ export const make = (
           return yield* new InvalidInput({ argument: "dedupMode", rule: "only with a dedupKey" })
         }
         const group = enqueueOptions.group === undefined ? "" : yield* decodeGroup(enqueueOptions.group)
+        const maxWait = enqueueOptions.maxWait === undefined
+          ? Duration.zero
+          : yield* decodeMaxWait(enqueueOptions.maxWait)
         return {
           dedupKey,
           dedupMode,
@@ -192,11 +207,23 @@ export const make = (
           payload: json,
           headers: headersJson,
           delaySeconds: Duration.toMillis(delay) / 1000,
+          /** When it is due, from now: its delay plus its wait (migration 21's `due_at`). */
+          dueSeconds: (Duration.toMillis(delay) + Duration.toMillis(maxWait)) / 1000,
           maxAttempts: maxAttemptsByTopic[topic] ?? maxAttempts
         }
       })
 
     type Row = Effect.Success<ReturnType<typeof prepare>>
+
+    /**
+     * The due time of key `k`'s last open message (one probe of the key index): a keyed
+     * message is never due before the messages ahead of it in its key, so due order never
+     * puts a key's later message before its head (which only the head's claim may take; a
+     * thousand such in front would fill the claim's window for keyed heads).
+     */
+    const dueOfKeyTail = (k: Statement.Fragment) =>
+      sql`(SELECT e.due_at FROM ${table} e
+            WHERE e.ordering_key = ${k} AND e.projected_at IS NULL AND e.dead_at IS NULL ORDER BY e.id DESC LIMIT 1)`
 
     // One statement, no transaction of its own: it joins the caller's, and pg_notify's
     // wake-up is delivered only if that transaction commits. With a dedup key, nothing when an
@@ -204,9 +231,15 @@ export const make = (
     const insert = (row: Row) =>
       sql<{ id: string }>`
         WITH m AS (
-          INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts, dedup_key, group_key)
+          INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts, dedup_key, group_key,
+                                due_at)
           VALUES (${row.topic}, ${row.orderingKey}, ${row.payload}::jsonb, ${row.headers}::jsonb,
-                  now() + make_interval(secs => ${row.delaySeconds}), ${row.maxAttempts}, ${row.dedupKey}, ${row.group})
+                  now() + make_interval(secs => ${row.delaySeconds}), ${row.maxAttempts}, ${row.dedupKey}, ${row.group},
+                  ${
+        row.orderingKey === null
+          ? sql`now() + make_interval(secs => ${row.dueSeconds})`
+          : sql`greatest(now() + make_interval(secs => ${row.dueSeconds}), ${dueOfKeyTail(sql`${row.orderingKey}`)})`
+      })
           ${
         row.dedupKey === null
           ? sql``
@@ -248,6 +281,14 @@ export const make = (
             ? sql`now() + make_interval(secs => ${row.delaySeconds})`
             : sql`greatest(available_at, now() + make_interval(secs => ${row.delaySeconds}))`
         },
+              -- Replaced: this enqueue's due time. Extended: moved on by as much as its readiness
+              -- moved. A keyed message keeps its due time: its place is its key's order.
+              due_at = CASE WHEN ordering_key IS NOT NULL THEN due_at ELSE ${
+          replace
+            ? sql`now() + make_interval(secs => ${row.dueSeconds})`
+            : sql`due_at + greatest(now() + make_interval(secs => ${row.delaySeconds}) - greatest(available_at, now()),
+                                     interval '0')`
+        } END,
               claimed_until = NULL
              WHERE id = ${open.id}::bigint
             RETURNING id, topic)
@@ -293,14 +334,18 @@ export const make = (
       }
       const inserted = yield* sql<{ id: string }>`
           WITH m AS (
-            INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts, group_key)
-            SELECT t, k, p::jsonb, h::jsonb, now() + make_interval(secs => d), a, g
+            INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts, group_key, due_at)
+            SELECT t, k, p::jsonb, h::jsonb, now() + make_interval(secs => d), a, g,
+                   -- A keyed message: no earlier than its key's messages before it, here or stored.
+                   CASE WHEN k IS NULL THEN now() + make_interval(secs => w)
+                        ELSE greatest(max(now() + make_interval(secs => w)) OVER (PARTITION BY k ORDER BY n),
+                                      ${dueOfKeyTail(sql`k`)}) END
               FROM unnest(${rows.map((r) => r.topic)}::text[], ${arrayLiteral(rows.map((r) => r.orderingKey))}::text[],
                           ${rows.map((r) => r.payload)}::text[], ${rows.map((r) => r.headers)}::text[],
                           ${arrayLiteral(rows.map((r) => r.delaySeconds))}::float8[], ${
         arrayLiteral(rows.map((r) => r.maxAttempts))
-      }::int[], ${rows.map((r) => r.group)}::text[])
-                   WITH ORDINALITY AS u(t, k, p, h, d, a, g, n)
+      }::int[], ${rows.map((r) => r.group)}::text[], ${arrayLiteral(rows.map((r) => r.dueSeconds))}::float8[])
+                   WITH ORDINALITY AS u(t, k, p, h, d, a, g, w, n)
              ORDER BY n
             RETURNING id, topic),
           -- One wake-up per topic, not per row (each pg_notify call is checked for duplicates).

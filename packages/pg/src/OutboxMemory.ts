@@ -27,6 +27,8 @@ export interface MemoryRow {
   readonly createdAt: number
   readonly maxAttempts: number
   readonly availableAt: number
+  /** When it is due: ready, plus its wait (`EnqueueOptions.maxWait`); claims take the earliest first. */
+  readonly dueAt: number
   readonly claimedBy: string | null
   /** The lease's end; `null` when not claimed. */
   readonly claimedUntil: number | null

@@ -13,6 +13,7 @@ import * as LedgerExample from "../examples/ledger.js"
 import * as MigrationsExample from "../examples/migrations.js"
 import * as OutboxExample from "../examples/outbox.js"
 import * as PaginationExample from "../examples/pagination.js"
+import * as PriorityExample from "../examples/priority.js"
 import * as RateLimiterExample from "../examples/rateLimiter.js"
 import * as RateLimitsExample from "../examples/rateLimits.js"
 import * as SchedulesExample from "../examples/schedules.js"
@@ -86,6 +87,21 @@ describe("the README examples do what the README says", () => {
         const worker = yield* OutboxWorker.OutboxWorker
         const claimed = yield* worker.claim({ worker: "w", topics: ["sms"], limit: 100, lease: "1 minute" })
         expect(claimed).toHaveLength(6)
+      }))
+
+    it.effect("priority: a reset enqueued behind a campaign goes first, then the receipt, then the newsletters", () =>
+      Effect.gen(function*() {
+        yield* PriorityExample.campaign(Array.from({ length: 200 }, (_, i) => `reader${i}@example.com`))
+        yield* PriorityExample.send("receipt", "buyer@example.com")
+        yield* PriorityExample.send("reset", "locked-out@example.com")
+        const worker = yield* OutboxWorker.OutboxWorker
+        const next = Effect.map(
+          worker.claim({ worker: "w", topics: ["mail"], limit: 1, lease: "1 minute" }),
+          ([message]) => message!.payload
+        )
+        expect(yield* next).toEqual({ kind: "reset", to: "locked-out@example.com" })
+        expect(yield* next).toEqual({ kind: "receipt", to: "buyer@example.com" })
+        expect(yield* next).toEqual({ kind: "newsletter", to: "reader0@example.com" })
       }))
 
     it.effect("effect's RateLimiter on the PostgreSQL store: 100 calls a minute per account, then a refusal with retryAfter", () =>

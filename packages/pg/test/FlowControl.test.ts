@@ -13,7 +13,7 @@ import * as FlowControl from "../src/FlowControl.js"
 import * as Outbox from "../src/Outbox.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
-import { claimOf, enqueueAll, markAll, substrate } from "./support.js"
+import { claimOf, enqueueAll, markAll, rowsRead, substrate } from "./support.js"
 
 /** The group each claimed message was enqueued with. */
 const groupsOf = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>) =>
@@ -294,6 +294,42 @@ describe("FlowControl: limits held by the claim", () => {
         expect(yield* claimOf("w", ["fc.keys"])).toEqual([])
         yield* markAll([first[0]!])
         expect((yield* claimOf("w", ["fc.keys"])).map((m) => m.id)).toEqual([ids[1]])
+      }))
+
+    it.effect("a limited claim prunes the capacities by id: it reads the capacities held, never the topic's backlog (migration 22)", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const flow = yield* FlowControl.FlowControl
+        const outbox = yield* Outbox.Outbox
+        const worker = yield* OutboxWorker.OutboxWorker
+        const topic = "limits.prune"
+        yield* outbox.enqueueMany(Array.from({ length: 5_000 }, (_, i) => ({ topic, payload: { i } })))
+        yield* flow.setLimit(topic, { maxInFlight: 1_000 })
+        const claimed = yield* worker.claim({ worker: "w", topics: [topic], limit: 200, lease: "1 minute" })
+        expect(claimed).toHaveLength(200)
+        yield* markAll(claimed.slice(0, 100))
+        // The claim function's prune, as deployed, run under EXPLAIN ANALYZE for this topic and
+        // rolled back: the outbox rows it reads.
+        const [deployed] = yield* sql<{ source: string }>`
+          SELECT prosrc AS source FROM pg_proc
+           WHERE proname = 'outbox_claim' AND pronamespace = 'durable'::regnamespace AND pronargs = 6`
+        const prune = /DELETE FROM \S*flow_leases\S* f[\s\S]*?;/.exec(deployed!.source)![0].replace(/;$/, "")
+          .replaceAll("ANY(limited)", `ANY(ARRAY['${topic}'])`)
+        let plan: unknown
+        yield* Effect.flip(sql.withTransaction(Effect.andThen(
+          sql.unsafe<{ "QUERY PLAN": unknown }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${prune}`),
+          (rows) => {
+            plan = rows[0]!["QUERY PLAN"]
+            return Effect.fail("rolled back")
+          }
+        )))
+        const read = rowsRead(plan, (node) => node["Relation Name"] === "outbox")
+        // A probe per capacity row (200; 100 of them settled, pruned). Before version 22 the
+        // anti-join read every open message (4,900 here).
+        expect(read).toBeGreaterThan(0)
+        expect(read).toBeLessThanOrEqual(200)
+        yield* markAll(claimed.slice(100))
+        yield* flow.clear(topic)
       }))
 
     it.effect("bad limits are typed refusals naming the rule; nothing is written", () =>

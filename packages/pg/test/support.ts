@@ -66,3 +66,33 @@ export const enqueueAll = (topic: string, n: number, options: Outbox.EnqueueOpti
 
 export const markAll = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>) =>
   Effect.flatMap(OutboxWorker.OutboxWorker, (w) => w.markProjectedMany(claimed.map((m) => m.claim)))
+
+/** A node of a JSON query plan (`EXPLAIN (FORMAT JSON)`), with what the tests read of it. */
+export interface PlanNode {
+  readonly "Node Type"?: string
+  readonly "Index Name"?: string
+  readonly "Relation Name"?: string
+  readonly "Actual Rows"?: number
+  readonly "Actual Loops"?: number
+  readonly "Rows Removed by Filter"?: number
+  readonly Plans?: ReadonlyArray<PlanNode>
+}
+
+/** Every node of a plan. */
+export const planNodes = (node: PlanNode): ReadonlyArray<PlanNode> => [node, ...(node.Plans ?? []).flatMap(planNodes)]
+
+/** The nodes of the plan `EXPLAIN (FORMAT JSON)` or `explainClaim` returned. */
+export const nodesOfPlan = (plan: unknown): ReadonlyArray<PlanNode> =>
+  planNodes((plan as ReadonlyArray<{ Plan: PlanNode }>)[0]!.Plan)
+
+/**
+ * The rows an analyzed plan's nodes returned where `which` holds, every loop, and with
+ * `filtered` those they read and filtered out too.
+ */
+export const rowsRead = (plan: unknown, which: (node: PlanNode) => boolean, filtered = true): number =>
+  nodesOfPlan(plan).filter(which).reduce(
+    (sum, node) =>
+      sum +
+      ((node["Actual Rows"] ?? 0) + (filtered ? node["Rows Removed by Filter"] ?? 0 : 0)) * (node["Actual Loops"] ?? 1),
+    0
+  )

@@ -28,7 +28,7 @@ interface PlanNode {
   readonly Plans?: ReadonlyArray<PlanNode>
 }
 
-/** The plan as an indented tree: `Limit`, `-> LockRows`, `-> Index Scan using outbox_open_idx on outbox`. */
+/** The plan as an indented tree: `Limit`, `-> LockRows`, `-> Index Scan using outbox_open_due_idx on outbox`. */
 export const renderPlan = (plan: unknown): string => {
   const root = (Array.isArray(plan) ? plan[0] : plan) as { readonly Plan?: PlanNode } | undefined
   const lines: Array<string> = []

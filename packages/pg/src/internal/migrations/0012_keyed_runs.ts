@@ -80,29 +80,61 @@ RETURNING q.id::text, q.claim_generation::text, q.attempt_count, q.dead_at IS NO
 }
 
 /**
+ * The order a claim takes ready messages in: this version's is id order; version 21's is
+ * by due time (`due_at`), then id.
+ */
+export interface ClaimOrder {
+  /** The ORDER BY list over a row `c`. */
+  readonly by: string
+  /** The columns of `c` that order needs besides its id (`, c.x` each; none for id order). */
+  readonly columns: string
+  /**
+   * That `c` is among the first 1,000 ready messages in this order (a keyed head is taken only
+   * there; version 21 looks past it in one claim of 16); `first(select, by)` is their query,
+   * selecting `select` of `w`, ordered by `by`.
+   */
+  readonly window: (first: (select: string, by: string) => string) => string
+  /** More settings of the claim function (`\n  SET name = value` each; none for id order). */
+  readonly settings: string
+}
+
+/** This version's order: by id. */
+export const idOrder: ClaimOrder = {
+  by: "c.id",
+  columns: "",
+  settings: "",
+  window: (first) =>
+    `c.id <= (SELECT max(w.id) FROM (
+         ${first("w.id", "w.id")}) w)`
+}
+
+/**
  * The claim's query. $1 worker, $2 limit, $3 lease in seconds, $4 topics (NULL: all), $5 the
  * most leases a row may lose, $6 the most messages of one key per claim. Version 17 narrows
  * the topics (`also`) and the limit (`limit`, an expression; this version: $2); version 20
- * updates the rows by id (`update`: the last step over `chosen`; this version: `claimUpdate`).
+ * updates the rows by id (`update`: the last step over `chosen`; this version: `claimUpdate`);
+ * version 21 the order (`order`).
  */
 export const claimQuery = (
   t: (table: string) => string,
   also: (c: string) => string = () => "",
   limit = "$2",
-  update = claimUpdate(t)
+  update = claimUpdate(t),
+  order: ClaimOrder = idOrder
 ) => {
   const outbox = t("outbox")
   const { open, ready } = claimConditions(t, also)
+  const first = (select: string, by: string) =>
+    `SELECT ${select} FROM ${outbox} w WHERE ${open("w")} AND ${ready("w")} ORDER BY ${by} LIMIT 1000`
   return `WITH heads AS (
   SELECT c.id, c.ordering_key FROM ${outbox} c
    WHERE ${open("c")} AND ${ready("c")}
      AND (c.ordering_key IS NULL OR (
-       c.id <= (SELECT max(w.id) FROM (
-         SELECT w.id FROM ${outbox} w WHERE ${open("w")} AND ${ready("w")} ORDER BY w.id LIMIT 1000) w)
+       ${order.window(first)}
        AND NOT EXISTS (
          SELECT 1 FROM ${outbox} e
           WHERE e.ordering_key = c.ordering_key AND e.ordering_key IS NOT NULL AND e.id < c.id AND ${open("e")})))
-   ORDER BY c.id
+   ORDER BY ${order.by}
    LIMIT ${limit}
    FOR UPDATE SKIP LOCKED),
 behind AS (

@@ -39,7 +39,7 @@
  */
 import type { Migration } from "../../Migrations.js"
 import { fenced } from "./0010_fenced_batch_writes.js"
-import { claimConditions, claimQuery, claimUpdate } from "./0012_keyed_runs.js"
+import { claimConditions, type ClaimOrder, claimQuery, claimUpdate, idOrder } from "./0012_keyed_runs.js"
 
 /**
  * What a lease renewal of the outbox also asks since this version: a lease that ran out on a
@@ -128,7 +128,7 @@ const released = (t: (table: string) => string): ClaimExtensions => ({
  * written out), rows updated by primary key (a plan seen on a table not analyzed yet scanned
  * every open message to join a handful).
  */
-const limitedClaim = (t: (table: string) => string, x: ClaimExtensions) => {
+const limitedClaim = (t: (table: string) => string, x: ClaimExtensions, order: ClaimOrder) => {
   const outbox = t("outbox")
   const { open, ready } = claimConditions(t)
   const keyHead = (c: string) =>
@@ -178,11 +178,11 @@ quota AS (
 candidates AS (
   -- Each group's first ready messages, in id order through the group index.
   SELECT c.id, c.topic, c.generation, q.group_key, q.vtime, q.weight,
-         row_number() OVER (PARTITION BY q.topic, q.group_key ORDER BY c.id) AS nth
+         row_number() OVER (PARTITION BY q.topic, q.group_key ORDER BY ${order.by}) AS nth
     FROM quota q CROSS JOIN LATERAL (
-      SELECT c.id, c.topic, c.claim_generation AS generation FROM ${outbox} c
+      SELECT c.id, c.topic, c.claim_generation AS generation${order.columns} FROM ${outbox} c
        WHERE c.topic = q.topic AND c.group_key = q.group_key AND ${open("c")} AND ${ready("c")} AND ${keyHead("c")}
-       ORDER BY c.topic, c.group_key, c.id LIMIT q.free) c
+       ORDER BY c.topic, c.group_key, ${order.by} LIMIT q.free) c
    WHERE q.free > 0),
 clock AS (
   -- The topic's virtual time: the least served of the groups with messages to offer, never
@@ -223,21 +223,42 @@ ${
     claimUpdate(t, { from: "", where: "q.id = ANY(ARRAY(SELECT l.id FROM locked l))", position: "0" })}`
 }
 
+/** What later versions change in the whole claim function (each left out: this version's). */
+export interface LaterClaim {
+  /** The last step of its claims of topics without limits (version 20: by id). */
+  readonly update?: string
+  /** The order it takes messages in (version 21: by due time). */
+  readonly order?: ClaimOrder
+  /**
+   * That the capacity row `f` of `flow_leases` is still taken (version 22: a probe by id). This
+   * version: a NOT EXISTS over the outbox.
+   */
+  readonly held?: (f: string) => string
+}
+
+/** This version's test of a capacity still taken: its row open, same generation, lease running. */
+const heldByAntiJoin = (t: (table: string) => string) => (f: string) =>
+  `EXISTS (
+   SELECT 1 FROM ${t("outbox")} o
+    WHERE o.id = ${f}.id AND o.claim_generation = ${f}.generation AND ${claimConditions(t).open("o")}
+      AND o.claimed_until > now())`
+
 /**
- * The outbox claim of this version (`x`: what a later version adds to it; `update`: the last
- * step of its claims of topics without limits, version 20's by id). Its signature is version
- * 12's: processes of every release since call it alike.
+ * The outbox claim of this version (`x`: what a later version adds to its limited claim;
+ * `later`: what later versions change in the whole function). Its signature is version 12's:
+ * processes of every release since call it alike.
  */
 export const claimFunction = (
   t: (table: string) => string,
   x: ClaimExtensions = released(t),
-  update = claimUpdate(t)
-) =>
-  `CREATE OR REPLACE FUNCTION ${t("outbox_claim")}(text, integer, double precision, text[], integer, integer)
+  later: LaterClaim = {}
+) => {
+  const { held = heldByAntiJoin(t), order = idOrder, update = claimUpdate(t) } = later
+  return `CREATE OR REPLACE FUNCTION ${t("outbox_claim")}(text, integer, double precision, text[], integer, integer)
   RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean,
     topic text, ordering_key text, payload jsonb, headers jsonb, created_at text)
   LANGUAGE plpgsql
-  SET plan_cache_mode = force_generic_plan
+  SET plan_cache_mode = force_generic_plan${order.settings}
 AS $claim$
 #variable_conflict use_column
 DECLARE
@@ -247,7 +268,7 @@ BEGIN
 PERFORM pg_advisory_xact_lock_shared(${limitsLock(t)});
 IF NOT EXISTS (SELECT 1 FROM ${t("flow_limits")} l WHERE $4 IS NULL OR l.topic = ANY($4)) THEN
   RETURN QUERY
-${claimQuery(t, undefined, undefined, update)};
+${claimQuery(t, undefined, undefined, update, order)};
   RETURN;
 END IF;
 -- The limits of this claim's topics, locked in name order: one claim of a limited topic at a time.
@@ -258,10 +279,7 @@ limited := ARRAY(
 -- A new snapshot from here on: every claim committed before the lock is seen. The capacities
 -- no longer taken (their row settled, given back, cancelled, its lease run out) are dropped.
 DELETE FROM ${t("flow_leases")} f
- WHERE f.topic = ANY(limited) AND NOT EXISTS (
-   SELECT 1 FROM ${t("outbox")} o
-    WHERE o.id = f.id AND o.claim_generation = f.generation AND ${claimConditions(t).open("o")}
-      AND o.claimed_until > now());
+ WHERE f.topic = ANY(limited) AND NOT ${held("f")};
 -- A group at or behind the topic's virtual time holds nothing a new one would not: forgotten.
 DELETE FROM ${t("flow_group_state")} s USING ${t("flow_limits")} l
  WHERE l.topic = ANY(limited) AND s.topic = l.topic AND s.vtime <= l.vclock;
@@ -278,7 +296,7 @@ THEN
   -- read a group's whole backlog and sort it (the plan is made once, under this setting).
   PERFORM set_config('enable_bitmapscan', 'off', true);
   RETURN QUERY
-${limitedClaim(t, x)};
+${limitedClaim(t, x, order)};
   GET DIAGNOSTICS taken = ROW_COUNT;
   PERFORM set_config('enable_bitmapscan', 'on', true);
 END IF;
@@ -293,12 +311,14 @@ ${
       t,
       (c) => ` AND ${c}.topic <> ALL(ARRAY(SELECT l.topic FROM ${t("flow_limits")} l))`,
       "($2 - taken)",
-      update
+      update,
+      order
     )
   };
 END IF;
 END
 $claim$`
+}
 
 export const migration: Migration = {
   version: 17,

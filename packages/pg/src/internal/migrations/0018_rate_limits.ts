@@ -29,7 +29,7 @@
  * from the clock too. A healthy holder renews every third of its lease, far inside the margin.
  */
 import type { Migration } from "../../Migrations.js"
-import { claimFunction, renewable, renewManyFunction } from "./0017_flow_limits.js"
+import { claimFunction, type LaterClaim, renewable, renewManyFunction } from "./0017_flow_limits.js"
 
 /**
  * What a lease renewal of the outbox asks since this version (`lease`: the new lease's seconds,
@@ -83,11 +83,16 @@ export const bucket = (
 /** A topic's own rate (its limits row `l`). */
 export const topicRate = (c: "limit" | "period" | "burst") => `l.rate_${c}`
 
-/** This version's outbox claim; version 20 re-creates it with its last step (`update`) by id. */
-export const claimWithRates = (t: (table: string) => string, update?: string) =>
-  claimFunction(t, {
-    declare: "\n  clk timestamptz;",
-    afterLock: `
+/**
+ * This version's outbox claim; versions 20 to 22 re-create it with what they change (`later`:
+ * the last step by id, due order, the capacities' prune by id).
+ */
+export const claimWithRates = (t: (table: string) => string, later?: LaterClaim) =>
+  claimFunction(
+    t,
+    {
+      declare: "\n  clk timestamptz;",
+      afterLock: `
 -- The buckets' clock: after the lock, so a claim that waited for it does not spend at the time it began.
 clk := clock_timestamp();
 -- A group's bucket that has filled up again (or lost its rate) is no row: dropped.
@@ -97,17 +102,17 @@ DELETE FROM ${t("flow_group_buckets")} b
      LEFT JOIN ${t("flow_group_limits")} o ON o.topic = l.topic AND o.group_key = b.group_key
     WHERE l.topic = b.topic
       AND ${bucket(t, "b", (c) => groupRate(c, "o", "l", "b"))} < ${groupRate("burst", "o", "l", "b")});`,
-    open: ` AND (l.rate_limit IS NULL OR ${bucket(t, "l", topicRate)} >= 1)`,
-    topicColumns: `, ${bucket(t, "l", topicRate)} AS tokens,
+      open: ` AND (l.rate_limit IS NULL OR ${bucket(t, "l", topicRate)} >= 1)`,
+      topicColumns: `, ${bucket(t, "l", topicRate)} AS tokens,
          l.group_rate_limit, l.group_rate_period, l.group_rate_burst`,
-    topicFree: (free) => `least(${free}, floor(l.tokens)::integer)`,
-    groupColumns: `,
+      topicFree: (free) => `least(${free}, floor(l.tokens)::integer)`,
+      groupColumns: `,
              ${bucket(t, "u", (c) => groupRate(c))} AS tokens`,
-    groupJoins: `
+      groupJoins: `
         LEFT JOIN ${t("flow_group_buckets")} u ON u.topic = g.topic AND u.group_key = g.group_key`,
-    groupFree: ", floor(g.tokens)::integer",
-    quotaColumns: ", g.tokens",
-    spend: `
+      groupFree: ", floor(g.tokens)::integer",
+      quotaColumns: ", g.tokens",
+      spend: `
 spent AS (
   -- Each group with a rate spends a token per message taken.
   INSERT INTO ${t("flow_group_buckets")} (topic, group_key, tokens, tokens_at)
@@ -116,7 +121,7 @@ spent AS (
    WHERE q.tokens IS NOT NULL
    GROUP BY q.topic, q.group_key, q.tokens
   ON CONFLICT (topic, group_key) DO UPDATE SET tokens = excluded.tokens, tokens_at = excluded.tokens_at),`,
-    ticked: `ticked AS (
+      ticked: `ticked AS (
   -- The topic's virtual time moves on; a topic with a rate spends a token per message taken.
   UPDATE ${t("flow_limits")} l
      SET vclock = greatest(l.vclock, coalesce(k.now, l.vclock)),
@@ -126,7 +131,9 @@ spent AS (
     LEFT JOIN clock k ON k.topic = m.topic
     LEFT JOIN (SELECT x.topic, count(*) AS n FROM locked x GROUP BY x.topic) s ON s.topic = m.topic
    WHERE l.topic = m.topic AND (l.vclock < k.now OR s.n > 0))`
-  }, update)
+    },
+    later
+  )
 
 export const migration: Migration = {
   version: 18,

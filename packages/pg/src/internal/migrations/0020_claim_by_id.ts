@@ -30,5 +30,5 @@ export const claimUpdateById = (t: (table: string) => string) =>
 export const migration: Migration = {
   version: 20,
   name: "the outbox claim updates its rows by id",
-  statements: (t) => [claimWithRates(t, claimUpdateById(t))]
+  statements: (t) => [claimWithRates(t, { update: claimUpdateById(t) })]
 }

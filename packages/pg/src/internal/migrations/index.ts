@@ -24,6 +24,8 @@ import { migration as v17 } from "./0017_flow_limits.js"
 import { migration as v18 } from "./0018_rate_limits.js"
 import { migration as v19 } from "./0019_rate_limiter_store.js"
 import { migration as v20 } from "./0020_claim_by_id.js"
+import { migration as v21 } from "./0021_due_order.js"
+import { migration as v22 } from "./0022_prune_by_id.js"
 
 export const released: Readonly<Record<string, Migration>> = {
   "0001_mutation_ledger": v1,
@@ -45,5 +47,7 @@ export const released: Readonly<Record<string, Migration>> = {
   "0017_flow_limits": v17,
   "0018_rate_limits": v18,
   "0019_rate_limiter_store": v19,
-  "0020_claim_by_id": v20
+  "0020_claim_by_id": v20,
+  "0021_due_order": v21,
+  "0022_prune_by_id": v22
 }

@@ -94,7 +94,7 @@ export const make = (
             sql`SELECT prosrc AS source, coalesce(proconfig, '{}') AS config FROM pg_proc WHERE oid = ${`${spec.claimFunction}(${spec.claimArguments})`}::regprocedure`
           ))
           const { config = [], source } = (deployed ?? {}) as { source?: string; config?: ReadonlyArray<string> }
-          // Planned under the function's own settings (its SET clauses), as it runs.
+          // Planned under the function's own settings (version 21: sorts and JIT off), as it runs.
           for (const setting of config) {
             const at = setting.indexOf("=")
             yield* run(inline(sql`SELECT set_config(${setting.slice(0, at)}, ${setting.slice(at + 1)}, true)`))

@@ -34,6 +34,9 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
     const delay = enqueueOptions.delay === undefined
       ? 0
       : Duration.toMillis(Duration.fromInputUnsafe(enqueueOptions.delay))
+    const wait = enqueueOptions.maxWait === undefined
+      ? 0
+      : Duration.toMillis(Duration.fromInputUnsafe(enqueueOptions.maxWait))
     const dedupKey = enqueueOptions.dedupKey ?? null
     // The database's dedup rules (migration 15, `Outbox.enqueue`), on the in-memory rows.
     const holder = dedupKey === null
@@ -48,7 +51,9 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
           holder.payload = json
           holder.headers = enqueueOptions.headers ?? {}
           holder.availableAt = now + delay
+          if (holder.orderingKey === null) holder.dueAt = now + delay + wait
         } else {
+          if (holder.orderingKey === null) holder.dueAt += Math.max(now + delay - Math.max(holder.availableAt, now), 0)
           holder.availableAt = Math.max(holder.availableAt, now + delay)
         }
         holder.claimedUntil = null
@@ -67,6 +72,13 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
       createdAt: now,
       maxAttempts: options.maxAttempts ?? 25,
       availableAt: now + delay,
+      // A keyed message is never due before its key's open messages ahead of it (as enqueue writes it).
+      dueAt: Math.max(
+        now + delay + wait,
+        ...[...rows.values()].filter((row) =>
+          enqueueOptions.orderingKey !== undefined && row.orderingKey === enqueueOptions.orderingKey && open(row)
+        ).map((row) => row.dueAt)
+      ),
       claimedBy: null,
       claimedUntil: null,
       generation: 0,
@@ -85,8 +97,9 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
     Effect.forEach(messages, (m) => enqueue(m.topic, m.payload, m.options ?? {}))
 
   /**
-   * Ready rows in id order, of each ordering key its first open row and, with `perKey`, the
-   * ready ones right behind it, the limit cutting runs breadth-first (the claim function's rule).
+   * Ready rows in due order (then id), of each ordering key its first open row and, with
+   * `perKey`, the ready ones right behind it, the limit cutting runs breadth-first (the claim
+   * function's rule).
    */
   const claim = Effect.fnUntraced(function*(claimOptions: ClaimOptions) {
     const { leaseSeconds, limit, maxLeaseExpiries, perKey, worker } = yield* decodeClaim(claimOptions)
@@ -98,7 +111,7 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
     const openOfKey = (key: string) => all.filter((row) => row.orderingKey === key && open(row))
     const heads = all.filter((row) =>
       open(row) && isReady(row) && (row.orderingKey === null || openOfKey(row.orderingKey)[0] === row)
-    ).slice(0, limit)
+    ).sort((a, b) => a.dueAt - b.dueAt || Number(a.id) - Number(b.id)).slice(0, limit)
     const chosen = heads.map((row) => ({ row, position: 0 }))
     for (const head of heads) {
       if (head.orderingKey === null) continue
