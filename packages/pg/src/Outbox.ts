@@ -80,8 +80,9 @@ export interface EnqueueOptions {
   /**
    * What an enqueue does when a message with its dedup key is open. `keep` (default): nothing,
    * the open one stands (uniqueness). `replace`: it takes this payload, headers, delay and wait
-   * (debounce: the last one wins, delivered after the last delay). `extend`: its payload
-   * stays, its delay grows to this one's end if that is later (throttle). A message being
+   * (a keyed message keeps its due time, its place in its key; debounce: the last one wins,
+   * delivered after the last delay). `extend`: its payload stays, its delay grows to this one's
+   * end if that is later (throttle). A message being
    * delivered cannot change: `replace` and `extend` then enqueue a new message, which takes the
    * key over and waits behind it.
    */

@@ -66,11 +66,13 @@ export class Delivery {
 
   /**
    * Whether a message not started yet may be published at `now`: its lease is neither lost nor
-   * in doubt, and surely still holds (a lease that may have run out could already be another
-   * worker's: the message is given back instead).
+   * in doubt, and surely holds for half a renewal period more — time for the keeper's next tick
+   * to renew it (a renewal due is sent within that). A lease that may run out first could become
+   * another worker's mid-publish: the message is given back instead. A batch renewed on time
+   * always has two thirds of a lease ahead; only a claim that came back late meets this.
    */
   mayStart(id: string, now: number): boolean {
-    return !this.inDoubt && !this.stale.has(id) && now < this.heldUntil
+    return !this.inDoubt && !this.stale.has(id) && now + this.renewEveryMillis / 2 < this.heldUntil
   }
   /** A message left unpublished because its lease was lost or in doubt. */
   skip(id: string): void {

@@ -8,8 +8,9 @@
  * that a stalled database cannot hold up the deadlines. A claim a renewal finds stale is
  * never published (if not started) and its outcome never written; a renewal that fails puts
  * the whole batch's leases in doubt, and its messages not yet started are not published. So
- * does one still unanswered when the leases it renews would lapse (two thirds of the lease:
- * a stalled connection, a lock wait no timeout bounds), which is then given up.
+ * does one still unanswered two renewal periods after it was sent (a stalled connection, a lock
+ * wait no timeout bounds), which is then given up; meanwhile a message starts only while its
+ * lease surely holds (Delivery.mayStart), whenever its claim came back.
  * Both are logged and counted. A renewal refused because the message was cancelled stops its
  * delivery (a cancellation whose NOTIFY was not heard). A batch leaves the set when it ends, however it ends: nothing
  * keeps its leases alive after that.
