@@ -36,6 +36,29 @@ const jain = (shares: ReadonlyArray<number>) => {
   return (sum * sum) / (shares.length * squares)
 }
 
+/** A statement of the deployed outbox claim function (`pattern` finds it), for `topic` instead of its `limited`. */
+const claimStatement = (pattern: RegExp, topic: string) =>
+  Effect.map(
+    Effect.flatMap(SqlClient.SqlClient, (sql) =>
+      sql<{ source: string }>`
+        SELECT prosrc AS source FROM pg_proc
+         WHERE proname = 'outbox_claim' AND pronamespace = 'durable'::regnamespace AND pronargs = 6`),
+    ([deployed]) => pattern.exec(deployed!.source)![0].replaceAll("ANY(limited)", `ANY(ARRAY['${topic}'])`)
+  )
+
+/** The analyzed plan of `statement`, run in a transaction that is rolled back. */
+const analyzed = (statement: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) => {
+    let plan: unknown
+    return Effect.flip(sql.withTransaction(Effect.andThen(
+      sql.unsafe<{ "QUERY PLAN": unknown }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${statement}`),
+      (rows) => {
+        plan = rows[0]!["QUERY PLAN"]
+        return Effect.fail("rolled back")
+      }
+    ))).pipe(Effect.map(() => plan))
+  })
+
 describe("FlowControl: limits held by the claim", () => {
   it.layer(substrate({}, { maxConnections: 24 }), { timeout: "3 minutes", excludeTestServices: true })((it) => {
     it.effect("a topic's limit: a claim takes what is free; a mark, a release, a give-back, a cancellation and a lapsed lease each give one back", () =>
@@ -298,7 +321,6 @@ describe("FlowControl: limits held by the claim", () => {
 
     it.effect("a limited claim prunes the capacities by id: it reads the capacities held, never the topic's backlog (migration 22)", () =>
       Effect.gen(function*() {
-        const sql = yield* SqlClient.SqlClient
         const flow = yield* FlowControl.FlowControl
         const outbox = yield* Outbox.Outbox
         const worker = yield* OutboxWorker.OutboxWorker
@@ -310,19 +332,9 @@ describe("FlowControl: limits held by the claim", () => {
         yield* markAll(claimed.slice(0, 100))
         // The claim function's prune, as deployed, run under EXPLAIN ANALYZE for this topic and
         // rolled back: the outbox rows it reads.
-        const [deployed] = yield* sql<{ source: string }>`
-          SELECT prosrc AS source FROM pg_proc
-           WHERE proname = 'outbox_claim' AND pronamespace = 'durable'::regnamespace AND pronargs = 6`
-        const prune = /DELETE FROM \S*flow_leases\S* f[\s\S]*?;/.exec(deployed!.source)![0].replace(/;$/, "")
-          .replaceAll("ANY(limited)", `ANY(ARRAY['${topic}'])`)
-        let plan: unknown
-        yield* Effect.flip(sql.withTransaction(Effect.andThen(
-          sql.unsafe<{ "QUERY PLAN": unknown }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${prune}`),
-          (rows) => {
-            plan = rows[0]!["QUERY PLAN"]
-            return Effect.fail("rolled back")
-          }
-        )))
+        const plan = yield* analyzed(
+          yield* claimStatement(/DELETE FROM \S*flow_leases\S* f[\s\S]*?(?=;)/, topic)
+        )
         // One probe of the outbox per capacity row (200; 100 of them settled, pruned), and no scan
         // of it run once over more rows than that. Before version 22 the anti-join scanned every
         // open message once (4,900 here). (Loops are counted, not rows: EXPLAIN gives rows per
@@ -333,6 +345,29 @@ describe("FlowControl: limits held by the claim", () => {
         expect(rowsRead(plan, (node) => scans.includes(node) && node["Actual Loops"] === 1)).toBeLessThanOrEqual(200)
         yield* markAll(claimed.slice(100))
         yield* flow.clear(topic)
+      }))
+
+    it.effect("a limited claim finds the named groups without reading the topic's messages without a group (migration 23)", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const outbox = yield* Outbox.Outbox
+        const topic = "limits.named"
+        yield* outbox.enqueueMany(Array.from({ length: 5_000 }, (_, i) => ({ topic, payload: { i } })))
+        yield* outbox.enqueueMany(["b", "a"].map((group) => ({ topic, payload: { group }, options: { group } })))
+        yield* flow.setLimit(topic, { maxInFlight: 1_000 })
+        // The claim's walk over the topic's named groups, as deployed, on its own.
+        const walk = yield* claimStatement(/named AS \([\s\S]*?\)(?=,\ngrouped AS)/, topic)
+        const plan = yield* analyzed(`WITH RECURSIVE ${walk} SELECT * FROM named`)
+        expect(nodesOfPlan(plan)[0]!["Actual Rows"]).toBe(2)
+        // Each step one descent of the group index. Before version 23 the first step read the
+        // 5,000 messages without a group (filtered out one by one) to find group "a".
+        const read = rowsRead(plan, (node) => node["Relation Name"] === "outbox" && node["Actual Loops"] === 1)
+        expect(read).toBeLessThanOrEqual(10)
+        yield* flow.clear(topic)
+        yield* Effect.flatMap(
+          SqlClient.SqlClient,
+          (sql) => sql`UPDATE durable.outbox SET projected_at = now() WHERE topic = ${topic}`
+        )
       }))
 
     it.effect("bad limits are typed refusals naming the rule; nothing is written", () =>

@@ -128,7 +128,7 @@ const released = (t: (table: string) => string): ClaimExtensions => ({
  * written out), rows updated by primary key (a plan seen on a table not analyzed yet scanned
  * every open message to join a handful).
  */
-const limitedClaim = (t: (table: string) => string, x: ClaimExtensions, order: ClaimOrder) => {
+const limitedClaim = (t: (table: string) => string, x: ClaimExtensions, order: ClaimOrder, named: string) => {
   const outbox = t("outbox")
   const { open, ready } = claimConditions(t)
   const keyHead = (c: string) =>
@@ -150,14 +150,12 @@ topic_free AS (
     FROM lim l),
 named AS (
   (SELECT o.topic, o.group_key FROM ${outbox} o
-    WHERE o.topic = ANY(limited) AND o.group_key <> '' AND ${open("o")}
+    WHERE o.topic = ANY(limited) AND ${named} AND ${open("o")}
     ORDER BY o.topic, o.group_key LIMIT 1)
   UNION ALL
   SELECT n.topic, n.group_key FROM named g CROSS JOIN LATERAL (
     SELECT o.topic, o.group_key FROM ${outbox} o
-     WHERE o.topic = ANY(limited) AND o.group_key <> '' AND ${
-    open("o")
-  } AND (o.topic, o.group_key) > (g.topic, g.group_key)
+     WHERE o.topic = ANY(limited) AND ${named} AND ${open("o")} AND (o.topic, o.group_key) > (g.topic, g.group_key)
      ORDER BY o.topic, o.group_key LIMIT 1) n),
 grouped AS (
   SELECT g.topic, g.group_key FROM named g
@@ -234,6 +232,13 @@ export interface LaterClaim {
    * version: a NOT EXISTS over the outbox.
    */
   readonly held?: (f: string) => string
+  /**
+   * Which of a limited topic's open messages `o` have a named group (this version:
+   * `o.group_key <> ''`, which no index bounds: the claim read the topic's whole backlog of
+   * messages without a group to find none; version 23: `o.group_key > ''`, the same rows, as
+   * '' sorts before every other text, bounded by the group index).
+   */
+  readonly named?: string
 }
 
 /** This version's test of a capacity still taken: its row open, same generation, lease running. */
@@ -253,7 +258,7 @@ export const claimFunction = (
   x: ClaimExtensions = released(t),
   later: LaterClaim = {}
 ) => {
-  const { held = heldByAntiJoin(t), order = idOrder, update = claimUpdate(t) } = later
+  const { held = heldByAntiJoin(t), named = "o.group_key <> ''", order = idOrder, update = claimUpdate(t) } = later
   return `CREATE OR REPLACE FUNCTION ${t("outbox_claim")}(text, integer, double precision, text[], integer, integer)
   RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean,
     topic text, ordering_key text, payload jsonb, headers jsonb, created_at text)
@@ -296,7 +301,7 @@ THEN
   -- read a group's whole backlog and sort it (the plan is made once, under this setting).
   PERFORM set_config('enable_bitmapscan', 'off', true);
   RETURN QUERY
-${limitedClaim(t, x, order)};
+${limitedClaim(t, x, order, named)};
   GET DIAGNOSTICS taken = ROW_COUNT;
   PERFORM set_config('enable_bitmapscan', 'on', true);
 END IF;
