@@ -126,7 +126,7 @@ describe("keyed runs (PostgreSQL)", () => {
         })
     )
 
-    it.effect("a claim of keyed runs updates its rows by id: it never reads the whole open backlog (migration 20)", () =>
+    it.effect("a claim of keyed runs updates its rows by id and probes keys through the key index: it never reads the whole open backlog (migrations 20, 24)", () =>
       Effect.gen(function*() {
         const outbox = yield* Outbox.Outbox
         const admin = yield* OutboxAdmin.OutboxAdmin
@@ -156,6 +156,15 @@ describe("keyed runs (PostgreSQL)", () => {
         )
         expect(readOfOpen).toBeGreaterThan(0)
         expect(readOfOpen).toBeLessThan(4_000)
+        // Every probe of the outbox the claim repeats (a key's earlier open message for each
+        // keyed row it reads, a run behind each head) goes through the key index: one descent
+        // each. Before version 24 the first went through the group index, bounded by the id
+        // only (24 rows read per probe here).
+        const repeated = nodesOfPlan(plan).filter((node) =>
+          node["Relation Name"] === "outbox" && (node["Actual Loops"] ?? 0) > 1
+        )
+        expect(repeated.length).toBeGreaterThan(0)
+        expect(repeated.map((node) => node["Index Name"])).toEqual(repeated.map(() => "outbox_open_key_idx"))
       }))
 
     it.effect("the previous release's claim (heads only), still called during a rolling deploy, takes nothing of a key a run holds", () =>

@@ -34,7 +34,8 @@ const RELEASED_DDL: Readonly<Record<number, string>> = {
   20: "ca97aafac8a027caa1c45fccdc0e98f75567d1ae484a7e6dac97d18b8bf1f3fa",
   21: "9e89144cc0e6a2178c8c26fcf2ea48285a86d0fb448f18a631d852e4aa8e04ed",
   22: "2076971ed28ca668fe196bba99318c061ec2ba491d7803658a2d120dfcd85c92",
-  23: "5ff8640cc0089fe4aee86abbd535cb6492706ef136ce2e3236d6a55b02190973"
+  23: "5ff8640cc0089fe4aee86abbd535cb6492706ef136ce2e3236d6a55b02190973",
+  24: "78fad518769059dda1e682ea3ef56c8557ba1a98833f58f426429814d71f6ecb"
 }
 
 describe("released migrations", () => {

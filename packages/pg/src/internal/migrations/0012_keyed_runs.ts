@@ -109,18 +109,30 @@ export const idOrder: ClaimOrder = {
 }
 
 /**
+ * That an open message of `c`'s key stands before it (this version: an EXISTS; version 24 asks
+ * for the first one in the key index's order, which only that index gives).
+ */
+export const aheadInKey = (t: (table: string) => string) => (c: string) =>
+  `EXISTS (
+         SELECT 1 FROM ${t("outbox")} e
+          WHERE e.ordering_key = ${c}.ordering_key AND e.ordering_key IS NOT NULL AND e.id < ${c}.id AND ${
+    claimConditions(t).open("e")
+  })`
+
+/**
  * The claim's query. $1 worker, $2 limit, $3 lease in seconds, $4 topics (NULL: all), $5 the
  * most leases a row may lose, $6 the most messages of one key per claim. Version 17 narrows
  * the topics (`also`) and the limit (`limit`, an expression; this version: $2); version 20
  * updates the rows by id (`update`: the last step over `chosen`; this version: `claimUpdate`);
- * version 21 the order (`order`).
+ * version 21 the order (`order`); version 24 the probe of a key's earlier messages (`ahead`).
  */
 export const claimQuery = (
   t: (table: string) => string,
   also: (c: string) => string = () => "",
   limit = "$2",
   update = claimUpdate(t),
-  order: ClaimOrder = idOrder
+  order: ClaimOrder = idOrder,
+  ahead: (c: string) => string = aheadInKey(t)
 ) => {
   const outbox = t("outbox")
   const { open, ready } = claimConditions(t, also)
@@ -131,9 +143,7 @@ export const claimQuery = (
    WHERE ${open("c")} AND ${ready("c")}
      AND (c.ordering_key IS NULL OR (
        ${order.window(first)}
-       AND NOT EXISTS (
-         SELECT 1 FROM ${outbox} e
-          WHERE e.ordering_key = c.ordering_key AND e.ordering_key IS NOT NULL AND e.id < c.id AND ${open("e")})))
+       AND NOT ${ahead("c")}))
    ORDER BY ${order.by}
    LIMIT ${limit}
    FOR UPDATE SKIP LOCKED),

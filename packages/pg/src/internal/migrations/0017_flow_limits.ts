@@ -39,7 +39,7 @@
  */
 import type { Migration } from "../../Migrations.js"
 import { fenced } from "./0010_fenced_batch_writes.js"
-import { claimConditions, type ClaimOrder, claimQuery, claimUpdate, idOrder } from "./0012_keyed_runs.js"
+import { aheadInKey, claimConditions, type ClaimOrder, claimQuery, claimUpdate, idOrder } from "./0012_keyed_runs.js"
 
 /**
  * What a lease renewal of the outbox also asks since this version: a lease that ran out on a
@@ -128,13 +128,16 @@ const released = (t: (table: string) => string): ClaimExtensions => ({
  * written out), rows updated by primary key (a plan seen on a table not analyzed yet scanned
  * every open message to join a handful).
  */
-const limitedClaim = (t: (table: string) => string, x: ClaimExtensions, order: ClaimOrder, named: string) => {
+const limitedClaim = (
+  t: (table: string) => string,
+  x: ClaimExtensions,
+  order: ClaimOrder,
+  named: string,
+  ahead: (c: string) => string
+) => {
   const outbox = t("outbox")
   const { open, ready } = claimConditions(t)
-  const keyHead = (c: string) =>
-    `(${c}.ordering_key IS NULL OR NOT EXISTS (
-         SELECT 1 FROM ${outbox} e
-          WHERE e.ordering_key = ${c}.ordering_key AND e.ordering_key IS NOT NULL AND e.id < ${c}.id AND ${open("e")}))`
+  const keyHead = (c: string) => `(${c}.ordering_key IS NULL OR NOT ${ahead(c)})`
   return `WITH RECURSIVE
 lim AS (
   SELECT l.topic, l.max_in_flight, l.group_max_in_flight${x.topicColumns} FROM ${
@@ -239,6 +242,8 @@ export interface LaterClaim {
    * '' sorts before every other text, bounded by the group index).
    */
   readonly named?: string
+  /** That an open message of `c`'s key stands before it (version 24: through the key index). */
+  readonly ahead?: (c: string) => string
 }
 
 /** This version's test of a capacity still taken: its row open, same generation, lease running. */
@@ -258,7 +263,13 @@ export const claimFunction = (
   x: ClaimExtensions = released(t),
   later: LaterClaim = {}
 ) => {
-  const { held = heldByAntiJoin(t), named = "o.group_key <> ''", order = idOrder, update = claimUpdate(t) } = later
+  const {
+    ahead = aheadInKey(t),
+    held = heldByAntiJoin(t),
+    named = "o.group_key <> ''",
+    order = idOrder,
+    update = claimUpdate(t)
+  } = later
   return `CREATE OR REPLACE FUNCTION ${t("outbox_claim")}(text, integer, double precision, text[], integer, integer)
   RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean,
     topic text, ordering_key text, payload jsonb, headers jsonb, created_at text)
@@ -273,7 +284,7 @@ BEGIN
 PERFORM pg_advisory_xact_lock_shared(${limitsLock(t)});
 IF NOT EXISTS (SELECT 1 FROM ${t("flow_limits")} l WHERE $4 IS NULL OR l.topic = ANY($4)) THEN
   RETURN QUERY
-${claimQuery(t, undefined, undefined, update, order)};
+${claimQuery(t, undefined, undefined, update, order, ahead)};
   RETURN;
 END IF;
 -- The limits of this claim's topics, locked in name order: one claim of a limited topic at a time.
@@ -301,7 +312,7 @@ THEN
   -- read a group's whole backlog and sort it (the plan is made once, under this setting).
   PERFORM set_config('enable_bitmapscan', 'off', true);
   RETURN QUERY
-${limitedClaim(t, x, order, named)};
+${limitedClaim(t, x, order, named, ahead)};
   GET DIAGNOSTICS taken = ROW_COUNT;
   PERFORM set_config('enable_bitmapscan', 'on', true);
 END IF;
@@ -317,7 +328,8 @@ ${
       (c) => ` AND ${c}.topic <> ALL(ARRAY(SELECT l.topic FROM ${t("flow_limits")} l))`,
       "($2 - taken)",
       update,
-      order
+      order,
+      ahead
     )
   };
 END IF;
