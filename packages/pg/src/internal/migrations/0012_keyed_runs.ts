@@ -115,9 +115,13 @@ export const idOrder: ClaimOrder = {
 export const aheadInKey = (t: (table: string) => string) => (c: string) =>
   `EXISTS (
          SELECT 1 FROM ${t("outbox")} e
-          WHERE e.ordering_key = ${c}.ordering_key AND e.ordering_key IS NOT NULL AND e.id < ${c}.id AND ${
+          WHERE ${earlierInKey(t, c)})`
+
+/** An open message `e` of `c`'s key before it (what `aheadInKey` and version 24's probe look for). */
+export const earlierInKey = (t: (table: string) => string, c: string) =>
+  `e.ordering_key = ${c}.ordering_key AND e.ordering_key IS NOT NULL AND e.id < ${c}.id AND ${
     claimConditions(t).open("e")
-  })`
+  }`
 
 /**
  * The claim's query. $1 worker, $2 limit, $3 lease in seconds, $4 topics (NULL: all), $5 the

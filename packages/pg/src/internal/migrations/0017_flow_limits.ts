@@ -250,8 +250,12 @@ export interface LaterClaim {
 const heldByAntiJoin = (t: (table: string) => string) => (f: string) =>
   `EXISTS (
    SELECT 1 FROM ${t("outbox")} o
-    WHERE o.id = ${f}.id AND o.claim_generation = ${f}.generation AND ${claimConditions(t).open("o")}
-      AND o.claimed_until > now())`
+    WHERE ${capacityHeld(t, f)})`
+
+/** The message `o` of the capacity row `f` still holds it: open, same generation, lease running. */
+export const capacityHeld = (t: (table: string) => string, f: string) =>
+  `o.id = ${f}.id AND o.claim_generation = ${f}.generation AND ${claimConditions(t).open("o")}
+      AND o.claimed_until > now()`
 
 /**
  * The outbox claim of this version (`x`: what a later version adds to its limited claim;

@@ -17,6 +17,7 @@
  */
 import type { Migration } from "../../Migrations.js"
 import { claimUpdate } from "./0012_keyed_runs.js"
+import type { LaterClaim } from "./0017_flow_limits.js"
 import { claimWithRates } from "./0018_rate_limits.js"
 
 /** The claim's last step over `chosen`, its rows probed by id. */
@@ -27,8 +28,11 @@ export const claimUpdateById = (t: (table: string) => string) =>
     position: "CASE WHEN q.id = ANY(ARRAY(SELECT c.id FROM chosen c WHERE c.position = 0)) THEN 0 ELSE 1 END"
   })
 
+/** What this version's claim changes; each later version adds its own to it. */
+export const claimOf20 = (t: (table: string) => string): LaterClaim => ({ update: claimUpdateById(t) })
+
 export const migration: Migration = {
   version: 20,
   name: "the outbox claim updates its rows by id",
-  statements: (t) => [claimWithRates(t, { update: claimUpdateById(t) })]
+  statements: (t) => [claimWithRates(t, claimOf20(t))]
 }

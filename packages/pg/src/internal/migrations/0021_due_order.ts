@@ -42,8 +42,9 @@
  */
 import type { Migration } from "../../Migrations.js"
 import type { ClaimOrder } from "./0012_keyed_runs.js"
+import type { LaterClaim } from "./0017_flow_limits.js"
 import { claimWithRates } from "./0018_rate_limits.js"
-import { claimUpdateById } from "./0020_claim_by_id.js"
+import { claimOf20 } from "./0020_claim_by_id.js"
 
 /**
  * Due order: the earliest due time first, then id. The claim's ordered reads must be index
@@ -63,6 +64,9 @@ export const dueOrder: ClaimOrder = {
          ${first("w.due_at, w.id", "w.due_at, w.id")}) w ORDER BY w.due_at DESC, w.id DESC LIMIT 1))`
 }
 
+/** What the claim changes up to this version. */
+export const claimOf21 = (t: (table: string) => string): LaterClaim => ({ ...claimOf20(t), order: dueOrder })
+
 export const migration: Migration = {
   version: 21,
   name: "due order (priority with a bound on waiting) in the outbox claim",
@@ -75,7 +79,7 @@ export const migration: Migration = {
       `DROP INDEX ${t("outbox_open_idx")}`,
       `CREATE INDEX outbox_open_group_due_idx ON ${t("outbox")} (topic, group_key, due_at, id) ${open}`,
       `DROP INDEX ${t("outbox_open_group_idx")}`,
-      claimWithRates(t, { update: claimUpdateById(t), order: dueOrder })
+      claimWithRates(t, claimOf21(t))
     ]
   }
 }

@@ -14,20 +14,21 @@
  * The function keeps its signature: processes of every release since version 12 call it alike.
  */
 import type { Migration } from "../../Migrations.js"
-import { claimConditions } from "./0012_keyed_runs.js"
+import { capacityHeld, type LaterClaim } from "./0017_flow_limits.js"
 import { claimWithRates } from "./0018_rate_limits.js"
-import { claimUpdateById } from "./0020_claim_by_id.js"
-import { dueOrder } from "./0021_due_order.js"
+import { claimOf21 } from "./0021_due_order.js"
 
 /** That the capacity row `f` is still taken: its message, found by id, open, same generation, lease running. */
 export const heldById = (t: (table: string) => string) => (f: string) =>
   `coalesce((
    SELECT true FROM ${t("outbox")} o
-    WHERE o.id = ${f}.id AND o.claim_generation = ${f}.generation AND ${claimConditions(t).open("o")}
-      AND o.claimed_until > now()), false)`
+    WHERE ${capacityHeld(t, f)}), false)`
+
+/** What the claim changes up to this version. */
+export const claimOf22 = (t: (table: string) => string): LaterClaim => ({ ...claimOf21(t), held: heldById(t) })
 
 export const migration: Migration = {
   version: 22,
   name: "the limited claim prunes its capacities by id",
-  statements: (t) => [claimWithRates(t, { update: claimUpdateById(t), order: dueOrder, held: heldById(t) })]
+  statements: (t) => [claimWithRates(t, claimOf22(t))]
 }

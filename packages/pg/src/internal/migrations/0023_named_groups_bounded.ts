@@ -13,15 +13,15 @@
  * The function keeps its signature: processes of every release since version 12 call it alike.
  */
 import type { Migration } from "../../Migrations.js"
+import type { LaterClaim } from "./0017_flow_limits.js"
 import { claimWithRates } from "./0018_rate_limits.js"
-import { claimUpdateById } from "./0020_claim_by_id.js"
-import { dueOrder } from "./0021_due_order.js"
-import { heldById } from "./0022_prune_by_id.js"
+import { claimOf22 } from "./0022_prune_by_id.js"
+
+/** What the claim changes up to this version. */
+export const claimOf23 = (t: (table: string) => string): LaterClaim => ({ ...claimOf22(t), named: "o.group_key > ''" })
 
 export const migration: Migration = {
   version: 23,
   name: "the limited claim finds named groups through the index's bounds",
-  statements: (t) => [
-    claimWithRates(t, { update: claimUpdateById(t), order: dueOrder, held: heldById(t), named: "o.group_key > ''" })
-  ]
+  statements: (t) => [claimWithRates(t, claimOf23(t))]
 }

@@ -13,31 +13,19 @@
  * The function keeps its signature: processes of every release since version 12 call it alike.
  */
 import type { Migration } from "../../Migrations.js"
-import { claimConditions } from "./0012_keyed_runs.js"
+import { earlierInKey } from "./0012_keyed_runs.js"
 import { claimWithRates } from "./0018_rate_limits.js"
-import { claimUpdateById } from "./0020_claim_by_id.js"
-import { dueOrder } from "./0021_due_order.js"
-import { heldById } from "./0022_prune_by_id.js"
+import { claimOf23 } from "./0023_named_groups_bounded.js"
 
 /** That an open message of `c`'s key stands before it: the first one, in the key index's order. */
 export const aheadByKeyIndex = (t: (table: string) => string) => (c: string) =>
   `coalesce((
          SELECT true FROM ${t("outbox")} e
-          WHERE e.ordering_key = ${c}.ordering_key AND e.ordering_key IS NOT NULL AND e.id < ${c}.id AND ${
-    claimConditions(t).open("e")
-  }
+          WHERE ${earlierInKey(t, c)}
           ORDER BY e.ordering_key, e.id LIMIT 1), false)`
 
 export const migration: Migration = {
   version: 24,
   name: "the claim probes a key's earlier messages through the key index",
-  statements: (t) => [
-    claimWithRates(t, {
-      update: claimUpdateById(t),
-      order: dueOrder,
-      held: heldById(t),
-      named: "o.group_key > ''",
-      ahead: aheadByKeyIndex(t)
-    })
-  ]
+  statements: (t) => [claimWithRates(t, { ...claimOf23(t), ahead: aheadByKeyIndex(t) })]
 }
