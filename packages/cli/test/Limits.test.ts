@@ -1,6 +1,8 @@
-// `effect-durable limits`: list, set, group, clear, run as the built binary; what it sets is
+// `effect-durable limits`: list, set, group, clear, inbox set|clear, run as the built binary; what it sets is
 // what the next claim obeys. Bad values exit 2 naming the flag and change nothing.
 import * as FlowControl from "@effect-durable/pg/FlowControl"
+import * as Inbox from "@effect-durable/pg/Inbox"
+import * as InboxWorker from "@effect-durable/pg/InboxWorker"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import { describe, expect, it } from "@effect/vitest"
@@ -69,6 +71,65 @@ describe("effect-durable limits", () => {
           /^sms\s+3\s+-\s+-\s+10\/1h \(burst 3\)\s+0\s+5\/1m \(burst 5\)\s+acme: per group, weight 1, rate 1\/2h \(burst 1\)/m
         )
         yield* cliOn(["limits", "clear", "sms"])
+      }))
+
+    it.effect("inbox set and clear: a stored-inbox consumer's limit and rate, listed beside the topics; the next claim obeys them", () =>
+      Effect.gen(function*() {
+        const inbox = yield* Inbox.Inbox
+        const worker = yield* InboxWorker.InboxWorker
+        const set = yield* cliOn([
+          "limits",
+          "inbox",
+          "set",
+          "invoicing",
+          "--max",
+          "2",
+          "--rate",
+          "10/1h",
+          "--burst",
+          "5"
+        ])
+        expect(set.code).toBe(0)
+        expect(set.stdout).toMatch(/^inbox consumer invoicing: at most 2 in flight, rate 10\/1h \(burst 5\)/m)
+        for (let i = 0; i < 6; i++) yield* inbox.receive("invoicing", `m${i}`, { i })
+        const claimed = yield* worker.claim({ consumer: "invoicing", worker: "w", limit: 10, lease: "1 minute" })
+        expect(claimed).toHaveLength(2)
+        const listed = yield* cliOn(["limits", "list"])
+        expect(listed.stdout).toMatch(/^INBOX CONSUMER\s+IN FLIGHT/m)
+        expect(listed.stdout).toMatch(/^invoicing\s+2\s+2\s+10\/1h \(burst 5\)\s+3\s+/m)
+        expect(json(yield* cliOn(["limits", "list", "--json"])).inbox).toMatchObject([
+          { consumer: "invoicing", inFlight: 2, maxInFlight: 2, rate: { limit: 10, perMillis: 3_600_000, burst: 5 } }
+        ])
+        expect(json(yield* cliOn(["limits", "inbox", "set", "invoicing", "--max", "4", "--json"]))).toEqual({
+          consumer: "invoicing",
+          maxInFlight: 4,
+          rate: null
+        })
+        expect(yield* worker.claim({ consumer: "invoicing", worker: "w", limit: 10, lease: "1 minute" })).toHaveLength(
+          2
+        )
+        expect((yield* cliOn(["limits", "inbox", "clear", "invoicing"])).stdout).toMatch(
+          /^inbox consumer invoicing has no limits now/m
+        )
+        expect((yield* cliOn(["limits", "inbox", "clear", "invoicing"])).stdout).toMatch(
+          /^inbox consumer invoicing had no limits/m
+        )
+        expect(yield* worker.claim({ consumer: "invoicing", worker: "w", limit: 10, lease: "1 minute" })).toHaveLength(
+          2
+        )
+        for (
+          const [args, flag] of [
+            [["limits", "inbox", "set", "c"], "--max"],
+            [["limits", "inbox", "set", "c", "--max", "0"], "--max"],
+            [["limits", "inbox", "set", "c", "--rate", "1/0s"], "--rate"],
+            [["limits", "inbox", "set", "c", "--burst", "3"], "--rate"]
+          ] as const
+        ) {
+          const result = yield* cliOn([...args])
+          expect(result.code, args.join(" ")).toBe(2)
+          expect(result.stderr, args.join(" ")).toContain(flag)
+        }
+        expect(yield* (yield* FlowControl.FlowControl).inboxLimits).toEqual([])
       }))
 
     it.effect("bad values exit 2 naming the flag; nothing is set", () =>

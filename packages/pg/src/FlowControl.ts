@@ -28,10 +28,12 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
+import type * as Statement from "effect/sql/Statement"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import { limitsLock } from "./internal/migrations/0017_flow_limits.js"
+import { type Limits, limitsLock, TOPIC_LIMITS } from "./internal/migrations/0017_flow_limits.js"
 import { bucket, groupRate, topicRate } from "./internal/migrations/0018_rate_limits.js"
+import { CONSUMER_LIMITS } from "./internal/migrations/0025_inbox_limits.js"
 import * as Lifecycle from "./internal/queue/lifecycle.js"
 import { specFor } from "./internal/queue/spec.js"
 import { decodeRows } from "./internal/rows.js"
@@ -92,6 +94,31 @@ export interface TopicLimit {
   readonly updatedBy: string
 }
 
+/** A stored-inbox consumer's limits (`setInboxLimit`). */
+export interface InboxLimit {
+  readonly consumer: string
+  /** At most this many of the consumer's entries in flight (`null`: no limit). */
+  readonly maxInFlight: number | null
+  /** The consumer's rate (`null`: none). */
+  readonly rate: RateLimit | null
+  /** The tokens its bucket holds now (`null`: no rate). */
+  readonly tokens: number | null
+  /** Entries in flight now (claimed, their lease running). */
+  readonly inFlight: number
+  /** ISO-8601 UTC. */
+  readonly updatedAt: string
+  readonly updatedBy: string
+}
+
+export interface InboxLimitOptions {
+  /** At most this many of the consumer's entries in flight (1-1,000,000; `null` or absent: none). */
+  readonly maxInFlight?: number | null
+  /** The consumer's rate (`null` or absent: none). */
+  readonly rate?: Rate | null
+  /** Who sets it (1-128 bytes), recorded; default "an operator". */
+  readonly by?: string
+}
+
 export interface LimitOptions {
   /** At most this many of the topic's messages in flight (1-1,000,000; `null` or absent: none). */
   readonly maxInFlight?: number | null
@@ -128,9 +155,23 @@ export class FlowControl extends Context.Service<FlowControl, {
   readonly clear: (topic: string) => Effect.Effect<boolean, InvalidInput | DatabaseError>
   /** Every limited topic, with what is in flight now. */
   readonly limits: Effect.Effect<ReadonlyArray<TopicLimit>, DatabaseError>
+  /**
+   * Sets (replaces) the limits of a stored-inbox consumer: at most `maxInFlight` of its entries
+   * claimed through `InboxWorker` at once across every worker, at most `rate` a period. At least
+   * one of the two (`clearInbox` removes them).
+   */
+  readonly setInboxLimit: (
+    consumer: string,
+    options: InboxLimitOptions
+  ) => Effect.Effect<void, InvalidInput | DatabaseError>
+  /** Removes a consumer's limits. Returns whether it had any. */
+  readonly clearInbox: (consumer: string) => Effect.Effect<boolean, InvalidInput | DatabaseError>
+  /** Every limited inbox consumer, with what is in flight now. */
+  readonly inboxLimits: Effect.Effect<ReadonlyArray<InboxLimit>, DatabaseError>
 }>()("@effect-durable/pg/FlowControl") {}
 
 const decodeTopic = Input.argument("topic", Input.Text(128))
+const decodeConsumer = Input.argument("consumer", Input.Text(128))
 const decodeGroup = Input.argument("group", Input.Text(128))
 const decodeBy = Input.argument("by", Input.Text(128))
 const limitOf = (name: string) => Input.argument(name, Schema.NullOr(Input.Count(MAX_IN_FLIGHT)))
@@ -169,6 +210,16 @@ const decodeRate = rateOf("rate")
 const decodeGroupRate = rateOf("groupRate")
 
 const RateRow = Schema.NullOr(Schema.Struct({ limit: Schema.Number, perMillis: Schema.Number, burst: Schema.Number }))
+
+const InboxLimitRow = Schema.Struct({
+  consumer: Schema.String,
+  maxInFlight: Schema.NullOr(Schema.Number),
+  rate: RateRow,
+  tokens: Schema.NullOr(Schema.Number),
+  inFlight: Schema.Number,
+  updatedAt: Schema.String,
+  updatedBy: Schema.String
+})
 
 const LimitRow = Schema.Struct({
   topic: Schema.String,
@@ -213,19 +264,54 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
     const claimed = sql.literal(Lifecycle.make(spec).is.claimed)
     const claimedO = sql.literal(Lifecycle.make(spec, "o").is.claimed)
 
+    const inbox = sql.literal(t("inbox"))
+    const inboxLimitsTable = sql.literal(t("inbox_limits"))
+    const inboxLeases = sql.literal(t("inbox_flow_leases"))
+    const inboxLifecycle = (alias?: string) => Lifecycle.make(specFor(settings, "inbox"), alias)
+
     /**
-     * Makes sure the topic has its limits row, under the lock every claim takes shared: a
-     * claim that began before it has committed, and what it claimed is recorded as taken.
+     * Makes sure `key` has its row in `limits` (a topic's, a consumer's), under the lock every
+     * claim of them takes shared: a claim that began before it has committed, and what it
+     * claimed is recorded as taken (`record`).
      */
-    const limited = (topic: string, by: string) =>
+    const limitedBy = (limits: Limits, key: string, by: string, record: Statement.Statement<unknown>) =>
       Effect.gen(function*() {
-        yield* sql`SELECT pg_advisory_xact_lock(${sql.literal(limitsLock(t))})`
-        const created = yield* sql`INSERT INTO ${limitsTable} (topic, updated_by) VALUES (${topic}, ${by})
-                                   ON CONFLICT (topic) DO NOTHING RETURNING topic`
+        yield* sql`SELECT pg_advisory_xact_lock(${sql.literal(limitsLock(t, limits))})`
+        const column = sql.literal(limits.key)
+        const created = yield* sql`INSERT INTO ${sql.literal(t(limits.table))} (${column}, updated_by)
+                                   VALUES (${key}, ${by}) ON CONFLICT (${column}) DO NOTHING RETURNING ${column}`
         if (created.length === 0) return
-        yield* sql`INSERT INTO ${leases} (id, generation, topic, group_key)
-                   SELECT id, claim_generation, topic, group_key FROM ${outbox} WHERE topic = ${topic} AND ${claimed}
-                   ON CONFLICT (id) DO UPDATE SET generation = excluded.generation`
+        yield* record
+      })
+    const limited = (topic: string, by: string) =>
+      limitedBy(
+        TOPIC_LIMITS,
+        topic,
+        by,
+        sql`INSERT INTO ${leases} (id, generation, topic, group_key)
+            SELECT id, claim_generation, topic, group_key FROM ${outbox} WHERE topic = ${topic} AND ${claimed}
+            ON CONFLICT (id) DO UPDATE SET generation = excluded.generation`
+      )
+
+    /**
+     * Changes the rate of `key`'s own bucket in `limits` (`change`, under the lock `limitedBy`
+     * took): the bucket is first brought to now at the old rate, then holds at most the new
+     * burst; a new rate starts full.
+     */
+    const rebucketOwn = <A, E, R>(limits: Limits, key: string, change: Effect.Effect<A, E, R>) =>
+      Effect.gen(function*() {
+        const table = sql.literal(t(limits.table))
+        const column = sql.literal(limits.key)
+        yield* sql`UPDATE ${table} l
+                      SET tokens = ${sql.literal(bucket(t, "l", topicRate, "clock_timestamp()"))},
+                          tokens_at = clock_timestamp()
+                    WHERE l.${column} = ${key} AND l.rate_limit IS NOT NULL`
+        const result = yield* change
+        yield* sql`UPDATE ${table}
+                      SET tokens = CASE WHEN rate_limit IS NOT NULL THEN least(coalesce(tokens, rate_burst), rate_burst) END,
+                          tokens_at = CASE WHEN rate_limit IS NOT NULL THEN coalesce(tokens_at, clock_timestamp()) END
+                    WHERE ${column} = ${key}`
+        return result
       })
 
     // A group's rate, its own or the topic's per-group one (`b`: its bucket row, `l`: the topic's limits).
@@ -243,27 +329,23 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
      * brought to now at the old rates, then hold at most the new bursts; a new rate starts full.
      */
     const rebucket = <A, E, R>(topic: string, change: Effect.Effect<A, E, R>) =>
-      Effect.gen(function*() {
-        yield* sql`UPDATE ${limitsTable} l
-                      SET tokens = ${sql.literal(bucket(t, "l", topicRate, "clock_timestamp()"))},
-                          tokens_at = clock_timestamp()
-                    WHERE l.topic = ${topic} AND l.rate_limit IS NOT NULL`
-        yield* sql`WITH settled AS (${groupBuckets} WHERE b.topic = ${topic})
-                   UPDATE ${buckets} b SET tokens = s.tokens, tokens_at = clock_timestamp()
-                     FROM settled s WHERE b.topic = s.topic AND b.group_key = s.group_key`
-        const result = yield* change
-        yield* sql`UPDATE ${limitsTable}
-                      SET tokens = CASE WHEN rate_limit IS NOT NULL THEN least(coalesce(tokens, rate_burst), rate_burst) END,
-                          tokens_at = CASE WHEN rate_limit IS NOT NULL THEN coalesce(tokens_at, clock_timestamp()) END
-                    WHERE topic = ${topic}`
-        // A bucket without a rate now is gone; one above its new burst holds the burst.
-        yield* sql`WITH settled AS (${groupBuckets} WHERE b.topic = ${topic}),
-                        gone AS (DELETE FROM ${buckets} b USING settled s
-                                  WHERE b.topic = s.topic AND b.group_key = s.group_key AND s.burst IS NULL)
-                   UPDATE ${buckets} b SET tokens = s.burst
-                     FROM settled s WHERE b.topic = s.topic AND b.group_key = s.group_key AND b.tokens > s.burst`
-        return result
-      })
+      rebucketOwn(
+        TOPIC_LIMITS,
+        topic,
+        Effect.gen(function*() {
+          yield* sql`WITH settled AS (${groupBuckets} WHERE b.topic = ${topic})
+                     UPDATE ${buckets} b SET tokens = s.tokens, tokens_at = clock_timestamp()
+                       FROM settled s WHERE b.topic = s.topic AND b.group_key = s.group_key`
+          const result = yield* change
+          // A bucket without a rate now is gone; one above its new burst holds the burst.
+          yield* sql`WITH settled AS (${groupBuckets} WHERE b.topic = ${topic}),
+                          gone AS (DELETE FROM ${buckets} b USING settled s
+                                    WHERE b.topic = s.topic AND b.group_key = s.group_key AND s.burst IS NULL)
+                     UPDATE ${buckets} b SET tokens = s.burst
+                       FROM settled s WHERE b.topic = s.topic AND b.group_key = s.group_key AND b.tokens > s.burst`
+          return result
+        })
+      )
 
     const setLimit = Effect.fn("FlowControl.setLimit")(function*(topic: string, options: LimitOptions) {
       yield* onlyKnown(options, ["maxInFlight", "groupMaxInFlight", "rate", "groupRate", "by"])
@@ -353,7 +435,72 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
       Effect.withSpan("FlowControl.limits")
     )
 
-    return FlowControl.of({ setLimit, setGroup, clear, limits })
+    const setInboxLimit = Effect.fn("FlowControl.setInboxLimit")(
+      function*(consumer: string, options: InboxLimitOptions) {
+        yield* onlyKnown(options, ["maxInFlight", "rate", "by"])
+        const decoded = yield* decodeConsumer(consumer)
+        const max = yield* decodeMaxInFlight(options.maxInFlight ?? null)
+        const rate = yield* decodeRate(options.rate)
+        if (max === null && rate === null) {
+          return yield* Effect.fail(
+            new InvalidInput({
+              argument: "options",
+              rule: "maxInFlight or rate (clearInbox removes a consumer's limits)"
+            })
+          )
+        }
+        const by = options.by === undefined ? "an operator" : yield* decodeBy(options.by)
+        yield* Effect.gen(function*() {
+          yield* limitedBy(
+            CONSUMER_LIMITS,
+            decoded,
+            by,
+            sql`INSERT INTO ${inboxLeases} (id, generation, consumer)
+                SELECT id, claim_generation, consumer FROM ${inbox}
+                 WHERE consumer = ${decoded} AND ${sql.literal(inboxLifecycle().is.claimed)}
+                ON CONFLICT (id) DO UPDATE SET generation = excluded.generation`
+          )
+          yield* rebucketOwn(
+            CONSUMER_LIMITS,
+            decoded,
+            sql`UPDATE ${inboxLimitsTable} SET max_in_flight = ${max}, rate_limit = ${rate?.limit ?? null},
+                                               rate_period = ${rate?.seconds ?? null},
+                                               rate_burst = ${rate?.burst ?? null}, updated_at = now(),
+                                               updated_by = ${by}
+                 WHERE consumer = ${decoded}`
+          )
+        }).pipe(sql.withTransaction, classifySqlErrors("FlowControl.setInboxLimit"))
+        yield* Effect.logInfo(
+          `effect-durable: ${by} set the limits of inbox consumer ${decoded}: ${max ?? "no limit"} in flight, rate ${
+            describeRate(rate)
+          }`
+        )
+      }
+    )
+
+    const clearInbox = Effect.fn("FlowControl.clearInbox")(function*(consumer: string) {
+      const decoded = yield* decodeConsumer(consumer)
+      return yield* Effect.gen(function*() {
+        const gone = yield* sql`DELETE FROM ${inboxLimitsTable} WHERE consumer = ${decoded} RETURNING consumer`
+        yield* sql`DELETE FROM ${inboxLeases} WHERE consumer = ${decoded}`
+        return gone.length > 0
+      }).pipe(sql.withTransaction, classifySqlErrors("FlowControl.clearInbox"))
+    })
+
+    const inboxLimits = sql`
+      SELECT l.consumer, l.max_in_flight AS "maxInFlight", ${sql.literal(rateJson("l.rate_"))} AS rate,
+             ${sql.literal(bucket(t, "l", topicRate, "clock_timestamp()"))} AS tokens,
+             (SELECT count(*)::int FROM ${inboxLeases} f
+                JOIN ${inbox} i ON i.id = f.id AND i.claim_generation = f.generation
+               WHERE f.consumer = l.consumer AND ${sql.literal(inboxLifecycle("i").is.claimed)}) AS "inFlight",
+             ${sql.literal(isoUtc("l.updated_at"))} AS "updatedAt", l.updated_by AS "updatedBy"
+        FROM ${inboxLimitsTable} l ORDER BY l.consumer`.pipe(
+      decodeRows(InboxLimitRow),
+      classifySqlErrors("FlowControl.inboxLimits"),
+      Effect.withSpan("FlowControl.inboxLimits")
+    )
+
+    return FlowControl.of({ setLimit, setGroup, clear, limits, setInboxLimit, clearInbox, inboxLimits })
   }
 )
 

@@ -143,6 +143,8 @@ const RUNTIME_TABLES = [
   "mutation_records",
   "outbox",
   "inbox",
+  "inbox_limits",
+  "inbox_flow_leases",
   "paused_topics",
   "flow_limits",
   "flow_group_limits",

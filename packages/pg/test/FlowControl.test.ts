@@ -163,7 +163,7 @@ describe("FlowControl: limits held by the claim", () => {
         yield* sql`SELECT * FROM durable.outbox_claim('old', 5, 60, ARRAY['fc.checker'], 10)`
         // Counted after the statement, once per message it claimed: 5 in flight against 2, five times.
         expect((yield* FlowChecker.overshoots()).filter((o) => o.topic === "fc.checker")).toEqual(
-          Array(5).fill({ topic: "fc.checker", group: "", inFlight: 5, limit: 2 })
+          Array(5).fill({ queue: "outbox", topic: "fc.checker", group: "", inFlight: 5, limit: 2 })
         )
         yield* sql`DELETE FROM durable.flow_overshoots`
       }))

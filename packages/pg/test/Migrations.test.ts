@@ -35,7 +35,8 @@ const RELEASED_DDL: Readonly<Record<number, string>> = {
   21: "9e89144cc0e6a2178c8c26fcf2ea48285a86d0fb448f18a631d852e4aa8e04ed",
   22: "2076971ed28ca668fe196bba99318c061ec2ba491d7803658a2d120dfcd85c92",
   23: "5ff8640cc0089fe4aee86abbd535cb6492706ef136ce2e3236d6a55b02190973",
-  24: "78fad518769059dda1e682ea3ef56c8557ba1a98833f58f426429814d71f6ecb"
+  24: "78fad518769059dda1e682ea3ef56c8557ba1a98833f58f426429814d71f6ecb",
+  25: "115a964f240fc086a055db1287ccab5f15251c4dfafac74f7a2502289fd40d65"
 }
 
 describe("released migrations", () => {
@@ -186,6 +187,8 @@ describe("Migrations", () => {
           "flow_leases",
           "flow_limits",
           "inbox",
+          "inbox_flow_leases",
+          "inbox_limits",
           "mutation_records",
           "outbox",
           "paused_topics",

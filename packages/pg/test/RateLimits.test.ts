@@ -4,16 +4,14 @@
 // the checker (inside the database) hold every span of claims against the bucket.
 import * as FlowChecker from "@effect-durable/testing/FlowChecker"
 import { describe, expect, it } from "@effect/vitest"
-import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as FlowControl from "../src/FlowControl.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
-import { claimOf, enqueueAll, markAll, substrate } from "./support.js"
+import { claimLoops, claimOf, enqueueAll, markAll, substrate } from "./support.js"
 
 /** What `seconds` of waiting would do to a topic's buckets: their clocks moved back. */
 const elapse = (topic: string, seconds: number) =>
@@ -197,25 +195,7 @@ describe("FlowControl: rate limits held by the claim", () => {
           ...(yield* enqueueAll("rl.race", 40, { group: "b" })),
           ...(yield* enqueueAll("rl.race", 40))
         ]
-        const delivered: Array<string> = []
-        const go = yield* Deferred.make<void>()
-        const loops = yield* Effect.all(
-          Array.from({ length: 16 }, (_, i) =>
-            Effect.andThen(
-              Deferred.await(go),
-              Effect.gen(function*() {
-                while (delivered.length < ids.length) {
-                  const claimed = yield* claimOf(`w${i}`, ["rl.race"], 5)
-                  delivered.push(...claimed.map((m) => m.id))
-                  yield* markAll(claimed)
-                  if (claimed.length === 0) yield* Effect.sleep("5 millis")
-                }
-              })
-            )),
-          { concurrency: "unbounded" }
-        ).pipe(Effect.forkChild)
-        yield* Deferred.succeed(go, undefined)
-        yield* Fiber.join(loops)
+        const delivered = yield* claimLoops(16, ids.length, (i) => claimOf(`w${i}`, ["rl.race"], 5), markAll)
         expect([...delivered].sort()).toEqual([...ids].sort())
         expect(yield* FlowChecker.rateOvershoots()).toEqual([])
         expect(yield* FlowChecker.overshoots()).toEqual([])

@@ -6,6 +6,7 @@ import { sqlStateOf } from "../src/ErrorClassification.js"
 export { eventually } from "@effect-durable/testing/Eventually"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Schedule from "effect/Schedule"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as TestClock from "effect/testing/TestClock"
@@ -46,6 +47,42 @@ export const barrier = Effect.map(Deferred.make<void>(), (gate) => ({
   wait: Deferred.await(gate),
   open: Deferred.succeed(gate, undefined)
 }))
+
+/** Runs `n` fibers released together through one gate; their results, in order. */
+export const together = <A, E, R>(n: number, fiber: (i: number) => Effect.Effect<A, E, R>) =>
+  Effect.gen(function*() {
+    const gate = yield* barrier
+    const running = yield* Effect.all(
+      Array.from({ length: n }, (_, i) => Effect.andThen(gate.wait, fiber(i))),
+      { concurrency: "unbounded" }
+    ).pipe(Effect.forkChild)
+    yield* gate.open
+    return yield* Fiber.join(running)
+  })
+
+/**
+ * `n` worker loops released together, each claiming (`claim(i)`) and settling what it took
+ * until `total` ids were taken in all (an empty claim waits 5 ms); every id taken, in claim order.
+ */
+export const claimLoops = <Row extends { readonly id: string }, E, R>(
+  n: number,
+  total: number,
+  claim: (i: number) => Effect.Effect<ReadonlyArray<Row>, E, R>,
+  settle: (taken: ReadonlyArray<Row>) => Effect.Effect<unknown, E, R>
+) =>
+  Effect.gen(function*() {
+    const taken: Array<string> = []
+    yield* together(n, (i) =>
+      Effect.gen(function*() {
+        while (taken.length < total) {
+          const batch = yield* claim(i)
+          taken.push(...batch.map((row) => row.id))
+          yield* settle(batch)
+          if (batch.length === 0) yield* Effect.sleep("5 millis")
+        }
+      }))
+    return taken
+  })
 
 /** The SQLSTATE of a failure (a driver `SqlError` or a classified `DatabaseError`). */
 export const sqlState = (error: unknown): string | undefined => sqlStateOf(error) ?? undefined

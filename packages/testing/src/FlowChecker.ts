@@ -13,6 +13,10 @@
  * clock is read between those two times, so the bound is never tighter than the bucket's: an
  * overshoot found is one.
  *
+ * The stored inbox's limits (per consumer, migration 25) are checked alike by a trigger on the
+ * inbox: its overshoots and rate claims are recorded with `queue: "inbox"` and the consumer as
+ * their topic.
+ *
  * @since 0.4.0
  */
 import * as Effect from "effect/Effect"
@@ -20,6 +24,9 @@ import * as SqlClient from "effect/sql/SqlClient"
 import { quoteIdentifier } from "./internal/admin.js"
 
 export interface Overshoot {
+  /** Which queue's limit: an outbox topic's or a stored-inbox consumer's. */
+  readonly queue: "outbox" | "inbox"
+  /** The topic (the consumer, for the inbox). */
   readonly topic: string
   /** '' for the topic's own limit; else the group whose limit was passed. */
   readonly group: string
@@ -33,10 +40,10 @@ export const install = (schema = "durable") =>
     const s = quoteIdentifier(schema)
     const statements = [
       `CREATE TABLE IF NOT EXISTS ${s}.flow_overshoots (
-        topic text NOT NULL, group_key text NOT NULL, in_flight integer NOT NULL, max_in_flight integer NOT NULL,
+        queue text NOT NULL DEFAULT 'outbox', topic text NOT NULL, group_key text NOT NULL, in_flight integer NOT NULL, max_in_flight integer NOT NULL,
         at timestamptz NOT NULL DEFAULT clock_timestamp())`,
       `CREATE TABLE IF NOT EXISTS ${s}.flow_rate_claims (
-        seq bigserial PRIMARY KEY, topic text NOT NULL, group_key text NOT NULL,
+        seq bigserial PRIMARY KEY, queue text NOT NULL DEFAULT 'outbox', topic text NOT NULL, group_key text NOT NULL,
         started timestamptz NOT NULL DEFAULT statement_timestamp(), at timestamptz NOT NULL DEFAULT clock_timestamp())`,
       `CREATE OR REPLACE FUNCTION ${s}.flow_check() RETURNS trigger LANGUAGE plpgsql AS $check$
       DECLARE
@@ -72,10 +79,37 @@ export const install = (schema = "durable") =>
         RETURN NULL;
       END
       $check$`,
-      `DROP TRIGGER IF EXISTS flow_check ON ${s}.outbox`,
-      `CREATE TRIGGER flow_check AFTER UPDATE OF claim_generation ON ${s}.outbox
-        FOR EACH ROW WHEN (NEW.claim_generation <> OLD.claim_generation AND NEW.claimed_until IS NOT NULL)
-        EXECUTE FUNCTION ${s}.flow_check()`
+      `CREATE OR REPLACE FUNCTION ${s}.inbox_flow_check() RETURNS trigger LANGUAGE plpgsql AS $check$
+      DECLARE
+        cap integer;
+        n integer;
+        rated boolean;
+      BEGIN
+        SELECT l.max_in_flight, l.rate_limit IS NOT NULL INTO cap, rated
+          FROM ${s}.inbox_limits l WHERE l.consumer = NEW.consumer;
+        IF cap IS NOT NULL THEN
+          SELECT count(*) INTO n FROM ${s}.inbox i
+           WHERE i.consumer = NEW.consumer AND i.processed_at IS NULL AND i.dead_at IS NULL AND i.claimed_until > now();
+          IF n > cap THEN
+            INSERT INTO ${s}.flow_overshoots (queue, topic, group_key, in_flight, max_in_flight)
+            VALUES ('inbox', NEW.consumer, '', n, cap);
+          END IF;
+        END IF;
+        IF rated THEN
+          INSERT INTO ${s}.flow_rate_claims (queue, topic, group_key) VALUES ('inbox', NEW.consumer, '');
+        END IF;
+        RETURN NULL;
+      END
+      $check$`,
+      ...(["outbox", "inbox"] as const).flatMap((queue) => {
+        const name = queue === "outbox" ? "flow_check" : "inbox_flow_check"
+        return [
+          `DROP TRIGGER IF EXISTS ${name} ON ${s}.${queue}`,
+          `CREATE TRIGGER ${name} AFTER UPDATE OF claim_generation ON ${s}.${queue}
+            FOR EACH ROW WHEN (NEW.claim_generation <> OLD.claim_generation AND NEW.claimed_until IS NOT NULL)
+            EXECUTE FUNCTION ${s}.${name}()`
+        ]
+      })
     ]
     return Effect.forEach(statements, (statement) => sql.unsafe(statement), { discard: true })
   })
@@ -84,11 +118,13 @@ export const install = (schema = "durable") =>
 export const overshoots = (schema = "durable") =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
     sql.unsafe<Overshoot>(
-      `SELECT topic, group_key AS "group", in_flight AS "inFlight", max_in_flight AS "limit"
+      `SELECT queue, topic, group_key AS "group", in_flight AS "inFlight", max_in_flight AS "limit"
          FROM ${quoteIdentifier(schema)}.flow_overshoots ORDER BY at`
     ))
 
 export interface RateOvershoot {
+  readonly queue: "outbox" | "inbox"
+  /** The topic (the consumer, for the inbox). */
   readonly topic: string
   /** '' for the topic's own rate; else the group whose rate was passed. */
   readonly group: string
@@ -97,8 +133,8 @@ export interface RateOvershoot {
 }
 
 /**
- * Every topic and group whose claims took more than their token bucket allows in some span of
- * time (checked against the rates set now: set them before the load and leave them).
+ * Every topic, group and inbox consumer whose claims took more than their token bucket allows in
+ * some span of time (checked against the rates set now: set them before the load and leave them).
  */
 export const rateOvershoots = (schema = "durable") =>
   Effect.flatMap(SqlClient.SqlClient, (sql) => {
@@ -109,26 +145,32 @@ export const rateOvershoots = (schema = "durable") =>
     return sql.unsafe<RateOvershoot>(
       `WITH base AS (SELECT min(started) AS t0 FROM ${s}.flow_rate_claims),
       buckets AS (
-        SELECT c.seq, c.topic, '' AS group_key, c.started, c.at, l.rate_limit / l.rate_period AS r, l.rate_burst AS burst
-          FROM ${s}.flow_rate_claims c JOIN ${s}.flow_limits l ON l.topic = c.topic WHERE l.rate_limit IS NOT NULL
+        SELECT c.seq, c.queue, c.topic, '' AS group_key, c.started, c.at, l.rate_limit / l.rate_period AS r,
+               l.rate_burst AS burst
+          FROM ${s}.flow_rate_claims c JOIN ${s}.flow_limits l ON l.topic = c.topic
+         WHERE c.queue = 'outbox' AND l.rate_limit IS NOT NULL
         UNION ALL
-        SELECT c.seq, c.topic, c.group_key, c.started, c.at,
+        SELECT c.seq, c.queue, c.topic, c.group_key, c.started, c.at,
                coalesce(g.rate_limit / g.rate_period, l.group_rate_limit / l.group_rate_period),
                coalesce(g.rate_burst, l.group_rate_burst)
           FROM ${s}.flow_rate_claims c JOIN ${s}.flow_limits l ON l.topic = c.topic
           LEFT JOIN ${s}.flow_group_limits g ON g.topic = c.topic AND g.group_key = c.group_key
-         WHERE c.group_key <> '' AND (g.rate_limit IS NOT NULL OR l.group_rate_limit IS NOT NULL)),
+         WHERE c.queue = 'outbox' AND c.group_key <> '' AND (g.rate_limit IS NOT NULL OR l.group_rate_limit IS NOT NULL)
+        UNION ALL
+        SELECT c.seq, c.queue, c.topic, '', c.started, c.at, l.rate_limit / l.rate_period, l.rate_burst
+          FROM ${s}.flow_rate_claims c JOIN ${s}.inbox_limits l ON l.consumer = c.topic
+         WHERE c.queue = 'inbox' AND l.rate_limit IS NOT NULL),
       numbered AS (
-        SELECT b.*, row_number() OVER (PARTITION BY b.topic, b.group_key ORDER BY b.seq) AS k FROM buckets b),
+        SELECT b.*, row_number() OVER (PARTITION BY b.queue, b.topic, b.group_key ORDER BY b.seq) AS k FROM buckets b),
       spans AS (
-        SELECT n.topic, n.group_key, n.burst,
+        SELECT n.queue, n.topic, n.group_key, n.burst,
                n.k - n.r * extract(epoch FROM n.at - base.t0)::float8 AS hi,
                min(n.k - n.r * extract(epoch FROM n.started - base.t0)::float8)
-                 OVER (PARTITION BY n.topic, n.group_key ORDER BY n.k ROWS UNBOUNDED PRECEDING) AS lo
+                 OVER (PARTITION BY n.queue, n.topic, n.group_key ORDER BY n.k ROWS UNBOUNDED PRECEDING) AS lo
           FROM numbered n CROSS JOIN base),
       worst AS (
-        SELECT DISTINCT ON (topic, group_key) topic, group_key, hi - lo + 1 - burst AS excess
-          FROM spans ORDER BY topic, group_key, hi - lo DESC)
-      SELECT topic, group_key AS "group", excess FROM worst WHERE excess > 1e-6 ORDER BY topic, group_key`
+        SELECT DISTINCT ON (queue, topic, group_key) queue, topic, group_key, hi - lo + 1 - burst AS excess
+          FROM spans ORDER BY queue, topic, group_key, hi - lo DESC)
+      SELECT queue, topic, group_key AS "group", excess FROM worst WHERE excess > 1e-6 ORDER BY queue, topic, group_key`
     )
   })

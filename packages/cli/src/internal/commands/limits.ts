@@ -1,7 +1,8 @@
 /**
- * `effect-durable limits list|set|group|clear`: the flow limits of `FlowControl` — a topic's
- * most messages in flight across every projector, its most per group, a group's own limit and
- * weight, and rates (`--rate 10/1m`: a token bucket per topic, `--group-rate` per group) —
+ * `effect-durable limits list|set|group|clear|inbox`: the flow limits of `FlowControl` — a
+ * topic's most messages in flight across every projector, its most per group, a group's own
+ * limit and weight, and rates (`--rate 10/1m`: a token bucket per topic, `--group-rate` per
+ * group); `limits inbox set|clear` the same for a stored-inbox consumer (in flight and a rate) —
  * changed at run time: every claim reads them, no process restarts.
  */
 import * as FlowControl from "@effect-durable/pg/FlowControl"
@@ -18,6 +19,10 @@ import * as Output from "../output.js"
 import { operatorName } from "./topics.js"
 
 const topic = Argument.String("topic").pipe(Argument.withMetavar("TOPIC"), Argument.withDescription("The topic"))
+const consumer = Argument.String("consumer").pipe(
+  Argument.withMetavar("CONSUMER"),
+  Argument.withDescription("The stored inbox's consumer")
+)
 const group = Argument.String("group").pipe(Argument.withMetavar("GROUP"), Argument.withDescription("The group"))
 const count = (name: string, description: string) =>
   Flag.Int(name).pipe(Flag.withMetavar("N"), Flag.optional, Flag.withDescription(description))
@@ -49,8 +54,21 @@ const list = Command.make(
   { json },
   Effect.fn("effect-durable.limits.list")(
     function*(args) {
-      const limits = yield* (yield* FlowControl.FlowControl).limits
-      if (args.json) return yield* Output.json({ limits })
+      const flow = yield* FlowControl.FlowControl
+      const limits = yield* flow.limits
+      const inbox = yield* flow.inboxLimits
+      if (args.json) return yield* Output.json({ limits, inbox })
+      if (inbox.length > 0) {
+        yield* Output.line(Output.table<typeof inbox[number]>([
+          { header: "INBOX CONSUMER", value: (l) => l.consumer },
+          { header: "IN FLIGHT", value: (l) => l.inFlight },
+          { header: "MAX", value: (l) => orNone(l.maxInFlight) },
+          { header: "RATE", value: (l) => showRate(l.rate) },
+          { header: "TOKENS", value: (l) => (l.tokens === null ? "-" : Math.floor(l.tokens)) },
+          { header: "SET BY", value: (l) => `${l.updatedBy} at ${l.updatedAt}` }
+        ], inbox))
+        if (limits.length === 0) return
+      }
       yield* Output.line(
         limits.length === 0 ? "no limits" : Output.table<typeof limits[number]>([
           { header: "TOPIC", value: (l) => l.topic },
@@ -75,7 +93,11 @@ const list = Command.make(
     },
     withDatabase({ poolSize: 1 })
   )
-).pipe(Command.withDescription("List the limited topics: what is in flight, their limits, their groups"))
+).pipe(
+  Command.withDescription(
+    "List the limited topics (what is in flight, their limits, their groups) and the limited inbox consumers"
+  )
+)
 
 const set = Command.make(
   "set",
@@ -195,11 +217,67 @@ const clear = Command.make(
   )
 ).pipe(Command.withDescription("Remove every limit of a topic and its groups' settings"))
 
+const inboxSet = Command.make(
+  "set",
+  {
+    consumer,
+    max: count("max", "At most N of the consumer's entries in flight across every worker (none when left out)"),
+    rate: rateFlag("rate", "At most N of its entries claimed per PERIOD, e.g. 10/1m (none when left out)"),
+    burst: count("burst", "The most of them claimed at once after a quiet spell (default: N of --rate)"),
+    json
+  },
+  Effect.fn("effect-durable.limits.inbox.set")(
+    function*(args) {
+      const by = operatorName()
+      const maxInFlight = Option.getOrNull(args.max)
+      const rate = yield* readRate("--rate", args.rate, args.burst, "--burst")
+      if (maxInFlight === null && rate === null) {
+        return yield* usage("limits inbox set: give --max or --rate (`limits inbox clear` removes a consumer's limits)")
+      }
+      const flow = yield* FlowControl.FlowControl
+      yield* flow.setInboxLimit(args.consumer, { maxInFlight, rate, by: by.slice(0, 128) })
+      const set = (yield* flow.inboxLimits).find((l) => l.consumer === args.consumer)
+      const said = `at most ${orNone(maxInFlight)} in flight, rate ${showRate(set?.rate ?? null)}`
+      yield* Effect.logInfo(`operator action: limits of inbox consumer ${args.consumer} set to ${said} by ${by}`)
+      if (args.json) return yield* Output.json({ consumer: args.consumer, maxInFlight, rate: set?.rate ?? null })
+      yield* Output.line(`inbox consumer ${Output.printable(args.consumer)}: ${said}`)
+    },
+    withDatabase({ poolSize: 1 })
+  )
+).pipe(Command.withDescription("Set (replace) a stored-inbox consumer's limits: in flight across every worker, a rate"))
+
+const inboxClear = Command.make(
+  "clear",
+  { consumer, json },
+  Effect.fn("effect-durable.limits.inbox.clear")(
+    function*(args) {
+      const cleared = yield* (yield* FlowControl.FlowControl).clearInbox(args.consumer)
+      yield* Effect.logInfo(`operator action: limits of inbox consumer ${args.consumer} cleared by ${operatorName()}`)
+      if (args.json) return yield* Output.json({ consumer: args.consumer, cleared })
+      yield* Output.line(
+        `inbox consumer ${Output.printable(args.consumer)} ${cleared ? "has no limits now" : "had no limits"}`
+      )
+    },
+    withDatabase({ poolSize: 1 })
+  )
+).pipe(Command.withDescription("Remove a stored-inbox consumer's limits"))
+
+const inbox = Command.make(
+  "inbox",
+  {},
+  () => usage("limits inbox: name a subcommand: set, clear")
+).pipe(
+  Command.withDescription("Limits of a stored-inbox consumer (InboxWorker): set, clear"),
+  Command.withSubcommands([inboxSet, inboxClear])
+)
+
 export const limits = Command.make(
   "limits",
   {},
-  () => usage("limits: name a subcommand: list, set, group, clear")
+  () => usage("limits: name a subcommand: list, set, group, clear, inbox")
 ).pipe(
-  Command.withDescription("Global concurrency limits, rates and fair share per topic: list, set, group, clear"),
-  Command.withSubcommands([list, set, setGroup, clear])
+  Command.withDescription(
+    "Global concurrency limits, rates and fair share per topic, and limits per inbox consumer: list, set, group, clear, inbox"
+  ),
+  Command.withSubcommands([list, set, setGroup, clear, inbox])
 )

@@ -119,7 +119,7 @@ ${claimQuery(t, spec)};
 END
 $claim$`
 
-const claimQuery = (t: (table: string) => string, spec: ClaimSpec) => {
+const claimQuery = (t: (table: string) => string, spec: ClaimSpec, limit = "$2") => {
   const table = t(spec.table)
   const expired = "q.claimed_until IS NOT NULL"
   const exhausted = `${expired} AND q.lease_expiries + 1 >= $5`
@@ -129,7 +129,7 @@ const claimQuery = (t: (table: string) => string, spec: ClaimSpec) => {
      AND (c.claimed_until IS NULL OR c.claimed_until <= now())
      AND ${spec.filter("c", t)}
    ORDER BY c.id
-   LIMIT $2
+   LIMIT ${limit}
    FOR UPDATE SKIP LOCKED)
 UPDATE ${table} q SET
   claimed_by = CASE WHEN ${exhausted} THEN q.claimed_by ELSE $1 END,
@@ -147,8 +147,11 @@ RETURNING q.id::text, q.claim_generation::text, q.attempt_count, q.dead_at IS NO
 
 /** The outbox claim's query: $1 worker, $2 limit, $3 lease seconds, $4 topics (text[] or NULL), $5 lease bound. */
 export const outboxClaimQuery = (t: (table: string) => string): string => claimQuery(t, OUTBOX)
-/** The inbox claim's query: $1 worker, $2 limit, $3 lease seconds, $4 consumer, $5 lease bound. */
-export const inboxClaimQuery = (t: (table: string) => string): string => claimQuery(t, INBOX)
+/**
+ * The inbox claim's query: $1 worker, $2 limit, $3 lease seconds, $4 consumer, $5 lease bound.
+ * `limit`: how many rows it takes at most (version 25: what the consumer's limits leave).
+ */
+export const inboxClaimQuery = (t: (table: string) => string, limit?: string): string => claimQuery(t, INBOX, limit)
 
 /**
  * The ledger's first step, one call: set the substrate's timeouts for the transaction (and

@@ -15,7 +15,7 @@
  */
 import type { Migration } from "../../Migrations.js"
 
-interface QueueTable {
+export interface QueueTable {
   readonly name: "outbox" | "inbox"
   readonly done: "projected_at" | "processed_at"
 }

@@ -38,7 +38,7 @@
  * with limits: a worker stopped past its lease renewed it on waking, 10 in flight against 8).
  */
 import type { Migration } from "../../Migrations.js"
-import { fenced } from "./0010_fenced_batch_writes.js"
+import { fenced, type QueueTable } from "./0010_fenced_batch_writes.js"
 import { aheadInKey, claimConditions, type ClaimOrder, claimQuery, claimUpdate, idOrder } from "./0012_keyed_runs.js"
 
 /**
@@ -47,34 +47,48 @@ import { aheadInKey, claimConditions, type ClaimOrder, claimQuery, claimUpdate, 
  * would put one more in flight than the limit). Elsewhere a holder late by a stall keeps its
  * message if nobody claimed it meanwhile, as before.
  */
-export const renewable = (t: (table: string) => string, q: string, until = "now()") =>
-  `(${q}.claimed_until > ${until} OR NOT EXISTS (SELECT 1 FROM ${t("flow_limits")} l WHERE l.topic = ${q}.topic))`
+export const renewable = (t: (table: string) => string, q: string, until = "now()", limits: Limits = TOPIC_LIMITS) =>
+  `(${q}.claimed_until > ${until} OR NOT EXISTS (SELECT 1 FROM ${
+    t(limits.table)
+  } l WHERE l.${limits.key} = ${q}.${limits.key}))`
+
+/** Where a queue's limits are rows: the table and the column a row of the queue names them by. */
+export interface Limits {
+  readonly table: string
+  readonly key: string
+}
+
+/** The outbox's limits, per topic (this version). */
+export const TOPIC_LIMITS: Limits = { table: "flow_limits", key: "topic" }
 
 /**
  * The outbox's batch renewal: `rule` is what a row must also meet (this version: `renewable`),
- * `from` the time the new lease runs from (this version: `now()`). Version 18 passes its own.
+ * `from` the time the new lease runs from (this version: `now()`). Version 18 passes its own;
+ * version 25 writes the inbox's (`queue`).
  */
 export const renewManyFunction = (
   t: (table: string) => string,
   rule: string = renewable(t, "q"),
-  from = "now()"
+  from = "now()",
+  queue: QueueTable = { name: "outbox", done: "projected_at" }
 ) =>
   `CREATE OR REPLACE FUNCTION ${
-    t("outbox_renew_many")
+    t(`${queue.name}_renew_many`)
   }(p_ids bigint[], p_fences jsonb, p_lease_seconds double precision)
   RETURNS SETOF text
   LANGUAGE plpgsql
 AS $write$
 BEGIN
 RETURN QUERY
-UPDATE ${t("outbox")} q SET claimed_until = ${from} + make_interval(secs => p_lease_seconds)
- WHERE ${fenced({ name: "outbox", done: "projected_at" })} AND ${rule}
+UPDATE ${t(queue.name)} q SET claimed_until = ${from} + make_interval(secs => p_lease_seconds)
+ WHERE ${fenced(queue)} AND ${rule}
 RETURNING q.id::text;
 END
 $write$`
 
 /** The advisory lock (two-key form, its own key space) a claim takes shared and a new limit exclusive. */
-export const limitsLock = (t: (table: string) => string) => `'${t("flow_limits")}'::regclass::oid::integer, 17`
+export const limitsLock = (t: (table: string) => string, limits: Limits = TOPIC_LIMITS) =>
+  `'${t(limits.table)}'::regclass::oid::integer, 17`
 
 /**
  * What a later version adds to this version's limited claim (version 18: token buckets). Each

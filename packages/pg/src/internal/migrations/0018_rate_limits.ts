@@ -29,7 +29,7 @@
  * from the clock too. A healthy holder renews every third of its lease, far inside the margin.
  */
 import type { Migration } from "../../Migrations.js"
-import { claimFunction, type LaterClaim, renewable, renewManyFunction } from "./0017_flow_limits.js"
+import { claimFunction, type LaterClaim, type Limits, renewable, renewManyFunction } from "./0017_flow_limits.js"
 
 /**
  * What a lease renewal of the outbox asks since this version (`lease`: the new lease's seconds,
@@ -37,10 +37,11 @@ import { claimFunction, type LaterClaim, renewable, renewManyFunction } from "./
  * a second: a renewal asking for a tiny lease does not shrink the margin) — or the topic has no
  * limits.
  */
-export const renewableInTime = (t: (table: string) => string, q: string, lease: string) =>
-  renewable(t, q, `clock_timestamp() + make_interval(secs => greatest(${lease} / 6, 1))`)
+export const renewableInTime = (t: (table: string) => string, q: string, lease: string, limits?: Limits) =>
+  renewable(t, q, `clock_timestamp() + make_interval(secs => greatest(${lease} / 6, 1))`, limits)
 
-const rateColumns = (prefix: string) => [
+/** A rate's columns (`prefix`: '' for a topic's own, `group_` for its groups'), as ALTER TABLE clauses. */
+export const rateColumns = (prefix: string) => [
   `ADD COLUMN ${prefix}rate_limit integer CHECK (${prefix}rate_limit > 0)`,
   `ADD COLUMN ${prefix}rate_period double precision CHECK (${prefix}rate_period > 0)`,
   `ADD COLUMN ${prefix}rate_burst integer CHECK (${prefix}rate_burst > 0)`,

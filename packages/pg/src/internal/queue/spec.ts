@@ -10,6 +10,7 @@ import * as Schema from "effect/Schema"
 import type { Settings } from "../../DurableConfig.js"
 import type { Claim } from "../../LeasedQueue.js"
 import { renewableInTime } from "../migrations/0018_rate_limits.js"
+import { inboxRenewable } from "../migrations/0025_inbox_limits.js"
 
 export interface QueueSpec {
   readonly queue: QueueName
@@ -34,8 +35,8 @@ export interface QueueSpec {
   readonly done: "projected_at" | "processed_at"
   /**
    * What a lease renewal also asks of the row, given the new lease's seconds (an SQL
-   * expression). The outbox: on a limited topic the lease still runs, by the clock, a sixth of
-   * a lease from now (migration 18).
+   * expression): of a limited topic's message (migration 18) or a limited consumer's entry
+   * (migration 25), that the lease still runs, by the clock, a sixth of a lease from now.
    */
   readonly renewable: (leaseSeconds: string) => string
   /** A claim that cannot write; `cancelled` when its row was cancelled. */
@@ -70,7 +71,9 @@ export const specFor = (settings: Settings, queue: QueueName): QueueSpec => ({
   },
   done: queue === "outbox" ? "projected_at" : "processed_at",
   renewable: (leaseSeconds) =>
-    queue === "outbox" ? renewableInTime(settings.table, settings.table("outbox"), leaseSeconds) : "true",
+    queue === "outbox"
+      ? renewableInTime(settings.table, settings.table("outbox"), leaseSeconds)
+      : inboxRenewable(settings.table, settings.table("inbox"), leaseSeconds),
   // A malformed claim token is a mismatch too; its parts are shown as safely as they can be.
   mismatch: (claim, cancelled) =>
     new ClaimMismatch({
