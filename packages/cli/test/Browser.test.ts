@@ -454,7 +454,7 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
           Promise.all([page.waitForResponse((r) => r.url().endsWith(`/limits/actions/${action}`)), click()])
         yield* withPage(async (page, base) => {
           await page.goto(`${base}/ops/durable/limits`)
-          const form = page.locator(".limit-new")
+          const form = page.locator("#new-limit")
           await form.locator("input[name=topic]").fill(topic)
           await form.locator("input[name=max]").fill("20")
           await form.locator("input[name=group-max]").fill("2")
@@ -485,6 +485,37 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
           await page.goto(`${base}/ops/durable/limits`)
           const row = page.locator(`tr[data-topic="${topic}"]`)
           await submitted(page, "clear", () => row.getByRole("button", { name: "Clear" }).click())
+        })
+        expect(yield* limitOf).toBeUndefined()
+      }))
+
+    it.effect("inbox limits: a consumer's limit set from the form, changed in its row, cleared (checked in the database)", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const consumer = freshTopic("invoicing")
+        const limitOf = Effect.map(flow.inboxLimits, (all) => all.find((l) => l.consumer === consumer))
+        const submitted = (page: Page, action: string, click: () => Promise<void>) =>
+          Promise.all([page.waitForResponse((r) => r.url().endsWith(`/limits/actions/${action}`)), click()])
+        yield* withPage(async (page, base) => {
+          await page.goto(`${base}/ops/durable/limits`)
+          const form = page.locator("#new-inbox-limit")
+          await form.locator("input[name=consumer]").fill(consumer)
+          await form.locator("input[name=max]").fill("4")
+          await form.locator("input[name=rate]").fill("10/1s")
+          await submitted(page, "inbox-set", () => form.getByRole("button", { name: "Set" }).click())
+        })
+        expect(yield* limitOf).toMatchObject({ maxInFlight: 4, rate: { limit: 10, perMillis: 1000, burst: 10 } })
+        yield* withPage(async (page, base) => {
+          await page.goto(`${base}/ops/durable/limits`)
+          const row = page.locator(`tr[data-consumer="${consumer}"]`)
+          await row.locator("input[name=max]").fill("")
+          await submitted(page, "inbox-set", () => row.getByRole("button", { name: "Set" }).click())
+        })
+        expect(yield* limitOf).toMatchObject({ maxInFlight: null, rate: { limit: 10, perMillis: 1000, burst: 10 } })
+        yield* withPage(async (page, base) => {
+          await page.goto(`${base}/ops/durable/limits`)
+          const row = page.locator(`tr[data-consumer="${consumer}"]`)
+          await submitted(page, "inbox-clear", () => row.getByRole("button", { name: "Clear" }).click())
         })
         expect(yield* limitOf).toBeUndefined()
       }))

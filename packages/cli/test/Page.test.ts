@@ -48,6 +48,14 @@ const get = (path: string, init: RequestInit = {}) =>
       return { status: response.status, body: await response.text() }
     }))
 
+/** A limits action of the page (`set`, `clear`, `inbox-set`, `inbox-clear`) posted by user fay. */
+const limitAction = (verb: string, body: unknown) =>
+  get(`/ops/durable/limits/actions/${verb}`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-test-user": "fay" },
+    body: JSON.stringify(body)
+  })
+
 describe("admin page over HTTP", () => {
   it.layer(Live, { timeout: "120 seconds" })((it) => {
     it.effect("every page query runs under the statement timeout: a locked outbox is a 503 with the cause, not a hang", () =>
@@ -184,14 +192,8 @@ describe("admin page over HTTP", () => {
 
     it.effect("limits: set from the page (logged with who), listed escaped with what is in flight, refused when bad, cleared", () =>
       Effect.gen(function*() {
-        const act = (verb: string, body: unknown) =>
-          get(`/ops/durable/limits/actions/${verb}`, {
-            method: "POST",
-            headers: { "content-type": "application/json", "x-test-user": "fay" },
-            body: JSON.stringify(body)
-          })
         expect((yield* get("/ops/durable/limits")).body).toContain("No limits.")
-        const set = yield* act("set", { topic: "mail<x>", maxInFlight: 20, groupMaxInFlight: 2 })
+        const set = yield* limitAction("set", { topic: "mail<x>", maxInFlight: 20, groupMaxInFlight: 2 })
         expect([set.status, JSON.parse(set.body)]).toEqual([200, { topic: "mail<x>", changed: true }])
         expect(logged).toContainEqual(
           expect.stringMatching(
@@ -208,11 +210,11 @@ describe("admin page over HTTP", () => {
           groupMaxInFlight: 2,
           updatedBy: "fay (admin page)"
         })
-        const bad = yield* act("set", { topic: "mail<x>", maxInFlight: 0 })
+        const bad = yield* limitAction("set", { topic: "mail<x>", maxInFlight: 0 })
         expect([bad.status, JSON.parse(bad.body).error]).toEqual([400, expect.stringMatching(/maxInFlight/)])
         expect((yield* flow.limits).find((l) => l.topic === "mail<x>")!.maxInFlight).toBe(20)
         // Rates: as the CLI writes them; listed with the bucket's tokens; refused when bad, naming the field.
-        const rated = yield* act("set", {
+        const rated = yield* limitAction("set", {
           topic: "mail<x>",
           maxInFlight: 20,
           rate: "10/1m",
@@ -229,7 +231,7 @@ describe("admin page over HTTP", () => {
         expect(ratedPage).toContain(`<td class="rate">10/1m (burst 4)</td><td class="num tokens">4</td>`)
         expect(ratedPage).toContain(`name="rate" size="7" maxlength="32" placeholder="rate 10/1m" value="10/1m"`)
         for (const [field, value] of [["rate", "10/fortnight"], ["groupRate", "0/1m"], ["rate", "5"]] as const) {
-          const refused = yield* act("set", { topic: "mail<x>", maxInFlight: 20, [field]: value })
+          const refused = yield* limitAction("set", { topic: "mail<x>", maxInFlight: 20, [field]: value })
           expect([refused.status, JSON.parse(refused.body).error]).toEqual([400, expect.stringContaining(field)])
         }
         expect((yield* flow.limits).find((l) => l.topic === "mail<x>")!.rate).toEqual({
@@ -237,11 +239,52 @@ describe("admin page over HTTP", () => {
           perMillis: 60_000,
           burst: 4
         })
-        expect(JSON.parse((yield* act("clear", { topic: "mail<x>" })).body)).toEqual({
+        expect(JSON.parse((yield* limitAction("clear", { topic: "mail<x>" })).body)).toEqual({
           topic: "mail<x>",
           changed: true
         })
         expect((yield* flow.limits).some((l) => l.topic === "mail<x>")).toBe(false)
+      }))
+
+    it.effect("inbox limits: set from the page (logged with who), listed escaped with what is in flight, refused when bad, cleared", () =>
+      Effect.gen(function*() {
+        expect((yield* get("/ops/durable/limits")).body).toContain("No inbox limits.")
+        const set = yield* limitAction("inbox-set", { consumer: "bill<x>", maxInFlight: 3, rate: "10/1m", burst: 4 })
+        expect([set.status, JSON.parse(set.body)]).toEqual([200, { consumer: "bill<x>", changed: true }])
+        expect(logged).toContainEqual(
+          expect.stringMatching(
+            /^effect-durable admin: set limits of inbox consumer bill<x>: max 3, rate 10\/1m by fay from /
+          )
+        )
+        const page = (yield* get("/ops/durable/limits")).body
+        expect(page).toContain(`<tr data-consumer="bill&lt;x&gt;"><td>bill&lt;x&gt;</td><td class="num">0</td>`)
+        expect(page).toContain(
+          `<td class="num max">3</td><td class="rate">10/1m (burst 4)</td><td class="num tokens">4</td>`
+        )
+        expect(page).toContain(`data-action="inbox-limit-clear" data-consumer="bill&lt;x&gt;"`)
+        const flow = yield* FlowControl.FlowControl
+        expect((yield* flow.inboxLimits).find((l) => l.consumer === "bill<x>")).toMatchObject({
+          maxInFlight: 3,
+          rate: { limit: 10, perMillis: 60_000, burst: 4 },
+          updatedBy: "fay (admin page)"
+        })
+        for (
+          const [body, field] of [
+            [{ consumer: "bill<x>", maxInFlight: 0 }, "maxInFlight"],
+            [{ consumer: "bill<x>", rate: "10/fortnight" }, "rate"],
+            [{ consumer: "bill<x>" }, "options"],
+            [{ consumer: "", maxInFlight: 2 }, "consumer"]
+          ] as const
+        ) {
+          const refused = yield* limitAction("inbox-set", body)
+          expect([refused.status, JSON.parse(refused.body).error]).toEqual([400, expect.stringContaining(field)])
+        }
+        expect((yield* flow.inboxLimits).find((l) => l.consumer === "bill<x>")!.maxInFlight).toBe(3)
+        expect(JSON.parse((yield* limitAction("inbox-clear", { consumer: "bill<x>" })).body)).toEqual({
+          consumer: "bill<x>",
+          changed: true
+        })
+        expect(yield* flow.inboxLimits).toEqual([])
       }))
 
     it.effect("a message still to be delivered has Cancel; cancelling it is logged, its page then offers Restore", () =>

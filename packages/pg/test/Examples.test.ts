@@ -2,13 +2,16 @@ import * as Cursor from "@effect-durable/core/Cursor"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import { describe, expect, it } from "@effect/vitest"
 import * as ConfigProvider from "effect/ConfigProvider"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as CasExample from "../examples/cas.js"
 import * as DatabaseExample from "../examples/database.js"
 import * as FlowControlExample from "../examples/flowControl.js"
 import * as InboxExample from "../examples/inbox.js"
+import * as InboxLimitsExample from "../examples/inboxLimits.js"
 import * as LedgerExample from "../examples/ledger.js"
 import * as MigrationsExample from "../examples/migrations.js"
 import * as OutboxExample from "../examples/outbox.js"
@@ -87,6 +90,38 @@ describe("the README examples do what the README says", () => {
         const worker = yield* OutboxWorker.OutboxWorker
         const claimed = yield* worker.claim({ worker: "w", topics: ["sms"], limit: 100, lease: "1 minute" })
         expect(claimed).toHaveLength(6)
+      }))
+
+    it.effect("inbox limits: three workers at once take 4 payments between them, a redelivery is stored once", () =>
+      Effect.gen(function*() {
+        const limits = yield* InboxLimitsExample.configure
+        expect(limits.find((l) => l.consumer === "payments")).toMatchObject({
+          maxInFlight: 4,
+          rate: { limit: 100, perMillis: 60_000, burst: 100 },
+          updatedBy: "deploy"
+        })
+        for (let i = 0; i < 10; i++) expect(yield* InboxLimitsExample.receive(`pay-${i}`, { amount: i })).toBe("New")
+        expect(yield* InboxLimitsExample.receive("pay-0", { amount: 0 })).toBe("Duplicate")
+        // Three workers at once; every charge is held until the test lets them go.
+        const release = yield* Deferred.make<void>()
+        const fourCharging = yield* Deferred.make<void>()
+        let charging = 0
+        const charge = () =>
+          Effect.andThen(
+            Effect.suspend(() => (++charging === 4 ? Deferred.succeed(fourCharging, undefined) : Effect.void)),
+            Deferred.await(release)
+          )
+        const workers = yield* Effect.forEach(
+          ["w1", "w2", "w3"],
+          (worker) => Effect.forkChild(InboxLimitsExample.work(worker, charge))
+        )
+        yield* Deferred.await(fourCharging)
+        // While four are being charged, another worker gets nothing.
+        expect(yield* InboxLimitsExample.work("w4", charge)).toBe(0)
+        yield* Deferred.succeed(release, undefined)
+        const taken = yield* Effect.forEach(workers, Fiber.join)
+        expect(taken.reduce((a, b) => a + b, 0)).toBe(4)
+        expect(charging).toBe(4)
       }))
 
     it.effect("priority: a reset enqueued behind a campaign goes first, then the receipt, then the newsletters", () =>

@@ -19,6 +19,7 @@ import {
   ActionBody,
   body,
   ExecutionBody,
+  InboxLimitBody,
   jsonResponse,
   LimitBody,
   MessageActionBody,
@@ -214,6 +215,33 @@ export const make = ({ filterOf, jobs, options, queries, workflows }: ActionCont
       return jsonResponse({ topic: input.topic, changed })
     })
 
+  /** Set a stored-inbox consumer's limits (both given: null is none) or clear them; the library checks the values. */
+  const inboxLimitAction = (verb: "set" | "clear") =>
+    Effect.fnUntraced(function*(r: Request) {
+      const input = yield* body(InboxLimitBody)
+      const flow = yield* FlowControl.FlowControl
+      const maxInFlight = input.maxInFlight ?? null
+      const rate = yield* rateField("rate", input.rate, input.burst)
+      const changed = verb === "set"
+        ? yield* Effect.as(
+          queries.timed(flow.setInboxLimit(input.consumer, {
+            maxInFlight,
+            rate,
+            by: `${whoInBytes(r.who, 100)} (admin page)`
+          })),
+          true
+        )
+        : yield* queries.timed(flow.clearInbox(input.consumer))
+      yield* audit(
+        r,
+        verb === "set"
+          ? `set limits of inbox consumer ${input.consumer}: max ${maxInFlight ?? "none"}, rate ${input.rate || "none"}`
+          : `clear limits of inbox consumer ${input.consumer}`,
+        { consumer: input.consumer, changed }
+      )
+      return jsonResponse({ consumer: input.consumer, changed })
+    })
+
   /** Cancel by ids, with an optional reason: the ids cancelled come back (a delivery under way is stopped). */
   const cancelAction = (queue: "outbox" | "inbox") =>
     Effect.fnUntraced(function*(r: Request) {
@@ -238,5 +266,14 @@ export const make = ({ filterOf, jobs, options, queries, workflows }: ActionCont
       return jsonResponse({ ids: done.cancelled, interrupted: done.interrupted })
     })
 
-  return { byIds, messageAction, topicAction, workflowAction, scheduleAction, limitAction, cancelAction }
+  return {
+    byIds,
+    messageAction,
+    topicAction,
+    workflowAction,
+    scheduleAction,
+    limitAction,
+    inboxLimitAction,
+    cancelAction
+  }
 }

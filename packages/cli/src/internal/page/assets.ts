@@ -181,10 +181,14 @@ export const js = `"use strict";
         }
       });
     }
+    // A limit form's field (a row's, or the new-limit form's) and a count field's value (empty: none).
+    var limitField = function (name) {
+      var input = (button.closest("tr") || button.closest(".limit-new")).querySelector("input[name=" + name + "]");
+      return input ? input.value.trim() : "";
+    };
+    var asLimit = function (text) { return text === "" ? null : Number(text); };
     if (action === "limit-set" || action === "limit-clear") {
-      var holder = button.closest("tr") || button.closest(".limit-new");
-      var field = function (name) { var input = holder.querySelector("input[name=" + name + "]"); return input ? input.value.trim() : ""; };
-      var limitTopic = button.getAttribute("data-topic") || field("topic");
+      var limitTopic = button.getAttribute("data-topic") || limitField("topic");
       if (limitTopic === "") { say("name the topic first", true); return; }
       if (action === "limit-clear") {
         if (!window.confirm("Clear every limit of topic " + limitTopic + "?")) return;
@@ -193,13 +197,30 @@ export const js = `"use strict";
           window.location.reload();
         });
       }
-      var asLimit = function (text) { return text === "" ? null : Number(text); };
       return request("POST", "/limits/actions/set", {
-        topic: limitTopic, maxInFlight: asLimit(field("max")), groupMaxInFlight: asLimit(field("group-max")),
-        rate: field("rate") || null, burst: asLimit(field("burst")),
-        groupRate: field("group-rate") || null, groupBurst: asLimit(field("group-burst"))
+        topic: limitTopic, maxInFlight: asLimit(limitField("max")), groupMaxInFlight: asLimit(limitField("group-max")),
+        rate: limitField("rate") || null, burst: asLimit(limitField("burst")),
+        groupRate: limitField("group-rate") || null, groupBurst: asLimit(limitField("group-burst"))
       }).then(function () {
         say("set the limits of " + limitTopic);
+        window.location.reload();
+      });
+    }
+    if (action === "inbox-limit-set" || action === "inbox-limit-clear") {
+      var consumer = button.getAttribute("data-consumer") || limitField("consumer");
+      if (consumer === "") { say("name the consumer first", true); return; }
+      if (action === "inbox-limit-clear") {
+        if (!window.confirm("Clear the limits of inbox consumer " + consumer + "?")) return;
+        return request("POST", "/limits/actions/inbox-clear", { consumer: consumer }).then(function (result) {
+          say(result.changed ? "cleared the limits of inbox consumer " + consumer : consumer + " had no limits");
+          window.location.reload();
+        });
+      }
+      return request("POST", "/limits/actions/inbox-set", {
+        consumer: consumer, maxInFlight: asLimit(limitField("max")),
+        rate: limitField("rate") || null, burst: asLimit(limitField("burst"))
+      }).then(function () {
+        say("set the limits of inbox consumer " + consumer);
         window.location.reload();
       });
     }

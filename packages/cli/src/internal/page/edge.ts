@@ -59,6 +59,14 @@ export const LimitBody = Schema.Struct({
   groupBurst: Schema.optionalKey(Schema.NullOr(Schema.Number))
 })
 
+/** A stored-inbox consumer's limits as the page's form sends them. */
+export const InboxLimitBody = Schema.Struct({
+  consumer: Schema.String,
+  maxInFlight: Schema.optionalKey(Schema.NullOr(Schema.Number)),
+  rate: Schema.optionalKey(Schema.NullOr(Schema.String)),
+  burst: Schema.optionalKey(Schema.NullOr(Schema.Number))
+})
+
 /** Whether JSON text nests arrays and objects deeper than `max` (strings skipped, escapes too). */
 const nestedDeeperThan = (text: string, max: number): boolean => {
   let depth = 0

@@ -168,7 +168,16 @@ export const make = Effect.fnUntraced(function*(
     return { data, samples: yield* Ref.get(samples) }
   })
 
-  const { byIds, cancelAction, limitAction, messageAction, scheduleAction, topicAction, workflowAction } = Actions
+  const {
+    byIds,
+    cancelAction,
+    inboxLimitAction,
+    limitAction,
+    messageAction,
+    scheduleAction,
+    topicAction,
+    workflowAction
+  } = Actions
     .make({
       options,
       jobs,
@@ -361,8 +370,10 @@ export const make = Effect.fnUntraced(function*(
         "html",
         (r) =>
           Effect.map(
-            queries.timed(Effect.flatMap(FlowControl.FlowControl, (flow) => flow.limits)),
-            (list) => htmlResponse(LimitViews.limitsPage(r.view, list))
+            queries.timed(
+              Effect.flatMap(FlowControl.FlowControl, (flow) => Effect.all([flow.limits, flow.inboxLimits]))
+            ),
+            ([topics, inbox]) => htmlResponse(LimitViews.limitsPage(r.view, topics, inbox))
           )
       )
     ),
@@ -449,6 +460,8 @@ export const make = Effect.fnUntraced(function*(
     post("/schedules/actions/resume", route("write", "json", scheduleAction("resume"))),
     post("/limits/actions/set", route("write", "json", limitAction("set"))),
     post("/limits/actions/clear", route("write", "json", limitAction("clear"))),
+    post("/limits/actions/inbox-set", route("write", "json", inboxLimitAction("set"))),
+    post("/limits/actions/inbox-clear", route("write", "json", inboxLimitAction("clear"))),
     post("/workflows/actions/interrupt", route("write", "json", workflowAction("interrupt"))),
     post("/workflows/actions/resume", route("write", "json", workflowAction("resume"))),
     post("/inbox/actions/redrive", route("write", "json", byIds("redrive", "inbox"))),
