@@ -18,6 +18,10 @@
  * every claim reads them. A lowered limit lets the deliveries under way finish; a changed
  * rate keeps the tokens its bucket holds (at most the new burst).
  *
+ * A consumer of the stored inbox (`InboxWorker`) can have an in-flight limit and a rate too
+ * (`setInboxLimit`, migration 25), held by the inbox claim the same way; the inbox has no
+ * groups.
+ *
  * @since 0.4.0
  */
 import { type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"

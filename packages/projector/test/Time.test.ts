@@ -164,6 +164,41 @@ describe("the projector on TestClock (in-memory outbox)", () => {
         yield* Scope.close(scope, Exit.void)
       }))
 
+    it.effect("the lanes time a batch's leases on the projector's clock, not on one the publisher's context carries", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const id = yield* outbox.enqueue("skewed", {})
+        // The publisher's layer was built with a clock an hour ahead: read by the lanes, every
+        // lease would look long gone and nothing would ever start.
+        const base = yield* Clock.clockWith(Effect.succeed)
+        const HOUR = 3_600_000
+        const ahead: Clock.Clock = {
+          currentTimeMillisUnsafe: () => base.currentTimeMillisUnsafe() + HOUR,
+          currentTimeMillis: Effect.map(base.currentTimeMillis, (millis) => millis + HOUR),
+          currentTimeNanosUnsafe: () => base.currentTimeNanosUnsafe() + BigInt(HOUR) * 1_000_000n,
+          currentTimeNanos: Effect.map(base.currentTimeNanos, (nanos) => nanos + BigInt(HOUR) * 1_000_000n),
+          monotonicTimeNanosUnsafe: () => base.monotonicTimeNanosUnsafe(),
+          monotonicTimeNanos: base.monotonicTimeNanos,
+          sleep: (duration) => base.sleep(duration)
+        }
+        const delivered = yield* Deferred.make<void>()
+        const scope = yield* Scope.make()
+        yield* Layer.buildWithScope(
+          Projector.layer({ topics: ["skewed"], lease: "3 seconds", pollInterval: "1 second" }).pipe(
+            Layer.provide(
+              Publisher.layerHandler(() => Deferred.succeed(delivered, undefined)).pipe(
+                Layer.provide(Layer.succeed(Clock.Clock, ahead))
+              )
+            )
+          ),
+          scope
+        )
+        yield* advanceUntil(Deferred.isDone(delivered), 10_000)
+        yield* advanceUntil(Effect.map(rowOf(id), (row) => row.projectedAt !== null))
+        expect(yield* rowOf(id)).toMatchObject({ attempts: 1, failureCount: 0 })
+        yield* Scope.close(scope, Exit.void)
+      }))
+
     it.effect("a delivery past its deadline is cut and released for a retry, its lane moving on", () =>
       Effect.gen(function*() {
         const outbox = yield* Outbox.Outbox

@@ -92,6 +92,9 @@ export const makeLanes = (
         const unitOfLane: Array<number> = []
         const positionOfLane: Array<number> = []
         let nextUnit = 0
+        // The batch's clock, the one its leases were timed with (the publisher's session may run
+        // its lanes under a context of its own).
+        const clock = yield* Clock.clockWith(Effect.succeed)
         const settle = (i: number, result: Result.Result<void, PublishError>) => {
           results[i] = result
           delivery.finished(i, Result.isSuccess(result))
@@ -111,7 +114,6 @@ export const makeLanes = (
         const lane = (id: number) =>
           session((publish) =>
             Effect.withFiber<void>((fiber) => {
-              const clock = fiber.getRef(Clock.Clock)
               const step = (): Effect.Effect<void> => {
                 current[id] = -1
                 let unit = units[unitOfLane[id]!]
