@@ -232,7 +232,7 @@ const program = Effect.gen(function*() {
     "limits",
     `limits: ${SIZES.limitsFast.toLocaleString("en")} no-op deliveries with no limit and a limit that never binds; ${
       SIZES.limitsSlow.toLocaleString("en")
-    } deliveries of 10 ms with no limit and a limit of 8; the no-op deliveries again at a rate of 2,000/s`,
+    } deliveries of 10 ms with no limit and a limit of 8; the no-op deliveries again at a rate of 2,000/s; stored-inbox entries with no limit and a consumer limit that never binds`,
     () => Limits.run(bench, { fast: SIZES.limitsFast, slow: SIZES.limitsSlow })
   )
 

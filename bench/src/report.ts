@@ -295,7 +295,11 @@ export const print = (results: Results) => {
           (ratios.atLimitOverCeiling * 100).toFixed(0)
         } % of its ceiling (800 msg/s). A rate of 2,000/s (burst 200): ${
           (ratios.rateReached * 100).toFixed(0)
-        } % of it reached. Messages with waits (four levels): ${ratios.waitsOverNone.toFixed(2)} × the rate without.`
+        } % of it reached. Messages with waits (four levels): ${
+          ratios.waitsOverNone.toFixed(2)
+        } × the rate without. The stored inbox, a consumer limit that never binds: ${
+          ratios.inboxUnboundLimitOverNone.toFixed(2)
+        } × the rate without one.`
     )
   }
   const measured = targets(results)
