@@ -32,12 +32,11 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
-import type * as Statement from "effect/sql/Statement"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import { type Limits, limitsLock, TOPIC_LIMITS } from "./internal/migrations/0017_flow_limits.js"
 import { bucket, groupRate, topicRate } from "./internal/migrations/0018_rate_limits.js"
-import { CONSUMER_LIMITS } from "./internal/migrations/0025_inbox_limits.js"
+import { CONSUMER_LIMITS, heldOfClaim } from "./internal/migrations/0025_inbox_limits.js"
 import * as Lifecycle from "./internal/queue/lifecycle.js"
 import { specFor } from "./internal/queue/spec.js"
 import { decodeRows } from "./internal/rows.js"
@@ -270,15 +269,15 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
 
     const inbox = sql.literal(t("inbox"))
     const inboxLimitsTable = sql.literal(t("inbox_limits"))
-    const inboxLeases = sql.literal(t("inbox_flow_leases"))
-    const inboxLifecycle = (alias?: string) => Lifecycle.make(specFor(settings, "inbox"), alias)
+    const inboxClaims = sql.literal(t("inbox_flow_claims"))
+    const inboxClaimed = sql.literal(Lifecycle.make(specFor(settings, "inbox")).is.claimed)
 
     /**
      * Makes sure `key` has its row in `limits` (a topic's, a consumer's), under the lock every
      * claim of them takes shared: a claim that began before it has committed, and what it
      * claimed is recorded as taken (`record`).
      */
-    const limitedBy = (limits: Limits, key: string, by: string, record: Statement.Statement<unknown>) =>
+    const limitedBy = <E, R>(limits: Limits, key: string, by: string, record: Effect.Effect<unknown, E, R>) =>
       Effect.gen(function*() {
         yield* sql`SELECT pg_advisory_xact_lock(${sql.literal(limitsLock(t, limits))})`
         const column = sql.literal(limits.key)
@@ -455,15 +454,14 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
         }
         const by = options.by === undefined ? "an operator" : yield* decodeBy(options.by)
         yield* Effect.gen(function*() {
-          yield* limitedBy(
-            CONSUMER_LIMITS,
-            decoded,
-            by,
-            sql`INSERT INTO ${inboxLeases} (id, generation, consumer)
-                SELECT id, claim_generation, consumer FROM ${inbox}
-                 WHERE consumer = ${decoded} AND ${sql.literal(inboxLifecycle().is.claimed)}
-                ON CONFLICT (id) DO UPDATE SET generation = excluded.generation`
-          )
+          yield* limitedBy(CONSUMER_LIMITS, decoded, by, Effect.void)
+          // What is in flight now, recorded afresh (exact: no claim runs while the lock is held),
+          // so a limit set on a consumer that had only a rate counts what its claims took.
+          yield* sql`DELETE FROM ${inboxClaims} WHERE consumer = ${decoded}`
+          yield* sql`INSERT INTO ${inboxClaims} (consumer, entries, generations, taken)
+                     SELECT consumer, array_agg(id), array_agg(claim_generation), count(*) FROM ${inbox}
+                      WHERE consumer = ${decoded} AND ${inboxClaimed}
+                      GROUP BY consumer`
           yield* rebucketOwn(
             CONSUMER_LIMITS,
             decoded,
@@ -486,7 +484,7 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
       const decoded = yield* decodeConsumer(consumer)
       return yield* Effect.gen(function*() {
         const gone = yield* sql`DELETE FROM ${inboxLimitsTable} WHERE consumer = ${decoded} RETURNING consumer`
-        yield* sql`DELETE FROM ${inboxLeases} WHERE consumer = ${decoded}`
+        yield* sql`DELETE FROM ${inboxClaims} WHERE consumer = ${decoded}`
         return gone.length > 0
       }).pipe(sql.withTransaction, classifySqlErrors("FlowControl.clearInbox"))
     })
@@ -494,9 +492,8 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
     const inboxLimits = sql`
       SELECT l.consumer, l.max_in_flight AS "maxInFlight", ${sql.literal(rateJson("l.rate_"))} AS rate,
              ${sql.literal(bucket(t, "l", topicRate, "clock_timestamp()"))} AS tokens,
-             (SELECT count(*)::int FROM ${inboxLeases} f
-                JOIN ${inbox} i ON i.id = f.id AND i.claim_generation = f.generation
-               WHERE f.consumer = l.consumer AND ${sql.literal(inboxLifecycle("i").is.claimed)}) AS "inFlight",
+             (SELECT coalesce(sum(${sql.literal(heldOfClaim(t, "c"))}), 0)::int FROM ${inboxClaims} c
+               WHERE c.consumer = l.consumer) AS "inFlight",
              ${sql.literal(isoUtc("l.updated_at"))} AS "updatedAt", l.updated_by AS "updatedBy"
         FROM ${inboxLimitsTable} l ORDER BY l.consumer`.pipe(
       decodeRows(InboxLimitRow),

@@ -144,7 +144,7 @@ const RUNTIME_TABLES = [
   "outbox",
   "inbox",
   "inbox_limits",
-  "inbox_flow_leases",
+  "inbox_flow_claims",
   "paused_topics",
   "flow_limits",
   "flow_group_limits",

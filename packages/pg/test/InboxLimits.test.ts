@@ -190,6 +190,48 @@ describe("FlowControl: limits on the stored inbox", () => {
         expect(yield* claimOf("w2", "il.late")).toHaveLength(2)
       }))
 
+    it.effect("a limit set on a consumer that had only a rate counts what the rate's claims took", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const sql = yield* SqlClient.SqlClient
+        yield* flow.setInboxLimit("il.rated", { rate: { limit: 100, per: "1 second" } })
+        yield* receiveAll("il.rated", 10)
+        const taken = yield* claimOf("w1", "il.rated", 6)
+        expect(taken).toHaveLength(6)
+        // A rate alone records nothing per claim.
+        expect(yield* sql`SELECT 1 FROM durable.inbox_flow_claims WHERE consumer = 'il.rated'`).toEqual([])
+        yield* flow.setInboxLimit("il.rated", { maxInFlight: 7, rate: { limit: 100, per: "1 second" } })
+        expect((yield* flow.inboxLimits).find((l) => l.consumer === "il.rated")!.inFlight).toBe(6)
+        expect(yield* claimOf("w2", "il.rated")).toHaveLength(1)
+      }))
+
+    it.effect("a limit that never binds: one row per claim, counted exactly only when the rows pile up or the room runs short", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const sql = yield* SqlClient.SqlClient
+        yield* flow.setInboxLimit("il.roomy", { maxInFlight: 100_000 })
+        yield* receiveAll("il.roomy", 200)
+        const rows = sql<{ n: number; taken: number }>`
+          SELECT count(*)::int AS n, coalesce(sum(taken), 0)::int AS taken FROM durable.inbox_flow_claims
+           WHERE consumer = 'il.roomy'`
+        let most = 0
+        for (let i = 0; i < 100; i++) {
+          yield* completeAll(yield* claimOf("w1", "il.roomy", 2))
+          most = Math.max(most, (yield* rows)[0]!.n)
+        }
+        // Every claim wrote one row; a claim finding more than 32 counted them and dropped the settled.
+        expect(most).toBe(33)
+        // Nothing is in flight: the rows left overstate it, the listing counts exactly.
+        expect((yield* rows)[0]!.taken).toBeGreaterThan(0)
+        expect((yield* flow.inboxLimits).find((l) => l.consumer === "il.roomy")!.inFlight).toBe(0)
+        // Short of room, a claim counts exactly first: a limit of 2 with every earlier entry settled.
+        yield* receiveAll("il.roomy2", 4)
+        yield* flow.setInboxLimit("il.roomy2", { maxInFlight: 2 })
+        yield* completeAll(yield* claimOf("w1", "il.roomy2", 2))
+        expect(yield* claimOf("w1", "il.roomy2", 2)).toHaveLength(2)
+        expect(yield* claimOf("w1", "il.roomy2", 2)).toHaveLength(0)
+      }))
+
     it.effect("a lease that ran out on a limited consumer is not renewed (one or many); on a consumer without limits it is", () =>
       Effect.gen(function*() {
         const flow = yield* FlowControl.FlowControl

