@@ -36,7 +36,7 @@ const RELEASED_DDL: Readonly<Record<number, string>> = {
   22: "2076971ed28ca668fe196bba99318c061ec2ba491d7803658a2d120dfcd85c92",
   23: "5ff8640cc0089fe4aee86abbd535cb6492706ef136ce2e3236d6a55b02190973",
   24: "78fad518769059dda1e682ea3ef56c8557ba1a98833f58f426429814d71f6ecb",
-  25: "cba8e5c3ce4b4c3f72a40881ec38cd5419cdf722a1356f9c170931a8d8597ff6"
+  25: "38affaa72a51127c916f390e73a89a5f708f044f4ccdc72276466b1a701635bd"
 }
 
 describe("released migrations", () => {

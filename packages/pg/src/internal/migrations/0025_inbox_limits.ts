@@ -15,7 +15,8 @@
  *   out returns it without a write of its own. `taken` only ever overstates (an entry leaves
  *   the held state; only a claim, which records its own row, puts one back): the claim counts
  *   exactly, probing each entry by id, only when the sum of `taken` leaves less room than it
- *   asks for or the rows pile up (more than 32). The outbox's limited claim (version 17) writes
+ *   asks for or the rows pile up (more than 32), and then oldest claim first, until it has
+ *   found the room (or brought the rows back to 32). The outbox's limited claim (version 17) writes
  *   a row per message and probes every one at every claim: a limit that never bound halved a
  *   no-op drain (bench, 2026-12-05). A row per claim and a count when it matters leave a
  *   claim of the inbox one insert and, now and then, a probe per entry.
@@ -67,6 +68,8 @@ DECLARE
   cap integer;
   taken_now bigint;
   claim_rows bigint;
+  claim_row record;
+  still integer;
   free integer;
 BEGIN
 PERFORM pg_advisory_xact_lock_shared(${limitsLock(t, CONSUMER_LIMITS)});
@@ -81,17 +84,25 @@ END IF;
 clk := clock_timestamp();
 IF cap IS NOT NULL THEN
   -- A new snapshot from here on: every claim committed before the lock is seen. What the claims
-  -- took, at most; counted exactly (each entry probed by id, the rows of claims with nothing
-  -- held left dropped) only when that leaves less room than this claim asks for.
+  -- took, at most.
   SELECT coalesce(sum(c.taken), 0), count(*) INTO taken_now, claim_rows FROM ${claims} c WHERE c.consumer = $4;
+  -- Counted exactly (each entry probed by id, a claim with nothing held left dropped) only when
+  -- that leaves less room than this claim asks for, or the rows piled up: oldest claims first
+  -- (the likeliest settled), until the room is found.
   IF taken_now + $2 > cap OR claim_rows > ${MAX_CLAIM_ROWS} THEN
-    WITH counted AS (
-      SELECT c.id, (SELECT count(*) FROM unnest(c.entries, c.generations) u(id, generation) WHERE ${held(t)}) AS n
-        FROM ${claims} c WHERE c.consumer = $4),
-    gone AS (
-      DELETE FROM ${claims} c USING counted k WHERE c.id = k.id AND k.n = 0)
-    UPDATE ${claims} c SET taken = k.n FROM counted k WHERE c.id = k.id AND k.n > 0 AND c.taken <> k.n;
-    SELECT coalesce(sum(c.taken), 0) INTO taken_now FROM ${claims} c WHERE c.consumer = $4;
+    FOR claim_row IN SELECT c.id, c.entries, c.generations, c.taken FROM ${claims} c WHERE c.consumer = $4 ORDER BY c.id LOOP
+      EXIT WHEN taken_now + $2 <= cap AND claim_rows <= ${MAX_CLAIM_ROWS};
+      SELECT count(*) INTO still FROM unnest(claim_row.entries, claim_row.generations) u(id, generation) WHERE ${
+    held(t)
+  };
+      IF still = 0 THEN
+        DELETE FROM ${claims} c WHERE c.id = claim_row.id;
+        claim_rows := claim_rows - 1;
+      ELSIF still < claim_row.taken THEN
+        UPDATE ${claims} c SET taken = still WHERE c.id = claim_row.id;
+      END IF;
+      taken_now := taken_now - claim_row.taken + still;
+    END LOOP;
   END IF;
 END IF;
 SELECT least($2,
