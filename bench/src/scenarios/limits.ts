@@ -1,6 +1,7 @@
 // Flow limits (issue 25): what a global concurrency limit costs and whether it is reached.
-// - No-op deliveries, no limit vs a limit of 1,000 (above every lane the projector has): the
-//   limit never binds, so any difference is what taking capacity in the claim costs (River's
+// - No-op deliveries, no limit vs a limit of 2,000: above the 1,500 a projector can hold claimed
+//   (three batches of 500; a limit of 1,000, used until 2026-12-05, could bind), so the limit
+//   never binds, so any difference is what taking capacity in the claim costs (River's
 //   #1145: a global limit that halved throughput).
 // - 10 ms deliveries, no limit vs a limit of 8: at the limit the ceiling is 8 x 100/s; the
 //   rate over that ceiling says how much of the allowed concurrency the claim keeps busy.
@@ -10,7 +11,7 @@
 // - No-op deliveries, messages with waits (four levels: none, one, two and three minutes,
 //   interleaved): the claim in due order (migration 21) over the drain without waits.
 // - The stored inbox: no-op entries drained by three InboxWorker loops (claims of 500, then one
-//   completeMany each), with no limit and with a consumer limit of 1,000 that never binds: the
+//   completeMany each), with no limit and with a consumer limit of 2,000 that never binds: the
 //   same question for the inbox's claim (migration 25).
 // effect-durable only: no peer offers a global limit without a paid tier to measure against.
 import * as FlowControl from "@effect-durable/pg/FlowControl"
@@ -26,13 +27,13 @@ const RATE = { limit: 2000, per: "1 second", burst: 200 } as const
 
 const CASES = [
   { name: "no-op, no limit", contender: defaults, limit: undefined, fast: true },
-  { name: "no-op, limit 1,000", contender: defaults, limit: 1000, fast: true },
+  { name: "no-op, limit 2,000", contender: defaults, limit: 2000, fast: true },
   { name: "10 ms, no limit", contender: slowHandler, limit: undefined, fast: false },
   { name: `10 ms, limit ${SLOW_LIMIT}`, contender: slowHandler, limit: SLOW_LIMIT, fast: false },
   { name: "no-op, rate 2,000/s", contender: defaults, rate: RATE, fast: true },
   { name: "no-op, waits (4 levels)", contender: defaults, waits: true, fast: true },
   { name: "inbox no-op, no limit", contender: defaults, inbox: true, limit: undefined, fast: true },
-  { name: "inbox no-op, limit 1,000", contender: defaults, inbox: true, limit: 1000, fast: true }
+  { name: "inbox no-op, limit 2,000", contender: defaults, inbox: true, limit: 2000, fast: true }
 ] as const satisfies ReadonlyArray<{
   readonly name: string
   readonly contender: typeof defaults
@@ -146,12 +147,12 @@ export const run = async (bench: Bench, messages: { readonly fast: number; reado
 export const summary = (results: ReadonlyArray<LimitsResult>) => {
   const rate = (name: string) => results.find((r) => r.name === name)!.rate
   return {
-    unboundLimitOverNone: rate("no-op, limit 1,000") / rate("no-op, no limit"),
+    unboundLimitOverNone: rate("no-op, limit 2,000") / rate("no-op, no limit"),
     atLimitOverCeiling: rate(`10 ms, limit ${SLOW_LIMIT}`) / (SLOW_LIMIT * (1000 / SLOW_MILLIS)),
     /** Over the bucket's own pace, counting its first burst: at most 1 (slightly above by the burst). */
     rateReached: rate("no-op, rate 2,000/s") / RATE.limit,
     waitsOverNone: rate("no-op, waits (4 levels)") / rate("no-op, no limit"),
-    inboxUnboundLimitOverNone: rate("inbox no-op, limit 1,000") / rate("inbox no-op, no limit"),
+    inboxUnboundLimitOverNone: rate("inbox no-op, limit 2,000") / rate("inbox no-op, no limit"),
     slowNoLimit: rate("10 ms, no limit")
   }
 }
