@@ -37,6 +37,7 @@ import { classifySqlErrors } from "./ErrorClassification.js"
 import { type Limits, limitsLock, TOPIC_LIMITS } from "./internal/migrations/0017_flow_limits.js"
 import { bucket, groupRate, topicRate } from "./internal/migrations/0018_rate_limits.js"
 import { CONSUMER_LIMITS, heldOfClaim } from "./internal/migrations/0025_inbox_limits.js"
+import { stillHeld } from "./internal/migrations/0026_claim_rows.js"
 import * as Lifecycle from "./internal/queue/lifecycle.js"
 import { specFor } from "./internal/queue/spec.js"
 import { decodeRows } from "./internal/rows.js"
@@ -260,12 +261,12 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
     const limitsTable = sql.literal(t("flow_limits"))
     const groupsTable = sql.literal(t("flow_group_limits"))
     const leases = sql.literal(t("flow_leases"))
+    const flowClaims = sql.literal(t("flow_claims"))
     const outbox = sql.literal(t("outbox"))
     const buckets = sql.literal(t("flow_group_buckets"))
     const spec = specFor(settings, "outbox")
     // In flight: claimed, its lease running (the claim reads the same from each recorded capacity).
     const claimed = sql.literal(Lifecycle.make(spec).is.claimed)
-    const claimedO = sql.literal(Lifecycle.make(spec, "o").is.claimed)
 
     const inbox = sql.literal(t("inbox"))
     const inboxLimitsTable = sql.literal(t("inbox_limits"))
@@ -291,9 +292,9 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
         TOPIC_LIMITS,
         topic,
         by,
-        sql`INSERT INTO ${leases} (id, generation, topic, group_key)
-            SELECT id, claim_generation, topic, group_key FROM ${outbox} WHERE topic = ${topic} AND ${claimed}
-            ON CONFLICT (id) DO UPDATE SET generation = excluded.generation`
+        sql`INSERT INTO ${flowClaims} (topic, group_key, entries, generations, taken)
+            SELECT topic, group_key, array_agg(id), array_agg(claim_generation), count(*) FROM ${outbox}
+             WHERE topic = ${topic} AND ${claimed} GROUP BY topic, group_key`
       )
 
     /**
@@ -414,6 +415,7 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
       return yield* Effect.gen(function*() {
         const gone = yield* sql`DELETE FROM ${limitsTable} WHERE topic = ${decoded} RETURNING topic`
         yield* sql`DELETE FROM ${leases} WHERE topic = ${decoded}`
+        yield* sql`DELETE FROM ${flowClaims} WHERE topic = ${decoded}`
         yield* sql`DELETE FROM ${sql.literal(t("flow_group_state"))} WHERE topic = ${decoded}`
         yield* sql`DELETE FROM ${buckets} WHERE topic = ${decoded}`
         return gone.length > 0
@@ -429,8 +431,8 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
       sql.literal(rateJson("g.rate_"))
     }) ORDER BY g.group_key)
                          FROM ${groupsTable} g WHERE g.topic = l.topic), '[]'::jsonb) AS groups,
-             (SELECT count(*)::int FROM ${leases} f JOIN ${outbox} o ON o.id = f.id AND o.claim_generation = f.generation
-               WHERE f.topic = l.topic AND ${claimedO}) AS "inFlight",
+             (SELECT coalesce(sum(${sql.literal(stillHeld(t, "c"))}), 0)::int FROM ${flowClaims} c
+               WHERE c.topic = l.topic) AS "inFlight",
              ${sql.literal(isoUtc("l.updated_at"))} AS "updatedAt", l.updated_by AS "updatedBy"
         FROM ${limitsTable} l ORDER BY l.topic`.pipe(
       decodeRows(LimitRow),

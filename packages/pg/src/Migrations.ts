@@ -149,6 +149,7 @@ const RUNTIME_TABLES = [
   "flow_limits",
   "flow_group_limits",
   "flow_leases",
+  "flow_claims",
   "flow_group_state",
   "flow_group_buckets",
   "rate_windows",

@@ -22,6 +22,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import { bucket, groupRate, topicRate } from "./internal/migrations/0018_rate_limits.js"
+import { takenBy } from "./internal/migrations/0026_claim_rows.js"
 import * as Lifecycle from "./internal/queue/lifecycle.js"
 import { specFor } from "./internal/queue/spec.js"
 import * as QueueWorker from "./internal/queue/worker.js"
@@ -161,9 +162,7 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
       t("flow_group_limits")
     } o WHERE o.topic = l.topic AND o.rate_limit IS NOT NULL))
          AND l.topic <> ALL(ARRAY(SELECT p.topic FROM ${t("paused_topics")} p))
-         AND (l.max_in_flight IS NULL OR (SELECT count(*) FROM ${
-      t("flow_leases")
-    } f WHERE f.topic = l.topic) < l.max_in_flight)
+         AND (l.max_in_flight IS NULL OR ${takenBy(t, "l")} < l.max_in_flight)
          AND EXISTS (SELECT 1 FROM ${outbox} m WHERE m.topic = l.topic AND ${readyIn("m")})`)
     const rateWait = Effect.fn("OutboxWorker.rateWait")(function*(topics?: ReadonlyArray<string>) {
       const only = yield* decodeTopics(topics ?? null)

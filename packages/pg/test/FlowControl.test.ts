@@ -8,12 +8,15 @@ import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
 import * as SqlClient from "effect/sql/SqlClient"
+import { layerSettings } from "../src/DurableConfig.js"
 import * as FlowControl from "../src/FlowControl.js"
+import * as Migrations from "../src/Migrations.js"
 import * as Outbox from "../src/Outbox.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
-import { claimOf, enqueueAll, markAll, nodesOfPlan, rowsRead, substrate } from "./support.js"
+import { analyzed, claimOf, database, enqueueAll, markAll, nodesOfPlan, rowsRead, substrate } from "./support.js"
 
 /** The group each claimed message was enqueued with. */
 const groupsOf = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>) =>
@@ -45,19 +48,6 @@ const claimStatement = (pattern: RegExp, topic: string) =>
          WHERE proname = 'outbox_claim' AND pronamespace = 'durable'::regnamespace AND pronargs = 6`),
     ([deployed]) => pattern.exec(deployed!.source)![0].replaceAll("ANY(limited)", `ANY(ARRAY['${topic}'])`)
   )
-
-/** The analyzed plan of `statement`, run in a transaction that is rolled back. */
-const analyzed = (statement: string) =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) => {
-    let plan: unknown
-    return Effect.flip(sql.withTransaction(Effect.andThen(
-      sql.unsafe<{ "QUERY PLAN": unknown }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${statement}`),
-      (rows) => {
-        plan = rows[0]!["QUERY PLAN"]
-        return Effect.fail("rolled back")
-      }
-    ))).pipe(Effect.map(() => plan))
-  })
 
 describe("FlowControl: limits held by the claim", () => {
   it.layer(substrate({}, { maxConnections: 24 }), { timeout: "3 minutes", excludeTestServices: true })((it) => {
@@ -319,7 +309,7 @@ describe("FlowControl: limits held by the claim", () => {
         expect((yield* claimOf("w", ["fc.keys"])).map((m) => m.id)).toEqual([ids[1]])
       }))
 
-    it.effect("a limited claim prunes the capacities by id: it reads the capacities held, never the topic's backlog (migration 22)", () =>
+    it.effect("a limited claim counts what it took message by message when it must: it probes the messages recorded, never the topic's backlog (migrations 22, 26)", () =>
       Effect.gen(function*() {
         const flow = yield* FlowControl.FlowControl
         const outbox = yield* Outbox.Outbox
@@ -330,13 +320,14 @@ describe("FlowControl: limits held by the claim", () => {
         const claimed = yield* worker.claim({ worker: "w", topics: [topic], limit: 200, lease: "1 minute" })
         expect(claimed).toHaveLength(200)
         yield* markAll(claimed.slice(0, 100))
-        // The claim function's prune, as deployed, run under EXPLAIN ANALYZE for this topic and
-        // rolled back: the outbox rows it reads.
+        // The claim function's exact count, as deployed, run under EXPLAIN ANALYZE for this topic
+        // as a claim of 1,000 would (200 recorded + 1,000 asked is more than the limit: it counts)
+        // and rolled back: the outbox rows it reads.
         const plan = yield* analyzed(
-          yield* claimStatement(/DELETE FROM \S*flow_leases\S* f[\s\S]*?(?=;)/, topic)
+          (yield* claimStatement(/WITH need AS[\s\S]*?(?=;)/, topic)).replaceAll("$2", "1000")
         )
-        // One probe of the outbox per capacity row (200; 100 of them settled, pruned), and no scan
-        // of it run once over more rows than that. Before version 22 the anti-join scanned every
+        // One probe of the outbox per message recorded (200; 100 of them settled), and no scan of
+        // it run once over more rows than that. Before version 22 the anti-join scanned every
         // open message once (4,900 here). (Loops are counted, not rows: EXPLAIN gives rows per
         // loop as an average, rounded to whole numbers before PostgreSQL 18.)
         const scans = nodesOfPlan(plan).filter((node) => node["Relation Name"] === "outbox")
@@ -345,6 +336,39 @@ describe("FlowControl: limits held by the claim", () => {
         expect(rowsRead(plan, (node) => scans.includes(node) && node["Actual Loops"] === 1)).toBeLessThanOrEqual(200)
         yield* markAll(claimed.slice(100))
         yield* flow.clear(topic)
+      }))
+
+    it.effect("a limit that never binds: a row per claim and group, counted exactly only when the rows pile up or the room runs short (migration 26)", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const sql = yield* SqlClient.SqlClient
+        const topic = "limits.rows"
+        yield* flow.setLimit(topic, { maxInFlight: 100_000 })
+        yield* enqueueAll(topic, 100, { group: "a" })
+        yield* enqueueAll(topic, 100)
+        const rows = sql<{ n: number; groups: number }>`
+          SELECT count(*)::int AS n, count(DISTINCT group_key)::int AS groups FROM durable.flow_claims
+           WHERE topic = ${topic}`
+        // One claim of both groups: a row for each.
+        const first = yield* claimOf("w", [topic], 10)
+        expect(first).toHaveLength(10)
+        expect(yield* rows).toEqual([{ n: 2, groups: 2 }])
+        yield* markAll(first)
+        let most = 0
+        for (let i = 0; i < 60; i++) {
+          yield* markAll(yield* claimOf("w", [topic], 3))
+          most = Math.max(most, (yield* rows)[0]!.n)
+        }
+        // Past 32 rows a claim counted them and dropped those with nothing held.
+        expect(most).toBeLessThanOrEqual(34)
+        expect(most).toBeGreaterThan(2)
+        expect((yield* flow.limits).find((l) => l.topic === topic)!.inFlight).toBe(0)
+        // Short of room, a claim counts exactly first: every earlier message settled, 2 more fit.
+        yield* flow.setLimit(topic, { maxInFlight: 2 })
+        expect(yield* claimOf("w", [topic], 2)).toHaveLength(2)
+        expect(yield* claimOf("w", [topic], 2)).toHaveLength(0)
+        yield* flow.clear(topic)
+        expect(yield* rows).toEqual([{ n: 0, groups: 0 }])
       }))
 
     it.effect("a limited claim finds the named groups without reading the topic's messages without a group (migration 23)", () =>
@@ -392,5 +416,53 @@ describe("FlowControl: limits held by the claim", () => {
         })
         expect((yield* flow.limits).some((l) => l.topic === "fc.bad")).toBe(false)
       }))
+  })
+})
+
+/** A claim of `topic` through the worker (its settings: the layer's schema). */
+const claimIn = (topic: string, limit: number) =>
+  Effect.flatMap(
+    OutboxWorker.OutboxWorker,
+    (w) => w.claim({ worker: "new", topics: [topic], limit, lease: "1 minute" })
+  )
+
+describe("FlowControl across the upgrade to version 26", () => {
+  it.layer(database(), { excludeTestServices: true })((it) => {
+    it.effect("what the previous release's claims took (a row per message) counts after the upgrade, and so do its rows written during a rolling deploy", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* Migrations.migrate({ upTo: 25 })
+        // The previous release: a limit of 4, three messages claimed by its claim function.
+        yield* sql`INSERT INTO m_rows.flow_limits (topic, max_in_flight, updated_by) VALUES ('t', 4, 'v25')`
+        const outbox = yield* Outbox.Outbox
+        for (let i = 0; i < 10; i++) yield* outbox.enqueue("t", { i })
+        const old = yield* sql<{ id: string }>`SELECT id FROM m_rows.outbox_claim('old', 3, 60, ARRAY['t'], 10, 1)`
+        expect(old).toHaveLength(3)
+        yield* Migrations.migrate()
+        expect(yield* sql`SELECT 1 FROM m_rows.flow_leases`).toEqual([])
+        const flow = yield* FlowControl.FlowControl
+        expect((yield* flow.limits).find((l) => l.topic === "t")!.inFlight).toBe(3)
+        expect(yield* claimIn("t", 10)).toHaveLength(1)
+        // One of the old three settles; a process of the previous release claims one more, with
+        // its row per message (as its claim function wrote them): the next claim counts it.
+        yield* sql`UPDATE m_rows.outbox SET projected_at = now(), claimed_until = NULL WHERE id = ${old[0]!.id}::bigint`
+        const [late] = yield* sql<{ id: string; generation: string }>`
+          UPDATE m_rows.outbox SET claimed_by = 'old', claimed_until = now() + interval '1 minute',
+                                   claim_generation = claim_generation + 1
+           WHERE id = (SELECT min(id) FROM m_rows.outbox WHERE claimed_until IS NULL AND projected_at IS NULL)
+          RETURNING id::text AS id, claim_generation::text AS generation`
+        yield* sql`INSERT INTO m_rows.flow_leases (id, generation, topic, group_key)
+                   VALUES (${late!.id}::bigint, ${late!.generation}::bigint, 't', '')`
+        expect(yield* claimIn("t", 10)).toHaveLength(0)
+        expect(yield* sql`SELECT 1 FROM m_rows.flow_leases`).toEqual([])
+        expect((yield* flow.limits).find((l) => l.topic === "t")!.inFlight).toBe(4)
+        expect(yield* Migrations.verifySchema).toEqual([])
+      }).pipe(
+        Effect.provide(
+          Layer.mergeAll(Outbox.layer(), OutboxWorker.layer, FlowControl.layer).pipe(
+            Layer.provideMerge(layerSettings({ schema: "m_rows" }))
+          )
+        )
+      ))
   })
 })

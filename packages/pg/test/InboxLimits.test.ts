@@ -11,7 +11,7 @@ import * as FlowControl from "../src/FlowControl.js"
 import * as Inbox from "../src/Inbox.js"
 import * as InboxAdmin from "../src/InboxAdmin.js"
 import * as InboxWorker from "../src/InboxWorker.js"
-import { claimLoops, substrate, together } from "./support.js"
+import { analyzed, claimLoops, nodesOfPlan, rowsRead, substrate, together } from "./support.js"
 
 /** Stores `n` deliveries for `consumer`; their entry ids, in order. */
 const receiveAll = (consumer: string, n: number) =>
@@ -230,6 +230,34 @@ describe("FlowControl: limits on the stored inbox", () => {
         yield* completeAll(yield* claimOf("w1", "il.roomy2", 2))
         expect(yield* claimOf("w1", "il.roomy2", 2)).toHaveLength(2)
         expect(yield* claimOf("w1", "il.roomy2", 2)).toHaveLength(0)
+      }))
+
+    it.effect("the exact count probes each entry recorded by id, never the consumer's backlog", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const sql = yield* SqlClient.SqlClient
+        yield* receiveAll("il.probe", 3_000)
+        yield* flow.setInboxLimit("il.probe", { maxInFlight: 1_000 })
+        const taken = yield* claimOf("w1", "il.probe", 200)
+        yield* completeAll(taken.slice(0, 100))
+        // The count of one claim row, as the deployed claim writes it, run under EXPLAIN ANALYZE.
+        const deployed = yield* sql<{ source: string }>`
+          SELECT prosrc AS source FROM pg_proc
+           WHERE proname = 'inbox_claim' AND pronamespace = 'durable'::regnamespace`
+        const count = /SELECT count\(\*\) INTO still FROM[\s\S]*?(?=;)/.exec(deployed[0]!.source)![0]
+          .replace("INTO still ", "")
+          .replaceAll("claim_row.", "r.")
+          .replace(
+            "FROM unnest",
+            "FROM (SELECT * FROM durable.inbox_flow_claims WHERE consumer = 'il.probe' ORDER BY id LIMIT 1) r, unnest"
+          )
+        const plan = yield* analyzed(count)
+        const scans = nodesOfPlan(plan).filter((node) => node["Relation Name"] === "inbox")
+        expect(scans.length).toBeGreaterThan(0)
+        // One probe per entry recorded (200), no scan of the inbox run once over more rows.
+        expect(scans.reduce((sum, node) => sum + (node["Actual Loops"] ?? 0), 0)).toBeLessThanOrEqual(200)
+        expect(rowsRead(plan, (node) => scans.includes(node) && node["Actual Loops"] === 1)).toBeLessThanOrEqual(200)
+        yield* completeAll(taken.slice(100))
       }))
 
     it.effect("a lease that ran out on a limited consumer is not renewed (one or many); on a consumer without limits it is", () =>

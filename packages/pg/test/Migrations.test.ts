@@ -36,7 +36,8 @@ const RELEASED_DDL: Readonly<Record<number, string>> = {
   22: "2076971ed28ca668fe196bba99318c061ec2ba491d7803658a2d120dfcd85c92",
   23: "5ff8640cc0089fe4aee86abbd535cb6492706ef136ce2e3236d6a55b02190973",
   24: "78fad518769059dda1e682ea3ef56c8557ba1a98833f58f426429814d71f6ecb",
-  25: "38affaa72a51127c916f390e73a89a5f708f044f4ccdc72276466b1a701635bd"
+  25: "d916b13cc14bceb4a670e670c03760b6b284c4884ae4ec31dd7cf0f41b9da11a",
+  26: "18e0234dbbceb7a1a8fa8c62575823ae6c7bc5de4f96ae77ae8772f8b94e3dc0"
 }
 
 describe("released migrations", () => {
@@ -181,6 +182,7 @@ describe("Migrations", () => {
           { name: string }
         >`SELECT tablename AS name FROM pg_tables WHERE schemaname = 'Durable_Mixed' ORDER BY 1`
         expect(tables.map((t) => t.name)).toEqual([
+          "flow_claims",
           "flow_group_buckets",
           "flow_group_limits",
           "flow_group_state",

@@ -133,3 +133,16 @@ export const rowsRead = (plan: unknown, which: (node: PlanNode) => boolean, filt
       ((node["Actual Rows"] ?? 0) + (filtered ? node["Rows Removed by Filter"] ?? 0 : 0)) * (node["Actual Loops"] ?? 1),
     0
   )
+
+/** The analyzed plan of `statement`, run in a transaction that is rolled back. */
+export const analyzed = (statement: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) => {
+    let plan: unknown
+    return Effect.flip(sql.withTransaction(Effect.andThen(
+      sql.unsafe<{ "QUERY PLAN": unknown }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${statement}`),
+      (rows) => {
+        plan = rows[0]!["QUERY PLAN"]
+        return Effect.fail("rolled back")
+      }
+    ))).pipe(Effect.map(() => plan))
+  })

@@ -147,7 +147,8 @@ const limitedClaim = (
   x: ClaimExtensions,
   order: ClaimOrder,
   named: string,
-  ahead: (c: string) => string
+  ahead: (c: string) => string,
+  capacity: Capacity
 ) => {
   const outbox = t("outbox")
   const { open, ready } = claimConditions(t)
@@ -158,7 +159,7 @@ lim AS (
     t("flow_limits")
   } l WHERE l.topic = ANY(limited)),
 busy AS (
-  SELECT f.topic, f.group_key, count(*) AS n FROM ${t("flow_leases")} f WHERE f.topic = ANY(limited) GROUP BY 1, 2),
+  ${capacity.busy}),
 topic_free AS (
   SELECT l.topic, ${
     x.topicFree(`CASE WHEN l.max_in_flight IS NULL THEN $2
@@ -222,9 +223,7 @@ locked AS (
    WHERE q.id = ANY(ARRAY(SELECT f.id FROM fitting f)) AND ${open("q")}
    FOR UPDATE SKIP LOCKED),
 leased AS (
-  INSERT INTO ${t("flow_leases")} (id, generation, topic, group_key)
-  SELECT l.id, l.claim_generation + 1, l.topic, l.group_key FROM locked l
-  ON CONFLICT (id) DO UPDATE SET generation = excluded.generation),
+  ${capacity.record}),
 served AS (
   -- Each group that offered keeps its place; one served moves on by what it took over its weight.
   INSERT INTO ${t("flow_group_state")} (topic, group_key, vtime)
@@ -258,7 +257,34 @@ export interface LaterClaim {
   readonly named?: string
   /** That an open message of `c`'s key stands before it (version 24: through the key index). */
   readonly ahead?: (c: string) => string
+  /** How the claim keeps what it took (version 26: a row per claim and group, not per message). */
+  readonly capacity?: (held: (f: string) => string) => Capacity
 }
+
+/** How a limited claim keeps the capacity it took, and reads what its topics have in flight. */
+export interface Capacity {
+  /** Statements run once the limits are locked: drop (or recount) what is no longer taken. */
+  readonly prune: string
+  /** The query of the `busy` CTE: `topic, group_key, n` in flight per group of `limited`. */
+  readonly busy: string
+  /** What the topic `l` has in flight, an SQL expression (the claim's "at the limit" test). */
+  readonly inFlight: (l: string) => string
+  /** The body of the `leased` CTE: records what `locked` took. */
+  readonly record: string
+}
+
+/** This version's capacity: a row of `flow_leases` per message, each probed at every claim (`held`). */
+export const capacityPerMessage = (t: (table: string) => string) => (held: (f: string) => string): Capacity => ({
+  prune: `DELETE FROM ${t("flow_leases")} f
+ WHERE f.topic = ANY(limited) AND NOT ${held("f")};`,
+  busy: `SELECT f.topic, f.group_key, count(*) AS n FROM ${
+    t("flow_leases")
+  } f WHERE f.topic = ANY(limited) GROUP BY 1, 2`,
+  inFlight: (l) => `(SELECT count(*) FROM ${t("flow_leases")} f WHERE f.topic = ${l}.topic)`,
+  record: `INSERT INTO ${t("flow_leases")} (id, generation, topic, group_key)
+  SELECT l.id, l.claim_generation + 1, l.topic, l.group_key FROM locked l
+  ON CONFLICT (id) DO UPDATE SET generation = excluded.generation`
+})
 
 /** This version's test of a capacity still taken: its row open, same generation, lease running. */
 const heldByAntiJoin = (t: (table: string) => string) => (f: string) =>
@@ -283,11 +309,13 @@ export const claimFunction = (
 ) => {
   const {
     ahead = aheadInKey(t),
+    capacity: capacityOf = capacityPerMessage(t),
     held = heldByAntiJoin(t),
     named = "o.group_key <> ''",
     order = idOrder,
     update = claimUpdate(t)
   } = later
+  const capacity = capacityOf(held)
   return `CREATE OR REPLACE FUNCTION ${t("outbox_claim")}(text, integer, double precision, text[], integer, integer)
   RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean,
     topic text, ordering_key text, payload jsonb, headers jsonb, created_at text)
@@ -312,8 +340,7 @@ limited := ARRAY(
    ORDER BY l.topic FOR UPDATE);${x.afterLock}
 -- A new snapshot from here on: every claim committed before the lock is seen. The capacities
 -- no longer taken (their row settled, given back, cancelled, its lease run out) are dropped.
-DELETE FROM ${t("flow_leases")} f
- WHERE f.topic = ANY(limited) AND NOT ${held("f")};
+${capacity.prune}
 -- A group at or behind the topic's virtual time holds nothing a new one would not: forgotten.
 DELETE FROM ${t("flow_group_state")} s USING ${t("flow_limits")} l
  WHERE l.topic = ANY(limited) AND s.topic = l.topic AND s.vtime <= l.vclock;
@@ -322,15 +349,13 @@ taken := 0;
 IF EXISTS (
   SELECT 1 FROM ${t("flow_limits")} l
    WHERE l.topic = ANY(limited)
-     AND (l.max_in_flight IS NULL OR l.max_in_flight > (SELECT count(*) FROM ${
-    t("flow_leases")
-  } f WHERE f.topic = l.topic))${x.open})
+     AND (l.max_in_flight IS NULL OR l.max_in_flight > ${capacity.inFlight("l")})${x.open})
 THEN
   -- Each group's messages are read in index order until its few are found: a bitmap scan would
   -- read a group's whole backlog and sort it (the plan is made once, under this setting).
   PERFORM set_config('enable_bitmapscan', 'off', true);
   RETURN QUERY
-${limitedClaim(t, x, order, named, ahead)};
+${limitedClaim(t, x, order, named, ahead, capacity)};
   GET DIAGNOSTICS taken = ROW_COUNT;
   PERFORM set_config('enable_bitmapscan', 'on', true);
 END IF;

@@ -14,6 +14,7 @@
  */
 import type { Migration } from "../../Migrations.js"
 import { earlierInKey } from "./0012_keyed_runs.js"
+import type { LaterClaim } from "./0017_flow_limits.js"
 import { claimWithRates } from "./0018_rate_limits.js"
 import { claimOf23 } from "./0023_named_groups_bounded.js"
 
@@ -24,8 +25,11 @@ export const aheadByKeyIndex = (t: (table: string) => string) => (c: string) =>
           WHERE ${earlierInKey(t, c)}
           ORDER BY e.ordering_key, e.id LIMIT 1), false)`
 
+/** What the claim changes up to this version. */
+export const claimOf24 = (t: (table: string) => string): LaterClaim => ({ ...claimOf23(t), ahead: aheadByKeyIndex(t) })
+
 export const migration: Migration = {
   version: 24,
   name: "the claim probes a key's earlier messages through the key index",
-  statements: (t) => [claimWithRates(t, { ...claimOf23(t), ahead: aheadByKeyIndex(t) })]
+  statements: (t) => [claimWithRates(t, claimOf24(t))]
 }

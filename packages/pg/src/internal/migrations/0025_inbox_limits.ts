@@ -43,12 +43,16 @@ export const CONSUMER_LIMITS: Limits = { table: "inbox_limits", key: "consumer" 
 export const inboxRenewable = (t: (table: string) => string, q: string, lease: string) =>
   renewableInTime(t, q, lease, CONSUMER_LIMITS)
 
-/** That the entry `u.id`, claimed at generation `u.generation`, still holds its capacity: open, same generation, lease running. */
+/**
+ * That the entry `u.id`, claimed at generation `u.generation`, still holds its capacity: open,
+ * same generation, lease running. A scalar subquery, so each entry is one probe by id (an EXISTS
+ * may be planned as a semi-join over the whole inbox, as the outbox's prune was before version 22).
+ */
 const held = (t: (table: string) => string) =>
-  `EXISTS (
-       SELECT 1 FROM ${t("inbox")} i
+  `coalesce((
+       SELECT true FROM ${t("inbox")} i
         WHERE i.id = u.id AND i.claim_generation = u.generation AND i.processed_at IS NULL
-          AND i.dead_at IS NULL AND i.claimed_until > now())`
+          AND i.dead_at IS NULL AND i.claimed_until > now()), false)`
 
 /** The most claim rows of a consumer before a claim counts them exactly, whatever the room. */
 const MAX_CLAIM_ROWS = 32

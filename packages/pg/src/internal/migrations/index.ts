@@ -29,6 +29,7 @@ import { migration as v22 } from "./0022_prune_by_id.js"
 import { migration as v23 } from "./0023_named_groups_bounded.js"
 import { migration as v24 } from "./0024_key_probe_ordered.js"
 import { migration as v25 } from "./0025_inbox_limits.js"
+import { migration as v26 } from "./0026_claim_rows.js"
 
 export const released: Readonly<Record<string, Migration>> = {
   "0001_mutation_ledger": v1,
@@ -55,5 +56,6 @@ export const released: Readonly<Record<string, Migration>> = {
   "0022_prune_by_id": v22,
   "0023_named_groups_bounded": v23,
   "0024_key_probe_ordered": v24,
-  "0025_inbox_limits": v25
+  "0025_inbox_limits": v25,
+  "0026_claim_rows": v26
 }
