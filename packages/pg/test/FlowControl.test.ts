@@ -16,7 +16,18 @@ import * as Migrations from "../src/Migrations.js"
 import * as Outbox from "../src/Outbox.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
-import { analyzed, claimOf, database, enqueueAll, markAll, nodesOfPlan, rowsRead, substrate } from "./support.js"
+import {
+  analyzed,
+  claimLoops,
+  claimOf,
+  database,
+  enqueueAll,
+  markAll,
+  nodesOfPlan,
+  rowsRead,
+  substrate,
+  together
+} from "./support.js"
 
 /** The group each claimed message was enqueued with. */
 const groupsOf = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>) =>
@@ -335,6 +346,56 @@ describe("FlowControl: limits held by the claim", () => {
         expect(scans.reduce((sum, node) => sum + (node["Actual Loops"] ?? 0), 0)).toBeLessThanOrEqual(200)
         expect(rowsRead(plan, (node) => scans.includes(node) && node["Actual Loops"] === 1)).toBeLessThanOrEqual(200)
         yield* markAll(claimed.slice(100))
+        yield* flow.clear(topic)
+      }))
+
+    it.effect("a topic with only an in-flight limit (the short way, migration 26): 16 workers at once take exactly the limit, then 16 loops with keyed runs never pass it (checked inside every claim), every message once and each key in order", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const sql = yield* SqlClient.SqlClient
+        yield* FlowChecker.install()
+        const topic = "fc.single"
+        yield* flow.setLimit(topic, { maxInFlight: 7 })
+        const ids = [
+          ...(yield* enqueueAll(topic, 150)),
+          ...(yield* Effect.forEach(
+            Array.from({ length: 150 }, (_, i) => i),
+            (i) => Effect.flatMap(Outbox.Outbox, (outbox) => outbox.enqueue(topic, { i }, { orderingKey: `k${i % 5}` }))
+          ))
+        ]
+        const firsts = (yield* together(16, (i) => claimOf(`w${i}`, [topic], 10))).flat()
+        expect(firsts).toHaveLength(7)
+        yield* markAll(firsts)
+        const order: Array<string> = []
+        let longestRun = 0
+        const loops = yield* claimLoops(16, ids.length - 7, (i) =>
+          Effect.tap(
+            Effect.flatMap(OutboxWorker.OutboxWorker, (w) =>
+              w.claim({ worker: `v${i}`, topics: [topic], limit: 4, lease: "1 minute", perKey: 3 })),
+            (claimed) =>
+              Effect.sync(() => {
+                order.push(...claimed.map((m) =>
+                  m.id
+                ))
+                const perKey = new Map<string, number>()
+                for (const m of claimed) {
+                  if (m.orderingKey !== null) perKey.set(m.orderingKey, (perKey.get(m.orderingKey) ?? 0) + 1)
+                }
+                longestRun = Math.max(longestRun, ...perKey.values())
+              })
+          ), markAll)
+        // Keyed runs: the short way is the claim of topics without limits (the long way takes heads only).
+        expect(longestRun).toBeGreaterThan(1)
+        expect([...firsts.map((m) => m.id), ...loops].sort()).toEqual([...ids].sort())
+        expect((yield* FlowChecker.overshoots()).filter((o) => o.topic === topic)).toEqual([])
+        // Each key's messages were claimed in their order (a run never overtakes its head).
+        const keyed = yield* sql<{ id: string; ordering_key: string }>`
+          SELECT id::text AS id, ordering_key FROM durable.outbox WHERE topic = ${topic} AND ordering_key IS NOT NULL`
+        const keyOf = new Map(keyed.map((row) => [row.id, row.ordering_key]))
+        for (const key of ["k0", "k1", "k2", "k3", "k4"]) {
+          const claimedOrder = order.filter((id) => keyOf.get(id) === key)
+          expect(claimedOrder).toEqual([...claimedOrder].sort((a, b) => Number(a) - Number(b)))
+        }
         yield* flow.clear(topic)
       }))
 

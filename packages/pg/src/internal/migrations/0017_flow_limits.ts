@@ -259,6 +259,22 @@ export interface LaterClaim {
   readonly ahead?: (c: string) => string
   /** How the claim keeps what it took (version 26: a row per claim and group, not per message). */
   readonly capacity?: (held: (f: string) => string) => Capacity
+  /**
+   * A shorter way for a claim of one limited topic that has no groups, rates or weights to tell
+   * apart (version 26): the claim of topics without limits, narrowed to it and to what its limit
+   * leaves. `claim(also, limit)` writes that claim's query.
+   */
+  readonly single?: (claim: (also: (c: string) => string, limit: string) => string) => SingleTopicClaim
+}
+
+/** The claim of one limited topic with nothing but an in-flight limit (see `LaterClaim.single`). */
+export interface SingleTopicClaim {
+  /** Declarations it needs (`\n  name type;` each). */
+  readonly declare: string
+  /** When it applies: a condition over `limited`, once its limits are locked and counted. */
+  readonly when: string
+  /** Its statements: the last one returns the claimed rows (`RETURN QUERY ...;`). */
+  readonly statements: string
 }
 
 /** How a limited claim keeps the capacity it took, and reads what its topics have in flight. */
@@ -313,9 +329,18 @@ export const claimFunction = (
     held = heldByAntiJoin(t),
     named = "o.group_key <> ''",
     order = idOrder,
+    single: singleOf,
     update = claimUpdate(t)
   } = later
   const capacity = capacityOf(held)
+  const single = singleOf?.((also, limit) => claimQuery(t, also, limit, update, order, ahead))
+  const limitedPart = `  -- Each group's messages are read in index order until its few are found: a bitmap scan would
+  -- read a group's whole backlog and sort it (the plan is made once, under this setting).
+  PERFORM set_config('enable_bitmapscan', 'off', true);
+  RETURN QUERY
+${limitedClaim(t, x, order, named, ahead, capacity)};
+  GET DIAGNOSTICS taken = ROW_COUNT;
+  PERFORM set_config('enable_bitmapscan', 'on', true);`
   return `CREATE OR REPLACE FUNCTION ${t("outbox_claim")}(text, integer, double precision, text[], integer, integer)
   RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean,
     topic text, ordering_key text, payload jsonb, headers jsonb, created_at text)
@@ -325,7 +350,7 @@ AS $claim$
 #variable_conflict use_column
 DECLARE
   limited text[];
-  taken integer;${x.declare}
+  taken integer;${x.declare}${single?.declare ?? ""}
 BEGIN
 PERFORM pg_advisory_xact_lock_shared(${limitsLock(t)});
 IF NOT EXISTS (SELECT 1 FROM ${t("flow_limits")} l WHERE $4 IS NULL OR l.topic = ANY($4)) THEN
@@ -351,13 +376,14 @@ IF EXISTS (
    WHERE l.topic = ANY(limited)
      AND (l.max_in_flight IS NULL OR l.max_in_flight > ${capacity.inFlight("l")})${x.open})
 THEN
-  -- Each group's messages are read in index order until its few are found: a bitmap scan would
-  -- read a group's whole backlog and sort it (the plan is made once, under this setting).
-  PERFORM set_config('enable_bitmapscan', 'off', true);
-  RETURN QUERY
-${limitedClaim(t, x, order, named, ahead, capacity)};
-  GET DIAGNOSTICS taken = ROW_COUNT;
-  PERFORM set_config('enable_bitmapscan', 'on', true);
+${
+    single === undefined ? limitedPart : `  IF ${single.when} THEN
+${single.statements}
+    GET DIAGNOSTICS taken = ROW_COUNT;
+  ELSE
+${limitedPart}
+  END IF;`
+  }
 END IF;
 -- The rest of the batch from the topics without limits, if the claim may take any.
 IF taken < $2 AND ($4 IS NULL OR EXISTS (

@@ -23,7 +23,7 @@
  * The function keeps its signature: processes of every release since version 12 call it alike.
  */
 import type { Migration } from "../../Migrations.js"
-import type { Capacity } from "./0017_flow_limits.js"
+import type { Capacity, SingleTopicClaim } from "./0017_flow_limits.js"
 import { claimWithRates } from "./0018_rate_limits.js"
 import { heldById } from "./0022_prune_by_id.js"
 import { claimOf24 } from "./0024_key_probe_ordered.js"
@@ -76,6 +76,44 @@ UPDATE ${claims} c SET taken = k.n FROM counted k WHERE c.id = k.id AND k.n > 0 
   }
 }
 
+/**
+ * The claim of one limited topic with nothing but an in-flight limit: no rate, no per-group
+ * limit or weight, no open message with a named group. With one group there is nothing for fair
+ * share to choose, so the claim is the claim of topics without limits — keyed runs included —
+ * narrowed to the topic and to what its limit leaves, and records what it took. (A message with a
+ * named group enqueued while it runs is recorded under its group; the next claim sees the group
+ * and takes the long way.) The long way cost a no-op claim of 500 about 13 ms where this takes
+ * about what an unlimited claim takes (7.4 ms, `EXPLAIN ANALYZE` of the function).
+ */
+const singleTopic = (t: (table: string) => string) =>
+(
+  claim: (also: (c: string) => string, limit: string) => string
+): SingleTopicClaim => ({
+  declare: "\n  single_free integer;",
+  when: `array_length(limited, 1) = 1
+     AND NOT EXISTS (
+       SELECT 1 FROM ${t("flow_limits")} l
+        WHERE l.topic = limited[1]
+          AND (l.rate_limit IS NOT NULL OR l.group_rate_limit IS NOT NULL OR l.group_max_in_flight IS NOT NULL))
+     AND NOT EXISTS (SELECT 1 FROM ${t("flow_group_limits")} g WHERE g.topic = limited[1])
+     AND NOT EXISTS (
+       SELECT 1 FROM ${t("outbox")} o
+        WHERE o.topic = limited[1] AND o.group_key > '' AND o.projected_at IS NULL AND o.dead_at IS NULL)`,
+  statements: `    SELECT CASE WHEN l.max_in_flight IS NULL THEN $2
+                ELSE least($2, greatest(l.max_in_flight - ${takenBy(t, "l")}, 0))::integer END
+      INTO single_free FROM ${t("flow_limits")} l WHERE l.topic = limited[1];
+    RETURN QUERY
+WITH claimed (id, generation, attempt, exhausted, topic, ordering_key, payload, headers, created_at) AS (
+${claim((c) => ` AND ${c}.topic = ANY(limited)`, "single_free")}),
+recorded AS (
+  INSERT INTO ${t("flow_claims")} (topic, group_key, entries, generations, taken)
+  SELECT o.topic, o.group_key, array_agg(o.id), array_agg(c.generation::bigint), count(*)
+    FROM claimed c JOIN ${t("outbox")} o ON o.id = c.id::bigint
+   WHERE NOT c.exhausted
+   GROUP BY o.topic, o.group_key)
+SELECT * FROM claimed;`
+})
+
 export const migration: Migration = {
   version: 26,
   name: "the limited claim keeps a row per claim, not per message",
@@ -93,6 +131,6 @@ export const migration: Migration = {
     `WITH moved AS (DELETE FROM ${t("flow_leases")} f RETURNING f.id, f.generation, f.topic, f.group_key)
      INSERT INTO ${t("flow_claims")} (topic, group_key, entries, generations, taken)
      SELECT m.topic, m.group_key, array_agg(m.id), array_agg(m.generation), count(*) FROM moved m GROUP BY 1, 2`,
-    claimWithRates(t, { ...claimOf24(t), capacity: capacityPerClaim(t) })
+    claimWithRates(t, { ...claimOf24(t), capacity: capacityPerClaim(t), single: singleTopic(t) })
   ]
 }
