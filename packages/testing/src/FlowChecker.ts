@@ -101,15 +101,22 @@ export const install = (schema = "durable") =>
         RETURN NULL;
       END
       $check$`,
-      ...(["outbox", "inbox"] as const).flatMap((queue) => {
-        const name = queue === "outbox" ? "flow_check" : "inbox_flow_check"
-        return [
-          `DROP TRIGGER IF EXISTS ${name} ON ${s}.${queue}`,
-          `CREATE TRIGGER ${name} AFTER UPDATE OF claim_generation ON ${s}.${queue}
+      // Tables an earlier install left, from before the inbox was checked.
+      `ALTER TABLE ${s}.flow_overshoots ADD COLUMN IF NOT EXISTS queue text NOT NULL DEFAULT 'outbox'`,
+      `ALTER TABLE ${s}.flow_rate_claims ADD COLUMN IF NOT EXISTS queue text NOT NULL DEFAULT 'outbox'`,
+      `DROP TRIGGER IF EXISTS flow_check ON ${s}.outbox`,
+      `CREATE TRIGGER flow_check AFTER UPDATE OF claim_generation ON ${s}.outbox
+        FOR EACH ROW WHEN (NEW.claim_generation <> OLD.claim_generation AND NEW.claimed_until IS NOT NULL)
+        EXECUTE FUNCTION ${s}.flow_check()`,
+      // On the inbox only where it has limits (version 25): before that its trigger would fail every claim.
+      `DROP TRIGGER IF EXISTS inbox_flow_check ON ${s}.inbox`,
+      `DO $install$ BEGIN
+        IF to_regclass('${s.replaceAll("'", "''")}.inbox_limits') IS NOT NULL THEN
+          CREATE TRIGGER inbox_flow_check AFTER UPDATE OF claim_generation ON ${s}.inbox
             FOR EACH ROW WHEN (NEW.claim_generation <> OLD.claim_generation AND NEW.claimed_until IS NOT NULL)
-            EXECUTE FUNCTION ${s}.${name}()`
-        ]
-      })
+            EXECUTE FUNCTION ${s}.inbox_flow_check();
+        END IF;
+      END $install$`
     ]
     return Effect.forEach(statements, (statement) => sql.unsafe(statement), { discard: true })
   })
@@ -137,12 +144,24 @@ export interface RateOvershoot {
  * some span of time (checked against the rates set now: set them before the load and leave them).
  */
 export const rateOvershoots = (schema = "durable") =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) => {
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
     const s = quoteIdentifier(schema)
+    // The inbox's buckets exist from version 25 on.
+    const found = yield* sql.unsafe<{ inbox: boolean }>(
+      `SELECT to_regclass('${s.replaceAll("'", "''")}.inbox_limits') IS NOT NULL AS inbox`
+    )
+    const inboxBuckets = found[0]?.inbox === true
+      ? `
+        UNION ALL
+        SELECT c.seq, c.queue, c.topic, '', c.started, c.at, l.rate_limit / l.rate_period, l.rate_burst
+          FROM ${s}.flow_rate_claims c JOIN ${s}.inbox_limits l ON l.consumer = c.topic
+         WHERE c.queue = 'inbox' AND l.rate_limit IS NOT NULL`
+      : ""
     // For the i-th and j-th claimed message of a bucket (i <= j, in claim order): j - i + 1
     // messages against burst + r * (at_j - started_i), i.e. (j - r at_j) - (i - r started_i) + 1
     // against burst: the least (i - r started_i) so far is a running minimum.
-    return sql.unsafe<RateOvershoot>(
+    return yield* sql.unsafe<RateOvershoot>(
       `WITH base AS (SELECT min(started) AS t0 FROM ${s}.flow_rate_claims),
       buckets AS (
         SELECT c.seq, c.queue, c.topic, '' AS group_key, c.started, c.at, l.rate_limit / l.rate_period AS r,
@@ -155,11 +174,7 @@ export const rateOvershoots = (schema = "durable") =>
                coalesce(g.rate_burst, l.group_rate_burst)
           FROM ${s}.flow_rate_claims c JOIN ${s}.flow_limits l ON l.topic = c.topic
           LEFT JOIN ${s}.flow_group_limits g ON g.topic = c.topic AND g.group_key = c.group_key
-         WHERE c.queue = 'outbox' AND c.group_key <> '' AND (g.rate_limit IS NOT NULL OR l.group_rate_limit IS NOT NULL)
-        UNION ALL
-        SELECT c.seq, c.queue, c.topic, '', c.started, c.at, l.rate_limit / l.rate_period, l.rate_burst
-          FROM ${s}.flow_rate_claims c JOIN ${s}.inbox_limits l ON l.consumer = c.topic
-         WHERE c.queue = 'inbox' AND l.rate_limit IS NOT NULL),
+         WHERE c.queue = 'outbox' AND c.group_key <> '' AND (g.rate_limit IS NOT NULL OR l.group_rate_limit IS NOT NULL)${inboxBuckets}),
       numbered AS (
         SELECT b.*, row_number() OVER (PARTITION BY b.queue, b.topic, b.group_key ORDER BY b.seq) AS k FROM buckets b),
       spans AS (

@@ -16,10 +16,12 @@
  *   the held state; only a claim, which records its own row, puts one back): the claim counts
  *   exactly, probing each entry by id, only when the sum of `taken` leaves less room than it
  *   asks for or the rows pile up (more than 32), and then oldest claim first, until it has
- *   found the room (or brought the rows back to 32). The outbox's limited claim (version 17) writes
- *   a row per message and probes every one at every claim: a limit that never bound halved a
- *   no-op drain (bench, 2026-12-05). A row per claim and a count when it matters leave a
- *   claim of the inbox one insert and, now and then, a probe per entry.
+ *   found the room and brought the rows back to 32. The outbox's limited claim (version 17)
+ *   writes a row per message and probes every one at every claim: a limit that never bound
+ *   halved a no-op drain (bench, 2026-12-05). A row per claim and a count when it matters leave
+ *   a claim of the inbox one insert, and a probe per entry only when it counts. Where more than
+ *   32 claims are under way at once, or a claim asks for more than the limit, it counts at every
+ *   claim, as before.
  * - The claim (same signature as version 8's): a consumer without a limits row claims exactly
  *   as before. Otherwise it locks the row (`FOR UPDATE`: claims of one limited consumer take
  *   turns), then counts in statements of their own — snapshots taken after the lock, which see

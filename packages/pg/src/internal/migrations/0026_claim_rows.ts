@@ -17,13 +17,18 @@
  * it has per-group limits (a group's count must be exact for fair share to see its room), or its
  * rows piled up past 32. A row with nothing held left is dropped then.
  *
- * Rows a process of the previous release writes to `flow_leases` (its claims during a rolling
- * deploy, its `setLimit`) are moved into `flow_claims` by every claim, so none escapes the count.
+ * The migration first takes the lock a new limit takes (every claim holds it shared), so no claim
+ * of the previous version is under way while it moves `flow_leases` into `flow_claims`. Processes
+ * of the previous release call this function from then on; the rows their `setLimit` still
+ * writes to `flow_leases` are moved in by every claim. One window is left: a claim that called
+ * the function while the migration held the lock waits, then runs the previous version's body,
+ * which counts `flow_leases` only — that one claim can pass a topic's limit. Pause the limited
+ * topics while this migration runs where a limit must hold through the upgrade.
  *
  * The function keeps its signature: processes of every release since version 12 call it alike.
  */
 import type { Migration } from "../../Migrations.js"
-import type { Capacity, SingleTopicClaim } from "./0017_flow_limits.js"
+import { type Capacity, limitsLock, type SingleTopicClaim } from "./0017_flow_limits.js"
 import { claimWithRates } from "./0018_rate_limits.js"
 import { heldById } from "./0022_prune_by_id.js"
 import { claimOf24 } from "./0024_key_probe_ordered.js"
@@ -118,6 +123,7 @@ export const migration: Migration = {
   version: 26,
   name: "the limited claim keeps a row per claim, not per message",
   statements: (t) => [
+    `SELECT pg_advisory_xact_lock(${limitsLock(t)})`,
     `CREATE TABLE ${t("flow_claims")} (
         id bigserial PRIMARY KEY,
         topic text NOT NULL,
