@@ -37,7 +37,7 @@ const RELEASED_DDL: Readonly<Record<number, string>> = {
   23: "5ff8640cc0089fe4aee86abbd535cb6492706ef136ce2e3236d6a55b02190973",
   24: "78fad518769059dda1e682ea3ef56c8557ba1a98833f58f426429814d71f6ecb",
   25: "d916b13cc14bceb4a670e670c03760b6b284c4884ae4ec31dd7cf0f41b9da11a",
-  26: "f1543b45a678fc04827d7b8c9ad162cce391274de54fa4a0c7b6516e4a930d5e"
+  26: "e777aba0649c569670c2471078a4f2615fcded36f6f50631b10ecab82876037a"
 }
 
 describe("released migrations", () => {

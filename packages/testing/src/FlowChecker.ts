@@ -34,6 +34,9 @@ export interface Overshoot {
   readonly limit: number
 }
 
+/** The name of `schema`'s inbox limits table (version 25), as an SQL string literal for `to_regclass`. */
+const inboxLimitsName = (schema: string) => `'${quoteIdentifier(schema).replaceAll("'", "''")}.inbox_limits'`
+
 /** Installs the checker in `schema` (the substrate's; default `durable`). Idempotent. */
 export const install = (schema = "durable") =>
   Effect.flatMap(SqlClient.SqlClient, (sql) => {
@@ -111,7 +114,7 @@ export const install = (schema = "durable") =>
       // On the inbox only where it has limits (version 25): before that its trigger would fail every claim.
       `DROP TRIGGER IF EXISTS inbox_flow_check ON ${s}.inbox`,
       `DO $install$ BEGIN
-        IF to_regclass('${s.replaceAll("'", "''")}.inbox_limits') IS NOT NULL THEN
+        IF to_regclass(${inboxLimitsName(schema)}) IS NOT NULL THEN
           CREATE TRIGGER inbox_flow_check AFTER UPDATE OF claim_generation ON ${s}.inbox
             FOR EACH ROW WHEN (NEW.claim_generation <> OLD.claim_generation AND NEW.claimed_until IS NOT NULL)
             EXECUTE FUNCTION ${s}.inbox_flow_check();
@@ -149,7 +152,7 @@ export const rateOvershoots = (schema = "durable") =>
     const s = quoteIdentifier(schema)
     // The inbox's buckets exist from version 25 on.
     const found = yield* sql.unsafe<{ inbox: boolean }>(
-      `SELECT to_regclass('${s.replaceAll("'", "''")}.inbox_limits') IS NOT NULL AS inbox`
+      `SELECT to_regclass(${inboxLimitsName(schema)}) IS NOT NULL AS inbox`
     )
     const inboxBuckets = found[0]?.inbox === true
       ? `

@@ -141,8 +141,15 @@ $claim$`
  * What a consumer's claims hold now, exactly: each recorded entry still open, at its claim's
  * generation, its lease running (`c`: a row of `inbox_flow_claims`). `FlowControl` lists it.
  */
-export const heldOfClaim = (t: (table: string) => string, c: string) =>
-  `(SELECT count(*) FROM unnest(${c}.entries, ${c}.generations) u(id, generation) WHERE ${held(t)})`
+export const heldOfClaim = (t: (table: string) => string, c: string) => entriesHeld(c, held(t))
+
+/**
+ * How many of the entries recorded in the claim row `c` (its `entries` and `generations`) meet
+ * `isHeld`, a condition over `u.id` and `u.generation`: the inbox's count and the outbox's
+ * (version 26) alike.
+ */
+export const entriesHeld = (c: string, isHeld: string) =>
+  `(SELECT count(*) FROM unnest(${c}.entries, ${c}.generations) u(id, generation) WHERE ${isHeld})`
 
 export const migration: Migration = {
   version: 25,

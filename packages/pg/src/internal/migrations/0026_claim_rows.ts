@@ -33,6 +33,7 @@ import { type Capacity, limitsLock, type SingleTopicClaim } from "./0017_flow_li
 import { claimWithRates } from "./0018_rate_limits.js"
 import { heldById } from "./0022_prune_by_id.js"
 import { claimOf24 } from "./0024_key_probe_ordered.js"
+import { entriesHeld } from "./0025_inbox_limits.js"
 
 /** The most rows of a topic before a claim counts them exactly, whatever the room. */
 const MAX_CLAIM_ROWS = 32
@@ -42,9 +43,7 @@ const MAX_CLAIM_ROWS = 32
  * scalar subquery, as version 22's prune: an EXISTS was planned as a semi-join that read every
  * open message of the outbox).
  */
-export const stillHeld = (t: (table: string) => string, c: string) =>
-  `(SELECT count(*) FROM unnest(${c}.entries, ${c}.generations) u(id, generation)
-      WHERE ${heldById(t)("u")})`
+export const stillHeld = (t: (table: string) => string, c: string) => entriesHeld(c, heldById(t)("u"))
 
 /** What the topic `l` (a row of `flow_limits`) may have in flight: the sum of its rows' `taken`. */
 export const takenBy = (t: (table: string) => string, l: string) =>
