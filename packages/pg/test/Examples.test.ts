@@ -104,20 +104,38 @@ describe("the README examples do what the README says", () => {
         expect(yield* InboxLimitsExample.receive("pay-0", { amount: 0 })).toBe("Duplicate")
         // Three workers at once; every charge is held until the test lets them go.
         const release = yield* Deferred.make<void>()
-        const fourCharging = yield* Deferred.make<void>()
+        const allClaimed = yield* Deferred.make<void>()
         let charging = 0
-        const charge = () =>
+        const chargingBy = new Set<string>()
+        const emptyHanded = new Set<string>()
+        // Four charging, and every worker's claim returned (a worker with nothing has finished):
+        // a worker whose claim ran after the release would see the four settled.
+        const check = Effect.suspend(() =>
+          charging === 4 && chargingBy.size + emptyHanded.size === 3
+            ? Deferred.succeed(allClaimed, undefined)
+            : Effect.void
+        )
+        const charge = (worker: string) => () =>
           Effect.andThen(
-            Effect.suspend(() => (++charging === 4 ? Deferred.succeed(fourCharging, undefined) : Effect.void)),
+            Effect.suspend(() => {
+              charging++
+              chargingBy.add(worker)
+              return check
+            }),
             Deferred.await(release)
           )
         const workers = yield* Effect.forEach(
           ["w1", "w2", "w3"],
-          (worker) => Effect.forkChild(InboxLimitsExample.work(worker, charge))
+          (worker) =>
+            Effect.forkChild(Effect.tap(InboxLimitsExample.work(worker, charge(worker)), (n) =>
+              Effect.suspend(() => {
+                if (n === 0) emptyHanded.add(worker)
+                return check
+              })))
         )
-        yield* Deferred.await(fourCharging)
+        yield* Deferred.await(allClaimed)
         // While four are being charged, another worker gets nothing.
-        expect(yield* InboxLimitsExample.work("w4", charge)).toBe(0)
+        expect(yield* InboxLimitsExample.work("w4", charge("w4"))).toBe(0)
         yield* Deferred.succeed(release, undefined)
         const taken = yield* Effect.forEach(workers, Fiber.join)
         expect(taken.reduce((a, b) => a + b, 0)).toBe(4)
