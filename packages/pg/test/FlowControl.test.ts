@@ -25,6 +25,7 @@ import {
   markAll,
   nodesOfPlan,
   rowsRead,
+  slotRecount,
   substrate,
   together
 } from "./support.js"
@@ -320,7 +321,7 @@ describe("FlowControl: limits held by the claim", () => {
         expect((yield* claimOf("w", ["fc.keys"])).map((m) => m.id)).toEqual([ids[1]])
       }))
 
-    it.effect("a limited claim counts what it took message by message when it must: it probes the messages recorded, never the topic's backlog (migrations 22, 26)", () =>
+    it.effect("a limited claim counts what it took message by message when it must: it probes the messages recorded, never the topic's backlog (migrations 22, 26, 27)", () =>
       Effect.gen(function*() {
         const flow = yield* FlowControl.FlowControl
         const outbox = yield* Outbox.Outbox
@@ -345,6 +346,16 @@ describe("FlowControl: limits held by the claim", () => {
         expect(scans.length).toBeGreaterThan(0)
         expect(scans.reduce((sum, node) => sum + (node["Actual Loops"] ?? 0), 0)).toBeLessThanOrEqual(200)
         expect(rowsRead(plan, (node) => scans.includes(node) && node["Actual Loops"] === 1)).toBeLessThanOrEqual(200)
+        // The same for the count of one claim row by a claim that takes slots (migration 27; the
+        // claim of 200 is one row, in one of the limit's four slots).
+        const slotPlan = yield* analyzed(
+          yield* slotRecount("outbox_claim", `SELECT * FROM durable.flow_claims WHERE topic = '${topic}' ORDER BY id`)
+        )
+        const slotScans = nodesOfPlan(slotPlan).filter((node) => node["Relation Name"] === "outbox")
+        expect(slotScans.length).toBeGreaterThan(0)
+        expect(slotScans.reduce((sum, node) => sum + (node["Actual Loops"] ?? 0), 0)).toBeLessThanOrEqual(200)
+        expect(rowsRead(slotPlan, (node) => slotScans.includes(node) && node["Actual Loops"] === 1))
+          .toBeLessThanOrEqual(200)
         yield* markAll(claimed.slice(100))
         yield* flow.clear(topic)
       }))

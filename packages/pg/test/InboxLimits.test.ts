@@ -13,7 +13,7 @@ import * as Inbox from "../src/Inbox.js"
 import * as InboxAdmin from "../src/InboxAdmin.js"
 import * as InboxWorker from "../src/InboxWorker.js"
 import * as Migrations from "../src/Migrations.js"
-import { analyzed, claimLoops, database, nodesOfPlan, rowsRead, substrate, together } from "./support.js"
+import { analyzed, claimLoops, database, nodesOfPlan, rowsRead, slotRecount, substrate, together } from "./support.js"
 
 /** Stores `n` deliveries for `consumer`; their entry ids, in order. */
 const receiveAll = (consumer: string, n: number) =>
@@ -212,17 +212,27 @@ describe("FlowControl: limits on the stored inbox", () => {
         const flow = yield* FlowControl.FlowControl
         const sql = yield* SqlClient.SqlClient
         yield* flow.setInboxLimit("il.roomy", { maxInFlight: 100_000 })
-        yield* receiveAll("il.roomy", 200)
-        const rows = sql<{ n: number; taken: number }>`
-          SELECT count(*)::int AS n, coalesce(sum(taken), 0)::int AS taken FROM durable.inbox_flow_claims
-           WHERE consumer = 'il.roomy'`
+        yield* receiveAll("il.roomy", 600)
+        const rows = sql<{ n: number; taken: number; slots: number; most: number }>`
+          SELECT coalesce(sum(n), 0)::int AS n, coalesce(sum(taken), 0)::int AS taken, count(*)::int AS slots,
+                 coalesce(max(n), 0)::int AS most
+            FROM (SELECT slot, count(*) AS n, sum(taken) AS taken FROM durable.inbox_flow_claims
+                   WHERE consumer = 'il.roomy' GROUP BY slot) s`
         let most = 0
-        for (let i = 0; i < 100; i++) {
+        let slots = 0
+        let claims = 0
+        for (let i = 0; i < 300; i++) {
           yield* completeAll(yield* claimOf("w1", "il.roomy", 2))
-          most = Math.max(most, (yield* rows)[0]!.n)
+          const now = (yield* rows)[0]!
+          most = Math.max(most, now.most)
+          slots = Math.max(slots, now.slots)
+          claims = Math.max(claims, now.n)
         }
-        // Every claim wrote one row; a claim finding more than 32 counted them and dropped the settled.
+        // Every claim wrote one row, under the slot it took (a limit of 100,000 has 8); a claim
+        // finding more than 32 rows in its slot counted the oldest and dropped the settled.
+        expect(slots).toBe(8)
         expect(most).toBe(33)
+        expect(claims).toBeLessThanOrEqual(8 * 33)
         // Nothing is in flight: the rows left overstate it, the listing counts exactly.
         expect((yield* rows)[0]!.taken).toBeGreaterThan(0)
         expect((yield* flow.inboxLimits).find((l) => l.consumer === "il.roomy")!.inFlight).toBe(0)
@@ -259,6 +269,19 @@ describe("FlowControl: limits on the stored inbox", () => {
         // One probe per entry recorded (200), no scan of the inbox run once over more rows.
         expect(scans.reduce((sum, node) => sum + (node["Actual Loops"] ?? 0), 0)).toBeLessThanOrEqual(200)
         expect(rowsRead(plan, (node) => scans.includes(node) && node["Actual Loops"] === 1)).toBeLessThanOrEqual(200)
+        // The same for the count of one claim row by a claim that takes slots (migration 27: a
+        // consumer without a rate; the claim of 200 is one row, in one of the limit's four slots).
+        const slotPlan = yield* analyzed(
+          yield* slotRecount(
+            "inbox_claim",
+            "SELECT * FROM durable.inbox_flow_claims WHERE consumer = 'il.probe' ORDER BY id"
+          )
+        )
+        const slotScans = nodesOfPlan(slotPlan).filter((node) => node["Relation Name"] === "inbox")
+        expect(slotScans.length).toBeGreaterThan(0)
+        expect(slotScans.reduce((sum, node) => sum + (node["Actual Loops"] ?? 0), 0)).toBeLessThanOrEqual(200)
+        expect(rowsRead(slotPlan, (node) => slotScans.includes(node) && node["Actual Loops"] === 1))
+          .toBeLessThanOrEqual(200)
         yield* completeAll(taken.slice(100))
       }))
 

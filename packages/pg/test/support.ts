@@ -146,3 +146,21 @@ export const analyzed = (statement: string) =>
       }
     ))).pipe(Effect.map(() => plan))
   })
+
+/**
+ * The slot way's exact count of one claim row (migration 27), as the deployed claim function
+ * `fn` writes it, over the first row `rows` selects (a query of its claim rows): a statement
+ * to analyze.
+ */
+export const slotRecount = (fn: "outbox_claim" | "inbox_claim", rows: string) =>
+  Effect.map(
+    Effect.flatMap(SqlClient.SqlClient, (sql) =>
+      sql<{ source: string }>`
+        SELECT prosrc AS source FROM pg_proc
+         WHERE proname = ${fn} AND pronamespace = 'durable'::regnamespace
+           AND pronargs = ${fn === "outbox_claim" ? 6 : 5}`),
+    ([deployed]) =>
+      `SELECT ${
+        /slot_still := (\(SELECT count\(\*\) FROM unnest\(slot_row[\s\S]*?\));\n/.exec(deployed!.source)![1]
+      } FROM (${rows} LIMIT 1) slot_row`
+  )

@@ -265,6 +265,17 @@ export interface LaterClaim {
    * leaves. `claim(also, limit)` writes that claim's query.
    */
   readonly single?: (claim: (also: (c: string) => string, limit: string) => string) => SingleTopicClaim
+  /**
+   * Statements run before the limits are locked, once the claim knows a limit concerns it
+   * (version 27: the claim of one topic with only an in-flight limit takes capacity slots
+   * instead, and returns). `claim(also, limit)` writes the claim of topics without limits
+   * narrowed; `rest` claims the rest of the batch from the topics without limits.
+   */
+  readonly unlocked?: (claim: (also: (c: string) => string, limit: string) => string, rest: string) => string
+  /** Statements run once the limits are locked, after the extensions' (version 27: every slot locked too). */
+  readonly afterLock?: string
+  /** Declarations those statements need (`\n  name type;` each). */
+  readonly declare?: string
 }
 
 /** The claim of one limited topic with nothing but an in-flight limit (see `LaterClaim.single`). */
@@ -330,10 +341,29 @@ export const claimFunction = (
     named = "o.group_key <> ''",
     order = idOrder,
     single: singleOf,
+    unlocked,
     update = claimUpdate(t)
   } = later
   const capacity = capacityOf(held)
-  const single = singleOf?.((also, limit) => claimQuery(t, also, limit, update, order, ahead))
+  const narrowed = (also: (c: string) => string, limit: string) => claimQuery(t, also, limit, update, order, ahead)
+  const single = singleOf?.(narrowed)
+  const rest = `-- The rest of the batch from the topics without limits, if the claim may take any.
+IF taken < $2 AND ($4 IS NULL OR EXISTS (
+     SELECT 1 FROM unnest($4) x(topic) WHERE NOT EXISTS (SELECT 1 FROM ${
+    t("flow_limits")
+  } l WHERE l.topic = x.topic))) THEN
+  RETURN QUERY
+${
+    claimQuery(
+      t,
+      (c) => ` AND ${c}.topic <> ALL(ARRAY(SELECT l.topic FROM ${t("flow_limits")} l))`,
+      "($2 - taken)",
+      update,
+      order,
+      ahead
+    )
+  };
+END IF;`
   const limitedPart = `  -- Each group's messages are read in index order until its few are found: a bitmap scan would
   -- read a group's whole backlog and sort it (the plan is made once, under this setting).
   PERFORM set_config('enable_bitmapscan', 'off', true);
@@ -350,7 +380,7 @@ AS $claim$
 #variable_conflict use_column
 DECLARE
   limited text[];
-  taken integer;${x.declare}${single?.declare ?? ""}
+  taken integer;${x.declare}${single?.declare ?? ""}${later.declare ?? ""}
 BEGIN
 PERFORM pg_advisory_xact_lock_shared(${limitsLock(t)});
 IF NOT EXISTS (SELECT 1 FROM ${t("flow_limits")} l WHERE $4 IS NULL OR l.topic = ANY($4)) THEN
@@ -358,11 +388,13 @@ IF NOT EXISTS (SELECT 1 FROM ${t("flow_limits")} l WHERE $4 IS NULL OR l.topic =
 ${claimQuery(t, undefined, undefined, update, order, ahead)};
   RETURN;
 END IF;
--- The limits of this claim's topics, locked in name order: one claim of a limited topic at a time.
+${
+    unlocked?.(narrowed, rest) ?? ""
+  }-- The limits of this claim's topics, locked in name order: one claim of a limited topic at a time.
 limited := ARRAY(
   SELECT l.topic FROM ${t("flow_limits")} l
    WHERE ($4 IS NULL OR l.topic = ANY($4)) AND l.topic <> ALL(ARRAY(SELECT p.topic FROM ${t("paused_topics")} p))
-   ORDER BY l.topic FOR UPDATE);${x.afterLock}
+   ORDER BY l.topic FOR UPDATE);${x.afterLock}${later.afterLock ?? ""}
 -- A new snapshot from here on: every claim committed before the lock is seen. The capacities
 -- no longer taken (their row settled, given back, cancelled, its lease run out) are dropped.
 ${capacity.prune}
@@ -385,23 +417,7 @@ ${limitedPart}
   END IF;`
   }
 END IF;
--- The rest of the batch from the topics without limits, if the claim may take any.
-IF taken < $2 AND ($4 IS NULL OR EXISTS (
-     SELECT 1 FROM unnest($4) x(topic) WHERE NOT EXISTS (SELECT 1 FROM ${
-    t("flow_limits")
-  } l WHERE l.topic = x.topic))) THEN
-  RETURN QUERY
-${
-    claimQuery(
-      t,
-      (c) => ` AND ${c}.topic <> ALL(ARRAY(SELECT l.topic FROM ${t("flow_limits")} l))`,
-      "($2 - taken)",
-      update,
-      order,
-      ahead
-    )
-  };
-END IF;
+${rest}
 END
 $claim$`
 }

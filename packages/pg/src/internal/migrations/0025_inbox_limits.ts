@@ -50,7 +50,7 @@ export const inboxRenewable = (t: (table: string) => string, q: string, lease: s
  * same generation, lease running. A scalar subquery, so each entry is one probe by id (an EXISTS
  * may be planned as a semi-join over the whole inbox, as the outbox's prune was before version 22).
  */
-const held = (t: (table: string) => string) =>
+export const inboxHeld = (t: (table: string) => string) =>
   `coalesce((
        SELECT true FROM ${t("inbox")} i
         WHERE i.id = u.id AND i.claim_generation = u.generation AND i.processed_at IS NULL
@@ -59,34 +59,40 @@ const held = (t: (table: string) => string) =>
 /** The most claim rows of a consumer before a claim counts them exactly, whatever the room. */
 const MAX_CLAIM_ROWS = 32
 
-const claimFunction = (t: (table: string) => string) => {
-  const tokens = bucket(t, "l", topicRate)
-  const claims = t("inbox_flow_claims")
-  return `CREATE OR REPLACE FUNCTION ${t("inbox_claim")}(text, integer, double precision, text, integer)
+/** The inbox claim function's signature (version 8's), up to its declarations. */
+export const inboxClaimSignature = (t: (table: string) => string) =>
+  `CREATE OR REPLACE FUNCTION ${t("inbox_claim")}(text, integer, double precision, text, integer)
   RETURNS TABLE (id text, generation text, attempt integer, exhausted boolean,
     consumer text, message_id text, payload jsonb, headers jsonb, received_at text)
   LANGUAGE plpgsql
   SET plan_cache_mode = force_generic_plan
 AS $claim$
-#variable_conflict use_column
-DECLARE
+#variable_conflict use_column`
+
+/** The CTE `claimed`: the inbox claim of at most `limit` entries, its rows as the function returns them. */
+export const inboxClaimed = (t: (table: string) => string, limit: string) =>
+  `WITH claimed (id, generation, attempt, exhausted, consumer, message_id, payload, headers, received_at) AS (
+${inboxClaimQuery(t, limit)})`
+
+/** This version's declarations of the limited inbox claim (`limitedInboxClaim`'s variables). */
+export const limitedInboxDeclare = `
   clk timestamptz;
   cap integer;
   taken_now bigint;
   claim_rows bigint;
   claim_row record;
   still integer;
-  free integer;
-BEGIN
-PERFORM pg_advisory_xact_lock_shared(${limitsLock(t, CONSUMER_LIMITS)});
--- The consumer's limits, locked: one claim of a limited consumer at a time.
-SELECT l.max_in_flight INTO cap FROM ${t("inbox_limits")} l WHERE l.consumer = $4 FOR UPDATE;
-IF NOT FOUND THEN
-  RETURN QUERY
-${inboxClaimQuery(t)};
-  RETURN;
-END IF;
--- The bucket's clock: after the lock, so a claim that waited for it does not spend at the time it began.
+  free integer;`
+
+/**
+ * The claim of a limited consumer `$4` once its limits row is locked and `cap` holds its
+ * in-flight limit: count (exactly where it matters), take what the limit and the bucket leave,
+ * record it. Its last statement returns the claimed rows.
+ */
+export const limitedInboxClaim = (t: (table: string) => string) => {
+  const tokens = bucket(t, "l", topicRate)
+  const claims = t("inbox_flow_claims")
+  return `-- The bucket's clock: after the lock, so a claim that waited for it does not spend at the time it began.
 clk := clock_timestamp();
 IF cap IS NOT NULL THEN
   -- A new snapshot from here on: every claim committed before the lock is seen. What the claims
@@ -99,7 +105,7 @@ IF cap IS NOT NULL THEN
     FOR claim_row IN SELECT c.id, c.entries, c.generations, c.taken FROM ${claims} c WHERE c.consumer = $4 ORDER BY c.id LOOP
       EXIT WHEN taken_now + $2 <= cap AND claim_rows <= ${MAX_CLAIM_ROWS};
       SELECT count(*) INTO still FROM unnest(claim_row.entries, claim_row.generations) u(id, generation) WHERE ${
-    held(t)
+    inboxHeld(t)
   };
       IF still = 0 THEN
         DELETE FROM ${claims} c WHERE c.id = claim_row.id;
@@ -119,8 +125,7 @@ IF free < 1 THEN
   RETURN;
 END IF;
 RETURN QUERY
-WITH claimed (id, generation, attempt, exhausted, consumer, message_id, payload, headers, received_at) AS (
-${inboxClaimQuery(t, "free")}),
+${inboxClaimed(t, "free")},
 recorded AS (
   -- What this claim took, one row (a consumer with an in-flight limit only).
   INSERT INTO ${claims} (consumer, entries, generations, taken)
@@ -132,16 +137,30 @@ spent AS (
   UPDATE ${t("inbox_limits")} l SET tokens = ${tokens} - (SELECT count(*) FROM claimed c WHERE NOT c.exhausted),
                                    tokens_at = clk
    WHERE l.consumer = $4 AND l.rate_limit IS NOT NULL)
-SELECT * FROM claimed;
+SELECT * FROM claimed;`
+}
+
+const claimFunction = (t: (table: string) => string) =>
+  `${inboxClaimSignature(t)}
+DECLARE${limitedInboxDeclare}
+BEGIN
+PERFORM pg_advisory_xact_lock_shared(${limitsLock(t, CONSUMER_LIMITS)});
+-- The consumer's limits, locked: one claim of a limited consumer at a time.
+SELECT l.max_in_flight INTO cap FROM ${t("inbox_limits")} l WHERE l.consumer = $4 FOR UPDATE;
+IF NOT FOUND THEN
+  RETURN QUERY
+${inboxClaimQuery(t)};
+  RETURN;
+END IF;
+${limitedInboxClaim(t)}
 END
 $claim$`
-}
 
 /**
  * What a consumer's claims hold now, exactly: each recorded entry still open, at its claim's
  * generation, its lease running (`c`: a row of `inbox_flow_claims`). `FlowControl` lists it.
  */
-export const heldOfClaim = (t: (table: string) => string, c: string) => entriesHeld(c, held(t))
+export const heldOfClaim = (t: (table: string) => string, c: string) => entriesHeld(c, inboxHeld(t))
 
 /**
  * How many of the entries recorded in the claim row `c` (its `entries` and `generations`) meet

@@ -29,7 +29,7 @@
  * The function keeps its signature: processes of every release since version 12 call it alike.
  */
 import type { Migration } from "../../Migrations.js"
-import { type Capacity, limitsLock, type SingleTopicClaim } from "./0017_flow_limits.js"
+import { type Capacity, type LaterClaim, limitsLock, type SingleTopicClaim } from "./0017_flow_limits.js"
 import { claimWithRates } from "./0018_rate_limits.js"
 import { heldById } from "./0022_prune_by_id.js"
 import { claimOf24 } from "./0024_key_probe_ordered.js"
@@ -49,15 +49,19 @@ export const stillHeld = (t: (table: string) => string, c: string) => entriesHel
 export const takenBy = (t: (table: string) => string, l: string) =>
   `coalesce((SELECT sum(c.taken) FROM ${t("flow_claims")} c WHERE c.topic = ${l}.topic), 0)`
 
+/** Rows a process of the previous release wrote to `flow_leases` for the topics `limited`, moved in. */
+export const movedIn = (t: (table: string) => string) =>
+  `-- Rows a process of the previous release wrote, one per message, join the count as rows of their own.
+WITH moved AS (
+  DELETE FROM ${t("flow_leases")} f WHERE f.topic = ANY(limited) RETURNING f.id, f.generation, f.topic, f.group_key)
+INSERT INTO ${t("flow_claims")} (topic, group_key, entries, generations, taken)
+SELECT m.topic, m.group_key, array_agg(m.id), array_agg(m.generation), count(*) FROM moved m GROUP BY 1, 2;`
+
 /** This version's capacity: a row per claim and group, counted exactly where it matters. */
 export const capacityPerClaim = (t: (table: string) => string) => (): Capacity => {
   const claims = t("flow_claims")
   return {
-    prune: `-- Rows a process of the previous release wrote, one per message, join the count as rows of their own.
-WITH moved AS (
-  DELETE FROM ${t("flow_leases")} f WHERE f.topic = ANY(limited) RETURNING f.id, f.generation, f.topic, f.group_key)
-INSERT INTO ${claims} (topic, group_key, entries, generations, taken)
-SELECT m.topic, m.group_key, array_agg(m.id), array_agg(m.generation), count(*) FROM moved m GROUP BY 1, 2;
+    prune: `${movedIn(t)}
 -- What the claims took, at most: counted exactly, message by message, for a topic whose sum leaves
 -- less room than this claim asks for, that has per-group limits, or whose rows piled up.
 WITH need AS (
@@ -82,6 +86,25 @@ UPDATE ${claims} c SET taken = k.n FROM counted k WHERE c.id = k.id AND k.n > 0 
 }
 
 /**
+ * That the claim's one limited topic (`limited`) has nothing but an in-flight limit: no rate, no
+ * per-group limit or weight, no open message with a named group.
+ */
+export const singleTopicWhen = (t: (table: string) => string) =>
+  `array_length(limited, 1) = 1
+     AND NOT EXISTS (
+       SELECT 1 FROM ${t("flow_limits")} l
+        WHERE l.topic = limited[1]
+          AND (l.rate_limit IS NOT NULL OR l.group_rate_limit IS NOT NULL OR l.group_max_in_flight IS NOT NULL))
+     AND NOT EXISTS (SELECT 1 FROM ${t("flow_group_limits")} g WHERE g.topic = limited[1])
+     AND NOT ${namedOpen(t, "       ")}`
+
+/** That the topic `limited[1]` has an open message with a named group (`indent`: the text's, after the first line). */
+export const namedOpen = (t: (table: string) => string, indent: string) =>
+  `EXISTS (
+${indent}SELECT 1 FROM ${t("outbox")} o
+${indent} WHERE o.topic = limited[1] AND o.group_key > '' AND o.projected_at IS NULL AND o.dead_at IS NULL)`
+
+/**
  * The claim of one limited topic with nothing but an in-flight limit: no rate, no per-group
  * limit or weight, no open message with a named group. With one group there is nothing for fair
  * share to choose, so the claim is the claim of topics without limits — keyed runs included —
@@ -95,15 +118,7 @@ const singleTopic = (t: (table: string) => string) =>
   claim: (also: (c: string) => string, limit: string) => string
 ): SingleTopicClaim => ({
   declare: "\n  single_free integer;",
-  when: `array_length(limited, 1) = 1
-     AND NOT EXISTS (
-       SELECT 1 FROM ${t("flow_limits")} l
-        WHERE l.topic = limited[1]
-          AND (l.rate_limit IS NOT NULL OR l.group_rate_limit IS NOT NULL OR l.group_max_in_flight IS NOT NULL))
-     AND NOT EXISTS (SELECT 1 FROM ${t("flow_group_limits")} g WHERE g.topic = limited[1])
-     AND NOT EXISTS (
-       SELECT 1 FROM ${t("outbox")} o
-        WHERE o.topic = limited[1] AND o.group_key > '' AND o.projected_at IS NULL AND o.dead_at IS NULL)`,
+  when: singleTopicWhen(t),
   statements: `    SELECT CASE WHEN l.max_in_flight IS NULL THEN $2
                 ELSE least($2, greatest(l.max_in_flight - ${takenBy(t, "l")}, 0))::integer END
       INTO single_free FROM ${t("flow_limits")} l WHERE l.topic = limited[1];
@@ -117,6 +132,13 @@ recorded AS (
    WHERE NOT c.exhausted
    GROUP BY o.topic, o.group_key)
 SELECT * FROM claimed;`
+})
+
+/** What the claim changes up to this version. */
+export const claimOf26 = (t: (table: string) => string): LaterClaim => ({
+  ...claimOf24(t),
+  capacity: capacityPerClaim(t),
+  single: singleTopic(t)
 })
 
 export const migration: Migration = {
@@ -137,6 +159,6 @@ export const migration: Migration = {
     `WITH moved AS (DELETE FROM ${t("flow_leases")} f RETURNING f.id, f.generation, f.topic, f.group_key)
      INSERT INTO ${t("flow_claims")} (topic, group_key, entries, generations, taken)
      SELECT m.topic, m.group_key, array_agg(m.id), array_agg(m.generation), count(*) FROM moved m GROUP BY 1, 2`,
-    claimWithRates(t, { ...claimOf24(t), capacity: capacityPerClaim(t), single: singleTopic(t) })
+    claimWithRates(t, claimOf26(t))
   ]
 }

@@ -30,6 +30,7 @@ import { migration as v23 } from "./0023_named_groups_bounded.js"
 import { migration as v24 } from "./0024_key_probe_ordered.js"
 import { migration as v25 } from "./0025_inbox_limits.js"
 import { migration as v26 } from "./0026_claim_rows.js"
+import { migration as v27 } from "./0027_capacity_slots.js"
 
 export const released: Readonly<Record<string, Migration>> = {
   "0001_mutation_ledger": v1,
@@ -57,5 +58,6 @@ export const released: Readonly<Record<string, Migration>> = {
   "0023_named_groups_bounded": v23,
   "0024_key_probe_ordered": v24,
   "0025_inbox_limits": v25,
-  "0026_claim_rows": v26
+  "0026_claim_rows": v26,
+  "0027_capacity_slots": v27
 }

@@ -1,0 +1,292 @@
+// Capacity slots (migration 27): claims of one topic (or inbox consumer) with only an in-flight
+// limit take slots of the limit instead of its limits row, so they run at once. Proven here:
+// a claim does not wait while another holds capacity uncommitted; concurrent claims and loops
+// never pass the limit (the overshoot checker counts inside every claim) and lose no capacity;
+// rows past a slot's share (a lowered limit, a claim of the other way, a re-recorded limit) are
+// counted before any slot gives more.
+import * as FlowChecker from "@effect-durable/testing/FlowChecker"
+import { describe, expect, it } from "@effect/vitest"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Schedule from "effect/Schedule"
+import * as SqlClient from "effect/sql/SqlClient"
+import * as FlowControl from "../src/FlowControl.js"
+import * as InboxWorker from "../src/InboxWorker.js"
+import * as Outbox from "../src/Outbox.js"
+import type * as OutboxWorker from "../src/OutboxWorker.js"
+import { claimLoops, claimOf, enqueueAll, markAll, substrate, together } from "./support.js"
+
+/** Claims `limit` at a time from `topic` until a claim returns nothing; every message taken. */
+const drainClaims = (topic: string, limit: number) =>
+  Effect.gen(function*() {
+    const taken: Array<OutboxWorker.OutboxMessage> = []
+    while (true) {
+      const claimed = yield* claimOf("sweep", [topic], limit)
+      if (claimed.length === 0) return taken
+      taken.push(...claimed)
+    }
+  })
+
+/** The slots the claim rows of `key` name, and what each row set took, at most. */
+const slotsOf = (table: "flow_claims" | "inbox_flow_claims", key: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<{ slot: number; taken: number }>`
+      SELECT slot, sum(taken)::int AS taken FROM ${sql.literal(`durable.${table}`)}
+       WHERE ${sql.literal(table === "flow_claims" ? "topic" : "consumer")} = ${key} GROUP BY slot ORDER BY slot`)
+
+/**
+ * Runs `hold` in a transaction kept open until `run` finished: what `run` does while the capacity
+ * `hold` claimed is taken and uncommitted. `hold`'s result and `run`'s.
+ */
+const whileHeld = <A, B, E1, E2, R1, R2>(hold: Effect.Effect<A, E1, R1>, run: Effect.Effect<B, E2, R2>) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const held = yield* Deferred.make<A>()
+    const done = yield* Deferred.make<void>()
+    const holder = yield* Effect.gen(function*() {
+      yield* Deferred.succeed(held, yield* hold)
+      yield* Deferred.await(done)
+    }).pipe(sql.withTransaction, Effect.forkChild)
+    const first = yield* Deferred.await(held)
+    // Bounded: a claim that waited for the holder (as every claim of a limited topic did before
+    // version 27) would never return while the holder waits for it.
+    const second = yield* Effect.timeoutOrElse(run, {
+      duration: "30 seconds",
+      orElse: () => Effect.die(new Error("the second claim waited for the first"))
+    })
+    yield* Deferred.succeed(done, undefined)
+    yield* Fiber.join(holder)
+    return [first, second] as const
+  })
+
+describe("capacity slots: the outbox", () => {
+  it.layer(substrate({}, { maxConnections: 24 }), { timeout: "3 minutes", excludeTestServices: true })((it) => {
+    it.effect("a claim does not wait for another claim of the topic that holds capacity uncommitted; together they stay within the limit", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const sql = yield* SqlClient.SqlClient
+        const topic = "cs.at-once"
+        yield* flow.setLimit(topic, { maxInFlight: 1000 })
+        yield* enqueueAll(topic, 2000)
+        const [first, second] = yield* whileHeld(
+          Effect.map(
+            sql<
+              { n: number }
+            >`SELECT count(*)::int AS n FROM durable.outbox_claim('holder', 600, 60, ARRAY[${topic}], 25, 1)`,
+            (rows) => rows[0]!.n
+          ),
+          Effect.map(claimOf("second", [topic], 600), (claimed) => claimed.length)
+        )
+        // The first holds three of the limit's four slots of 250 (the third with 150 unused until
+        // it commits); the second takes the fourth.
+        expect(first).toBe(600)
+        expect(second).toBe(250)
+        expect(yield* claimOf("third", [topic], 600)).toHaveLength(150)
+        expect(yield* claimOf("fourth", [topic], 100)).toHaveLength(0)
+        const slots = yield* slotsOf("flow_claims", topic)
+        expect(slots).toEqual([0, 1, 2, 3].map((slot) => ({ slot, taken: 250 })))
+      }))
+
+    it.effect("a claim whose backend is killed while it holds slots loses nothing: what it took is rolled back and its slots are free", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const sql = yield* SqlClient.SqlClient
+        const topic = "cs.killed"
+        yield* flow.setLimit(topic, { maxInFlight: 1000 })
+        yield* enqueueAll(topic, 2000)
+        const pid = yield* Deferred.make<number>()
+        const holder = yield* Effect.gen(function*() {
+          const [backend] = yield* sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`
+          yield* sql`SELECT count(*) FROM durable.outbox_claim('killed', 600, 60, ARRAY[${topic}], 25, 1)`
+          yield* Deferred.succeed(pid, backend!.pid)
+          yield* Effect.never
+        }).pipe(sql.withTransaction, Effect.forkChild)
+        const killed = yield* Deferred.await(pid)
+        yield* sql`SELECT pg_terminate_backend(${killed})`
+        // The holder's fiber still waits; its transaction died with its backend.
+        yield* Fiber.interrupt(holder)
+        // Nothing of its claim counts; every slot is free: the whole limit, at once.
+        expect(yield* claimOf("after", [topic], 1000)).toHaveLength(1000)
+        expect(yield* claimOf("after", [topic], 1000)).toHaveLength(0)
+      }))
+
+    it.effect("16 claims at once never pass the limit and lose none of it; then 16 loops of claim and mark: every message once, never past the limit (checked inside every claim)", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        yield* FlowChecker.install()
+        const topic = "cs.race"
+        yield* flow.setLimit(topic, { maxInFlight: 1000 })
+        const ids = yield* enqueueAll(topic, 4000)
+        const atOnce = (yield* together(16, (i) => claimOf(`w${i}`, [topic], 120))).flat()
+        expect(atOnce.length).toBeGreaterThan(0)
+        expect(atOnce.length).toBeLessThanOrEqual(1000)
+        // What the 16 left of the limit is still there: one claim takes exactly the rest.
+        const rest = yield* drainClaims(topic, 1000)
+        expect(atOnce.length + rest.length).toBe(1000)
+        yield* markAll([...atOnce, ...rest])
+        const loops = yield* claimLoops(16, ids.length - 1000, (i) => claimOf(`v${i}`, [topic], 120), markAll)
+        expect([...atOnce, ...rest].map((m) => m.id).concat(loops).sort()).toEqual([...ids].sort())
+        expect((yield* FlowChecker.overshoots()).filter((o) => o.topic === topic)).toEqual([])
+      }))
+
+    it.effect("a lowered limit: rows past the slots' shares are counted before any slot gives more, and all of the new limit comes back once they settle", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const sql = yield* SqlClient.SqlClient
+        const topic = "cs.lowered"
+        yield* flow.setLimit(topic, { maxInFlight: 1000 })
+        yield* enqueueAll(topic, 3000)
+        const all = yield* claimOf("w", [topic], 1000)
+        expect(all).toHaveLength(1000)
+        // 500 now: two slots of 250; the rows of slots 2 and 3 are past any share.
+        yield* flow.setLimit(topic, { maxInFlight: 500 })
+        expect(yield* claimOf("w", [topic], 1000)).toHaveLength(0)
+        const rows = yield* sql<{ id: string; slot: number }>`
+          SELECT unnest(entries)::text AS id, slot FROM durable.flow_claims WHERE topic = ${topic}`
+        const slotOf = new Map(rows.map((r) => [r.id, r.slot]))
+        const past = all.filter((m) => slotOf.get(m.id)! >= 2)
+        const within = all.filter((m) => slotOf.get(m.id)! < 2)
+        expect(past).toHaveLength(500)
+        // 100 of the first two slots settle, and every message past the shares: 400 in flight.
+        yield* markAll([...past, ...within.slice(0, 100)])
+        const hundred = yield* claimOf("w", [topic], 1000)
+        expect(hundred).toHaveLength(100)
+        expect(yield* claimOf("w", [topic], 1000)).toHaveLength(0)
+        // Everything settles: exactly the new limit again.
+        yield* markAll([...within.slice(100), ...hundred])
+        expect(yield* drainClaims(topic, 1000)).toHaveLength(500)
+      }))
+
+    it.effect("a claim of the other way (a named group appeared) waits for the claims that hold slots, then counts what they took", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const outbox = yield* Outbox.Outbox
+        const sql = yield* SqlClient.SqlClient
+        const topic = "cs.waits"
+        yield* flow.setLimit(topic, { maxInFlight: 1000 })
+        yield* enqueueAll(topic, 2000)
+        const held = yield* Deferred.make<number>()
+        const release = yield* Deferred.make<void>()
+        const holder = yield* Effect.gen(function*() {
+          const rows = yield* sql<{ n: number }>`
+            SELECT count(*)::int AS n FROM durable.outbox_claim('holder', 600, 60, ARRAY[${topic}], 25, 1)`
+          yield* Deferred.succeed(held, rows[0]!.n)
+          yield* Deferred.await(release)
+        }).pipe(sql.withTransaction, Effect.forkChild)
+        expect(yield* Deferred.await(held)).toBe(600)
+        yield* outbox.enqueue(topic, { named: true }, { group: "tenant-a" })
+        const other = yield* Effect.forkChild(claimOf("other", [topic], 1000))
+        // The claim of the other way waits for a slot the holder took (a barrier the database decides).
+        yield* sql<{ waiting: number }>`
+          SELECT count(*)::int AS waiting FROM pg_locks
+           WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+          .pipe(
+            Effect.repeat({ until: (rows) => rows[0]!.waiting >= 1, schedule: Schedule.spaced("10 millis") }),
+            Effect.timeoutOrElse({
+              duration: "30 seconds",
+              orElse: () => Effect.die(new Error("the claim of the other way did not wait for the slots"))
+            })
+          )
+        yield* Deferred.succeed(release, undefined)
+        yield* Fiber.join(holder)
+        expect(yield* Fiber.join(other)).toHaveLength(400)
+      }))
+
+    it.effect("a claim of the other way (a named group appeared) counts every slot; the slots then count what it took", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const outbox = yield* Outbox.Outbox
+        const topic = "cs.both-ways"
+        yield* flow.setLimit(topic, { maxInFlight: 1000 })
+        yield* enqueueAll(topic, 2000)
+        const bySlots = yield* claimOf("w", [topic], 600)
+        expect(bySlots).toHaveLength(600)
+        // A message with a named group: claims take the way of groups and fair share.
+        yield* outbox.enqueue(topic, { named: true }, { group: "tenant-a" })
+        const byGroups = yield* claimOf("w", [topic], 1000)
+        expect(byGroups).toHaveLength(400)
+        expect(byGroups.some((m) => (m.payload as { named?: boolean }).named === true)).toBe(true)
+        // The named message settles: the slots again, which see everything in flight (999 of 1,000;
+        // the group's 399 rows are past slot 0's share, and that excess is taken from every slot).
+        const named = byGroups.filter((m) => (m.payload as { named?: boolean }).named === true)
+        yield* markAll(named)
+        // (One at most: the slot whose share the group's rows are not counted against may give it.)
+        const last = yield* claimOf("w", [topic], 1000)
+        expect(last.length).toBeLessThanOrEqual(1)
+        expect(yield* claimOf("w", [topic], 1000)).toHaveLength(0)
+        // Everything settles: exactly the limit again.
+        yield* markAll([...bySlots, ...byGroups.filter((m) => !named.includes(m)), ...last])
+        expect(yield* drainClaims(topic, 1000)).toHaveLength(1000)
+      }))
+  })
+})
+
+describe("capacity slots: the stored inbox", () => {
+  it.layer(substrate({}, { maxConnections: 24 }), { timeout: "3 minutes", excludeTestServices: true })((it) => {
+    /** Stores `n` entries for `consumer` in one statement; their ids. */
+    const store = (consumer: string, n: number) =>
+      Effect.flatMap(SqlClient.SqlClient, (sql) =>
+        Effect.map(
+          sql<{ id: string }>`
+            INSERT INTO durable.inbox (consumer, message_id, payload, headers, max_attempts)
+            SELECT ${consumer}, 'm' || g, '{}'::jsonb, '{}'::jsonb, 25 FROM generate_series(1, ${n}) g
+            RETURNING id::text AS id`,
+          (rows) => rows.map((r) => r.id)
+        ))
+    const claimOf = (worker: string, consumer: string, limit: number) =>
+      Effect.flatMap(InboxWorker.InboxWorker, (w) => w.claim({ consumer, worker, limit, lease: "1 minute" }))
+    const completeAll = (entries: ReadonlyArray<InboxWorker.InboxEntry>) =>
+      Effect.flatMap(
+        InboxWorker.InboxWorker,
+        (w) => entries.length === 0 ? Effect.void : Effect.asVoid(w.completeMany(entries.map((e) => e.claim)))
+      )
+
+    it.effect("a claim does not wait for another claim of the consumer that holds capacity uncommitted; together they stay within the limit", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const sql = yield* SqlClient.SqlClient
+        yield* flow.setInboxLimit("cs.inbox", { maxInFlight: 1000 })
+        yield* store("cs.inbox", 2000)
+        const [first, second] = yield* whileHeld(
+          Effect.map(
+            sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.inbox_claim('holder', 600, 60, 'cs.inbox', 25)`,
+            (rows) => rows[0]!.n
+          ),
+          Effect.map(claimOf("second", "cs.inbox", 600), (claimed) => claimed.length)
+        )
+        expect(first).toBe(600)
+        expect(second).toBe(250)
+        expect(yield* claimOf("third", "cs.inbox", 600)).toHaveLength(150)
+        expect(yield* claimOf("fourth", "cs.inbox", 100)).toHaveLength(0)
+      }))
+
+    it.effect("16 loops of claim and complete: every entry once, never past the limit (checked inside every claim)", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        yield* FlowChecker.install()
+        yield* flow.setInboxLimit("cs.inbox-race", { maxInFlight: 1000 })
+        const ids = yield* store("cs.inbox-race", 4000)
+        const processed = yield* claimLoops(16, ids.length, (i) => claimOf(`v${i}`, "cs.inbox-race", 120), completeAll)
+        expect([...processed].sort()).toEqual([...ids].sort())
+        expect((yield* FlowChecker.overshoots()).filter((o) => o.topic === "cs.inbox-race")).toEqual([])
+      }))
+
+    it.effect("a limit set again while entries are in flight records them afresh (past the slots' shares): they are counted before any slot gives more", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        yield* flow.setInboxLimit("cs.inbox-lowered", { maxInFlight: 1000 })
+        yield* store("cs.inbox-lowered", 3000)
+        const all = yield* claimOf("w", "cs.inbox-lowered", 1000)
+        expect(all).toHaveLength(1000)
+        // 500: the 1,000 in flight are recorded afresh, as one row in slot 0 (past its share of 250).
+        yield* flow.setInboxLimit("cs.inbox-lowered", { maxInFlight: 500 })
+        expect(yield* slotsOf("inbox_flow_claims", "cs.inbox-lowered")).toEqual([{ slot: 0, taken: 1000 }])
+        expect(yield* claimOf("w", "cs.inbox-lowered", 1000)).toHaveLength(0)
+        // 600 settle: 400 in flight, 100 of the limit free.
+        yield* completeAll(all.slice(0, 600))
+        expect(yield* claimOf("w", "cs.inbox-lowered", 1000)).toHaveLength(100)
+        expect(yield* claimOf("w", "cs.inbox-lowered", 1000)).toHaveLength(0)
+      }))
+  })
+})
