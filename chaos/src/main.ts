@@ -86,16 +86,19 @@ const prepareDatabase = (server: PgServer.PgServer["Service"]) =>
       Effect.provideService(SqlClient.SqlClient, admin)
     )
     for (const statement of options.workflows ? WorkflowSchema.DDL : DDL) yield* admin.unsafe(statement)
-    if (options.limits) {
+    if (options.limits || options.slots) {
       // Set before any claim: the checker then sees every claim of the topic.
       yield* FlowChecker.install().pipe(Effect.provideService(SqlClient.SqlClient, admin))
-      yield* Context.get(substrate, FlowControl.FlowControl).setLimit(TOPIC, {
-        maxInFlight: Options.FLOW_LIMIT,
-        groupMaxInFlight: Options.FLOW_GROUP_LIMIT,
-        rate: Options.FLOW_RATE,
-        groupRate: Options.FLOW_GROUP_RATE,
-        by: "chaos"
-      })
+      yield* Context.get(substrate, FlowControl.FlowControl).setLimit(
+        TOPIC,
+        options.slots ? { maxInFlight: Options.FLOW_LIMIT, by: "chaos" } : {
+          maxInFlight: Options.FLOW_LIMIT,
+          groupMaxInFlight: Options.FLOW_GROUP_LIMIT,
+          rate: Options.FLOW_RATE,
+          groupRate: Options.FLOW_GROUP_RATE,
+          by: "chaos"
+        }
+      )
     }
     return admin
   })
@@ -167,16 +170,15 @@ const withFlowCheck = <R extends { readonly details: ReadonlyArray<string>; read
     const rateOvershoots = yield* FlowChecker.rateOvershoots().pipe(Effect.provideService(SqlClient.SqlClient, admin))
     const [claims] = yield* admin<{ n: number }>`
       SELECT coalesce(sum(attempt_count), 0)::int AS n FROM durable.outbox WHERE topic = ${TOPIC}`
-    const line =
-      `flow limits (${Options.FLOW_LIMIT} in flight, ${Options.FLOW_GROUP_LIMIT} per group): ${overshoots.length} overshoots over about ${
-        claims!.n
-      } claims of the topic, each counted inside its claim`
+    const line = `flow limits (${Options.FLOW_LIMIT} in flight${
+      options.slots ? ", no groups or rates: claims take capacity slots" : `, ${Options.FLOW_GROUP_LIMIT} per group`
+    }): ${overshoots.length} overshoots over about ${claims!.n} claims of the topic, each counted inside its claim`
     const rateLine = `rates (${rateText(Options.FLOW_RATE)}, ${
       rateText(Options.FLOW_GROUP_RATE)
     } per group): ${rateOvershoots.length} buckets overshot, every span of claimed messages checked`
     return {
       ...report,
-      details: [...report.details, line, rateLine],
+      details: [...report.details, line, ...(options.slots ? [] : [rateLine])],
       broken: [
         ...report.broken,
         ...(overshoots.length === 0
@@ -202,7 +204,7 @@ const program = Effect.gen(function*() {
       options.leaseMillis === undefined ? `${leaseMillis / 1000} s (projector default)` : `${leaseMillis / 1000} s`
     }${options.pooler ? ", through PgBouncer (transaction mode)" : ""}${
       options.asyncWorkerCommits ? ", worker commits asynchronous" : ""
-    }${
+    }${options.slots ? `, flow limit: ${Options.FLOW_LIMIT} in flight (no groups or rates: capacity slots)` : ""}${
       options.limits
         ? `, flow limits: ${Options.FLOW_LIMIT} in flight, ${Options.FLOW_GROUP_LIMIT} per group of ${Options.FLOW_GROUPS}, rates ${
           rateText(Options.FLOW_RATE)
@@ -345,7 +347,7 @@ const program = Effect.gen(function*() {
     unexpectedExits: workers.unexpectedExits(),
     incomplete
   })
-  const report = options.limits ? yield* withFlowCheck(admin, checked) : checked
+  const report = options.limits || options.slots ? yield* withFlowCheck(admin, checked) : checked
   console.log("")
   for (const line of report.details) console.log(line)
   console.log(report.broken.length === 0 ? "invariants: all hold" : `invariants BROKEN: ${report.broken.join("; ")}`)

@@ -28,6 +28,11 @@ export interface Options {
    * buckets.
    */
   readonly limits: boolean
+  /**
+   * The chaos topic with only an in-flight limit, `FLOW_LIMIT`, and no groups: its claims take
+   * capacity slots (migration 27) instead of the limits row; the same overshoot checker.
+   */
+  readonly slots: boolean
 }
 
 /** The chaos topic's limits with `--limits`, and how many customer groups the producer spreads its messages over. */
@@ -45,7 +50,7 @@ export const FLOW_GROUP_RATE = { limit: 10, per: "1 second", burst: 5 } as const
 export const PROJECTOR_DEFAULT_LEASE_MILLIS = 30_000
 
 export const USAGE =
-  "usage: npm run chaos -- [--quick] [--lease=5s] [--workers=4] [--messages=N] [--pooler] [--async-worker-commits] [--workflows] [--limits] [--seed=N] [--keep]"
+  "usage: npm run chaos -- [--quick] [--lease=5s] [--workers=4] [--messages=N] [--pooler] [--async-worker-commits] [--workflows] [--limits | --slots] [--seed=N] [--keep]"
 
 const parseDuration = (text: string): number => {
   const match = /^(\d+(?:\.\d+)?)\s*(ms|s|m)?$/.exec(text.trim())
@@ -78,6 +83,7 @@ export const parse = (args: ReadonlyArray<string>): Options => {
       "async-worker-commits": { type: "boolean", default: false },
       workflows: { type: "boolean", default: false },
       limits: { type: "boolean", default: false },
+      slots: { type: "boolean", default: false },
       help: { type: "boolean", default: false }
     }
   })
@@ -86,6 +92,7 @@ export const parse = (args: ReadonlyArray<string>): Options => {
     process.exit(0)
   }
   const quick = values.quick
+  if (values.limits && values.slots) throw new Error("--limits and --slots: one or the other")
   return {
     quick,
     leaseMillis: values.lease === undefined ? undefined : parseDuration(values.lease),
@@ -96,6 +103,7 @@ export const parse = (args: ReadonlyArray<string>): Options => {
     keep: values.keep,
     asyncWorkerCommits: values["async-worker-commits"],
     workflows: values.workflows,
-    limits: values.limits
+    limits: values.limits,
+    slots: values.slots
   }
 }

@@ -38,6 +38,7 @@ import { type Limits, limitsLock, TOPIC_LIMITS } from "./internal/migrations/001
 import { bucket, groupRate, topicRate } from "./internal/migrations/0018_rate_limits.js"
 import { CONSUMER_LIMITS, heldOfClaim } from "./internal/migrations/0025_inbox_limits.js"
 import { stillHeld } from "./internal/migrations/0026_claim_rows.js"
+import { slotCount } from "./internal/migrations/0027_capacity_slots.js"
 import * as Lifecycle from "./internal/queue/lifecycle.js"
 import { specFor } from "./internal/queue/spec.js"
 import { decodeRows } from "./internal/rows.js"
@@ -287,14 +288,23 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
         if (created.length === 0) return
         yield* record
       })
-    const limited = (topic: string, by: string) =>
+    /**
+     * The capacity slot (migration 27) of each of the rows `order` numbers, under an in-flight
+     * limit `max`: round robin, so what is in flight, up to the limit, stays within every
+     * slot's share. Without a limit: slot 0.
+     */
+    const slotOf = (max: number | null, order: string) =>
+      sql.literal(max === null ? "0" : `(row_number() OVER (ORDER BY ${order}) - 1) % ${slotCount(String(max))}`)
+    const limited = (topic: string, by: string, max: number | null) =>
       limitedBy(
         TOPIC_LIMITS,
         topic,
         by,
-        sql`INSERT INTO ${flowClaims} (topic, group_key, entries, generations, taken)
-            SELECT topic, group_key, array_agg(id), array_agg(claim_generation), count(*) FROM ${outbox}
-             WHERE topic = ${topic} AND ${claimed} GROUP BY topic, group_key`
+        sql`INSERT INTO ${flowClaims} (topic, group_key, slot, entries, generations, taken)
+            SELECT topic, group_key, slot, array_agg(id), array_agg(claim_generation), count(*) FROM (
+              SELECT topic, group_key, id, claim_generation, ${slotOf(max, "id")} AS slot FROM ${outbox}
+               WHERE topic = ${topic} AND ${claimed}) o
+             GROUP BY topic, group_key, slot`
       )
 
     /**
@@ -360,7 +370,7 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
       const groupRate = yield* decodeGroupRate(options.groupRate)
       const by = options.by === undefined ? "an operator" : yield* decodeBy(options.by)
       yield* Effect.gen(function*() {
-        yield* limited(decoded, by)
+        yield* limited(decoded, by, max)
         yield* rebucket(
           decoded,
           sql`UPDATE ${limitsTable} SET max_in_flight = ${max}, group_max_in_flight = ${groupMax},
@@ -389,7 +399,7 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
       const rate = yield* decodeRate(options.rate)
       const by = options.by === undefined ? "an operator" : yield* decodeBy(options.by)
       yield* Effect.gen(function*() {
-        yield* limited(decodedTopic, by)
+        yield* limited(decodedTopic, by, null)
         yield* rebucket(
           decodedTopic,
           sql`INSERT INTO ${groupsTable} (topic, group_key, max_in_flight, weight, rate_limit, rate_period, rate_burst)
@@ -460,10 +470,11 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
           // What is in flight now, recorded afresh (exact: no claim runs while the lock is held),
           // so a limit set on a consumer that had only a rate counts what its claims took.
           yield* sql`DELETE FROM ${inboxClaims} WHERE consumer = ${decoded}`
-          yield* sql`INSERT INTO ${inboxClaims} (consumer, entries, generations, taken)
-                     SELECT consumer, array_agg(id), array_agg(claim_generation), count(*) FROM ${inbox}
-                      WHERE consumer = ${decoded} AND ${inboxClaimed}
-                      GROUP BY consumer`
+          yield* sql`INSERT INTO ${inboxClaims} (consumer, slot, entries, generations, taken)
+                     SELECT consumer, slot, array_agg(id), array_agg(claim_generation), count(*) FROM (
+                       SELECT consumer, id, claim_generation, ${slotOf(max, "id")} AS slot FROM ${inbox}
+                        WHERE consumer = ${decoded} AND ${inboxClaimed}) i
+                      GROUP BY consumer, slot`
           yield* rebucketOwn(
             CONSUMER_LIMITS,
             decoded,

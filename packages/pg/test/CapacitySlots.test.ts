@@ -78,14 +78,14 @@ describe("capacity slots: the outbox", () => {
           ),
           Effect.map(claimOf("second", [topic], 600), (claimed) => claimed.length)
         )
-        // The first holds three of the limit's four slots of 250 (the third with 150 unused until
-        // it commits); the second takes the fourth.
+        // The first holds five of the limit's eight slots of 125 (the fifth with 25 unused until
+        // it commits); the second takes the other three.
         expect(first).toBe(600)
-        expect(second).toBe(250)
-        expect(yield* claimOf("third", [topic], 600)).toHaveLength(150)
+        expect(second).toBe(375)
+        expect(yield* claimOf("third", [topic], 600)).toHaveLength(25)
         expect(yield* claimOf("fourth", [topic], 100)).toHaveLength(0)
         const slots = yield* slotsOf("flow_claims", topic)
-        expect(slots).toEqual([0, 1, 2, 3].map((slot) => ({ slot, taken: 250 })))
+        expect(slots).toEqual([0, 1, 2, 3, 4, 5, 6, 7].map((slot) => ({ slot, taken: 125 })))
       }))
 
     it.effect("a claim whose backend is killed while it holds slots loses nothing: what it took is rolled back and its slots are free", () =>
@@ -130,7 +130,7 @@ describe("capacity slots: the outbox", () => {
         expect((yield* FlowChecker.overshoots()).filter((o) => o.topic === topic)).toEqual([])
       }))
 
-    it.effect("a lowered limit: rows past the slots' shares are counted before any slot gives more, and all of the new limit comes back once they settle", () =>
+    it.effect("a lowered limit: rows past the slots' shares are counted before any slot gives more, exactly what the limit leaves once they are within them, and all of it once they settle", () =>
       Effect.gen(function*() {
         const flow = yield* FlowControl.FlowControl
         const sql = yield* SqlClient.SqlClient
@@ -139,22 +139,21 @@ describe("capacity slots: the outbox", () => {
         yield* enqueueAll(topic, 3000)
         const all = yield* claimOf("w", [topic], 1000)
         expect(all).toHaveLength(1000)
-        // 500 now: two slots of 250; the rows of slots 2 and 3 are past any share.
+        // 500 now: the eight slots' shares are 62 or 63, and each holds 125.
         yield* flow.setLimit(topic, { maxInFlight: 500 })
         expect(yield* claimOf("w", [topic], 1000)).toHaveLength(0)
         const rows = yield* sql<{ id: string; slot: number }>`
           SELECT unnest(entries)::text AS id, slot FROM durable.flow_claims WHERE topic = ${topic}`
         const slotOf = new Map(rows.map((r) => [r.id, r.slot]))
-        const past = all.filter((m) => slotOf.get(m.id)! >= 2)
-        const within = all.filter((m) => slotOf.get(m.id)! < 2)
-        expect(past).toHaveLength(500)
-        // 100 of the first two slots settle, and every message past the shares: 400 in flight.
-        yield* markAll([...past, ...within.slice(0, 100)])
+        const bySlot = [0, 1, 2, 3, 4, 5, 6, 7].map((slot) => all.filter((m) => slotOf.get(m.id) === slot))
+        expect(bySlot.map((messages) => messages.length)).toEqual([125, 125, 125, 125, 125, 125, 125, 125])
+        // All but 50 of each slot settle: 400 in flight, every slot within its share, 100 free.
+        yield* markAll(bySlot.flatMap((messages) => messages.slice(50)))
         const hundred = yield* claimOf("w", [topic], 1000)
         expect(hundred).toHaveLength(100)
         expect(yield* claimOf("w", [topic], 1000)).toHaveLength(0)
         // Everything settles: exactly the new limit again.
-        yield* markAll([...within.slice(100), ...hundred])
+        yield* markAll([...bySlot.flatMap((messages) => messages.slice(0, 50)), ...hundred])
         expect(yield* drainClaims(topic, 1000)).toHaveLength(500)
       }))
 
@@ -256,8 +255,8 @@ describe("capacity slots: the stored inbox", () => {
           Effect.map(claimOf("second", "cs.inbox", 600), (claimed) => claimed.length)
         )
         expect(first).toBe(600)
-        expect(second).toBe(250)
-        expect(yield* claimOf("third", "cs.inbox", 600)).toHaveLength(150)
+        expect(second).toBe(375)
+        expect(yield* claimOf("third", "cs.inbox", 600)).toHaveLength(25)
         expect(yield* claimOf("fourth", "cs.inbox", 100)).toHaveLength(0)
       }))
 
@@ -272,21 +271,28 @@ describe("capacity slots: the stored inbox", () => {
         expect((yield* FlowChecker.overshoots()).filter((o) => o.topic === "cs.inbox-race")).toEqual([])
       }))
 
-    it.effect("a limit set again while entries are in flight records them afresh (past the slots' shares): they are counted before any slot gives more", () =>
+    it.effect("a limit set again while entries are in flight records them afresh, round robin over the slots; past the shares, they are counted before any slot gives more", () =>
       Effect.gen(function*() {
         const flow = yield* FlowControl.FlowControl
         yield* flow.setInboxLimit("cs.inbox-lowered", { maxInFlight: 1000 })
         yield* store("cs.inbox-lowered", 3000)
         const all = yield* claimOf("w", "cs.inbox-lowered", 1000)
         expect(all).toHaveLength(1000)
-        // 500: the 1,000 in flight are recorded afresh, as one row in slot 0 (past its share of 250).
+        // 500: the 1,000 in flight are recorded afresh, round robin over the eight slots (125
+        // each, past their shares of 62 or 63).
         yield* flow.setInboxLimit("cs.inbox-lowered", { maxInFlight: 500 })
-        expect(yield* slotsOf("inbox_flow_claims", "cs.inbox-lowered")).toEqual([{ slot: 0, taken: 1000 }])
+        expect(yield* slotsOf("inbox_flow_claims", "cs.inbox-lowered")).toEqual(
+          [0, 1, 2, 3, 4, 5, 6, 7].map((slot) => ({ slot, taken: 125 }))
+        )
         expect(yield* claimOf("w", "cs.inbox-lowered", 1000)).toHaveLength(0)
-        // 600 settle: 400 in flight, 100 of the limit free.
+        // The first 600 settle: 400 in flight, 50 in each slot, 100 of the limit free.
         yield* completeAll(all.slice(0, 600))
-        expect(yield* claimOf("w", "cs.inbox-lowered", 1000)).toHaveLength(100)
+        const hundred = yield* claimOf("w", "cs.inbox-lowered", 1000)
+        expect(hundred).toHaveLength(100)
         expect(yield* claimOf("w", "cs.inbox-lowered", 1000)).toHaveLength(0)
+        // Everything settles: exactly the new limit again.
+        yield* completeAll([...all.slice(600), ...hundred])
+        expect(yield* claimOf("w", "cs.inbox-lowered", 1000)).toHaveLength(500)
       }))
   })
 })

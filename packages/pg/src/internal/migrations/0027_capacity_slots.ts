@@ -8,8 +8,8 @@
  * the claim function, 2026-12-05). Under a limit of 2,000 a no-op drain ran at 0.76x its rate
  * without one on the outbox and 0.67x on the inbox (full bench runs of version 26).
  *
- * A limit is split into capacity slots: the limit over 250, at least 1 and at most 8, each
- * holding its share of the limit (`budget`: the shares sum to the limit; a limit under 500 has
+ * A limit is split into capacity slots: the limit over 16, at least 1 and at most 8, each
+ * holding its share of the limit (`budget`: the shares sum to the limit; a limit under 32 has
  * one slot, and its claims take turns as before). A claim of one topic with nothing but an
  * in-flight limit (no rate, no per-group limit or weight, no open message with a named group;
  * for the inbox, a consumer without a rate) does not lock the limits row. It takes slots, each
@@ -24,8 +24,10 @@
  * and a slot's rows are only added to by its holder, within its share: together they stay
  * within the limit.
  *
- * Rows written while no slot was held — by a claim of the other way, by a new limit, under an
- * earlier larger limit, or by the previous release (slot 0) — can put a slot over its share.
+ * Rows written while no slot was held — by a claim of the other way (slot 0), under an earlier
+ * larger limit, by a limit set below what is in flight (`FlowControl` records what is in flight
+ * round robin over the slots, within their shares while it fits), or by the previous release
+ * (slot 0) — can put a slot over its share.
  * Their excess, in all, is taken from the room of every slot (`takeSlots` says why that keeps
  * the whole within the limit); a claim that finds any recounts the rows of the slots over their
  * share first. So a claim of the other way costs the slots some room until what it took settles.
@@ -62,8 +64,11 @@ import {
 } from "./0025_inbox_limits.js"
 import { claimOf26, movedIn, namedOpen, singleTopicWhen } from "./0026_claim_rows.js"
 
-/** How much of a limit one slot holds at least (a smaller limit has fewer slots). */
-const SLOT_SIZE = 250
+/**
+ * How much of a limit one slot holds at least (a smaller limit has fewer slots): small, so that
+ * modest limits run claims at once too, and a claim's unused remainder of a slot is small.
+ */
+const SLOT_SIZE = 16
 /** The most slots of a limit: how many claims of one topic run at once without waiting. */
 const MAX_SLOTS = 8
 /** The most rows of a slot before a claim counts its oldest exactly, whatever the room. */
@@ -84,7 +89,7 @@ interface Slots {
 }
 
 /** How many slots a limit of `cap` has. */
-const slotCount = (cap: string) => `least(${MAX_SLOTS}, greatest(1, ${cap} / ${SLOT_SIZE}))`
+export const slotCount = (cap: string) => `least(${MAX_SLOTS}, greatest(1, ${cap} / ${SLOT_SIZE}))`
 
 /** The first key of the slots' advisory locks for `value` (the second is the slot). */
 const slotLock = (claims: string, value: string) => `hashtext('${claims}:' || ${value})`
