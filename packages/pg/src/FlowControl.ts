@@ -279,9 +279,11 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
      * claim of them takes shared: a claim that began before it has committed, and what it
      * claimed is recorded as taken (`record`).
      */
+    /** The lock every claim of `limits` holds shared, taken exclusive: no such claim is under way. */
+    const noClaimsOf = (limits: Limits) => sql`SELECT pg_advisory_xact_lock(${sql.literal(limitsLock(t, limits))})`
     const limitedBy = <E, R>(limits: Limits, key: string, by: string, record: Effect.Effect<unknown, E, R>) =>
       Effect.gen(function*() {
-        yield* sql`SELECT pg_advisory_xact_lock(${sql.literal(limitsLock(t, limits))})`
+        yield* noClaimsOf(limits)
         const column = sql.literal(limits.key)
         const created = yield* sql`INSERT INTO ${sql.literal(t(limits.table))} (${column}, updated_by)
                                    VALUES (${key}, ${by}) ON CONFLICT (${column}) DO NOTHING RETURNING ${column}`
@@ -295,17 +297,25 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
      */
     const slotOf = (max: number | null, order: string) =>
       sql.literal(max === null ? "0" : `(row_number() OVER (ORDER BY ${order}) - 1) % ${slotCount(String(max))}`)
-    const limited = (topic: string, by: string, max: number | null) =>
-      limitedBy(
-        TOPIC_LIMITS,
-        topic,
-        by,
-        sql`INSERT INTO ${flowClaims} (topic, group_key, slot, entries, generations, taken)
-            SELECT topic, group_key, slot, array_agg(id), array_agg(claim_generation), count(*) FROM (
-              SELECT topic, group_key, id, claim_generation, ${slotOf(max, "id")} AS slot FROM ${outbox}
-               WHERE topic = ${topic} AND ${claimed}) o
-             GROUP BY topic, group_key, slot`
-      )
+    /** What `topic` has in flight, recorded as claim rows under a limit of `max` (exact while the lock is held). */
+    const recordInFlight = (topic: string, max: number | null) =>
+      sql`INSERT INTO ${flowClaims} (topic, group_key, slot, entries, generations, taken)
+          SELECT topic, group_key, slot, array_agg(id), array_agg(claim_generation), count(*) FROM (
+            SELECT topic, group_key, id, claim_generation, ${slotOf(max, "id")} AS slot FROM ${outbox}
+             WHERE topic = ${topic} AND ${claimed}) o
+           GROUP BY topic, group_key, slot`
+    /**
+     * `topic`'s limit is set: what it has in flight is recorded afresh under the new limit's slots,
+     * so no slot starts past its share while what is in flight fits (a limit lowered below it
+     * still puts them past). The rows it replaces only ever overstated.
+     */
+    const limitedAfresh = (topic: string, by: string, max: number | null) =>
+      Effect.gen(function*() {
+        yield* limitedBy(TOPIC_LIMITS, topic, by, Effect.void)
+        yield* sql`DELETE FROM ${leases} WHERE topic = ${topic}`
+        yield* sql`DELETE FROM ${flowClaims} WHERE topic = ${topic}`
+        yield* recordInFlight(topic, max)
+      })
 
     /**
      * Changes the rate of `key`'s own bucket in `limits` (`change`, under the lock `limitedBy`
@@ -370,7 +380,7 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
       const groupRate = yield* decodeGroupRate(options.groupRate)
       const by = options.by === undefined ? "an operator" : yield* decodeBy(options.by)
       yield* Effect.gen(function*() {
-        yield* limited(decoded, by, max)
+        yield* limitedAfresh(decoded, by, max)
         yield* rebucket(
           decoded,
           sql`UPDATE ${limitsTable} SET max_in_flight = ${max}, group_max_in_flight = ${groupMax},
@@ -399,7 +409,7 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
       const rate = yield* decodeRate(options.rate)
       const by = options.by === undefined ? "an operator" : yield* decodeBy(options.by)
       yield* Effect.gen(function*() {
-        yield* limited(decodedTopic, by, null)
+        yield* limitedBy(TOPIC_LIMITS, decodedTopic, by, recordInFlight(decodedTopic, null))
         yield* rebucket(
           decodedTopic,
           sql`INSERT INTO ${groupsTable} (topic, group_key, max_in_flight, weight, rate_limit, rate_period, rate_burst)
@@ -423,6 +433,8 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
       const decoded = yield* decodeTopic(topic)
       // Its group settings go with it (ON DELETE CASCADE); its recorded capacities and fair-share places too.
       return yield* Effect.gen(function*() {
+        // After every claim under way: one that took slots would record rows after these are gone.
+        yield* noClaimsOf(TOPIC_LIMITS)
         const gone = yield* sql`DELETE FROM ${limitsTable} WHERE topic = ${decoded} RETURNING topic`
         yield* sql`DELETE FROM ${leases} WHERE topic = ${decoded}`
         yield* sql`DELETE FROM ${flowClaims} WHERE topic = ${decoded}`
@@ -496,6 +508,7 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
     const clearInbox = Effect.fn("FlowControl.clearInbox")(function*(consumer: string) {
       const decoded = yield* decodeConsumer(consumer)
       return yield* Effect.gen(function*() {
+        yield* noClaimsOf(CONSUMER_LIMITS)
         const gone = yield* sql`DELETE FROM ${inboxLimitsTable} WHERE consumer = ${decoded} RETURNING consumer`
         yield* sql`DELETE FROM ${inboxClaims} WHERE consumer = ${decoded}`
         return gone.length > 0

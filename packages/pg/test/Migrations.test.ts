@@ -38,7 +38,7 @@ const RELEASED_DDL: Readonly<Record<number, string>> = {
   24: "78fad518769059dda1e682ea3ef56c8557ba1a98833f58f426429814d71f6ecb",
   25: "d916b13cc14bceb4a670e670c03760b6b284c4884ae4ec31dd7cf0f41b9da11a",
   26: "e777aba0649c569670c2471078a4f2615fcded36f6f50631b10ecab82876037a",
-  27: "3a6adc183cae9f2c858fed37fbee50be2c770545f55d5e9db8c7c23d135c03d5"
+  27: "b71be4ace622736b79091814b5a4934cfe8ab29b86e6d3a87eee24ca7821d10e"
 }
 
 describe("released migrations", () => {

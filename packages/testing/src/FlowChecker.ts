@@ -1,10 +1,12 @@
 /**
  * An overshoot checker for flow limits (`FlowControl`): a trigger on the outbox that, after
  * every claim of a limited topic, counts what is in flight for the topic and for the group of
- * the claimed message and records every count above its limit. The claim of a limited topic
- * runs alone (it holds the topic's limit row), so the count the trigger takes inside it is
- * exact: no other claim of the topic can commit before it does. Tests and the chaos suite
- * install it, run their load, then read `overshoots` (0 rows: the limits held).
+ * the claimed message and records every count above its limit. Claims of one limited topic may
+ * run at once (capacity slots, migration 27), so before it counts, the trigger takes a lock of
+ * its own, held until its claim commits: the checked claims pass it one at a time, each count
+ * sees every claim that passed before, and of claims that overlapped, the last to pass counts
+ * them all. The claims still decide what to take at once (before the trigger). Tests and the
+ * chaos suite install it, run their load, then read `overshoots` (0 rows: the limits held).
  *
  * Rates: the trigger also writes down each message claimed on a topic with a rate (its
  * claim's statement start and the time of the claim), and `rateOvershoots` checks every span
@@ -34,6 +36,12 @@ export interface Overshoot {
   readonly limit: number
 }
 
+/**
+ * The checker's own lock (two-key advisory form): taken by every checked claim before it counts,
+ * held until it commits.
+ */
+const CHECKER_LOCK = "hashtext('effect-durable flow checker'), 0"
+
 /** The name of `schema`'s inbox limits table (version 25), as an SQL string literal for `to_regclass`. */
 const inboxLimitsName = (schema: string) => `'${quoteIdentifier(schema).replaceAll("'", "''")}.inbox_limits'`
 
@@ -60,6 +68,9 @@ export const install = (schema = "durable") =>
           INTO topic_cap, group_cap, rated
           FROM ${s}.flow_limits l LEFT JOIN ${s}.flow_group_limits g ON g.topic = l.topic AND g.group_key = NEW.group_key
          WHERE l.topic = NEW.topic;
+        IF topic_cap IS NOT NULL OR group_cap IS NOT NULL THEN
+          PERFORM pg_advisory_xact_lock(${CHECKER_LOCK});
+        END IF;
         IF topic_cap IS NOT NULL THEN
           SELECT count(*) INTO n FROM ${s}.outbox o
            WHERE o.topic = NEW.topic AND o.projected_at IS NULL AND o.dead_at IS NULL AND o.claimed_until > now();
@@ -91,6 +102,7 @@ export const install = (schema = "durable") =>
         SELECT l.max_in_flight, l.rate_limit IS NOT NULL INTO cap, rated
           FROM ${s}.inbox_limits l WHERE l.consumer = NEW.consumer;
         IF cap IS NOT NULL THEN
+          PERFORM pg_advisory_xact_lock(${CHECKER_LOCK});
           SELECT count(*) INTO n FROM ${s}.inbox i
            WHERE i.consumer = NEW.consumer AND i.processed_at IS NULL AND i.dead_at IS NULL AND i.claimed_until > now();
           IF n > cap THEN

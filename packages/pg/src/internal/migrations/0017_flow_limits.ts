@@ -272,7 +272,11 @@ export interface LaterClaim {
    * narrowed; `rest` claims the rest of the batch from the topics without limits.
    */
   readonly unlocked?: (claim: (also: (c: string) => string, limit: string) => string, rest: string) => string
-  /** Statements run once the limits are locked, after the extensions' (version 27: every slot locked too). */
+  /**
+   * Statements run once the limits are locked, before the extensions' (version 27: every slot
+   * locked too; before version 18's clock is read, so a claim that waited for a slot does not
+   * spend tokens at the time it began waiting).
+   */
   readonly afterLock?: string
   /** Declarations those statements need (`\n  name type;` each). */
   readonly declare?: string
@@ -394,7 +398,7 @@ ${
 limited := ARRAY(
   SELECT l.topic FROM ${t("flow_limits")} l
    WHERE ($4 IS NULL OR l.topic = ANY($4)) AND l.topic <> ALL(ARRAY(SELECT p.topic FROM ${t("paused_topics")} p))
-   ORDER BY l.topic FOR UPDATE);${x.afterLock}${later.afterLock ?? ""}
+   ORDER BY l.topic FOR UPDATE);${later.afterLock ?? ""}${x.afterLock}
 -- A new snapshot from here on: every claim committed before the lock is seen. The capacities
 -- no longer taken (their row settled, given back, cancelled, its lease run out) are dropped.
 ${capacity.prune}

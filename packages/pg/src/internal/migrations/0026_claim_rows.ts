@@ -50,7 +50,7 @@ export const takenBy = (t: (table: string) => string, l: string) =>
   `coalesce((SELECT sum(c.taken) FROM ${t("flow_claims")} c WHERE c.topic = ${l}.topic), 0)`
 
 /** Rows a process of the previous release wrote to `flow_leases` for the topics `limited`, moved in. */
-export const movedIn = (t: (table: string) => string) =>
+const movedIn = (t: (table: string) => string) =>
   `-- Rows a process of the previous release wrote, one per message, join the count as rows of their own.
 WITH moved AS (
   DELETE FROM ${t("flow_leases")} f WHERE f.topic = ANY(limited) RETURNING f.id, f.generation, f.topic, f.group_key)

@@ -24,18 +24,20 @@
  * and a slot's rows are only added to by its holder, within its share: together they stay
  * within the limit.
  *
- * Rows written while no slot was held — by a claim of the other way (slot 0), under an earlier
- * larger limit, by a limit set below what is in flight (`FlowControl` records what is in flight
- * round robin over the slots, within their shares while it fits), or by the previous release
- * (slot 0) — can put a slot over its share.
+ * Rows written while no slot was held — by a limit set below what is in flight (`FlowControl`
+ * records what is in flight afresh, round robin over the slots, at every limit it sets), by a
+ * claim of the other way past an excess already there, or by the previous release (slot 0) —
+ * can put a slot over its share.
  * Their excess, in all, is taken from the room of every slot (`takeSlots` says why that keeps
- * the whole within the limit); a claim that finds any recounts the rows of the slots over their
- * share first. So a claim of the other way costs the slots some room until what it took settles.
+ * the whole within the limit), so it costs up to (slots - 1) times its size in room until it
+ * settles; a claim that finds any recounts the rows of the slots over their share first.
  *
  * Every other limited claim (rates, per-group limits, fair share, several limited topics in one
  * claim) locks the limits rows as before, then every slot of its topics in order, waiting for
- * the claims that hold them: none is under way while it counts and records as version 26 did
- * (its rows in slot 0).
+ * the claims that hold them (and before it reads the buckets' clock): none is under way while
+ * it counts as version 26 did, and it records what it took under the slots, within their
+ * shares. Rows a process of the previous release wrote to `flow_leases` send a claim this way:
+ * they are moved in only while every slot is held.
  *
  * A recount skips the rows another claim is recounting (`SKIP LOCKED`) and keeps their `taken`,
  * which only ever overstates: no claim waits for another's rows, so no two deadlock.
@@ -62,7 +64,7 @@ import {
   limitedInboxClaim,
   limitedInboxDeclare
 } from "./0025_inbox_limits.js"
-import { claimOf26, movedIn, namedOpen, singleTopicWhen } from "./0026_claim_rows.js"
+import { capacityPerClaim, claimOf26, namedOpen, singleTopicWhen } from "./0026_claim_rows.js"
 
 /**
  * How much of a limit one slot holds at least (a smaller limit has fewer slots): small, so that
@@ -98,8 +100,35 @@ const slotLock = (claims: string, value: string) => `hashtext('${claims}:' || ${
  * The share of the limit slot `n` holds: the limit over the slots, the remainder one each to the
  * first ones; nothing for a slot past the last (rows a larger limit left there).
  */
-const budget = (s: Slots, n: string) =>
-  `(CASE WHEN ${n} < slot_count THEN ${s.cap} / slot_count + CASE WHEN ${n} < ${s.cap} % slot_count THEN 1 ELSE 0 END ELSE 0 END)`
+const budget = (s: Slots, n: string) => shareOf(s.cap, "slot_count", n)
+
+/** The share of a limit `cap` with `count` slots that slot `n` holds. */
+const shareOf = (cap: string, count: string, n: string) =>
+  `(CASE WHEN ${n} < ${count} THEN ${cap} / ${count} + CASE WHEN ${n} < ${cap} % ${count} THEN 1 ELSE 0 END ELSE 0 END)`
+
+/**
+ * What a claim of the other way (holding every slot of its topics) took, recorded under the
+ * slots: each topic's messages in id order fill its slots' rooms, slot by slot; only what
+ * passes them all (there was an excess already) goes to slot 0. Recorded all in slot 0, it
+ * would cost the slots up to (slots - 1) times as much room until it settled.
+ */
+const recordInSlots = (t: (table: string) => string) => {
+  const claims = t("flow_claims")
+  const count = slotCount("f.max_in_flight")
+  return `INSERT INTO ${claims} (topic, group_key, slot, entries, generations, taken)
+  SELECT l.topic, l.group_key, coalesce(r.slot, 0), array_agg(l.id), array_agg(l.claim_generation + 1), count(*)
+    FROM (SELECT l.*, row_number() OVER (PARTITION BY l.topic ORDER BY l.id) AS nth FROM locked l) l
+    LEFT JOIN (
+      SELECT r.topic, r.slot, sum(r.room) OVER w - r.room AS after, sum(r.room) OVER w AS upto
+        FROM (
+          SELECT f.topic, s.n AS slot, greatest(${shareOf("f.max_in_flight", count, "s.n")} - coalesce((
+                   SELECT sum(c.taken) FROM ${claims} c WHERE c.topic = f.topic AND c.slot = s.n), 0), 0) AS room
+            FROM ${t("flow_limits")} f CROSS JOIN LATERAL generate_series(0, ${count} - 1) s(n)
+           WHERE f.topic = ANY(limited) AND f.max_in_flight IS NOT NULL) r
+      WINDOW w AS (PARTITION BY r.topic ORDER BY r.slot)) r
+      ON r.topic = l.topic AND l.nth > r.after AND l.nth <= r.upto
+   GROUP BY l.topic, l.group_key, coalesce(r.slot, 0)`
+}
 
 /** What each slot's rows took, at most (`slot`, `n`). */
 const perSlot = (s: Slots) =>
@@ -243,6 +272,7 @@ const outboxClaim = (t: (table: string) => string) => {
   const named = namedOpen(t, "                    ")
   return claimWithRates(t, {
     ...claimOf26(t),
+    capacity: () => ({ ...capacityPerClaim(t)(), record: recordInSlots(t) }),
     declare: `${slotsDeclare}\n  slot_cap integer;`,
     unlocked: (claim, rest) =>
       `-- One topic with nothing but an in-flight limit: its claims take capacity slots (version 27), not the limits row.
@@ -251,8 +281,9 @@ limited := ARRAY(
    WHERE ($4 IS NULL OR l.topic = ANY($4)) AND l.topic <> ALL(ARRAY(SELECT p.topic FROM ${t("paused_topics")} p))
    ORDER BY l.topic);
 SELECT l.max_in_flight INTO slot_cap FROM ${t("flow_limits")} l WHERE l.topic = limited[1];
-IF slot_cap IS NOT NULL AND ${singleTopicWhen(t)} THEN
-${movedIn(t)}
+-- (Rows a process of the previous release wrote to \`flow_leases\` are moved in by a claim that holds every slot.)
+IF slot_cap IS NOT NULL AND ${singleTopicWhen(t)}
+   AND NOT EXISTS (SELECT 1 FROM ${t("flow_leases")} f WHERE f.topic = limited[1]) THEN
 ${takeSlots(slots)}
   taken := 0;
   IF room > 0 THEN
