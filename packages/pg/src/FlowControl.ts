@@ -274,13 +274,13 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
     const inboxClaims = sql.literal(t("inbox_flow_claims"))
     const inboxClaimed = sql.literal(Lifecycle.make(specFor(settings, "inbox")).is.claimed)
 
+    /** The lock every claim of `limits` holds shared, taken exclusive: no such claim is under way. */
+    const noClaimsOf = (limits: Limits) => sql`SELECT pg_advisory_xact_lock(${sql.literal(limitsLock(t, limits))})`
     /**
      * Makes sure `key` has its row in `limits` (a topic's, a consumer's), under the lock every
      * claim of them takes shared: a claim that began before it has committed, and what it
      * claimed is recorded as taken (`record`).
      */
-    /** The lock every claim of `limits` holds shared, taken exclusive: no such claim is under way. */
-    const noClaimsOf = (limits: Limits) => sql`SELECT pg_advisory_xact_lock(${sql.literal(limitsLock(t, limits))})`
     const limitedBy = <E, R>(limits: Limits, key: string, by: string, record: Effect.Effect<unknown, E, R>) =>
       Effect.gen(function*() {
         yield* noClaimsOf(limits)

@@ -125,10 +125,10 @@ describe("FlowControl: limits on the stored inbox", () => {
         yield* sql`UPDATE durable.inbox SET claimed_by = 'rogue', claimed_until = now() + interval '1 minute',
                                            claim_generation = claim_generation + 1
                     WHERE consumer = 'il.checker'`
-        // Counted after the statement, once per entry it claimed: 5 in flight against 2, five times.
-        expect((yield* FlowChecker.overshoots()).filter((o) => o.topic === "il.checker")).toEqual(
-          Array(5).fill({ queue: "inbox", topic: "il.checker", group: "", inFlight: 5, limit: 2 })
-        )
+        // Counted after the statement, once for the consumer it claimed from: 5 in flight against 2.
+        expect((yield* FlowChecker.overshoots()).filter((o) => o.topic === "il.checker")).toEqual([
+          { queue: "inbox", topic: "il.checker", group: "", inFlight: 5, limit: 2 }
+        ])
         yield* sql`DELETE FROM durable.flow_overshoots`
       }))
 

@@ -1,7 +1,7 @@
 /**
  * An overshoot checker for flow limits (`FlowControl`): a trigger on the outbox that, after
- * every claim of a limited topic, counts what is in flight for the topic and for the group of
- * the claimed message and records every count above its limit. Claims of one limited topic may
+ * every claim of a limited topic (once per claim statement), counts what is in flight for the
+ * topic and for each group it claimed from and records every count above its limit. Claims of one limited topic may
  * run at once (capacity slots, migration 27), so before it counts, the trigger takes a lock of
  * its own, held until its claim commits: the checked claims pass it one at a time, each count
  * sees every claim that passed before, and of claims that overlapped, the last to pass counts
@@ -56,63 +56,80 @@ export const install = (schema = "durable") =>
       `CREATE TABLE IF NOT EXISTS ${s}.flow_rate_claims (
         seq bigserial PRIMARY KEY, queue text NOT NULL DEFAULT 'outbox', topic text NOT NULL, group_key text NOT NULL,
         started timestamptz NOT NULL DEFAULT statement_timestamp(), at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+      // Once per claim statement (its rows as transition tables), per topic and group it claimed:
+      // a count per row, serialized under the checker's lock, made a loaded 16-worker run wait
+      // past the claims' lock timeout.
       `CREATE OR REPLACE FUNCTION ${s}.flow_check() RETURNS trigger LANGUAGE plpgsql AS $check$
       DECLARE
-        topic_cap integer;
-        group_cap integer;
+        c record;
         n integer;
-        rated boolean;
       BEGIN
-        SELECT l.max_in_flight, coalesce(g.max_in_flight, CASE WHEN NEW.group_key <> '' THEN l.group_max_in_flight END),
-               l.rate_limit IS NOT NULL OR g.rate_limit IS NOT NULL OR (NEW.group_key <> '' AND l.group_rate_limit IS NOT NULL)
-          INTO topic_cap, group_cap, rated
-          FROM ${s}.flow_limits l LEFT JOIN ${s}.flow_group_limits g ON g.topic = l.topic AND g.group_key = NEW.group_key
-         WHERE l.topic = NEW.topic;
-        IF topic_cap IS NOT NULL OR group_cap IS NOT NULL THEN
-          PERFORM pg_advisory_xact_lock(${CHECKER_LOCK});
-        END IF;
-        IF topic_cap IS NOT NULL THEN
-          SELECT count(*) INTO n FROM ${s}.outbox o
-           WHERE o.topic = NEW.topic AND o.projected_at IS NULL AND o.dead_at IS NULL AND o.claimed_until > now();
-          IF n > topic_cap THEN
-            INSERT INTO ${s}.flow_overshoots (topic, group_key, in_flight, max_in_flight) VALUES (NEW.topic, '', n, topic_cap);
+        FOR c IN
+          SELECT k.topic, k.group_key, count(*)::integer AS claimed, l.max_in_flight AS topic_cap,
+                 coalesce(g.max_in_flight, CASE WHEN k.group_key <> '' THEN l.group_max_in_flight END) AS group_cap,
+                 l.rate_limit IS NOT NULL OR g.rate_limit IS NOT NULL OR (k.group_key <> '' AND l.group_rate_limit IS NOT NULL) AS rated
+            FROM (SELECT nw.topic, nw.group_key FROM new_rows nw JOIN old_rows od ON od.id = nw.id
+                   WHERE nw.claim_generation <> od.claim_generation AND nw.claimed_until IS NOT NULL) k
+            JOIN ${s}.flow_limits l ON l.topic = k.topic
+            LEFT JOIN ${s}.flow_group_limits g ON g.topic = k.topic AND g.group_key = k.group_key
+           GROUP BY k.topic, k.group_key, l.max_in_flight, l.group_max_in_flight, l.rate_limit, l.group_rate_limit,
+                    g.max_in_flight, g.rate_limit
+           ORDER BY k.topic, k.group_key
+        LOOP
+          IF c.topic_cap IS NOT NULL OR c.group_cap IS NOT NULL THEN
+            PERFORM pg_advisory_xact_lock(${CHECKER_LOCK});
           END IF;
-        END IF;
-        IF group_cap IS NOT NULL THEN
-          SELECT count(*) INTO n FROM ${s}.outbox o
-           WHERE o.topic = NEW.topic AND o.group_key = NEW.group_key AND o.projected_at IS NULL AND o.dead_at IS NULL
-             AND o.claimed_until > now();
-          IF n > group_cap THEN
-            INSERT INTO ${s}.flow_overshoots (topic, group_key, in_flight, max_in_flight)
-            VALUES (NEW.topic, NEW.group_key, n, group_cap);
+          IF c.topic_cap IS NOT NULL THEN
+            SELECT count(*) INTO n FROM ${s}.outbox o
+             WHERE o.topic = c.topic AND o.projected_at IS NULL AND o.dead_at IS NULL AND o.claimed_until > now();
+            IF n > c.topic_cap THEN
+              INSERT INTO ${s}.flow_overshoots (topic, group_key, in_flight, max_in_flight) VALUES (c.topic, '', n, c.topic_cap);
+            END IF;
           END IF;
-        END IF;
-        IF rated THEN
-          INSERT INTO ${s}.flow_rate_claims (topic, group_key) VALUES (NEW.topic, NEW.group_key);
-        END IF;
+          IF c.group_cap IS NOT NULL THEN
+            SELECT count(*) INTO n FROM ${s}.outbox o
+             WHERE o.topic = c.topic AND o.group_key = c.group_key AND o.projected_at IS NULL AND o.dead_at IS NULL
+               AND o.claimed_until > now();
+            IF n > c.group_cap THEN
+              INSERT INTO ${s}.flow_overshoots (topic, group_key, in_flight, max_in_flight)
+              VALUES (c.topic, c.group_key, n, c.group_cap);
+            END IF;
+          END IF;
+          IF c.rated THEN
+            INSERT INTO ${s}.flow_rate_claims (topic, group_key)
+            SELECT c.topic, c.group_key FROM generate_series(1, c.claimed);
+          END IF;
+        END LOOP;
         RETURN NULL;
       END
       $check$`,
       `CREATE OR REPLACE FUNCTION ${s}.inbox_flow_check() RETURNS trigger LANGUAGE plpgsql AS $check$
       DECLARE
-        cap integer;
+        c record;
         n integer;
-        rated boolean;
       BEGIN
-        SELECT l.max_in_flight, l.rate_limit IS NOT NULL INTO cap, rated
-          FROM ${s}.inbox_limits l WHERE l.consumer = NEW.consumer;
-        IF cap IS NOT NULL THEN
-          PERFORM pg_advisory_xact_lock(${CHECKER_LOCK});
-          SELECT count(*) INTO n FROM ${s}.inbox i
-           WHERE i.consumer = NEW.consumer AND i.processed_at IS NULL AND i.dead_at IS NULL AND i.claimed_until > now();
-          IF n > cap THEN
-            INSERT INTO ${s}.flow_overshoots (queue, topic, group_key, in_flight, max_in_flight)
-            VALUES ('inbox', NEW.consumer, '', n, cap);
+        FOR c IN
+          SELECT k.consumer, count(*)::integer AS claimed, l.max_in_flight AS cap, l.rate_limit IS NOT NULL AS rated
+            FROM (SELECT nw.consumer FROM new_rows nw JOIN old_rows od ON od.id = nw.id
+                   WHERE nw.claim_generation <> od.claim_generation AND nw.claimed_until IS NOT NULL) k
+            JOIN ${s}.inbox_limits l ON l.consumer = k.consumer
+           GROUP BY k.consumer, l.max_in_flight, l.rate_limit
+           ORDER BY k.consumer
+        LOOP
+          IF c.cap IS NOT NULL THEN
+            PERFORM pg_advisory_xact_lock(${CHECKER_LOCK});
+            SELECT count(*) INTO n FROM ${s}.inbox i
+             WHERE i.consumer = c.consumer AND i.processed_at IS NULL AND i.dead_at IS NULL AND i.claimed_until > now();
+            IF n > c.cap THEN
+              INSERT INTO ${s}.flow_overshoots (queue, topic, group_key, in_flight, max_in_flight)
+              VALUES ('inbox', c.consumer, '', n, c.cap);
+            END IF;
           END IF;
-        END IF;
-        IF rated THEN
-          INSERT INTO ${s}.flow_rate_claims (queue, topic, group_key) VALUES ('inbox', NEW.consumer, '');
-        END IF;
+          IF c.rated THEN
+            INSERT INTO ${s}.flow_rate_claims (queue, topic, group_key)
+            SELECT 'inbox', c.consumer, '' FROM generate_series(1, c.claimed);
+          END IF;
+        END LOOP;
         RETURN NULL;
       END
       $check$`,
@@ -120,16 +137,16 @@ export const install = (schema = "durable") =>
       `ALTER TABLE ${s}.flow_overshoots ADD COLUMN IF NOT EXISTS queue text NOT NULL DEFAULT 'outbox'`,
       `ALTER TABLE ${s}.flow_rate_claims ADD COLUMN IF NOT EXISTS queue text NOT NULL DEFAULT 'outbox'`,
       `DROP TRIGGER IF EXISTS flow_check ON ${s}.outbox`,
-      `CREATE TRIGGER flow_check AFTER UPDATE OF claim_generation ON ${s}.outbox
-        FOR EACH ROW WHEN (NEW.claim_generation <> OLD.claim_generation AND NEW.claimed_until IS NOT NULL)
-        EXECUTE FUNCTION ${s}.flow_check()`,
+      `CREATE TRIGGER flow_check AFTER UPDATE ON ${s}.outbox
+        REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION ${s}.flow_check()`,
       // On the inbox only where it has limits (version 25): before that its trigger would fail every claim.
       `DROP TRIGGER IF EXISTS inbox_flow_check ON ${s}.inbox`,
       `DO $install$ BEGIN
         IF to_regclass(${inboxLimitsName(schema)}) IS NOT NULL THEN
-          CREATE TRIGGER inbox_flow_check AFTER UPDATE OF claim_generation ON ${s}.inbox
-            FOR EACH ROW WHEN (NEW.claim_generation <> OLD.claim_generation AND NEW.claimed_until IS NOT NULL)
-            EXECUTE FUNCTION ${s}.inbox_flow_check();
+          CREATE TRIGGER inbox_flow_check AFTER UPDATE ON ${s}.inbox
+            REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION ${s}.inbox_flow_check();
         END IF;
       END $install$`
     ]
