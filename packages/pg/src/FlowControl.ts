@@ -273,6 +273,7 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
     const inboxLimitsTable = sql.literal(t("inbox_limits"))
     const inboxClaims = sql.literal(t("inbox_flow_claims"))
     const inboxClaimed = sql.literal(Lifecycle.make(specFor(settings, "inbox")).is.claimed)
+    type Fragment = typeof inboxClaimed
 
     /** The lock every claim of `limits` holds shared, taken exclusive: no such claim is under way. */
     const noClaimsOf = (limits: Limits) => sql`SELECT pg_advisory_xact_lock(${sql.literal(limitsLock(t, limits))})`
@@ -297,24 +298,36 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
      */
     const slotOf = (max: number | null, order: string) =>
       sql.literal(max === null ? "0" : `(row_number() OVER (ORDER BY ${order}) - 1) % ${slotCount(String(max))}`)
-    /** What `topic` has in flight, recorded as claim rows under a limit of `max` (exact while the lock is held). */
-    const recordInFlight = (topic: string, max: number | null) =>
-      sql`INSERT INTO ${flowClaims} (topic, group_key, slot, entries, generations, taken)
-          SELECT topic, group_key, slot, array_agg(id), array_agg(claim_generation), count(*) FROM (
-            SELECT topic, group_key, id, claim_generation, ${slotOf(max, "id")} AS slot FROM ${outbox}
-             WHERE topic = ${topic} AND ${claimed}) o
-           GROUP BY topic, group_key, slot`
     /**
-     * `topic`'s limit is set: what it has in flight is recorded afresh under the new limit's slots,
-     * so no slot starts past its share while what is in flight fits (a limit lowered below it
-     * still puts them past). The rows it replaces only ever overstated.
+     * What a queue's limited key (a topic, a consumer) has in flight, recorded as its claim rows
+     * under a limit of `max`, exact while the lock is held (`by`: the columns a row is recorded
+     * by, the key first). `afresh` drops the rows it had first: they only ever overstated, and
+     * recorded again under the limit's slots, none starts past its share while what is in
+     * flight fits (a limit lowered below it still puts them past).
      */
+    const inFlightOf = (claims: Fragment, queue: Fragment, by: string, inFlight: Fragment) => {
+      const columns = sql.literal(by)
+      const key = sql.literal(by.split(",")[0]!)
+      const record = (value: string, max: number | null) =>
+        sql`INSERT INTO ${claims} (${columns}, slot, entries, generations, taken)
+            SELECT ${columns}, slot, array_agg(id), array_agg(claim_generation), count(*) FROM (
+              SELECT ${columns}, id, claim_generation, ${slotOf(max, "id")} AS slot FROM ${queue}
+               WHERE ${key} = ${value} AND ${inFlight}) r
+             GROUP BY ${columns}, slot`
+      return {
+        record,
+        afresh: (value: string, max: number | null) =>
+          Effect.andThen(sql`DELETE FROM ${claims} WHERE ${key} = ${value}`, record(value, max))
+      }
+    }
+    const topicInFlight = inFlightOf(flowClaims, outbox, "topic, group_key", claimed)
+    const consumerInFlight = inFlightOf(inboxClaims, inbox, "consumer", inboxClaimed)
+    /** `topic`'s limit is set: what it has in flight is recorded afresh under the new limit's slots. */
     const limitedAfresh = (topic: string, by: string, max: number | null) =>
       Effect.gen(function*() {
         yield* limitedBy(TOPIC_LIMITS, topic, by, Effect.void)
         yield* sql`DELETE FROM ${leases} WHERE topic = ${topic}`
-        yield* sql`DELETE FROM ${flowClaims} WHERE topic = ${topic}`
-        yield* recordInFlight(topic, max)
+        yield* topicInFlight.afresh(topic, max)
       })
 
     /**
@@ -409,7 +422,7 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
       const rate = yield* decodeRate(options.rate)
       const by = options.by === undefined ? "an operator" : yield* decodeBy(options.by)
       yield* Effect.gen(function*() {
-        yield* limitedBy(TOPIC_LIMITS, decodedTopic, by, recordInFlight(decodedTopic, null))
+        yield* limitedBy(TOPIC_LIMITS, decodedTopic, by, topicInFlight.record(decodedTopic, null))
         yield* rebucket(
           decodedTopic,
           sql`INSERT INTO ${groupsTable} (topic, group_key, max_in_flight, weight, rate_limit, rate_period, rate_burst)
@@ -481,12 +494,7 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
           yield* limitedBy(CONSUMER_LIMITS, decoded, by, Effect.void)
           // What is in flight now, recorded afresh (exact: no claim runs while the lock is held),
           // so a limit set on a consumer that had only a rate counts what its claims took.
-          yield* sql`DELETE FROM ${inboxClaims} WHERE consumer = ${decoded}`
-          yield* sql`INSERT INTO ${inboxClaims} (consumer, slot, entries, generations, taken)
-                     SELECT consumer, slot, array_agg(id), array_agg(claim_generation), count(*) FROM (
-                       SELECT consumer, id, claim_generation, ${slotOf(max, "id")} AS slot FROM ${inbox}
-                        WHERE consumer = ${decoded} AND ${inboxClaimed}) i
-                      GROUP BY consumer, slot`
+          yield* consumerInFlight.afresh(decoded, max)
           yield* rebucketOwn(
             CONSUMER_LIMITS,
             decoded,

@@ -17,6 +17,13 @@ import * as Outbox from "../src/Outbox.js"
 import type * as OutboxWorker from "../src/OutboxWorker.js"
 import { claimLoops, claimOf, enqueueAll, markAll, substrate, together } from "./support.js"
 
+/** A topic with an in-flight limit of `maxInFlight` alone and `messages` enqueued; their ids. */
+const limitedTopic = (topic: string, maxInFlight: number, messages: number) =>
+  Effect.andThen(
+    Effect.flatMap(FlowControl.FlowControl, (flow) => flow.setLimit(topic, { maxInFlight })),
+    enqueueAll(topic, messages)
+  )
+
 /** Claims `limit` at a time from `topic` until a claim returns nothing; every message taken. */
 const drainClaims = (topic: string, limit: number) =>
   Effect.gen(function*() {
@@ -101,10 +108,8 @@ describe("capacity slots: the outbox", () => {
     // its lock one at a time.
     it.effect("a claim does not wait for another claim of the topic that holds capacity uncommitted; together they stay within the limit", () =>
       Effect.gen(function*() {
-        const flow = yield* FlowControl.FlowControl
         const topic = "cs.at-once"
-        yield* flow.setLimit(topic, { maxInFlight: 1000 })
-        yield* enqueueAll(topic, 2000)
+        yield* limitedTopic(topic, 1000, 2000)
         const [first, second] = yield* whileHeld(
           rawClaim(topic, 600),
           Effect.map(claimOf("second", [topic], 600), (claimed) => claimed.length)
@@ -121,11 +126,9 @@ describe("capacity slots: the outbox", () => {
 
     it.effect("a claim whose backend is killed while it holds slots loses nothing: what it took is rolled back and its slots are free", () =>
       Effect.gen(function*() {
-        const flow = yield* FlowControl.FlowControl
         const sql = yield* SqlClient.SqlClient
         const topic = "cs.killed"
-        yield* flow.setLimit(topic, { maxInFlight: 1000 })
-        yield* enqueueAll(topic, 2000)
+        yield* limitedTopic(topic, 1000, 2000)
         const holder = yield* holdOpen(Effect.gen(function*() {
           const [backend] = yield* sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`
           expect(yield* rawClaim(topic, 600)).toBe(600)
@@ -142,11 +145,9 @@ describe("capacity slots: the outbox", () => {
 
     it.effect("16 claims at once never pass the limit and lose none of it; then 16 loops of claim and mark: every message once, never past the limit (checked inside every claim)", () =>
       Effect.gen(function*() {
-        const flow = yield* FlowControl.FlowControl
         yield* FlowChecker.install()
         const topic = "cs.race"
-        yield* flow.setLimit(topic, { maxInFlight: 1000 })
-        const ids = yield* enqueueAll(topic, 4000)
+        const ids = yield* limitedTopic(topic, 1000, 4000)
         const atOnce = (yield* together(16, (i) => claimOf(`w${i}`, [topic], 120))).flat()
         expect(atOnce.length).toBeGreaterThan(0)
         expect(atOnce.length).toBeLessThanOrEqual(1000)
@@ -164,8 +165,7 @@ describe("capacity slots: the outbox", () => {
         const flow = yield* FlowControl.FlowControl
         const sql = yield* SqlClient.SqlClient
         const topic = "cs.lowered"
-        yield* flow.setLimit(topic, { maxInFlight: 1000 })
-        yield* enqueueAll(topic, 3000)
+        yield* limitedTopic(topic, 1000, 3000)
         const all = yield* claimOf("w", [topic], 1000)
         expect(all).toHaveLength(1000)
         // 500 now: the eight slots' shares are 62 or 63, and each holds 125.
@@ -190,8 +190,7 @@ describe("capacity slots: the outbox", () => {
       Effect.gen(function*() {
         const flow = yield* FlowControl.FlowControl
         const topic = "cs.fewer-slots"
-        yield* flow.setLimit(topic, { maxInFlight: 1000 })
-        yield* enqueueAll(topic, 2000)
+        yield* limitedTopic(topic, 1000, 2000)
         const all = yield* claimOf("w", [topic], 1000)
         expect(all).toHaveLength(1000)
         // 100: six slots of 16 or 17 (eight before); the 1,000 in flight are recorded over the six.
@@ -211,8 +210,7 @@ describe("capacity slots: the outbox", () => {
       Effect.gen(function*() {
         const flow = yield* FlowControl.FlowControl
         const topic = "cs.cleared"
-        yield* flow.setLimit(topic, { maxInFlight: 1000 })
-        yield* enqueueAll(topic, 2000)
+        yield* limitedTopic(topic, 1000, 2000)
         const holder = yield* holdOpen(rawClaim(topic, 600))
         const cleared = yield* Effect.forkChild(flow.clear(topic))
         // The clear waits for the claim (a barrier the database decides).
@@ -228,11 +226,9 @@ describe("capacity slots: the outbox", () => {
 
     it.effect("a claim of the other way (a named group appeared) waits for the claims that hold slots, then counts what they took", () =>
       Effect.gen(function*() {
-        const flow = yield* FlowControl.FlowControl
         const outbox = yield* Outbox.Outbox
         const topic = "cs.waits"
-        yield* flow.setLimit(topic, { maxInFlight: 1000 })
-        yield* enqueueAll(topic, 2000)
+        yield* limitedTopic(topic, 1000, 2000)
         const holder = yield* holdOpen(rawClaim(topic, 600))
         expect(holder.result).toBe(600)
         yield* outbox.enqueue(topic, { named: true }, { group: "tenant-a" })
@@ -269,11 +265,9 @@ describe("capacity slots: the outbox", () => {
 
     it.effect("a claim of the other way (a named group appeared) counts every slot; the slots then count what it took", () =>
       Effect.gen(function*() {
-        const flow = yield* FlowControl.FlowControl
         const outbox = yield* Outbox.Outbox
         const topic = "cs.both-ways"
-        yield* flow.setLimit(topic, { maxInFlight: 1000 })
-        yield* enqueueAll(topic, 2000)
+        yield* limitedTopic(topic, 1000, 2000)
         const bySlots = yield* claimOf("w", [topic], 600)
         expect(bySlots).toHaveLength(600)
         // A message with a named group: claims take the way of groups and fair share.
