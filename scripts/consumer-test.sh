@@ -11,7 +11,15 @@
 # everything it made on exit.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-PACKAGES=(core embedded pg projector nats webhook http workflow testing cli)
+# Every library package of the workspace (each packages/* folder whose package.json is not
+# private), read from the tree so a new package is never left out of the test.
+mapfile -t PACKAGES < <(cd "$root" && node -e '
+  const fs = require("node:fs")
+  for (const name of fs.readdirSync("packages").sort()) {
+    const manifest = "packages/" + name + "/package.json"
+    if (fs.existsSync(manifest) && JSON.parse(fs.readFileSync(manifest, "utf8")).private !== true) console.log(name)
+  }')
+[ "${#PACKAGES[@]}" -gt 0 ] || { echo "consumer: no package found under packages/" >&2; exit 1; }
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/effect-durable-consumer-XXXXXX")
 cleanup() {
@@ -88,6 +96,14 @@ if grep -q EBADENGINE install.log; then echo "consumer: the install printed EBAD
 npm ls --all >/dev/null || { echo "consumer: npm ls reports a broken tree (a missing or invalid peer?)" >&2; exit 1; }
 copies=$(npm ls effect --all --parseable | sort -u | wc -l)
 [ "$copies" -eq 1 ] || { echo "consumer: $copies copies of effect installed; an application must get one" >&2; npm ls effect --all; exit 1; }
+# Nor a second copy of any @effect/* package (a package pinning one exactly brings its own).
+duplicated=$(find ./node_modules -regextype posix-extended -regex '.*/node_modules/@effect/[^/]+/package\.json' \
+  | sed -E 's#.*/node_modules/(@effect/[^/]+)/package.json#\1#' | sort | uniq -d)
+if [ -n "$duplicated" ]; then
+  echo "consumer: more than one copy installed of: $duplicated" >&2
+  for name in $duplicated; do npm ls "$name" --all; done
+  exit 1
+fi
 latest=$(npm view effect dist-tags.latest)
 installed=$(node -p 'require("effect/package.json").version')
 [ "$installed" = "$latest" ] || { echo "consumer: effect $installed installed, latest is $latest" >&2; exit 1; }
@@ -99,6 +115,7 @@ echo "== consumer: tsc (strict, NodeNext, skipLibCheck off)"
 node_modules/.bin/tsc -p tsconfig.json
 
 echo "== consumer: node program.mjs on the development database"
+export EFFECT_DURABLE_PACKAGES="${PACKAGES[*]}"
 env -u DATABASE_URL node program.mjs
 if [ -n "${DATABASE_URL:-}" ]; then
   echo "== consumer: node program.mjs on DATABASE_URL"
