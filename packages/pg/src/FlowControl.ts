@@ -34,15 +34,9 @@ import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import { type Limits, limitsLock, TOPIC_LIMITS } from "./internal/migrations/0017_flow_limits.js"
-import { bucket, groupRate, topicRate } from "./internal/migrations/0018_rate_limits.js"
-import { CONSUMER_LIMITS, heldOfClaim } from "./internal/migrations/0025_inbox_limits.js"
-import { stillHeld } from "./internal/migrations/0026_claim_rows.js"
-import { slotCount } from "./internal/migrations/0027_capacity_slots.js"
-import * as Lifecycle from "./internal/queue/lifecycle.js"
-import { specFor } from "./internal/queue/spec.js"
-import { decodeRows } from "./internal/rows.js"
-import { isoUtc } from "./internal/timestamps.js"
+import * as Changes from "./internal/flow/changes.js"
+import { CONSUMER_LIMITS, TOPIC_LIMITS } from "./internal/flow/limits.js"
+import * as Listing from "./internal/flow/listing.js"
 
 /** The most a limit may allow in flight. */
 export const MAX_IN_FLIGHT = 1_000_000
@@ -214,41 +208,6 @@ const rateOf = (name: string) => {
 const decodeRate = rateOf("rate")
 const decodeGroupRate = rateOf("groupRate")
 
-const RateRow = Schema.NullOr(Schema.Struct({ limit: Schema.Number, perMillis: Schema.Number, burst: Schema.Number }))
-
-const InboxLimitRow = Schema.Struct({
-  consumer: Schema.String,
-  maxInFlight: Schema.NullOr(Schema.Number),
-  rate: RateRow,
-  tokens: Schema.NullOr(Schema.Number),
-  inFlight: Schema.Number,
-  updatedAt: Schema.String,
-  updatedBy: Schema.String
-})
-
-const LimitRow = Schema.Struct({
-  topic: Schema.String,
-  maxInFlight: Schema.NullOr(Schema.Number),
-  groupMaxInFlight: Schema.NullOr(Schema.Number),
-  rate: RateRow,
-  groupRate: RateRow,
-  tokens: Schema.NullOr(Schema.Number),
-  groups: Schema.Array(Schema.Struct({
-    group: Schema.String,
-    maxInFlight: Schema.NullOr(Schema.Number),
-    weight: Schema.Number,
-    rate: RateRow
-  })),
-  inFlight: Schema.Number,
-  updatedAt: Schema.String,
-  updatedBy: Schema.String
-})
-
-/** A rate's columns (`prefix`: `l.rate_`) as JSON, its period in milliseconds. */
-const rateJson = (prefix: string) =>
-  `CASE WHEN ${prefix}limit IS NOT NULL THEN jsonb_build_object('limit', ${prefix}limit,
-     'perMillis', round(${prefix}period * 1000), 'burst', ${prefix}burst) END`
-
 const describeRate = (rate: { readonly limit: number; readonly seconds: number; readonly burst: number } | null) =>
   rate === null
     ? "none"
@@ -259,130 +218,9 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
     const t = settings.table
-    const limitsTable = sql.literal(t("flow_limits"))
-    const groupsTable = sql.literal(t("flow_group_limits"))
-    const leases = sql.literal(t("flow_leases"))
-    const flowClaims = sql.literal(t("flow_claims"))
-    const outbox = sql.literal(t("outbox"))
-    const buckets = sql.literal(t("flow_group_buckets"))
-    const spec = specFor(settings, "outbox")
-    // In flight: claimed, its lease running (the claim reads the same from each recorded capacity).
-    const claimed = sql.literal(Lifecycle.make(spec).is.claimed)
-
-    const inbox = sql.literal(t("inbox"))
-    const inboxLimitsTable = sql.literal(t("inbox_limits"))
-    const inboxClaims = sql.literal(t("inbox_flow_claims"))
-    const inboxClaimed = sql.literal(Lifecycle.make(specFor(settings, "inbox")).is.claimed)
-    type Fragment = typeof inboxClaimed
-
-    /** The lock every claim of `limits` holds shared, taken exclusive: no such claim is under way. */
-    const noClaimsOf = (limits: Limits) => sql`SELECT pg_advisory_xact_lock(${sql.literal(limitsLock(t, limits))})`
-    /**
-     * Makes sure `key` has its row in `limits` (a topic's, a consumer's), under the lock every
-     * claim of them takes shared: a claim that began before it has committed, and what it
-     * claimed is recorded as taken (`record`).
-     */
-    const limitedBy = <E, R>(limits: Limits, key: string, by: string, record: Effect.Effect<unknown, E, R>) =>
-      Effect.gen(function*() {
-        yield* noClaimsOf(limits)
-        const column = sql.literal(limits.key)
-        const created = yield* sql`INSERT INTO ${sql.literal(t(limits.table))} (${column}, updated_by)
-                                   VALUES (${key}, ${by}) ON CONFLICT (${column}) DO NOTHING RETURNING ${column}`
-        if (created.length === 0) return
-        yield* record
-      })
-    /**
-     * The capacity slot (migration 27) of each of the rows `order` numbers, under an in-flight
-     * limit `max`: round robin, so what is in flight, up to the limit, stays within every
-     * slot's share. Without a limit: slot 0.
-     */
-    const slotOf = (max: number | null, order: string) =>
-      sql.literal(max === null ? "0" : `(row_number() OVER (ORDER BY ${order}) - 1) % ${slotCount(String(max))}`)
-    /**
-     * What a queue's limited key (a topic, a consumer) has in flight, recorded as its claim rows
-     * under a limit of `max`, exact while the lock is held (`by`: the columns a row is recorded
-     * by, the key first). `afresh` drops the rows it had first: they only ever overstated, and
-     * recorded again under the limit's slots, none starts past its share while what is in
-     * flight fits (a limit lowered below it still puts them past).
-     */
-    const inFlightOf = (claims: Fragment, queue: Fragment, by: string, inFlight: Fragment) => {
-      const columns = sql.literal(by)
-      const key = sql.literal(by.split(",")[0]!)
-      const record = (value: string, max: number | null) =>
-        sql`INSERT INTO ${claims} (${columns}, slot, entries, generations, taken)
-            SELECT ${columns}, slot, array_agg(id), array_agg(claim_generation), count(*) FROM (
-              SELECT ${columns}, id, claim_generation, ${slotOf(max, "id")} AS slot FROM ${queue}
-               WHERE ${key} = ${value} AND ${inFlight}) r
-             GROUP BY ${columns}, slot`
-      return {
-        record,
-        afresh: (value: string, max: number | null) =>
-          Effect.andThen(sql`DELETE FROM ${claims} WHERE ${key} = ${value}`, record(value, max))
-      }
-    }
-    const topicInFlight = inFlightOf(flowClaims, outbox, "topic, group_key", claimed)
-    const consumerInFlight = inFlightOf(inboxClaims, inbox, "consumer", inboxClaimed)
-    /** `topic`'s limit is set: what it has in flight is recorded afresh under the new limit's slots. */
-    const limitedAfresh = (topic: string, by: string, max: number | null) =>
-      Effect.gen(function*() {
-        yield* limitedBy(TOPIC_LIMITS, topic, by, Effect.void)
-        yield* sql`DELETE FROM ${leases} WHERE topic = ${topic}`
-        yield* topicInFlight.afresh(topic, max)
-      })
-
-    /**
-     * Changes the rate of `key`'s own bucket in `limits` (`change`, under the lock `limitedBy`
-     * took): the bucket is first brought to now at the old rate, then holds at most the new
-     * burst; a new rate starts full.
-     */
-    const rebucketOwn = <A, E, R>(limits: Limits, key: string, change: Effect.Effect<A, E, R>) =>
-      Effect.gen(function*() {
-        const table = sql.literal(t(limits.table))
-        const column = sql.literal(limits.key)
-        yield* sql`UPDATE ${table} l
-                      SET tokens = ${sql.literal(bucket(t, "l", topicRate, "clock_timestamp()"))},
-                          tokens_at = clock_timestamp()
-                    WHERE l.${column} = ${key} AND l.rate_limit IS NOT NULL`
-        const result = yield* change
-        yield* sql`UPDATE ${table}
-                      SET tokens = CASE WHEN rate_limit IS NOT NULL THEN least(coalesce(tokens, rate_burst), rate_burst) END,
-                          tokens_at = CASE WHEN rate_limit IS NOT NULL THEN coalesce(tokens_at, clock_timestamp()) END
-                    WHERE ${column} = ${key}`
-        return result
-      })
-
-    // A group's rate, its own or the topic's per-group one (`b`: its bucket row, `l`: the topic's limits).
-    const groupRateOf = (c: "limit" | "period" | "burst") => groupRate(c, "o", "l", "b")
-    const groupBuckets = sql.literal(
-      `SELECT b.topic, b.group_key, ${bucket(t, "b", groupRateOf, "clock_timestamp()")} AS tokens, ${
-        groupRateOf("burst")
-      } AS burst
-        FROM ${t("flow_group_buckets")} b JOIN ${t("flow_limits")} l ON l.topic = b.topic
-        LEFT JOIN ${t("flow_group_limits")} o ON o.topic = b.topic AND o.group_key = b.group_key`
-    )
-
-    /**
-     * Changes a topic's rates (`change`, under the lock `limited` took): its buckets are first
-     * brought to now at the old rates, then hold at most the new bursts; a new rate starts full.
-     */
-    const rebucket = <A, E, R>(topic: string, change: Effect.Effect<A, E, R>) =>
-      rebucketOwn(
-        TOPIC_LIMITS,
-        topic,
-        Effect.gen(function*() {
-          yield* sql`WITH settled AS (${groupBuckets} WHERE b.topic = ${topic})
-                     UPDATE ${buckets} b SET tokens = s.tokens, tokens_at = clock_timestamp()
-                       FROM settled s WHERE b.topic = s.topic AND b.group_key = s.group_key`
-          const result = yield* change
-          // A bucket without a rate now is gone; one above its new burst holds the burst.
-          yield* sql`WITH settled AS (${groupBuckets} WHERE b.topic = ${topic}),
-                          gone AS (DELETE FROM ${buckets} b USING settled s
-                                    WHERE b.topic = s.topic AND b.group_key = s.group_key AND s.burst IS NULL)
-                     UPDATE ${buckets} b SET tokens = s.burst
-                       FROM settled s WHERE b.topic = s.topic AND b.group_key = s.group_key AND b.tokens > s.burst`
-          return result
-        })
-      )
+    const changes = Changes.make(sql, settings)
+    const { buckets, flowClaims, groupsTable, inboxClaims, inboxLimitsTable, leases, limitsTable } = changes.tables
+    const { consumerInFlight, limitedAfresh, limitedBy, noClaimsOf, rebucket, rebucketOwn, topicInFlight } = changes
 
     const setLimit = Effect.fn("FlowControl.setLimit")(function*(topic: string, options: LimitOptions) {
       yield* onlyKnown(options, ["maxInFlight", "groupMaxInFlight", "rate", "groupRate", "by"])
@@ -457,23 +295,7 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
       }).pipe(sql.withTransaction, classifySqlErrors("FlowControl.clear"))
     })
 
-    const limits = sql`
-      SELECT l.topic, l.max_in_flight AS "maxInFlight", l.group_max_in_flight AS "groupMaxInFlight",
-             ${sql.literal(rateJson("l.rate_"))} AS rate, ${sql.literal(rateJson("l.group_rate_"))} AS "groupRate",
-             ${sql.literal(bucket(t, "l", topicRate, "clock_timestamp()"))} AS tokens,
-             coalesce((SELECT jsonb_agg(jsonb_build_object('group', g.group_key, 'maxInFlight', g.max_in_flight,
-                                                           'weight', g.weight, 'rate', ${
-      sql.literal(rateJson("g.rate_"))
-    }) ORDER BY g.group_key)
-                         FROM ${groupsTable} g WHERE g.topic = l.topic), '[]'::jsonb) AS groups,
-             (SELECT coalesce(sum(${sql.literal(stillHeld(t, "c"))}), 0)::int FROM ${flowClaims} c
-               WHERE c.topic = l.topic) AS "inFlight",
-             ${sql.literal(isoUtc("l.updated_at"))} AS "updatedAt", l.updated_by AS "updatedBy"
-        FROM ${limitsTable} l ORDER BY l.topic`.pipe(
-      decodeRows(LimitRow),
-      classifySqlErrors("FlowControl.limits"),
-      Effect.withSpan("FlowControl.limits")
-    )
+    const limits = Listing.topicLimits(sql, t)
 
     const setInboxLimit = Effect.fn("FlowControl.setInboxLimit")(
       function*(consumer: string, options: InboxLimitOptions) {
@@ -523,17 +345,7 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
       }).pipe(sql.withTransaction, classifySqlErrors("FlowControl.clearInbox"))
     })
 
-    const inboxLimits = sql`
-      SELECT l.consumer, l.max_in_flight AS "maxInFlight", ${sql.literal(rateJson("l.rate_"))} AS rate,
-             ${sql.literal(bucket(t, "l", topicRate, "clock_timestamp()"))} AS tokens,
-             (SELECT coalesce(sum(${sql.literal(heldOfClaim(t, "c"))}), 0)::int FROM ${inboxClaims} c
-               WHERE c.consumer = l.consumer) AS "inFlight",
-             ${sql.literal(isoUtc("l.updated_at"))} AS "updatedAt", l.updated_by AS "updatedBy"
-        FROM ${inboxLimitsTable} l ORDER BY l.consumer`.pipe(
-      decodeRows(InboxLimitRow),
-      classifySqlErrors("FlowControl.inboxLimits"),
-      Effect.withSpan("FlowControl.inboxLimits")
-    )
+    const inboxLimits = Listing.consumerLimits(sql, t)
 
     return FlowControl.of({ setLimit, setGroup, clear, limits, setInboxLimit, clearInbox, inboxLimits })
   }

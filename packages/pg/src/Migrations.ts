@@ -89,7 +89,9 @@ export const migrate = (
       // list exists from version 8 on). Cheap, and it repairs a grant revoked by hand.
       if (version >= 8) {
         const roles = yield* sql<{ role: string }>`SELECT role FROM ${sql.literal(settings.table("runtime_roles"))}`
-        for (const { role } of roles) for (const grant of runtimeGrants(settings, role)) yield* sql.unsafe(grant)
+        for (const { role } of roles) {
+          for (const grant of yield* runtimeGrants(sql, settings, role)) yield* sql.unsafe(grant)
+        }
       }
       return { applied: pending.map(({ name, version }) => ({ version, name })), version }
     }).pipe(classifySqlErrors("Migrations.migrate"))
@@ -138,43 +140,32 @@ export const checkSchemaVersion: Effect.Effect<
 
 const decodeRole = Input.argument("role", Input.Identifier)
 
-/** Tables the substrate's operations write. A migration that adds one adds it here. */
-const RUNTIME_TABLES = [
-  "mutation_records",
-  "outbox",
-  "inbox",
-  "inbox_limits",
-  "inbox_flow_claims",
-  "paused_topics",
-  "flow_limits",
-  "flow_group_limits",
-  "flow_leases",
-  "flow_claims",
-  "flow_group_state",
-  "flow_group_buckets",
-  "rate_windows",
-  "rate_buckets",
-  "rate_adaptive",
-  "schedules",
-  "schedule_slots",
-  "workflow_executions",
-  "workflow_steps"
-] as const
 /** Tables the runtime only reads: the migration history and the list of runtime roles. */
 const READ_ONLY_TABLES = ["schema_migrations", "runtime_roles"] as const
 
-/** The statements that give `role` exactly what the runtime uses. */
-const runtimeGrants = (settings: Settings, role: string): ReadonlyArray<string> => {
-  const grantee = quote(role)
-  const tables = (names: ReadonlyArray<string>) => names.map(settings.table).join(", ")
-  return [
-    `GRANT USAGE ON SCHEMA ${settings.quotedSchema} TO ${grantee}`,
-    `GRANT SELECT, INSERT, UPDATE, DELETE ON ${tables(RUNTIME_TABLES)} TO ${grantee}`,
-    `GRANT SELECT ON ${tables(READ_ONLY_TABLES)} TO ${grantee}`,
-    `GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA ${settings.quotedSchema} TO ${grantee}`,
-    `GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${settings.quotedSchema} TO ${grantee}`
-  ]
-}
+/**
+ * The statements that give `role` exactly what the runtime uses: the substrate's operations
+ * write every table of the schema but the read-only ones. The tables are read from the schema
+ * itself, not from a list kept beside the migrations, so a table a migration adds is granted
+ * with no second place to remember.
+ */
+const runtimeGrants = (sql: SqlClient.SqlClient, settings: Settings, role: string) =>
+  Effect.gen(function*() {
+    const written = yield* sql<{ name: string }>`
+      SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+       WHERE n.nspname = ${settings.schema} AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+         AND c.relname NOT IN ${sql.in(READ_ONLY_TABLES)}
+       ORDER BY c.relname`
+    const grantee = quote(role)
+    const tables = (names: ReadonlyArray<string>) => names.map(settings.table).join(", ")
+    return [
+      `GRANT USAGE ON SCHEMA ${settings.quotedSchema} TO ${grantee}`,
+      `GRANT SELECT, INSERT, UPDATE, DELETE ON ${tables(written.map((row) => row.name))} TO ${grantee}`,
+      `GRANT SELECT ON ${tables(READ_ONLY_TABLES)} TO ${grantee}`,
+      `GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA ${settings.quotedSchema} TO ${grantee}`,
+      `GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${settings.quotedSchema} TO ${grantee}`
+    ]
+  })
 
 /**
  * Grants a runtime role what the substrate's operations need and nothing more: `USAGE` on
@@ -194,7 +185,7 @@ export const grantRuntimeAccess = (
       sql,
       "Migrations.grantRuntimeAccess",
       Effect.gen(function*() {
-        for (const grant of runtimeGrants(settings, decoded)) yield* sql.unsafe(grant)
+        for (const grant of yield* runtimeGrants(sql, settings, decoded)) yield* sql.unsafe(grant)
         yield* sql`INSERT INTO ${sql.literal(settings.table("runtime_roles"))} (role) VALUES (${decoded})
                    ON CONFLICT (role) DO NOTHING`
       }).pipe(classifySqlErrors("Migrations.grantRuntimeAccess"))

@@ -21,8 +21,7 @@ import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import { bucket, groupRate, topicRate } from "./internal/migrations/0018_rate_limits.js"
-import { takenBy } from "./internal/migrations/0026_claim_rows.js"
+import { rateWaitQuery } from "./internal/flow/rates.js"
 import * as Lifecycle from "./internal/queue/lifecycle.js"
 import { specFor } from "./internal/queue/spec.js"
 import * as QueueWorker from "./internal/queue/worker.js"
@@ -124,49 +123,13 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
         claim: { messageId: row.id, worker: options.worker, generation: Number(row.generation) }
       }))
     })
-    const t = settings.table
-    const outbox = t("outbox")
-    const at = "clock_timestamp()"
-    const waitFor = (tokens: string, limit: string, period: string) =>
-      `CASE WHEN ${tokens} < 1 THEN (1 - ${tokens}) * ${period} / ${limit} ELSE 0 END`
-    // Per rated topic with a ready message, not paused, not at its in-flight limit: the later of
-    // its own bucket's next token and its groups' — zero when a ready message's group has no
-    // empty bucket, else the soonest next token of the empty buckets with a ready message.
-    // The soonest topic wins.
+    // Per rated topic with a ready message, not paused, not at its in-flight limit: how long
+    // until its claims may take one again. The soonest topic wins.
     const readyIn = (alias: string) => Lifecycle.make(spec, alias).is.ready
-    // A group's bucket (`b`, a row only while not full) with its own rate (`o`) and the tokens it holds now.
-    const groupBuckets = `${t("flow_group_buckets")} b
-                   LEFT JOIN ${t("flow_group_limits")} o ON o.topic = b.topic AND o.group_key = b.group_key`
-    const groupTokens = bucket(t, "b", (c) => groupRate(c, "o", "l", "b"), at)
-    const emptyGroup = (alias: string) =>
-      `EXISTS (SELECT 1 FROM ${groupBuckets}
-                WHERE b.topic = ${alias}.topic AND b.group_key = ${alias}.group_key AND ${groupTokens} < 1)`
-    const rateWaitQuery = sql.literal(`
-      SELECT min(greatest(
-               coalesce(${waitFor(bucket(t, "l", topicRate, at), "l.rate_limit", "l.rate_period")}, 0),
-               CASE WHEN EXISTS (SELECT 1 FROM ${outbox} r WHERE r.topic = l.topic AND ${readyIn("r")}
-                                   AND NOT ${emptyGroup("r")}) THEN 0
-               ELSE coalesce((
-                 SELECT min(${
-      waitFor(groupTokens, groupRate("limit", "o", "l", "b"), groupRate("period", "o", "l", "b"))
-    })
-                   FROM ${groupBuckets}
-                  WHERE b.topic = l.topic AND EXISTS (
-                    SELECT 1 FROM ${outbox} g WHERE g.topic = b.topic AND g.group_key = b.group_key AND ${
-      readyIn("g")
-    })), 0) END
-             )) AS seconds
-        FROM ${t("flow_limits")} l
-       WHERE (l.rate_limit IS NOT NULL OR l.group_rate_limit IS NOT NULL
-              OR EXISTS (SELECT 1 FROM ${
-      t("flow_group_limits")
-    } o WHERE o.topic = l.topic AND o.rate_limit IS NOT NULL))
-         AND l.topic <> ALL(ARRAY(SELECT p.topic FROM ${t("paused_topics")} p))
-         AND (l.max_in_flight IS NULL OR ${takenBy(t, "l")} < l.max_in_flight)
-         AND EXISTS (SELECT 1 FROM ${outbox} m WHERE m.topic = l.topic AND ${readyIn("m")})`)
+    const rateWaitSql = sql.literal(rateWaitQuery(settings.table, readyIn))
     const rateWait = Effect.fn("OutboxWorker.rateWait")(function*(topics?: ReadonlyArray<string>) {
       const only = yield* decodeTopics(topics ?? null)
-      const rows = yield* sql<{ readonly seconds: number | null }>`${rateWaitQuery}
+      const rows = yield* sql<{ readonly seconds: number | null }>`${rateWaitSql}
          AND (${only}::text[] IS NULL OR l.topic = ANY(${only}::text[]))`.pipe(
         classifySqlErrors("OutboxWorker.rateWait")
       )

@@ -32,7 +32,12 @@ import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
-import { millisNow } from "./internal/migrations/0019_rate_limiter_store.js"
+
+/**
+ * Milliseconds since the epoch: the caller's time (`given`, the application's clock) or, without
+ * one, the database's clock, as the store's functions read it.
+ */
+const millisNow = (given: string) => `coalesce(${given}, extract(epoch FROM clock_timestamp())::float8 * 1000)`
 
 /** The longest key, in UTF-8 bytes. */
 export const MAX_KEY_BYTES = 1024

@@ -9,8 +9,7 @@ import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import type { Settings } from "../../DurableConfig.js"
 import type { Claim } from "../../LeasedQueue.js"
-import { renewableInTime } from "../migrations/0018_rate_limits.js"
-import { inboxRenewable } from "../migrations/0025_inbox_limits.js"
+import { CONSUMER_LIMITS, renewableInTime, TOPIC_LIMITS } from "../flow/limits.js"
 
 export interface QueueSpec {
   readonly queue: QueueName
@@ -71,9 +70,12 @@ export const specFor = (settings: Settings, queue: QueueName): QueueSpec => ({
   },
   done: queue === "outbox" ? "projected_at" : "processed_at",
   renewable: (leaseSeconds) =>
-    queue === "outbox"
-      ? renewableInTime(settings.table, settings.table("outbox"), leaseSeconds)
-      : inboxRenewable(settings.table, settings.table("inbox"), leaseSeconds),
+    renewableInTime(
+      settings.table,
+      settings.table(queue),
+      leaseSeconds,
+      queue === "outbox" ? TOPIC_LIMITS : CONSUMER_LIMITS
+    ),
   // A malformed claim token is a mismatch too; its parts are shown as safely as they can be.
   mismatch: (claim, cancelled) =>
     new ClaimMismatch({
