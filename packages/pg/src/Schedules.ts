@@ -34,14 +34,15 @@ import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
-import * as SqlClient from "effect/sql/SqlClient"
-import { DurableSettings } from "./DurableConfig.js"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import * as Lifecycle from "./internal/queue/lifecycle.js"
+import * as Decide from "./internal/schedules/decide.js"
 import * as Plan from "./internal/schedules/plan.js"
+import * as Runner from "./internal/schedules/runner.js"
+import * as Store from "./internal/schedules/store.js"
 import { isoUtc } from "./internal/timestamps.js"
-import { transact } from "./internal/transaction.js"
-import * as Outbox from "./Outbox.js"
+import type * as Outbox from "./Outbox.js"
 
 export const OVERLAPS = ["skip", "buffer-one", "allow"] as const
 export type Overlap = typeof OVERLAPS[number]
@@ -151,145 +152,22 @@ const parseCron = (cron: string, timeZone: string): Effect.Effect<Cron.Cron, Inv
       : new InvalidInput({ argument: "timeZone", rule: "an IANA time zone such as Europe/Berlin" })
   })
 
-/** A stored schedule's cron (checked when it was defined: one that no longer parses is a bug). */
-const storedCron = (row: { readonly name: string; readonly cron: string; readonly time_zone: string }) => {
-  const cron = Cron.parse(row.cron, row.time_zone)
-  return Result.isSuccess(cron)
-    ? Effect.succeed(cron.success)
-    : Effect.die(`schedule ${row.name}: its stored cron no longer parses (${cron.failure.message})`)
-}
-
 const decodeDate = (argument: string, value: Date) =>
   value instanceof Date && Number.isFinite(value.getTime())
     ? Effect.succeed(value)
     : Effect.fail(new InvalidInput({ argument, rule: "a valid Date" }))
-
-interface Row {
-  readonly name: string
-  readonly cron: string
-  readonly time_zone: string
-  readonly topic: string
-  readonly payload: unknown
-  readonly ordering_key: string | null
-  readonly overlap: Overlap
-  readonly catch_up_seconds: number
-  readonly next_slot: string
-  readonly last_slot: string | null
-  readonly paused: boolean
-  readonly paused_by: string | null
-  readonly enqueued: string
-  readonly skipped: string
-  readonly missed: string
-  readonly backfilled: string
-}
 
 export const make: Effect.Effect<
   Schedules["Service"],
   never,
   SqlClient.SqlClient | DurableSettings | Outbox.Outbox
 > = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  const settings = yield* DurableSettings
-  const outbox = yield* Outbox.Outbox
-  const schedules = sql.literal(settings.table("schedules"))
-  const slots = sql.literal(settings.table("schedule_slots"))
-  const outboxTable = sql.literal(settings.table("outbox"))
-  const open = sql.literal(Lifecycle.make({ queue: "outbox", done: "projected_at" }, "o").open)
-  const waiting = sql.literal(Lifecycle.make({ queue: "outbox", done: "projected_at" }, "o").is.ready)
-  const delayed = sql.literal(Lifecycle.make({ queue: "outbox", done: "projected_at" }, "o").is.delayed)
-  const columns = sql.literal(`name, cron, time_zone, topic, payload, ordering_key, overlap, catch_up_seconds,
-    ${isoUtc("next_slot")} AS next_slot, ${isoUtc("last_slot")} AS last_slot, paused_at IS NOT NULL AS paused,
-    paused_by, enqueued::text, skipped::text, missed::text, backfilled::text`)
-  const iso = (date: Date) => date.toISOString()
-  // A transaction of its own (a savepoint inside a caller's), its SQL failures classified.
-  const transaction = <A, E, R>(operation: string, body: Effect.Effect<A, E, R>) =>
-    transact(sql, operation, classifySqlErrors(operation)(body))
-
-  // Which decides, in the slot rows and logs.
-  const decider = `schedules:${process.pid}`
-
-  const count = (name: string, outcome: "enqueued" | "skipped" | "missed" | "backfilled", n: number) =>
-    n === 0 ? Effect.void : Metric.update(Metric.withAttributes(metrics.slots, { schedule: name, outcome }), n)
-
-  /** The slot's message, in the caller's transaction. */
-  const enqueue = (row: Row, slot: Date) =>
-    outbox.enqueue(row.topic, row.payload, {
-      ...(row.ordering_key === null ? {} : { orderingKey: row.ordering_key }),
-      headers: { schedule: row.name, "schedule-slot": iso(slot) }
-    }).pipe(
-      // Checked when the schedule was defined: only a database failure is expected here.
-      Effect.catchIf(
-        (error): error is Exclude<typeof error, DatabaseError> => error._tag !== "DatabaseError",
-        Effect.die
-      )
-    )
-
-  /** Whether the overlap policy lets a new slot's message in now (read inside the deciding transaction). */
-  const overlapAllows = (row: Row) =>
-    row.overlap === "allow"
-      ? Effect.succeed(true)
-      : Effect.map(
-        sql<{ open: boolean; waiting: boolean }>`
-          SELECT coalesce(bool_or(${open}), false) AS open,
-                 coalesce(bool_or((${waiting}) OR (${delayed})), false) AS waiting
-            FROM (SELECT message_id FROM ${slots}
-                   WHERE schedule = ${row.name} AND message_id IS NOT NULL
-                   ORDER BY slot DESC LIMIT 16) s
-            JOIN ${outboxTable} o ON o.id = s.message_id`,
-        ([state]) => row.overlap === "skip" ? !state!.open : !state!.waiting
-      )
-
-  /** One schedule's due slots, decided in a transaction holding its row; slots enqueued. */
-  const decide = (name: string, now: Date) =>
-    transaction(
-      "Schedules.decide",
-      Effect.gen(function*() {
-        const [row] = yield* sql<Row>`
-          SELECT ${columns} FROM ${schedules}
-           WHERE name = ${name} AND paused_at IS NULL AND next_slot <= ${iso(now)}::timestamptz
-           FOR UPDATE SKIP LOCKED`
-        if (row === undefined) return 0
-        const cron = yield* storedCron(row)
-        const decided = Plan.plan({
-          cron,
-          cursor: new Date(row.next_slot),
-          now,
-          catchUpMillis: row.catch_up_seconds * 1000,
-          paused: false
-        })
-        let enqueued = 0
-        let skipped = 0
-        for (const slot of decided.run) {
-          if (yield* overlapAllows(row)) {
-            const id = yield* enqueue(row, slot)
-            yield* sql`INSERT INTO ${slots} (schedule, slot, outcome, message_id, decided_by)
-                       VALUES (${name}, ${iso(slot)}::timestamptz, 'enqueued', ${id}::bigint, ${decider})`
-            enqueued++
-          } else {
-            yield* sql`INSERT INTO ${slots} (schedule, slot, outcome, decided_by)
-                       VALUES (${name}, ${iso(slot)}::timestamptz, 'skipped', ${decider})`
-            skipped++
-          }
-        }
-        const last = decided.run.at(-1)
-        yield* sql`UPDATE ${schedules} SET next_slot = ${iso(decided.next)}::timestamptz,
-                     enqueued = enqueued + ${enqueued}, skipped = skipped + ${skipped},
-                     missed = missed + ${decided.missed},
-                     last_slot = ${last === undefined ? null : iso(last)}::timestamptz, updated_at = now()
-                    WHERE name = ${name}`
-        if (decided.missed > 0) {
-          yield* Effect.logWarning(
-            `effect-durable schedule ${name}: ${
-              decided.missedAtLeast ? "at least " : ""
-            }${decided.missed} slot(s) missed (due before the catch-up window of ${row.catch_up_seconds} s)`
-          )
-        }
-        yield* count(name, "enqueued", enqueued)
-        yield* count(name, "skipped", skipped)
-        yield* count(name, "missed", decided.missed)
-        return enqueued
-      })
-    )
+  const store = yield* Store.make(metrics.slots)
+  const { columns, count, decider, enqueue, schedules, slots, sql, transaction } = store
+  const iso = Store.iso
+  const storedCron = Store.storedCron
+  // The runner's pass over due schedules is a service operation too (`decideDue`, `nextDue`).
+  const { decideDue, nextDue } = Runner.makePass(store, Decide.make(store))
 
   const define = Effect.fn("Schedules.define")(function*(definition: ScheduleDefinition) {
     const name = yield* decodeName(definition.name)
@@ -331,7 +209,7 @@ export const make: Effect.Effect<
     )
   })
 
-  const list = sql<Row>`SELECT ${columns} FROM ${schedules} ORDER BY name`.pipe(
+  const list = sql<Store.Row>`SELECT ${columns} FROM ${schedules} ORDER BY name`.pipe(
     Effect.map((rows) =>
       rows.map((row): ScheduleInfo => ({
         name: row.name,
@@ -370,7 +248,7 @@ export const make: Effect.Effect<
     return yield* transaction(
       "Schedules.resume",
       Effect.gen(function*() {
-        const [row] = yield* sql<Row>`SELECT ${columns} FROM ${schedules}
+        const [row] = yield* sql<Store.Row>`SELECT ${columns} FROM ${schedules}
                                        WHERE name = ${decoded} AND paused_at IS NOT NULL FOR UPDATE`
         if (row === undefined) return false
         const cron = yield* storedCron(row)
@@ -401,7 +279,7 @@ export const make: Effect.Effect<
       return yield* transaction(
         "Schedules.backfill",
         Effect.gen(function*() {
-          const [row] = yield* sql<Row>`SELECT ${columns} FROM ${schedules} WHERE name = ${decoded} FOR UPDATE`
+          const [row] = yield* sql<Store.Row>`SELECT ${columns} FROM ${schedules} WHERE name = ${decoded} FOR UPDATE`
           if (row === undefined) {
             return yield* new InvalidInput({ argument: "name", rule: `a defined schedule (no schedule ${decoded})` })
           }
@@ -443,22 +321,6 @@ export const make: Effect.Effect<
     }
   )
 
-  const decideDue = Effect.gen(function*() {
-    const now = new Date(yield* Clock.currentTimeMillis)
-    const due = yield* sql<{ name: string }>`
-      SELECT name FROM ${schedules} WHERE paused_at IS NULL AND next_slot <= ${iso(now)}::timestamptz
-       ORDER BY next_slot`.pipe(classifySqlErrors("Schedules.decideDue"))
-    let enqueued = 0
-    for (const { name } of due) enqueued += yield* decide(name, now)
-    return enqueued
-  }).pipe(Effect.withSpan("Schedules.decideDue"))
-
-  const nextDue = sql<{ due: string | null }>`
-    SELECT ${sql.literal(isoUtc("min(next_slot)"))} AS due FROM ${schedules} WHERE paused_at IS NULL`.pipe(
-    Effect.map(([row]) => row?.due == null ? undefined : new Date(row.due).getTime()),
-    classifySqlErrors("Schedules.nextDue")
-  )
-
   return Schedules.of({ define, remove, list, pause, resume, backfill, decideDue, nextDue })
 })
 
@@ -476,8 +338,6 @@ export interface RunnerOptions {
   readonly pollInterval?: Duration.Input
 }
 
-const decodePollInterval = Input.argument("pollInterval", Input.DurationIn({ min: "10 millis", max: "1 hour" }))
-
 /**
  * Runs the scheduler in this process for as long as the layer lives: defines `schedules`, then
  * decides each slot as it falls due (every process may run one: each slot is enqueued once).
@@ -490,22 +350,7 @@ export const layerRunner = (
     Schedules,
     Effect.gen(function*() {
       const service = yield* make
-      const poll = Duration.toMillis(yield* decodePollInterval(options.pollInterval ?? "10 seconds"))
-      for (const definition of options.schedules ?? []) yield* service.define(definition)
-      const look = Effect.gen(function*() {
-        yield* service.decideDue
-        const due = yield* service.nextDue
-        const now = yield* Clock.currentTimeMillis
-        return due === undefined ? poll : Math.min(poll, Math.max(0, due - now))
-      }).pipe(
-        Effect.catchTag(
-          "DatabaseError",
-          (error) => Effect.as(Effect.logWarning(`effect-durable schedules: ${error.message}; trying again`), poll)
-        )
-      )
-      yield* Effect.forkScoped(
-        Effect.forever(Effect.flatMap(look, (millis) => Effect.sleep(Duration.millis(millis))))
-      )
+      yield* Runner.start(service, options)
       return service
     })
   )

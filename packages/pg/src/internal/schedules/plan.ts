@@ -3,7 +3,7 @@
  * decided) and the deciding process's clock, without I/O: each slot due by now either runs
  * (it is within the catch-up window and the schedule is not paused) or is missed, and the
  * cursor moves to the first slot after now. The overlap policy is applied later, against the
- * messages the schedule already has open (`Schedules`).
+ * messages the schedule already has open (`decide.ts`).
  *
  * `Cron.next` costs tens of microseconds a step, so a long outage of a frequent schedule is
  * not walked slot by slot: the slots before the catch-up window are counted up to
