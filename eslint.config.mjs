@@ -48,6 +48,35 @@ export default tseslint.config(
       }]
     }
   },
+  // House rule: a source file holds one concept, and a file past 400 lines has always held
+  // more than one (split it by role: see ../docs/design.md). Blank lines and comments count,
+  // as `wc -l` counts them. Excepted, each for its reason:
+  // - tests (a suite reads best as one file per guarantee family) and examples: not under src/;
+  // - migrations: a released migration is frozen history, never edited to fit a rule.
+  {
+    files: ["packages/*/src/**/*.ts"],
+    ignores: ["packages/pg/src/internal/migrations/**"],
+    rules: {
+      "max-lines": ["error", { max: 400, skipBlankLines: false, skipComments: false }]
+    }
+  },
+  // House rule: a released migration is history, not a library. Only the migration runner
+  // (`Migrations.ts`) reads the record of migrations; runtime code that needs the same SQL
+  // takes it from its live module (`internal/flow/`, ...), and a migration takes nothing from
+  // runtime code (its text must not change after release).
+  {
+    files: ["packages/*/src/**/*.ts"],
+    ignores: ["packages/pg/src/Migrations.ts", "packages/pg/src/internal/migrations/**"],
+    rules: {
+      "no-restricted-imports": ["error", {
+        patterns: [{
+          regex: "(^|/)internal/migrations/|^\\.\\.?/(\\.\\./)*migrations/",
+          message:
+            "Only the migration runner (packages/pg/src/Migrations.ts) imports migrations: take live SQL from its live module."
+        }]
+      }]
+    }
+  },
   {
     files: ["**/*.mjs"],
     languageOptions: {
