@@ -144,7 +144,13 @@ const parseCron = (cron: string, timeZone: string): Effect.Effect<Cron.Cron, Inv
     const text = yield* decodeCronText(cron)
     const zone = yield* decodeTimeZone(timeZone)
     const parsed = Cron.parse(text, zone)
-    if (Result.isSuccess(parsed)) return parsed.success
+    if (Result.isSuccess(parsed)) {
+      // A date that never comes (`0 0 30 2 *`) parses, but has no next slot: refused here, not
+      // left to fail every decision.
+      const next = Result.try(() => Cron.next(parsed.success))
+      if (Result.isSuccess(next)) return parsed.success
+      return yield* new InvalidInput({ argument: "cron", rule: "a cron expression whose dates come (this one matches no date)" })
+    }
     // Said as the rule: which of the two is wrong.
     const valid = Cron.parse(text, "UTC")
     return yield* Result.isFailure(valid)
@@ -283,10 +289,18 @@ export const make: Effect.Effect<
           if (row === undefined) {
             return yield* new InvalidInput({ argument: "name", rule: `a defined schedule (no schedule ${decoded})` })
           }
+          // Slots from the cursor on are the runner's to decide: a backfill into them would
+          // enqueue early what the runner then finds decided.
+          if (to.getTime() > Date.parse(row.next_slot)) {
+            return yield* new InvalidInput({
+              argument: "to",
+              rule: `at or before the schedule's next slot (${row.next_slot}): later slots are the runner's`
+            })
+          }
           const cron = yield* storedCron(row)
           const wanted: Array<Date> = []
           for (
-            let slot = Cron.next(cron, new Date(from.getTime() - 1));
+            let slot = Plan.firstFrom(cron, from);
             slot.getTime() < to.getTime();
             slot = Cron.next(cron, slot)
           ) {

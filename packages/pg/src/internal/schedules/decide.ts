@@ -7,6 +7,7 @@
 import type { DatabaseError } from "@effect-durable/core/Errors"
 import * as Effect from "effect/Effect"
 import * as Lifecycle from "../queue/lifecycle.js"
+import { isoUtc } from "../timestamps.js"
 import * as Plan from "./plan.js"
 import { iso, type Row, type Store, storedCron } from "./store.js"
 
@@ -52,9 +53,18 @@ export const make = (store: Store): Decide => {
           catchUpMillis: row.catch_up_seconds * 1000,
           paused: false
         })
+        // A slot already recorded (backfilled, or decided by a process of an earlier release)
+        // is decided: it is passed over, never enqueued again (its slot row is unique).
+        const recorded = decided.run.length === 0 ? new Set<number>() : new Set(
+          (yield* sql<{ slot: string }>`
+            SELECT ${sql.literal(isoUtc("slot"))} AS slot FROM ${slots}
+             WHERE schedule = ${name} AND slot >= ${iso(decided.run[0]!)}::timestamptz
+               AND slot <= ${iso(decided.run.at(-1)!)}::timestamptz`).map((r) => Date.parse(r.slot))
+        )
         let enqueued = 0
         let skipped = 0
         for (const slot of decided.run) {
+          if (recorded.has(slot.getTime())) continue
           if (yield* overlapAllows(row)) {
             const id = yield* enqueue(row, slot)
             yield* sql`INSERT INTO ${slots} (schedule, slot, outcome, message_id, decided_by)

@@ -32,7 +32,18 @@ export const makePass = (store: Store, decide: Decide): Pass => {
       SELECT name FROM ${schedules} WHERE paused_at IS NULL AND next_slot <= ${iso(now)}::timestamptz
        ORDER BY next_slot`.pipe(classifySqlErrors("Schedules.decideDue"))
     let enqueued = 0
-    for (const { name } of due) enqueued += yield* decide(name, now)
+    // One schedule's failure (its stored cron no longer evaluates, a constraint its slot breaks)
+    // is logged with its name and never stops the others, due after it in the same pass.
+    for (const { name } of due) {
+      enqueued += yield* decide(name, now).pipe(
+        Effect.catchCause((cause) =>
+          Effect.as(
+            Effect.logWarning(`effect-durable schedule ${name}: its decision failed, the other schedules go on`, cause),
+            0
+          )
+        )
+      )
+    }
     return enqueued
   }).pipe(Effect.withSpan("Schedules.decideDue"))
 
