@@ -1,0 +1,177 @@
+/**
+ * What the engine's rooms share: its store, the runs this process is running, and one rule for
+ * every database call — outside a run it is retried then a defect, inside a run it abandons the
+ * run, so a database failure never becomes a workflow's outcome.
+ */
+import type { DatabaseError } from "@effect-durable/core/Errors"
+import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as Outbox from "@effect-durable/pg/Outbox"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
+import * as Scope from "effect/Scope"
+import * as SqlClient from "effect/sql/SqlClient"
+import type * as Workflow from "effect/workflow/Workflow"
+import type { WorkflowEngine } from "effect/workflow/WorkflowEngine"
+import { WorkflowInstance } from "effect/workflow/WorkflowEngine"
+import * as WorkflowEngineModule from "effect/workflow/WorkflowEngine"
+import type * as PgWorkflowEngine from "../PgWorkflowEngine.js"
+import * as Preemption from "./preemption.js"
+import type { Run } from "./run.js"
+import * as Store from "./store.js"
+
+/** A registered workflow: its definition and how one of its executions runs. */
+export interface Registration {
+  readonly workflow: Workflow.Any
+  readonly execute: (
+    payload: object,
+    executionId: string
+  ) => Effect.Effect<unknown, unknown, WorkflowInstance | WorkflowEngine>
+}
+
+export interface EngineContext {
+  readonly sql: SqlClient.SqlClient
+  readonly store: Store.Store
+  readonly workerId: string
+  /** The public module's metrics and activity mark, handed in: a value import of them would be a cycle. */
+  readonly metrics: typeof PgWorkflowEngine.metrics
+  readonly Transactional: typeof PgWorkflowEngine.Transactional
+  /**
+   * Done when the engine closes: callers still waiting for a result are interrupted then, as
+   * upstream's engines interrupt them (the execution itself goes on in another process).
+   */
+  readonly shutdown: Deferred.Deferred<void>
+  readonly engineScope: Scope.Scope
+  readonly workflows: Map<string, Registration>
+  /**
+   * By the run's instance, through its scope (upstream's durable races run their branches on
+   * copies of the instance, `{ ...instance }`, which share its scope): two runs of one
+   * execution in this process (a stalled one and its replay) never share a journal.
+   */
+  readonly runsByInstance: WeakMap<Scope.Scope, Run>
+  /** By execution (`runId`): the latest, for `interruptUnsafe`. */
+  readonly latestRuns: Map<string, Run>
+  readonly deferredState: WorkflowEngineModule.DeferredState
+  /** A call that cannot fail: retryable failures retried, the rest a defect. */
+  readonly orDie: <A, R = never>(effect: Effect.Effect<A, DatabaseError, R>) => Effect.Effect<A, never, R>
+  /**
+   * Inside a run, a database failure must not become the workflow's outcome (a captured
+   * defect would complete it): the run is abandoned — interrupted, its durable finalizers
+   * skipped — and its message retried, so the execution replays.
+   */
+  readonly inRun: <A, R = never>(
+    run: Run | undefined,
+    effect: Effect.Effect<A, DatabaseError, R>
+  ) => Effect.Effect<A, never, R>
+  /** The run of the calling workflow instance, if this process is running it. */
+  readonly currentRun: Effect.Effect<Run | undefined>
+  /** A call of the contract (which cannot fail), from inside a run or from outside. */
+  readonly guarded: <A>(effect: Effect.Effect<A, DatabaseError>) => Effect.Effect<A>
+  readonly inCallerTransaction: Effect.Effect<boolean>
+  /** A step's recorded result: from the run's journal when it holds it, else from its row. */
+  readonly readStep: (
+    run: Run | undefined,
+    workflow: string,
+    executionId: string,
+    kind: Store.StepKind,
+    name: string,
+    attempt: number
+  ) => Effect.Effect<Option.Option<unknown>>
+}
+
+export const journalKey = (kind: Store.StepKind, name: string, attempt: number) => `${kind}/${name}/${attempt}`
+export const runId = (workflow: string, executionId: string) => `${workflow}\u0000${executionId}`
+
+/** Retries of a retryable database failure in a call that cannot fail (the contract's `never`). */
+const RETRY = Schedule.max([Schedule.exponential("50 millis", 2), Schedule.recurs(6)])
+const retrying = <A, R>(effect: Effect.Effect<A, DatabaseError, R>) =>
+  Effect.retry(effect, { schedule: RETRY, while: (error) => error.retryable })
+
+export const make = (options: {
+  readonly workerId: string | undefined
+  readonly metrics: typeof PgWorkflowEngine.metrics
+  readonly Transactional: typeof PgWorkflowEngine.Transactional
+}): Effect.Effect<EngineContext, never, SqlClient.SqlClient | DurableSettings | Outbox.Outbox | Scope.Scope> =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const settings = yield* DurableSettings
+    const outbox = yield* Outbox.Outbox
+    const engineScope = yield* Effect.scope
+    const shutdown = yield* Deferred.make<void>()
+    yield* Scope.addFinalizer(engineScope, Deferred.succeed(shutdown, undefined))
+    const store = Store.make(sql, settings, outbox)
+    const runsByInstance = new WeakMap<Scope.Scope, Run>()
+    const deferredState = WorkflowEngineModule.makeDeferredState()
+    Preemption.register(sql, deferredState.deferredDone)
+    const workerId = options.workerId ?? `workflow:${process.pid}:${Math.random().toString(36).slice(2, 8)}`
+
+    const orDie = <A, R = never>(effect: Effect.Effect<A, DatabaseError, R>) => Effect.orDie(retrying(effect))
+
+    const inRun = <A, R = never>(
+      run: Run | undefined,
+      effect: Effect.Effect<A, DatabaseError, R>
+    ): Effect.Effect<A, never, R> =>
+      run === undefined ? orDie(effect) : retrying(effect).pipe(
+        Effect.catch((error) =>
+          Effect.suspend(() => {
+            run.failure ??= error
+            run.instance.abandoned = true
+            // An interrupt as the outcome of this call (not a defect, which `CaptureDefects`
+            // would make the workflow's result); it also ends an uninterruptible finalizer.
+            return Effect.interrupt
+          })
+        )
+      )
+
+    const currentRun = Effect.map(
+      Effect.serviceOption(WorkflowInstance),
+      (instance) =>
+        Option.isSome(instance)
+          ? runsByInstance.get(instance.value.scope)
+          : undefined
+    )
+
+    const guarded = <A>(effect: Effect.Effect<A, DatabaseError>): Effect.Effect<A> =>
+      Effect.flatMap(currentRun, (run) => inRun(run, effect))
+
+    const inCallerTransaction = Effect.map(Effect.serviceOption(sql.transactionService), Option.isSome)
+
+    const readStep = (
+      run: Run | undefined,
+      workflow: string,
+      executionId: string,
+      kind: Store.StepKind,
+      name: string,
+      attempt: number
+    ) =>
+      Effect.suspend(() => {
+        const key = journalKey(kind, name, attempt)
+        if (run !== undefined && run.journal.has(key)) return Effect.succeed(Option.some(run.journal.get(key)))
+        return Effect.map(inRun(run, store.step(workflow, executionId, kind, name, attempt)), (row) => {
+          if (row === undefined) return Option.none<unknown>()
+          run?.journal.set(key, row.result)
+          return Option.some(row.result)
+        })
+      })
+
+    return {
+      sql,
+      store,
+      workerId,
+      metrics: options.metrics,
+      Transactional: options.Transactional,
+      shutdown,
+      engineScope,
+      workflows: new Map(),
+      runsByInstance,
+      latestRuns: new Map(),
+      deferredState,
+      orDie,
+      inRun,
+      currentRun,
+      guarded,
+      inCallerTransaction,
+      readStep
+    }
+  })

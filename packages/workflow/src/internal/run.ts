@@ -1,0 +1,176 @@
+/**
+ * One run of an execution, the delivery of its run message: the workflow replays its journal in
+ * a fiber of its own, and what it became is settled only while the message's claim holds. A run
+ * abandoned on a database failure, or one that lost its lease, settles nothing: it replays.
+ */
+import type { DatabaseError } from "@effect-durable/core/Errors"
+import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import * as Publisher from "@effect-durable/projector/Publisher"
+import * as Cause from "effect/Cause"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Metric from "effect/Metric"
+import * as Scope from "effect/Scope"
+import * as Workflow from "effect/workflow/Workflow"
+import { WorkflowEngine, WorkflowInstance } from "effect/workflow/WorkflowEngine"
+import * as Codec from "./codec.js"
+import type { EngineContext, Registration } from "./engineContext.js"
+import { journalKey, runId } from "./engineContext.js"
+
+/** What this process knows of a run it is running. */
+export interface Run {
+  readonly workflow: Workflow.Any
+  readonly executionId: string
+  readonly instance: WorkflowInstance["Service"]
+  /** Journal rows read when the run began, by `<kind>/<name>/<attempt>`. */
+  readonly journal: Map<string, unknown>
+  /** An interrupt is pending: the replay only rebuilds compensations, it starts no new activity. */
+  interruptPending: boolean
+  interruptUnsafe: boolean
+  readonly activitiesAsked: Set<string>
+  fiber: Fiber.Fiber<unknown, unknown> | undefined
+  /** The database failure that abandoned the run. */
+  failure: DatabaseError | undefined
+}
+
+/** One run of an execution: the delivery of its run message. */
+export const runExecution = (
+  ctx: EngineContext,
+  engine: WorkflowEngine["Service"],
+  entry: Registration,
+  message: OutboxWorker.OutboxMessage
+) =>
+  Effect.gen(function*() {
+    const { deferredState, latestRuns, metrics, runsByInstance, store } = ctx
+    const { workflow } = entry
+    const executionId = (message.payload as { executionId: string }).executionId
+    const begun = yield* store.beginRun(workflow._tag, executionId)
+    // Complete (a wake that arrived after the end) or unknown: nothing to run.
+    if (begun === undefined) return
+    const journal = new Map<string, unknown>()
+    for (const step of yield* store.steps(workflow._tag, executionId)) {
+      journal.set(journalKey(step.kind, step.name, step.attempt), step.result)
+    }
+    const payload = yield* Codec.decodePayload(workflow, begun.row.payload)
+    const instance = WorkflowInstance.initial(workflow, executionId)
+    const run: Run = {
+      workflow,
+      executionId,
+      instance,
+      journal,
+      interruptPending: begun.row.interrupt_requested,
+      interruptUnsafe: begun.row.interrupt_unsafe,
+      activitiesAsked: new Set(),
+      fiber: undefined,
+      failure: undefined
+    }
+    const id = runId(workflow._tag, executionId)
+    runsByInstance.set(instance.scope, run)
+    latestRuns.set(id, run)
+    const pipeline = entry.execute(payload, executionId).pipe(
+      Effect.onExit((exit) =>
+        Effect.gen(function*() {
+          // A safe interrupt takes effect where the run would suspend; an unsafe one on
+          // any ending. An interrupt asked during this run is read again here.
+          if (!run.interruptPending && instance.suspended && !instance.abandoned) {
+            const row = yield* Effect.orElseSucceed(store.read(workflow._tag, executionId), () => undefined)
+            if (row?.interrupt_requested === true) {
+              run.interruptPending = true
+              run.interruptUnsafe = row.interrupt_unsafe
+            }
+          }
+          if (
+            !run.interruptPending ||
+            (!run.interruptUnsafe && !instance.suspended && !instance.abandoned &&
+              !(Context.get(workflow.annotations, Workflow.SuspendOnFailure) && Exit.isFailure(exit)))
+          ) {
+            return
+          }
+          instance.interrupted = true
+          instance.suspended = false
+          yield* Effect.withFiber((fiber) => Effect.interruptible(Fiber.interrupt(fiber)))
+        })
+      ),
+      Workflow.intoResult,
+      Effect.provideService(WorkflowEngine, engine),
+      (effect) => deferredState.trackRun(instance, effect)
+    )
+    // The run in a fiber of its own, as upstream's engines run it: a preemption (a
+    // deferred this run waits on completed) or an unsafe interrupt interrupts that fiber,
+    // not this delivery, which goes on to settle what the run became.
+    const fiber = yield* Effect.forkChild(pipeline, { startImmediately: true })
+    run.fiber = fiber
+    const awaited = yield* Fiber.await(fiber).pipe(
+      Effect.onInterrupt(() =>
+        Effect.suspend(() => {
+          // This delivery is cut (shutdown, the run timeout): the run is abandoned, its
+          // durable finalizers (compensations) skipped — another run replays it.
+          instance.abandoned = true
+          return Fiber.interrupt(fiber)
+        })
+      ),
+      Effect.ensuring(Effect.sync(() => {
+        if (latestRuns.get(id) === run) latestRuns.delete(id)
+      }))
+    )
+    // Preempted by a completed deferred: a suspension (as `layerMemory` reads it) that
+    // runs again at once. The completion's wake may predate this run (it was recorded
+    // before the run began, and its in-process wake came late, to a run that had already
+    // read it but still holds it awaited), so the wake sequence cannot be relied on here:
+    // without a run of its own the execution would stay suspended with nothing to wake it.
+    const preempted = Exit.isFailure(awaited) && Cause.hasInterruptsOnly(awaited.cause) && instance.suspended &&
+      !instance.abandoned
+    const exit: Exit.Exit<Workflow.Result<unknown, unknown>, unknown> = preempted
+      ? Exit.succeed(new Workflow.Suspended({}))
+      : awaited
+    if (run.failure !== undefined) {
+      yield* Metric.update(Metric.withAttributes(metrics.runs, { outcome: "abandoned" }), 1)
+      return yield* Publisher.retryable(`run abandoned: ${run.failure.message}`)
+    }
+    if (Exit.isFailure(exit)) {
+      // An unsafe interrupt cut the run: no outcome; the replay applies the interrupt. A
+      // defect with `CaptureDefects` off: retried, then a dead letter an operator sees.
+      yield* Metric.update(Metric.withAttributes(metrics.runs, { outcome: "interrupted" }), 1)
+      return yield* Publisher.retryable(
+        Cause.hasInterruptsOnly(exit.cause)
+          ? "run interrupted; it replays"
+          : `run failed: ${Cause.pretty(exit.cause)}`
+      )
+    }
+    const result = exit.value
+    if (result._tag === "Suspended") {
+      // This run's scope: its finalizers belong to a superseded run (the replay builds its
+      // own), so they are released without running (`abandoned`).
+      instance.abandoned = true
+      yield* Scope.close(instance.scope, Exit.void)
+    }
+    const settled = yield* store.settle({
+      workflow: workflow._tag,
+      executionId,
+      claim: message.claim,
+      wakeSeq: begun.wakeSeq,
+      result: yield* Codec.encodeWorkflowResult(workflow, result),
+      complete: result._tag === "Complete",
+      failed: result._tag === "Suspended" && result.failed === true,
+      rerun: preempted
+    })
+    yield* Metric.update(
+      Metric.withAttributes(metrics.runs, {
+        outcome: settled.fenced ? (settled.status ?? "gone") : "fenced-out"
+      }),
+      1
+    )
+    if (!settled.fenced) {
+      yield* Effect.logWarning(
+        `effect-durable workflow ${workflow._tag} ${executionId}: the run lost its lease before it settled; nothing written, the next run replays`
+      )
+      // Not a success: the projector must not mark a message whose run settled nothing (its
+      // release is refused when another worker holds it, and retries it when none does).
+      return yield* Publisher.retryable("the run lost its lease before it settled")
+    }
+  }).pipe(
+    Effect.catchTag("DatabaseError", (error) => Effect.fail(Publisher.retryable(`workflow run: ${error.message}`))),
+    Effect.withSpan("WorkflowEngine.run", { attributes: { workflow: entry.workflow._tag } })
+  )
