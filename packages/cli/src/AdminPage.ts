@@ -47,6 +47,7 @@ import * as Schema from "effect/Schema"
 import * as SchemaIssue from "effect/SchemaIssue"
 import type * as Scope from "effect/Scope"
 import * as SqlClient from "effect/sql/SqlClient"
+import type * as Route from "./internal/page/route.js"
 import * as Routes from "./internal/page/routes.js"
 import {
   type Auth,
@@ -86,7 +87,7 @@ export interface Options {
 }
 
 /** The services the page runs on: what `Durable.layer` (or `layerOver`) provides. */
-export type Requirements = Exclude<Routes.Requirements, OutboxSearch.OutboxSearch | OutboxBulk.OutboxBulk>
+export type Requirements = Exclude<Route.Requirements, OutboxSearch.OutboxSearch | OutboxBulk.OutboxBulk>
 
 /**
  * A path prefix the page's links start with: segments of URL path characters, none empty

@@ -29,7 +29,7 @@ import {
 } from "./edge.js"
 import type * as Jobs from "./jobs.js"
 import type { makeQueries } from "./queries.js"
-import type { PageOptions, Request } from "./routes.js"
+import type { PageOptions, Request } from "./route.js"
 import { addressOf } from "./security.js"
 
 export interface ActionContext {
@@ -277,3 +277,5 @@ export const make = ({ filterOf, jobs, options, queries, workflows }: ActionCont
     cancelAction
   }
 }
+
+export type Actions = ReturnType<typeof make>

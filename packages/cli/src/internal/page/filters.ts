@@ -7,7 +7,9 @@
  */
 import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
 import type * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
 import { parseDuration } from "../durations.js"
+import { PageError } from "./edge.js"
 
 const KEYS = ["id", "topic", "key", "state", "attempts", "older", "dead", "error", "payload", "header"] as const
 
@@ -44,6 +46,22 @@ export const parse = (params: URLSearchParams): OutboxSearch.MessageFilter => {
     ...(many("header").length === 0 ? {} : { headers: many("header").map(match) })
   }
 }
+
+/**
+ * The message filter of a query string, on a page that shows payloads or not. With payloads
+ * hidden, a filter on their values would tell them one guess at a time (one row for the right
+ * value, none for a wrong one): refused.
+ */
+export const ofQuery =
+  (showPayloads: boolean) => (params: URLSearchParams): Effect.Effect<OutboxSearch.MessageFilter, PageError> =>
+    !showPayloads && params.getAll("payload").some((value) => value.trim() !== "")
+      ? Effect.fail(
+        new PageError({
+          status: 400,
+          message: "invalid filter.payload: payloads are hidden on this page, and so is the filter on them"
+        })
+      )
+      : Effect.succeed(parse(params))
 
 /** Only the filter's own parameters of a query string (not paging), in a stable order. */
 export const filterQuery = (params: URLSearchParams): string => {
