@@ -7,6 +7,7 @@
  * @since 0.1.0
  */
 // Deep imports: the package barrel loads much more than the command needs (startup time).
+import { printableLines } from "@effect-durable/core/Printable"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as NodeServices from "@effect/platform-node/NodeServices"
 import * as Cause from "effect/Cause"
@@ -22,7 +23,6 @@ import { inspect } from "node:util"
 import { run } from "./internal/cli.js"
 import { ExitCode, fromLibrary, isCommandError } from "./internal/errors.js"
 import { scrub } from "./internal/output.js"
-import { printableLines } from "./internal/printable.js"
 
 // `effect-durable status --watch | head -1`: the reader went away; end quietly.
 for (const stream of [process.stdout, process.stderr]) {

@@ -89,9 +89,8 @@ export const MAX_SUBJECT_BYTES = 256
 export const MAX_BYTES_PER_CHARACTER = 6
 
 // Canonical JSON refuses a lone surrogate: refusing it in the schema too names the field.
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
 const withoutLoneSurrogates = (schema: Schema.String, rule: string) =>
-  schema.check(Schema.makeFilter((text) => LONE_SURROGATE.test(text) ? `${rule} or lone surrogates` : undefined))
+  schema.check(Schema.makeFilter((text) => !Input.isWellFormed(text) ? `${rule} or lone surrogates` : undefined))
 
 /** What a cursor accepts as its subject: check a subject with it before serving a first page. */
 export const Subject: Schema.String = withoutLoneSurrogates(

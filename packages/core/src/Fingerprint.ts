@@ -13,6 +13,7 @@ import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
 import { createHash, timingSafeEqual } from "node:crypto"
 import { PayloadTooLarge, UnsupportedJsonValue } from "./Errors.js"
+import { isWellFormed } from "./Input.js"
 
 /** A SHA-256 digest of a value's canonical JSON: always 32 bytes. */
 export type RequestFingerprint = Uint8Array & Brand.Brand<"@effect-durable/RequestFingerprint">
@@ -100,10 +101,9 @@ const childPath = (path: string, key: string): string =>
   IDENTIFIER.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`
 
 // A lone surrogate cannot be encoded as UTF-8, so two different strings would hash alike.
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
 
 const canonicalString = (text: string, path: string): string => {
-  if (LONE_SURROGATE.test(text)) throw new Refusal(path, "string holds a lone surrogate")
+  if (!isWellFormed(text)) throw new Refusal(path, "string holds a lone surrogate")
   // JSON can carry U+0000; PostgreSQL's jsonb and text cannot store it.
   if (text.includes("\u0000")) {
     throw new Refusal(path, "string holds a NUL character (U+0000), which PostgreSQL cannot store")

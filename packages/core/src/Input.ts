@@ -21,25 +21,36 @@ import { DurableConfigError, InvalidInput } from "./Errors.js"
 
 const utf8Bytes = (text: string) => Buffer.byteLength(text, "utf8")
 
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
+
+/**
+ * Whether `text` is well-formed UTF-16: no lone surrogate. One cannot be encoded as UTF-8, so
+ * PostgreSQL would store U+FFFD in its place, and two different names would write one row.
+ */
+export const isWellFormed = (text: string): boolean => !LONE_SURROGATE.test(text)
+
 /** A check that fails with `rule` as its message: the rule is what an error names. */
 const rule = <T>(holds: (value: T) => boolean, message: string) =>
   Schema.makeFilter<T>((value) => holds(value) ? undefined : message, { message })
 
-/** A non-empty string of at most `maxBytes` UTF-8 bytes without NUL (PostgreSQL text cannot hold NUL). */
+/**
+ * A non-empty string of at most `maxBytes` UTF-8 bytes without NUL (PostgreSQL text cannot hold
+ * NUL) or a lone surrogate (see `isWellFormed`).
+ */
 export const Text = (maxBytes: number): Schema.String =>
   Schema.String.check(
     rule(
-      (text) => text.length > 0 && !text.includes("\u0000") && utf8Bytes(text) <= maxBytes,
-      `a non-empty string of at most ${maxBytes} bytes without NUL`
+      (text) => text.length > 0 && !text.includes("\u0000") && isWellFormed(text) && utf8Bytes(text) <= maxBytes,
+      `a non-empty string of at most ${maxBytes} bytes without NUL or a lone surrogate`
     )
   )
 
-/** Text that may be empty (an error message, a header value): at most `maxBytes`, no NUL. */
+/** Text that may be empty (an error message, a header value): at most `maxBytes`, no NUL, no lone surrogate. */
 export const OptionalText = (maxBytes: number): Schema.String =>
   Schema.String.check(
     rule(
-      (text) => !text.includes("\u0000") && utf8Bytes(text) <= maxBytes,
-      `a string of at most ${maxBytes} bytes without NUL`
+      (text) => !text.includes("\u0000") && isWellFormed(text) && utf8Bytes(text) <= maxBytes,
+      `a string of at most ${maxBytes} bytes without NUL or a lone surrogate`
     )
   )
 

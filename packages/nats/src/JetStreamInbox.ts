@@ -9,6 +9,7 @@
  */
 import type { InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
+import { printable } from "@effect-durable/core/Printable"
 import * as Inbox from "@effect-durable/pg/Inbox"
 import { AckPolicy, type JsMsg } from "@nats-io/jetstream"
 import * as Cause from "effect/Cause"
@@ -108,8 +109,8 @@ export const consume = <E, R>(
         Effect.catchCause((cause) =>
           Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : Effect.andThen(
             Effect.logWarning(
-              `effect-durable inbox ${options.durable}: ${delivery.id} failed, redelivering: ${
-                String(Cause.squash(cause))
+              `effect-durable inbox ${printable(options.durable)}: ${printable(delivery.id)} failed, redelivering: ${
+                printable(String(Cause.squash(cause)))
               }`
             ),
             Effect.sync(() => message.nak(retryDelay))

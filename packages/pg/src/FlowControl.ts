@@ -26,6 +26,7 @@
  */
 import { type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
+import { printable } from "@effect-durable/core/Printable"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -178,8 +179,14 @@ const decodeMaxInFlight = limitOf("maxInFlight")
 const decodeGroupMaxInFlight = limitOf("groupMaxInFlight")
 const decodeWeight = Input.argument("weight", Input.Count(MAX_WEIGHT))
 
-/** Refuses an option this call does not know (a typo must not pass for "no limit"). */
-const onlyKnown = (options: object, known: ReadonlyArray<string>, prefix = "options") => {
+/**
+ * Refuses options that are not an object (`null`, a string: a TypeError before) and an option
+ * this call does not know (a typo must not pass for "no limit").
+ */
+const onlyKnown = (options: unknown, known: ReadonlyArray<string>, prefix = "options") => {
+  if (typeof options !== "object" || options === null || Array.isArray(options)) {
+    return Effect.fail(new InvalidInput({ argument: prefix, rule: `an object of ${known.join(", ")}` }))
+  }
   const unknown = Object.keys(options).find((key) => !known.includes(key))
   return unknown === undefined
     ? Effect.void
@@ -196,13 +203,18 @@ const rateOf = (name: string) => {
   return (rate: Rate | null | undefined) =>
     Effect.gen(function*() {
       if (rate === undefined || rate === null) return null
-      if (typeof rate === "object") yield* onlyKnown(rate, ["limit", "per", "burst"], name)
+      yield* onlyKnown(rate, ["limit", "per", "burst"], name)
       const decoded = yield* decode(rate)
-      return decoded === null ? null : {
-        limit: decoded.limit,
-        seconds: Duration.toMillis(decoded.per) / 1000,
-        burst: decoded.burst ?? decoded.limit
+      if (decoded === null) return null
+      // Whole milliseconds: a period is shown and set again in milliseconds (1.5 ms read back as 2).
+      const millis = Duration.toMillis(decoded.per)
+      if (!Number.isInteger(millis)) {
+        return yield* new InvalidInput({
+          argument: `${name}.per`,
+          rule: `a whole number of milliseconds, from 1 millisecond to ${MAX_RATE_PERIOD}`
+        })
       }
+      return { limit: decoded.limit, seconds: millis / 1000, burst: decoded.burst ?? decoded.limit }
     })
 }
 const decodeRate = rateOf("rate")
@@ -245,9 +257,11 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
         )
       }).pipe(sql.withTransaction, classifySqlErrors("FlowControl.setLimit"))
       yield* Effect.logInfo(
-        `effect-durable: ${by} set the limits of topic ${decoded}: ${max ?? "no limit"} in flight, ${
-          groupMax ?? "no limit"
-        } per group, rate ${describeRate(rate)}, per-group rate ${describeRate(groupRate)}`
+        `effect-durable: ${printable(by)} set the limits of topic ${printable(decoded)}: ${
+          max ?? "no limit"
+        } in flight, ${groupMax ?? "no limit"} per group, rate ${describeRate(rate)}, per-group rate ${
+          describeRate(groupRate)
+        }`
       )
     })
 
@@ -274,7 +288,7 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
         yield* sql`UPDATE ${limitsTable} SET updated_at = now(), updated_by = ${by} WHERE topic = ${decodedTopic}`
       }).pipe(sql.withTransaction, classifySqlErrors("FlowControl.setGroup"))
       yield* Effect.logInfo(
-        `effect-durable: ${by} set group ${decodedGroup} of topic ${decodedTopic}: ${
+        `effect-durable: ${printable(by)} set group ${printable(decodedGroup)} of topic ${printable(decodedTopic)}: ${
           max ?? "the topic's per-group limit"
         } in flight, weight ${weight}, rate ${rate === null ? "the topic's per-group rate" : describeRate(rate)}`
       )
@@ -328,9 +342,9 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
           )
         }).pipe(sql.withTransaction, classifySqlErrors("FlowControl.setInboxLimit"))
         yield* Effect.logInfo(
-          `effect-durable: ${by} set the limits of inbox consumer ${decoded}: ${max ?? "no limit"} in flight, rate ${
-            describeRate(rate)
-          }`
+          `effect-durable: ${printable(by)} set the limits of inbox consumer ${printable(decoded)}: ${
+            max ?? "no limit"
+          } in flight, rate ${describeRate(rate)}`
         )
       }
     )

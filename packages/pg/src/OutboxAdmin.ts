@@ -8,6 +8,7 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
+import { printable } from "@effect-durable/core/Printable"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -214,7 +215,7 @@ export const make: Effect.Effect<OutboxAdmin["Service"], never, SqlClient.SqlCli
         SELECT count(pg_notify(${channel}, t.topic)) AS n
           FROM (SELECT DISTINCT topic FROM ${table} WHERE id = ANY(${ids}::bigint[])) t`.pipe(
         Effect.catch((error) =>
-          Effect.logDebug(`effect-durable: the wake-up after an operator action failed: ${error.message}`)
+          Effect.logDebug(`effect-durable: the wake-up after an operator action failed: ${printable(error.message)}`)
         ),
         Effect.as(ids)
       )

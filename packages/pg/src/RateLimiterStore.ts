@@ -23,6 +23,7 @@
  */
 import { DurableConfigError } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
+import { printable } from "@effect-durable/core/Printable"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -69,18 +70,50 @@ const storeError = (message: string, cause?: unknown) =>
 
 const encoder = new TextEncoder()
 
-/** The store's own checks: the interface has one error, so a refusal is a store error naming the rule. */
-const checked = (options: { readonly key: string }, numbers: {
-  readonly [name: string]: { readonly value: number; readonly positive: boolean }
-}) => {
+/** The most tokens, limit or cost one call may name: far past any real limit, far inside float8's exact integers. */
+export const MAX_TOKENS = 1_000_000_000_000
+/** The longest window or refill period, in milliseconds (one year). */
+export const MAX_WINDOW_MILLIS = 366 * 24 * 60 * 60 * 1000
+/** The largest epoch of adaptive state (PostgreSQL's integer). */
+const MAX_EPOCH = 2 ** 31 - 1
+
+interface NumberRule {
+  readonly value: number
+  /** Zero refused too. */
+  readonly positive: boolean
+  readonly max: number
+  readonly integer?: boolean
+}
+
+const tokens = (value: number): NumberRule => ({ value, positive: false, max: MAX_TOKENS })
+const window = (value: number, positive = true): NumberRule => ({ value, positive, max: MAX_WINDOW_MILLIS })
+
+/**
+ * The store's own checks: the interface has one error, so a refusal is a store error naming the
+ * rule. Every number is bounded, so none reaches SQL to overflow there (which would abort a
+ * caller's transaction with a generic message).
+ */
+const checked = (options: { readonly key: string }, numbers: { readonly [name: string]: NumberRule }) => {
   const key = options.key
-  if (typeof key !== "string" || key.includes("\u0000") || encoder.encode(key).length > MAX_KEY_BYTES) {
-    return Effect.fail(storeError(`invalid key: text of at most ${MAX_KEY_BYTES} bytes, without NUL`))
+  if (
+    typeof key !== "string" || key.includes("\u0000") || !Input.isWellFormed(key) ||
+    encoder.encode(key).length > MAX_KEY_BYTES
+  ) {
+    return Effect.fail(
+      storeError(`invalid key: text of at most ${MAX_KEY_BYTES} bytes, without NUL or a lone surrogate`)
+    )
   }
-  for (const [name, { positive, value }] of Object.entries(numbers)) {
-    if (typeof value !== "number" || !Number.isFinite(value) || value < 0 || (positive && value === 0)) {
+  for (const [name, { integer, max, positive, value }] of Object.entries(numbers)) {
+    if (
+      typeof value !== "number" || !Number.isFinite(value) || value < 0 || (positive && value === 0) || value > max ||
+      (integer === true && !Number.isInteger(value))
+    ) {
       return Effect.fail(
-        storeError(`invalid ${name}: a finite number ${positive ? "greater than zero" : "of zero or more"}`)
+        storeError(
+          `invalid ${name}: ${integer === true ? "an integer" : "a finite number"} ${
+            positive ? "greater than zero" : "of zero or more"
+          } and at most ${max}`
+        )
       )
     }
   }
@@ -114,9 +147,9 @@ export const make = (
       Effect.gen(function*() {
         const refill = millisOf(o.refillRate)
         yield* checked(o, {
-          tokens: { value: o.tokens, positive: false },
-          refillRate: { value: refill, positive: true },
-          ...(o.limit === undefined ? {} : { limit: { value: o.limit, positive: false } })
+          tokens: tokens(o.tokens),
+          refillRate: window(refill),
+          ...(o.limit === undefined ? {} : { limit: tokens(o.limit) })
         })
         const row = yield* call("fixedWindow", (at) =>
           sql<{ count: number; ttl: number }>`SELECT count, ttl FROM ${fn("rate_fixed_window")}(
@@ -130,9 +163,9 @@ export const make = (
       Effect.gen(function*() {
         const refill = millisOf(o.refillRate)
         yield* checked(o, {
-          tokens: { value: o.tokens, positive: false },
-          limit: { value: o.limit, positive: true },
-          refillRate: { value: refill, positive: true }
+          tokens: tokens(o.tokens),
+          limit: { ...tokens(o.limit), positive: true },
+          refillRate: window(refill)
         })
         const row = yield* call("tokenBucket", (at) =>
           sql<{ remaining: number; elapsed: number }>`SELECT remaining, elapsed FROM ${fn("rate_token_bucket")}(
@@ -145,8 +178,8 @@ export const make = (
       Effect.gen(function*() {
         const fallback = millisOf(o.fallbackWindow)
         yield* checked(o, {
-          tokens: { value: o.tokens, positive: false },
-          fallbackWindow: { value: fallback, positive: false }
+          tokens: tokens(o.tokens),
+          fallbackWindow: window(fallback, false)
         })
         const row = yield* call("adaptiveConsume", (at) =>
           sql<{ delay: number; epoch: number; phase: RateLimiter.AdaptivePhase }>`
@@ -166,8 +199,8 @@ export const make = (
         const asked = millisOf(o.retryAfter)
         const retryAfter = Number.isNaN(asked) || asked <= 0 ? 1 : Math.min(asked, ADAPTIVE_MAX_WINDOW_MILLIS)
         yield* checked(o, {
-          tokens: { value: o.tokens, positive: false },
-          epoch: { value: o.epoch, positive: false }
+          tokens: tokens(o.tokens),
+          epoch: { value: o.epoch, positive: false, max: MAX_EPOCH, integer: true }
         })
         yield* call("adaptiveFeedback", (at) =>
           sql`SELECT ${fn("rate_adaptive_feedback")}(
@@ -230,7 +263,9 @@ export const layer = (
         Effect.tap((n) =>
           n > 0 ? Effect.logDebug(`effect-durable: pruned ${n} expired rate limiter rows`) : Effect.void
         ),
-        Effect.catch((error) => Effect.logWarning(`effect-durable: rate limiter prune failed: ${error.message}`)),
+        Effect.catch((error) =>
+          Effect.logWarning(`effect-durable: rate limiter prune failed: ${printable(error.message)}`)
+        ),
         Effect.repeat(Schedule.spaced(every)),
         Effect.forkScoped
       )

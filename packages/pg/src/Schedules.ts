@@ -149,7 +149,10 @@ const parseCron = (cron: string, timeZone: string): Effect.Effect<Cron.Cron, Inv
       // left to fail every decision.
       const next = Result.try(() => Cron.next(parsed.success))
       if (Result.isSuccess(next)) return parsed.success
-      return yield* new InvalidInput({ argument: "cron", rule: "a cron expression whose dates come (this one matches no date)" })
+      return yield* new InvalidInput({
+        argument: "cron",
+        rule: "a cron expression whose dates come (this one matches no date)"
+      })
     }
     // Said as the rule: which of the two is wrong.
     const valid = Cron.parse(text, "UTC")

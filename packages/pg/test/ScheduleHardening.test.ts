@@ -25,11 +25,14 @@ const slotsOf = (name: string) =>
         FROM durable.schedule_slots WHERE schedule = ${name} ORDER BY slot`.pipe(Effect.orDie))
 
 const messageCount = (topic: string) =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox WHERE topic = ${topic}`.pipe(
-      Effect.map(([row]) => row!.n),
-      Effect.orDie
-    ))
+  Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) =>
+      sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox WHERE topic = ${topic}`.pipe(
+        Effect.map(([row]) => row!.n),
+        Effect.orDie
+      )
+  )
 
 describe("Schedules, attacked", () => {
   it.layer(substrate(), { timeout: "2 minutes" })((it) => {
@@ -109,7 +112,13 @@ describe("Schedules, attacked", () => {
 describe("H21: the work of one decision is bounded, however far behind", () => {
   it("a per-second cron a day behind with a 365-day window evaluates at most the runs and the counted misses", () => {
     const cron = Result.getOrThrow(Cron.parse("* * * * * *", "UTC"))
-    const decided = Plan.plan({ cron, cursor: new Date(T0), now: new Date(T0 + DAY), catchUpMillis: 365 * DAY, paused: false })
+    const decided = Plan.plan({
+      cron,
+      cursor: new Date(T0),
+      now: new Date(T0 + DAY),
+      catchUpMillis: 365 * DAY,
+      paused: false
+    })
     expect(decided.run.length).toBe(Plan.MAX_RUN_PER_DECISION)
     expect(decided.run.at(-1)!.getTime()).toBe(T0 + DAY)
     expect(decided).toMatchObject({ missed: Plan.MAX_COUNTED_MISSED, missedAtLeast: true })
@@ -181,7 +190,14 @@ const owed = (zone: string, hours: ReadonlyArray<number>, minute: number) => {
 }
 
 /** The runner over the year: each decision at a random later time, as `decide.ts` applies the plan. */
-const simulate = (cron: Cron.Cron, from: number, until: number, maxStep: number, catchUpMillis: number, seed: number) => {
+const simulate = (
+  cron: Cron.Cron,
+  from: number,
+  until: number,
+  maxStep: number,
+  catchUpMillis: number,
+  seed: number
+) => {
   const step = steps(seed)
   let cursor = Cron.next(cron, new Date(from))
   const run: Array<number> = []

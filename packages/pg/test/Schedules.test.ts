@@ -214,7 +214,13 @@ describe("Schedules", () => {
         const hourly = (name: string, from: string) =>
           Effect.gen(function*() {
             yield* TestClock.setTime(Date.parse(from))
-            yield* schedules.define({ name, cron: "30 2 * * *", timeZone: "Europe/Berlin", topic: "sched.dst", overlap: "allow" })
+            yield* schedules.define({
+              name,
+              cron: "30 2 * * *",
+              timeZone: "Europe/Berlin",
+              topic: "sched.dst",
+              overlap: "allow"
+            })
             for (let hour = 1; hour <= 72; hour++) {
               yield* TestClock.adjust("1 hour")
               yield* schedules.decideDue

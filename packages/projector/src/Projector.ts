@@ -13,6 +13,7 @@
  * @since 0.1.0
  */
 import type { DatabaseError, DurableConfigError, InvalidInput } from "@effect-durable/core/Errors"
+import { printable } from "@effect-durable/core/Printable"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
@@ -171,7 +172,9 @@ const keeperOutbox = (pg: Option.Option<PgClient.PgClient>) =>
       Effect.catch((error) =>
         Effect.as(
           Effect.logWarning(
-            `effect-durable projector: no connection of its own for lease renewals (${error.message}); using the shared pool`
+            `effect-durable projector: no connection of its own for lease renewals (${
+              printable(error.message)
+            }); using the shared pool`
           ),
           undefined
         )

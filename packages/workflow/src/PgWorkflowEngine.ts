@@ -24,6 +24,7 @@
  *
  * @since 0.2.0
  */
+import { printable } from "@effect-durable/core/Printable"
 import type { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import type * as Outbox from "@effect-durable/pg/Outbox"
 import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
@@ -159,7 +160,7 @@ export const make = (
             // another one is ignored with a warning, as the cluster engine does.
             if (existing.workflow !== workflow) {
               yield* Effect.logWarning(
-                `effect-durable workflow ${workflow._tag}: already registered with payload shape ${
+                `effect-durable workflow ${printable(workflow._tag)}: already registered with payload shape ${
                   Codec.payloadShape(existing.workflow)
                 }; ignoring another definition with payload shape ${Codec.payloadShape(workflow)}`
               )
@@ -208,7 +209,9 @@ export const make = (
               return yield* Effect.die(new PayloadMismatch({ workflow: workflow._tag, executionId: opts.executionId }))
             }
             yield* Effect.logWarning(
-              `effect-durable workflow ${workflow._tag} ${opts.executionId}: started again with another payload; the first one stands`
+              `effect-durable workflow ${printable(workflow._tag)} ${
+                printable(opts.executionId)
+              }: started again with another payload; the first one stands`
             )
           }
           if (opts.discard) return undefined as never

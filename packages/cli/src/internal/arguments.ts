@@ -3,6 +3,7 @@
  * way operators write them (`7d`, `12h`, `30m`, or the library's `"7 days"`), message ids, and
  * the confirmation a bulk action asks for (refused, never hung, when nobody can answer it).
  */
+import { printable } from "@effect-durable/core/Printable"
 import * as Flag from "effect/cli/Flag"
 import * as Prompt from "effect/cli/Prompt"
 import type * as Duration from "effect/Duration"
@@ -10,7 +11,6 @@ import * as Effect from "effect/Effect"
 import { parseDuration } from "./durations.js"
 import { invalidValue, usage } from "./errors.js"
 import { isMessageId, MAX_MESSAGE_ID } from "./ids.js"
-import { printable } from "./printable.js"
 
 export const json = Flag.Boolean("json").pipe(
   Flag.withDefault(false),

@@ -5,13 +5,13 @@
  * value's control characters are printed as escapes (`\u001b`), so a topic or an error text
  * cannot drive the terminal (set its title, clear it, plant links) nor forge a line.
  */
+import { printable, printableJson, printableLines } from "@effect-durable/core/Printable"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import * as Logger from "effect/Logger"
 import * as References from "effect/References"
-import { printable, printableJson, printableLines } from "./printable.js"
 
-export { printable } from "./printable.js"
+export { printable } from "@effect-durable/core/Printable"
 
 const secrets = new Set<string>()
 

@@ -6,6 +6,7 @@
  * written. Claims not settled when the projector stops are released for another worker.
  */
 import { DatabaseError, type InvalidInput } from "@effect-durable/core/Errors"
+import { printable } from "@effect-durable/core/Printable"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
@@ -44,7 +45,7 @@ const noOutcomes: Record<Outcome, number> = {
 const reasonForLog = (reason: string): string =>
   reason.startsWith(PAYLOAD_DOES_NOT_DECODE)
     ? `${PAYLOAD_DOES_NOT_DECODE} with its topic's schema (the issues are in the message's last error)`
-    : reason.slice(0, 500)
+    : printable(reason.slice(0, 500))
 
 export const noCounts: Counts = { claimed: 0, ...noOutcomes }
 
@@ -122,16 +123,18 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
           // The release itself failed: the message keeps its lease and is retried once it
           // expires. The rest of the batch is not held back by it.
           yield* Effect.logWarning(
-            `effect-durable projector: release of ${message.id} failed: ${released.failure.message}`
+            `effect-durable projector: release of ${message.id} failed: ${printable(released.failure.message)}`
           )
           return "retried" as const
         }
         if (!released.success.dead) return "retried" as const
         // Each death said once, at the default level: topic, id, attempts, reason; never the payload.
         yield* Effect.logWarning(
-          `effect-durable projector: message ${message.id} of topic ${message.topic} is dead after ${message.attempt} ${
-            message.attempt === 1 ? "attempt" : "attempts"
-          } (${error.retryable ? "out of attempts" : "a permanent failure"}): ${reasonForLog(error.reason)}`
+          `effect-durable projector: message ${message.id} of topic ${
+            printable(message.topic)
+          } is dead after ${message.attempt} ${message.attempt === 1 ? "attempt" : "attempts"} (${
+            error.retryable ? "out of attempts" : "a permanent failure"
+          }): ${reasonForLog(error.reason)}`
         ).pipe(Effect.annotateLogs({
           messageId: message.id,
           topic: message.topic,

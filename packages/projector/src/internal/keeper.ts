@@ -15,6 +15,7 @@
  * delivery (a cancellation whose NOTIFY was not heard). A batch leaves the set when it ends, however it ends: nothing
  * keeps its leases alive after that.
  */
+import { printable } from "@effect-durable/core/Printable"
 import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
@@ -65,7 +66,7 @@ export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker
               const message = delivery.message(failure.messageId)
               return Effect.logWarning(
                 `effect-durable projector: lease lost on message ${failure.messageId}${
-                  message === undefined ? "" : ` of topic ${message.topic}`
+                  message === undefined ? "" : ` of topic ${printable(message.topic)}`
                 } before its renewal (a stall longer than the lease?): it is left to its new holder, its outcome not written`
               ).pipe(Effect.annotateLogs({
                 messageId: failure.messageId,
@@ -80,7 +81,9 @@ export const makeKeeper = (settings: Settings, outbox: OutboxWorker.OutboxWorker
             Effect.andThen(
               Metric.update(metrics.renewalFailures, 1),
               Effect.logWarning(
-                `effect-durable projector: lease renewal failed (${error.message}); the batch's messages not yet started are given back`
+                `effect-durable projector: lease renewal failed (${
+                  printable(error.message)
+                }); the batch's messages not yet started are given back`
               )
             )
           )

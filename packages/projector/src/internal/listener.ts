@@ -4,6 +4,7 @@
  * connection fails its notification queue, which ends the session. Every (re)connection
  * also fires one wake-up, since notifications sent while it was down are lost.
  */
+import { printable } from "@effect-durable/core/Printable"
 import type * as PgClient from "@effect/sql-pg/PgClient"
 import * as PgConnection from "@effect/sql-pg/PgConnection"
 import * as Duration from "effect/Duration"
@@ -63,7 +64,9 @@ export const listen = (
       }))
       // A fresh step function is a schedule started over.
       if (connected) backoff = yield* Schedule.toStepWithSleep(reconnect)
-      yield* Effect.logDebug(`effect-durable projector: listen connection lost (${lost.message}); reconnecting`)
+      yield* Effect.logDebug(
+        `effect-durable projector: listen connection lost (${printable(lost.message)}); reconnecting`
+      )
       yield* Effect.ignore(backoff(lost))
     }
   }).pipe(Effect.forkScoped, Effect.asVoid)

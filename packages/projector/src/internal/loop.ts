@@ -10,6 +10,7 @@
  * for in-flight batches up to the shutdown deadline and releases what is left.
  */
 import { DatabaseError, type InvalidInput } from "@effect-durable/core/Errors"
+import { printable } from "@effect-durable/core/Printable"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -83,8 +84,8 @@ export const runLoops = (
           const fix = remedy(error)
           yield* Metric.update(metrics.storeErrors, 1)
           yield* (fix === undefined
-            ? Effect.logWarning(`effect-durable projector: ${error.message}; retrying`)
-            : Effect.logError(`effect-durable projector: ${error.message}; ${fix}`))
+            ? Effect.logWarning(`effect-durable projector: ${printable(error.message)}; retrying`)
+            : Effect.logError(`effect-durable projector: ${printable(error.message)}; ${fix}`))
           backoff ??= yield* Schedule.toStepWithSleep(storeBackoff)
           // Sleeps the schedule's next delay, unless the projector stops first.
           yield* Effect.raceFirst(Effect.ignore(backoff(error)), stopped)

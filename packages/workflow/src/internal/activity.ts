@@ -4,6 +4,7 @@
  * applied once; a run with an interrupt pending starts no new activity.
  */
 import { DatabaseError } from "@effect-durable/core/Errors"
+import { printable } from "@effect-durable/core/Printable"
 import { classify } from "@effect-durable/pg/ErrorClassification"
 import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
@@ -51,7 +52,9 @@ export const execute = (ctx: EngineContext, activity: Activity.Any, attempt: num
       if (run.activitiesAsked.has(key)) {
         yield* Metric.update(metrics.repeatedActivities, 1)
         yield* Effect.logWarning(
-          `effect-durable workflow ${workflow} ${instance.executionId}: activity ${activity.name} attempt ${attempt} asked twice in one run — a reused name returns the first call's result`
+          `effect-durable workflow ${printable(workflow)} ${printable(instance.executionId)}: activity ${
+            printable(activity.name)
+          } attempt ${attempt} asked twice in one run — a reused name returns the first call's result`
         )
       }
       run.activitiesAsked.add(key)

@@ -4,6 +4,7 @@
  * abandoned on a database failure, or one that lost its lease, settles nothing: it replays.
  */
 import type { DatabaseError } from "@effect-durable/core/Errors"
+import { printable } from "@effect-durable/core/Printable"
 import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Publisher from "@effect-durable/projector/Publisher"
 import * as Cause from "effect/Cause"
@@ -164,7 +165,9 @@ export const runExecution = (
     )
     if (!settled.fenced) {
       yield* Effect.logWarning(
-        `effect-durable workflow ${workflow._tag} ${executionId}: the run lost its lease before it settled; nothing written, the next run replays`
+        `effect-durable workflow ${printable(workflow._tag)} ${
+          printable(executionId)
+        }: the run lost its lease before it settled; nothing written, the next run replays`
       )
       // Not a success: the projector must not mark a message whose run settled nothing (its
       // release is refused when another worker holds it, and retries it when none does).

@@ -5,6 +5,7 @@
  * topic. Each is logged with who did it and from where.
  */
 import { type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import { printable } from "@effect-durable/core/Printable"
 import * as FlowControl from "@effect-durable/pg/FlowControl"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
@@ -14,7 +15,6 @@ import * as Schedules from "@effect-durable/pg/Schedules"
 import type * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
 import * as Effect from "effect/Effect"
 import { parseRate } from "../durations.js"
-import { printable } from "../printable.js"
 import {
   ActionBody,
   body,

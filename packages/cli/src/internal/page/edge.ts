@@ -5,6 +5,7 @@
  * held to.
  */
 import { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import { printable } from "@effect-durable/core/Printable"
 import * as ByteSize from "effect/ByteSize"
 import * as Cause from "effect/Cause"
 import * as Data from "effect/Data"
@@ -16,7 +17,6 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { isMessageId, MESSAGE_ID_RULE } from "../ids.js"
 import { stringify } from "../output.js"
-import { printable } from "../printable.js"
 import type { Html } from "./html.js"
 
 /** A failure the page answers with its own status (too large, too deep, a set that moved). */

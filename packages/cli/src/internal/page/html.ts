@@ -3,7 +3,7 @@
  * `Html` (built here), so no message topic, error text or payload can inject markup; in text,
  * invisible control characters (bidi overrides) are marked, so none reorders what is read.
  */
-import { codePointOf, INVISIBLE } from "../printable.js"
+import { codePointOf, INVISIBLE } from "@effect-durable/core/Printable"
 
 export class Html {
   constructor(readonly value: string) {}

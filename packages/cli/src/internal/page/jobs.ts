@@ -4,6 +4,7 @@
  * so the browser only polls. Closing the scope (the server stopping) interrupts them between
  * or during a batch: what is done is whole batches, the rest untouched.
  */
+import { printable } from "@effect-durable/core/Printable"
 import type * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
@@ -12,7 +13,6 @@ import * as FiberSet from "effect/FiberSet"
 import * as Ref from "effect/Ref"
 import * as Stream from "effect/Stream"
 import { randomBytes } from "node:crypto"
-import { printable } from "../printable.js"
 
 export interface Job {
   readonly id: string

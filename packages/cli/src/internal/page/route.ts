@@ -3,6 +3,7 @@
  * matches case and slashes loosely; a proxy's prefix rule must not be stepped around), then
  * through the security policy, then its handler; and what each section's routes are made from.
  */
+import { printable } from "@effect-durable/core/Printable"
 import type { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import type * as FlowControl from "@effect-durable/pg/FlowControl"
 import type * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
@@ -21,7 +22,6 @@ import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Option from "effect/Option"
 import type * as SqlClient from "effect/sql/SqlClient"
-import { printable } from "../printable.js"
 import { basePathOf, describe, exactlyAt, htmlResponse, jsonResponse, PageError, rawPath, reasonOf } from "./edge.js"
 import type * as Jobs from "./jobs.js"
 import type { makeQueries } from "./queries.js"

@@ -25,14 +25,12 @@ export interface Query extends Target {
   readonly limit: number
 }
 
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
-
 // Declared rather than a union: a union reports its first member's complaint, not the rule.
 const FilterValueSchema = Schema.declare(
   (value: unknown): value is FilterValue =>
     value === null || typeof value === "boolean" ||
     (typeof value === "number" && Number.isFinite(value)) ||
-    (typeof value === "string" && !value.includes("\u0000") && !LONE_SURROGATE.test(value))
+    (typeof value === "string" && !value.includes("\u0000") && Input.isWellFormed(value))
 ).annotate({ message: "a string without NUL or lone surrogates, a finite number, a boolean or null" })
 
 const Direction = Schema.declare((value: unknown): value is "asc" | "desc" => value === "asc" || value === "desc")

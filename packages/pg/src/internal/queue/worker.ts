@@ -6,6 +6,7 @@
  * was lost and whose row was claimed again can change nothing.
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import { printable } from "@effect-durable/core/Printable"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Metric from "effect/Metric"
@@ -156,9 +157,9 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
       return Effect.andThen(
         Metric.update(Metric.withAttributes(exhaustedTotal, { queue: spec.queue }), 1),
         Effect.logWarning(
-          `effect-durable: ${spec.queue} message ${row.id} of ${
-            spec.queue === "outbox" ? "topic" : "consumer"
-          } ${group} is dead: its lease ran out once too often (a worker died or stalled while delivering it each time)`
+          `effect-durable: ${spec.queue} message ${row.id} of ${spec.queue === "outbox" ? "topic" : "consumer"} ${
+            printable(group)
+          } is dead: its lease ran out once too often (a worker died or stalled while delivering it each time)`
         ).pipe(Effect.annotateLogs({ queue: spec.queue, messageId: row.id, group }))
       )
     }, { discard: true })

@@ -5,6 +5,7 @@
  * inside that transaction, against the messages of the schedule's latest slots.
  */
 import type { DatabaseError } from "@effect-durable/core/Errors"
+import { printable } from "@effect-durable/core/Printable"
 import * as Effect from "effect/Effect"
 import * as Lifecycle from "../queue/lifecycle.js"
 import { isoUtc } from "../timestamps.js"
@@ -84,7 +85,7 @@ export const make = (store: Store): Decide => {
                     WHERE name = ${name}`
         if (decided.missed > 0) {
           yield* Effect.logWarning(
-            `effect-durable schedule ${name}: ${
+            `effect-durable schedule ${printable(name)}: ${
               decided.missedAtLeast ? "at least " : ""
             }${decided.missed} slot(s) missed (due before the catch-up window of ${row.catch_up_seconds} s)`
           )

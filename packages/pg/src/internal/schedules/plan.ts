@@ -70,7 +70,7 @@ export const plan = (options: {
     slot = Cron.prev(cron, slot)
   ) latestFirst.push(slot)
   const run = latestFirst.reverse()
-  let evaluated = run.length + 3
+  const evaluated = run.length + 3
   // Every slot from the cursor up to the first run (or past now, when none runs) is missed.
   const missedBefore = run[0]?.getTime() ?? now.getTime() + 1
   let missed = 0

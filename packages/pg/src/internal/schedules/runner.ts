@@ -6,6 +6,7 @@
  */
 import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
+import { printable } from "@effect-durable/core/Printable"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -38,7 +39,10 @@ export const makePass = (store: Store, decide: Decide): Pass => {
       enqueued += yield* decide(name, now).pipe(
         Effect.catchCause((cause) =>
           Effect.as(
-            Effect.logWarning(`effect-durable schedule ${name}: its decision failed, the other schedules go on`, cause),
+            Effect.logWarning(
+              `effect-durable schedule ${printable(name)}: its decision failed, the other schedules go on`,
+              cause
+            ),
             0
           )
         )
@@ -77,7 +81,8 @@ export const start = (
     }).pipe(
       Effect.catchTag(
         "DatabaseError",
-        (error) => Effect.as(Effect.logWarning(`effect-durable schedules: ${error.message}; trying again`), poll)
+        (error) =>
+          Effect.as(Effect.logWarning(`effect-durable schedules: ${printable(error.message)}; trying again`), poll)
       )
     )
     yield* Effect.forkScoped(

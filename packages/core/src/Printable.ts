@@ -3,6 +3,10 @@
  * would act instead of being seen: a terminal (escape sequences set the title, clear the
  * screen, plant links), a log line (a newline forges the next line) or a page (bidi controls
  * reorder what is read). Here they are written as escapes, so they are seen and do nothing.
+ * Every log line of the library that names a stored or caller's value writes it through
+ * `printable`; the command and the admin page do the same for what they show.
+ *
+ * @since 0.2.0
  */
 
 /**
