@@ -153,9 +153,7 @@ export const make = (
         })
         const row = yield* call("fixedWindow", (at) =>
           sql<{ count: number; ttl: number }>`SELECT count, ttl FROM ${fn("rate_fixed_window")}(
-            ${o.key}, ${o.tokens}::float8, ${refill}::float8, ${
-            // As the memory store reads it: a limit of 0 is no limit.
-            o.limit === undefined || o.limit === 0 ? null : o.limit}::float8, ${at}::float8)`)
+            ${o.key}, ${o.tokens}::float8, ${refill}::float8, ${o.limit ?? null}::float8, ${at}::float8)`)
         return [row.count, row.ttl] as const
       })
 

@@ -31,6 +31,7 @@ import { migration as v24 } from "./0024_key_probe_ordered.js"
 import { migration as v25 } from "./0025_inbox_limits.js"
 import { migration as v26 } from "./0026_claim_rows.js"
 import { migration as v27 } from "./0027_capacity_slots.js"
+import { migration as v28 } from "./0028_rate_limiter_store_effect_415.js"
 
 export const released: Readonly<Record<string, Migration>> = {
   "0001_mutation_ledger": v1,
@@ -59,5 +60,6 @@ export const released: Readonly<Record<string, Migration>> = {
   "0024_key_probe_ordered": v24,
   "0025_inbox_limits": v25,
   "0026_claim_rows": v26,
-  "0027_capacity_slots": v27
+  "0027_capacity_slots": v27,
+  "0028_rate_limiter_store_effect_415": v28
 }
