@@ -161,10 +161,19 @@ const firstIssue = (error: Schema.SchemaError) => {
 
 /**
  * A decoder of one call argument: the value or `InvalidInput` naming the argument (and the
- * path inside it). Build it once, outside the call: the schema is compiled here.
+ * path inside it). Build it once, outside the call: the schema is compiled here. `exact`: a
+ * field the argument's schema does not know is refused, naming it — for an argument where a
+ * typo (`topics` for `topic`) would pass for "no filter" (a bulk discard of every dead letter).
  */
-export const argumentResult = <A>(name: string, schema: Schema.Decoder<A>) => {
-  const decode = Schema.decodeUnknownResult(schema, { errors: "first" })
+export const argumentResult = <A>(
+  name: string,
+  schema: Schema.Decoder<A>,
+  options: { readonly exact?: boolean } = {}
+) => {
+  const decode = Schema.decodeUnknownResult(schema, {
+    errors: "first",
+    ...(options.exact === true ? { onExcessProperty: "error" as const } : {})
+  })
   return (value: unknown): Result.Result<A, InvalidInput> =>
     tooDeep(value)
       ? Result.fail(
@@ -180,8 +189,8 @@ export const argumentResult = <A>(name: string, schema: Schema.Decoder<A>) => {
 }
 
 /** `argumentResult` as an Effect, for the `yield*` of a service method. */
-export const argument = <A>(name: string, schema: Schema.Decoder<A>) => {
-  const decode = argumentResult(name, schema)
+export const argument = <A>(name: string, schema: Schema.Decoder<A>, options: { readonly exact?: boolean } = {}) => {
+  const decode = argumentResult(name, schema, options)
   return (value: unknown): Effect.Effect<A, InvalidInput> => Effect.fromResult(decode(value))
 }
 

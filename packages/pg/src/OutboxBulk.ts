@@ -91,14 +91,21 @@ export const make: Effect.Effect<OutboxBulk["Service"], never, SqlClient.SqlClie
     /** One committed batch after another, in id order, until a batch comes back short or the limit is reached. */
     const bulk = (
       name: string,
-      statement: (batch: Statement.Fragment) => Statement.Statement<{ id: string }>
+      /** The action on the batch's rows (`asked`, a CTE over `batch`): the ids it acted on. */
+      action: (asked: string) => Statement.Fragment
     ) =>
     (filter: MessageFilter, options: BulkOptions = {}): Stream.Stream<BulkProgress, InvalidInput | DatabaseError> =>
       Stream.unwrap(Effect.gen(function*() {
         const matches = predicate(sql, yield* decodeFilter(filter))
         const { batchSize = 500, limit = Number.POSITIVE_INFINITY, statementTimeout, upTo } = yield* decodeBulk(options)
         const operation = `OutboxBulk.${name}`
-        const run = (batch: Statement.Statement<{ id: string }>) =>
+        // Every row of the batch comes back, acted on or not (a redrive leaves one whose dedup key
+        // an open message holds): the walk goes on past those, only the acted ones count.
+        const statement = (batch: Statement.Fragment) =>
+          sql<{ id: string; acted: boolean }>`
+            WITH asked AS (${batch}), acted AS (${action("asked")})
+            SELECT asked.id::text AS id, acted.id IS NOT NULL AS acted FROM asked LEFT JOIN acted USING (id)`
+        const run = (batch: Statement.Statement<{ id: string; acted: boolean }>) =>
           statementTimeout === undefined
             ? classifySqlErrors(operation)(batch)
             : bounded(
@@ -119,10 +126,11 @@ export const make: Effect.Effect<OutboxBulk["Service"], never, SqlClient.SqlClie
                ORDER BY id LIMIT ${size} FOR UPDATE SKIP LOCKED`)),
             (rows): readonly [ReadonlyArray<BulkProgress>, Option.Option<Walk>] => {
               // In id order: an UPDATE's RETURNING follows its plan, not the batch's ORDER BY.
-              const ids = inIdOrder([...rows]).map((row) => row.id)
+              const seen = inIdOrder([...rows])
+              const ids = seen.filter((row) => row.acted).map((row) => row.id)
               const total = walk.total + ids.length
-              const last = ids.length === 0 ? walk.after : ids[ids.length - 1]!
-              const more = ids.length === size && total < limit
+              const last = seen.length === 0 ? walk.after : seen[seen.length - 1]!.id
+              const more = seen.length === size && total < limit
               return [[{ ids, total }], more ? Option.some({ after: last, total }) : Option.none()]
             }
           )
@@ -132,17 +140,18 @@ export const make: Effect.Effect<OutboxBulk["Service"], never, SqlClient.SqlClie
 
     // The lifecycle's transitions, as `OutboxAdmin.redrive` and `discard` make them.
     const { discard, redrive } = lifecycle.transitions
-    const redriveMatching = bulk("redriveMatching", (batch) =>
-      sql<{ id: string }>`
-        UPDATE ${table} SET ${sql.literal(redrive.set)}
-         WHERE id = ANY(ARRAY(${batch})) AND ${sql.literal(redrive.from)}
-        RETURNING id::text AS id`)
+    // A message whose dedup key an open one holds stays dead (`reopenable`): the rest of its batch goes on.
+    const reopenable = sql.literal(QueueLifecycle.reopenable(settings.table("outbox"), "redrive"))
+    const redriveMatching = bulk("redriveMatching", (asked) =>
+      sql`UPDATE ${table} q SET ${sql.literal(redrive.set)}
+           WHERE q.id IN (SELECT id FROM ${sql.literal(asked)}) AND ${sql.literal(redrive.from)} AND ${reopenable}
+          RETURNING q.id`)
 
     const discardMatching = bulk(
       "discardMatching",
-      (batch) =>
-        sql<{ id: string }>`DELETE FROM ${table} WHERE id = ANY(ARRAY(${batch})) AND ${sql.literal(discard.from)}
-                          RETURNING id::text AS id`
+      (asked) =>
+        sql`DELETE FROM ${table} WHERE id IN (SELECT id FROM ${sql.literal(asked)}) AND ${sql.literal(discard.from)}
+            RETURNING id`
     )
 
     return OutboxBulk.of({ redriveMatching, discardMatching })

@@ -10,7 +10,7 @@
 import * as Lifecycle from "./internal/queue/lifecycle.js"
 
 export { diedPermanently, OUTBOX_STATE_NAMES, PERMANENT_FAILURE, STATES } from "./internal/queue/lifecycle.js"
-export type { Lifecycle, OutboxStateName, State } from "./internal/queue/lifecycle.js"
+export type { Lifecycle, OutboxStateName, Reopening, State } from "./internal/queue/lifecycle.js"
 
 /** The outbox's row lifecycle (its done state is `projected`), over columns of `alias` when given. */
 export const forOutbox = (alias?: string): Lifecycle.Lifecycle =>
@@ -25,3 +25,11 @@ export const outbox: Lifecycle.Lifecycle = forOutbox()
 
 /** The stored inbox's, over unqualified columns. */
 export const inbox: Lifecycle.Lifecycle = forInbox()
+
+/**
+ * What a transition that reopens an outbox row `q` (redrive, replay, restore) also asks of it,
+ * among the rows of the relation `asked` (its `id`s): its dedup key is not held by an open
+ * message, and it is the first row asked with that key. `outboxTable`: the qualified table.
+ */
+export const reopenable = (outboxTable: string, transition: Lifecycle.Reopening): string =>
+  Lifecycle.reopenable({ queue: "outbox", done: "projected_at" }, outboxTable, transition)

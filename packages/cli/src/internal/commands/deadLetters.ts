@@ -220,8 +220,16 @@ const act = (verb: Verb) =>
         let total = 0
         const report = (n: number) =>
           args.json
-            ? Output.json({ [PAST[verb]]: n })
-            : Output.line(n === 0 ? `nothing to ${verb}` : `${PAST[verb]} ${Output.plural(n, "dead letter")}`)
+            ? Output.json(n < total ? { [PAST[verb]]: n, left: total - n } : { [PAST[verb]]: n })
+            : Output.line(
+              `${n === 0 ? `nothing to ${verb}` : `${PAST[verb]} ${Output.plural(n, "dead letter")}`}${
+                n < total
+                  ? `; ${Output.count(total - n)} left as they are (no longer dead${
+                    verb === "redrive" ? ", or a dedup key an open message holds" : ""
+                  })`
+                  : ""
+              }`
+            )
         const interrupted = Effect.onInterrupt(() =>
           Output.note(
             `${verb}: interrupted after ${Output.count(done)} of ${Output.count(total)}: whole batches are ${

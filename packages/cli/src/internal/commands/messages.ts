@@ -142,7 +142,7 @@ export const restore = Command.make(
         ? yield* (yield* InboxAdmin.InboxAdmin).restore(args.ids)
         : yield* (yield* OutboxAdmin.OutboxAdmin).restore(args.ids)
       yield* Effect.logInfo(`operator action: restore ${args.ids.join(", ")} by ${operatorName()}`)
-      yield* report("restored", args.ids, acted, "not cancelled", args.json)
+      yield* report("restored", args.ids, acted, "not cancelled, or a dedup key an open message holds", args.json)
     },
     withDatabase({ poolSize: 1 })
   )

@@ -9,9 +9,10 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import type * as SqlClient from "effect/sql/SqlClient"
+import type * as SqlError from "effect/sql/SqlError"
 import type * as Statement from "effect/sql/Statement"
 import { randomBytes } from "node:crypto"
-import { classifySqlErrors } from "../../ErrorClassification.js"
+import { classifySqlErrors, sqlStateOf } from "../../ErrorClassification.js"
 import type { DeadLetter, DeadLetterPage, PurgeOptions } from "../../LeasedQueue.js"
 import { decodeRows } from "../rows.js"
 import { inline, quote } from "../sqlText.js"
@@ -153,7 +154,10 @@ export const make = (
     })
 
   const byIds =
-    (name: string, statement: (ids: ReadonlyArray<string>) => Statement.Statement<{ id: string }>) =>
+    (
+      name: string,
+      statement: (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<{ id: string }>, SqlError.SqlError>
+    ) =>
     (ids: ReadonlyArray<string>) =>
       Effect.flatMap(decodeIds(ids), (decoded) =>
         decoded.length === 0
@@ -167,9 +171,6 @@ export const make = (
     cancel: off,
     discard: gone,
     moveAside: aside,
-    redrive: toReady,
-    replay: again,
-    restore: back,
     retryNow: now
   } = lifecycle.transitions
   /** A transition of the rows named, those in its `from` state only. */
@@ -177,12 +178,25 @@ export const make = (
     sql<{ id: string }>`UPDATE ${table} SET ${sql.literal(transition.set)}
                          WHERE id = ANY(${ids}::bigint[]) AND ${sql.literal(transition.from)}
                         RETURNING id::text AS id`
+  /**
+   * A transition that reopens rows: also only those whose dedup key is free (`reopenable`). In a
+   * savepoint of its own, tried again when a concurrent reopening took the same key first (the
+   * unique index refuses the second: the retry sees the holder and leaves the row).
+   */
+  const reopen = (name: Lifecycle.Reopening) => (ids: ReadonlyArray<string>) =>
+    sql.withTransaction(
+      sql<{ id: string }>`WITH asked AS (SELECT unnest(${ids}::bigint[]) AS id)
+                          UPDATE ${table} q SET ${sql.literal(lifecycle.transitions[name].set)}
+                           WHERE q.id IN (SELECT id FROM asked) AND ${sql.literal(lifecycle.transitions[name].from)}
+                             AND ${sql.literal(Lifecycle.reopenable(spec, spec.table, name))}
+                          RETURNING q.id::text AS id`
+    ).pipe(Effect.retry({ times: 3, while: (error) => sqlStateOf(error) === "23505" }))
 
   /** Makes dead rows ready again with fresh attempts; returns the ids redriven. */
-  const redrive = byIds("redrive", move(toReady))
+  const redrive = byIds("redrive", reopen("redrive"))
 
   /** Makes done rows ready again (deliver once more); returns the ids replayed. */
-  const replay = byIds("replay", move(again))
+  const replay = byIds("replay", reopen("replay"))
 
   /** Makes delayed rows (a retry's backoff, an enqueue's delay) ready now, attempts kept; returns the ids. */
   const retryNow = byIds("retryNow", move(now))
@@ -249,7 +263,7 @@ export const make = (
     })
 
   /** Makes cancelled rows ready again with fresh attempts; returns the ids restored. */
-  const restore = byIds("restore", move(back))
+  const restore = byIds("restore", reopen("restore"))
 
   /** Deletes dead rows; returns the ids deleted. */
   const discard = byIds(

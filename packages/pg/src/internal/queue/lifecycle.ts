@@ -14,6 +14,8 @@
  * -> dead, with a reason: the row no longer holds back the messages of its ordering key),
  * cancel (ready, delayed or claimed -> cancelled: a claimed one's holder is fenced out, since
  * every fenced write refuses a row with `dead_at` set) and restore (cancelled -> ready).
+ * A transition that reopens an outbox row (redrive, replay, restore) leaves it as it is while
+ * its dedup key is held by an open message (`reopenable`).
  *
  * Everything that asks "which rows are in state S" or moves rows between states reads it
  * from here: the stats, the operators' filters, the fences, bulk actions, retention, the
@@ -91,3 +93,22 @@ export const make = (spec: Pick<QueueSpec, "done" | "queue">, alias?: string) =>
 }
 
 export type Lifecycle = ReturnType<typeof make>
+
+/** The transitions that make a closed row open again. */
+export type Reopening = "redrive" | "replay" | "restore"
+
+/**
+ * What a reopening transition also asks of the row `q` among the rows `asked` names (a
+ * relation with an `id` column): in the outbox, that its dedup key (migration 15: unique among
+ * open messages of a topic) is not held by an open message, and that it is the first row asked
+ * with its key. A row left out stays as it was, and the caller reports it as not moved: before
+ * this, a restore whose key a newer message held failed the whole statement (a bulk redrive at
+ * 0 of N, a caller's transaction aborted). The inbox has no dedup keys.
+ */
+export const reopenable = (spec: Pick<QueueSpec, "done" | "queue">, table: string, transition: Reopening) =>
+  spec.queue !== "outbox" ? "true" : `(q.dedup_key IS NULL OR (
+     NOT EXISTS (SELECT 1 FROM ${table} o
+                  WHERE o.topic = q.topic AND o.dedup_key = q.dedup_key AND ${make(spec, "o").open})
+     AND q.id = (SELECT min(x.id) FROM ${table} x
+                  WHERE x.id IN (SELECT id FROM asked) AND x.topic = q.topic AND x.dedup_key = q.dedup_key
+                    AND ${make(spec, "x").transitions[transition].from})))`

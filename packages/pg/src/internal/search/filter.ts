@@ -38,7 +38,8 @@ export const FilterSchema = Schema.Struct({
 })
 export type DecodedFilter = typeof FilterSchema.Type
 
-export const decodeFilter = Input.argument("filter", FilterSchema)
+// Exact: a filter drives bulk redrive and discard, where a misspelt field would match everything.
+export const decodeFilter = Input.argument("filter", FilterSchema, { exact: true })
 
 const lifecycle = Lifecycle.make({ queue: "outbox", done: "projected_at" })
 
