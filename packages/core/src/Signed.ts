@@ -55,9 +55,15 @@ export const validateKeyring = (
       )
     }
     seen.add(key.id)
-    if (Buffer.byteLength(Redacted.value(key.secret), "utf8") < MIN_SECRET_BYTES) {
+    const secret = Redacted.value(key.secret)
+    // Whitespace around a secret is a file's trailing newline or a pasted space, never key
+    // material: it would sign with bytes nobody meant (and sixteen spaces would pass as a key).
+    if (secret.trim() !== secret || Buffer.byteLength(secret, "utf8") < MIN_SECRET_BYTES) {
       return Result.fail(
-        new DurableConfigError({ field: `${field}[${i}].secret`, rule: `at least ${MIN_SECRET_BYTES} bytes` })
+        new DurableConfigError({
+          field: `${field}[${i}].secret`,
+          rule: `at least ${MIN_SECRET_BYTES} bytes, without whitespace at either end`
+        })
       )
     }
   }
@@ -130,7 +136,11 @@ export const keyringConfig = (variable: string, what: string): Config.Config<Key
     Config.mapEffect((listed) => {
       const keys = Redacted.value(listed).split(",").map((entry) => {
         const at = entry.indexOf("=")
-        return { id: entry.slice(0, at < 0 ? 0 : at).trim(), secret: Redacted.make(at < 0 ? "" : entry.slice(at + 1)) }
+        // Each entry trimmed: `id=secret` read from a file ends in a newline nobody means as key material.
+        return {
+          id: entry.slice(0, at < 0 ? 0 : at).trim(),
+          secret: Redacted.make(at < 0 ? "" : entry.slice(at + 1).trim())
+        }
       })
       return keys.length > 0 && keys.every((key) => key.id.length > 0)
         ? Effect.succeed(keys as unknown as Keyring)

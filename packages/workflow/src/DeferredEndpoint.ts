@@ -203,9 +203,18 @@ export const makeCompleter = (deferreds: ReadonlyArray<DurableDeferred.AnyWithPr
           executionId: opened.executionId,
           deferred: opened.deferredName
         }
+        // The receipt names the execution's incarnation: once an execution is purged, a callback
+        // for it is refused as unknown (its receipt outlived it and answered 200), and the same
+        // callback for the execution started again under its id completes that new run.
+        const incarnation = yield* store.read(named.workflow, named.executionId)
+        if (incarnation === undefined) {
+          return yield* new ExecutionNotFound({ workflow: named.workflow, executionId: named.executionId })
+        }
         const receipt = Fingerprint.toHex(
           Fingerprint.fingerprintOfCanonical(
-            yield* Effect.orDie(Fingerprint.canonicalize({ ...named, exit: JSON.parse(canonical) }))
+            yield* Effect.orDie(
+              Fingerprint.canonicalize({ ...named, incarnation: incarnation.incarnation, exit: JSON.parse(canonical) })
+            )
           )
         )
         const sameExit = (stored: unknown) =>
@@ -215,7 +224,7 @@ export const makeCompleter = (deferreds: ReadonlyArray<DurableDeferred.AnyWithPr
           const standing = yield* store.step(named.workflow, named.executionId, "deferred", named.deferred, 0)
           if (standing !== undefined) return sameExit(standing.result) ? "already-completed" as const : yield* conflict
           const execution = yield* store.read(named.workflow, named.executionId)
-          if (execution === undefined) {
+          if (execution === undefined || execution.incarnation !== incarnation.incarnation) {
             return yield* new ExecutionNotFound({ workflow: named.workflow, executionId: named.executionId })
           }
           if (execution.status === "complete") {

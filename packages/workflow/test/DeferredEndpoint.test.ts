@@ -19,6 +19,7 @@ import * as Http from "node:http"
 import * as DeferredEndpoint from "../src/DeferredEndpoint.js"
 import * as DeferredTokens from "../src/DeferredTokens.js"
 import * as PgWorkflowEngine from "../src/PgWorkflowEngine.js"
+import * as WorkflowAdmin from "../src/WorkflowAdmin.js"
 
 const Rejected = Schema.Struct({ reason: Schema.String })
 const Approval = DurableDeferred.make("Endpoint/Approval", {
@@ -259,6 +260,33 @@ describe("DeferredEndpoint", () => {
         expect((yield* completed(executionId)).exit).toEqual(Exit.succeed("approved by ada up to 8"))
         const twice = yield* Effect.flip(DeferredEndpoint.makeCompleter([Approval, Approval]))
         expect(twice).toMatchObject({ _tag: "InvalidInput", argument: "deferreds" })
+      }))
+  })
+})
+
+describe("DeferredEndpoint after a purge", () => {
+  layer(App, { timeout: "2 minutes", excludeTestServices: true })((it) => {
+    it.effect("D12: a callback for a purged execution is 404; the same callback for the execution started again completes the new run", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const admin = yield* WorkflowAdmin.make
+        const { executionId, signed } = yield* started("p-d12")
+        const body = JSON.stringify({ token: signed, value: { by: "ada", limit: 1 } })
+        expect((yield* post(body)).body.outcome).toBe("completed")
+        yield* completed(executionId)
+        // Completed two hours ago, as far as the purge's floor can tell.
+        yield* sql`UPDATE durable.workflow_executions SET completed_at = now() - interval '2 hours'
+                    WHERE execution_id = ${executionId}`
+        expect(yield* admin.purge({ olderThan: "1 hour" })).toBeGreaterThanOrEqual(1)
+        const afterPurge = yield* post(body)
+        expect([afterPurge.status, afterPurge.body.code]).toEqual([404, "workflow-execution-not-found"])
+        // Started again under the same id: the same callback completes it, once.
+        const again = yield* started("p-d12")
+        expect(again.executionId).toBe(executionId)
+        const second = yield* post(body)
+        expect([second.status, second.body.outcome]).toEqual([200, "completed"])
+        expect((yield* completed(executionId)).exit).toEqual(Exit.succeed("approved by ada up to 1"))
+        expect((yield* post(body)).body.outcome).toBe("already-completed")
       }))
   })
 })

@@ -1,6 +1,7 @@
 import * as Cursor from "@effect-durable/core/Cursor"
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import { describe, expect, it } from "@effect/vitest"
+import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
 import * as Redacted from "effect/Redacted"
 import * as TestClock from "effect/testing/TestClock"
@@ -88,5 +89,33 @@ describe("DeferredTokens", () => {
     }
     const short = Effect.runSync(Effect.flip(DeferredTokens.make([{ id: "k", secret: Redacted.make("short") }])))
     expect(short).toMatchObject({ _tag: "DurableConfigError", field: "deferredTokens.keys[0].secret" })
+  })
+
+  it("H19: DEFERRED_TOKEN_KEYS is read without the whitespace around each entry; a blank or padded secret is refused", () => {
+    const fromEnv = (value: string) =>
+      Effect.runSync(
+        Effect.flip(Effect.flatMap(DeferredTokens.keyringConfig, DeferredTokens.make)).pipe(
+          Effect.provide(ConfigProvider.layer(ConfigProvider.fromUnknown({ DEFERRED_TOKEN_KEYS: value }))),
+          Effect.map((error) => error as unknown),
+          Effect.orElseSucceed(() => undefined)
+        )
+      )
+    const read = (value: string) =>
+      Effect.runSync(
+        Effect.flatMap(DeferredTokens.keyringConfig, DeferredTokens.make).pipe(
+          Effect.provide(ConfigProvider.layer(ConfigProvider.fromUnknown({ DEFERRED_TOKEN_KEYS: value })))
+        )
+      )
+    // A file's trailing newline and a space after the comma are not part of the secrets.
+    const service = read("k2=k2-a-secret-of-32-bytes-or-so!!\n, k1=k1-a-secret-of-32-bytes-or-so!! \n")
+    const signed = Effect.runSync(service.sign(upstream))
+    expect(Effect.runSync(tokens(key("k2")).open(signed)).executionId).toBe("exec-7")
+    expect(Effect.runSync(service.open(Effect.runSync(tokens(key("k1")).sign(upstream)))).executionId).toBe("exec-7")
+    // Sixteen spaces are no key, from the environment or from code.
+    expect(fromEnv("k1=" + " ".repeat(16))).toMatchObject({ _tag: "DurableConfigError" })
+    const padded = Effect.runSync(
+      Effect.flip(DeferredTokens.make([{ id: "k", secret: Redacted.make(" a-secret-of-more-than-16-bytes") }]))
+    )
+    expect(padded).toMatchObject({ _tag: "DurableConfigError", field: "deferredTokens.keys[0].secret" })
   })
 })

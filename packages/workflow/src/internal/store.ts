@@ -24,6 +24,11 @@ export type Status = "pending" | "running" | "suspended" | "complete"
 export type StepKind = "activity" | "deferred" | "clock"
 
 export interface ExecutionRow {
+  /**
+   * Which start of the execution this is (its creation time in microseconds, as text): an
+   * execution purged and started again under the same id is another incarnation.
+   */
+  readonly incarnation: string
   readonly status: Status
   readonly result: unknown
   readonly payload: unknown
@@ -205,7 +210,8 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
       ),
     read: (workflow, executionId) =>
       sql<ExecutionRow>`
-        SELECT status, result, payload, interrupt_requested, interrupt_unsafe, parent_workflow, parent_execution_id
+        SELECT status, result, payload, interrupt_requested, interrupt_unsafe, parent_workflow, parent_execution_id,
+               (extract(epoch FROM created_at) * 1000000)::bigint::text AS incarnation
           FROM ${executions} WHERE workflow = ${workflow} AND execution_id = ${executionId}`.pipe(
         Effect.map((rows) => rows[0]),
         classifySqlErrors("WorkflowEngine.poll")
@@ -215,7 +221,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
         UPDATE ${executions} SET status = 'running', runs = runs + 1, resume_requested = false, updated_at = now()
          WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
         RETURNING status, result, payload, interrupt_requested, interrupt_unsafe, parent_workflow, parent_execution_id,
-                  wake_seq::text`.pipe(
+                  (extract(epoch FROM created_at) * 1000000)::bigint::text AS incarnation, wake_seq::text`.pipe(
         Effect.map((rows) => rows[0] === undefined ? undefined : { row: rows[0], wakeSeq: rows[0].wake_seq }),
         classifySqlErrors("WorkflowEngine.run")
       ),
