@@ -153,19 +153,18 @@ export const make = (
       return { items, next: rows.length > limit ? items[items.length - 1]!.id : undefined }
     })
 
-  const byIds =
-    (
-      name: string,
-      statement: (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<{ id: string }>, SqlError.SqlError>
-    ) =>
-    (ids: ReadonlyArray<string>) =>
-      Effect.flatMap(decodeIds(ids), (decoded) =>
-        decoded.length === 0
-          ? Effect.succeed([])
-          : statement(decoded).pipe(
-            Effect.map((rows) => rows.map((row) => row.id)),
-            classifySqlErrors(op(name))
-          ))
+  const byIds = (
+    name: string,
+    statement: (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<{ id: string }>, SqlError.SqlError>
+  ) =>
+  (ids: ReadonlyArray<string>) =>
+    Effect.flatMap(decodeIds(ids), (decoded) =>
+      decoded.length === 0
+        ? Effect.succeed([])
+        : statement(decoded).pipe(
+          Effect.map((rows) => rows.map((row) => row.id)),
+          classifySqlErrors(op(name))
+        ))
 
   const {
     cancel: off,
