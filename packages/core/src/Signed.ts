@@ -41,10 +41,15 @@ export const validateKeyring = (
   keys: ReadonlyArray<Key>,
   field: string
 ): Result.Result<void, DurableConfigError> => {
-  if (keys.length === 0) return Result.fail(new DurableConfigError({ field, rule: "at least one key" }))
+  if (!Array.isArray(keys) || keys.length === 0) {
+    return Result.fail(new DurableConfigError({ field, rule: "a list of at least one key { id, secret }" }))
+  }
   const seen = new Set<string>()
   for (const [i, key] of keys.entries()) {
-    if (!KEY_ID.test(key.id)) {
+    if (typeof key !== "object" || key === null || !Redacted.isRedacted(key.secret)) {
+      return Result.fail(new DurableConfigError({ field: `${field}[${i}]`, rule: "{ id, secret: Redacted }" }))
+    }
+    if (typeof key.id !== "string" || !KEY_ID.test(key.id)) {
       return Result.fail(
         new DurableConfigError({ field: `${field}[${i}].id`, rule: "1-32 characters of A-Z a-z 0-9 _ -" })
       )
@@ -55,10 +60,12 @@ export const validateKeyring = (
       )
     }
     seen.add(key.id)
-    const secret = Redacted.value(key.secret)
+    const secret: unknown = Redacted.value(key.secret)
     // Whitespace around a secret is a file's trailing newline or a pasted space, never key
     // material: it would sign with bytes nobody meant (and sixteen spaces would pass as a key).
-    if (secret.trim() !== secret || Buffer.byteLength(secret, "utf8") < MIN_SECRET_BYTES) {
+    if (
+      typeof secret !== "string" || secret.trim() !== secret || Buffer.byteLength(secret, "utf8") < MIN_SECRET_BYTES
+    ) {
       return Result.fail(
         new DurableConfigError({
           field: `${field}[${i}].secret`,

@@ -8,11 +8,14 @@ import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import { describe, expect, it } from "@effect/vitest"
 import * as Cause from "effect/Cause"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
+import * as RateLimiter from "effect/persistence/RateLimiter"
 import * as Redacted from "effect/Redacted"
 import * as SqlClient from "effect/sql/SqlClient"
+import * as Stream from "effect/Stream"
 import * as FastCheck from "fast-check"
 import * as Cas from "../src/Cas.js"
 import * as FlowControl from "../src/FlowControl.js"
@@ -23,7 +26,10 @@ import * as Keyset from "../src/Keyset.js"
 import * as MutationLedger from "../src/MutationLedger.js"
 import * as Outbox from "../src/Outbox.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"
+import * as OutboxBulk from "../src/OutboxBulk.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
+import * as RateLimiterStore from "../src/RateLimiterStore.js"
+import * as Schedules from "../src/Schedules.js"
 import * as Transactions from "../src/Transactions.js"
 
 const RUNS = Number(process.env.EFFECT_DURABLE_PROPERTY_RUNS ?? "60")
@@ -108,6 +114,9 @@ type Services =
   | Cas.Cas
   | Keyset.Keyset
   | FlowControl.FlowControl
+  | Schedules.Schedules
+  | OutboxBulk.OutboxBulk
+  | RateLimiter.RateLimiterStore
 
 interface Operation {
   readonly name: string
@@ -280,6 +289,69 @@ const operations = FastCheck.oneof<Array<FastCheck.Arbitrary<Operation>>>(
   FastCheck.tuple(text, text, anything).map(([namespace, key, wait]) => ({
     name: "advisoryLock",
     run: Transactions.advisoryLock(namespace, key, { wait } as never)
+  })),
+  // The surfaces of the last wave (issue 42): cancel and restore, bulk actions by filter, inbox
+  // limits, schedules, the rate limiter store.
+  FastCheck.tuple(FastCheck.array(anything, { maxLength: 3 }), anything, anything).map(([ids, reason, by]) => ({
+    name: "cancel, restore",
+    run: Effect.flatMap(
+      OutboxAdmin.OutboxAdmin,
+      (o) => Effect.andThen(o.cancel(ids as Array<string>, { reason, by } as never), o.restore(ids as Array<string>))
+    )
+  })),
+  FastCheck.tuple(
+    FastCheck.oneof(
+      anything,
+      FastCheck.record({ topic: anything, state: anything, olderThan: duration, ids: anything })
+    ),
+    anything,
+    FastCheck.constantFrom("redriveMatching" as const, "discardMatching" as const)
+  ).map(([filter, options, action]) => ({
+    name: action,
+    run: Effect.flatMap(OutboxBulk.OutboxBulk, (b) => Stream.runDrain(b[action](filter as never, options as never)))
+  })),
+  FastCheck.tuple(text, anything, anything, optionalBag(anything)).map(([consumer, maxInFlight, rate, by]) => ({
+    name: "inbox limits",
+    run: Effect.flatMap(FlowControl.FlowControl, (flow) =>
+      Effect.ensuring(
+        Effect.andThen(flow.setInboxLimit(consumer, { maxInFlight, rate, by } as never), flow.inboxLimits),
+        Effect.ignore(flow.clearInbox(consumer))
+      ))
+  })),
+  FastCheck.tuple(
+    text,
+    FastCheck.oneof(text, FastCheck.constantFrom("* * * * *", "0 0 30 2 *", "*/5 * * * * *", "0 3 * * 1-5")),
+    FastCheck.oneof(text, FastCheck.constantFrom("UTC", "Europe/Berlin", "Mars/Olympus")),
+    text,
+    json,
+    FastCheck.record({ overlap: anything, catchUp: duration, orderingKey: anything }),
+    FastCheck.tuple(anything, anything)
+  ).map(([name, cron, timeZone, topic, payload, rest, [from, to]]) => ({
+    name: "schedules",
+    run: Effect.flatMap(Schedules.Schedules, (sched) =>
+      Effect.ensuring(
+        Effect.gen(function*() {
+          yield* sched.define({ name, cron, timeZone, topic, payload, ...rest } as never)
+          yield* sched.pause(name, { by: topic } as never)
+          yield* sched.resume(name)
+          yield* sched.backfill(name, { from, to } as never)
+          yield* sched.list
+        }),
+        Effect.ignore(sched.remove(name))
+      ))
+  })),
+  FastCheck.tuple(anything, anything, anything, anything, anything, anything).map((
+    [key, tokens, limit, refill, epoch, overflow]
+  ) => ({
+    name: "rate limiter store",
+    run: Effect.flatMap(RateLimiter.RateLimiterStore, (store) =>
+      Effect.gen(function*() {
+        const refillRate = typeof refill === "number" ? Duration.millis(refill) : Duration.seconds(1)
+        yield* store.fixedWindow({ key, tokens, refillRate, limit } as never)
+        yield* store.tokenBucket({ key, tokens, limit, refillRate, allowOverflow: overflow } as never)
+        yield* store.adaptiveConsume({ key, tokens, fallbackWindow: refillRate } as never)
+        yield* store.adaptiveFeedback({ key, tokens, epoch, status: 429, retryAfter: refillRate } as never)
+      }))
   }))
 )
 
@@ -295,7 +367,9 @@ const TYPED = new Set([
   "CasConflict",
   "InvalidCursor",
   "CursorBindingMismatch",
-  "DurableConfigError"
+  "DurableConfigError",
+  // RateLimiterStore's one error (effect's interface): a refusal naming the rule.
+  "RateLimiterError"
 ])
 
 const rowCounts = Effect.flatMap(SqlClient.SqlClient, (sql) =>
@@ -303,10 +377,12 @@ const rowCounts = Effect.flatMap(SqlClient.SqlClient, (sql) =>
     SELECT (SELECT count(*)::int FROM durable.outbox) AS outbox, (SELECT count(*)::int FROM durable.inbox) AS inbox,
            (SELECT count(*)::int FROM durable.mutation_records) AS ledger`)
 
-const Live = Layer.provideMerge(
+const Live = Layer.mergeAll(
   Keyset.layer.pipe(Layer.provide(Cursor.layer([{ id: "k1", secret: Redacted.make("property-test-secret-16+") }]))),
-  TestSubstrate.layer()
-)
+  Schedules.layer,
+  OutboxBulk.layer,
+  Layer.effect(RateLimiter.RateLimiterStore, RateLimiterStore.make()).pipe(Layer.orDie)
+).pipe(Layer.provideMerge(TestSubstrate.layer()))
 
 describe("every public operation, any argument", () => {
   it.layer(Live, { timeout: "5 minutes" })((it) => {
