@@ -288,5 +288,47 @@ describe("DeferredEndpoint after a purge", () => {
         expect((yield* completed(executionId)).exit).toEqual(Exit.succeed("approved by ada up to 1"))
         expect((yield* post(body)).body.outcome).toBe("already-completed")
       }))
+
+    it.effect("a purge racing callbacks, show and resume of the executions it deletes: every answer 200 or 404, no step outlives its execution", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const admin = yield* WorkflowAdmin.make
+        const runs = yield* Effect.forEach(
+          Array.from({ length: 6 }, (_, i) => `p-race-${i}`),
+          (id) =>
+            Effect.gen(function*() {
+              const run = yield* started(id)
+              const body = JSON.stringify({ token: run.signed, value: { by: "ada", limit: 2 } })
+              expect((yield* post(body)).status).toBe(200)
+              yield* completed(run.executionId)
+              return { ...run, body }
+            }),
+          { concurrency: 3 }
+        )
+        yield* sql`UPDATE durable.workflow_executions SET completed_at = now() - interval '2 hours'
+                    WHERE execution_id IN ${sql.in(runs.map((run) => run.executionId))}`
+        const readers = Effect.forEach(runs, (run) =>
+          Effect.all([
+            post(run.body),
+            admin.show(Purchase._tag, run.executionId),
+            admin.resume(Purchase._tag, run.executionId)
+          ]), { concurrency: "unbounded" })
+        const [purged, answers] = yield* Effect.all([admin.purge({ olderThan: "1 hour", batchSize: 2 }), readers], {
+          concurrency: "unbounded"
+        })
+        expect(purged).toBeGreaterThanOrEqual(runs.length)
+        for (const [reply, shown, resumed] of answers) {
+          expect([200, 404]).toContain(reply.status)
+          if (reply.status === 200) expect(reply.body.outcome).toBe("already-completed")
+          expect(shown === undefined || shown.status === "complete").toBe(true)
+          expect(resumed).toBe(false)
+        }
+        const [orphans] = yield* sql<{ n: number }>`
+          SELECT count(*)::int AS n FROM durable.workflow_steps s
+           WHERE NOT EXISTS (SELECT 1 FROM durable.workflow_executions e
+                              WHERE e.workflow = s.workflow AND e.execution_id = s.execution_id)`
+        expect(orphans!.n).toBe(0)
+        for (const run of runs) expect((yield* post(run.body)).status).toBe(404)
+      }))
   })
 })
