@@ -62,11 +62,29 @@ export class SchemaVersionMismatch
       /** The latest version recorded in the database (0: never migrated). */
       found: Schema.Number,
       /** The version this code needs. */
-      needed: Schema.Number
+      needed: Schema.Number,
+      /** The versions applied from other DDL than this code's (their checksums differ). */
+      changed: Schema.optional(Schema.Array(Schema.Struct({ version: Schema.Number, name: Schema.String }))),
+      /** The schema was built by the pre-release numbering (`found` counts in it). */
+      prerelease: Schema.optional(Schema.Boolean),
+      /** What else the database and the code disagree on. */
+      detail: Schema.optional(Schema.String)
     }
   )
 {
   override get message() {
+    const detail = this.detail === undefined ? "" : ` (${this.detail})`
+    if (this.changed !== undefined && this.changed.length > 0) {
+      const versions = this.changed.map((v) => `${v.version} (${v.name})`).join(", ")
+      return `the "${this.schema}" schema applied version ${versions} from other DDL than this code's: an unreleased ` +
+        `version changed since it was applied, or the schema was edited by hand. Recreate a development ` +
+        `database; otherwise deploy the release that migrated it${detail}`
+    }
+    if (this.prerelease === true) {
+      return `the "${this.schema}" schema was built by a pre-release of effect-durable (version ${this.found} of the ` +
+        `numbering before the first release): run the migrations once to adopt it as the baseline ` +
+        `(Durable.layer({ migrate: true }), or \`effect-durable migrate\`)${detail}`
+    }
     return this.found < this.needed
       ? `the "${this.schema}" schema is at version ${this.found}, this code needs ${this.needed}: run the migrations ` +
         `(Durable.layer({ migrate: true }), or \`effect-durable migrate\` as a deploy step)`

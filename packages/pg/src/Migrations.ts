@@ -1,9 +1,12 @@
 /**
  * The substrate's schema, as numbered migrations embedded in this package (one module per
- * released version under `internal/migrations/`). `migrate` is idempotent and safe when
- * several processes run it at once: a transaction-scoped advisory lock lets one runner apply
- * each version, in one transaction with its record. Any earlier version is upgraded in
- * order. `verifySchema` reports drift from what the migrations build.
+ * version under `internal/migrations/`, the first the baseline). `migrate` is idempotent and
+ * safe when several processes run it at once: a transaction-scoped advisory lock lets one
+ * runner apply each version, in one transaction with its record and its checksum. Any earlier
+ * version is upgraded in order; a schema the pre-release numbering built is adopted as the
+ * baseline. At start `checkSchemaVersion` refuses a schema behind or ahead of the code, or one
+ * that applied a version from other DDL (a checksum that differs). `verifySchema` reports
+ * drift from what the migrations build, object by object.
  *
  * @since 0.1.0
  */
@@ -14,7 +17,9 @@ import * as Effect from "effect/Effect"
 import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings, type Settings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
-import { released } from "./internal/migrations/index.js"
+import { adopt } from "./internal/adoption.js"
+import { checksumOf, historyTable, isPrerelease, readApplied } from "./internal/migrationHistory.js"
+import { RELEASED_THROUGH, versions } from "./internal/migrations/index.js"
 import { verify } from "./internal/schemaDrift.js"
 import { quote } from "./internal/sqlText.js"
 import { advisoryKey, lockForTransaction, transact } from "./internal/transaction.js"
@@ -26,8 +31,14 @@ export interface Migration {
   readonly statements: (t: (table: string) => string) => ReadonlyArray<string>
 }
 
-/** Every version, in order. Never edit a released one: add the next. */
-export const migrations: ReadonlyArray<Migration> = Object.values(released).sort((a, b) => a.version - b.version)
+/** Every version, in order. Never edit a released one (at or below `releasedThrough`): add the next. */
+export const migrations: ReadonlyArray<Migration> = versions
+
+/** The last released version: its text and those before it are frozen (0: none released yet). */
+export const releasedThrough: number = RELEASED_THROUGH
+
+/** A version's checksum, as `schema_migrations` records it: SHA-256 of its DDL, written for a fixed schema. */
+export const checksum: (migration: Migration) => string = checksumOf
 
 export const latestVersion: number = migrations[migrations.length - 1]!.version
 
@@ -47,18 +58,17 @@ const bootstrap = (sql: SqlClient.SqlClient, settings: Settings) =>
     // owner role without that right could not re-run migrate on an existing schema.
     const exists = yield* sql`SELECT 1 FROM pg_namespace WHERE nspname = ${settings.schema}`
     if (exists.length === 0) yield* sql.unsafe(`CREATE SCHEMA ${settings.quotedSchema}`)
-    yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${settings.table("schema_migrations")} (
-      version integer NOT NULL,
-      name text NOT NULL,
-      applied_at timestamptz NOT NULL DEFAULT now(),
-      CONSTRAINT schema_migrations_pkey PRIMARY KEY (version)
-    )`)
+    yield* sql.unsafe(historyTable(settings.table("schema_migrations")))
   })
 
-/** Applies every missing version up to `upTo` (default: the latest). */
+/**
+ * Applies every missing version up to `upTo` (default: the latest). A schema the pre-release
+ * numbering built (from its version 27 on) is first adopted as the baseline, in place
+ * (`SchemaVersionMismatch` when it cannot be: an earlier version, or tables that differ).
+ */
 export const migrate = (
   options: { readonly upTo?: number } = {}
-): Effect.Effect<MigrationReport, DatabaseError, SqlClient.SqlClient | DurableSettings> =>
+): Effect.Effect<MigrationReport, DatabaseError | SchemaVersionMismatch, SqlClient.SqlClient | DurableSettings> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
@@ -71,23 +81,26 @@ export const migrate = (
         true
       )
       yield* bootstrap(sql, settings)
-      const done = yield* sql<{ version: number }>`SELECT version FROM ${
-        sql.literal(settings.table("schema_migrations"))
-      }`
+      const history = settings.table("schema_migrations")
+      let done = yield* readApplied(sql, settings.schema, history)
+      if (isPrerelease(done)) {
+        yield* adopt(sql, settings, done, migrations[0]!)
+        done = yield* readApplied(sql, settings.schema, history)
+      }
       const appliedBefore = new Set(done.map((row) => row.version))
       const pending = migrations.filter((m) => m.version <= upTo && !appliedBefore.has(m.version))
       for (const migration of pending) {
         for (const statement of migration.statements(settings.table)) yield* sql.unsafe(statement)
-        yield* sql`INSERT INTO ${sql.literal(settings.table("schema_migrations"))} (version, name)
-                   VALUES (${migration.version}, ${migration.name})`
+        yield* sql`INSERT INTO ${sql.literal(history)} (version, name, checksum)
+                   VALUES (${migration.version}, ${migration.name}, ${checksumOf(migration)})`
         yield* Effect.logInfo(`effect-durable: applied migration ${migration.version} (${migration.name})`).pipe(
           Effect.annotateLogs({ schema: settings.schema })
         )
       }
       const version = Math.max(0, ...appliedBefore, ...pending.map((m) => m.version))
       // Roles granted runtime access get what every version made, this run's included (the
-      // list exists from version 8 on). Cheap, and it repairs a grant revoked by hand.
-      if (version >= 8) {
+      // list exists from the baseline on). Cheap, and it repairs a grant revoked by hand.
+      if (version >= 1) {
         const roles = yield* sql<{ role: string }>`SELECT role FROM ${sql.literal(settings.table("runtime_roles"))}`
         for (const { role } of roles) {
           for (const grant of yield* runtimeGrants(sql, settings, role)) yield* sql.unsafe(grant)
@@ -98,44 +111,78 @@ export const migrate = (
     return yield* transact(sql, "Migrations.migrate", body)
   }).pipe(Effect.withSpan("Migrations.migrate"))
 
+const applied = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const settings = yield* DurableSettings
+  return yield* readApplied(sql, settings.schema, settings.table("schema_migrations"))
+}).pipe(classifySqlErrors("Migrations.appliedVersions"))
+
 /**
- * The versions recorded in the schema (empty when it was never migrated). The table is looked
- * up first rather than its absence caught: a failed statement would leave a caller's
- * transaction aborted.
+ * The versions recorded in the schema, in this code's numbering (empty when it was never
+ * migrated, and for a schema of the pre-release numbering: none of its versions is one of these).
  */
 export const appliedVersions: Effect.Effect<
   ReadonlyArray<number>,
   DatabaseError,
   SqlClient.SqlClient | DurableSettings
-> = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  const settings = yield* DurableSettings
-  const history = settings.table("schema_migrations")
-  const [found] = yield* sql<{ present: boolean }>`SELECT to_regclass(${history}) IS NOT NULL AS present`
-  if (found?.present !== true) return []
-  const rows = yield* sql<{ version: number }>`SELECT version FROM ${sql.literal(history)} ORDER BY version`
-  return rows.map((row) => row.version)
-}).pipe(classifySqlErrors("Migrations.appliedVersions"))
+> = Effect.map(applied, (rows) => isPrerelease(rows) ? [] : rows.map((row) => row.version))
 
-/** The schema's recorded version (0: never migrated) beside the one this code needs. */
-export const schemaVersion: Effect.Effect<
-  { readonly schema: string; readonly found: number; readonly needed: number },
-  DatabaseError,
-  SqlClient.SqlClient | DurableSettings
-> = Effect.gen(function*() {
-  const settings = yield* DurableSettings
-  const versions = yield* appliedVersions
-  return { schema: settings.schema, found: versions.length === 0 ? 0 : Math.max(...versions), needed: latestVersion }
-})
+export interface SchemaVersion {
+  readonly schema: string
+  /** The latest version recorded (0: never migrated); for a pre-release schema, in its numbering. */
+  readonly found: number
+  readonly needed: number
+  /** Versions applied from other DDL than this code's (their checksums differ). */
+  readonly changed: ReadonlyArray<{ readonly version: number; readonly name: string }>
+  /** Built by the pre-release numbering: `migrate` adopts it. */
+  readonly prerelease: boolean
+}
 
-/** The schema is at the version this code needs, or `SchemaVersionMismatch` (older: migrate; newer: a rollback). */
+/** The schema's recorded version beside the one this code needs, and the versions whose DDL changed. */
+export const schemaVersion: Effect.Effect<SchemaVersion, DatabaseError, SqlClient.SqlClient | DurableSettings> = Effect
+  .gen(function*() {
+    const settings = yield* DurableSettings
+    const rows = yield* applied
+    const prerelease = isPrerelease(rows)
+    const byVersion = new Map(migrations.map((m) => [m.version, m] as const))
+    const changed = prerelease ? [] : rows.flatMap((row) => {
+      const migration = byVersion.get(row.version)
+      return migration !== undefined && row.checksum !== null && row.checksum !== checksumOf(migration)
+        ? [{ version: row.version, name: row.name }]
+        : []
+    })
+    return {
+      schema: settings.schema,
+      found: rows.length === 0 ? 0 : Math.max(...rows.map((row) => row.version)),
+      needed: latestVersion,
+      changed,
+      prerelease
+    }
+  })
+
+/**
+ * The schema is what this code needs, or `SchemaVersionMismatch`: behind (migrate), ahead (a
+ * rolled-back deploy), built by the pre-release numbering (migrate adopts it), or a version
+ * applied from other DDL than this code's (named).
+ */
 export const checkSchemaVersion: Effect.Effect<
   void,
   SchemaVersionMismatch | DatabaseError,
   SqlClient.SqlClient | DurableSettings
 > = Effect.flatMap(
   schemaVersion,
-  (version) => version.found === version.needed ? Effect.void : Effect.fail(new SchemaVersionMismatch(version))
+  (version) =>
+    version.found === version.needed && !version.prerelease && version.changed.length === 0
+      ? Effect.void
+      : Effect.fail(
+        new SchemaVersionMismatch({
+          schema: version.schema,
+          found: version.found,
+          needed: version.needed,
+          ...(version.changed.length > 0 ? { changed: version.changed } : {}),
+          ...(version.prerelease ? { prerelease: true } : {})
+        })
+      )
 )
 
 const decodeRole = Input.argument("role", Input.Identifier)

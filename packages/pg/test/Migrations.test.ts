@@ -3,58 +3,42 @@ import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as SqlClient from "effect/sql/SqlClient"
-import { createHash } from "node:crypto"
+import { readdirSync, readFileSync } from "node:fs"
+import { dirname, join } from "node:path"
+import { fileURLToPath } from "node:url"
 import { DurableSettings, layerSettings } from "../src/DurableConfig.js"
 import * as Migrations from "../src/Migrations.js"
 import { database, sqlState } from "./support.js"
 
 const inSchema = (schema: string) => Effect.provide(layerSettings({ schema }))
 
-// Released versions never change: their DDL, with tables in a fixed schema, hashed when each was released.
-const RELEASED_DDL: Readonly<Record<number, string>> = {
-  1: "cf4142e83d04671383951900addf6a183996c86be6536d78f2ef67617baa0100",
-  2: "6067369652ea5fcba17560ddc6c42b4b3c088a9de7681ab7699e4b23529cace9",
-  3: "6307ad44645f60df97a2dd0bb0e01e58dbaa13aa4fdfb74ab696a77f33f49b67",
-  4: "904373fa3b991dd74d305b80533ce27fd56eb14efabbfd89a4fff90d059b8c1a",
-  5: "8e1618273a9e637394a8b108506341ccccc3fdaa5f5261a79f843febac14bd22",
-  6: "179c8b0332018e5e022682599f9728279319d4cf76d39a31d231d2b2896a1ca6",
-  7: "1454302a9aab37aee515961c371e6fec25372651ea525355a702851276ac1508",
-  8: "8b096428db9c013b2b625151451557000a3760b76f5e9f43faeeabfffc43c448",
-  9: "447ad7e943eaa403a117ba883494ffa80ef8f6e062779cc9b3ba26cee24b3011",
-  10: "cbb9648342ea566e66fcf7bf640acc857af6a132c51bcedc79344003dbc5397f",
-  11: "9b3d0fec0093188d47b5df9efada6d8effdc31a26f7ca1da21017e378aa6e5bc",
-  12: "64656c454de753da86639b1ae617e7d3d38a5d8b7b38cdd03e958f7674adfe1e",
-  13: "d89f6f5104c13863cf8af9a6031a8bc6911b377139d29ec05ac853e990483d32",
-  14: "42e491f5912e4debced1b96c26cfe921aaac56ee59d31a74848a3fcbd1d9067d",
-  15: "515dc3171dbc55d3262f792f69255fb477aa566278d749855601db5a056b70a0",
-  16: "29e06729b4602e7b439b6e2a2fbe9380e62ebc8f2a3571b50d8b93fdf2ee666b",
-  17: "5b57e32c9c322ad3cf5700ed6dcb4e90fddb214d9ea2ad718a615e641b4ef5d1",
-  18: "395d02bc5172ade54eb29ac9b92425775b932b9573e3bd607cc595869df3c580",
-  19: "0c4c50d4a2fbc0be1266706c6a6c90b5c23f42b6ac9e8d7db4575ff5cef9a1f2",
-  20: "ca97aafac8a027caa1c45fccdc0e98f75567d1ae484a7e6dac97d18b8bf1f3fa",
-  21: "9e89144cc0e6a2178c8c26fcf2ea48285a86d0fb448f18a631d852e4aa8e04ed",
-  22: "2076971ed28ca668fe196bba99318c061ec2ba491d7803658a2d120dfcd85c92",
-  23: "5ff8640cc0089fe4aee86abbd535cb6492706ef136ce2e3236d6a55b02190973",
-  24: "78fad518769059dda1e682ea3ef56c8557ba1a98833f58f426429814d71f6ecb",
-  25: "d916b13cc14bceb4a670e670c03760b6b284c4884ae4ec31dd7cf0f41b9da11a",
-  26: "e777aba0649c569670c2471078a4f2615fcded36f6f50631b10ecab82876037a",
-  27: "b71be4ace622736b79091814b5a4934cfe8ab29b86e6d3a87eee24ca7821d10e",
-  28: "ea6a222de3ad57db84db6820f5a1ac357592ea6031c71b09fb3b6441326a2da3"
-}
+// Released versions never change: their DDL, with tables in a fixed schema, hashed when each
+// was released (`npm run schema:release` records them). None is released yet.
+const RELEASED_DDL: Readonly<Record<number, string>> = {}
+
+const here = dirname(fileURLToPath(import.meta.url))
 
 describe("released migrations", () => {
-  it("every released version's DDL is byte for byte what was released", () => {
-    const t = (table: string) => `"s"."${table}"`
-    const hashes = Object.fromEntries(Migrations.migrations.map((m) => [
-      m.version,
-      createHash("sha256").update(m.statements(t).join("\n;\n")).digest("hex")
-    ]))
-    expect(hashes).toEqual(RELEASED_DDL)
+  it("every released version's DDL is byte for byte what was released, and only released ones are recorded", () => {
+    const released = Migrations.migrations.filter((m) => m.version <= Migrations.releasedThrough)
+    expect(Object.fromEntries(released.map((m) => [m.version, Migrations.checksum(m)]))).toEqual(RELEASED_DDL)
   })
 
-  it("versions are numbered 1, 2, 3... with no gap, and the latest is the last", () => {
+  it("a released version is frozen text: its module imports nothing but types", () => {
+    const folder = join(here, "..", "src", "internal", "migrations")
+    for (const file of readdirSync(folder).filter((f) => /^\d{4}_/.test(f))) {
+      const version = Number(file.slice(0, 4))
+      if (version > Migrations.releasedThrough) continue
+      const imports = readFileSync(join(folder, file), "utf8").split("\n").filter((line) => line.startsWith("import "))
+      expect(imports.filter((line) => !line.startsWith("import type ")), file).toEqual([])
+    }
+  })
+
+  it("versions are numbered 1, 2, 3... with no gap, the first is the baseline, and the latest is the last", () => {
     expect(Migrations.migrations.map((m) => m.version)).toEqual(Migrations.migrations.map((_, i) => i + 1))
+    expect(Migrations.migrations[0]!.name).toBe("baseline")
     expect(Migrations.latestVersion).toBe(Migrations.migrations.length)
+    expect(Migrations.releasedThrough).toBeLessThanOrEqual(Migrations.latestVersion)
   })
 })
 
@@ -81,7 +65,7 @@ describe("Migrations", () => {
         expect(after).toEqual([{ one: 1 }])
       }).pipe(inSchema("m_never")))
 
-    it.effect("the database holds the claim each queue's worker calls and explainClaim reads, and the previous release's outbox claim for a rolling deploy", () =>
+    it.effect("the database holds the claim each queue's worker calls and explainClaim reads", () =>
       Effect.gen(function*() {
         yield* Migrations.migrate()
         const sql = yield* SqlClient.SqlClient
@@ -91,7 +75,6 @@ describe("Migrations", () => {
            WHERE n.nspname = 'm_claims' AND p.proname LIKE '%_claim' ORDER BY 1, 2`
         expect(rows).toEqual([
           { name: "inbox_claim", args: "text, integer, double precision, text, integer" },
-          { name: "outbox_claim", args: "text, integer, double precision, text[], integer" },
           { name: "outbox_claim", args: "text, integer, double precision, text[], integer, integer" }
         ])
       }).pipe(inSchema("m_claims")))
@@ -107,26 +90,58 @@ describe("Migrations", () => {
         expect(yield* Migrations.verifySchema).toEqual([])
       }).pipe(inSchema("m_concurrent")))
 
-    it.effect("upgrades a database built by version 1, keeping its rows", () =>
+    it.effect("a schema of the pre-release numbering (version 28) is adopted as the baseline in place, its rows kept; checkSchemaVersion asks for the migration first", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
-        const v1 = yield* Migrations.migrate({ upTo: 1 })
-        expect(v1.applied.map((m) => m.version)).toEqual([1])
-        const drift = yield* Migrations.verifySchema
-        expect(drift).toContainEqual(expect.objectContaining({ kind: "version-behind", actual: "1" }))
-        expect(drift).toContainEqual(
-          expect.objectContaining({ kind: "missing-index", object: "mutation_records_created_at_idx" })
-        )
-        yield* sql`INSERT INTO m_upgrade.mutation_records (subject, operation, key, kind, eligibility, request_fingerprint, status, response)
+        yield* prerelease("m_adopt", 28)
+        yield* sql`INSERT INTO m_adopt.mutation_records (subject, operation, key, kind, eligibility, request_fingerprint, status, response)
                    VALUES ('s', 'op', 'k', 'kind', '\\x00', decode(repeat('ab', 32), 'hex'), 'accepted', '{"ok":true}')`
-        const forward = yield* Migrations.migrate()
-        expect(forward.applied.map((m) => m.version)).toEqual(Migrations.migrations.slice(1).map((m) => m.version))
-        const rows = yield* sql<
-          { key: string; effect_applied: boolean }
-        >`SELECT key, effect_applied FROM m_upgrade.mutation_records`
-        expect(rows).toEqual([{ key: "k", effect_applied: true }])
+        yield* sql`INSERT INTO m_adopt.outbox (topic, payload) VALUES ('t', '{"n":1}')`
+        expect(yield* Migrations.appliedVersions).toEqual([])
+        const refused = yield* Effect.flip(Migrations.checkSchemaVersion)
+        expect(refused).toMatchObject({ _tag: "SchemaVersionMismatch", found: 28, prerelease: true })
+        expect(refused.message).toMatch(/pre-release .* run the migrations once to adopt it/)
+        const report = yield* Migrations.migrate()
+        expect(report).toEqual({ applied: [], version: 1 })
+        yield* Migrations.checkSchemaVersion
         expect(yield* Migrations.verifySchema).toEqual([])
-      }).pipe(inSchema("m_upgrade")))
+        expect(yield* sql`SELECT key FROM m_adopt.mutation_records`).toEqual([{ key: "k" }])
+        expect(yield* sql`SELECT topic FROM m_adopt.outbox_claim('w', 10, 30, NULL, 10, 1)`).toEqual([{ topic: "t" }])
+        // The previous release's five-argument claim is gone with the pre-release numbering.
+        const claims = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_proc p
+          JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'm_adopt' AND p.proname = 'outbox_claim'`
+        expect(claims).toEqual([{ n: 1 }])
+      }).pipe(inSchema("m_adopt")))
+
+    it.effect("a pre-release schema before version 27 is refused, typed, naming what to do, and nothing changes", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* prerelease("m_old", 26)
+        const refused = yield* Effect.flip(Migrations.migrate())
+        expect(refused).toMatchObject({ _tag: "SchemaVersionMismatch", found: 26, prerelease: true })
+        expect(refused.message).toMatch(/migrate it to pre-release version 28 with the build that made it/)
+        const [{ n }] = (yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM m_old.schema_migrations`) as [
+          { n: number }
+        ]
+        expect(n).toBe(26)
+      }).pipe(inSchema("m_old")))
+
+    it.effect("a version applied from other DDL than this code's is refused at start, naming it; verify names the changed body", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* Migrations.migrate()
+        // What a development database migrated by an earlier text of an unreleased version holds.
+        yield* sql`UPDATE m_changed.schema_migrations SET checksum = repeat('0', 64) WHERE version = 1`
+        yield* sql.unsafe(`CREATE OR REPLACE FUNCTION m_changed.flow_tokens(tokens double precision,
+          tokens_at timestamptz, rate_limit integer, rate_period double precision, rate_burst integer, at timestamptz)
+          RETURNS double precision LANGUAGE sql IMMUTABLE AS 'SELECT 1::double precision'`)
+        const refused = yield* Effect.flip(Migrations.checkSchemaVersion)
+        expect(refused).toMatchObject({ _tag: "SchemaVersionMismatch", changed: [{ version: 1, name: "baseline" }] })
+        expect(refused.message).toMatch(/applied version 1 \(baseline\) from other DDL than this code's/)
+        expect(yield* Migrations.verifySchema).toEqual([
+          expect.objectContaining({ kind: "function-definition", object: expect.stringMatching(/^flow_tokens\(/) })
+        ])
+      }).pipe(inSchema("m_changed")))
 
     it.effect("verifySchema reports a missing schema, and missing or changed tables, columns, indexes, constraints", () =>
       Effect.gen(function*() {
@@ -146,7 +161,7 @@ describe("Migrations", () => {
                          payload jsonb, headers jsonb, received_at text)
           LANGUAGE sql AS 'SELECT NULL::text, NULL::text, 0, false, NULL::text, NULL::text, NULL::jsonb, NULL::jsonb, NULL::text WHERE false'`
         )
-        yield* sql`DROP FUNCTION m_drift.outbox_claim(text, integer, double precision, text[], integer)`
+        yield* sql`DROP FUNCTION m_drift.outbox_claim(text, integer, double precision, text[], integer, integer)`
         const drift = yield* Migrations.verifySchema
         expect(drift).toEqual(expect.arrayContaining([
           expect.objectContaining({ kind: "missing-index", object: "mutation_records_created_at_idx" }),
@@ -167,7 +182,7 @@ describe("Migrations", () => {
           }),
           expect.objectContaining({
             kind: "missing-function",
-            object: "outbox_claim(text, integer, double precision, text[], integer)"
+            object: "outbox_claim(text, integer, double precision, text[], integer, integer)"
           })
         ]))
         expect(drift).toHaveLength(6)
@@ -253,7 +268,7 @@ describe("Migrations", () => {
         }])
         // The runtime works: an outbox message written and claimed as that role.
         yield* runtime.sql`INSERT INTO m_grants.outbox (topic, payload) VALUES ('t', '{}')`
-        const claimed = yield* runtime.sql`SELECT * FROM m_grants.outbox_claim('w', 10, 30, NULL, 10)`
+        const claimed = yield* runtime.sql`SELECT * FROM m_grants.outbox_claim('w', 10, 30, NULL, 10, 1)`
         expect(claimed).toHaveLength(1)
         // And with a flow limit on its topic, through the current claim (its own tables granted).
         const sql = yield* SqlClient.SqlClient
@@ -273,3 +288,19 @@ describe("Migrations", () => {
       }).pipe(Effect.scoped, inSchema("m_grants")))
   })
 })
+
+/** Builds schema `schema` as the pre-release numbering did, up to `version` (its recorded DDL). */
+const prerelease = (schema: string, version: number) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const history = JSON.parse(readFileSync(join(here, "fixtures", "prerelease-migrations.json"), "utf8")) as Array<
+      { version: number; name: string; statements: Array<string> }
+    >
+    yield* sql.unsafe(`CREATE SCHEMA "${schema}"`)
+    yield* sql.unsafe(`CREATE TABLE "${schema}".schema_migrations (version integer NOT NULL, name text NOT NULL,
+      applied_at timestamptz NOT NULL DEFAULT now(), CONSTRAINT schema_migrations_pkey PRIMARY KEY (version))`)
+    for (const step of history.filter((m) => m.version <= version)) {
+      for (const statement of step.statements) yield* sql.unsafe(statement.replaceAll("\"__schema__\"", `"${schema}"`))
+      yield* sql`INSERT INTO ${sql(schema)}.schema_migrations (version, name) VALUES (${step.version}, ${step.name})`
+    }
+  })

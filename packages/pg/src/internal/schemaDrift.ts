@@ -10,6 +10,7 @@ import { randomBytes } from "node:crypto"
 import { DurableSettings } from "../DurableConfig.js"
 import { classifySqlErrors } from "../ErrorClassification.js"
 import type { Migration, SchemaDrift } from "../Migrations.js"
+import { historyTable } from "./migrationHistory.js"
 import { quote } from "./sqlText.js"
 
 interface CatalogObject {
@@ -100,9 +101,7 @@ export const verify = (
       Effect.gen(function*() {
         yield* sql.unsafe(`CREATE SCHEMA ${quote(scratch)}`)
         const qualify = (table: string) => `${quote(scratch)}.${quote(table)}`
-        yield* sql.unsafe(`CREATE TABLE ${qualify("schema_migrations")} (
-          version integer NOT NULL, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now(),
-          CONSTRAINT schema_migrations_pkey PRIMARY KEY (version))`)
+        yield* sql.unsafe(historyTable(qualify("schema_migrations")))
         for (const migration of migrations) {
           for (const statement of migration.statements(qualify)) yield* sql.unsafe(statement)
         }

@@ -1,54 +1,14 @@
 /**
- * Version 19, released: never edit it (a test holds its text); add the next version instead.
- *
- * The state of `RateLimiterStore` (`effect/persistence/RateLimiter`'s store, kept here so
- * every process shares one limit): a fixed-window counter, a token bucket and an adaptive
- * (429-driven) state per key, each a row. Every operation is one function call — one round
- * trip — that locks its key's row for the length of its statement, so concurrent callers on
- * any number of processes take turns per key and never both spend the last token.
- *
- * Times are milliseconds since the epoch, given by the caller (the application's clock) or,
- * when NULL, the database's (`clock_timestamp()`: one clock for every process). A row past
- * its `expires_at` is as good as absent (a window over, a bucket full again at the limit it
- * was last asked with, an adaptive state forgotten); the store's pruner deletes such rows.
- * `expires_at` is in no index, so each call's update stays HOT.
+ * `RateLimiterStore`'s functions (effect/persistence/RateLimiter's store on PostgreSQL): a fixed
+ * window, a token bucket and an adaptive (429-driven) state per key, each one call that locks
+ * its key's row for its statement, so callers on any number of processes take turns per key.
+ * Times are milliseconds since the epoch: the caller's (`p_now`) or the database's clock.
+ * They answer as effect 4.1.5's memory and Redis stores do (the property test holds them to it).
  */
-import type { Migration } from "../../Migrations.js"
+import type { Tables } from "../flow/limits.js"
 
-/** Milliseconds since the epoch: `given` (the application's clock), or the database's when NULL. */
-export const millisNow = (given: string) => `coalesce(${given}, extract(epoch FROM clock_timestamp())::float8 * 1000)`
-
-const now = millisNow("p_now")
-
-export const migration: Migration = {
-  version: 19,
-  name: "rate limiter store",
-  statements: (t) => [
-    `CREATE TABLE ${t("rate_windows")} (
-        key text PRIMARY KEY,
-        count double precision NOT NULL,
-        expires_at double precision NOT NULL
-      )`,
-    `CREATE TABLE ${t("rate_buckets")} (
-        key text PRIMARY KEY,
-        tokens double precision NOT NULL,
-        refilled_at double precision NOT NULL,
-        expires_at double precision NOT NULL
-      )`,
-    `CREATE TABLE ${t("rate_adaptive")} (
-        key text PRIMARY KEY,
-        phase text NOT NULL CHECK (phase IN ('cooldown', 'learning', 'learned')),
-        epoch integer NOT NULL,
-        cooldown_until double precision NOT NULL,
-        learning_started_at double precision NOT NULL,
-        observed_tokens double precision NOT NULL,
-        learned_limit double precision NOT NULL,
-        learned_window double precision NOT NULL,
-        expires_at double precision NOT NULL
-      )`,
-    // A fixed window: the count after taking p_tokens, and the time left in the window. With
-    // p_limit, a take past it is not recorded (the count returned is over the limit).
-    `CREATE FUNCTION ${t("rate_fixed_window")}(
+export const rateLimiterFunctions = (t: Tables): ReadonlyArray<string> => [
+  `CREATE OR REPLACE FUNCTION ${t("rate_fixed_window")}(
         p_key text, p_tokens double precision, p_refill double precision, p_limit double precision,
         p_now double precision)
   RETURNS TABLE (count double precision, ttl double precision)
@@ -56,11 +16,11 @@ export const migration: Migration = {
 AS $window$
 #variable_conflict use_column
 DECLARE
-  t_now double precision := ${now};
+  t_now double precision := coalesce(p_now, extract(epoch FROM clock_timestamp())::float8 * 1000);
   c double precision;
   e double precision;
 BEGIN
-  -- The key's row, locked; one whose window has passed starts over.
+  -- The key's row, locked; one whose window has passed starts over (it expires now: not open yet).
   INSERT INTO ${t("rate_windows")} AS w (key, count, expires_at) VALUES (p_key, 0, t_now)
   ON CONFLICT (key) DO UPDATE
      SET count = CASE WHEN w.expires_at <= t_now THEN 0 ELSE w.count END,
@@ -70,14 +30,17 @@ BEGIN
     RETURN QUERY SELECT c + p_tokens, e - t_now;
     RETURN;
   END IF;
-  UPDATE ${t("rate_windows")} w SET count = c + p_tokens, expires_at = e + p_refill * p_tokens WHERE w.key = p_key;
-  RETURN QUERY SELECT c + p_tokens, e + p_refill * p_tokens - t_now;
+  IF p_limit IS NULL THEN
+    e := e + p_refill * p_tokens;
+  ELSIF e = t_now AND p_tokens > 0 THEN
+    -- A capped window opens on its first positive admission and lasts the full window.
+    e := t_now + p_refill * p_limit;
+  END IF;
+  UPDATE ${t("rate_windows")} w SET count = c + p_tokens, expires_at = e WHERE w.key = p_key;
+  RETURN QUERY SELECT c + p_tokens, e - t_now;
 END
 $window$`,
-    // A token bucket: refilled by whole intervals since its last refill, then p_tokens taken
-    // (kept below zero only with p_overflow). Returns what is left after the take and the time
-    // into the current interval. It expires when it would be full again.
-    `CREATE FUNCTION ${t("rate_token_bucket")}(
+  `CREATE OR REPLACE FUNCTION ${t("rate_token_bucket")}(
         p_key text, p_tokens double precision, p_limit double precision, p_refill double precision,
         p_overflow boolean, p_now double precision)
   RETURNS TABLE (remaining double precision, elapsed double precision)
@@ -85,17 +48,17 @@ $window$`,
 AS $bucket$
 #variable_conflict use_column
 DECLARE
-  t_now double precision := ${now};
+  t_now double precision := coalesce(p_now, extract(epoch FROM clock_timestamp())::float8 * 1000);
   held double precision;
   since double precision;
   intervals double precision;
   left_over double precision;
-  into_interval double precision;
 BEGIN
-  -- The key's row, locked (a new bucket is full). Its own state decides, expired or not: a
-  -- bucket asked with a larger limit than it was filled to is not full yet.
+  -- The key's row, locked; a new bucket, or one whose expiry has passed, is full at this limit.
   INSERT INTO ${t("rate_buckets")} AS b (key, tokens, refilled_at, expires_at) VALUES (p_key, p_limit, t_now, t_now)
-  ON CONFLICT (key) DO UPDATE SET key = excluded.key
+  ON CONFLICT (key) DO UPDATE
+     SET tokens = CASE WHEN b.expires_at <= t_now THEN p_limit ELSE b.tokens END,
+         refilled_at = CASE WHEN b.expires_at <= t_now THEN t_now ELSE b.refilled_at END
   RETURNING b.tokens, b.refilled_at INTO held, since;
   intervals := floor((t_now - since) / p_refill);
   IF intervals > 0 THEN
@@ -109,16 +72,13 @@ BEGIN
   IF p_overflow OR left_over >= 0 THEN
     held := left_over;
   END IF;
-  into_interval := greatest(0, t_now - since);
   UPDATE ${t("rate_buckets")} b
-     SET tokens = held, refilled_at = since,
-         expires_at = t_now + greatest(1, ceil(ceil(p_limit - held) * p_refill - into_interval))
+     SET tokens = held, refilled_at = since, expires_at = since + ceil(p_limit - held) * p_refill
    WHERE b.key = p_key;
-  RETURN QUERY SELECT left_over, into_interval;
+  RETURN QUERY SELECT left_over, greatest(0, t_now - since);
 END
 $bucket$`,
-    // Adaptive, a consume: the delay before the request, the state's epoch and phase.
-    `CREATE FUNCTION ${t("rate_adaptive_consume")}(
+  `CREATE OR REPLACE FUNCTION ${t("rate_adaptive_consume")}(
         p_key text, p_tokens double precision, p_fallback_window double precision, p_grace double precision,
         p_now double precision)
   RETURNS TABLE (delay double precision, epoch integer, phase text)
@@ -126,7 +86,7 @@ $bucket$`,
 AS $consume$
 #variable_conflict use_column
 DECLARE
-  t_now double precision := ${now};
+  t_now double precision := coalesce(p_now, extract(epoch FROM clock_timestamp())::float8 * 1000);
   s ${t("rate_adaptive")}%ROWTYPE;
   per_token double precision;
   observed double precision;
@@ -173,10 +133,7 @@ BEGIN
   RETURN QUERY SELECT greatest(windows * s.learned_window - into_window, 0), s.epoch, 'learned';
 END
 $consume$`,
-    // Adaptive, a 429 with its Retry-After (p_retry_after, already clamped): starts or extends
-    // a cooldown, or ends a learning phase with what it learned. Feedback of another epoch is
-    // stale and ignored.
-    `CREATE FUNCTION ${t("rate_adaptive_feedback")}(
+  `CREATE OR REPLACE FUNCTION ${t("rate_adaptive_feedback")}(
         p_key text, p_epoch integer, p_tokens double precision, p_retry_after double precision,
         p_grace double precision, p_max_window double precision, p_now double precision)
   RETURNS void
@@ -184,7 +141,7 @@ $consume$`,
 AS $feedback$
 #variable_conflict use_column
 DECLARE
-  t_now double precision := ${now};
+  t_now double precision := coalesce(p_now, extract(epoch FROM clock_timestamp())::float8 * 1000);
   cool_until double precision := t_now + p_retry_after;
   s ${t("rate_adaptive")}%ROWTYPE;
   accepted double precision;
@@ -237,5 +194,4 @@ BEGIN
    WHERE a.key = p_key;
 END
 $feedback$`
-  ]
-}
+]

@@ -1,0 +1,60 @@
+/**
+ * Adopting a schema that the pre-release numbering built (28 unpublished steps before the
+ * baseline) as the baseline, in place, inside the migration's transaction: from pre-release
+ * version 27 on its tables are the baseline's, so its rows stay; its functions are replaced by
+ * the baseline's; its record is rewritten; and what the baseline builds is compared with it
+ * before anything commits. An earlier version, or any difference, is refused naming it.
+ */
+import { SchemaVersionMismatch } from "@effect-durable/core/Errors"
+import * as Effect from "effect/Effect"
+import type * as SqlClient from "effect/sql/SqlClient"
+import type { Settings } from "../DurableConfig.js"
+import type { Migration } from "../Migrations.js"
+import { type Applied, checksumOf } from "./migrationHistory.js"
+import { verify } from "./schemaDrift.js"
+
+/** The first pre-release version whose tables are the baseline's (27 added the capacity slots). */
+export const FIRST_ADOPTABLE = 27
+
+const isFunction = (statement: string) => /^\s*CREATE (OR REPLACE )?FUNCTION/.test(statement)
+
+export const adopt = (
+  sql: SqlClient.SqlClient,
+  settings: Settings,
+  applied: ReadonlyArray<Applied>,
+  baseline: Migration
+) =>
+  Effect.gen(function*() {
+    const at = Math.max(...applied.map((row) => row.version))
+    const refused = (detail: string) =>
+      new SchemaVersionMismatch({ schema: settings.schema, found: at, needed: baseline.version, prerelease: true, detail })
+    if (at < FIRST_ADOPTABLE) {
+      return yield* refused(
+        `pre-release version ${at} predates the baseline's tables (${FIRST_ADOPTABLE} or later): migrate it to ` +
+          `pre-release version 28 with the build that made it first`
+      )
+    }
+    // Its functions go: the baseline's replace them (a pre-release one may have another signature).
+    const functions = yield* sql<{ fn: string }>`
+      SELECT p.oid::regprocedure::text AS fn FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+       WHERE n.nspname = ${settings.schema}`
+    for (const { fn } of functions) yield* sql.unsafe(`DROP FUNCTION ${fn}`)
+    for (const statement of baseline.statements(settings.table).filter(isFunction)) yield* sql.unsafe(statement)
+    const history = settings.table("schema_migrations")
+    yield* sql.unsafe(`ALTER TABLE ${history} ADD COLUMN IF NOT EXISTS checksum text`)
+    yield* sql`DELETE FROM ${sql.literal(history)}`
+    yield* sql`INSERT INTO ${sql.literal(history)} (version, name, checksum)
+               VALUES (${baseline.version}, ${baseline.name}, ${checksumOf(baseline)})`
+    const drift = yield* verify([baseline], Effect.succeed([baseline.version]))
+    if (drift.length > 0) {
+      return yield* refused(
+        `it differs from the baseline: ${
+          drift.slice(0, 5).map((d) => `${d.kind} ${d.object}`).join(", ")
+        }${drift.length > 5 ? ` and ${drift.length - 5} more` : ""}`
+      )
+    }
+    yield* Effect.logInfo(
+      `effect-durable: adopted the pre-release schema (version ${at}) as the baseline, version ${baseline.version}`
+    ).pipe(Effect.annotateLogs({ schema: settings.schema }))
+    return at
+  })
