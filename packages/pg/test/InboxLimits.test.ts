@@ -7,13 +7,11 @@ import { describe, expect, it } from "@effect/vitest"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as SqlClient from "effect/sql/SqlClient"
-import { layerSettings } from "../src/DurableConfig.js"
 import * as FlowControl from "../src/FlowControl.js"
 import * as Inbox from "../src/Inbox.js"
 import * as InboxAdmin from "../src/InboxAdmin.js"
 import * as InboxWorker from "../src/InboxWorker.js"
-import * as Migrations from "../src/Migrations.js"
-import { analyzed, claimLoops, database, nodesOfPlan, rowsRead, slotRecount, substrate, together } from "./support.js"
+import { analyzed, claimLoops, nodesOfPlan, rowsRead, slotRecount, substrate, together } from "./support.js"
 
 /** Stores `n` deliveries for `consumer`; their entry ids, in order. */
 const receiveAll = (consumer: string, n: number) =>
@@ -340,26 +338,5 @@ describe("FlowControl: limits on the stored inbox", () => {
         expect((yield* Effect.flip(flow.clearInbox("il\u0000bad")))._tag).toBe("InvalidInput")
         expect((yield* flow.inboxLimits).filter((l) => l.consumer.startsWith("il.bad"))).toEqual([])
       }))
-  })
-})
-
-describe("the overshoot checker on a schema from before inbox limits", () => {
-  it.layer(database(), { excludeTestServices: true })((it) => {
-    it.effect("installed at version 24 over tables an earlier install left, inbox claims still work and its reads answer", () =>
-      Effect.gen(function*() {
-        const sql = yield* SqlClient.SqlClient
-        yield* Migrations.migrate({ upTo: 24 })
-        // What an install from before the inbox was checked left: no `queue` column.
-        yield* sql`CREATE TABLE m_old.flow_overshoots (
-                     topic text NOT NULL, group_key text NOT NULL, in_flight integer NOT NULL,
-                     max_in_flight integer NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`
-        yield* FlowChecker.install("m_old")
-        yield* sql`INSERT INTO m_old.inbox (consumer, message_id, payload, headers, max_attempts)
-                   VALUES ('c', 'm1', '{}', '{}', 5)`
-        const claimed = yield* sql`SELECT * FROM m_old.inbox_claim('w', 10, 60, 'c', 10)`
-        expect(claimed).toHaveLength(1)
-        expect(yield* FlowChecker.overshoots("m_old")).toEqual([])
-        expect(yield* FlowChecker.rateOvershoots("m_old")).toEqual([])
-      }).pipe(Effect.provide(layerSettings({ schema: "m_old" }))))
   })
 })

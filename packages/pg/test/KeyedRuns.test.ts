@@ -166,24 +166,6 @@ describe("keyed runs (PostgreSQL)", () => {
         expect(repeated.length).toBeGreaterThan(0)
         expect(repeated.map((node) => node["Index Name"])).toEqual(repeated.map(() => "outbox_open_key_idx"))
       }))
-
-    it.effect("the previous release's claim (heads only), still called during a rolling deploy, takes nothing of a key a run holds", () =>
-      Effect.gen(function*() {
-        const outbox = yield* Outbox.Outbox
-        const sql = yield* SqlClient.SqlClient
-        const settings = yield* DurableSettings
-        const topic = freshTopic()
-        const [k1, k2, k3] = yield* outbox.enqueueMany(
-          [1, 2, 3].map((i) => ({ topic, payload: i, options: { orderingKey: `${topic}-k` } }))
-        )
-        const run = yield* claim("new", topic, 2, 10)
-        expect(run.map((m) => m.id)).toEqual([k1, k2])
-        const free = yield* outbox.enqueue(topic, "free")
-        const old = yield* sql<{ id: string }>`
-          SELECT id FROM ${sql.literal(settings.table("outbox_claim"))}('old', 10, 30, ${[topic]}::text[], 10)`
-        expect(old.map((row) => row.id)).toEqual([free])
-        void k3
-      }))
   })
 })
 

@@ -7,19 +7,16 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as TestClock from "effect/testing/TestClock"
 import * as FastCheck from "fast-check"
-import { layerSettings } from "../src/DurableConfig.js"
 import * as FlowControl from "../src/FlowControl.js"
-import * as Migrations from "../src/Migrations.js"
 import * as Outbox from "../src/Outbox.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"
 import * as OutboxMemory from "../src/OutboxMemory.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
-import { database, markAll, nodesOfPlan, substrate } from "./support.js"
+import { markAll, nodesOfPlan, substrate } from "./support.js"
 
 /** Keyed messages of `topic` due before an earlier open message of their key. */
 const inversions = (topic: string) =>
@@ -411,47 +408,4 @@ describe("Outbox priority in memory", () => {
       }
       expect(names).toEqual(["urgent", "bulk", "later"])
     }).pipe(Effect.provide(OutboxMemory.layer())))
-})
-
-describe("Outbox priority across the upgrade to version 21", () => {
-  it.layer(database(), { excludeTestServices: true })((it) => {
-    it.effect("rows written before version 21 go first, in id order, settled ones stay settled; an insert of the previous release is due when it is written", () =>
-      Effect.gen(function*() {
-        const sql = yield* SqlClient.SqlClient
-        yield* Migrations.migrate({ upTo: 19 })
-        // What processes of the previous release write: no due time.
-        const insertV19 = (name: string, delaySeconds = 0) =>
-          sql<{ id: string }>`
-            INSERT INTO m_due.outbox (topic, payload, available_at, max_attempts)
-            VALUES ('t', ${JSON.stringify({ name })}::jsonb, now() + make_interval(secs => ${delaySeconds}), 5)
-            RETURNING id::text`.pipe(Effect.map(([row]) => row!.id))
-        yield* insertV19("old1")
-        yield* insertV19("old2")
-        const settled = yield* insertV19("settled")
-        yield* sql`UPDATE m_due.outbox SET projected_at = now() WHERE id = ${settled}::bigint`
-        yield* Migrations.migrate()
-        const outbox = yield* Outbox.Outbox
-        yield* outbox.enqueue("t", { name: "new-urgent" })
-        yield* insertV19("v19-during-deploy")
-        yield* insertV19("v19-delayed", 3600)
-        const names: Array<string> = []
-        while (true) {
-          const [message] = yield* claimIn(["t"], 1)
-          if (message === undefined) break
-          names.push((message.payload as { name: string }).name)
-          yield* markAll([message])
-        }
-        expect(names).toEqual(["old1", "old2", "new-urgent", "v19-during-deploy"])
-        const [left] = yield* sql<{ n: number }>`
-          SELECT count(*)::int AS n FROM m_due.outbox WHERE projected_at IS NULL`
-        expect(left!.n).toBe(1)
-        expect(yield* Migrations.verifySchema).toEqual([])
-      }).pipe(
-        Effect.provide(
-          Layer.mergeAll(Outbox.layer(), OutboxWorker.layer).pipe(
-            Layer.provideMerge(layerSettings({ schema: "m_due" }))
-          )
-        )
-      ))
-  })
 })
