@@ -6,7 +6,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 
 export const program = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  const report = yield* Migrations.migrate() // { applied: [{ version: 1, name: "mutation ledger" }, ...], version: 8 }
+  const report = yield* Migrations.migrate() // { applied: [{ version: 1, name: "baseline" }], version: 1 }
   const drift = yield* Migrations.verifySchema // [] on a clean database; drift as data otherwise
   // The role must exist: the substrate grants, it does not create roles.
   yield* sql`DO $$ BEGIN CREATE ROLE app_runtime LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$`
