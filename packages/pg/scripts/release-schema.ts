@@ -17,7 +17,8 @@ const frozen = (migration: Migrations.Migration, header: string) => {
   const statements = migration.statements((table) => `${MARK}${table}\u0000`)
   const literal = (statement: string) =>
     "`" + statement.replaceAll("\\", "\\\\").replaceAll("`", "\\`").replaceAll("${", "\\${")
-      .replace(/\u0000table:([a-z_]+)\u0000/g, (_, table: string) => "${t(\"" + table + "\")}") + "`"
+      .replace(/\u0000table:([a-z_]+)\u0000/g, (_, table: string) => "${t(\"" + table + "\")}") +
+    "`"
   return `${header}
 import type { Migration } from "../../Migrations.js"
 
@@ -51,7 +52,10 @@ for (const migration of Migrations.migrations.filter((m) => m.version > Migratio
 }
 writeFileSync(
   index,
-  readFileSync(index, "utf8").replace(/export const RELEASED_THROUGH = \d+/, `export const RELEASED_THROUGH = ${latest}`)
+  readFileSync(index, "utf8").replace(
+    /export const RELEASED_THROUGH = \d+/,
+    `export const RELEASED_THROUGH = ${latest}`
+  )
 )
 const test = join(root, "test", "Migrations.test.ts")
 const hashes = Migrations.migrations.map((m) => `  ${m.version}: "${Migrations.checksum(m)}"`).join(",\n")

@@ -231,7 +231,7 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
     const settings = yield* DurableSettings
     const t = settings.table
     const changes = Changes.make(sql, settings)
-    const { buckets, flowClaims, groupsTable, inboxClaims, inboxLimitsTable, leases, limitsTable } = changes.tables
+    const { buckets, flowClaims, groupsTable, inboxClaims, inboxLimitsTable, limitsTable } = changes.tables
     const { consumerInFlight, limitedAfresh, limitedBy, noClaimsOf, rebucket, rebucketOwn, topicInFlight } = changes
 
     const setLimit = Effect.fn("FlowControl.setLimit")(function*(topic: string, options: LimitOptions) {
@@ -301,7 +301,6 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
         // After every claim under way: one that took slots would record rows after these are gone.
         yield* noClaimsOf(TOPIC_LIMITS)
         const gone = yield* sql`DELETE FROM ${limitsTable} WHERE topic = ${decoded} RETURNING topic`
-        yield* sql`DELETE FROM ${leases} WHERE topic = ${decoded}`
         yield* sql`DELETE FROM ${flowClaims} WHERE topic = ${decoded}`
         yield* sql`DELETE FROM ${sql.literal(t("flow_group_state"))} WHERE topic = ${decoded}`
         yield* sql`DELETE FROM ${buckets} WHERE topic = ${decoded}`

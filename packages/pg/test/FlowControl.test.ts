@@ -47,13 +47,15 @@ const jain = (shares: ReadonlyArray<number>) => {
   return (sum * sum) / (shares.length * squares)
 }
 
-/** A statement of the deployed outbox claim function (`pattern` finds it), for `topic` instead of its `limited`. */
-const claimStatement = (pattern: RegExp, topic: string) =>
+/**
+ * A statement of a deployed path of the outbox claim (`fn`: its function; `pattern` finds the
+ * statement), for `topic` instead of its `limited`.
+ */
+const claimStatement = (fn: "outbox_claim_limited" | "outbox_claim_fair", pattern: RegExp, topic: string) =>
   Effect.map(
     Effect.flatMap(SqlClient.SqlClient, (sql) =>
       sql<{ source: string }>`
-        SELECT prosrc AS source FROM pg_proc
-         WHERE proname = 'outbox_claim' AND pronamespace = 'durable'::regnamespace AND pronargs = 6`),
+        SELECT prosrc AS source FROM pg_proc WHERE proname = ${fn} AND pronamespace = 'durable'::regnamespace`),
     ([deployed]) => pattern.exec(deployed!.source)![0].replaceAll("ANY(limited)", `ANY(ARRAY['${topic}'])`)
   )
 
@@ -334,7 +336,7 @@ describe("FlowControl: limits held by the claim", () => {
         // as a claim of 1,000 would (200 recorded + 1,000 asked is more than the limit: it counts)
         // and rolled back: the outbox rows it reads.
         const plan = yield* analyzed(
-          (yield* claimStatement(/WITH need AS[\s\S]*?(?=;)/, topic)).replaceAll("$2", "1000")
+          (yield* claimStatement("outbox_claim_limited", /WITH need AS[\s\S]*?(?=;)/, topic)).replaceAll("$2", "1000")
         )
         // One probe of the outbox per message recorded (200; 100 of them settled), and no scan of
         // it run once over more rows than that. Before version 22 the anti-join scanned every
@@ -347,7 +349,10 @@ describe("FlowControl: limits held by the claim", () => {
         // The same for the count of one claim row by a claim that takes slots (migration 27; the
         // claim of 200 is one row, in one of the limit's four slots).
         const slotPlan = yield* analyzed(
-          yield* slotRecount("outbox_claim", `SELECT * FROM durable.flow_claims WHERE topic = '${topic}' ORDER BY id`)
+          yield* slotRecount(
+            "outbox_claim_slots",
+            `SELECT * FROM durable.flow_claims WHERE topic = '${topic}' ORDER BY id`
+          )
         )
         const slotScans = nodesOfPlan(slotPlan).filter((node) => node["Relation Name"] === "outbox")
         expect(slotScans.length).toBeGreaterThan(0)
@@ -450,7 +455,7 @@ describe("FlowControl: limits held by the claim", () => {
         yield* outbox.enqueueMany(["b", "a"].map((group) => ({ topic, payload: { group }, options: { group } })))
         yield* flow.setLimit(topic, { maxInFlight: 1_000 })
         // The claim's walk over the topic's named groups, as deployed, on its own.
-        const walk = yield* claimStatement(/named AS \([\s\S]*?\)(?=,\ngrouped AS)/, topic)
+        const walk = yield* claimStatement("outbox_claim_fair", /named AS \([\s\S]*?\)(?=,\ngrouped AS)/, topic)
         const plan = yield* analyzed(`WITH RECURSIVE ${walk} SELECT * FROM named`)
         expect(nodesOfPlan(plan)[0]!["Actual Rows"]).toBe(2)
         // Each step one descent of the group index. Before version 23 the first step read the

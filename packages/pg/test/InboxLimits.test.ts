@@ -253,7 +253,7 @@ describe("FlowControl: limits on the stored inbox", () => {
         // The count of one claim row, as the deployed claim writes it, run under EXPLAIN ANALYZE.
         const deployed = yield* sql<{ source: string }>`
           SELECT prosrc AS source FROM pg_proc
-           WHERE proname = 'inbox_claim' AND pronamespace = 'durable'::regnamespace`
+           WHERE proname = 'inbox_claim_limited' AND pronamespace = 'durable'::regnamespace`
         const count = /SELECT count\(\*\) INTO still FROM[\s\S]*?(?=;)/.exec(deployed[0]!.source)![0]
           .replace("INTO still ", "")
           .replaceAll("claim_row.", "r.")
@@ -271,7 +271,7 @@ describe("FlowControl: limits on the stored inbox", () => {
         // consumer without a rate; the claim of 200 is one row, in one of the limit's four slots).
         const slotPlan = yield* analyzed(
           yield* slotRecount(
-            "inbox_claim",
+            "inbox_claim_slots",
             "SELECT * FROM durable.inbox_flow_claims WHERE consumer = 'il.probe' ORDER BY id"
           )
         )

@@ -77,6 +77,15 @@ describe("Migrations", () => {
           { name: "inbox_claim", args: "text, integer, double precision, text, integer" },
           { name: "outbox_claim", args: "text, integer, double precision, text[], integer, integer" }
         ])
+        // What explainClaim prepares: each queue's open claim, the claim's arguments first.
+        const open = yield* sql<{ name: string; args: string }>`
+          SELECT p.proname AS name, pg_get_function_identity_arguments(p.oid) AS args
+            FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+           WHERE n.nspname = 'm_claims' AND p.proname LIKE '%_claim_open' ORDER BY 1, 2`
+        expect(open).toEqual([
+          { name: "inbox_claim_open", args: "text, integer, double precision, text, integer" },
+          { name: "outbox_claim_open", args: "text, integer, double precision, text[], integer, integer, boolean" }
+        ])
       }).pipe(inSchema("m_claims")))
 
     it.effect("four concurrent runners: exactly one applies each version", () =>
@@ -97,6 +106,8 @@ describe("Migrations", () => {
         yield* sql`INSERT INTO m_adopt.mutation_records (subject, operation, key, kind, eligibility, request_fingerprint, status, response)
                    VALUES ('s', 'op', 'k', 'kind', '\\x00', decode(repeat('ab', 32), 'hex'), 'accepted', '{"ok":true}')`
         yield* sql`INSERT INTO m_adopt.outbox (topic, payload) VALUES ('t', '{"n":1}')`
+        // A capacity the claim of before pre-release version 26 recorded, one row per message.
+        yield* sql`INSERT INTO m_adopt.flow_leases (id, generation, topic, group_key) VALUES (7, 1, 'limited', '')`
         expect(yield* Migrations.appliedVersions).toEqual([])
         const refused = yield* Effect.flip(Migrations.checkSchemaVersion)
         expect(refused).toMatchObject({ _tag: "SchemaVersionMismatch", found: 28, prerelease: true })
@@ -106,6 +117,10 @@ describe("Migrations", () => {
         yield* Migrations.checkSchemaVersion
         expect(yield* Migrations.verifySchema).toEqual([])
         expect(yield* sql`SELECT key FROM m_adopt.mutation_records`).toEqual([{ key: "k" }])
+        expect(yield* sql`SELECT topic, entries::text, taken FROM m_adopt.flow_claims`).toEqual([
+          { topic: "limited", entries: "{7}", taken: 1 }
+        ])
+        expect(yield* sql`SELECT to_regclass('m_adopt.flow_leases') IS NULL AS gone`).toEqual([{ gone: true }])
         expect(yield* sql`SELECT topic FROM m_adopt.outbox_claim('w', 10, 30, NULL, 10, 1)`).toEqual([{ topic: "t" }])
         // The previous release's five-argument claim is gone with the pre-release numbering.
         const claims = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_proc p
@@ -203,7 +218,6 @@ describe("Migrations", () => {
           "flow_group_buckets",
           "flow_group_limits",
           "flow_group_state",
-          "flow_leases",
           "flow_limits",
           "inbox",
           "inbox_flow_claims",

@@ -148,17 +148,15 @@ export const analyzed = (statement: string) =>
   })
 
 /**
- * The slot way's exact count of one claim row (migration 27), as the deployed claim function
- * `fn` writes it, over the first row `rows` selects (a query of its claim rows): a statement
- * to analyze.
+ * The slot way's exact count of one claim row (migration 27), as the deployed claim path `fn`
+ * (migration 29) writes it, over the first row `rows` selects (a query of its claim rows): a
+ * statement to analyze.
  */
-export const slotRecount = (fn: "outbox_claim" | "inbox_claim", rows: string) =>
+export const slotRecount = (fn: "outbox_claim_slots" | "inbox_claim_slots", rows: string) =>
   Effect.map(
     Effect.flatMap(SqlClient.SqlClient, (sql) =>
       sql<{ source: string }>`
-        SELECT prosrc AS source FROM pg_proc
-         WHERE proname = ${fn} AND pronamespace = 'durable'::regnamespace
-           AND pronargs = ${fn === "outbox_claim" ? 6 : 5}`),
+        SELECT prosrc AS source FROM pg_proc WHERE proname = ${fn} AND pronamespace = 'durable'::regnamespace`),
     ([deployed]) =>
       `SELECT ${
         /slot_still := (\(SELECT count\(\*\) FROM unnest\(slot_row[\s\S]*?\));\n/.exec(deployed!.source)![1]

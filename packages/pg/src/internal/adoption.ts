@@ -16,7 +16,8 @@ import { verify } from "./schemaDrift.js"
 /** The first pre-release version whose tables are the baseline's (27 added the capacity slots). */
 export const FIRST_ADOPTABLE = 27
 
-const isFunction = (statement: string) => /^\s*CREATE (OR REPLACE )?FUNCTION/.test(statement)
+/** A statement that creates a function (after any comment lines). */
+const isFunction = (statement: string) => /^(\s*--[^\n]*\n)*\s*CREATE (OR REPLACE )?FUNCTION/.test(statement)
 
 export const adopt = (
   sql: SqlClient.SqlClient,
@@ -27,12 +28,27 @@ export const adopt = (
   Effect.gen(function*() {
     const at = Math.max(...applied.map((row) => row.version))
     const refused = (detail: string) =>
-      new SchemaVersionMismatch({ schema: settings.schema, found: at, needed: baseline.version, prerelease: true, detail })
+      new SchemaVersionMismatch({
+        schema: settings.schema,
+        found: at,
+        needed: baseline.version,
+        prerelease: true,
+        detail
+      })
     if (at < FIRST_ADOPTABLE) {
       return yield* refused(
         `pre-release version ${at} predates the baseline's tables (${FIRST_ADOPTABLE} or later): migrate it to ` +
           `pre-release version 28 with the build that made it first`
       )
+    }
+    // The capacity a claim of before pre-release version 26 recorded, a row per message, joins the
+    // claims' rows (the baseline's claims count only those); its table goes.
+    const leases = settings.table("flow_leases")
+    const [old] = yield* sql<{ present: boolean }>`SELECT to_regclass(${leases}) IS NOT NULL AS present`
+    if (old?.present === true) {
+      yield* sql.unsafe(`INSERT INTO ${settings.table("flow_claims")} (topic, group_key, entries, generations, taken)
+        SELECT topic, group_key, array_agg(id), array_agg(generation), count(*) FROM ${leases} GROUP BY 1, 2`)
+      yield* sql.unsafe(`DROP TABLE ${leases}`)
     }
     // Its functions go: the baseline's replace them (a pre-release one may have another signature).
     const functions = yield* sql<{ fn: string }>`
@@ -48,9 +64,9 @@ export const adopt = (
     const drift = yield* verify([baseline], Effect.succeed([baseline.version]))
     if (drift.length > 0) {
       return yield* refused(
-        `it differs from the baseline: ${
-          drift.slice(0, 5).map((d) => `${d.kind} ${d.object}`).join(", ")
-        }${drift.length > 5 ? ` and ${drift.length - 5} more` : ""}`
+        `it differs from the baseline: ${drift.slice(0, 5).map((d) => `${d.kind} ${d.object}`).join(", ")}${
+          drift.length > 5 ? ` and ${drift.length - 5} more` : ""
+        }`
       )
     }
     yield* Effect.logInfo(

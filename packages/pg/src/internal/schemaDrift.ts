@@ -22,7 +22,9 @@ interface CatalogObject {
 // Schema names are replaced by a placeholder so definitions compare across schemas.
 const readCatalog = (sql: SqlClient.SqlClient, schema: string) =>
   sql<CatalogObject>`
-    SELECT 'table' AS kind, c.relname AS object, '' AS definition
+    -- Text, not name: the union takes the first branch's types, and a name is cut at 63 bytes
+    -- (a function's signature is longer).
+    SELECT 'table' AS kind, c.relname::text AS object, '' AS definition
       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
      WHERE n.nspname = ${schema} AND c.relkind IN ('r', 'p')
     UNION ALL

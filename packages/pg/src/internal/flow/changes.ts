@@ -19,7 +19,6 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings) => {
   const t = settings.table
   const limitsTable = sql.literal(t("flow_limits"))
   const groupsTable = sql.literal(t("flow_group_limits"))
-  const leases = sql.literal(t("flow_leases"))
   const flowClaims = sql.literal(t("flow_claims"))
   const outbox = sql.literal(t("outbox"))
   const buckets = sql.literal(t("flow_group_buckets"))
@@ -84,7 +83,6 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings) => {
   const limitedAfresh = (topic: string, by: string, max: number | null) =>
     Effect.gen(function*() {
       yield* limitedBy(TOPIC_LIMITS, topic, by, Effect.void)
-      yield* sql`DELETE FROM ${leases} WHERE topic = ${topic}`
       yield* topicInFlight.afresh(topic, max)
     })
 
@@ -143,7 +141,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings) => {
     )
 
   return {
-    tables: { limitsTable, groupsTable, leases, flowClaims, buckets, inboxLimitsTable, inboxClaims },
+    tables: { limitsTable, groupsTable, flowClaims, buckets, inboxLimitsTable, inboxClaims },
     noClaimsOf,
     limitedBy,
     topicInFlight,

@@ -6,7 +6,9 @@
 import type { Tables } from "./limits.js"
 
 export const tokensFunction = (t: Tables): string =>
-  `CREATE OR REPLACE FUNCTION ${t("flow_tokens")}(tokens double precision, tokens_at timestamptz, rate_limit integer, rate_period double precision,
+  `CREATE OR REPLACE FUNCTION ${
+    t("flow_tokens")
+  }(tokens double precision, tokens_at timestamptz, rate_limit integer, rate_period double precision,
     rate_burst integer, at timestamptz)
   RETURNS double precision
   LANGUAGE sql IMMUTABLE

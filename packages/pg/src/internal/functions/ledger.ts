@@ -6,7 +6,9 @@
 import type { Tables } from "../flow/limits.js"
 
 export const mutationLookup = (t: Tables): string =>
-  `CREATE OR REPLACE FUNCTION ${t("mutation_lookup")}(p_subject text, p_operation text, p_key text, p_lock bigint, p_wait boolean,
+  `CREATE OR REPLACE FUNCTION ${
+    t("mutation_lookup")
+  }(p_subject text, p_operation text, p_key text, p_lock bigint, p_wait boolean,
     p_lock_timeout text, p_statement_timeout text)
   RETURNS TABLE (locked boolean, previous_lock_timeout text, previous_statement_timeout text, kind text,
     eligibility bytea, request_fingerprint bytea, status text, response jsonb, response_body bytea, response_meta jsonb,

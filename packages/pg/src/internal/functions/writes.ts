@@ -41,5 +41,11 @@ export const batchWrites = (t: Tables): ReadonlyArray<string> =>
       ` AND ${renewableInTime(t, "q", "p_lease_seconds", queue.name === "outbox" ? TOPIC_LIMITS : CONSUMER_LIMITS)}`
     ),
     write(t, queue, "give_back_many", "", "claimed_until = NULL"),
-    write(t, queue, "give_back_unstarted_many", "", "claimed_until = NULL, attempt_count = greatest(q.attempt_count - 1, 0)")
+    write(
+      t,
+      queue,
+      "give_back_unstarted_many",
+      "",
+      "claimed_until = NULL, attempt_count = greatest(q.attempt_count - 1, 0)"
+    )
   ])

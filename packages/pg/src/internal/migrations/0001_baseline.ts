@@ -8,12 +8,12 @@
  * `internal/flow`). At release its text is frozen here (`npm run schema:freeze`) and its
  * checksum held by a test: from then on it never changes, and a change is the next version.
  */
+import type { Migration } from "../../Migrations.js"
 import { claimFunctions } from "../claim/index.js"
 import { tokensFunction } from "../flow/tokens.js"
 import { mutationLookup } from "../functions/ledger.js"
 import { rateLimiterFunctions } from "../functions/rateLimiter.js"
 import { batchWrites } from "../functions/writes.js"
-import type { Migration } from "../../Migrations.js"
 
 const tables = (t: (table: string) => string): ReadonlyArray<string> => [
   // The mutation ledger: one record per (subject, operation, key), its outcome replayed to retries.
@@ -244,7 +244,9 @@ const tables = (t: (table: string) => string): ReadonlyArray<string> => [
     rate_period double precision,
     rate_burst integer,
     CONSTRAINT flow_group_limits_pkey PRIMARY KEY (topic, group_key),
-    CONSTRAINT flow_group_limits_topic_fkey FOREIGN KEY (topic) REFERENCES ${t("flow_limits")} (topic) ON DELETE CASCADE,
+    CONSTRAINT flow_group_limits_topic_fkey FOREIGN KEY (topic) REFERENCES ${
+    t("flow_limits")
+  } (topic) ON DELETE CASCADE,
     CONSTRAINT flow_group_limits_max_in_flight_check CHECK (max_in_flight > 0),
     CONSTRAINT flow_group_limits_weight_check CHECK (weight > 0),
     CONSTRAINT flow_group_limits_rate_limit_check CHECK (rate_limit > 0),
@@ -280,15 +282,6 @@ const tables = (t: (table: string) => string): ReadonlyArray<string> => [
     CONSTRAINT flow_claims_taken_check CHECK (taken > 0)
   )`,
   `CREATE INDEX flow_claims_topic_idx ON ${t("flow_claims")} (topic, group_key)`,
-  // The capacity rows of the pre-release claim (one per message), moved into flow_claims by the claim.
-  `CREATE TABLE ${t("flow_leases")} (
-    id bigint NOT NULL,
-    generation bigint NOT NULL,
-    topic text NOT NULL,
-    group_key text NOT NULL,
-    CONSTRAINT flow_leases_pkey PRIMARY KEY (id)
-  )`,
-  `CREATE INDEX flow_leases_topic_idx ON ${t("flow_leases")} (topic, group_key)`,
   // Flow limits of the stored inbox, per consumer, and the capacity its claims took.
   `CREATE TABLE ${t("inbox_limits")} (
     consumer text NOT NULL,

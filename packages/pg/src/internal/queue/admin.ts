@@ -71,10 +71,11 @@ export const make = (
   const decodeOlderThan = Input.argument("olderThan", Input.DurationIn({ min: options.purgeFloor, max: "520 weeks" }))
 
   /**
-   * The plan the claim function runs for these arguments: `EXPLAIN (FORMAT JSON)` of its
-   * query as the database holds it (read from the deployed function, so the plan shown is
-   * the one that runs, whichever migration defined it), prepared with the function's generic
-   * plan (nothing is claimed). Every statement
+   * The plan the claim runs for these arguments where no limit applies: `EXPLAIN (FORMAT JSON)`
+   * of the query of its open path (`<queue>_claim_open`, migration 29; the paths of limited
+   * topics and consumers call it too) as the database holds it (read from the deployed function,
+   * so the plan shown is the one that runs), prepared with the function's generic plan (nothing
+   * is claimed). Every statement
    * runs inside one transaction on one reserved connection, so a transaction pooler keeps
    * them on one server connection; the setting is `SET LOCAL` and the prepared statement is
    * deallocated before the transaction ends (a `PREPARE` outlives a rollback), so nothing is
@@ -92,7 +93,7 @@ export const make = (
           yield* run("SET LOCAL plan_cache_mode = force_generic_plan")
           // On the reserved connection: the pool may be all taken by other explains.
           const [deployed] = yield* run(inline(
-            sql`SELECT prosrc AS source, coalesce(proconfig, '{}') AS config FROM pg_proc WHERE oid = ${`${spec.claimFunction}(${spec.claimArguments})`}::regprocedure`
+            sql`SELECT prosrc AS source, coalesce(proconfig, '{}') AS config FROM pg_proc WHERE oid = ${`${spec.openClaim.function}(${spec.openClaim.arguments})`}::regprocedure`
           ))
           const { config = [], source } = (deployed ?? {}) as { source?: string; config?: ReadonlyArray<string> }
           // Planned under the function's own settings (version 21: sorts and JIT off), as it runs.
@@ -107,7 +108,7 @@ export const make = (
               new Error("the claim function is not in its deployed form (RETURN QUERY ...; END)")
             )
           }
-          yield* run(`PREPARE ${name}(${spec.claimArguments}) AS ${query}`)
+          yield* run(`PREPARE ${name}(${spec.openClaim.arguments}) AS ${query}`)
           // A failed EXPLAIN aborts the transaction: back to the savepoint, so DEALLOCATE runs.
           yield* run("SAVEPOINT explain")
           const explain = run(inline(
@@ -115,7 +116,9 @@ export const make = (
               sql.literal(name)
             }(${worker}::text, ${limit}::integer, ${leaseSeconds}::float8, ${filter}::${
               sql.literal(spec.filterType)
-            }, ${maxLeaseExpiries}::integer${spec.keyedRuns ? sql`, ${perKey}::integer` : sql``})`
+            }, ${maxLeaseExpiries}::integer${spec.keyedRuns ? sql`, ${perKey}::integer` : sql``}${
+              sql.literal(spec.openClaim.more)
+            })`
           ))
           const rows = yield* Effect.ensuring(
             explain,

@@ -18,10 +18,18 @@ export interface QueueSpec {
   /** Qualified, quoted name of the queue's claim function (migration 8), and the type of its filter argument. */
   readonly claimFunction: string
   readonly filterType: "text" | "text[]"
-  /** The claim's argument types, in order: what the worker calls and `explainClaim` prepares. */
-  readonly claimArguments: string
   /** Whether the claim takes keyed runs (its sixth argument, migration 12): the outbox's ordering keys. */
   readonly keyedRuns: boolean
+  /**
+   * The claim's open path (migration 29), the one whose query `explainClaim` explains: its
+   * qualified, quoted name, its argument types in order (the claim's, then for the outbox whether
+   * the topics asked may have limits), and what `explainClaim` passes after the claim's arguments.
+   */
+  readonly openClaim: {
+    readonly function: string
+    readonly arguments: string
+    readonly more: string
+  }
   /** Qualified, quoted names of the queue's fenced batch writes (migration 10). */
   readonly batchWrites: {
     readonly completeMany: string
@@ -58,10 +66,19 @@ export const specFor = (settings: Settings, queue: QueueName): QueueSpec => ({
   table: settings.table(queue),
   claimFunction: settings.table(`${queue}_claim`),
   filterType: queue === "outbox" ? "text[]" : "text",
-  claimArguments: queue === "outbox"
-    ? "text, integer, double precision, text[], integer, integer"
-    : "text, integer, double precision, text, integer",
   keyedRuns: queue === "outbox",
+  openClaim: queue === "outbox"
+    ? {
+      function: settings.table("outbox_claim_open"),
+      arguments: "text, integer, double precision, text[], integer, integer, boolean",
+      // Topics with limits are left to their own claims, as when a worker claims.
+      more: ", false"
+    }
+    : {
+      function: settings.table("inbox_claim_open"),
+      arguments: "text, integer, double precision, text, integer",
+      more: ""
+    },
   batchWrites: {
     completeMany: settings.table(`${queue}_complete_many`),
     renewMany: settings.table(`${queue}_renew_many`),
