@@ -10,8 +10,8 @@ import * as Effect from "effect/Effect"
 import { instant, json } from "../arguments.js"
 import { withDatabase } from "../connection.js"
 import { usage } from "../errors.js"
+import { operatorName } from "../operator.js"
 import * as Output from "../output.js"
-import { operatorName } from "./topics.js"
 
 const name = Argument.String("name").pipe(
   Argument.withMetavar("SCHEDULE"),
@@ -56,7 +56,7 @@ const toggle = (verb: "pause" | "resume", description: string) =>
         const schedules = yield* Schedules.Schedules
         const by = operatorName()
         const changed = verb === "pause"
-          ? yield* schedules.pause(args.name, { by: by.slice(0, 128) })
+          ? yield* schedules.pause(args.name, { by })
           : yield* schedules.resume(args.name)
         yield* Effect.logInfo(`operator action: ${verb} schedule ${args.name} by ${by}`)
         if (args.json) return yield* Output.json({ schedule: args.name, changed })
