@@ -157,7 +157,7 @@ export const js = `"use strict";
 
   var PAST = { redrive: "redriven", discard: "discarded", "retry-now": "retried now", "move-aside": "moved aside", cancel: "cancelled", restore: "restored" };
   var AFTER = { redrive: "ready", discard: "discarded", "retry-now": "ready", "move-aside": "dead", cancel: "cancelled", restore: "ready" };
-  var NOT = { redrive: "not dead", discard: "not dead or cancelled", "retry-now": "not waiting for a retry", "move-aside": "not ready or delayed", cancel: "done, dead or cancelled already", restore: "not cancelled" };
+  var NOT = { redrive: "not dead, or a dedup key an open message holds", discard: "not dead or cancelled", "retry-now": "not waiting for a retry", "move-aside": "not ready or delayed", cancel: "done, dead or cancelled already", restore: "not cancelled, or a dedup key an open message holds" };
 
   function pollJob(verb, id) {
     return request("GET", "/api/jobs/" + encodeURIComponent(id)).then(function (job) {
