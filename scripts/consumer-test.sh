@@ -104,6 +104,9 @@ if [ -n "$duplicated" ]; then
   for name in $duplicated; do npm ls "$name" --all; done
   exit 1
 fi
+scoped=$(find ./node_modules -regextype posix-extended -regex '.*/node_modules/@effect/[^/]+/package\.json' \
+  | sed -E 's#.*/node_modules/(@effect/[^/]+)/package.json#\1#' | sort -u | tr '\n' ' ')
+echo "== consumer: one copy each of ${scoped}"
 latest=$(npm view effect dist-tags.latest)
 installed=$(node -p 'require("effect/package.json").version')
 [ "$installed" = "$latest" ] || { echo "consumer: effect $installed installed, latest is $latest" >&2; exit 1; }

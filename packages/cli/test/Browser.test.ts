@@ -643,6 +643,91 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
         expect(paused.some((p) => p.topic === topic)).toBe(true)
       }))
 
+    it.effect("H18: confirm dialogs show stored names (topic, schedule, workflow and execution, a limit's topic and consumer) with each control character marked by its code point; the status line marks them as the page does", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const flow = yield* FlowControl.FlowControl
+        const evil = "\u202egnp.exe\u001b[2J\nOK?"
+        const topic = `${freshTopic("h18")}${evil}`
+        const schedule = `${freshTopic("h18-schedule")}${evil}`
+        const consumer = `${freshTopic("h18-consumer")}${evil}`
+        const workflow = `${freshTopic("h18-workflow")}\u2066`
+        const execution = "run\u202e1\u2069"
+        yield* enqueue(topic, 1)
+        yield* (yield* Schedules.Schedules).define({ name: schedule, cron: "0 3 * * *", topic: "reports" })
+        yield* sql`INSERT INTO durable.workflow_executions (workflow, execution_id, payload, payload_fingerprint, status)
+                   VALUES (${workflow}, ${execution}, '{}', 'f', 'running')`
+        yield* flow.setLimit(topic, { maxInFlight: 3 })
+        yield* flow.setInboxLimit(consumer, { maxInFlight: 3 })
+        const click = (page: Page, selector: string) =>
+          page.evaluate(([row, attribute, value, button]) => {
+            const rows: Array<any> = Array.from((globalThis as any).document.querySelectorAll(row))
+            rows.find((r) => r.getAttribute(attribute) === value).querySelector(button).click()
+          }, selector.split("|") as [string, string, string, string])
+        const seen = yield* withPage(async (page, base) => {
+          const questions: Array<string> = []
+          page.on("dialog", (dialog) => void questions.push(dialog.message()))
+          await page.goto(`${base}/ops/durable/`)
+          await page.waitForFunction(
+            (t) =>
+              Array.from((globalThis as any).document.querySelectorAll("#topics tr[data-topic]")).some((r: any) =>
+                r.dataset.topic === t
+              ),
+            topic
+          )
+          await click(page, `#topics tr[data-topic]|data-topic|${topic}|button[data-action=pause]`)
+          await status(page, "paused")
+          const marks = await page.locator("#status mark.control").allInnerTexts()
+          await page.goto(`${base}/ops/durable/schedules`)
+          await click(page, `#schedules tr[data-schedule]|data-schedule|${schedule}|button[data-action=schedule-pause]`)
+          await status(page, "paused schedule")
+          await page.goto(
+            `${base}/ops/durable/workflows/${encodeURIComponent(workflow)}/${encodeURIComponent(execution)}`
+          )
+          await page.getByRole("button", { name: "Interrupt" }).click()
+          await status(page, "interrupt requested for")
+          await page.goto(`${base}/ops/durable/limits`)
+          await Promise.all([
+            page.waitForResponse((r) => r.url().endsWith("/limits/actions/clear")),
+            click(page, `#limits tr[data-topic]|data-topic|${topic}|button[data-action=limit-clear]`)
+          ])
+          await page.goto(`${base}/ops/durable/limits`)
+          await Promise.all([
+            page.waitForResponse((r) => r.url().endsWith("/limits/actions/inbox-clear")),
+            click(
+              page,
+              `#inbox-limits tr[data-consumer]|data-consumer|${consumer}|button[data-action=inbox-limit-clear]`
+            )
+          ])
+          return { questions, marks }
+        })
+        const marked = (text: string) =>
+          text.replace(
+            /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g,
+            (c) => `[U+${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0")}]`
+          )
+        expect(marked(topic)).toContain("[U+202E]gnp.exe[U+001B][2J[U+000A]OK?")
+        expect(seen.questions).toEqual([
+          `Pause topic ${marked(topic)}?`,
+          `Pause schedule ${marked(schedule)}? Its slots are missed until it is resumed.`,
+          `Interrupt ${marked(workflow)} execution ${
+            marked(execution)
+          }? Its compensations run and it ends interrupted.`,
+          `Clear every limit of topic ${marked(topic)}?`,
+          `Clear the limits of inbox consumer ${marked(consumer)}?`
+        ])
+        expect(seen.marks).toEqual(["U+202E", "U+001B", "U+000A"])
+        // The actions got the names as stored.
+        expect((yield* Effect.flatMap(OutboxAdmin.OutboxAdmin, (admin) => admin.paused)).some((p) => p.topic === topic))
+          .toBe(true)
+        expect((yield* (yield* Schedules.Schedules).list).find((x) => x.name === schedule)!.paused).toBe(true)
+        expect((yield* flow.limits).some((l) => l.topic === topic)).toBe(false)
+        expect((yield* flow.inboxLimits).some((l) => l.consumer === consumer)).toBe(false)
+        const [row] = yield* sql<{ interrupt_requested: boolean }>`
+          SELECT interrupt_requested FROM durable.workflow_executions WHERE workflow = ${workflow}`
+        expect(row!.interrupt_requested).toBe(true)
+      }))
+
     it.effect("another site's <img> of the page is refused (403) in Chromium, a link followed to it is served, and drift is an action", () =>
       Effect.gen(function*() {
         const seen = yield* withPage(async (page, base) => {

@@ -4,10 +4,13 @@
  * Every command's logs go to stderr, scrubbed of secrets.
  */
 import * as Command from "effect/cli/Command"
+import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as References from "effect/References"
+import * as Result from "effect/Result"
 import { createRequire } from "node:module"
+import { dashValues } from "./arguments.js"
 import { dashboard } from "./commands/dashboard.js"
 import { deadLetters } from "./commands/deadLetters.js"
 import { devDatabase } from "./commands/devDatabase.js"
@@ -65,5 +68,8 @@ const tree = root.pipe(
 
 export const command = Command.provide(tree, ({ verbose }) => logging(verbose))
 
-/** Runs the command line (the arguments after the script's path). */
-export const run = Command.runWith(command, { version })
+const runWith = Command.runWith(command, { version })
+
+/** Runs the command line (the arguments after the script's path); `-12h` is a value, never flags (`dashValues`). */
+export const run = (argv: ReadonlyArray<string>) =>
+  Result.match(dashValues(argv), { onFailure: Effect.fail, onSuccess: runWith })

@@ -18,7 +18,7 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import { createServer } from "node:http"
 import * as AdminPage from "../../AdminPage.js"
-import { duration, toggle } from "../arguments.js"
+import { duration, toggle, within } from "../arguments.js"
 import { configProvider, withDatabase } from "../connection.js"
 import { CommandError, ExitCode, usage } from "../errors.js"
 import * as Output from "../output.js"
@@ -51,7 +51,8 @@ export const dashboard = Command.make(
     showPayloads: toggle("show-payloads", "Show message payloads and stored ledger responses"),
     statementTimeout: duration("statement-timeout").pipe(
       Flag.withDefault("5 seconds"),
-      Flag.withDescription("Longest run of a page query (default 5s)")
+      Flag.withDescription("Longest run of a page query (at most 10m; default 5s)"),
+      within("statement-timeout", AdminPage.AdminPageOptionsTable.declarations.statementTimeout.schema)
     )
   },
   Effect.fn("effect-durable.dashboard")(function*(args) {

@@ -13,10 +13,11 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { json } from "../arguments.js"
 import { withDatabase } from "../connection.js"
-import { formatPeriod, parseRate } from "../durations.js"
+import { formatPeriod } from "../durations.js"
 import { usage } from "../errors.js"
+import * as LimitInput from "../limitInput.js"
+import { operatorName } from "../operator.js"
 import * as Output from "../output.js"
-import { operatorName } from "./topics.js"
 
 const topic = Argument.String("topic").pipe(Argument.withMetavar("TOPIC"), Argument.withDescription("The topic"))
 const consumer = Argument.String("consumer").pipe(
@@ -30,21 +31,18 @@ const orNone = (n: number | null) => (n === null ? "-" : String(n))
 const rateFlag = (name: string, description: string) =>
   Flag.String(name).pipe(Flag.withMetavar("N/PERIOD"), Flag.optional, Flag.withDescription(description))
 
-/** A rate flag and its burst flag as the library's rate; the library refuses what is out of range (naming `--rate`). */
-const readRate = (flag: string, text: Option.Option<string>, burst: Option.Option<number>, burstFlag: string) =>
-  Effect.gen(function*() {
-    if (Option.isNone(text)) {
-      if (Option.isSome(burst)) return yield* usage(`${burstFlag} needs ${flag}`)
-      return null
-    }
-    const rate = parseRate(text.value)
-    if (rate === undefined) {
-      return yield* usage(
-        `invalid ${flag}: N/PERIOD, such as 10/1m, 5/s or 100/2h (got ${Output.printable(text.value)})`
-      )
-    }
-    return Option.isSome(burst) ? { ...rate, burst: burst.value } : rate
-  })
+/** The flags as the shared rules name them (the page names its form's fields). */
+const FLAGS: LimitInput.FieldNames = {
+  maxInFlight: "--max",
+  groupMaxInFlight: "--group-max",
+  rate: "--rate",
+  burst: "--burst",
+  groupRate: "--group-rate",
+  groupBurst: "--group-burst",
+  options: "limits",
+  clear: "`limits clear`"
+}
+const INBOX_FLAGS: LimitInput.FieldNames = { ...FLAGS, clear: "`limits inbox clear`" }
 
 const showRate = (rate: FlowControl.RateLimit | null) =>
   rate === null ? "-" : `${rate.limit}/${formatPeriod(rate.perMillis)} (burst ${rate.burst})`
@@ -114,17 +112,16 @@ const set = Command.make(
   Effect.fn("effect-durable.limits.set")(
     function*(args) {
       const by = operatorName()
-      const maxInFlight = Option.getOrNull(args.max)
-      const groupMaxInFlight = Option.getOrNull(args.groupMax)
-      const rate = yield* readRate("--rate", args.rate, args.burst, "--burst")
-      const groupRate = yield* readRate("--group-rate", args.groupRate, args.groupBurst, "--group-burst")
-      if (maxInFlight === null && groupMaxInFlight === null && rate === null && groupRate === null) {
-        return yield* usage(
-          "limits set: give --max, --group-max, --rate or --group-rate (`limits clear` removes a topic's limits)"
-        )
-      }
+      const { groupMaxInFlight, groupRate, maxInFlight, rate } = yield* LimitInput.topicLimits({
+        maxInFlight: Option.getOrNull(args.max),
+        groupMaxInFlight: Option.getOrNull(args.groupMax),
+        rate: Option.getOrNull(args.rate),
+        burst: Option.getOrNull(args.burst),
+        groupRate: Option.getOrNull(args.groupRate),
+        groupBurst: Option.getOrNull(args.groupBurst)
+      }, FLAGS)
       const flow = yield* FlowControl.FlowControl
-      yield* flow.setLimit(args.topic, { maxInFlight, groupMaxInFlight, rate, groupRate, by: by.slice(0, 128) })
+      yield* flow.setLimit(args.topic, { maxInFlight, groupMaxInFlight, rate, groupRate, by })
       const set = (yield* flow.limits).find((l) => l.topic === args.topic)
       const said = `at most ${orNone(maxInFlight)} in flight, ${orNone(groupMaxInFlight)} per group, rate ${
         showRate(set?.rate ?? null)
@@ -168,9 +165,9 @@ const setGroup = Command.make(
       const by = operatorName()
       const maxInFlight = Option.getOrNull(args.max)
       const weight = Option.getOrElse(args.weight, () => 1)
-      const rate = yield* readRate("--rate", args.rate, args.burst, "--burst")
+      const rate = yield* LimitInput.rateOf(FLAGS, Option.getOrNull(args.rate), Option.getOrNull(args.burst))
       const flow = yield* FlowControl.FlowControl
-      yield* flow.setGroup(args.topic, args.group, { maxInFlight, weight, rate, by: by.slice(0, 128) })
+      yield* flow.setGroup(args.topic, args.group, { maxInFlight, weight, rate, by })
       const set = (yield* flow.limits).find((l) => l.topic === args.topic)?.groups.find((g) => g.group === args.group)
       const said = `max ${orNone(maxInFlight)}, weight ${weight}, rate ${
         set?.rate ? showRate(set.rate) : "the topic's per-group rate"
@@ -229,13 +226,13 @@ const inboxSet = Command.make(
   Effect.fn("effect-durable.limits.inbox.set")(
     function*(args) {
       const by = operatorName()
-      const maxInFlight = Option.getOrNull(args.max)
-      const rate = yield* readRate("--rate", args.rate, args.burst, "--burst")
-      if (maxInFlight === null && rate === null) {
-        return yield* usage("limits inbox set: give --max or --rate (`limits inbox clear` removes a consumer's limits)")
-      }
+      const { maxInFlight, rate } = yield* LimitInput.inboxLimits({
+        maxInFlight: Option.getOrNull(args.max),
+        rate: Option.getOrNull(args.rate),
+        burst: Option.getOrNull(args.burst)
+      }, INBOX_FLAGS)
       const flow = yield* FlowControl.FlowControl
-      yield* flow.setInboxLimit(args.consumer, { maxInFlight, rate, by: by.slice(0, 128) })
+      yield* flow.setInboxLimit(args.consumer, { maxInFlight, rate, by })
       const set = (yield* flow.inboxLimits).find((l) => l.consumer === args.consumer)
       const said = `at most ${orNone(maxInFlight)} in flight, rate ${showRate(set?.rate ?? null)}`
       yield* Effect.logInfo(`operator action: limits of inbox consumer ${args.consumer} set to ${said} by ${by}`)

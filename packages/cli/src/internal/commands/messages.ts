@@ -16,8 +16,8 @@ import * as Effect from "effect/Effect"
 import { confirm, ids, json, toggle, yes } from "../arguments.js"
 import { withDatabase } from "../connection.js"
 import { checkFailed, usage } from "../errors.js"
+import { operatorName } from "../operator.js"
 import * as Output from "../output.js"
-import { operatorName } from "./topics.js"
 
 const inbox = toggle(
   "inbox",

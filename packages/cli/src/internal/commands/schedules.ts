@@ -6,13 +6,12 @@
 import * as Schedules from "@effect-durable/pg/Schedules"
 import * as Argument from "effect/cli/Argument"
 import * as Command from "effect/cli/Command"
-import * as Flag from "effect/cli/Flag"
 import * as Effect from "effect/Effect"
-import { json } from "../arguments.js"
+import { instant, json } from "../arguments.js"
 import { withDatabase } from "../connection.js"
 import { usage } from "../errors.js"
+import { operatorName } from "../operator.js"
 import * as Output from "../output.js"
-import { operatorName } from "./topics.js"
 
 const name = Argument.String("name").pipe(
   Argument.withMetavar("SCHEDULE"),
@@ -57,7 +56,7 @@ const toggle = (verb: "pause" | "resume", description: string) =>
         const schedules = yield* Schedules.Schedules
         const by = operatorName()
         const changed = verb === "pause"
-          ? yield* schedules.pause(args.name, { by: by.slice(0, 128) })
+          ? yield* schedules.pause(args.name, { by })
           : yield* schedules.resume(args.name)
         yield* Effect.logInfo(`operator action: ${verb} schedule ${args.name} by ${by}`)
         if (args.json) return yield* Output.json({ schedule: args.name, changed })
@@ -73,31 +72,19 @@ const toggle = (verb: "pause" | "resume", description: string) =>
     )
   ).pipe(Command.withDescription(description))
 
-const instant = (flag: string) =>
-  Flag.String(flag).pipe(
-    Flag.withMetavar("TIME"),
-    Flag.withDescription(
-      `Required. ${
-        flag === "from" ? "The range's start (included)" : "Its end (excluded)"
-      }: ISO-8601 such as 2026-12-01T00:00:00Z`
-    )
-  )
-
 const backfill = Command.make(
   "backfill",
-  { name, from: instant("from"), to: instant("to"), json },
+  {
+    name,
+    from: instant("from", "Required. The range's start (included): ISO-8601 such as 2026-12-01T00:00:00Z"),
+    to: instant("to", "Required. Its end (excluded): ISO-8601 such as 2026-12-01T00:00:00Z"),
+    json
+  },
   Effect.fn("effect-durable.schedules.backfill")(
     function*(args) {
-      const parse = (flag: string, text: string) => {
-        const at = new Date(text)
-        return Number.isFinite(at.getTime()) && /^\d{4}-\d{2}-\d{2}T/.test(text)
-          ? Effect.succeed(at)
-          : usage(`invalid --${flag}: an ISO-8601 time such as 2026-12-01T00:00:00Z`)
-      }
-      const range = { from: yield* parse("from", args.from), to: yield* parse("to", args.to) }
-      const done = yield* (yield* Schedules.Schedules).backfill(args.name, range)
+      const done = yield* (yield* Schedules.Schedules).backfill(args.name, { from: args.from, to: args.to })
       yield* Effect.logInfo(
-        `operator action: backfill schedule ${args.name} from ${args.from} to ${args.to} by ${operatorName()} (${done.enqueued} enqueued)`
+        `operator action: backfill schedule ${args.name} from ${args.from.toISOString()} to ${args.to.toISOString()} by ${operatorName()} (${done.enqueued} enqueued)`
       )
       if (args.json) return yield* Output.json({ schedule: args.name, ...done })
       yield* Output.line(

@@ -3,6 +3,7 @@
  * consumer, what is ready, delayed, claimed, dead and done, and how long the oldest ready
  * message has waited. `--watch` repeats until Ctrl-C (JSON: one line per refresh).
  */
+import * as Input from "@effect-durable/core/Input"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as Migrations from "@effect-durable/pg/Migrations"
@@ -13,7 +14,7 @@ import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
-import { duration, json, toggle } from "../arguments.js"
+import { duration, json, toggle, within } from "../arguments.js"
 import { withDatabase } from "../connection.js"
 import * as Output from "../output.js"
 
@@ -65,7 +66,9 @@ export const status = Command.make(
     watch: toggle("watch", "Refresh until Ctrl-C"),
     interval: duration("interval").pipe(
       Flag.withDefault("2 seconds"),
-      Flag.withDescription("Time between refreshes with --watch (default 2s)")
+      Flag.withDescription("Time between refreshes with --watch, 100ms to 1d (default 2s)"),
+      // Zero would query the database in a tight loop.
+      within("interval", Input.DurationIn({ min: "100 millis", max: "1 day" }))
     )
   },
   Effect.fn("effect-durable.status")(function*(args) {

@@ -8,21 +8,12 @@ import * as Command from "effect/cli/Command"
 import * as Flag from "effect/cli/Flag"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-import { userInfo } from "node:os"
 import { json } from "../arguments.js"
 import { withDatabase } from "../connection.js"
+import { operatorName } from "../operator.js"
 import * as Output from "../output.js"
 
 const topic = Argument.String("topic").pipe(Argument.withMetavar("TOPIC"), Argument.withDescription("The outbox topic"))
-
-/** Who is acting, as recorded with a pause: the OS user, marked as coming from the command line. */
-export const operatorName = (): string => {
-  try {
-    return `${userInfo().username} (cli)`
-  } catch {
-    return "cli"
-  }
-}
 
 export const pause = Command.make(
   "pause",

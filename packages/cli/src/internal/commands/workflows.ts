@@ -12,8 +12,8 @@ import * as Option from "effect/Option"
 import { duration, json, positive, toggle } from "../arguments.js"
 import { withDatabase } from "../connection.js"
 import { checkFailed, usage } from "../errors.js"
+import { operatorName } from "../operator.js"
 import * as Output from "../output.js"
-import { operatorName } from "./topics.js"
 
 const workflow = Argument.String("workflow").pipe(
   Argument.withMetavar("WORKFLOW"),

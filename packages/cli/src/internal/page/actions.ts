@@ -4,7 +4,7 @@
  * move aside (with the operator's reason) by ids, outbox and inbox; pause and resume of a
  * topic. Each is logged with who did it and from where.
  */
-import { type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import { printable } from "@effect-durable/core/Printable"
 import * as FlowControl from "@effect-durable/pg/FlowControl"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
@@ -14,7 +14,8 @@ import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
 import * as Schedules from "@effect-durable/pg/Schedules"
 import type * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
 import * as Effect from "effect/Effect"
-import { parseRate } from "../durations.js"
+import * as LimitInput from "../limitInput.js"
+import { recordedBy } from "../operator.js"
 import {
   ActionBody,
   body,
@@ -52,17 +53,20 @@ export const audit = (r: Request, action: string, fields: Record<string, unknown
     Effect.annotateLogs({ who: r.who, address: addressOf(r.request), action, ...fields })
   )
 
-/** The operator's name within `max` UTF-8 bytes (a move aside records at most 128), whole characters only. */
-const whoInBytes = (who: string, max: number): string => {
-  let bytes = 0
-  let kept = ""
-  for (const character of who) {
-    bytes += Buffer.byteLength(character, "utf8")
-    if (bytes > max) break
-    kept += character
-  }
-  return kept
+/** The Limits form's fields as its JSON names them, for the rules the command shares. */
+const FIELDS: LimitInput.FieldNames = {
+  maxInFlight: "maxInFlight",
+  groupMaxInFlight: "groupMaxInFlight",
+  rate: "rate",
+  burst: "burst",
+  groupRate: "groupRate",
+  groupBurst: "groupBurst",
+  options: "options",
+  clear: "Clear"
 }
+
+/** Who acts, as the library records it: fitted to its 128 bytes, never a reason to refuse the action. */
+const byOf = (r: Request) => recordedBy(r.who, " (admin page)")
 
 export const make = ({ filterOf, jobs, options, queries, workflows }: ActionContext) => {
   const byIds = (verb: "redrive" | "discard" | "restore", queue: "outbox" | "inbox") =>
@@ -124,7 +128,7 @@ export const make = ({ filterOf, jobs, options, queries, workflows }: ActionCont
         return jsonResponse({ error: "moving a message aside needs a reason" }, 400)
       }
       const reason = input.reason ?? ""
-      const by = `${whoInBytes(r.who, 100)} (admin page)`
+      const by = byOf(r)
       const run: Effect.Effect<
         ReadonlyArray<string>,
         InvalidInput | DatabaseError,
@@ -146,7 +150,7 @@ export const make = ({ filterOf, jobs, options, queries, workflows }: ActionCont
       const { topic } = yield* body(TopicBody)
       const admin = yield* OutboxAdmin.OutboxAdmin
       const changed = yield* queries.timed(
-        verb === "pause" ? admin.pause(topic, { by: r.who.slice(0, 128) }) : admin.resume(topic)
+        verb === "pause" ? admin.pause(topic, { by: recordedBy(r.who) }) : admin.resume(topic)
       )
       yield* audit(r, `${verb} topic ${topic}`, { topic, changed })
       return jsonResponse({ topic, changed })
@@ -167,38 +171,33 @@ export const make = ({ filterOf, jobs, options, queries, workflows }: ActionCont
       const { name } = yield* body(ScheduleBody)
       const schedules = yield* Schedules.Schedules
       const changed = yield* queries.timed(
-        verb === "pause" ? schedules.pause(name, { by: whoInBytes(r.who, 128) }) : schedules.resume(name)
+        verb === "pause" ? schedules.pause(name, { by: recordedBy(r.who) }) : schedules.resume(name)
       )
       yield* audit(r, `${verb} schedule ${name}`, { schedule: name, changed })
       return jsonResponse({ name, changed })
     })
 
-  /** A rate field of the form (`10/1m`) and its burst: absent or empty is none. */
-  const rateField = (argument: string, text: string | null | undefined, burst: number | null | undefined) => {
-    if (text === null || text === undefined || text.trim() === "") return Effect.succeed(null)
-    const rate = parseRate(text)
-    return rate === undefined
-      ? Effect.fail(new InvalidInput({ argument, rule: "N/PERIOD, such as 10/1m, 5/s or 100/2h" }))
-      : Effect.succeed(burst === null || burst === undefined ? rate : { ...rate, burst })
-  }
-
-  /** Set a topic's limits (every one given: null is none) or clear them; the library checks the values. */
+  /**
+   * Set a topic's limits (every one given: null is none; by the rules `limits set` reads its
+   * flags with) or clear them; the library checks the values.
+   */
   const limitAction = (verb: "set" | "clear") =>
     Effect.fnUntraced(function*(r: Request) {
       const input = yield* body(LimitBody)
       const flow = yield* FlowControl.FlowControl
-      const maxInFlight = input.maxInFlight ?? null
-      const groupMaxInFlight = input.groupMaxInFlight ?? null
-      const rate = yield* rateField("rate", input.rate, input.burst)
-      const groupRate = yield* rateField("groupRate", input.groupRate, input.groupBurst)
+      const { groupMaxInFlight = null, maxInFlight = null } = input
       const changed = verb === "set"
         ? yield* Effect.as(
           queries.timed(flow.setLimit(input.topic, {
-            maxInFlight,
-            groupMaxInFlight,
-            rate,
-            groupRate,
-            by: `${whoInBytes(r.who, 100)} (admin page)`
+            ...(yield* LimitInput.topicLimits({
+              maxInFlight,
+              groupMaxInFlight,
+              rate: input.rate ?? null,
+              burst: input.burst ?? null,
+              groupRate: input.groupRate ?? null,
+              groupBurst: input.groupBurst ?? null
+            }, FIELDS)),
+            by: byOf(r)
           })),
           true
         )
@@ -215,19 +214,20 @@ export const make = ({ filterOf, jobs, options, queries, workflows }: ActionCont
       return jsonResponse({ topic: input.topic, changed })
     })
 
-  /** Set a stored-inbox consumer's limits (both given: null is none) or clear them; the library checks the values. */
+  /** Set a stored-inbox consumer's limits (as `limits inbox set` does) or clear them; the library checks the values. */
   const inboxLimitAction = (verb: "set" | "clear") =>
     Effect.fnUntraced(function*(r: Request) {
       const input = yield* body(InboxLimitBody)
       const flow = yield* FlowControl.FlowControl
       const maxInFlight = input.maxInFlight ?? null
-      const rate = yield* rateField("rate", input.rate, input.burst)
       const changed = verb === "set"
         ? yield* Effect.as(
           queries.timed(flow.setInboxLimit(input.consumer, {
-            maxInFlight,
-            rate,
-            by: `${whoInBytes(r.who, 100)} (admin page)`
+            ...(yield* LimitInput.inboxLimits(
+              { maxInFlight, rate: input.rate ?? null, burst: input.burst ?? null },
+              FIELDS
+            )),
+            by: byOf(r)
           })),
           true
         )
@@ -247,7 +247,7 @@ export const make = ({ filterOf, jobs, options, queries, workflows }: ActionCont
     Effect.fnUntraced(function*(r: Request) {
       const input = yield* body(MessageActionBody)
       const options = {
-        by: `${whoInBytes(r.who, 100)} (admin page)`,
+        by: byOf(r),
         ...(input.reason === undefined ? {} : { reason: input.reason })
       }
       const run: Effect.Effect<

@@ -2,8 +2,14 @@
  * The page's only assets, served by the page itself: one stylesheet and one script (no
  * framework, no external font or CDN: it works with no network). The script refreshes the
  * overview, asks before every action, posts it as JSON and shows a bulk action's progress;
- * the schema's drift and checks are actions too (POST), their answer shown in place.
+ * the schema's drift and checks are actions too (POST), their answer shown in place. Stored
+ * names it shows (in a question, in its status line) have their control characters marked by
+ * code point, as the page's HTML does: a bidi override cannot reorder what is asked.
  */
+import { INVISIBLE } from "@effect-durable/core/Printable"
+
+/** What the script marks: what the page's HTML marks, and the line breaks and tabs a dialog would lay out. */
+const CONTROL_SOURCE = JSON.stringify(`[\\t\\n\\r]|${INVISIBLE.source}`)
 
 export const css = `
 :root { color-scheme: light; --fg: #1f2933; --muted: #616e7c; --line: #d9e2ec; --bg: #f5f7fa; --accent: #2563eb;
@@ -76,8 +82,25 @@ export const js = `"use strict";
   var base = body.getAttribute("data-base") || "";
   var status = document.getElementById("status");
 
+  // Every control character in text the script shows (a stored name, an error): by its code point.
+  var CONTROL = new RegExp(${CONTROL_SOURCE}, "g");
+  function codePoint(c) { return "U+" + ("000" + c.charCodeAt(0).toString(16).toUpperCase()).slice(-4); }
+  function marked(text) {
+    return String(text).replace(CONTROL, function (c) { return "[" + codePoint(c) + "]"; });
+  }
+  function ask(question) { return window.confirm(marked(question)); }
+
   function say(text, failed, progress) {
-    status.textContent = text;
+    // Marked as the page marks them: <mark class="control">U+202E</mark> where each one is.
+    status.textContent = "";
+    String(text).split(new RegExp("(" + CONTROL.source + ")")).forEach(function (part, i) {
+      if (i % 2 === 0) { status.appendChild(document.createTextNode(part)); return; }
+      var mark = document.createElement("mark");
+      mark.className = "control";
+      mark.title = "an invisible control character";
+      mark.textContent = codePoint(part);
+      status.appendChild(mark);
+    });
     if (progress) {
       var bar = document.createElement("progress");
       bar.max = progress.total || 1;
@@ -134,7 +157,7 @@ export const js = `"use strict";
 
   var PAST = { redrive: "redriven", discard: "discarded", "retry-now": "retried now", "move-aside": "moved aside", cancel: "cancelled", restore: "restored" };
   var AFTER = { redrive: "ready", discard: "discarded", "retry-now": "ready", "move-aside": "dead", cancel: "cancelled", restore: "ready" };
-  var NOT = { redrive: "not dead", discard: "not dead or cancelled", "retry-now": "not waiting for a retry", "move-aside": "not ready or delayed", cancel: "done, dead or cancelled already", restore: "not cancelled" };
+  var NOT = { redrive: "not dead, or a dedup key an open message holds", discard: "not dead or cancelled", "retry-now": "not waiting for a retry", "move-aside": "not ready or delayed", cancel: "done, dead or cancelled already", restore: "not cancelled, or a dedup key an open message holds" };
 
   function pollJob(verb, id) {
     return request("GET", "/api/jobs/" + encodeURIComponent(id)).then(function (job) {
@@ -153,7 +176,7 @@ export const js = `"use strict";
     var scope = button.getAttribute("data-scope");
     if (action === "pause" || action === "resume") {
       var topic = button.getAttribute("data-topic");
-      if (!window.confirm(action[0].toUpperCase() + action.slice(1) + " topic " + topic + "?")) return;
+      if (!ask(action[0].toUpperCase() + action.slice(1) + " topic " + topic + "?")) return;
       return request("POST", "/actions/" + action, { topic: topic }).then(function (result) {
         say((action === "pause" ? "paused " : "resumed ") + topic + (result.changed ? "" : " (no change)"));
         return refresh();
@@ -169,7 +192,7 @@ export const js = `"use strict";
     if (action === "schedule-pause" || action === "schedule-resume") {
       var scheduleVerb = action.replace("schedule-", "");
       var schedule = button.getAttribute("data-schedule");
-      if (scheduleVerb === "pause" && !window.confirm("Pause schedule " + schedule + "? Its slots are missed until it is resumed.")) return;
+      if (scheduleVerb === "pause" && !ask("Pause schedule " + schedule + "? Its slots are missed until it is resumed.")) return;
       return request("POST", "/schedules/actions/" + scheduleVerb, { name: schedule }).then(function (result) {
         say(result.changed
           ? (scheduleVerb === "pause" ? "paused schedule " : "resumed schedule ") + schedule
@@ -191,7 +214,7 @@ export const js = `"use strict";
       var limitTopic = button.getAttribute("data-topic") || limitField("topic");
       if (limitTopic === "") { say("name the topic first", true); return; }
       if (action === "limit-clear") {
-        if (!window.confirm("Clear every limit of topic " + limitTopic + "?")) return;
+        if (!ask("Clear every limit of topic " + limitTopic + "?")) return;
         return request("POST", "/limits/actions/clear", { topic: limitTopic }).then(function (result) {
           say(result.changed ? "cleared the limits of " + limitTopic : limitTopic + " had no limits");
           window.location.reload();
@@ -210,7 +233,7 @@ export const js = `"use strict";
       var consumer = button.getAttribute("data-consumer") || limitField("consumer");
       if (consumer === "") { say("name the consumer first", true); return; }
       if (action === "inbox-limit-clear") {
-        if (!window.confirm("Clear the limits of inbox consumer " + consumer + "?")) return;
+        if (!ask("Clear the limits of inbox consumer " + consumer + "?")) return;
         return request("POST", "/limits/actions/inbox-clear", { consumer: consumer }).then(function (result) {
           say(result.changed ? "cleared the limits of inbox consumer " + consumer : consumer + " had no limits");
           window.location.reload();
@@ -228,7 +251,7 @@ export const js = `"use strict";
       var workflowVerb = action.replace("workflow-", "");
       var execution = { workflow: button.getAttribute("data-workflow"), executionId: button.getAttribute("data-execution") };
       var named = execution.workflow + " execution " + execution.executionId;
-      if (workflowVerb === "interrupt" && !window.confirm("Interrupt " + named + "? Its compensations run and it ends interrupted.")) return;
+      if (workflowVerb === "interrupt" && !ask("Interrupt " + named + "? Its compensations run and it ends interrupted.")) return;
       return request("POST", "/workflows/actions/" + workflowVerb, execution).then(function (result) {
         say(result.changed
           ? (workflowVerb === "interrupt" ? "interrupt requested for " : "resumed ") + named
@@ -243,7 +266,7 @@ export const js = `"use strict";
       var query = button.getAttribute("data-filter") || "";
       return request("GET", "/api/count?" + query).then(function (count) {
         if (count.count === 0) { say("no dead message matches this filter"); return; }
-        if (!window.confirm(verb[0].toUpperCase() + verb.slice(1) + " all " + number(count.count) + " dead messages matching this filter?")) return;
+        if (!ask(verb[0].toUpperCase() + verb.slice(1) + " all " + number(count.count) + " dead messages matching this filter?")) return;
         return request("POST", path, { filter: query, upTo: count.maxId, expected: count.count }).then(function (started) {
           say(verb + ": 0 / " + number(count.count), false, { done: 0, total: count.count });
           return pollJob(verb, started.job);
@@ -256,11 +279,11 @@ export const js = `"use strict";
     var payload = consumer ? { consumer: consumer, ids: ids } : { ids: ids };
     if (verb === "move-aside") {
       // Moved aside with a reason, recorded in the message's last error.
-      var reason = window.prompt("Move " + what + " aside to the dead letters? Why (recorded with it):", "");
+      var reason = window.prompt(marked("Move " + what + " aside to the dead letters? Why (recorded with it):"), "");
       if (reason === null) return;
       if (reason.trim() === "") { say("a reason is needed to move a message aside", true); return; }
       payload.reason = reason;
-    } else if (verb !== "retry-now" && !window.confirm(verb[0].toUpperCase() + verb.slice(1) + " " + what + "?")) return;
+    } else if (verb !== "retry-now" && !ask(verb[0].toUpperCase() + verb.slice(1) + " " + what + "?")) return;
     return request("POST", path, payload).then(function (result) {
       say(PAST[verb] + " " + number(result.ids.length) + (result.ids.length < ids.length ? " (the others were " + NOT[verb] + ")" : ""));
       markRows(result.ids, AFTER[verb]);

@@ -37,7 +37,8 @@ export const parse = (params: URLSearchParams): OutboxSearch.MessageFilter => {
     ...(one("topic") === undefined ? {} : { topic: one("topic")! }),
     ...(one("key") === undefined ? {} : { orderingKey: one("key")! }),
     ...(state === undefined ? {} : { state: state as OutboxSearch.MessageState }),
-    ...(attempts === undefined ? {} : { minAttempts: Number(attempts) }),
+    // Digits only: `Number` reads 0x10 as 16 and 1e1 as 10; NaN goes on for the library to refuse.
+    ...(attempts === undefined ? {} : { minAttempts: /^\d+$/.test(attempts) ? Number(attempts) : Number.NaN }),
     // What is not a duration goes to the library as it is, which refuses it naming the field.
     ...(older === undefined ? {} : { olderThan: parseDuration(older) ?? (older as Duration.Input) }),
     ...(dead === undefined ? {} : { deadFor: parseDuration(dead) ?? (dead as Duration.Input) }),
