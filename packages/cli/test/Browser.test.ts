@@ -687,12 +687,16 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
           await page.getByRole("button", { name: "Interrupt" }).click()
           await status(page, "interrupt requested for")
           await page.goto(`${base}/ops/durable/limits`)
+          // A cleared limit reloads the page: the next navigation waits for that reload's load
+          // (a goto racing it was aborted, net::ERR_ABORTED).
           await Promise.all([
+            page.waitForEvent("load"),
             page.waitForResponse((r) => r.url().endsWith("/limits/actions/clear")),
             click(page, `#limits tr[data-topic]|data-topic|${topic}|button[data-action=limit-clear]`)
           ])
           await page.goto(`${base}/ops/durable/limits`)
           await Promise.all([
+            page.waitForEvent("load"),
             page.waitForResponse((r) => r.url().endsWith("/limits/actions/inbox-clear")),
             click(
               page,

@@ -26,7 +26,7 @@ describe("effect-durable migrate, verify, grant, doctor", () => {
         expect(text.stdout).toContain(`schema ${schema} is at version 0; migrate would apply:`)
         const applied = yield* cliOn(["--schema", schema, "migrate"])
         expect(applied.code).toBe(0)
-        expect(applied.stdout).toContain(`applied 1  mutation ledger`)
+        expect(applied.stdout).toContain(`applied 1  baseline`)
         expect(applied.stdout).toContain(`schema ${schema} is at version ${Migrations.latestVersion}`)
         expect(applied.stderr).toContain("migrating schema") // progress and logs on stderr
         const again = yield* cliOn(["migrate", "--json", "--schema", schema])
