@@ -77,7 +77,7 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
       admin.literal(QueueLifecycle.outbox.is.dead)
     } AS dead, last_error, attempt_count AS attempts,
              failure_count AS failures, lease_expiries
-        FROM durable.outbox WHERE topic = ${TOPIC}`
+        FROM durable.outbox_messages WHERE topic = ${TOPIC}`
     const deliveries = yield* admin<{ message_id: string; uid: string; worker: string; at: number }>`
       SELECT message_id::text AS message_id, uid, worker, extract(epoch FROM at)::float8 * 1000 AS at
         FROM chaos.deliveries ORDER BY at`

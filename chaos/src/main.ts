@@ -111,7 +111,9 @@ const progress = (admin: SqlClient.SqlClient) =>
            (SELECT count(DISTINCT message_id)::int FROM chaos.deliveries) AS delivered,
            (SELECT count(*)::int FROM chaos.deliveries) AS deliveries,
            (SELECT count(*)::int FROM durable.outbox WHERE ${admin.literal(QueueLifecycle.outbox.open)}) AS open,
-           (SELECT count(*)::int FROM durable.outbox WHERE ${admin.literal(QueueLifecycle.outbox.is.dead)}) AS dead`
+           (SELECT count(*)::int FROM durable.outbox_dead WHERE ${
+    admin.literal(QueueLifecycle.outbox.is.dead)
+  }) AS dead`
     .pipe(
       Effect.map(([row]) =>
         `committed ${row!.committed} (rolled back ${row!.rolled_back}), delivered ${row!.delivered} (${
@@ -169,7 +171,7 @@ const withFlowCheck = <R extends { readonly details: ReadonlyArray<string>; read
     const overshoots = yield* FlowChecker.overshoots().pipe(Effect.provideService(SqlClient.SqlClient, admin))
     const rateOvershoots = yield* FlowChecker.rateOvershoots().pipe(Effect.provideService(SqlClient.SqlClient, admin))
     const [claims] = yield* admin<{ n: number }>`
-      SELECT coalesce(sum(attempt_count), 0)::int AS n FROM durable.outbox WHERE topic = ${TOPIC}`
+      SELECT coalesce(sum(attempt_count), 0)::int AS n FROM durable.outbox_messages WHERE topic = ${TOPIC}`
     const line = `flow limits (${Options.FLOW_LIMIT} in flight${
       options.slots ? ", no groups or rates: claims take capacity slots" : `, ${Options.FLOW_GROUP_LIMIT} per group`
     }): ${overshoots.length} overshoots over about ${claims!.n} claims of the topic, each counted inside its claim`

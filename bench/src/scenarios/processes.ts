@@ -36,7 +36,7 @@ export const run = async (bench: Bench, contender: QueueContender, messages: num
       url,
       `SELECT extract(epoch FROM percentile_disc(0.9) WITHIN GROUP (ORDER BY projected_at)
                  - percentile_disc(0.1) WITHIN GROUP (ORDER BY projected_at))::float8 AS seconds
-         FROM durable.outbox WHERE projected_at IS NOT NULL`
+         FROM durable.outbox_history WHERE projected_at IS NOT NULL`
     )
     const steady = 0.8 * messages / Number(window!.seconds)
     await bench.dropDatabase(database)

@@ -62,7 +62,7 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
              extract(epoch FROM ended_at)::float8 * 1000 AS ended
         FROM chaos.wf_activities ORDER BY started_at`
     const [dead] = yield* admin<{ n: number }>`
-      SELECT count(*)::int AS n FROM durable.outbox
+      SELECT count(*)::int AS n FROM durable.outbox_dead
        WHERE topic LIKE 'workflow.%' AND ${admin.literal(QueueLifecycle.outbox.is.dead)}`
     const journal = readJournal(facts.journal)
 

@@ -167,7 +167,7 @@ export const run = Effect.fn("Demo.run")(function*(url: string) {
   for (const notification of delivered.body) yield* say(`   bob: ${notification.text}`)
   // What a lost answer to the webhook would cause: the same message delivered again.
   const sql = yield* SqlClient.SqlClient
-  const outbox = sql.literal((yield* DurableSettings).table("outbox"))
+  const outbox = sql.literal((yield* DurableSettings).table("outbox_messages"))
   const [message] = yield* sql<{ id: string }>`
     SELECT id::text AS id FROM ${outbox} WHERE topic = ${TRANSFER_COMPLETED} AND payload->>'transfer' = ${
     String(first.body.id)

@@ -105,6 +105,8 @@ export const migrate = (
         for (const { role } of roles) {
           for (const grant of yield* runtimeGrants(sql, settings, role)) yield* sql.unsafe(grant)
         }
+        // The outbox history's days ahead (retention makes them too).
+        yield* sql`SELECT ${sql.literal(settings.table("outbox_history_prepare"))}(7)`
       }
       return { applied: pending.map(({ name, version }) => ({ version, name })), version }
     }).pipe(classifySqlErrors("Migrations.migrate"))
@@ -200,7 +202,7 @@ const runtimeGrants = (sql: SqlClient.SqlClient, settings: Settings, role: strin
   Effect.gen(function*() {
     const written = yield* sql<{ name: string }>`
       SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-       WHERE n.nspname = ${settings.schema} AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+       WHERE n.nspname = ${settings.schema} AND c.relkind IN ('r', 'p', 'v') AND NOT c.relispartition
          AND c.relname NOT IN ${sql.in(READ_ONLY_TABLES)}
        ORDER BY c.relname`
     const grantee = quote(role)

@@ -213,7 +213,8 @@ export const make: Effect.Effect<OutboxAdmin["Service"], never, SqlClient.SqlCli
     const wake = (ids: ReadonlyArray<string>) =>
       ids.length === 0 ? Effect.succeed(ids) : sql`
         SELECT count(pg_notify(${channel}, t.topic)) AS n
-          FROM (SELECT DISTINCT topic FROM ${table} WHERE id = ANY(${ids}::bigint[])) t`.pipe(
+          FROM (SELECT DISTINCT topic FROM ${sql.literal(settings.table("outbox_messages"))}
+                 WHERE id = ANY(${ids}::bigint[])) t`.pipe(
         Effect.catch((error) =>
           Effect.logDebug(`effect-durable: the wake-up after an operator action failed: ${printable(error.message)}`)
         ),

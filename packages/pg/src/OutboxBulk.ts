@@ -22,6 +22,7 @@ import type * as Statement from "effect/sql/Statement"
 import * as Stream from "effect/Stream"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
+import * as Moves from "./internal/queue/moves.js"
 import { MAX_BATCH, MessageId } from "./internal/queue/spec.js"
 import { inIdOrder } from "./internal/queue/worker.js"
 import { decodeFilter, predicate } from "./internal/search/filter.js"
@@ -86,13 +87,18 @@ export const make: Effect.Effect<OutboxBulk["Service"], never, SqlClient.SqlClie
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
     const table = sql.literal(settings.table("outbox"))
+    // Bulk actions act on dead letters: they are in their own table.
+    const dead = sql.literal(settings.table("outbox_dead"))
     const lifecycle = QueueLifecycle.outbox
 
     /** One committed batch after another, in id order, until a batch comes back short or the limit is reached. */
     const bulk = (
       name: string,
-      /** The action on the batch's rows (`asked`, a CTE over `batch`): the ids it acted on. */
-      action: (asked: string) => Statement.Fragment
+      /**
+       * The action on the batch's rows (`asked`, a CTE over `batch`): the ids it acted on, and
+       * the CTEs it needs before it (a move's DELETE).
+       */
+      action: (asked: string) => { readonly before?: Statement.Fragment; readonly acted: Statement.Fragment }
     ) =>
     (filter: MessageFilter, options: BulkOptions = {}): Stream.Stream<BulkProgress, InvalidInput | DatabaseError> =>
       Stream.unwrap(Effect.gen(function*() {
@@ -101,10 +107,12 @@ export const make: Effect.Effect<OutboxBulk["Service"], never, SqlClient.SqlClie
         const operation = `OutboxBulk.${name}`
         // Every row of the batch comes back, acted on or not (a redrive leaves one whose dedup key
         // an open message holds): the walk goes on past those, only the acted ones count.
-        const statement = (batch: Statement.Fragment) =>
-          sql<{ id: string; acted: boolean }>`
-            WITH asked AS (${batch}), acted AS (${action("asked")})
+        const statement = (batch: Statement.Fragment) => {
+          const { acted, before } = action("asked")
+          return sql<{ id: string; acted: boolean }>`
+            WITH asked AS (${batch}), ${before === undefined ? sql`` : sql`${before}, `}acted AS (${acted})
             SELECT asked.id::text AS id, acted.id IS NOT NULL AS acted FROM asked LEFT JOIN acted USING (id)`
+        }
         const run = (batch: Statement.Statement<{ id: string; acted: boolean }>) =>
           statementTimeout === undefined
             ? classifySqlErrors(operation)(batch)
@@ -118,7 +126,7 @@ export const make: Effect.Effect<OutboxBulk["Service"], never, SqlClient.SqlClie
           const size = Math.min(batchSize, limit - walk.total)
           return Effect.map(
             run(statement(sql`
-              SELECT id FROM ${table}
+              SELECT id FROM ${dead}
                WHERE ${sql.literal(lifecycle.is.dead)} AND id > ${walk.after}::bigint ${
               upTo === undefined ? sql`` : sql`AND id <= ${upTo}::bigint`
             }
@@ -140,19 +148,25 @@ export const make: Effect.Effect<OutboxBulk["Service"], never, SqlClient.SqlClie
 
     // The lifecycle's transitions, as `OutboxAdmin.redrive` and `discard` make them.
     const { discard, redrive } = lifecycle.transitions
-    // A message whose dedup key an open one holds stays dead (`reopenable`): the rest of its batch goes on.
-    const reopenable = sql.literal(QueueLifecycle.reopenable(settings.table("outbox"), "redrive"))
-    const redriveMatching = bulk("redriveMatching", (asked) =>
-      sql`UPDATE ${table} q SET ${sql.literal(redrive.set)}
-           WHERE q.id IN (SELECT id FROM ${sql.literal(asked)}) AND ${sql.literal(redrive.from)} AND ${reopenable}
-          RETURNING q.id`)
-
-    const discardMatching = bulk(
-      "discardMatching",
-      (asked) =>
-        sql`DELETE FROM ${table} WHERE id IN (SELECT id FROM ${sql.literal(asked)}) AND ${sql.literal(discard.from)}
-            RETURNING id`
+    // A message whose dedup key an open one holds stays dead (`reopenable`): the rest of its
+    // batch goes on. A redriven one moves back into the open table with its id.
+    const reopenable = sql.literal(
+      QueueLifecycle.reopenable({ open: settings.table("outbox"), from: settings.table("outbox_dead") }, "redrive")
     )
+    const redriveMatching = bulk("redriveMatching", (asked) => ({
+      before: sql`m AS (DELETE FROM ${dead} q
+                         WHERE q.id IN (SELECT id FROM ${sql.literal(asked)}) AND ${sql.literal(redrive.from)}
+                           AND ${reopenable}
+                        RETURNING q.*)`,
+      acted: sql`INSERT INTO ${table} (${sql.literal(Moves.COLUMN_LIST)}) OVERRIDING SYSTEM VALUE
+                 SELECT ${sql.literal(Moves.selectList(Moves.RESTART))} FROM m
+                 RETURNING id`
+    }))
+
+    const discardMatching = bulk("discardMatching", (asked) => ({
+      acted: sql`DELETE FROM ${dead} WHERE id IN (SELECT id FROM ${sql.literal(asked)}) AND ${sql.literal(discard.from)}
+                 RETURNING id`
+    }))
 
     return OutboxBulk.of({ redriveMatching, discardMatching })
   }

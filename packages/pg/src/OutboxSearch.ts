@@ -232,7 +232,8 @@ export const make: Effect.Effect<OutboxSearch["Service"], never, SqlClient.SqlCl
   function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
-    const table = sql.literal(settings.table("outbox"))
+    // Every message, open, dead or delivered (the view over the three tables).
+    const table = sql.literal(settings.table("outbox_messages"))
     const lifecycle = QueueLifecycle.outbox
     const iso = (column: string) => sql.literal(isoUtc(column))
     const columns = (lastError: string) =>

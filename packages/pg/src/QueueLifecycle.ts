@@ -29,7 +29,10 @@ export const inbox: Lifecycle.Lifecycle = forInbox()
 /**
  * What a transition that reopens an outbox row `q` (redrive, replay, restore) also asks of it,
  * among the rows of the relation `asked` (its `id`s): its dedup key is not held by an open
- * message, and it is the first row asked with that key. `outboxTable`: the qualified table.
+ * message, and it is the first row asked with that key. `tables`: the qualified table of open
+ * messages, and the one the rows come from (the dead letters, the history).
  */
-export const reopenable = (outboxTable: string, transition: Lifecycle.Reopening): string =>
-  Lifecycle.reopenable({ queue: "outbox", done: "projected_at" }, outboxTable, transition)
+export const reopenable = (
+  tables: { readonly open: string; readonly from: string },
+  transition: Lifecycle.Reopening
+): string => Lifecycle.reopenable({ queue: "outbox", done: "projected_at" }, tables, transition)

@@ -28,7 +28,7 @@ export const Floors: Readonly<Record<Target, string>> = {
 }
 
 const TABLES: Readonly<Record<Target, { readonly table: string; readonly column: string }>> = {
-  outbox: { table: "outbox", column: "projected_at" },
+  outbox: { table: "outbox_history", column: "projected_at" },
   inbox: { table: "inbox", column: "processed_at" },
   ledger: { table: "mutation_records", column: "created_at" }
 }

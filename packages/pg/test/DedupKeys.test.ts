@@ -24,7 +24,7 @@ const rowsOf = (topic: string) =>
     (sql) =>
       sql<Row>`SELECT o.id::text AS id, o.payload, o.dedup_key, (o.projected_at IS NULL AND o.dead_at IS NULL) AS open,
                     round(extract(epoch FROM o.available_at - now()))::int AS due_in
-               FROM durable.outbox o WHERE o.topic = ${topic} ORDER BY o.id`.pipe(Effect.orDie)
+               FROM durable.outbox_messages o WHERE o.topic = ${topic} ORDER BY o.id`.pipe(Effect.orDie)
   )
 
 describe("Outbox dedup keys", () => {

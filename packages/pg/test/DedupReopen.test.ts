@@ -102,7 +102,9 @@ describe("a bulk action's filter", () => {
         const refused = yield* Effect.flip(Stream.runCollect(bulk.discardMatching({ topics: ["typo"] } as never)))
         expect(refused).toMatchObject({ _tag: "InvalidInput", argument: "filter.topics" })
         const sql = yield* SqlClient.SqlClient
-        const [left] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox WHERE topic = 'typo'`
+        const [left] = yield* sql<
+          { n: number }
+        >`SELECT count(*)::int AS n FROM durable.outbox_messages WHERE topic = 'typo'`
         expect(left!.n).toBe(1)
       }))
   })

@@ -182,7 +182,7 @@ describe("the substrate at its edges", () => {
         expect(refusals[1]).toMatchObject({ argument: "headers.tenant" })
         expect(refusals[4]).toMatchObject({ argument: "identity.subject" })
         expect(refusals[7]).toMatchObject({ argument: "set.body" })
-        expect(yield* sql`SELECT 1 FROM durable.outbox WHERE topic = ${topic}`).toEqual([])
+        expect(yield* sql`SELECT 1 FROM durable.outbox_messages WHERE topic = ${topic}`).toEqual([])
         expect(yield* sql`SELECT 1 FROM durable.mutation_records WHERE key = 'nul'`).toEqual([])
       }))
 

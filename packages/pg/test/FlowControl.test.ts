@@ -20,6 +20,7 @@ import {
   enqueueAll,
   markAll,
   nodesOfPlan,
+  projectByHand,
   rowsRead,
   slotRecount,
   substrate,
@@ -463,10 +464,7 @@ describe("FlowControl: limits held by the claim", () => {
         const read = rowsRead(plan, (node) => node["Relation Name"] === "outbox" && node["Actual Loops"] === 1)
         expect(read).toBeLessThanOrEqual(10)
         yield* flow.clear(topic)
-        yield* Effect.flatMap(
-          SqlClient.SqlClient,
-          (sql) => sql`UPDATE durable.outbox SET projected_at = now() WHERE topic = ${topic}`
-        )
+        yield* projectByHand(`q.topic = '${topic}'`)
       }))
 
     it.effect("bad limits are typed refusals naming the rule; nothing is written", () =>

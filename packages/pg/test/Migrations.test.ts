@@ -106,6 +106,9 @@ describe("Migrations", () => {
         yield* sql`INSERT INTO m_adopt.mutation_records (subject, operation, key, kind, eligibility, request_fingerprint, status, response)
                    VALUES ('s', 'op', 'k', 'kind', '\\x00', decode(repeat('ab', 32), 'hex'), 'accepted', '{"ok":true}')`
         yield* sql`INSERT INTO m_adopt.outbox (topic, payload) VALUES ('t', '{"n":1}')`
+        // Settled messages the pre-release kept in the open table: they move out when adopted.
+        yield* sql`INSERT INTO m_adopt.outbox (topic, payload, projected_at) VALUES ('t', '{"n":2}', now())`
+        yield* sql`INSERT INTO m_adopt.outbox (topic, payload, dead_at, last_error) VALUES ('t', '{"n":3}', now(), 'x')`
         // A capacity the claim of before pre-release version 26 recorded, one row per message.
         yield* sql`INSERT INTO m_adopt.flow_leases (id, generation, topic, group_key) VALUES (7, 1, 'limited', '')`
         expect(yield* Migrations.appliedVersions).toEqual([])
@@ -117,6 +120,8 @@ describe("Migrations", () => {
         yield* Migrations.checkSchemaVersion
         expect(yield* Migrations.verifySchema).toEqual([])
         expect(yield* sql`SELECT key FROM m_adopt.mutation_records`).toEqual([{ key: "k" }])
+        expect(yield* sql`SELECT payload->>'n' AS n FROM m_adopt.outbox_history`).toEqual([{ n: "2" }])
+        expect(yield* sql`SELECT payload->>'n' AS n FROM m_adopt.outbox_dead`).toEqual([{ n: "3" }])
         expect(yield* sql`SELECT topic, entries::text, taken FROM m_adopt.flow_claims`).toEqual([
           { topic: "limited", entries: "{7}", taken: 1 }
         ])
@@ -212,7 +217,8 @@ describe("Migrations", () => {
         yield* Migrations.migrate()
         const tables = yield* sql<
           { name: string }
-        >`SELECT tablename AS name FROM pg_tables WHERE schemaname = 'Durable_Mixed' ORDER BY 1`
+        >`SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = 'Durable_Mixed' AND c.relkind IN ('r', 'p') AND NOT c.relispartition ORDER BY 1`
         expect(tables.map((t) => t.name)).toEqual([
           "flow_claims",
           "flow_group_buckets",
@@ -224,6 +230,8 @@ describe("Migrations", () => {
           "inbox_limits",
           "mutation_records",
           "outbox",
+          "outbox_dead",
+          "outbox_history",
           "paused_topics",
           "rate_adaptive",
           "rate_buckets",

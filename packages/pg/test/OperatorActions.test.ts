@@ -24,7 +24,8 @@ interface State {
 const statesOf = (queue: "outbox" | "inbox", ids: ReadonlyArray<string>) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const table = sql.literal((yield* DurableSettings).table(queue))
+    // Every outbox message, wherever it is now (the open table holds only open ones).
+    const table = sql.literal((yield* DurableSettings).table(queue === "outbox" ? "outbox_messages" : queue))
     const done = sql.literal(queue === "outbox" ? "projected_at" : "processed_at")
     return yield* sql<State>`
       SELECT id::text,

@@ -42,6 +42,8 @@ const outboxServices = Effect.map(
 )
 
 const table = Effect.map(DurableSettings, (settings) => settings.table("outbox"))
+/** Every message, wherever it is: open, dead or delivered. */
+const messages = Effect.map(DurableSettings, (settings) => settings.table("outbox_messages"))
 
 const rowsOf = (ids: ReadonlyArray<string>) =>
   Effect.gen(function*() {
@@ -51,7 +53,7 @@ const rowsOf = (ids: ReadonlyArray<string>) =>
              max_attempts, projected_at IS NOT NULL AS projected, dead_at IS NOT NULL AS dead, last_error,
              extract(epoch FROM claimed_until - now())::float8 AS lease_seconds,
              extract(epoch FROM available_at - created_at)::float8 AS delay_seconds
-        FROM ${sql.literal(yield* table)} o WHERE o.id = ANY(${ids}::bigint[]) ORDER BY o.id`
+        FROM ${sql.literal(yield* messages)} o WHERE o.id = ANY(${ids}::bigint[]) ORDER BY o.id`
   })
 const rowOf = (id: string) => Effect.map(rowsOf([id]), (rows) => rows[0])
 
@@ -143,7 +145,7 @@ const suite = (schema: string) => {
           _tag: "InvalidInput",
           argument: "delay"
         })
-        const rows = yield* sql`SELECT 1 FROM ${sql.literal(yield* table)} WHERE topic = ${topic}`
+        const rows = yield* sql`SELECT 1 FROM ${sql.literal(yield* messages)} WHERE topic = ${topic}`
         expect(rows).toEqual([])
       }))
 
@@ -394,7 +396,7 @@ const suite = (schema: string) => {
         const [fourth] = yield* claimAll("w2", topic)
         expect(fourth).toMatchObject({ id, attempt: 3 })
         const counts = yield* sql<{ failure_count: number; lease_expiries: number; last_error: string }>`
-          SELECT failure_count, lease_expiries, last_error FROM ${sql.literal(yield* table)} WHERE id = ${id!}`
+          SELECT failure_count, lease_expiries, last_error FROM ${sql.literal(yield* messages)} WHERE id = ${id!}`
         expect(counts).toEqual([{ failure_count: 1, lease_expiries: 0, last_error: "busy" }])
         // A stale token gives back nothing.
         expect((yield* outbox.giveBack([second!.claim])).rejected.map((e) => e._tag)).toEqual(["ClaimMismatch"])
@@ -502,7 +504,7 @@ const suite = (schema: string) => {
         expect(again).toMatchObject({ id, attempt: 3, claim: { worker: "w2", generation: 3 } })
         expect((yield* rowOf(id))!).toMatchObject({ dead: false, last_error: "first failure" })
         const counts = yield* sql<{ failure_count: number; lease_expiries: number }>`
-          SELECT failure_count, lease_expiries FROM ${sql.literal(yield* table)} WHERE id = ${id}`
+          SELECT failure_count, lease_expiries FROM ${sql.literal(yield* messages)} WHERE id = ${id}`
         expect(counts).toEqual([{ failure_count: 1, lease_expiries: 1 }])
       }))
 
@@ -559,7 +561,8 @@ const suite = (schema: string) => {
         const ids = yield* outbox.enqueueMany(Array.from({ length: 40 }, (_, i) => ({ topic, payload: i })))
         const claimed = yield* claimAll("w1", topic)
         yield* outbox.markProjectedMany(claimed.map((m) => m.claim))
-        const t = sql.literal(yield* table)
+        // Delivered two days ago, as far as the history can tell (the row moves to that day's partition).
+        const t = sql.literal((yield* DurableSettings).table("outbox_history"))
         yield* sql`UPDATE ${t} SET projected_at = now() - interval '2 days' WHERE id = ANY(${ids}::bigint[])`
         const replayed = ids.filter((_, i) => i % 4 === 0)
         // Purge and replay race from a barrier; each replayed row must survive, however they interleave.

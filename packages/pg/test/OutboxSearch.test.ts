@@ -18,6 +18,8 @@ import { eventually, substrate } from "./support.js"
 const Live = Layer.merge(OutboxSearch.layer, OutboxBulk.layer).pipe(Layer.provideMerge(substrate()))
 
 const outboxTable = Effect.map(DurableSettings, (settings) => settings.table("outbox"))
+const historyTable = Effect.map(DurableSettings, (settings) => settings.table("outbox_history"))
+const messagesView = Effect.map(DurableSettings, (settings) => settings.table("outbox_messages"))
 
 /** Enqueues messages on a fresh topic and returns the topic and their ids, oldest first. */
 const seed = (messages: ReadonlyArray<{ payload: unknown; orderingKey?: string; headers?: Record<string, string> }>) =>
@@ -51,7 +53,7 @@ const stateOf = (ids: ReadonlyArray<string>) =>
     const sql = yield* SqlClient.SqlClient
     return yield* sql<{ id: string; dead: boolean; attempts: number }>`
       SELECT id::text, dead_at IS NOT NULL AS dead, attempt_count AS attempts
-        FROM ${sql.literal(yield* outboxTable)} WHERE id = ANY(${ids}::bigint[]) ORDER BY id`
+        FROM ${sql.literal(yield* messagesView)} WHERE id = ANY(${ids}::bigint[]) ORDER BY id`
   })
 
 describe("OutboxSearch", () => {
@@ -317,12 +319,12 @@ describe("Retention", () => {
         const { topic } = yield* seed([{ payload: 1 }, { payload: 2 }])
         const claimed = yield* worker.claim({ worker: "w", topics: [topic], limit: 10, lease: "1 minute" })
         yield* worker.markProjectedMany(claimed.map((m) => m.claim))
-        yield* sql`UPDATE ${sql.literal(yield* outboxTable)} SET projected_at = now() - interval '2 days' WHERE id = ${
+        yield* sql`UPDATE ${sql.literal(yield* historyTable)} SET projected_at = now() - interval '2 days' WHERE id = ${
           claimed[0]!.id
         }::bigint`
-        yield* sql`UPDATE ${sql.literal(yield* outboxTable)} SET projected_at = now() - interval '2 hours' WHERE id = ${
-          claimed[1]!.id
-        }::bigint`
+        yield* sql`UPDATE ${
+          sql.literal(yield* historyTable)
+        } SET projected_at = now() - interval '2 hours' WHERE id = ${claimed[1]!.id}::bigint`
         expect(yield* Retention.purgeable("outbox", "1 day")).toBe(1)
         expect(yield* Retention.purgeable("outbox", "1 hour")).toBe(2)
         expect(yield* Retention.purgeable("ledger", "1 day")).toBe(0)

@@ -16,7 +16,7 @@ import * as Outbox from "../src/Outbox.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"
 import * as OutboxMemory from "../src/OutboxMemory.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
-import { markAll, nodesOfPlan, substrate } from "./support.js"
+import { markAll, nodesOfPlan, projectByHand, substrate } from "./support.js"
 
 /** Keyed messages of `topic` due before an earlier open message of their key. */
 const inversions = (topic: string) =>
@@ -144,7 +144,7 @@ describe("Outbox priority: due order with a bound on waiting", () => {
         expect(claimed).toHaveLength(100)
         expect(claimed.every((m) => (m.payload as { n: number }).n === 0)).toBe(true)
         yield* markAll(claimed)
-        yield* sql`UPDATE durable.outbox SET projected_at = now() WHERE topic = ${topic} AND projected_at IS NULL`
+        yield* projectByHand(`q.topic = '${topic}'`)
       }))
 
     it.effect("heads behind a window full of later messages due before them (what the enqueue cannot prevent) are reached within a few claims", () =>
@@ -170,7 +170,7 @@ describe("Outbox priority: due order with a bound on waiting", () => {
         expect(heads).toHaveLength(100)
         expect(heads.every((m) => (m.payload as { n: number }).n === 0)).toBe(true)
         yield* markAll(heads)
-        yield* sql`UPDATE durable.outbox SET projected_at = now() WHERE topic = ${topic} AND projected_at IS NULL`
+        yield* projectByHand(`q.topic = '${topic}'`)
       }))
 
     it.effect("a key's order is never overtaken: an urgent message waits behind its key's earlier bulk one", () =>
@@ -212,7 +212,7 @@ describe("Outbox priority: due order with a bound on waiting", () => {
             FROM durable.outbox WHERE id = ${e}::bigint`
         expect(extended!.wait).toBeCloseTo(60, 0)
         expect(extended!.delay).toBeCloseTo(600, 0)
-        yield* sql`UPDATE durable.outbox SET projected_at = now() WHERE id = ${e}::bigint`
+        yield* projectByHand(`q.id = ${e}`)
         // Extended while ready, with no delay: it has waited, and it keeps its due time.
         const f = yield* outbox.enqueue(topic, { name: "f" }, { dedupKey: "f", maxWait: "1 minute" })
         yield* sql`UPDATE durable.outbox SET available_at = available_at - interval '10 minutes',
@@ -225,14 +225,14 @@ describe("Outbox priority: due order with a bound on waiting", () => {
         const before = yield* dueOf(f)
         yield* outbox.enqueue(topic, { name: "f2" }, { dedupKey: "f", dedupMode: "extend" })
         expect(yield* dueOf(f)).toBe(before)
-        yield* sql`UPDATE durable.outbox SET projected_at = now() WHERE id = ${f}::bigint`
+        yield* projectByHand(`q.id = ${f}`)
         // A retry keeps its due time (its place): released with a delay, only its readiness moves.
         const retried = yield* outbox.enqueue(topic, { name: "retried" }, { maxWait: "1 minute" })
         const due = yield* dueOf(retried)
         const [first] = yield* claimIn([topic], 1)
         yield* worker.release(first!.claim, { error: "later", retryDelay: "10 seconds" })
         expect(yield* dueOf(retried)).toBe(due)
-        yield* sql`UPDATE durable.outbox SET projected_at = now() WHERE id = ${retried}::bigint`
+        yield* projectByHand(`q.id = ${retried}`)
       }))
 
     it.effect("a limited topic's group offers its messages in due order; a claim over it and a free topic takes from both", () =>
@@ -310,7 +310,7 @@ describe("Outbox priority: due order with a bound on waiting", () => {
             )
           ).toMatchObject({ _tag: "InvalidInput", argument: "maxWait" })
         }
-        expect(yield* sql`SELECT 1 FROM durable.outbox WHERE topic = ${topic}`).toHaveLength(0)
+        expect(yield* sql`SELECT 1 FROM durable.outbox_messages WHERE topic = ${topic}`).toHaveLength(0)
         // A zero wait is no wait: due when ready.
         const id = yield* outbox.enqueue(topic, {}, { maxWait: "0 seconds", delay: "1 second" })
         const [row] = yield* sql<

@@ -374,7 +374,7 @@ const TYPED = new Set([
 
 const rowCounts = Effect.flatMap(SqlClient.SqlClient, (sql) =>
   sql<{ outbox: number; inbox: number; ledger: number }>`
-    SELECT (SELECT count(*)::int FROM durable.outbox) AS outbox, (SELECT count(*)::int FROM durable.inbox) AS inbox,
+    SELECT (SELECT count(*)::int FROM durable.outbox_messages) AS outbox, (SELECT count(*)::int FROM durable.inbox) AS inbox,
            (SELECT count(*)::int FROM durable.mutation_records) AS ledger`)
 
 const Live = Layer.mergeAll(

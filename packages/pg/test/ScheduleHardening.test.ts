@@ -28,7 +28,7 @@ const messageCount = (topic: string) =>
   Effect.flatMap(
     SqlClient.SqlClient,
     (sql) =>
-      sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox WHERE topic = ${topic}`.pipe(
+      sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox_messages WHERE topic = ${topic}`.pipe(
         Effect.map(([row]) => row!.n),
         Effect.orDie
       )

@@ -36,7 +36,7 @@ const messagesOf = (topic: string) =>
     (sql) =>
       sql<
         { id: string; slot: string }
-      >`SELECT o.id::text AS id, o.headers->>'schedule-slot' AS slot FROM durable.outbox o
+      >`SELECT o.id::text AS id, o.headers->>'schedule-slot' AS slot FROM durable.outbox_messages o
                                        WHERE o.topic = ${topic} ORDER BY o.id`.pipe(Effect.orDie)
   )
 

@@ -10,14 +10,15 @@ import * as Durable from "../src/Durable.js"
 import * as Outbox from "../src/Outbox.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
 
-// A trigger records the synchronous_commit each outbox update ran under, in its transaction.
+// A trigger records the synchronous_commit each outbox write (a claim's and a renewal's update, a
+// mark's delete) ran under, in its transaction.
 const recordCommitMode = Effect.flatMap(SqlClient.SqlClient, (sql) =>
   Effect.all([
     sql`CREATE TABLE commit_modes (mode text, at timestamptz DEFAULT clock_timestamp())`,
     sql.unsafe(`CREATE FUNCTION record_commit_mode() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN INSERT INTO commit_modes (mode) VALUES (current_setting('synchronous_commit')); RETURN NEW; END $$`),
     sql.unsafe(
-      `CREATE TRIGGER record_commit_mode AFTER UPDATE ON durable.outbox FOR EACH STATEMENT EXECUTE FUNCTION record_commit_mode()`
+      `CREATE TRIGGER record_commit_mode AFTER UPDATE OR DELETE ON durable.outbox FOR EACH ROW EXECUTE FUNCTION record_commit_mode()`
     )
   ], { discard: true }))
 

@@ -10,7 +10,8 @@ import * as Fiber from "effect/Fiber"
 import * as Schedule from "effect/Schedule"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as TestClock from "effect/testing/TestClock"
-import type { SettingsInput } from "../src/DurableConfig.js"
+import { DurableSettings, type SettingsInput } from "../src/DurableConfig.js"
+import { moveText } from "../src/internal/queue/moves.js"
 import * as Outbox from "../src/Outbox.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
 
@@ -162,3 +163,19 @@ export const slotRecount = (fn: "outbox_claim_slots" | "inbox_claim_slots", rows
         /slot_still := (\(SELECT count\(\*\) FROM unnest\(slot_row[\s\S]*?\));\n/.exec(deployed!.source)![1]
       } FROM (${rows} LIMIT 1) slot_row`
   )
+
+/**
+ * Settles open outbox messages by hand, as a mark does (they move to the history, delivered at
+ * `at`): for tests that arrange delivered messages without a worker. `where` is over `q`.
+ */
+export const projectByHand = (where: string, at = "now()") =>
+  Effect.flatMap(Effect.all([SqlClient.SqlClient, DurableSettings]), ([sql, settings]) =>
+    sql.unsafe<{ id: string }>(
+      moveText(settings.table, {
+        from: "outbox",
+        to: "outbox_history",
+        where,
+        changes: { projected_at: at, claimed_until: "NULL" },
+        returning: "id::text AS id"
+      })
+    ))

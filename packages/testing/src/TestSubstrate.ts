@@ -51,7 +51,8 @@ export interface OutboxRow {
 export const outboxRows = (ids: ReadonlyArray<string>) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const table = sql.literal((yield* DurableSettings).table("outbox"))
+    // Every message, wherever it is now: open, dead or delivered.
+    const table = sql.literal((yield* DurableSettings).table("outbox_messages"))
     return yield* sql<OutboxRow>`
       SELECT id::text, topic, claimed_by, claim_generation::text, attempt_count, ${
       sql.literal(QueueLifecycle.outbox.is.done)

@@ -16,6 +16,10 @@ import { verify } from "./schemaDrift.js"
 /** The first pre-release version whose tables are the baseline's (27 added the capacity slots). */
 export const FIRST_ADOPTABLE = 27
 
+/** The relation a statement creates (a table, an index, a view), if it creates one. */
+const createdRelation = (statement: string) =>
+  /^\s*CREATE (?:UNIQUE )?(?:TABLE|INDEX|VIEW) (?:"(?:[^"]|"")+"\.)?"?(\w+)"?/.exec(statement)?.[1]
+
 /** A statement that creates a function (after any comment lines). */
 const isFunction = (statement: string) => /^(\s*--[^\n]*\n)*\s*CREATE (OR REPLACE )?FUNCTION/.test(statement)
 
@@ -49,6 +53,26 @@ export const adopt = (
       yield* sql.unsafe(`INSERT INTO ${settings.table("flow_claims")} (topic, group_key, entries, generations, taken)
         SELECT topic, group_key, array_agg(id), array_agg(generation), count(*) FROM ${leases} GROUP BY 1, 2`)
       yield* sql.unsafe(`DROP TABLE ${leases}`)
+    }
+    // The baseline's relations it lacks (the dead letters, the history by day, the view over
+    // them) are made; its settled messages move out of the open table into them, as a settle
+    // moves them now; and the open table's constraint and indexes become the baseline's.
+    for (const statement of baseline.statements(settings.table)) {
+      const relation = createdRelation(statement)
+      if (relation === undefined) continue
+      const [found] = yield* sql<{ present: boolean }>`
+        SELECT to_regclass(${`${settings.quotedSchema}."${relation}"`}) IS NOT NULL AS present`
+      if (found?.present !== true) yield* sql.unsafe(statement)
+    }
+    const outbox = settings.table("outbox")
+    yield* sql.unsafe(`WITH m AS (DELETE FROM ${outbox} WHERE dead_at IS NOT NULL RETURNING *)
+      INSERT INTO ${settings.table("outbox_dead")} SELECT * FROM m`)
+    yield* sql.unsafe(`WITH m AS (DELETE FROM ${outbox} WHERE projected_at IS NOT NULL RETURNING *)
+      INSERT INTO ${settings.table("outbox_history")} SELECT * FROM m`)
+    yield* sql.unsafe(`ALTER TABLE ${outbox} DROP CONSTRAINT IF EXISTS outbox_final_state_check,
+      ADD CONSTRAINT outbox_open_check CHECK (projected_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL)`)
+    for (const index of ["outbox_dead_idx", "outbox_projected_at_idx"]) {
+      yield* sql.unsafe(`DROP INDEX IF EXISTS ${settings.quotedSchema}."${index}"`)
     }
     // Its functions go: the baseline's replace them (a pre-release one may have another signature).
     const functions = yield* sql<{ fn: string }>`

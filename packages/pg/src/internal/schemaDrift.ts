@@ -19,14 +19,16 @@ interface CatalogObject {
   readonly definition: string
 }
 
-// Schema names are replaced by a placeholder so definitions compare across schemas.
+// Schema names are replaced by a placeholder so definitions compare across schemas. The
+// partitions of a partitioned table (the outbox history's days) come and go with retention:
+// what the migrations make is the partitioned table, its default partition and their indexes.
 const readCatalog = (sql: SqlClient.SqlClient, schema: string) =>
   sql<CatalogObject>`
     -- Text, not name: the union takes the first branch's types, and a name is cut at 63 bytes
     -- (a function's signature is longer).
     SELECT 'table' AS kind, c.relname::text AS object, '' AS definition
       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-     WHERE n.nspname = ${schema} AND c.relkind IN ('r', 'p')
+     WHERE n.nspname = ${schema} AND c.relkind IN ('r', 'p') AND NOT c.relispartition
     UNION ALL
     SELECT 'column', c.relname || '.' || a.attname,
            format_type(a.atttypid, a.atttypmod) || CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END
@@ -34,16 +36,17 @@ const readCatalog = (sql: SqlClient.SqlClient, schema: string) =>
       FROM pg_attribute a
       JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
       LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-     WHERE n.nspname = ${schema} AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
+     WHERE n.nspname = ${schema} AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND a.attnum > 0
+       AND NOT a.attisdropped
     UNION ALL
     SELECT 'index', i.relname, replace(pg_get_indexdef(i.oid), quote_ident(n.nspname) || '.', '<schema>.')
       FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_namespace n ON n.oid = i.relnamespace
-     WHERE n.nspname = ${schema}
+     WHERE n.nspname = ${schema} AND NOT i.relispartition
     UNION ALL
     SELECT 'constraint', c.relname || '.' || k.conname,
            replace(pg_get_constraintdef(k.oid), quote_ident(n.nspname) || '.', '<schema>.')
       FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-     WHERE n.nspname = ${schema}
+     WHERE n.nspname = ${schema} AND NOT c.relispartition
     UNION ALL
     SELECT 'function', p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')',
            -- Our sources name tables always quoted ("schema"."table").

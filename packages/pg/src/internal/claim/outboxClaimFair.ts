@@ -4,6 +4,7 @@
  * Called by the long way (`outbox_claim_limited`) once it holds the limits rows and every slot.
  */
 import type { Tables } from "../flow/limits.js"
+import { COLUMN_LIST, LEASE_EXHAUSTED, selectList } from "../queue/moves.js"
 
 export const outboxClaimFair = (t: Tables) =>
   `CREATE FUNCTION ${t("outbox_claim_fair")}(text, integer, double precision, text[], integer, integer,
@@ -160,25 +161,28 @@ ticked AS (
     FROM lim m
     LEFT JOIN clock k ON k.topic = m.topic
     LEFT JOIN (SELECT x.topic, count(*) AS n FROM locked x GROUP BY x.topic) s ON s.topic = m.topic
-   WHERE l.topic = m.topic AND (l.vclock < k.now OR s.n > 0))
+   WHERE l.topic = m.topic AND (l.vclock < k.now OR s.n > 0)),
 -- Heads only: a message whose lease ran out unsettled (\`lapsed\`) counts one more lost lease, and
--- one that has now lost $5 (\`dead\`) goes to the dead letters, reported exhausted.
-UPDATE ${t("outbox")} q
-   SET (claimed_by, claimed_until, claim_generation, attempt_count, lease_expiries, dead_at, last_error) = (
-     SELECT CASE WHEN d.dead THEN q.claimed_by ELSE $1 END,
-            CASE WHEN d.dead THEN NULL ELSE now() + make_interval(secs => $3) END,
-            CASE WHEN d.dead THEN q.claim_generation ELSE q.claim_generation + 1 END,
-            CASE WHEN d.dead THEN q.attempt_count ELSE q.attempt_count + 1 END,
-            q.lease_expiries + CASE WHEN d.lapsed THEN 1 ELSE 0 END,
-            CASE WHEN d.dead THEN now() END,
-            CASE WHEN d.dead
-              THEN concat_ws('; ', q.last_error, format('dead: its lease ran out %s times (a worker died or stalled while delivering it)', q.lease_expiries + 1))
-              ELSE q.last_error END
-       FROM (SELECT q.claimed_until IS NOT NULL AS lapsed,
-                    q.claimed_until IS NOT NULL AND q.lease_expiries + 1 >= $5 AS dead) d)
- WHERE q.id = ANY(ARRAY(SELECT l.id FROM locked l)) AND q.projected_at IS NULL AND q.dead_at IS NULL
-RETURNING q.id::text, q.claim_generation::text, q.attempt_count, q.dead_at IS NOT NULL,
-  q.topic, q.ordering_key, q.payload, q.headers, to_char(q.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-  q.group_key;
+-- one that has now lost $5 goes to the dead letters (\`dying\`), reported exhausted.
+dying AS MATERIALIZED (
+  SELECT q.id FROM ${t("outbox")} q
+   WHERE q.id = ANY(ARRAY(SELECT l.id FROM locked l)) AND q.claimed_until IS NOT NULL AND q.lease_expiries + 1 >= $5),
+gone AS (
+  DELETE FROM ${t("outbox")} q WHERE q.id = ANY(ARRAY(SELECT d.id FROM dying d)) RETURNING q.*),
+buried AS (
+  INSERT INTO ${t("outbox_dead")} (${COLUMN_LIST})
+  SELECT ${selectList(LEASE_EXHAUSTED)} FROM gone m
+  RETURNING *),
+taken AS (
+  UPDATE ${t("outbox")} q
+     SET claimed_by = $1, claimed_until = now() + make_interval(secs => $3),
+         claim_generation = q.claim_generation + 1, attempt_count = q.attempt_count + 1,
+         lease_expiries = q.lease_expiries + CASE WHEN q.claimed_until IS NOT NULL THEN 1 ELSE 0 END
+   WHERE q.id = ANY(ARRAY(SELECT l.id FROM locked l)) AND q.id <> ALL(ARRAY(SELECT d.id FROM dying d))
+     AND q.projected_at IS NULL AND q.dead_at IS NULL
+  RETURNING *)
+SELECT r.id::text, r.claim_generation::text, r.attempt_count, r.dead, r.topic, r.ordering_key, r.payload, r.headers,
+       to_char(r.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), r.group_key
+  FROM (SELECT k.*, false AS dead FROM taken k UNION ALL SELECT b.*, true AS dead FROM buried b) r;
 END
 $claim$`

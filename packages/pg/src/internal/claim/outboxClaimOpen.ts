@@ -4,6 +4,7 @@
  * it takes the open way; `explainClaim` explains its query.
  */
 import type { Tables } from "../flow/limits.js"
+import { COLUMN_LIST, LEASE_EXHAUSTED, selectList } from "../queue/moves.js"
 
 export const outboxClaimOpen = (t: Tables) =>
   `CREATE FUNCTION ${t("outbox_claim_open")}(text, integer, double precision, text[], integer, integer, boolean)
@@ -113,30 +114,36 @@ gaps AS MATERIALIZED (
    GROUP BY p.head),
 chosen AS (
   SELECT p.id, p.position FROM picked p LEFT JOIN gaps g ON g.head = p.head
-   WHERE p.position = 0 OR g.position IS NULL OR p.position < g.position)
+   WHERE p.position = 0 OR g.position IS NULL OR p.position < g.position),
+-- A head whose lease ran out unsettled (\`lapsed\`: its worker died or stalled) counts one more
+-- lost lease — the rest of a run was never started while an earlier message of its key was
+-- unsettled — and one that has now lost $5 goes to the dead letters (\`dying\`), reported
+-- exhausted, instead of to a worker: it leaves the open table in this statement.
+dying AS MATERIALIZED (
+  SELECT q.id FROM ${t("outbox")} q
+   WHERE q.id = ANY(ARRAY(SELECT c.id FROM chosen c WHERE c.position = 0))
+     AND q.claimed_until IS NOT NULL AND q.lease_expiries + 1 >= $5),
+gone AS (
+  DELETE FROM ${t("outbox")} q WHERE q.id = ANY(ARRAY(SELECT d.id FROM dying d)) RETURNING q.*),
+buried AS (
+  INSERT INTO ${t("outbox_dead")} (${COLUMN_LIST})
+  SELECT ${selectList(LEASE_EXHAUSTED)} FROM gone m
+  RETURNING *),
 -- The rows taken, named by an array of ids (a probe of the primary key each): a join with \`chosen\`
 -- could be planned from the wrong side, reading every open message (2.4 s for a claim of 500 from
--- a keyed backlog of 10,000). Each row is decided once (OFFSET 0 keeps the planner from copying
--- the decision into every column): a head whose lease ran out unsettled (\`lapsed\`: its worker
--- died or stalled) counts one more lost lease — the rest of a run was never started while an
--- earlier message of its key was unsettled — and one that has now lost $5 (\`dead\`) goes to the
--- dead letters, reported exhausted, instead of to a worker.
-UPDATE ${t("outbox")} q
-   SET (claimed_by, claimed_until, claim_generation, attempt_count, lease_expiries, dead_at, last_error) = (
-     SELECT CASE WHEN d.dead THEN q.claimed_by ELSE $1 END,
-            CASE WHEN d.dead THEN NULL ELSE now() + make_interval(secs => $3) END,
-            CASE WHEN d.dead THEN q.claim_generation ELSE q.claim_generation + 1 END,
-            CASE WHEN d.dead THEN q.attempt_count ELSE q.attempt_count + 1 END,
-            q.lease_expiries + CASE WHEN l.lapsed THEN 1 ELSE 0 END,
-            CASE WHEN d.dead THEN now() END,
-            CASE WHEN d.dead
-              THEN concat_ws('; ', q.last_error, format('dead: its lease ran out %s times (a worker died or stalled while delivering it)', q.lease_expiries + 1))
-              ELSE q.last_error END
-       FROM (SELECT q.claimed_until IS NOT NULL AND q.id = ANY(ARRAY(SELECT c.id FROM chosen c WHERE c.position = 0)) AS lapsed OFFSET 0) l,
-            LATERAL (SELECT l.lapsed AND q.lease_expiries + 1 >= $5 AS dead) d)
- WHERE q.id = ANY(ARRAY(SELECT c.id FROM chosen c)) AND q.projected_at IS NULL AND q.dead_at IS NULL
-RETURNING q.id::text, q.claim_generation::text, q.attempt_count, q.dead_at IS NOT NULL,
-  q.topic, q.ordering_key, q.payload, q.headers, to_char(q.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-  q.group_key;
+-- a keyed backlog of 10,000).
+taken AS (
+  UPDATE ${t("outbox")} q
+     SET claimed_by = $1, claimed_until = now() + make_interval(secs => $3),
+         claim_generation = q.claim_generation + 1, attempt_count = q.attempt_count + 1,
+         lease_expiries = q.lease_expiries
+           + CASE WHEN q.claimed_until IS NOT NULL AND q.id = ANY(ARRAY(SELECT c.id FROM chosen c WHERE c.position = 0))
+                  THEN 1 ELSE 0 END
+   WHERE q.id = ANY(ARRAY(SELECT c.id FROM chosen c)) AND q.id <> ALL(ARRAY(SELECT d.id FROM dying d))
+     AND q.projected_at IS NULL AND q.dead_at IS NULL
+  RETURNING *)
+SELECT r.id::text, r.claim_generation::text, r.attempt_count, r.dead, r.topic, r.ordering_key, r.payload, r.headers,
+       to_char(r.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), r.group_key
+  FROM (SELECT k.*, false AS dead FROM taken k UNION ALL SELECT b.*, true AS dead FROM buried b) r;
 END
 $claim$`

@@ -2,9 +2,11 @@
  * The fenced batch writes of a leased queue (the outbox and the stored inbox): complete, renew,
  * give back, and give back unstarted (its attempt taken back), each one statement over the rows
  * named, each row written only while its claim token (worker, generation) still holds it.
- * `p_fences` maps a row's id to `[worker, generation]`; the ids written are returned.
+ * `p_fences` maps a row's id to `[worker, generation]`; the ids written are returned. An outbox
+ * message completed leaves the open table for the history in the same statement.
  */
 import { CONSUMER_LIMITS, renewableInTime, type Tables, TOPIC_LIMITS } from "../flow/limits.js"
+import { moveText } from "../queue/moves.js"
 
 interface Queue {
   readonly name: "outbox" | "inbox"
@@ -14,6 +16,8 @@ interface Queue {
 
 const QUEUES: ReadonlyArray<Queue> = [{ name: "outbox", done: "projected_at" }, { name: "inbox", done: "processed_at" }]
 
+const fenced = "q.id = ANY(p_ids) AND p_fences -> q.id::text = jsonb_build_array(q.claimed_by, q.claim_generation)"
+
 const write = (t: Tables, queue: Queue, name: string, args: string, set: string, also = "") =>
   `CREATE OR REPLACE FUNCTION ${t(`${queue.name}_${name}`)}(p_ids bigint[], p_fences jsonb${args})
   RETURNS SETOF text
@@ -22,15 +26,37 @@ AS $write$
 BEGIN
 RETURN QUERY
 UPDATE ${t(queue.name)} q SET ${set}
- WHERE q.id = ANY(p_ids) AND p_fences -> q.id::text = jsonb_build_array(q.claimed_by, q.claim_generation)
+ WHERE ${fenced}
    AND q.claimed_until IS NOT NULL AND q.${queue.done} IS NULL AND q.dead_at IS NULL${also}
 RETURNING q.id::text;
 END
 $write$`
 
+/** The outbox's completion: the fenced rows move to the history, delivered now. */
+const outboxCompleteMany = (t: Tables) =>
+  `CREATE OR REPLACE FUNCTION ${t("outbox_complete_many")}(p_ids bigint[], p_fences jsonb)
+  RETURNS SETOF text
+  LANGUAGE plpgsql
+AS $write$
+BEGIN
+RETURN QUERY
+${
+    moveText(t, {
+      from: "outbox",
+      to: "outbox_history",
+      where: `${fenced} AND q.claimed_until IS NOT NULL`,
+      changes: { projected_at: "now()", claimed_until: "NULL", last_error: "NULL" },
+      returning: "id::text"
+    })
+  };
+END
+$write$`
+
 export const batchWrites = (t: Tables): ReadonlyArray<string> =>
   QUEUES.flatMap((queue) => [
-    write(t, queue, "complete_many", "", `${queue.done} = now(), claimed_until = NULL, last_error = NULL`),
+    queue.name === "outbox"
+      ? outboxCompleteMany(t)
+      : write(t, queue, "complete_many", "", `${queue.done} = now(), claimed_until = NULL, last_error = NULL`),
     // A lease that ran out on a limited queue stays out: its capacity may be another claim's.
     write(
       t,

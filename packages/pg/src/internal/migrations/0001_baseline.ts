@@ -11,9 +11,34 @@
 import type { Migration } from "../../Migrations.js"
 import { claimFunctions } from "../claim/index.js"
 import { tokensFunction } from "../flow/tokens.js"
+import { historyFunctions } from "../functions/history.js"
 import { mutationLookup } from "../functions/ledger.js"
 import { rateLimiterFunctions } from "../functions/rateLimiter.js"
 import { batchWrites } from "../functions/writes.js"
+
+/** A message's columns after its id, one row shape for the open, dead and delivered tables. */
+const messageColumns = `    topic text NOT NULL,
+    ordering_key text,
+    payload jsonb NOT NULL,
+    headers jsonb NOT NULL DEFAULT '{}'::jsonb,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    available_at timestamptz NOT NULL DEFAULT now(),
+    claimed_by text,
+    claimed_until timestamptz,
+    claim_generation bigint NOT NULL DEFAULT 0,
+    attempt_count integer NOT NULL DEFAULT 0,
+    max_attempts integer NOT NULL DEFAULT 25,
+    projected_at timestamptz,
+    dead_at timestamptz,
+    last_error text,
+    failure_count integer NOT NULL DEFAULT 0,
+    lease_expiries integer NOT NULL DEFAULT 0,
+    failures jsonb,
+    dedup_key text,
+    cancelled_at timestamptz,
+    cancelled_by text,
+    group_key text NOT NULL DEFAULT '',
+    due_at timestamptz NOT NULL DEFAULT now()`
 
 const tables = (t: (table: string) => string): ReadonlyArray<string> => [
   // The mutation ledger: one record per (subject, operation, key), its outcome replayed to retries.
@@ -37,37 +62,19 @@ const tables = (t: (table: string) => string): ReadonlyArray<string> => [
   )`,
   `CREATE INDEX mutation_records_created_at_idx ON ${t("mutation_records")} (created_at)`,
 
-  // The outbox: a message per row, claimed by id under a lease and fenced by its generation.
-  // Half of each page is left free so a claim's and a mark's updates stay on the page (HOT).
+  // The outbox's open messages: the table every claim scans holds nothing else. A message
+  // leaves it in the statement that settles it: delivered into the history, dead or cancelled
+  // into the dead letters (both hold the same row). Claimed by id under a lease and fenced by
+  // its generation; half of each page is left free so a claim's update stays on the page (HOT).
   `CREATE TABLE ${t("outbox")} (
     id bigint GENERATED ALWAYS AS IDENTITY,
-    topic text NOT NULL,
-    ordering_key text,
-    payload jsonb NOT NULL,
-    headers jsonb NOT NULL DEFAULT '{}'::jsonb,
-    created_at timestamptz NOT NULL DEFAULT now(),
-    available_at timestamptz NOT NULL DEFAULT now(),
-    claimed_by text,
-    claimed_until timestamptz,
-    claim_generation bigint NOT NULL DEFAULT 0,
-    attempt_count integer NOT NULL DEFAULT 0,
-    max_attempts integer NOT NULL DEFAULT 25,
-    projected_at timestamptz,
-    dead_at timestamptz,
-    last_error text,
-    failure_count integer NOT NULL DEFAULT 0,
-    lease_expiries integer NOT NULL DEFAULT 0,
-    failures jsonb,
-    dedup_key text,
-    cancelled_at timestamptz,
-    cancelled_by text,
-    group_key text NOT NULL DEFAULT '',
-    due_at timestamptz NOT NULL DEFAULT now(),
+${messageColumns},
     CONSTRAINT outbox_pkey PRIMARY KEY (id),
-    CONSTRAINT outbox_final_state_check CHECK (projected_at IS NULL OR dead_at IS NULL),
+    CONSTRAINT outbox_open_check CHECK (projected_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL),
     CONSTRAINT outbox_max_attempts_check CHECK (max_attempts > 0)
   ) WITH (fillfactor = 50)`,
   // The claim's order among open messages: due time (priority with a bound on waiting), then id.
+  // (Every row is open: the indexes keep the open condition the claim's statements spell out.)
   `CREATE INDEX outbox_open_due_idx ON ${t("outbox")} (due_at, id) WHERE projected_at IS NULL AND dead_at IS NULL`,
   // A limited topic's claim, group by group.
   `CREATE INDEX outbox_open_group_due_idx ON ${t("outbox")} (topic, group_key, due_at, id)
@@ -75,11 +82,30 @@ const tables = (t: (table: string) => string): ReadonlyArray<string> => [
   // A key's earlier open messages (per-key order, keyed runs).
   `CREATE INDEX outbox_open_key_idx ON ${t("outbox")} (ordering_key, id)
      WHERE ordering_key IS NOT NULL AND projected_at IS NULL AND dead_at IS NULL`,
-  `CREATE INDEX outbox_dead_idx ON ${t("outbox")} (id) WHERE dead_at IS NOT NULL`,
-  `CREATE INDEX outbox_projected_at_idx ON ${t("outbox")} (projected_at) WHERE projected_at IS NOT NULL`,
   // At most one open message per topic and dedup key.
   `CREATE UNIQUE INDEX outbox_dedup_key_idx ON ${t("outbox")} (topic, dedup_key)
      WHERE dedup_key IS NOT NULL AND projected_at IS NULL AND dead_at IS NULL`,
+  // Dead and cancelled messages, until an operator redrives, restores or discards them.
+  `CREATE TABLE ${t("outbox_dead")} (
+    id bigint NOT NULL,
+${messageColumns},
+    CONSTRAINT outbox_dead_pkey PRIMARY KEY (id),
+    CONSTRAINT outbox_dead_check CHECK (dead_at IS NOT NULL AND projected_at IS NULL)
+  )`,
+  // Delivered messages, append-only, one partition per UTC day of delivery: retention drops
+  // whole days (outbox_history_partitions makes the days ahead; the default partition takes a
+  // day nobody made).
+  `CREATE TABLE ${t("outbox_history")} (
+    id bigint NOT NULL,
+${messageColumns},
+    CONSTRAINT outbox_history_check CHECK (projected_at IS NOT NULL AND dead_at IS NULL)
+  ) PARTITION BY RANGE (projected_at)`,
+  `CREATE INDEX outbox_history_id_idx ON ${t("outbox_history")} (id)`,
+  `CREATE TABLE ${t("outbox_history_default")} PARTITION OF ${t("outbox_history")} DEFAULT`,
+  // Every message, wherever it is: what operators, searches and counts read.
+  `CREATE VIEW ${t("outbox_messages")} AS
+     SELECT * FROM ${t("outbox")} UNION ALL SELECT * FROM ${t("outbox_dead")}
+     UNION ALL SELECT * FROM ${t("outbox_history")}`,
 
   // The inbox: a receipt per (consumer, message), and in stored mode the entry to process.
   `CREATE TABLE ${t("inbox")} (
@@ -349,6 +375,7 @@ export const migration: Migration = {
     tokensFunction(t),
     mutationLookup(t),
     ...batchWrites(t),
+    ...historyFunctions(t),
     ...rateLimiterFunctions(t),
     ...claimFunctions(t)
   ]

@@ -18,6 +18,7 @@ import { decodeRows } from "../rows.js"
 import { inline, quote } from "../sqlText.js"
 import { isoUtc } from "../timestamps.js"
 import * as Lifecycle from "./lifecycle.js"
+import * as Moves from "./moves.js"
 import { decodeBatchSize, decodeIds, MessageId, type QueueSpec } from "./spec.js"
 import { type ClaimOptions, decodeClaim } from "./worker.js"
 
@@ -65,8 +66,10 @@ export const make = (
   }
 ) => {
   const table = sql.literal(spec.table)
+  const deadRows = sql.literal(spec.deadRows)
   const done = sql.literal(spec.done)
   const lifecycle = Lifecycle.make(spec)
+  const columns = sql.literal(Moves.COLUMN_LIST)
   const op = (name: string) => `${options.operationPrefix}.${name}`
   const decodeOlderThan = Input.argument("olderThan", Input.DurationIn({ min: options.purgeFloor, max: "520 weeks" }))
 
@@ -140,7 +143,7 @@ export const make = (
       const rows: ReadonlyArray<DeadLetter & Schema.Struct.Type<Fields>> = yield* sql`
         SELECT id::text AS id, attempt_count AS attempts, last_error AS "lastError",
                ${sql.literal(isoUtc("dead_at"))} AS "deadAt", ${returning}
-          FROM ${table}
+          FROM ${deadRows}
          WHERE ${sql.literal(lifecycle.is.dead)} AND ${where}
            ${before === undefined ? sql`` : sql`AND id < ${before}`}
          ORDER BY id DESC
@@ -185,14 +188,27 @@ export const make = (
    * savepoint of its own, tried again when a concurrent reopening took the same key first (the
    * unique index refuses the second: the retry sees the holder and leaves the row).
    */
-  const reopen = (name: Lifecycle.Reopening) => (ids: ReadonlyArray<string>) =>
-    sql.withTransaction(
-      sql<{ id: string }>`WITH asked AS (SELECT unnest(${ids}::bigint[]) AS id)
-                          UPDATE ${table} q SET ${sql.literal(lifecycle.transitions[name].set)}
-                           WHERE q.id IN (SELECT id FROM asked) AND ${sql.literal(lifecycle.transitions[name].from)}
-                             AND ${sql.literal(Lifecycle.reopenable(spec, spec.table, name))}
-                          RETURNING q.id::text AS id`
+  const reopen = (name: Lifecycle.Reopening) => (ids: ReadonlyArray<string>) => {
+    const from = name === "replay" ? spec.doneRows : spec.deadRows
+    const reopenable = sql.literal(Lifecycle.reopenable(spec, { open: spec.table, from }, name))
+    const transition = lifecycle.transitions[name]
+    return sql.withTransaction(
+      spec.moves
+        // Back into the open table, with its id, from the dead letters or the history.
+        ? sql<{ id: string }>`WITH asked AS (SELECT unnest(${ids}::bigint[]) AS id),
+                            m AS (DELETE FROM ${sql.literal(from)} q
+                                   WHERE q.id IN (SELECT id FROM asked) AND ${sql.literal(transition.from)}
+                                     AND ${reopenable}
+                                  RETURNING q.*)
+                            INSERT INTO ${table} (${columns}) OVERRIDING SYSTEM VALUE
+                            SELECT ${sql.literal(Moves.selectList(Moves.RESTART))} FROM m
+                            RETURNING id::text AS id`
+        : sql<{ id: string }>`WITH asked AS (SELECT unnest(${ids}::bigint[]) AS id)
+                            UPDATE ${table} q SET ${sql.literal(transition.set)}
+                             WHERE q.id IN (SELECT id FROM asked) AND ${sql.literal(transition.from)} AND ${reopenable}
+                            RETURNING q.id::text AS id`
     ).pipe(Effect.retry({ times: 3, while: (error) => sqlStateOf(error) === "23505" }))
+  }
 
   /** Makes dead rows ready again with fresh attempts; returns the ids redriven. */
   const redrive = byIds("redrive", reopen("redrive"))
@@ -214,14 +230,26 @@ export const make = (
       ([reason, by]) =>
         byIds(
           "moveAside",
-          (decoded) =>
-            sql<{ id: string }>`UPDATE ${table}
-                 SET ${sql.literal(aside.set)},
-                     last_error = concat_ws('; ', last_error, ${`dead: moved aside by ${
-              by ?? "an operator"
-            }: ${reason}`}::text)
+          (decoded) => {
+            const why = `dead: moved aside by ${by ?? "an operator"}: ${reason}`
+            return spec.moves
+              // Out of the open table, into the dead letters.
+              ? sql<{ id: string }>`
+                WITH m AS (DELETE FROM ${table} q WHERE q.id = ANY(${decoded}::bigint[]) AND ${sql.literal(aside.from)}
+                           RETURNING q.*)
+                INSERT INTO ${deadRows} (${columns})
+                SELECT ${
+                Moves.selectFragment(sql, {
+                  dead_at: "now()",
+                  last_error: sql`concat_ws('; ', m.last_error, ${why}::text)`
+                })
+              } FROM m
+                RETURNING id::text AS id`
+              : sql<{ id: string }>`UPDATE ${table}
+                 SET ${sql.literal(aside.set)}, last_error = concat_ws('; ', last_error, ${why}::text)
                WHERE id = ANY(${decoded}::bigint[]) AND ${sql.literal(aside.from)}
               RETURNING id::text AS id`
+          }
         )(ids)
     )
 
@@ -240,24 +268,50 @@ export const make = (
       const by = (yield* decodeMovedBy(cancelOptions.by)) ?? "an operator"
       const decoded = yield* decodeIds(ids)
       if (decoded.length === 0) return { cancelled: [], interrupted: [] }
-      // One statement: the rows change and the holders of those being delivered hear of it at commit.
-      const rows = yield* sql<{ id: string; delivering: boolean }>`
+      const note = `cancelled by ${by}${reason === undefined ? "" : `: ${reason}`}`
+      // One statement: the rows change (an outbox message leaves the open table for the dead
+      // letters) and the holders of those being delivered hear of it at commit.
+      const rows = yield* (spec.moves
+        ? sql<{ id: string; delivering: boolean }>`
+        WITH m AS (
+          DELETE FROM ${table} q WHERE q.id = ANY(${decoded}::bigint[]) AND ${sql.literal(off.from)} RETURNING q.*),
+        changed AS (
+          INSERT INTO ${deadRows} (${columns})
+          SELECT ${
+          Moves.selectFragment(sql, {
+            dead_at: "now()",
+            cancelled_at: "now()",
+            claimed_until: "NULL",
+            cancelled_by: sql`${by}::text`,
+            last_error: sql`concat_ws('; ', m.last_error, ${note}::text)`
+          })
+        } FROM m
+          RETURNING id),
+        delivered AS (
+          SELECT c.id, m.claimed_until IS NOT NULL AND m.claimed_until > now() AS delivering
+            FROM changed c JOIN m ON m.id = c.id)
+        SELECT id::text AS id, delivering${
+          cancelChannel === undefined
+            ? sql``
+            : sql`, CASE WHEN delivering THEN pg_notify(${cancelChannel}, id::text) IS NULL END AS notified`
+        } FROM delivered ORDER BY id`
+        : sql<{ id: string; delivering: boolean }>`
         WITH before AS (
           SELECT id, claimed_until IS NOT NULL AND claimed_until > now() AS delivering FROM ${table}
            WHERE id = ANY(${decoded}::bigint[]) AND ${sql.literal(off.from)} FOR UPDATE),
         changed AS (
           UPDATE ${table} q SET ${sql.literal(off.set)}, cancelled_by = ${by},
                  last_error = concat_ws('; ', q.last_error, ${`cancelled by ${by}${
-        reason === undefined ? "" : `: ${reason}`
-      }`}::text)
+          reason === undefined ? "" : `: ${reason}`
+        }`}::text)
             FROM before b WHERE q.id = b.id
           RETURNING q.id, b.delivering)
         SELECT id::text AS id, delivering${
-        cancelChannel === undefined
-          ? sql``
-          : sql`, CASE WHEN delivering THEN pg_notify(${cancelChannel}, id::text) IS NULL END AS notified`
-      }
-          FROM changed ORDER BY id`.pipe(classifySqlErrors(op("cancel")))
+          cancelChannel === undefined
+            ? sql``
+            : sql`, CASE WHEN delivering THEN pg_notify(${cancelChannel}, id::text) IS NULL END AS notified`
+        }
+          FROM changed ORDER BY id`).pipe(classifySqlErrors(op("cancel")))
       return {
         cancelled: rows.map((row) => row.id),
         interrupted: rows.filter((row) => row.delivering).map((row) => row.id)
@@ -271,7 +325,7 @@ export const make = (
   const discard = byIds(
     "discard",
     (ids) =>
-      sql<{ id: string }>`DELETE FROM ${table} WHERE id = ANY(${ids}::bigint[]) AND ${sql.literal(gone.from)}
+      sql<{ id: string }>`DELETE FROM ${deadRows} WHERE id = ANY(${ids}::bigint[]) AND ${sql.literal(gone.from)}
                         RETURNING id::text AS id`
   )
 
@@ -285,11 +339,22 @@ export const make = (
       const olderThan = yield* decodeOlderThan(purgeOptions.olderThan)
       const batchSize = yield* decodeBatchSize(purgeOptions.batchSize ?? 1000)
       const seconds = Duration.toMillis(olderThan) / 1000
+      const doneRows = sql.literal(spec.doneRows)
       let total = 0
+      if (spec.days !== undefined) {
+        // Whole days first (a DROP each, whatever they hold), then the rest of the cut-off day
+        // and the default partition row by row. The days ahead are made here too.
+        const [dropped] = yield* sql<{ n: string }>`
+          SELECT ${sql.literal(spec.days.dropBefore)}(now() - make_interval(secs => ${seconds}))::text AS n`.pipe(
+          classifySqlErrors(op("purge"))
+        )
+        total += Number(dropped!.n)
+        yield* sql`SELECT ${sql.literal(spec.days.prepare)}(7)`.pipe(classifySqlErrors(op("purge")))
+      }
       while (true) {
         const deleted = yield* sql<{ id: string }>`
-          DELETE FROM ${table} WHERE id IN (
-            SELECT id FROM ${table}
+          DELETE FROM ${doneRows} WHERE id IN (
+            SELECT id FROM ${doneRows}
              WHERE ${done} < now() - make_interval(secs => ${seconds})
              ORDER BY ${done} LIMIT ${batchSize} FOR UPDATE SKIP LOCKED)
           RETURNING id::text AS id`.pipe(classifySqlErrors(op("purge")))
@@ -307,7 +372,7 @@ export const make = (
       SELECT ${sql.literal(quote(group))} AS "group",
              ${sql.literal(lifecycle.counts)},
              ${sql.literal(lifecycle.oldestReadySeconds)} AS "oldestReadySeconds"
-        FROM ${table}
+        FROM ${sql.literal(spec.everyRow)}
        GROUP BY 1
        ORDER BY 1`.pipe(decodeRows(GroupCounts), classifySqlErrors(op("stats")))
 

@@ -99,16 +99,21 @@ export type Reopening = "redrive" | "replay" | "restore"
 
 /**
  * What a reopening transition also asks of the row `q` among the rows `asked` names (a
- * relation with an `id` column): in the outbox, that its dedup key (migration 15: unique among
- * open messages of a topic) is not held by an open message, and that it is the first row asked
- * with its key. A row left out stays as it was, and the caller reports it as not moved: before
- * this, a restore whose key a newer message held failed the whole statement (a bulk redrive at
- * 0 of N, a caller's transaction aborted). The inbox has no dedup keys.
+ * relation with an `id` column): in the outbox, that its dedup key (unique among open
+ * messages of a topic) is not held by an open message (`open`: the table of open messages),
+ * and that it is the first row asked with its key (`from`: the table the rows come from). A
+ * row left out stays as it was, and the caller reports it as not moved: before this, a
+ * restore whose key a newer message held failed the whole statement (a bulk redrive at 0 of
+ * N, a caller's transaction aborted). The inbox has no dedup keys.
  */
-export const reopenable = (spec: Pick<QueueSpec, "done" | "queue">, table: string, transition: Reopening) =>
+export const reopenable = (
+  spec: Pick<QueueSpec, "done" | "queue">,
+  tables: { readonly open: string; readonly from: string },
+  transition: Reopening
+) =>
   spec.queue !== "outbox" ? "true" : `(q.dedup_key IS NULL OR (
-     NOT EXISTS (SELECT 1 FROM ${table} o
+     NOT EXISTS (SELECT 1 FROM ${tables.open} o
                   WHERE o.topic = q.topic AND o.dedup_key = q.dedup_key AND ${make(spec, "o").open})
-     AND q.id = (SELECT min(x.id) FROM ${table} x
+     AND q.id = (SELECT min(x.id) FROM ${tables.from} x
                   WHERE x.id IN (SELECT id FROM asked) AND x.topic = q.topic AND x.dedup_key = q.dedup_key
                     AND ${make(spec, "x").transitions[transition].from})))`

@@ -41,6 +41,18 @@ export interface QueueSpec {
   /** The column that marks a row done; our constant. */
   readonly done: "projected_at" | "processed_at"
   /**
+   * Whether a row leaves the queue's table when it settles (the outbox: into its history and its
+   * dead letters, `moves.ts`), or stays in it marked (the inbox, whose rows are its receipts).
+   */
+  readonly moves: boolean
+  /** Qualified, quoted relation every row of the queue is in, settled or not (what reads states). */
+  readonly everyRow: string
+  /** Qualified, quoted tables of its dead (and cancelled) rows and of its done rows. */
+  readonly deadRows: string
+  readonly doneRows: string
+  /** The history's day keepers (`functions/history.ts`), where done rows are kept by day. */
+  readonly days: { readonly prepare: string; readonly dropBefore: string } | undefined
+  /**
    * What a lease renewal also asks of the row, given the new lease's seconds (an SQL
    * expression): of a limited topic's message (migration 18) or a limited consumer's entry
    * (migration 25), that the lease still runs, by the clock, a sixth of a lease from now.
@@ -86,6 +98,13 @@ export const specFor = (settings: Settings, queue: QueueName): QueueSpec => ({
     giveBackUnstartedMany: settings.table(`${queue}_give_back_unstarted_many`)
   },
   done: queue === "outbox" ? "projected_at" : "processed_at",
+  moves: queue === "outbox",
+  everyRow: settings.table(queue === "outbox" ? "outbox_messages" : "inbox"),
+  deadRows: settings.table(queue === "outbox" ? "outbox_dead" : "inbox"),
+  doneRows: settings.table(queue === "outbox" ? "outbox_history" : "inbox"),
+  days: queue === "outbox"
+    ? { prepare: settings.table("outbox_history_prepare"), dropBefore: settings.table("outbox_history_drop_before") }
+    : undefined,
   renewable: (leaseSeconds) =>
     renewableInTime(
       settings.table,

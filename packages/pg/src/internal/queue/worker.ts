@@ -24,9 +24,10 @@ import {
   type SettleFailure
 } from "../../LeasedQueue.js"
 import { type Bounded, boundedStatement } from "../oneRoundTrip.js"
-import { isoUtc } from "../timestamps.js"
 import { bounded } from "../transaction.js"
 import * as Lifecycle from "./lifecycle.js"
+import * as Moves from "./moves.js"
+import * as Settle from "./settle.js"
 import {
   decodeError,
   decodeLease,
@@ -46,7 +47,7 @@ const exhaustedTotal = Metric.counter("effect_durable_lease_exhausted_total", {
 })
 
 /** How many failed deliveries a row's `failures` history keeps (the newest). */
-export const FAILURE_HISTORY = 10
+export const FAILURE_HISTORY = Settle.FAILURE_HISTORY
 
 /** Ascending order of decimal ids (no leading zeros): shorter is smaller, then by text. */
 const byId = (a: { readonly id: string }, b: { readonly id: string }) =>
@@ -183,7 +184,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
     sql<RowState>`SELECT id::text AS id, claimed_by, claim_generation::text AS claim_generation,
                          ${sql.literal(lifecycle.is.done)} AS done, ${sql.literal(lifecycle.is.dead)} AS dead,
                          ${sql.literal(lifecycle.is.cancelled)} AS cancelled
-                    FROM ${table} WHERE id = ANY(${ids}::bigint[])`
+                    FROM ${sql.literal(spec.everyRow)} WHERE id = ANY(${ids}::bigint[])`
 
   // Why a fenced write changed nothing. A row this very claim already completed is not an
   // error for `complete` (idempotent), and is for every other operation.
@@ -220,9 +221,17 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
     Effect.asVoid(settle(
       "complete",
       claim,
-      sql`UPDATE ${table} SET ${done} = now(), claimed_until = NULL, last_error = NULL WHERE ${
-        fence(claim)
-      } RETURNING id`,
+      spec.moves
+        ? Moves.move(sql, settings.table, {
+          from: "outbox",
+          to: "outbox_history",
+          where: fence(claim),
+          changes: { projected_at: "now()", claimed_until: "NULL", last_error: "NULL" },
+          returning: "id"
+        })
+        : sql`UPDATE ${table} SET ${done} = now(), claimed_until = NULL, last_error = NULL WHERE ${
+          fence(claim)
+        } RETURNING id`,
       true
     ))
 
@@ -278,24 +287,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
       const rows = yield* settle(
         "release",
         claim,
-        sql<{ dead: boolean }>`
-          UPDATE ${table} SET claimed_until = NULL, failure_count = failure_count + 1,
-                 available_at = now() + make_interval(secs => ${retrySeconds}),
-                 dead_at = CASE WHEN ${permanent} OR failure_count + 1 >= max_attempts THEN now() END,
-                 last_error = CASE
-                   WHEN ${permanent} THEN ${error} || ${` ${Lifecycle.PERMANENT_FAILURE}`}::text
-                   WHEN failure_count + 1 >= max_attempts
-                     THEN ${error} || format(' (dead: %s failed deliveries)', failure_count + 1)
-                   ELSE ${error} END,
-                 failures = CASE WHEN jsonb_array_length(coalesce(failures, '[]')) >= ${
-          sql.literal(String(FAILURE_HISTORY))
-        }
-                                 THEN failures - 0 ELSE coalesce(failures, '[]') END
-                            || jsonb_build_array(jsonb_build_object(
-                                 'attempt', attempt_count, 'worker', claimed_by,
-                                 'at', ${sql.literal(isoUtc("now()"))}, 'error', left(${error}, 500)))
-           WHERE ${fence(claim)}
-          RETURNING dead_at IS NOT NULL AS dead`,
+        Settle.release(sql, settings, spec, fence(claim), { error, retrySeconds, permanent }),
         false
       )
       return { dead: rows[0]?.dead === true }

@@ -1,0 +1,74 @@
+/**
+ * The outbox history's days: one partition per UTC day of delivery, made ahead by
+ * `outbox_history_prepare` and dropped whole by `outbox_history_drop_before` (retention in the
+ * time of a DROP, whatever the day held). Both run as the schema's owner (SECURITY DEFINER): a
+ * runtime role that may not create or drop tables calls them. A day nobody made in time goes
+ * to the default partition, and stays there (a day with rows in the default is not made
+ * afterwards); retention deletes from it row by row. Lock waits are bounded: a maker or a
+ * dropper that cannot have its lock within two seconds fails, and is tried again later.
+ */
+import type { Tables } from "../flow/limits.js"
+
+const dayName = "'outbox_history_' || to_char(day, 'YYYYMMDD')"
+
+export const historyFunctions = (t: Tables): ReadonlyArray<string> => [
+  `CREATE OR REPLACE FUNCTION ${t("outbox_history_prepare")}(p_days integer)
+  RETURNS integer
+  LANGUAGE plpgsql
+  SECURITY DEFINER
+  SET search_path = pg_catalog, pg_temp
+  SET lock_timeout = '2s'
+AS $history$
+DECLARE
+  ns text := (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE c.oid = '${t("outbox_history")}'::regclass);
+  day date;
+  made integer := 0;
+BEGIN
+  -- One maker at a time (its own key space beside the limits lock).
+  PERFORM pg_advisory_xact_lock('${t("outbox_history")}'::regclass::oid::integer, 28);
+  FOR i IN 0 .. least(greatest(p_days, 0), 366) LOOP
+    day := (now() AT TIME ZONE 'UTC')::date + i;
+    CONTINUE WHEN to_regclass(format('%I.%I', ns, ${dayName})) IS NOT NULL;
+    CONTINUE WHEN EXISTS (
+      SELECT 1 FROM ${t("outbox_history_default")} d
+       WHERE d.projected_at >= day::timestamp AT TIME ZONE 'UTC'
+         AND d.projected_at < (day + 1)::timestamp AT TIME ZONE 'UTC');
+    -- Made apart, then attached: attaching takes no lock that stops the marks writing the history.
+    EXECUTE format('CREATE TABLE %I.%I (LIKE ${t("outbox_history")} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
+                   ns, ${dayName});
+    EXECUTE format('ALTER TABLE ${t("outbox_history")} ATTACH PARTITION %I.%I FOR VALUES FROM (%L) TO (%L)',
+                   ns, ${dayName}, day::timestamp AT TIME ZONE 'UTC', (day + 1)::timestamp AT TIME ZONE 'UTC');
+    made := made + 1;
+  END LOOP;
+  RETURN made;
+END
+$history$`,
+  `CREATE OR REPLACE FUNCTION ${t("outbox_history_drop_before")}(p_cutoff timestamptz)
+  RETURNS bigint
+  LANGUAGE plpgsql
+  SECURITY DEFINER
+  SET search_path = pg_catalog, pg_temp
+  SET lock_timeout = '2s'
+AS $history$
+DECLARE
+  ns text := (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE c.oid = '${t("outbox_history")}'::regclass);
+  part text;
+  n bigint;
+  dropped bigint := 0;
+BEGIN
+  FOR part IN
+    SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+     WHERE i.inhparent = '${t("outbox_history")}'::regclass AND c.relname ~ '^outbox_history_[0-9]{8}$'
+       AND (to_date(substr(c.relname, 16), 'YYYYMMDD') + 1)::timestamp AT TIME ZONE 'UTC' <= p_cutoff
+     ORDER BY c.relname
+  LOOP
+    EXECUTE format('SELECT count(*) FROM %I.%I', ns, part) INTO n;
+    EXECUTE format('DROP TABLE %I.%I', ns, part);
+    dropped := dropped + n;
+  END LOOP;
+  RETURN dropped;
+END
+$history$`
+]
