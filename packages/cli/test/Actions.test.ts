@@ -3,6 +3,7 @@
 // database, row by row.
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as SqlClient from "effect/sql/SqlClient"
@@ -98,10 +99,10 @@ describe("effect-durable redrive, discard, purge", () => {
       () =>
         Effect.gen(function*() {
           const sql = yield* SqlClient.SqlClient
-          const table = sql.literal((yield* DurableSettings).table("outbox"))
+          const table = sql.literal((yield* DurableSettings).table("outbox_messages"))
           const topic = freshTopic("interrupt")
           yield* enqueue(topic, 20_000)
-          yield* sql`UPDATE ${table} SET dead_at = now(), last_error = 'bad deploy' WHERE topic = ${topic}`
+          yield* TestSubstrate.settleByHand("dead", `topic = '${topic}'`, { last_error: "'bad deploy'" })
           let sent = false
           const result = yield* cliOn([
             "dead-letters",
@@ -139,13 +140,13 @@ describe("effect-durable redrive, discard, purge", () => {
     it.effect("purge --dry-run counts and purge deletes what is past the retention; under the floor exits 2", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
-        const table = sql.literal((yield* DurableSettings).table("outbox"))
+        const history = sql.literal((yield* DurableSettings).table("outbox_history"))
         const topic = freshTopic("purge")
         yield* enqueue(topic, 4)
         const worker = yield* OutboxWorker.OutboxWorker
         const claimed = yield* worker.claim({ worker: "test", topics: [topic], limit: 10, lease: "1 minute" })
         yield* worker.markProjectedMany(claimed.map((m) => m.claim))
-        yield* sql`UPDATE ${table} SET projected_at = now() - interval '3 days' WHERE id = ANY(${
+        yield* sql`UPDATE ${history} SET projected_at = now() - interval '3 days' WHERE id = ANY(${
           claimed.slice(0, 3).map((m) => m.id)
         }::bigint[])`
         const dry = yield* cliOn(["purge", "outbox", "--older-than", "2d", "--dry-run", "--json"])

@@ -171,7 +171,7 @@ const basic = `Basic ${Buffer.from(`${USER}:${PASSWORD}`).toString("base64")}`
 /** Seeds what the overview shows: ready, dead and delivered messages, spread over the last minutes. */
 const seedOverview = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  const table = sql.literal((yield* DurableSettings).table("outbox"))
+  const table = sql.literal((yield* DurableSettings).table("outbox_history"))
   const worker = yield* OutboxWorker.OutboxWorker
   for (const [topic, delivered] of [["orders", 240], ["invoices", 90], ["shipments", 40]] as const) {
     yield* enqueue(topic, delivered, (i) => ({ orderId: 1000 + i, customer: { id: i % 7 } }))
@@ -332,10 +332,10 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
           expect(seen.attempts).toBe("1: a permanent failure (never retried), 0 leases ran out")
           expect(seen.actions).toEqual(["Redrive", "Discard"])
           const sql = yield* SqlClient.SqlClient
-          const table = sql.literal((yield* DurableSettings).table("outbox"))
+          const messages = sql.literal((yield* DurableSettings).table("outbox_messages"))
           const rows = yield* sql<{ id: string; due: boolean; dead: boolean; attempts: number; last_error: string }>`
             SELECT id::text, available_at <= now() AS due, dead_at IS NOT NULL AS dead, attempt_count AS attempts,
-                   last_error FROM ${table} WHERE id = ANY(${[waiting!, blocking!]}::bigint[]) ORDER BY id`
+                   last_error FROM ${messages} WHERE id = ANY(${[waiting!, blocking!]}::bigint[]) ORDER BY id`
           expect(rows[0]).toMatchObject({ due: true, dead: false, attempts: 1 })
           expect(rows[1]).toMatchObject({ dead: true })
           expect(rows[1]!.last_error).toBe(
@@ -420,7 +420,7 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
           { execution_id: "inv 7/a", status: "pending", interrupt_requested: false },
           { execution_id: "inv-8", status: "running", interrupt_requested: true }
         ])
-        const runs = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox
+        const runs = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox_messages
                                                 WHERE topic = ${"workflow.run:" + workflow}`
         expect(runs[0]!.n).toBe(1) // the resumed execution's run (the running one gets its interrupt on its next run)
       }))

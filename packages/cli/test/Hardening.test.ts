@@ -16,7 +16,7 @@ describe("hardening of the command", () => {
     it.effect("D17: purge outbox --older-than -12h is refused naming the flag, exit code 2, nothing purged", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
-        const table = sql.literal((yield* DurableSettings).table("outbox"))
+        const table = sql.literal((yield* DurableSettings).table("outbox_history"))
         const topic = freshTopic("d17")
         yield* enqueue(topic, 1)
         const worker = yield* OutboxWorker.OutboxWorker

@@ -26,7 +26,7 @@ const retrying = (topic: string, n: number, orderingKey?: string) =>
 const stateOf = (queue: "outbox" | "inbox", ids: ReadonlyArray<string>) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const table = sql.literal((yield* DurableSettings).table(queue))
+    const table = sql.literal((yield* DurableSettings).table(queue === "outbox" ? "outbox_messages" : queue))
     return yield* sql<{ id: string; due: boolean; dead: boolean; attempts: number; last_error: string | null }>`
       SELECT id::text, available_at <= now() AS due, dead_at IS NOT NULL AS dead, attempt_count AS attempts, last_error
         FROM ${table} WHERE id = ANY(${ids}::bigint[]) ORDER BY id`
@@ -123,13 +123,13 @@ describe("effect-durable retry-now, move-aside", () => {
         const topic = freshTopic("cli-cancel")
         const [a, b] = yield* enqueue(topic, 2)
         const sql = yield* SqlClient.SqlClient
-        const table = sql.literal((yield* DurableSettings).table("outbox"))
+        const messages = sql.literal((yield* DurableSettings).table("outbox_messages"))
         const cancelled = yield* cliOn(["cancel", "--id", a!, "--id", "999999", "--reason", "withdrawn", "--yes"])
         expect(cancelled.code).toBe(1)
         expect(cancelled.stdout).toContain(`cancelled: ${a}`)
         expect(cancelled.stderr).toMatch(/left as they are \(not waiting or being delivered.*\): 999999/)
         const [row] = yield* sql<{ cancelled: boolean; last_error: string }>`
-          SELECT cancelled_at IS NOT NULL AS cancelled, last_error FROM ${table} WHERE id = ${a!}::bigint`
+          SELECT cancelled_at IS NOT NULL AS cancelled, last_error FROM ${messages} WHERE id = ${a!}::bigint`
         expect(row).toMatchObject({
           cancelled: true,
           last_error: expect.stringMatching(/^cancelled by .+: withdrawn$/)

@@ -8,6 +8,7 @@ import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
+import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
@@ -297,15 +298,15 @@ describe("admin page, tried as an attacker would", () => {
     it.effect("a bulk action is held to the count confirmed: when the set moved it is a 409 and nothing changes", () =>
       Effect.gen(function*() {
         const topic = freshTopic("held")
-        const sql = yield* SqlClient.SqlClient
-        const table = sql.literal((yield* DurableSettings).table("outbox"))
         const ids = yield* enqueue(topic, 4)
         // The three newest die; the operator counts them.
-        yield* sql`UPDATE ${table} SET dead_at = now(), last_error = 'boom' WHERE id = ANY(${ids.slice(1)}::bigint[])`
+        yield* TestSubstrate.settleByHand("dead", `id = ANY('{${ids.slice(1).join(",")}}'::bigint[])`, {
+          last_error: "'boom'"
+        })
         const counted = yield* countOf(`topic=${topic}`)
         expect(counted).toEqual({ count: 3, maxId: ids[3] })
         // Then an older one dies: same newest id, one more below it.
-        yield* sql`UPDATE ${table} SET dead_at = now(), last_error = 'boom' WHERE id = ${ids[0]!}::bigint`
+        yield* TestSubstrate.settleByHand("dead", `id = ${ids[0]!}`, { last_error: "'boom'" })
         const moved = yield* action("/ops/durable/actions/discard", {
           filter: `topic=${topic}`,
           upTo: counted.maxId,
@@ -486,7 +487,7 @@ describe("admin page, tried as an attacker would", () => {
         yield* deadLetters(topic, 2)
         const counted = yield* countOf(`topic=${topic}`)
         const sql = yield* SqlClient.SqlClient
-        const table = (yield* DurableSettings).table("outbox")
+        const table = (yield* DurableSettings).table("outbox_dead")
         // SHARE lets the count and the reads through and holds every write: the batch times out.
         const locked = yield* Deferred.make<void>()
         const release = yield* Deferred.make<void>()

@@ -5,6 +5,7 @@ import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Inbox from "@effect-durable/pg/Inbox"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
+import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as SqlClient from "effect/sql/SqlClient"
@@ -122,7 +123,8 @@ describe("effect-durable read commands", () => {
         }\u001b]0;pwned\u0007\u001b[2J\u001b]8;;http://evil.example\u0007x\u001b]8;;\u0007\u202egnp.exe`
         const error = "fail\nstate:           projected\u009b31m\u2028"
         const [id] = yield* enqueue(topic, 1)
-        yield* sql`UPDATE ${table} SET dead_at = now(), last_error = ${error}, ordering_key = ${"k\u001b[1m"} WHERE id = ${id!}::bigint`
+        yield* sql`UPDATE ${table} SET ordering_key = ${"k\u001b[1m"} WHERE id = ${id!}::bigint`
+        yield* TestSubstrate.settleByHand("dead", `id = ${id!}`, { last_error: `'${error}'` })
         const outputs = [
           yield* cliOn(["dead-letters", "list", "--topic", topic]),
           yield* cliOn(["dead-letters", "show", id!]),

@@ -45,7 +45,9 @@ describe("effect-durable schedules", () => {
           enqueued: 0,
           present: 6
         })
-        const [row] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox WHERE topic = 'ticks'`
+        const [row] = yield* sql<
+          { n: number }
+        >`SELECT count(*)::int AS n FROM durable.outbox_messages WHERE topic = 'ticks'`
         expect(row!.n).toBe(6)
       }))
 

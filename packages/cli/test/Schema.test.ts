@@ -53,15 +53,15 @@ describe("effect-durable migrate, verify, grant, doctor", () => {
         const clean = yield* cliOn(["--schema", schema, "verify"])
         expect(clean.code).toBe(0)
         expect(clean.stdout).toContain("no drift")
-        yield* exec(`DROP INDEX "${schema}".outbox_dead_idx`)
+        yield* exec(`DROP INDEX "${schema}".outbox_open_key_idx`)
         const drifted = yield* cliOn(["--schema", schema, "verify", "--json"])
         expect(drifted.code).toBe(1)
         expect(json(drifted).drift).toEqual([
-          expect.objectContaining({ kind: "missing-index", object: "outbox_dead_idx" })
+          expect.objectContaining({ kind: "missing-index", object: "outbox_open_key_idx" })
         ])
         expect(drifted.stderr.trim()).toBe(`effect-durable: schema ${schema}: 1 difference from the migrations`)
         const table = yield* cliOn(["--schema", schema, "verify"])
-        expect(table.stdout).toMatch(/KIND\s+OBJECT\s+EXPECTED\s+ACTUAL\nmissing-index\s+outbox_dead_idx/)
+        expect(table.stdout).toMatch(/KIND\s+OBJECT\s+EXPECTED\s+ACTUAL\nmissing-index\s+outbox_open_key_idx/)
       }))
 
     it.effect("grant gives a role exactly the runtime access; a role that does not exist exits 5", () =>

@@ -43,7 +43,7 @@ describe("effect-durable workflows", () => {
           changed: false
         })
         const runs = yield* sql<{ ordering_key: string }>`
-          SELECT ordering_key FROM durable.outbox WHERE topic = 'workflow.run:Billing'`
+          SELECT ordering_key FROM durable.outbox_messages WHERE topic = 'workflow.run:Billing'`
         expect(runs.map((r) => r.ordering_key)).toEqual(["Billing/e-1"])
 
         const interrupted = yield* cliOn(["workflows", "interrupt", "Billing", "e-2"])

@@ -98,7 +98,8 @@ export const deadLetters = (topic: string, n: number, error = (id: string) => `o
 export const rowsOf = (topic: string) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const table = sql.literal((yield* DurableSettings).table("outbox"))
+    // Every message of the topic, wherever it is now: open, dead or delivered.
+    const table = sql.literal((yield* DurableSettings).table("outbox_messages"))
     return yield* sql<{ id: string; dead: boolean; projected: boolean; attempts: number }>`
       SELECT id::text, dead_at IS NOT NULL AS dead, projected_at IS NOT NULL AS projected, attempt_count AS attempts
         FROM ${table} WHERE topic = ${topic} ORDER BY id`

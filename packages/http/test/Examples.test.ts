@@ -40,7 +40,7 @@ describe("the README example", () => {
         expect((yield* send("/payments", { body: `{"amount":250}`, headers: { "x-tenant": "acme" } })).status).toBe(400)
         const [counts] = yield* sql<{ payments: number; messages: number }>`
           SELECT (SELECT count(*)::int FROM payments) AS payments,
-                 (SELECT count(*)::int FROM durable.outbox WHERE topic = 'payment-created') AS messages`
+                 (SELECT count(*)::int FROM durable.outbox_messages WHERE topic = 'payment-created') AS messages`
         expect(counts).toEqual({ payments: 1, messages: 1 })
       }))
   })

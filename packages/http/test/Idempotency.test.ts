@@ -352,7 +352,7 @@ describe("Idempotency-Key on an HttpApi", () => {
           const { id } = json(reply) as { id: number }
           const [row] = yield* sql<{ transfers: number; messages: number; records: number; same: boolean }>`
             SELECT (SELECT count(*)::int FROM transfers WHERE account = ${account}) AS transfers,
-                   (SELECT count(*)::int FROM durable.outbox WHERE topic = ${TRANSFER_TOPIC} AND payload->>'transfer' = ${
+                   (SELECT count(*)::int FROM durable.outbox_messages WHERE topic = ${TRANSFER_TOPIC} AND payload->>'transfer' = ${
             String(id)
           }) AS messages,
                    (SELECT count(*)::int FROM durable.mutation_records WHERE key = 'atomic' AND operation = ${TRANSFER}) AS records,
@@ -385,7 +385,7 @@ describe("Idempotency-Key on an HttpApi", () => {
           expect(executions(account)).toBe(2)
           expect(yield* transfersOf(account)).toBe(0)
           const [messages] = yield* sql<{ n: number }>`
-            SELECT count(*)::int AS n FROM durable.outbox WHERE payload->>'unavailable' = ${String(account)}`
+            SELECT count(*)::int AS n FROM durable.outbox_messages WHERE payload->>'unavailable' = ${String(account)}`
           expect(messages!.n).toBe(0)
         }))
 

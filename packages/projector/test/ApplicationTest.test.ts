@@ -60,7 +60,7 @@ it.layer(TestSubstrate.layer())((it) => {
 
       // At least once: an operator replays the message; the inbox applies it once all the same.
       const admin = yield* OutboxAdmin.OutboxAdmin
-      const [message] = yield* sql<{ id: string }>`SELECT id::text AS id FROM durable.outbox`
+      const [message] = yield* sql<{ id: string }>`SELECT id::text AS id FROM durable.outbox_messages`
       expect(yield* admin.replay([message!.id])).toEqual([message!.id])
       const again = yield* Projector.drain({ topics: ["order-placed"] }).pipe(Effect.provide(Shipping))
       expect(again).toMatchObject({ delivered: 1 })

@@ -23,9 +23,10 @@ describe("a projector process killed mid-delivery", () => {
         yield* sql`CREATE TABLE deliveries (message_id text, worker text)`
         yield* sql`CREATE TABLE mark_log (id bigint)`
         yield* sql.unsafe(`CREATE FUNCTION log_mark() RETURNS trigger LANGUAGE plpgsql AS $$
-          BEGIN IF NEW.projected_at IS NOT NULL AND OLD.projected_at IS NULL THEN INSERT INTO mark_log VALUES (NEW.id); END IF; RETURN NEW; END $$`)
+          BEGIN INSERT INTO mark_log VALUES (NEW.id); RETURN NEW; END $$`)
         yield* sql.unsafe(
-          `CREATE TRIGGER log_mark AFTER UPDATE ON durable.outbox FOR EACH ROW EXECUTE FUNCTION log_mark()`
+          // A mark moves the message into the history: each insert there is one mark.
+          `CREATE TRIGGER log_mark AFTER INSERT ON durable.outbox_history FOR EACH ROW EXECUTE FUNCTION log_mark()`
         )
         const ids = yield* outbox.enqueueMany(
           Array.from({ length: 300 }, (_, i) => ({ topic: "crash", payload: { i } }))
@@ -65,11 +66,11 @@ describe("a projector process killed mid-delivery", () => {
         // The survivor delivered exactly what it marked; the dead worker marked nothing it had not delivered.
         const [takeover] = yield* sql<{ delivered: number; marked: number }>`
           SELECT (SELECT count(*)::int FROM deliveries WHERE worker = 'survivor') AS delivered,
-                 (SELECT count(*)::int FROM durable.outbox WHERE claimed_by = 'survivor' AND projected_at IS NOT NULL) AS marked`
+                 (SELECT count(*)::int FROM durable.outbox_messages WHERE claimed_by = 'survivor' AND projected_at IS NOT NULL) AS marked`
         expect(takeover!.delivered).toBe(takeover!.marked)
         expect(takeover!.marked).toBeGreaterThan(0)
         const markedUndelivered = yield* sql`
-          SELECT o.id FROM durable.outbox o
+          SELECT o.id FROM durable.outbox_messages o
            WHERE o.claimed_by = 'doomed' AND o.projected_at IS NOT NULL
              AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = o.id::text AND d.worker = 'doomed')`
         expect(markedUndelivered).toEqual([])

@@ -53,10 +53,10 @@ describe("Projector under store faults", () => {
           // Every transition to projected is logged: a second mark of a row would show twice.
           yield* sql`CREATE TABLE mark_log (id bigint)`
           yield* sql.unsafe(`CREATE FUNCTION log_mark() RETURNS trigger LANGUAGE plpgsql AS $$
-          BEGIN IF NEW.projected_at IS NOT NULL AND NEW.projected_at IS DISTINCT FROM OLD.projected_at
-                THEN INSERT INTO mark_log VALUES (NEW.id); END IF; RETURN NEW; END $$`)
+          BEGIN INSERT INTO mark_log VALUES (NEW.id); RETURN NEW; END $$`)
           yield* sql.unsafe(
-            `CREATE TRIGGER log_mark AFTER UPDATE ON durable.outbox FOR EACH ROW EXECUTE FUNCTION log_mark()`
+            // A mark moves the message into the history: each insert there is one mark.
+            `CREATE TRIGGER log_mark AFTER INSERT ON durable.outbox_history FOR EACH ROW EXECUTE FUNCTION log_mark()`
           )
           const outbox = yield* Outbox.Outbox
           const ids = yield* outbox.enqueueMany(
@@ -150,7 +150,7 @@ describe("Projector under store faults", () => {
         const sixth = (since: string) =>
           sql<{ past: boolean; held: boolean; claim_generation: string }>`
             SELECT now() > ${since}::timestamptz + interval '3 seconds' AS past, claimed_until > now() AS held,
-                   claim_generation::text FROM durable.outbox WHERE id = ${ids[5]!}`
+                   claim_generation::text FROM durable.outbox_messages WHERE id = ${ids[5]!}`
         yield* withLayerLive(
           projector,
           Effect.gen(function*() {
@@ -161,7 +161,9 @@ describe("Projector under store faults", () => {
             // it holds now), by its first claim: the sixth's lease is renewed, the five are not
             // claimed again.
             const [{ until }] = (yield* sql<{ until: string }>`
-            SELECT claimed_until::text AS until FROM durable.outbox WHERE id = ${ids[5]!}`) as [{ until: string }]
+            SELECT claimed_until::text AS until FROM durable.outbox_messages WHERE id = ${ids[5]!}`) as [
+              { until: string }
+            ]
             const [row] = yield* eventually(sixth(until), (rows) => rows[0]!.past || !rows[0]!.held, 20)
             expect(row).toMatchObject({ past: true, held: true, claim_generation: "1" })
             yield* Deferred.succeed(held, undefined)

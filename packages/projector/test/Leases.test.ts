@@ -148,7 +148,7 @@ describe("Projector leases", () => {
         // The second message was not published under the doubtful lease, but later, once.
         expect(deliveries.ids()).toEqual(ids)
         const [, second] = yield* sql<{ failure_count: number; lease_expiries: number }>`
-          SELECT failure_count, lease_expiries FROM durable.outbox WHERE id = ANY(${ids}::bigint[]) ORDER BY id`
+          SELECT failure_count, lease_expiries FROM durable.outbox_messages WHERE id = ANY(${ids}::bigint[]) ORDER BY id`
         expect(second).toEqual({ failure_count: 0, lease_expiries: 0 })
       }))
   })

@@ -254,7 +254,7 @@ describe("Projector", () => {
           backoffByTopic: { [slow]: { min: "1 hour", max: "1 hour" } }
         }).pipe(Effect.provide(publisher), TestClock.withLive)
         expect(counts).toMatchObject({ claimed: 2, retried: 2 })
-        const table = sql.literal((yield* DurableSettings).table("outbox"))
+        const table = sql.literal((yield* DurableSettings).table("outbox_messages"))
         const waits = yield* sql<{ id: string; seconds: number }>`
           SELECT id::text, extract(epoch FROM available_at - now())::float8 AS seconds
             FROM ${table} WHERE id = ANY(${[slowId!, fastId!]}::bigint[]) ORDER BY id`
@@ -332,7 +332,7 @@ describe("Projector", () => {
         const slow = recording(deliveries, () => Deferred.await(finish))
         const lease = sql<
           { until: string | null }
-        >`SELECT claimed_until::text AS until FROM durable.outbox WHERE id = ${id}`
+        >`SELECT claimed_until::text AS until FROM durable.outbox_messages WHERE id = ${id}`
         yield* withProjector(
           { topics: [topic], lease: "2 seconds", pollInterval: "50 millis", workerId: "slow-a" },
           slow,
@@ -343,7 +343,7 @@ describe("Projector", () => {
             const [row] = yield* eventually(
               sql<{ past: boolean; held: boolean; claimed_by: string; claim_generation: string }>`
                 SELECT now() > ${seen!.until}::timestamptz AS past, claimed_until > now() AS held, claimed_by,
-                       claim_generation::text FROM durable.outbox WHERE id = ${id}`,
+                       claim_generation::text FROM durable.outbox_messages WHERE id = ${id}`,
               (rows) => rows[0]!.past && rows[0]!.held,
               20
             )

@@ -64,3 +64,28 @@ export const outboxRows = (ids: ReadonlyArray<string>) =>
 /** How many of these messages are projected. */
 export const projectedCount = (ids: ReadonlyArray<string>) =>
   Effect.map(outboxRows(ids), (rows) => rows.filter((row) => row.projected).length)
+
+/**
+ * Settles open outbox messages by hand, where a test arranges what a worker would have done:
+ * the messages `where` selects (SQL over the open table's columns) move, as a settle moves them,
+ * into the dead letters (`"dead"`, `dead_at` now unless `changes` says otherwise) or the history
+ * (`"delivered"`, `projected_at` now unless `changes` says otherwise), with `changes` (column →
+ * SQL expression) applied on the way. Returns their ids.
+ */
+export const settleByHand = (
+  to: "dead" | "delivered",
+  where: string,
+  changes: Readonly<Record<string, string>> = {}
+) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const settings = yield* DurableSettings
+    const target = settings.table(to === "dead" ? "outbox_dead" : "outbox_history")
+    const all = { [to === "dead" ? "dead_at" : "projected_at"]: "now()", claimed_until: "NULL", ...changes }
+    const set = Object.entries(all).map(([column, value]) => `'${column}', ${value}`).join(", ")
+    return yield* sql.unsafe<{ id: string }>(`
+      WITH m AS (DELETE FROM ${settings.table("outbox")} WHERE ${where} RETURNING *)
+      INSERT INTO ${target}
+      SELECT (jsonb_populate_record(NULL::${target}, to_jsonb(m) || jsonb_build_object(${set}))).* FROM m
+      RETURNING id::text AS id`)
+  })

@@ -180,7 +180,7 @@ describe("Webhook publisher", () => {
         // delivered (clearing `last_error`), even within that first drain: the failure history
         // keeps it either way.
         const [failed] = yield* sql<{ last_error: string | null }>`
-          SELECT failures -> 0 ->> 'error' AS last_error FROM durable.outbox WHERE id = ${id}`
+          SELECT failures -> 0 ->> 'error' AS last_error FROM durable.outbox_messages WHERE id = ${id}`
         expect(failed!.last_error).toBe(`webhook ${url}?token=REDACTED answered 500`)
         let delivered = first.delivered
         yield* eventually(Effect.map(drain, (counts) => (delivered += counts.delivered)), (total) => total === 1)
@@ -194,7 +194,7 @@ describe("Webhook publisher", () => {
         expect(telemetry.everything()).not.toContain(TOKEN)
         const rows = JSON.stringify([
           yield* outboxRows([id]),
-          yield* sql`SELECT failures FROM durable.outbox WHERE id = ${id}`
+          yield* sql`SELECT failures FROM durable.outbox_messages WHERE id = ${id}`
         ])
         expect(rows).not.toContain(PASSWORD)
         expect(rows).not.toContain(TOKEN)

@@ -43,7 +43,7 @@ const steps = (workflow: string, executionId: string) =>
 /** Run messages of a workflow whose delivery ever failed. */
 const failedRunDeliveries = (workflow: string) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox
+    sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.outbox_messages
                         WHERE topic = ${"workflow.run:" + workflow} AND last_error IS NOT NULL`.pipe(
       Effect.map((rows) => rows[0]!.n),
       Effect.orDie
@@ -609,7 +609,7 @@ describe("PgWorkflowEngine: a process that starts executions and runs none", () 
         const result = yield* completed(Greet.poll(executionId)).pipe(Effect.provide(runner))
         expect(result).toEqual(new Workflow.Complete({ exit: Exit.succeed("hello ada") }))
         const claims = yield* sql<{ claimed_by: string }>`
-          SELECT DISTINCT claimed_by FROM durable.outbox WHERE topic = ${`workflow.run:${Greet._tag}`}`.pipe(
+          SELECT DISTINCT claimed_by FROM durable.outbox_messages WHERE topic = ${`workflow.run:${Greet._tag}`}`.pipe(
           Effect.orDie
         )
         expect(claims).toEqual([{ claimed_by: "runner" }])

@@ -154,7 +154,7 @@ const journal = (workflow: string, executionId: string) =>
 const messages = (topic: string, executionId: string, which: "open" | "all") =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
     sql<{ n: number }>`
-      SELECT count(*)::int AS n FROM durable.outbox
+      SELECT count(*)::int AS n FROM durable.outbox_messages
        WHERE topic = ${topic} AND payload ->> 'executionId' = ${executionId}
          AND (${which} = 'all' OR (projected_at IS NULL AND dead_at IS NULL))`.pipe(
       Effect.map((rows) => rows[0]!.n),
@@ -2194,7 +2194,7 @@ describe("upstream ClusterWorkflowEngine.test.ts: clocks, deferreds, failures", 
           yield* shardedClockScheduled.await
           const [clock] = yield* sql<{ topic: string; delay: number }>`
           SELECT o.topic, (extract(epoch FROM o.available_at - o.created_at) * 1000)::float8 AS delay
-            FROM durable.workflow_steps s JOIN durable.outbox o ON o.id = s.outbox_id
+            FROM durable.workflow_steps s JOIN durable.outbox_messages o ON o.id = s.outbox_id
            WHERE s.workflow = ${ShardedClockWorkflow._tag} AND s.execution_id = ${executionId}
              AND s.kind = 'clock'`.pipe(Effect.orDie)
           expect(clock?.topic).toBe(`workflow.clock:${ShardedClockWorkflow._tag}`)
@@ -2230,7 +2230,7 @@ describe("upstream ClusterWorkflowEngine.test.ts: clocks, deferreds, failures", 
           Effect.provideService(Tracer.Tracer, tracer)
         )
         const [message] = yield* sql<{ traceparent: string | null }>`
-          SELECT headers ->> 'traceparent' AS traceparent FROM durable.outbox
+          SELECT headers ->> 'traceparent' AS traceparent FROM durable.outbox_messages
            WHERE topic = ${`workflow.run:${ShardedDeferredWorkflow._tag}`} AND payload ->> 'executionId' = ${executionId}
            ORDER BY id DESC LIMIT 1`.pipe(Effect.orDie)
         expect(callerSpan).toBeDefined()
