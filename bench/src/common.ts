@@ -34,8 +34,14 @@ export interface QueueContender {
   ) => Promise<void>
   /** Delivers every ready message to a no-op handler; returns when no open row remains. */
   readonly drain: (url: string, count: number) => Promise<void>
-  /** `count` messages enqueued one per transaction at `rate`/s; sorted commit → handler-start latencies (ms). */
-  readonly latency?: (url: string, count: number, rate: number) => Promise<ReadonlyArray<number>>
+  /** `count` messages enqueued one per transaction at `rate`/s, each one's commit and arrival at a handler. */
+  readonly steady?: (url: string, count: number, rate: number) => Promise<Timeline>
+}
+
+/** A steady load's messages: when message i's transaction committed, when it first reached a handler (`performance.now()`). */
+export interface Timeline {
+  readonly committed: ReadonlyArray<number>
+  readonly received: ReadonlyMap<number, number>
 }
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
@@ -88,8 +94,8 @@ export const produceSteadily = async (count: number, rate: number, send: (i: num
  * Sorted latencies: a handler can start before the commit's reply reaches the producer,
  * such a message counts as 0 ms, never negative.
  */
-export const latencies = (committed: ReadonlyArray<number>, received: ReadonlyMap<number, number>) =>
-  committed.map((at, i) => Math.max(0, received.get(i)! - at)).sort((a, b) => a - b)
+export const latencies = ({ committed, received }: Timeline, from = 0, to = committed.length) =>
+  committed.slice(from, to).map((at, i) => Math.max(0, received.get(from + i)! - at)).sort((a, b) => a - b)
 
 export const percentile = (sorted: ReadonlyArray<number>, p: number) =>
   sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!

@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --drain=N] [-- --only=drain,keys,enqueue,latency,ledger,claim,processes,http,workflows,limits] [-- --skip=<contender>,...]`: effect-durable
+ * `npm run bench [-- --quick] [-- --drain=N] [-- --only=drain,keys,enqueue,latency,ledger,claim,processes,http,workflows,limits,xmin] [-- --skip=<contender>,...]`: effect-durable
  * against graphile-worker, pg-boss, Effect 4's PersistedQueue (SQL store) and the raw-SQL ceiling,
  * measured in one run on one PostgreSQL, contenders alternating round by round, each
  * measurement on a fresh database. Prints medians, ratios and the targets of issue 6, and
@@ -27,6 +27,7 @@ import * as Ledger from "./scenarios/ledger.js"
 import * as Limits from "./scenarios/limits.js"
 import * as Processes from "./scenarios/processes.js"
 import * as Workflows from "./scenarios/workflows.js"
+import * as XminPinned from "./scenarios/xminPinned.js"
 
 const SCENARIOS = [
   "drain",
@@ -38,7 +39,8 @@ const SCENARIOS = [
   "processes",
   "http",
   "workflows",
-  "limits"
+  "limits",
+  "xmin"
 ] as const
 type Scenario = typeof SCENARIOS[number]
 
@@ -92,6 +94,7 @@ const SIZES = quick
     workflowsTimed: 10,
     limitsFast: 10_000,
     limitsSlow: 2_000,
+    xminSeconds: 60,
     rounds: 1
   }
   : {
@@ -108,6 +111,7 @@ const SIZES = quick
     workflowsTimed: 30,
     limitsFast: 50_000,
     limitsSlow: 5_000,
+    xminSeconds: 600,
     rounds: 3
   }
 if (drain !== undefined) SIZES.drain = drain
@@ -234,6 +238,17 @@ const program = Effect.gen(function*() {
       SIZES.limitsSlow.toLocaleString("en")
     } deliveries of 10 ms with no limit and a limit of 8; the no-op deliveries again at a rate of 2,000/s; stored-inbox entries with no limit and a consumer limit that never binds`,
     () => Limits.run(bench, { fast: SIZES.limitsFast, slow: SIZES.limitsSlow })
+  )
+
+  results.xmin = yield* step(
+    "xmin",
+    `xmin pinned: ${XminPinned.RATE} messages/s, one per transaction, for ${SIZES.xminSeconds} s, a writing transaction held open through the middle third`,
+    () =>
+      XminPinned.run(
+        bench,
+        kept([Contenders.EffectDurable.defaults, Contenders.GraphileWorker.fastest, Contenders.PgBoss.tuned]),
+        SIZES.xminSeconds
+      )
   )
 
   Report.print(results)

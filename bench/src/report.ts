@@ -10,6 +10,7 @@ import type { LedgerResult } from "./scenarios/ledger.js"
 import { type LimitsResult, summary as limitsSummary } from "./scenarios/limits.js"
 import type { ProcessesResult } from "./scenarios/processes.js"
 import type { WorkflowResult } from "./scenarios/workflows.js"
+import type { XminResult } from "./scenarios/xminPinned.js"
 
 export interface Results {
   readonly drain?: ReadonlyArray<DrainResult> | undefined
@@ -22,6 +23,7 @@ export interface Results {
   readonly http?: HttpResult | undefined
   readonly workflows?: WorkflowResult | undefined
   readonly limits?: ReadonlyArray<LimitsResult> | undefined
+  readonly xmin?: ReadonlyArray<XminResult> | undefined
 }
 
 export interface Target {
@@ -156,6 +158,34 @@ export const targets = (results: Results): Array<Target> => {
     const replays = http.replay.rate / http.first.rate
     out.push({ target: "HTTP exact replays ≥ 2× first requests", measured: ratio(replays), met: replays >= 2 })
   }
+  const xminOurs = find(results.xmin, "effect-durable (default)")
+  const xminTheirs = find(results.xmin, "graphile-worker (fastest)")
+  if (xminOurs !== undefined) {
+    out.push({
+      target: "xmin pinned: commit → handler p99 in the pinned third ≤ 1.2× the clean third's",
+      measured: `${ratio(xminOurs.pinned.p99 / xminOurs.clean.p99)} (${xminOurs.pinned.p99.toFixed(2)} vs ${
+        xminOurs.clean.p99.toFixed(2)
+      } ms)`,
+      met: xminOurs.pinned.p99 <= 1.2 * xminOurs.clean.p99
+    })
+    out.push({
+      target: "xmin pinned: delivery rate in the pinned third ≥ 0.95× the clean third's",
+      measured: ratio(xminOurs.pinned.rate / xminOurs.clean.rate),
+      met: xminOurs.pinned.rate >= 0.95 * xminOurs.clean.rate
+    })
+    if (xminTheirs !== undefined) {
+      out.push({
+        target: "xmin pinned: dead tuples per delivered message ≤ graphile-worker's",
+        measured: `${xminOurs.deadPerMessage.toFixed(2)} vs ${xminTheirs.deadPerMessage.toFixed(2)}`,
+        met: xminOurs.deadPerMessage <= xminTheirs.deadPerMessage
+      })
+      out.push({
+        target: "xmin pinned: the queue's table after the run ≤ graphile-worker's",
+        measured: `${(xminOurs.queueBytes / 2 ** 20).toFixed(1)} vs ${(xminTheirs.queueBytes / 2 ** 20).toFixed(1)} MB`,
+        met: xminOurs.queueBytes <= xminTheirs.queueBytes
+      })
+    }
+  }
   return out
 }
 
@@ -229,6 +259,24 @@ export const print = (results: Results) => {
     log("| table | p50 ms | p99 ms |")
     log("| --- | ---: | ---: |")
     for (const row of results.claimAtScale) log(`| ${row.name} | ${row.p50.toFixed(2)} | ${row.p99.toFixed(2)} |`)
+  }
+  if (results.xmin !== undefined) {
+    log("\n### A writing transaction held open through the middle third (scenario 11)\n")
+    log(
+      "| contender | p50 / p99 ms, clean | pinned | after | msg/s clean / pinned / after | dead per msg | dead peak | queue table MB | schema MB |"
+    )
+    log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    const mb = (bytes: number) => (bytes / 2 ** 20).toFixed(1)
+    const ms = (phase: XminResult["clean"]) => `${phase.p50.toFixed(2)} / ${phase.p99.toFixed(2)}`
+    for (const row of results.xmin) {
+      log(
+        `| ${row.name} | ${ms(row.clean)} | ${ms(row.pinned)} | ${ms(row.after)} | ${row.clean.rate.toFixed(0)} / ${
+          row.pinned.rate.toFixed(0)
+        } / ${row.after.rate.toFixed(0)} | ${row.deadPerMessage.toFixed(2)} | ${row.deadPeak.toLocaleString("en")} | ${
+          mb(row.queueBytes)
+        } | ${mb(row.schemaBytes)} |`
+      )
+    }
   }
   if (results.processes !== undefined) {
     log("\n### One outbox, several projector processes (scenario 7)\n")

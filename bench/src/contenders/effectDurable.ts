@@ -11,15 +11,7 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as References from "effect/References"
 import * as SqlClient from "effect/sql/SqlClient"
-import {
-  BULK_TRANSACTION,
-  latencies,
-  produceSteadily,
-  type QueueContender,
-  sleep,
-  until,
-  untilNoneOpen
-} from "../common.js"
+import { BULK_TRANSACTION, produceSteadily, type QueueContender, sleep, until, untilNoneOpen } from "../common.js"
 
 export const run = <A, E>(
   url: string,
@@ -104,7 +96,7 @@ export const make = (
       settings
     )
   },
-  latency: (url, count, rate) => {
+  steady: (url, count, rate) => {
     const received = new Map<number, number>()
     const handler = Publisher.layerHandler((message) =>
       Effect.sync(() => {
@@ -128,7 +120,7 @@ export const make = (
           )
         )
         yield* Effect.promise(() => until(() => received.size >= count, 10))
-        return latencies(committed, received)
+        return { committed, received }
       }).pipe(Effect.provide(Projector.layer(options).pipe(Layer.provide(handler)))),
       poolSize,
       settings

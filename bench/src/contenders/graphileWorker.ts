@@ -5,7 +5,6 @@ import pg from "pg"
 import {
   BULK_TRANSACTION,
   forEachConcurrent,
-  latencies,
   produceSteadily,
   type QueueContender,
   sleep,
@@ -98,7 +97,7 @@ export const make = (label: string, worker: Record<string, unknown>): QueueConte
       await untilNoneOpen(url, "SELECT count(*) AS n FROM graphile_worker._private_jobs")
     })
   },
-  latency: (url, count, rate) =>
+  steady: (url, count, rate) =>
     withUtils(url, async (utils) => {
       const received = new Map<number, number>()
       const task = (payload: unknown) => {
@@ -109,7 +108,7 @@ export const make = (label: string, worker: Record<string, unknown>): QueueConte
         await sleep(500) // the listener connects
         const committed = await produceSteadily(count, rate, (i) => utils.addJob("bench", { i }).then(() => undefined))
         await until(() => received.size >= count, 10)
-        return latencies(committed, received)
+        return { committed, received }
       })
     })
 })

@@ -4,7 +4,6 @@ import { PgBoss } from "pg-boss"
 import {
   BULK_TRANSACTION,
   forEachConcurrent,
-  latencies,
   produceSteadily,
   type QueueContender,
   sleep,
@@ -74,7 +73,7 @@ export const make = (label: string, settings: Settings): QueueContender => ({
       await until(() => delivered >= count)
       await untilNoneOpen(url, OPEN)
     }),
-  latency: (url, count, rate) =>
+  steady: (url, count, rate) =>
     withBoss(url, settings, async (boss) => {
       const received = new Map<number, number>()
       await boss.work<{ i: number }>(QUEUE, settings.work, async (jobs) => {
@@ -84,7 +83,7 @@ export const make = (label: string, settings: Settings): QueueContender => ({
       await sleep(500) // the listener connects
       const committed = await produceSteadily(count, rate, (i) => boss.send(QUEUE, { i }).then(() => undefined))
       await until(() => received.size >= count, 10)
-      return latencies(committed, received)
+      return { committed, received }
     })
 })
 

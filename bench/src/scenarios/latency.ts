@@ -1,6 +1,6 @@
 // Scenario 3: messages enqueued one per committed transaction at a steady rate, commit →
 // handler start.
-import { median, percentile, type QueueContender } from "../common.js"
+import { latencies, median, percentile, type QueueContender } from "../common.js"
 import { alternate, type Bench, progress } from "../harness.js"
 
 export const RATE = 200
@@ -17,7 +17,7 @@ export const run = async (bench: Bench, contenders: ReadonlyArray<QueueContender
   const rounds = await alternate(bench, contenders, async (contender, round, index) => {
     const database = `bench_latency_${index}`
     const url = await bench.freshDatabase(database)
-    const sorted = await contender.latency!(url, messages, RATE)
+    const sorted = latencies(await contender.steady!(url, messages, RATE))
     await bench.dropDatabase(database)
     const result = { p50: percentile(sorted, 0.5), p99: percentile(sorted, 0.99), max: sorted[sorted.length - 1]! }
     progress(
