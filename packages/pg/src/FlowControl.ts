@@ -25,26 +25,31 @@
  * @since 0.4.0
  */
 import { type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
-import * as Input from "@effect-durable/core/Input"
 import { printable } from "@effect-durable/core/Printable"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import * as Changes from "./internal/flow/changes.js"
+import {
+  decodeBy,
+  decodeConsumer,
+  decodeGroup,
+  decodeLimitOptions,
+  decodeMaxInFlight,
+  decodeRate,
+  decodeTopic,
+  decodeWeight,
+  describeRate,
+  onlyKnown
+} from "./internal/flow/decode.js"
 import { CONSUMER_LIMITS, TOPIC_LIMITS } from "./internal/flow/limits.js"
 import * as Listing from "./internal/flow/listing.js"
 
-/** The most a limit may allow in flight. */
-export const MAX_IN_FLIGHT = 1_000_000
-/** The largest weight of a group. */
-export const MAX_WEIGHT = 1000
-/** The longest period of a rate. */
-export const MAX_RATE_PERIOD = "7 days"
+export { MAX_IN_FLIGHT, MAX_RATE_PERIOD, MAX_WEIGHT } from "./internal/flow/decode.js"
 
 /** A token bucket: at most `limit` messages per `per`, `burst` of them at once. */
 export interface Rate {
@@ -170,61 +175,6 @@ export class FlowControl extends Context.Service<FlowControl, {
   readonly inboxLimits: Effect.Effect<ReadonlyArray<InboxLimit>, DatabaseError>
 }>()("@effect-durable/pg/FlowControl") {}
 
-const decodeTopic = Input.argument("topic", Input.Text(128))
-const decodeConsumer = Input.argument("consumer", Input.Text(128))
-const decodeGroup = Input.argument("group", Input.Text(128))
-const decodeBy = Input.argument("by", Input.Text(128))
-const limitOf = (name: string) => Input.argument(name, Schema.NullOr(Input.Count(MAX_IN_FLIGHT)))
-const decodeMaxInFlight = limitOf("maxInFlight")
-const decodeGroupMaxInFlight = limitOf("groupMaxInFlight")
-const decodeWeight = Input.argument("weight", Input.Count(MAX_WEIGHT))
-
-/**
- * Refuses options that are not an object (`null`, a string: a TypeError before) and an option
- * this call does not know (a typo must not pass for "no limit").
- */
-const onlyKnown = (options: unknown, known: ReadonlyArray<string>, prefix = "options") => {
-  if (typeof options !== "object" || options === null || Array.isArray(options)) {
-    return Effect.fail(new InvalidInput({ argument: prefix, rule: `an object of ${known.join(", ")}` }))
-  }
-  const unknown = Object.keys(options).find((key) => !known.includes(key))
-  return unknown === undefined
-    ? Effect.void
-    : Effect.fail(new InvalidInput({ argument: `${prefix}.${unknown}`, rule: `one of ${known.join(", ")}` }))
-}
-
-const RateInput = Schema.NullOr(Schema.Struct({
-  limit: Input.Count(MAX_IN_FLIGHT),
-  per: Input.DurationIn({ min: "1 millis", max: MAX_RATE_PERIOD }),
-  burst: Schema.optional(Input.Count(MAX_IN_FLIGHT))
-}))
-const rateOf = (name: string) => {
-  const decode = Input.argument(name, RateInput)
-  return (rate: Rate | null | undefined) =>
-    Effect.gen(function*() {
-      if (rate === undefined || rate === null) return null
-      yield* onlyKnown(rate, ["limit", "per", "burst"], name)
-      const decoded = yield* decode(rate)
-      if (decoded === null) return null
-      // Whole milliseconds: a period is shown and set again in milliseconds (1.5 ms read back as 2).
-      const millis = Duration.toMillis(decoded.per)
-      if (!Number.isInteger(millis)) {
-        return yield* new InvalidInput({
-          argument: `${name}.per`,
-          rule: `a whole number of milliseconds, from 1 millisecond to ${MAX_RATE_PERIOD}`
-        })
-      }
-      return { limit: decoded.limit, seconds: millis / 1000, burst: decoded.burst ?? decoded.limit }
-    })
-}
-const decodeRate = rateOf("rate")
-const decodeGroupRate = rateOf("groupRate")
-
-const describeRate = (rate: { readonly limit: number; readonly seconds: number; readonly burst: number } | null) =>
-  rate === null
-    ? "none"
-    : `${rate.limit} per ${Duration.format(Duration.seconds(rate.seconds))} (burst ${rate.burst})`
-
 export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
@@ -235,13 +185,8 @@ export const make: Effect.Effect<FlowControl["Service"], never, SqlClient.SqlCli
     const { consumerInFlight, limitedAfresh, limitedBy, noClaimsOf, rebucket, rebucketOwn, topicInFlight } = changes
 
     const setLimit = Effect.fn("FlowControl.setLimit")(function*(topic: string, options: LimitOptions) {
-      yield* onlyKnown(options, ["maxInFlight", "groupMaxInFlight", "rate", "groupRate", "by"])
-      const decoded = yield* decodeTopic(topic)
-      const max = yield* decodeMaxInFlight(options.maxInFlight ?? null)
-      const groupMax = yield* decodeGroupMaxInFlight(options.groupMaxInFlight ?? null)
-      const rate = yield* decodeRate(options.rate)
-      const groupRate = yield* decodeGroupRate(options.groupRate)
-      const by = options.by === undefined ? "an operator" : yield* decodeBy(options.by)
+      const { by, groupMaxInFlight: groupMax, groupRate, maxInFlight: max, rate, topic: decoded } =
+        yield* decodeLimitOptions(topic, options)
       yield* Effect.gen(function*() {
         yield* limitedAfresh(decoded, by, max)
         yield* rebucket(

@@ -13,15 +13,12 @@ import {
   PayloadTooLarge,
   type UnsupportedJsonValue
 } from "@effect-durable/core/Errors"
-import { canonicalize, canonicalizeWithin } from "@effect-durable/core/Fingerprint"
 import * as Input from "@effect-durable/core/Input"
 import * as Options from "@effect-durable/core/Options"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Option from "effect/Option"
-import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import type * as Statement from "effect/sql/Statement"
@@ -29,11 +26,9 @@ import { createHash } from "node:crypto"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import * as QueueOptions from "./internal/queue/options.js"
+import * as Prepare from "./internal/queue/prepare.js"
 import { arrayLiteral } from "./internal/sqlText.js"
 import { transact } from "./internal/transaction.js"
-
-/** Largest headers object, as canonical JSON bytes. */
-const MAX_HEADER_BYTES = 16 * 1024
 
 export interface OutboxOptions {
   /** Largest payload, as canonical JSON bytes. Default 256 KiB, at most 64 MiB. */
@@ -104,8 +99,8 @@ export interface EnqueueOptions {
   readonly maxWait?: Duration.Input
 }
 
-export const DEDUP_MODES = ["keep", "replace", "extend"] as const
-export type DedupMode = typeof DEDUP_MODES[number]
+export { DEDUP_MODES } from "./internal/queue/prepare.js"
+export type DedupMode = typeof Prepare.DEDUP_MODES[number]
 
 /** One message of `enqueueMany`. */
 export interface NewMessage {
@@ -147,15 +142,7 @@ const traceparent = Effect.map(
 )
   .pipe(Effect.option)
 
-const decodeTopic = Input.argument("topic", Input.Text(128))
-const decodeOrderingKey = Input.argument("orderingKey", Input.Text(256))
-const decodeDelay = Input.argument("delay", Input.DurationIn({ min: 0, max: "365 days" }))
-const decodeHeaders = Input.argument("headers", Schema.Record(Input.Text(256), Input.OptionalText(MAX_HEADER_BYTES)))
 const decodeCount = Input.argument("messages", Input.Count(100_000))
-const decodeDedupKey = Input.argument("dedupKey", Input.Text(256))
-const decodeDedupMode = Input.argument("dedupMode", Schema.Literals(DEDUP_MODES))
-const decodeGroup = Input.argument("group", Input.Text(128))
-const decodeMaxWait = Input.argument("maxWait", Input.DurationIn({ min: 0, max: "30 days" }))
 
 /** Tries of a deduplicated enqueue racing others on its key (each one a fresh look) before it gives up, retryable. */
 const DEDUP_TRIES = 8
@@ -171,48 +158,7 @@ export const make = (
     const channel = channelFor(settings.schema)
 
     // Everything an enqueue checks before it writes: a bad message writes nothing.
-    const prepare = (topic: string, payload: unknown, enqueueOptions: EnqueueOptions, trace: Option.Option<string>) =>
-      Effect.gen(function*() {
-        yield* decodeTopic(topic)
-        const orderingKey = enqueueOptions.orderingKey === undefined
-          ? null
-          : yield* decodeOrderingKey(enqueueOptions.orderingKey)
-        const delay = enqueueOptions.delay === undefined ? Duration.zero : yield* decodeDelay(enqueueOptions.delay)
-        const json = yield* Effect.fromResult(Result.mapError(
-          canonicalizeWithin(payload, maxPayloadBytes),
-          (error) => error._tag === "PayloadTooLarge" ? new PayloadTooLarge({ ...error, topic }) : error
-        ))
-        const headers: Record<string, string> = { ...(yield* decodeHeaders(enqueueOptions.headers ?? {})) }
-        if (Option.isSome(trace) && headers.traceparent === undefined) headers.traceparent = trace.value
-        const headersJson = yield* canonicalize(headers)
-        if (Buffer.byteLength(headersJson) > MAX_HEADER_BYTES) {
-          return yield* new InvalidInput({ argument: "headers", rule: `at most ${MAX_HEADER_BYTES} bytes as JSON` })
-        }
-        const dedupKey = enqueueOptions.dedupKey === undefined ? null : yield* decodeDedupKey(enqueueOptions.dedupKey)
-        const dedupMode = enqueueOptions.dedupMode === undefined
-          ? "keep" as const
-          : yield* decodeDedupMode(enqueueOptions.dedupMode)
-        if (dedupKey === null && enqueueOptions.dedupMode !== undefined) {
-          return yield* new InvalidInput({ argument: "dedupMode", rule: "only with a dedupKey" })
-        }
-        const group = enqueueOptions.group === undefined ? "" : yield* decodeGroup(enqueueOptions.group)
-        const maxWait = enqueueOptions.maxWait === undefined
-          ? Duration.zero
-          : yield* decodeMaxWait(enqueueOptions.maxWait)
-        return {
-          dedupKey,
-          dedupMode,
-          group,
-          topic,
-          orderingKey,
-          payload: json,
-          headers: headersJson,
-          delaySeconds: Duration.toMillis(delay) / 1000,
-          /** When it is due, from now: its delay plus its wait (migration 21's `due_at`). */
-          dueSeconds: (Duration.toMillis(delay) + Duration.toMillis(maxWait)) / 1000,
-          maxAttempts: maxAttemptsByTopic[topic] ?? maxAttempts
-        }
-      })
+    const prepare = Prepare.make({ maxAttempts, maxAttemptsByTopic, maxPayloadBytes })
 
     type Row = Effect.Success<ReturnType<typeof prepare>>
 

@@ -32,75 +32,7 @@ import * as RateLimiterStore from "../src/RateLimiterStore.js"
 import * as Schedules from "../src/Schedules.js"
 import * as Transactions from "../src/Transactions.js"
 
-const RUNS = Number(process.env.EFFECT_DURABLE_PROPERTY_RUNS ?? "60")
-
-const cyclic: Record<string, unknown> = { a: 1 }
-cyclic.self = cyclic
-let deep: unknown = 1
-for (let i = 0; i < 5_000; i++) deep = { d: deep }
-const wide = Object.fromEntries(Array.from({ length: 20_000 }, (_, i) => [`k${i}`, i]))
-
-const text = FastCheck.oneof(
-  FastCheck.string(),
-  FastCheck.string({ unit: "binary", maxLength: 20 }),
-  FastCheck.string({ unit: "grapheme", maxLength: 20 }),
-  FastCheck.constantFrom(
-    "",
-    "\u0000",
-    "a\u0000b",
-    "\ud800",
-    "\udc00x",
-    "é".repeat(200),
-    "x".repeat(300),
-    "x".repeat(1_000_000),
-    "t"
-  )
-)
-const number = FastCheck.oneof(
-  FastCheck.double(),
-  FastCheck.integer({ min: -5, max: 2000 }),
-  FastCheck.constantFrom(Number.NaN, Infinity, -Infinity, -0, 1e300, 0.5, -1, 2 ** 53 + 2)
-)
-const duration = FastCheck.oneof(
-  number,
-  text,
-  FastCheck.constantFrom(
-    "1 second",
-    "-5 seconds",
-    "0 seconds",
-    "garbage",
-    "1e300 seconds",
-    "10 days",
-    "200 millis",
-    [1, 2],
-    [-1, 0],
-    5n,
-    -5n
-  )
-)
-// An array with a hole: JSON has none, so it is one of the inputs under test.
-// eslint-disable-next-line no-sparse-arrays
-const holey = [1, , 3]
-const json = FastCheck.oneof(
-  FastCheck.jsonValue({ maxDepth: 3 }),
-  FastCheck.constantFrom<unknown>(
-    cyclic,
-    deep,
-    wide,
-    undefined,
-    () => 1,
-    new Date(),
-    10n,
-    Symbol("s"),
-    { a: "\u0000" },
-    holey
-  )
-)
-const anything = FastCheck.oneof(text, number, json, FastCheck.constantFrom<unknown>(null, {}, [], true))
-const claim = FastCheck.record({ messageId: anything, worker: anything, generation: anything }) as FastCheck.Arbitrary<
-  never
->
-const optionalBag = <T>(arbitrary: FastCheck.Arbitrary<T>) => FastCheck.option(arbitrary, { nil: undefined })
+import { anything, duration, json, number, optionalBag, queueOperations, RUNS, text, TYPED } from "./hostile.js"
 
 type Services =
   | SqlClient.SqlClient
@@ -126,56 +58,7 @@ interface Operation {
 }
 
 const operations = FastCheck.oneof<Array<FastCheck.Arbitrary<Operation>>>(
-  FastCheck.tuple(
-    text,
-    json,
-    optionalBag(duration),
-    optionalBag(text),
-    optionalBag(FastCheck.dictionary(text, anything, { maxKeys: 3 }))
-  )
-    .map(([topic, payload, delay, orderingKey, headers]) => ({
-      name: "enqueue",
-      run: Effect.flatMap(
-        Outbox.Outbox,
-        (o) => o.enqueue(topic, payload, { delay, orderingKey, headers } as Outbox.EnqueueOptions)
-      )
-    })),
-  FastCheck.array(FastCheck.tuple(text, json), { maxLength: 3 }).map((messages) => ({
-    name: "enqueueMany",
-    run: Effect.flatMap(Outbox.Outbox, (o) => o.enqueueMany(messages.map(([topic, payload]) => ({ topic, payload }))))
-  })),
-  FastCheck.tuple(text, anything, number, duration, anything).map((
-    [worker, topics, limit, lease, maxLeaseExpiries]
-  ) => ({
-    name: "claim",
-    run: Effect.flatMap(
-      OutboxWorker.OutboxWorker,
-      (o) =>
-        o.claim(
-          { worker, topics, limit, lease, maxLeaseExpiries, perKey: limit } as unknown as OutboxWorker.ClaimOptions
-        )
-    )
-  })),
-  claim.map((c) => ({
-    name: "markProjected",
-    run: Effect.flatMap(OutboxWorker.OutboxWorker, (o) => o.markProjected(c))
-  })),
-  FastCheck.array(claim, { maxLength: 3 }).map((cs) => ({
-    name: "markProjectedMany",
-    run: Effect.flatMap(OutboxWorker.OutboxWorker, (o) => o.markProjectedMany(cs))
-  })),
-  FastCheck.tuple(claim, anything, duration, anything).map(([c, error, retryDelay, permanent]) => ({
-    name: "release",
-    run: Effect.flatMap(OutboxWorker.OutboxWorker, (o) => o.release(c, { error, retryDelay, permanent } as never))
-  })),
-  FastCheck.tuple(FastCheck.array(claim, { maxLength: 3 }), duration).map(([cs, lease]) => ({
-    name: "renewLeases",
-    run: Effect.flatMap(OutboxWorker.OutboxWorker, (o) => o.renewLeases(cs, lease as never))
-  })),
-  FastCheck.array(claim, { maxLength: 3 }).map((cs) => ({
-    name: "giveBack",
-    run: Effect.flatMap(OutboxWorker.OutboxWorker, (o) => o.giveBack(cs))
-  })),
+  ...queueOperations,
   FastCheck.tuple(optionalBag(text), number, optionalBag(text)).map(([topic, limit, before]) => ({
     name: "deadLetters",
     run: Effect.flatMap(OutboxAdmin.OutboxAdmin, (o) => o.deadLetters({ topic, limit, before } as never))
@@ -356,21 +239,6 @@ const operations = FastCheck.oneof<Array<FastCheck.Arbitrary<Operation>>>(
 )
 
 /** What a typed failure looks like: one of the substrate's tagged errors. */
-const TYPED = new Set([
-  "InvalidInput",
-  "UnsupportedJsonValue",
-  "PayloadTooLarge",
-  "ClaimMismatch",
-  "MessageMissing",
-  "MutationConflict",
-  "MutationInProgress",
-  "CasConflict",
-  "InvalidCursor",
-  "CursorBindingMismatch",
-  "DurableConfigError",
-  // RateLimiterStore's one error (effect's interface): a refusal naming the rule.
-  "RateLimiterError"
-])
 
 const rowCounts = Effect.flatMap(SqlClient.SqlClient, (sql) =>
   sql<{ outbox: number; inbox: number; ledger: number }>`

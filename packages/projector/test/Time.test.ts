@@ -7,6 +7,7 @@ import * as OutboxMemory from "@effect-durable/pg/OutboxMemory"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import { describe, expect, it } from "@effect/vitest"
 import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -299,6 +300,33 @@ describe("the projector on TestClock (in-memory outbox)", () => {
           leaseExpiries: 0,
           projectedAt: null
         })
+      }))
+
+    it.effect("a message cancelled while delivered: its delivery is stopped at the next renewal, counted cancelled, never marked", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const memory = yield* OutboxMemory.OutboxMemory
+        const id = yield* outbox.enqueue("withdrawn", {})
+        const started = yield* Deferred.make<void>()
+        const stopped = yield* Deferred.make<void>()
+        const { context, scope } = yield* startProjector(
+          { topics: ["withdrawn"], lease: "3 seconds", deliveryTimeout: "1 minute", pollInterval: "1 second" },
+          () =>
+            Effect.andThen(Deferred.succeed(started, undefined), Effect.never).pipe(
+              Effect.onInterrupt(() => Deferred.succeed(stopped, undefined))
+            )
+        )
+        yield* advanceUntil(Deferred.isDone(started))
+        expect(yield* memory.cancel([id], { reason: "order withdrawn" })).toEqual({
+          cancelled: [id],
+          interrupted: [id]
+        })
+        // Renewals run every third of the lease: within one lease the delivery is stopped.
+        yield* advanceUntil(Deferred.isDone(stopped), 3_000)
+        const projector = Context.get(context, Projector.Projector)
+        yield* advanceUntil(Effect.map(projector.counts, (counts) => counts.cancelled === 1), 3_000)
+        expect(yield* rowOf(id)).toMatchObject({ projectedAt: null, cancelledBy: "an operator", generation: 1 })
+        yield* Scope.close(scope, Exit.void)
       }))
   })
 })

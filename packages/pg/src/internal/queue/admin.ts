@@ -18,7 +18,7 @@ import { decodeRows } from "../rows.js"
 import { inline, quote } from "../sqlText.js"
 import { isoUtc } from "../timestamps.js"
 import * as Lifecycle from "./lifecycle.js"
-import { decodeBatchSize, decodeIds, MessageId, type QueueSpec } from "./spec.js"
+import { decodeBatchSize, decodeIds, decodeMovedBy, decodeReason, MessageId, type QueueSpec } from "./spec.js"
 import { type ClaimOptions, decodeClaim } from "./worker.js"
 
 /** Counts of one group of a queue (a topic, a consumer). */
@@ -37,10 +37,6 @@ const DeadLetterRow = Schema.Struct({
   lastError: Schema.NullOr(Schema.String),
   deadAt: Schema.String
 })
-
-/** Why an operator moved a message aside: said in its `last_error`. */
-const decodeReason = Input.argument("reason", Input.Text(500))
-const decodeMovedBy = Input.argument("by", Schema.UndefinedOr(Input.Text(128)))
 
 const decodeDeadLetterPage = Input.argument(
   "options",

@@ -5,15 +5,25 @@
  * `Clock`. One process, no durability: a test double with the queue's semantics, not a store.
  */
 import { ClaimMismatch, type InvalidInput, MessageMissing } from "@effect-durable/core/Errors"
-import { canonicalize } from "@effect-durable/core/Fingerprint"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import type * as LeasedQueue from "../../LeasedQueue.js"
-import type { EnqueueOptions, NewMessage } from "../../Outbox.js"
+import { Defaults, type EnqueueOptions, type NewMessage } from "../../Outbox.js"
 import type { MemoryRow } from "../../OutboxMemory.js"
-import type { ClaimOptions, OutboxMessage } from "../../OutboxWorker.js"
-import { decodeError, decodeLease, decodeRetryDelay, isMessageId } from "./spec.js"
+import { type ClaimOptions, decodeTopics, type OutboxMessage } from "../../OutboxWorker.js"
+import * as MemoryLimits from "./memoryLimits.js"
+import * as Prepare from "./prepare.js"
+import {
+  decodeError,
+  decodeIds,
+  decodeLease,
+  decodeMovedBy,
+  decodeReason,
+  decodeRetryDelay,
+  isMessageId
+} from "./spec.js"
 import { FAILURE_HISTORY } from "./worker.js"
 import { decodeClaim } from "./worker.js"
 
@@ -25,31 +35,50 @@ const iso = (millis: number) => new Date(millis).toISOString()
 export const make = (options: { readonly maxAttempts?: number } = {}) => {
   const rows = new Map<string, Row>()
   let nextId = 0
+  const limits = MemoryLimits.make()
   const open = (row: Row) => row.projectedAt === null && row.deadAt === null
+  const leaseRunning = (row: Row, now: number) => open(row) && row.claimedUntil !== null && row.claimedUntil > now
 
-  const enqueue = Effect.fnUntraced(function*(topic: string, payload: unknown, enqueueOptions: EnqueueOptions = {}) {
-    // As stored: canonical JSON, read back (a value JSON cannot carry is refused).
-    const json = JSON.parse(yield* canonicalize(payload)) as unknown
+  // The PostgreSQL outbox's checks, limits and defaults: a message it refuses is refused here.
+  const prepare = Prepare.make({
+    maxAttempts: options.maxAttempts ?? Defaults.maxAttempts,
+    maxAttemptsByTopic: {},
+    maxPayloadBytes: Defaults.maxPayloadBytes
+  })
+
+  type Prepared = Effect.Success<ReturnType<typeof prepare>>
+
+  const enqueue = (topic: string, payload: unknown, enqueueOptions: EnqueueOptions = {}) =>
+    Effect.flatMap(prepare(topic, payload, enqueueOptions, Option.none()), write)
+
+  // Every message checked before the first is written: a bad one writes none (one statement on PostgreSQL).
+  const enqueueMany = (messages: ReadonlyArray<NewMessage>) =>
+    Effect.flatMap(
+      Effect.forEach(messages, (m) => prepare(m.topic, m.payload, m.options ?? {}, Option.none())),
+      (prepared) => Effect.forEach(prepared, write)
+    )
+
+  const write = Effect.fnUntraced(function*(message: Prepared) {
+    const topic = message.topic
+    // As stored: canonical JSON, read back.
+    const json = JSON.parse(message.payload) as unknown
+    const headers = JSON.parse(message.headers) as Record<string, string>
     const now = yield* Clock.currentTimeMillis
-    const delay = enqueueOptions.delay === undefined
-      ? 0
-      : Duration.toMillis(Duration.fromInputUnsafe(enqueueOptions.delay))
-    const wait = enqueueOptions.maxWait === undefined
-      ? 0
-      : Duration.toMillis(Duration.fromInputUnsafe(enqueueOptions.maxWait))
-    const dedupKey = enqueueOptions.dedupKey ?? null
+    const delay = message.delaySeconds * 1000
+    const wait = (message.dueSeconds - message.delaySeconds) * 1000
+    const dedupKey = message.dedupKey
     // The database's dedup rules (migration 15, `Outbox.enqueue`), on the in-memory rows.
     const holder = dedupKey === null
       ? undefined
       : [...rows.values()].find((row) => row.topic === topic && row.dedupKey === dedupKey && open(row))
     if (holder !== undefined) {
-      const mode = enqueueOptions.dedupMode ?? "keep"
+      const mode = message.dedupMode
       if (mode === "keep") return holder.id
       const delivering = holder.claimedUntil !== null && holder.claimedUntil > now
       if (!delivering) {
         if (mode === "replace") {
           holder.payload = json
-          holder.headers = enqueueOptions.headers ?? {}
+          holder.headers = headers
           holder.availableAt = now + delay
           if (holder.orderingKey === null) holder.dueAt = now + delay + wait
         } else {
@@ -65,18 +94,19 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
     rows.set(id, {
       id,
       topic,
-      orderingKey: enqueueOptions.orderingKey ?? null,
+      orderingKey: message.orderingKey,
+      group: message.group === "" ? null : message.group,
       dedupKey,
       payload: json,
-      headers: enqueueOptions.headers ?? {},
+      headers,
       createdAt: now,
-      maxAttempts: options.maxAttempts ?? 25,
+      maxAttempts: message.maxAttempts,
       availableAt: now + delay,
       // A keyed message is never due before its key's open messages ahead of it (as enqueue writes it).
       dueAt: Math.max(
         now + delay + wait,
         ...[...rows.values()].filter((row) =>
-          enqueueOptions.orderingKey !== undefined && row.orderingKey === enqueueOptions.orderingKey && open(row)
+          message.orderingKey !== null && row.orderingKey === message.orderingKey && open(row)
         ).map((row) => row.dueAt)
       ),
       claimedBy: null,
@@ -87,14 +117,13 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
       leaseExpiries: 0,
       projectedAt: null,
       deadAt: null,
+      cancelledAt: null,
+      cancelledBy: null,
       lastError: null,
       failures: []
     })
     return id
   })
-
-  const enqueueMany = (messages: ReadonlyArray<NewMessage>) =>
-    Effect.forEach(messages, (m) => enqueue(m.topic, m.payload, m.options ?? {}))
 
   /**
    * Ready rows in due order (then id), of each ordering key its first open row and, with
@@ -103,11 +132,13 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
    */
   const claim = Effect.fnUntraced(function*(claimOptions: ClaimOptions) {
     const { leaseSeconds, limit, maxLeaseExpiries, perKey, worker } = yield* decodeClaim(claimOptions)
+    // As the PostgreSQL claim decodes them (`null`: every topic).
+    const topics = yield* decodeTopics(claimOptions.topics ?? null)
     const now = yield* Clock.currentTimeMillis
     const all = [...rows.values()].sort((a, b) => Number(a.id) - Number(b.id))
     const isReady = (row: Row) =>
       row.availableAt <= now && (row.claimedUntil === null || row.claimedUntil <= now) &&
-      (claimOptions.topics === undefined || claimOptions.topics.includes(row.topic))
+      (topics === null || topics.includes(row.topic))
     const openOfKey = (key: string) => all.filter((row) => row.orderingKey === key && open(row))
     const heads = all.filter((row) =>
       open(row) && isReady(row) && (row.orderingKey === null || openOfKey(row.orderingKey)[0] === row)
@@ -121,11 +152,18 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
         chosen.push({ row, position: i + 1 })
       }
     }
-    const ready = chosen
-      .sort((a, b) => a.position - b.position || Number(a.row.id) - Number(b.row.id))
-      .slice(0, limit)
-      .map(({ row }) => row)
-      .sort((a, b) => Number(a.id) - Number(b.id))
+    // Within the topics' limits (flow control): what is in flight is what holds a running lease.
+    const inFlight = (topic: string, group: string | null | undefined) =>
+      all.filter((row) => row.topic === topic && (group === undefined || row.group === group) && leaseRunning(row, now))
+        .length
+    const ready = limits.admit(
+      chosen
+        .sort((a, b) => a.position - b.position || Number(a.row.id) - Number(b.row.id))
+        .map(({ row }) => row),
+      limit,
+      inFlight,
+      now
+    ).sort((a, b) => Number(a.id) - Number(b.id))
     const claimed: Array<OutboxMessage> = []
     for (const row of ready) {
       const expired = row.claimedUntil !== null
@@ -181,7 +219,9 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
       queue: "outbox",
       messageId: String(claim?.messageId),
       worker: String(claim?.worker),
-      generation: typeof claim?.generation === "number" ? claim.generation : Number.NaN
+      generation: typeof claim?.generation === "number" ? claim.generation : Number.NaN,
+      // The holder of a cancelled message stops delivering it (as the renewal tells it on PostgreSQL).
+      ...(row?.cancelledAt !== null && row?.cancelledAt !== undefined ? { cancelled: true } : {})
     })
   }
 
@@ -274,8 +314,64 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
       if (options.unstarted === true) row.attempts = Math.max(0, row.attempts - 1)
     })
 
+  /**
+   * Cancels open messages (waiting or being delivered): never delivered again, their keys move
+   * on, a holder's next renewal or mark is refused as cancelled. Returns the ids cancelled and
+   * those that were being delivered, as `OutboxAdmin.cancel` does.
+   */
+  const cancel = (ids: ReadonlyArray<string>, cancelOptions: { readonly reason?: string; readonly by?: string } = {}) =>
+    Effect.gen(function*() {
+      const reason = cancelOptions.reason === undefined ? undefined : yield* decodeReason(cancelOptions.reason)
+      const by = (yield* decodeMovedBy(cancelOptions.by)) ?? "an operator"
+      const decoded = [...new Set(yield* decodeIds(ids))].sort((a, b) => Number(a) - Number(b))
+      const now = yield* Clock.currentTimeMillis
+      const cancelled: Array<string> = []
+      const interrupted: Array<string> = []
+      for (const id of decoded) {
+        const row = rows.get(id)
+        if (row === undefined || !open(row)) continue
+        if (leaseRunning(row, now)) interrupted.push(id)
+        cancelled.push(id)
+        row.deadAt = now
+        row.cancelledAt = now
+        row.cancelledBy = by
+        row.claimedUntil = null
+        row.lastError = [row.lastError, `cancelled by ${by}${reason === undefined ? "" : `: ${reason}`}`]
+          .filter((part) => part !== null).join("; ")
+      }
+      return { cancelled, interrupted }
+    })
+
+  /** How long until a ready message that only a rate holds back may be claimed (`OutboxWorker.rateWait`). */
+  const rateWait = (topics?: ReadonlyArray<string>) =>
+    Effect.gen(function*() {
+      const only = yield* decodeTopics(topics ?? null)
+      const now = yield* Clock.currentTimeMillis
+      return limits.rateWait(
+        [...rows.values()].filter((row) =>
+          open(row) && row.availableAt <= now && !leaseRunning(row, now) && (only === null || only.includes(row.topic))
+        ),
+        now
+      )
+    })
+
   /** Every row, in id order, as the table would show it. */
   const inspect = Effect.sync((): ReadonlyArray<MemoryRow> => [...rows.values()].map((row) => ({ ...row })))
 
-  return { enqueue, enqueueMany, claim, complete, completeMany, release, renew, renewMany, giveBack, inspect }
+  return {
+    enqueue,
+    enqueueMany,
+    claim,
+    complete,
+    completeMany,
+    release,
+    renew,
+    renewMany,
+    giveBack,
+    cancel,
+    rateWait,
+    setLimit: limits.setLimit,
+    clearLimit: limits.clear,
+    inspect
+  }
 }

@@ -150,6 +150,10 @@ export const storableError = (error: string): string => {
 
 const decodeErrorText = Input.argument("error", Schema.String)
 export const decodeError = (error: unknown) => Effect.map(decodeErrorText(error), storableError)
+/** Why an operator moved a message aside or cancelled it: said in its `last_error`. */
+export const decodeReason = Input.argument("reason", Input.Text(500))
+/** Who did (1-128 bytes), recorded with the reason. */
+export const decodeMovedBy = Input.argument("by", Schema.UndefinedOr(Input.Text(128)))
 export const decodeIds = Input.argument("ids", Schema.Array(MessageId).check(Schema.isMaxLength(MAX_BATCH)))
 export const decodeBatchSize = Input.argument("batchSize", Input.Count(MAX_BATCH))
 export const decodeMaxLeaseExpiries = Input.argument("maxLeaseExpiries", Input.Count(1000))
