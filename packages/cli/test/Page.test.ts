@@ -136,6 +136,10 @@ describe("admin page over HTTP", () => {
         expect(list.body).toContain("Page&lt;script&gt;")
         expect(list.body).not.toContain("Page<script>")
         expect(list.body).toContain(`href="/ops/durable/workflows/Page%3Cscript%3E/e%2F1%3Fx"`)
+        // The filter offers this database's workflow names (escaped too), not an example's.
+        const all = yield* get("/ops/durable/workflows")
+        expect(all.body).toContain(`<option value="Page&lt;script&gt;"></option>`)
+        expect(all.body).not.toContain("PlaceOrder")
         const shown = yield* get("/ops/durable/workflows/Page%3Cscript%3E/e%2F1%3Fx")
         expect(shown.status).toBe(200)
         expect(shown.body).toContain("<code>e/1?x</code>")

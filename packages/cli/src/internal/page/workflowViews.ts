@@ -27,7 +27,12 @@ const statusBadge = (e: WorkflowAdmin.ExecutionSummary) =>
 
 const filterForm = (ctx: ViewContext, data: ExecutionsData) =>
   html`<form class="filter" method="get" action="${ctx.base}/workflows">
-<label>Workflow<input name="workflow" value="${data.workflow ?? ""}" placeholder="PlaceOrder"></label>
+<label>Workflow<input name="workflow" value="${data.workflow ?? ""}" placeholder="any" list="workflow-names"></label>
+<datalist id="workflow-names">${
+    // The names this database's executions have (not an example's): what the filter can match.
+    [...new Set((data.executions ?? []).map((e) => e.workflow))].sort().map((name) =>
+      html`<option value="${name}"></option>`
+    )}</datalist>
 <label>Status<select name="status">${
     ["", "pending", "running", "suspended", "complete"].map((s) =>
       html`<option value="${s}"${raw(data.status === s ? " selected" : "")}>${s === "" ? "any" : s}</option>`
