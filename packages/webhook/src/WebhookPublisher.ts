@@ -1,6 +1,7 @@
 /**
  * The projector's HTTP webhook publisher, on Effect's `HttpClient`: each message is POSTed as
- * JSON, signed in the Standard Webhooks format (`webhook-id` = the message id,
+ * JSON (its id, topic, ordering key, enqueue time, attempt, headers and payload), signed in the
+ * Standard Webhooks format (`webhook-id` = the message id,
  * `webhook-timestamp`, `webhook-signature`; see `WebhookSignature`) and with its id as the
  * `Idempotency-Key` too, so the receiver can authenticate it with a stock library and drop
  * redeliveries. A 2xx response is a delivery; 408, 429, 5xx, network errors and timeouts are
@@ -132,6 +133,9 @@ export const make = (
           orderingKey: message.orderingKey,
           createdAt: message.createdAt,
           attempt: message.attempt,
+          // The producer's headers (a schedule's slot, a trace), inside the body so that the
+          // signature covers them: a receiver trusts them as it trusts the payload.
+          headers: message.headers,
           payload: message.payload
         }))
         const target = typeof options.url === "string" ? options.url : options.url(message)

@@ -46,6 +46,8 @@ describe("Webhook publisher", () => {
         id: "41",
         topic: "order-placed",
         attempt: 1,
+        // The message's own headers, inside the signed body.
+        headers: { traceparent: "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01" },
         payload: { orderId: 7, total: 42 }
       })
       expect(request!.headers["content-type"]).toMatch(/application\/json/)
@@ -224,6 +226,28 @@ describe("Webhook publisher", () => {
         expect(received.map((r) => JSON.parse(r.body).attempt)).toEqual([1, 2])
         // Every delivery of one message carries the same webhook-id: the receiver's dedup key.
         expect(received.map((r) => r.headers["webhook-id"])).toEqual([id, id])
+      }))
+
+    it.effect("the receiver gets the headers the producer set (a schedule's slot), signed: changing one breaks the signature", () =>
+      Effect.gen(function*() {
+        const { received, url } = yield* server((_, res) => res.writeHead(204).end())
+        // The signature is dated by Effect's Clock: now, for the receiver's check.
+        yield* TestClock.setTime(Date.now())
+        const outbox = yield* Outbox.Outbox
+        const slot = "2026-12-06T00:00:00.000Z"
+        yield* outbox.enqueue("daily-summary", { report: "summary" }, {
+          headers: { schedule: "daily-summary", "schedule-slot": slot }
+        })
+        const publisher = WebhookPublisher.layer({ url, secret }).pipe(Layer.provide(FetchHttpClient.layer))
+        expect(yield* Projector.drain({ topics: ["daily-summary"] }).pipe(Effect.provide(publisher))).toMatchObject({
+          delivered: 1
+        })
+        const [request] = received
+        expect(JSON.parse(request!.body).headers).toMatchObject({ schedule: "daily-summary", "schedule-slot": slot })
+        expect(WebhookSignature.verify(secret, request!.headers, request!.body)).toBe(true)
+        const forged = request!.body.replace(slot, "2026-12-07T00:00:00.000Z")
+        expect(forged).not.toBe(request!.body)
+        expect(WebhookSignature.verify(secret, request!.headers, forged)).toBe(false)
       }))
   })
 })
