@@ -92,6 +92,8 @@ export const run = async (bench: Bench, contenders: ReadonlyArray<QueueContender
     let pinnedAt = Number.NaN
     let releasedAt = Number.NaN
     let deadAtPin = 0
+    let countFrom = Number.NaN
+    let countTo = Number.NaN
     let deadAtRelease = 0
     let deadByTable: Record<string, number> = {}
     let deadPeak = 0
@@ -104,7 +106,10 @@ export const run = async (bench: Bench, contenders: ReadonlyArray<QueueContender
       await pin.query("SELECT pg_current_xact_id()")
       pinnedAt = performance.now()
       deadAtPin = await dead()
+      // The deliveries counted against the dead versions: those between the two scans.
+      countFrom = performance.now()
       await sleep(third)
+      countTo = performance.now()
       deadByTable = Object.fromEntries(Object.entries(await deadBy()).filter(([, n]) => n > 0))
       deadAtRelease = Object.values(deadByTable).reduce((a, b) => a + b, 0)
       await pin.query("ROLLBACK")
@@ -113,13 +118,13 @@ export const run = async (bench: Bench, contenders: ReadonlyArray<QueueContender
     const sampling = (async () => {
       while (running) {
         deadPeak = Math.max(deadPeak, await dead())
-        await sleep(1000)
+        // A scan holds a snapshot while it reads: every five seconds, not every second.
+        await sleep(5000)
       }
     })()
     await bench.resetStatements()
     const timeline = await contender.steady!(url, count, RATE)
     await bench.reportStatements(contender.name, count)
-    const ended = performance.now()
     running = false
     await Promise.all([pinning, sampling])
     const sizes = (await observer.query(
@@ -135,11 +140,15 @@ export const run = async (bench: Bench, contenders: ReadonlyArray<QueueContender
     const pinnedFrom = firstAfter(timeline.committed, pinnedAt)
     const pinnedTo = firstAfter(timeline.committed, releasedAt)
     let deliveredWhilePinned = 0
-    for (const at of timeline.received.values()) if (at >= pinnedAt && at < releasedAt) deliveredWhilePinned++
+    for (const at of timeline.received.values()) if (at >= countFrom && at < countTo) deliveredWhilePinned++
+    // The thirds from the load itself: its first commit, its last arrival.
+    const loadStart = timeline.committed[0] ?? start
+    let loadEnd = loadStart
+    for (const at of timeline.received.values()) loadEnd = Math.max(loadEnd, at)
     const result = {
-      clean: phase(timeline, 0, pinnedFrom, start, pinnedAt),
+      clean: phase(timeline, 0, pinnedFrom, loadStart, pinnedAt),
       pinned: phase(timeline, pinnedFrom, pinnedTo, pinnedAt, releasedAt),
-      after: phase(timeline, pinnedTo, count, releasedAt, ended),
+      after: phase(timeline, pinnedTo, count, releasedAt, loadEnd),
       deadPerMessage: (deadAtRelease - deadAtPin) / Math.max(1, deliveredWhilePinned),
       deadPeak,
       deadByTable,

@@ -136,14 +136,6 @@ export const channelFor = (schema: string): string => schemaChannel("outbox", sc
 /** The NOTIFY channel on which a cancellation tells the projectors the id of a message being delivered. */
 export const cancelChannelFor = (schema: string): string => schemaChannel("cancel", schema)
 
-const traceparent = Effect.map(
-  Effect.currentSpan,
-  (span) => `00-${span.traceId}-${span.spanId}-${span.sampled ? "01" : "00"}`
-)
-  .pipe(Effect.option)
-
-const decodeCount = Input.argument("messages", Input.Count(100_000))
-
 /** Tries of a deduplicated enqueue racing others on its key (each one a fresh look) before it gives up, retryable. */
 const DEDUP_TRIES = 8
 
@@ -159,6 +151,7 @@ export const make = (
 
     // Everything an enqueue checks before it writes: a bad message writes nothing.
     const prepare = Prepare.make({ maxAttempts, maxAttemptsByTopic, maxPayloadBytes })
+    const prepareMany = Prepare.many({ maxAttempts, maxAttemptsByTopic, maxPayloadBytes })
 
     type Row = Effect.Success<ReturnType<typeof prepare>>
 
@@ -245,7 +238,7 @@ export const make = (
 
     const enqueue = Effect.fn("Outbox.enqueue")(
       function*(topic: string, payload: unknown, enqueueOptions: EnqueueOptions = {}) {
-        const row = yield* prepare(topic, payload, enqueueOptions, yield* traceparent)
+        const row = yield* prepare(topic, payload, enqueueOptions, yield* Prepare.traceparent)
         const dedupKey = row.dedupKey
         if (dedupKey === null) return (yield* classifySqlErrors("Outbox.enqueue")(insert(row)))!
         for (let tries = 0; tries < DEDUP_TRIES; tries++) {
@@ -270,15 +263,7 @@ export const make = (
 
     const enqueueMany = Effect.fn("Outbox.enqueueMany")(function*(messages: ReadonlyArray<NewMessage>) {
       if (messages.length === 0) return []
-      yield* decodeCount(messages.length)
-      const trace = yield* traceparent
-      const rows = yield* Effect.forEach(messages, (m) => prepare(m.topic, m.payload, m.options ?? {}, trace))
-      if (rows.some((row) => row.dedupKey !== null)) {
-        return yield* new InvalidInput({
-          argument: "dedupKey",
-          rule: "one message at a time: enqueue, not enqueueMany"
-        })
-      }
+      const rows = yield* prepareMany(messages, yield* Prepare.traceparent)
       const inserted = yield* sql<{ id: string }>`
           WITH m AS (
             INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts, group_key, due_at)

@@ -101,6 +101,53 @@ describe("the in-memory outbox: limits", () => {
       expect(yield* memory.clearLimit("mail")).toBe(false)
     }).pipe(Effect.provide(OutboxMemory.layer())))
 
+  it.effect("a topic at its limit leaves the claim to the others; messages without a group are not held by a group limit", () =>
+    Effect.gen(function*() {
+      const memory = yield* OutboxMemory.OutboxMemory
+      const worker = yield* OutboxWorker.OutboxWorker
+      yield* memory.setLimit("mail", { maxInFlight: 1, rate: { limit: 1, per: "1 minute", burst: 5 } })
+      yield* enqueueAll("mail", 10)
+      yield* enqueueAll("free", 3)
+      // Ten mail messages are due first; the claim of 5 still takes the free ones.
+      const claimed = yield* claim(["mail", "free"], 5)
+      expect(claimed.map((m) => m.topic).sort()).toEqual(["free", "free", "free", "mail"])
+      // At its in-flight limit the topic waits for a slot, not a token.
+      expect(yield* worker.rateWait(["mail"])).toEqual(Option.none())
+      yield* memory.setLimit("jobs", { groupMaxInFlight: 1 })
+      yield* enqueueAll("jobs", 3)
+      expect(yield* claim(["jobs"])).toHaveLength(3)
+    }).pipe(Effect.provide(OutboxMemory.layer())))
+
+  it.effect("enqueueMany refuses a dedup key as PostgreSQL does, and a claim that is not one is refused, typed", () =>
+    Effect.gen(function*() {
+      const memory = yield* OutboxMemory.OutboxMemory
+      const worker = yield* OutboxWorker.OutboxWorker
+      const outbox = yield* Outbox.Outbox
+      const refused = yield* Effect.exit(
+        outbox.enqueueMany([{ topic: "t", payload: 1 }, { topic: "t", payload: 2, options: { dedupKey: "k" } }])
+      )
+      expect(failureOf(refused)).toMatchObject({ _tag: "InvalidInput", argument: "dedupKey" })
+      expect(yield* memory.rows).toEqual([])
+      expect(failureOf(yield* Effect.exit(worker.markProjected(null as never)))).toMatchObject({
+        _tag: "ClaimMismatch"
+      })
+      expect((yield* worker.renewLeases(["x" as never], "1 minute")).rejected).toMatchObject([{
+        _tag: "ClaimMismatch"
+      }])
+    }).pipe(Effect.provide(OutboxMemory.layer())))
+
+  it.effect("a changed rate keeps what its bucket earned at the old rate, at most the new burst", () =>
+    Effect.gen(function*() {
+      const memory = yield* OutboxMemory.OutboxMemory
+      yield* memory.setLimit("r", { rate: { limit: 1, per: "1 second", burst: 1 } })
+      yield* enqueueAll("r", 20)
+      expect(yield* claim(["r"])).toHaveLength(1)
+      // Ten seconds at 1/s earn a token (the old burst); the new rate does not pay for the past.
+      yield* TestClock.adjust("10 seconds")
+      yield* memory.setLimit("r", { rate: { limit: 100, per: "1 second", burst: 10 } })
+      expect(yield* claim(["r"], 20)).toHaveLength(1)
+    }).pipe(Effect.provide(OutboxMemory.layer())))
+
   it.effect("a group's limit caps each group; a keyed message held back holds back its key", () =>
     Effect.gen(function*() {
       const memory = yield* OutboxMemory.OutboxMemory

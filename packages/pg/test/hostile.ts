@@ -72,13 +72,10 @@ export const json = FastCheck.oneof(
   )
 )
 export const anything = FastCheck.oneof(text, number, json, FastCheck.constantFrom<unknown>(null, {}, [], true))
-export const claim = FastCheck.record({
-  messageId: anything,
-  worker: anything,
-  generation: anything
-}) as FastCheck.Arbitrary<
-  never
->
+export const claim = FastCheck.oneof(
+  FastCheck.record({ messageId: anything, worker: anything, generation: anything }),
+  anything
+) as FastCheck.Arbitrary<never>
 export const optionalBag = <T>(arbitrary: FastCheck.Arbitrary<T>) => FastCheck.option(arbitrary, { nil: undefined })
 
 /** An operation of the queue's contract alone (`Outbox`, `OutboxWorker`): run against PostgreSQL and the in-memory outbox. */

@@ -29,7 +29,7 @@ const filterForm = (ctx: ViewContext, data: ExecutionsData) =>
   html`<form class="filter" method="get" action="${ctx.base}/workflows">
 <label>Workflow<input name="workflow" value="${data.workflow ?? ""}" placeholder="any" list="workflow-names"></label>
 <datalist id="workflow-names">${
-    // The names this database's executions have (not an example's): what the filter can match.
+    // The workflow names of the executions listed (the database's own, not an example's).
     [...new Set((data.executions ?? []).map((e) => e.workflow))].sort().map((name) =>
       html`<option value="${name}"></option>`
     )}</datalist>

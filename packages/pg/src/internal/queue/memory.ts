@@ -8,7 +8,6 @@ import { ClaimMismatch, type InvalidInput, MessageMissing } from "@effect-durabl
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Option from "effect/Option"
 import type * as LeasedQueue from "../../LeasedQueue.js"
 import { Defaults, type EnqueueOptions, type NewMessage } from "../../Outbox.js"
 import type { MemoryRow } from "../../OutboxMemory.js"
@@ -40,21 +39,26 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
   const leaseRunning = (row: Row, now: number) => open(row) && row.claimedUntil !== null && row.claimedUntil > now
 
   // The PostgreSQL outbox's checks, limits and defaults: a message it refuses is refused here.
-  const prepare = Prepare.make({
+  const checks = {
     maxAttempts: options.maxAttempts ?? Defaults.maxAttempts,
     maxAttemptsByTopic: {},
     maxPayloadBytes: Defaults.maxPayloadBytes
-  })
+  }
+  const prepare = Prepare.make(checks)
+  const prepareMany = Prepare.many(checks)
 
   type Prepared = Effect.Success<ReturnType<typeof prepare>>
 
   const enqueue = (topic: string, payload: unknown, enqueueOptions: EnqueueOptions = {}) =>
-    Effect.flatMap(prepare(topic, payload, enqueueOptions, Option.none()), write)
+    Effect.flatMap(
+      Effect.flatMap(Prepare.traceparent, (trace) => prepare(topic, payload, enqueueOptions, trace)),
+      write
+    )
 
   // Every message checked before the first is written: a bad one writes none (one statement on PostgreSQL).
   const enqueueMany = (messages: ReadonlyArray<NewMessage>) =>
-    Effect.flatMap(
-      Effect.forEach(messages, (m) => prepare(m.topic, m.payload, m.options ?? {}, Option.none())),
+    messages.length === 0 ? Effect.succeed([]) : Effect.flatMap(
+      Effect.flatMap(Prepare.traceparent, (trace) => prepareMany(messages, trace)),
       (prepared) => Effect.forEach(prepared, write)
     )
 
@@ -128,7 +132,7 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
   /**
    * Ready rows in due order (then id), of each ordering key its first open row and, with
    * `perKey`, the ready ones right behind it, the limit cutting runs breadth-first (the claim
-   * function's rule).
+   * function's rule), each within its topic's limits.
    */
   const claim = Effect.fnUntraced(function*(claimOptions: ClaimOptions) {
     const { leaseSeconds, limit, maxLeaseExpiries, perKey, worker } = yield* decodeClaim(claimOptions)
@@ -142,7 +146,7 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
     const openOfKey = (key: string) => all.filter((row) => row.orderingKey === key && open(row))
     const heads = all.filter((row) =>
       open(row) && isReady(row) && (row.orderingKey === null || openOfKey(row.orderingKey)[0] === row)
-    ).sort((a, b) => a.dueAt - b.dueAt || Number(a.id) - Number(b.id)).slice(0, limit)
+    ).sort((a, b) => a.dueAt - b.dueAt || Number(a.id) - Number(b.id))
     const chosen = heads.map((row) => ({ row, position: 0 }))
     for (const head of heads) {
       if (head.orderingKey === null) continue
@@ -156,9 +160,12 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
     const inFlight = (topic: string, group: string | null | undefined) =>
       all.filter((row) => row.topic === topic && (group === undefined || row.group === group) && leaseRunning(row, now))
         .length
+    // Every head is a candidate, the limit applied after the topics' limits: a limited topic
+    // at its limit leaves the claim to the others (on PostgreSQL the limited topics are claimed
+    // first, then the rest fills the claim).
     const ready = limits.admit(
       chosen
-        .sort((a, b) => a.position - b.position || Number(a.row.id) - Number(b.row.id))
+        .sort((a, b) => a.position - b.position || a.row.dueAt - b.row.dueAt || Number(a.row.id) - Number(b.row.id))
         .map(({ row }) => row),
       limit,
       inFlight,
@@ -197,6 +204,8 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
   })
 
   const fenced = (claim: LeasedQueue.Claim): Row | undefined => {
+    // Not a claim at all (null, a string): refused as PostgreSQL refuses it, never a TypeError.
+    if (typeof claim !== "object" || claim === null) return undefined
     const row = rows.get(claim.messageId)
     return row !== undefined && row.claimedBy === claim.worker && row.generation === claim.generation &&
         row.claimedUntil !== null && open(row)
@@ -347,10 +356,12 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
     Effect.gen(function*() {
       const only = yield* decodeTopics(topics ?? null)
       const now = yield* Clock.currentTimeMillis
+      const all = [...rows.values()]
       return limits.rateWait(
-        [...rows.values()].filter((row) =>
+        all.filter((row) =>
           open(row) && row.availableAt <= now && !leaseRunning(row, now) && (only === null || only.includes(row.topic))
         ),
+        (topic) => all.filter((row) => row.topic === topic && leaseRunning(row, now)).length,
         now
       )
     })

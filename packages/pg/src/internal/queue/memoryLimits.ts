@@ -6,6 +6,7 @@
  * claimed, as on PostgreSQL. Not here: the weighted fair share between groups (a claim takes
  * groups in due order) and per-group settings (`FlowControl.setGroup`).
  */
+import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
@@ -61,10 +62,14 @@ export const make = () => {
 
   const setLimit = Effect.fnUntraced(function*(topic: string, options: LimitOptions) {
     const decoded = yield* decodeLimitOptions(topic, options)
+    const now = yield* Clock.currentTimeMillis
     const before = limits.get(decoded.topic)
+    // The buckets brought up to now at the old rate, then kept within the new one.
+    const upToNow = (rate: Rate | null | undefined, bucket: Bucket | undefined) =>
+      rate === null || rate === undefined || bucket === undefined ? undefined : refill(rate, bucket, now)
     const groupBuckets = new Map<string, Bucket>()
     for (const [group, bucket] of before?.groupBuckets ?? []) {
-      const keep = kept(decoded.groupRate, bucket)
+      const keep = kept(decoded.groupRate, upToNow(before?.groupRate, bucket))
       if (keep !== undefined) groupBuckets.set(group, keep)
     }
     limits.set(decoded.topic, {
@@ -72,7 +77,7 @@ export const make = () => {
       groupMaxInFlight: decoded.groupMaxInFlight,
       rate: decoded.rate,
       groupRate: decoded.groupRate,
-      bucket: kept(decoded.rate, before?.bucket),
+      bucket: kept(decoded.rate, upToNow(before?.rate, before?.bucket)),
       groupBuckets
     })
   })
@@ -106,11 +111,13 @@ export const make = () => {
         const inTopic = count(topicKey, () => inFlight(row.topic, undefined))
         const inGroup = count(groupKey, () => inFlight(row.topic, row.group))
         const bucket = limit.rate === null ? undefined : refill(limit.rate, limit.bucket, now)
-        const groupBucket = limit.groupRate === null
+        // Per-group limits and rates bind named groups only (a message without a group is in none).
+        const grouped = row.group !== null
+        const groupBucket = limit.groupRate === null || !grouped
           ? undefined
-          : refill(limit.groupRate, limit.groupBuckets.get(row.group ?? ""), now)
+          : refill(limit.groupRate, limit.groupBuckets.get(row.group), now)
         const fits = (limit.maxInFlight === null || inTopic < limit.maxInFlight) &&
-          (limit.groupMaxInFlight === null || inGroup < limit.groupMaxInFlight) &&
+          (limit.groupMaxInFlight === null || !grouped || inGroup < limit.groupMaxInFlight) &&
           (bucket === undefined || bucket.tokens >= 1) && (groupBucket === undefined || groupBucket.tokens >= 1)
         if (!fits) {
           if (row.orderingKey !== null) heldBack.add(row.orderingKey)
@@ -119,8 +126,8 @@ export const make = () => {
         taken.set(topicKey, inTopic + 1)
         taken.set(groupKey, inGroup + 1)
         if (bucket !== undefined) limit.bucket = { tokens: bucket.tokens - 1, at: now }
-        if (groupBucket !== undefined) {
-          limit.groupBuckets.set(row.group ?? "", { tokens: groupBucket.tokens - 1, at: now })
+        if (groupBucket !== undefined && row.group !== null) {
+          limit.groupBuckets.set(row.group, { tokens: groupBucket.tokens - 1, at: now })
         }
       }
       admitted.push(row)
@@ -131,18 +138,24 @@ export const make = () => {
   /**
    * How long until a ready message held back only by a rate may be claimed: the soonest over
    * the ready messages' buckets (zero: a token is there now); none when no ready message is
-   * under a rate.
+   * under a rate, or its topic is at its in-flight limit.
    */
-  const rateWait = (ready: ReadonlyArray<Limited>, now: number): Option.Option<Duration.Duration> => {
+  const rateWait = (
+    ready: ReadonlyArray<Limited>,
+    inFlight: (topic: string) => number,
+    now: number
+  ): Option.Option<Duration.Duration> => {
     let soonest: number | undefined
     for (const row of ready) {
       const limit = limits.get(row.topic)
       if (limit === undefined || (limit.rate === null && limit.groupRate === null)) continue
+      // A topic at its in-flight limit waits for a slot, not a token (PostgreSQL's rateWait skips it too).
+      if (limit.maxInFlight !== null && inFlight(row.topic) >= limit.maxInFlight) continue
       const wait = Math.max(
         limit.rate === null ? 0 : untilToken(limit.rate, refill(limit.rate, limit.bucket, now)),
-        limit.groupRate === null ?
+        limit.groupRate === null || row.group === null ?
           0 :
-          untilToken(limit.groupRate, refill(limit.groupRate, limit.groupBuckets.get(row.group ?? ""), now))
+          untilToken(limit.groupRate, refill(limit.groupRate, limit.groupBuckets.get(row.group), now))
       )
       soonest = soonest === undefined ? wait : Math.min(soonest, wait)
     }

@@ -12,7 +12,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
-import type { EnqueueOptions } from "../../Outbox.js"
+import type { EnqueueOptions, NewMessage } from "../../Outbox.js"
 
 /** Largest headers object, as canonical JSON bytes. */
 const MAX_HEADER_BYTES = 16 * 1024
@@ -33,6 +33,15 @@ export interface Limits {
   readonly maxAttempts: number
   readonly maxAttemptsByTopic: Readonly<Record<string, number>>
 }
+
+/** The caller's span as a W3C `traceparent`, when there is one: carried in the message's headers. */
+export const traceparent = Effect.map(
+  Effect.currentSpan,
+  (span) => `00-${span.traceId}-${span.spanId}-${span.sampled ? "01" : "00"}`
+)
+  .pipe(Effect.option)
+
+const decodeCount = Input.argument("messages", Input.Count(100_000))
 
 /** The message as it will be written: canonical JSON text, seconds, the group ("" for none). */
 export const make = ({ maxAttempts, maxAttemptsByTopic, maxPayloadBytes }: Limits) =>
@@ -83,3 +92,24 @@ export const make = ({ maxAttempts, maxAttemptsByTopic, maxPayloadBytes }: Limit
       maxAttempts: maxAttemptsByTopic[topic] ?? maxAttempts
     }
   })
+
+/**
+ * `enqueueMany`'s checks: at most 100,000 messages, each checked as `enqueue` checks it, and no
+ * dedup key (a deduplicated message is enqueued one at a time). Every message is checked before
+ * any is written.
+ */
+export const many = (limits: Limits) => {
+  const prepare = make(limits)
+  return (messages: ReadonlyArray<NewMessage>, trace: Option.Option<string>) =>
+    Effect.gen(function*() {
+      yield* decodeCount(messages.length)
+      const rows = yield* Effect.forEach(messages, (m) => prepare(m.topic, m.payload, m.options ?? {}, trace))
+      if (rows.some((row) => row.dedupKey !== null)) {
+        return yield* new InvalidInput({
+          argument: "dedupKey",
+          rule: "one message at a time: enqueue, not enqueueMany"
+        })
+      }
+      return rows
+    })
+}
