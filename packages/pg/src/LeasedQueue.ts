@@ -146,11 +146,7 @@ export type MoveAside = (
   }
 ) => Effect.Effect<ReadonlyArray<string>, InvalidInput | DatabaseError>
 
-/**
- * Deletes done rows older than the retention, in batches; returns how many. The outbox drops
- * whole days of its history: a day already analyzed is counted by its statistics (an estimate,
- * as the planner's), one never analyzed row by row. `Retention.purgeable` counts exactly.
- */
+/** Deletes done rows older than the retention, in batches; returns how many. */
 export type Purge = (options: PurgeOptions) => Effect.Effect<number, InvalidInput | DatabaseError>
 
 /**
