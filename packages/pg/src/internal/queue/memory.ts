@@ -37,6 +37,10 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
   const limits = MemoryLimits.make()
   const open = (row: Row) => row.projectedAt === null && row.deadAt === null
   const leaseRunning = (row: Row, now: number) => open(row) && row.claimedUntil !== null && row.claimedUntil > now
+  /** A topic's messages (of one group, when given) holding a running lease: what its limits count. */
+  const inFlightAt = (all: ReadonlyArray<Row>, now: number) => (topic: string, group?: string | null) =>
+    all.filter((row) => row.topic === topic && (group === undefined || row.group === group) && leaseRunning(row, now))
+      .length
 
   // The PostgreSQL outbox's checks, limits and defaults: a message it refuses is refused here.
   const checks = {
@@ -157,9 +161,7 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
       }
     }
     // Within the topics' limits (flow control): what is in flight is what holds a running lease.
-    const inFlight = (topic: string, group: string | null | undefined) =>
-      all.filter((row) => row.topic === topic && (group === undefined || row.group === group) && leaseRunning(row, now))
-        .length
+    const inFlight = inFlightAt(all, now)
     // Every head is a candidate, the limit applied after the topics' limits: a limited topic
     // at its limit leaves the claim to the others (on PostgreSQL the limited topics are claimed
     // first, then the rest fills the claim).
@@ -361,7 +363,7 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
         all.filter((row) =>
           open(row) && row.availableAt <= now && !leaseRunning(row, now) && (only === null || only.includes(row.topic))
         ),
-        (topic) => all.filter((row) => row.topic === topic && leaseRunning(row, now)).length,
+        inFlightAt(all, now),
         now
       )
     })

@@ -176,9 +176,13 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
     return [valid, malformed]
   }
 
+  // A claim that is not one (null, a string) matches no row; `settle` refuses it before any
+  // statement runs, but the statement is built first and must not throw.
   const fence = (claim: Claim) =>
-    sql`id = ${claim.messageId} AND claimed_by = ${claim.worker} AND claim_generation = ${claim.generation}
+    wellFormed(claim)
+      ? sql`id = ${claim.messageId} AND claimed_by = ${claim.worker} AND claim_generation = ${claim.generation}
         AND claimed_until IS NOT NULL AND ${open}`
+      : sql`false`
 
   const stateOf = (ids: ReadonlyArray<string>) =>
     sql<RowState>`SELECT id::text AS id, claimed_by, claim_generation::text AS claim_generation,
