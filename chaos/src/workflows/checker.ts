@@ -39,6 +39,48 @@ const readJournal = (path: string): Array<JournalEntry> => {
 const explainedText = (explanation: Duplicates.Explanation) =>
   [...explanation.explainedBy].map(([kind, n]) => `${kind} ${n}`).join(", ") || "none needed"
 
+const clockOf = (ms: number | null) => ms === null ? "—" : new Date(ms).toISOString().slice(11, 23)
+
+const explainOrder = (
+  admin: SqlClient.SqlClient,
+  orderId: string,
+  activities: ReadonlyArray<{ name: string; worker: string; at: number; ended: number | null }>
+) =>
+  Effect.gen(function*() {
+    const messages = yield* admin<{
+      id: string
+      topic: string
+      state: string
+      attempts: number
+      expiries: number
+      created: number
+      done: number | null
+      failures: unknown
+    }>`
+      SELECT m.id::text AS id, m.topic,
+             CASE WHEN m.projected_at IS NOT NULL THEN 'delivered' WHEN m.dead_at IS NOT NULL THEN 'dead'
+                  ELSE 'open' END AS state,
+             m.attempt_count AS attempts, m.lease_expiries AS expiries,
+             extract(epoch FROM m.created_at)::float8 * 1000 AS created,
+             extract(epoch FROM m.projected_at)::float8 * 1000 AS done, m.failures
+        FROM durable.outbox_messages m
+        JOIN durable.workflow_executions e ON e.execution_id = m.payload->>'executionId'
+       WHERE e.workflow = ${ChaosOrder._tag} AND e.payload->>'orderId' = ${orderId}
+       ORDER BY m.id`
+    return [
+      `  order ${orderId}: ${
+        activities.map((row) => `${row.name} by ${row.worker} ${clockOf(row.at)}–${clockOf(row.ended)}`).join("; ")
+      }`,
+      ...messages.map((m) =>
+        `    message ${m.id} ${m.topic} ${m.state}, created ${clockOf(m.created)}, delivered ${
+          clockOf(m.done)
+        }, ${m.attempts} claims, ${m.expiries} lapsed leases${
+          m.failures === null ? "" : `, failures ${JSON.stringify(m.failures)}`
+        }`
+      )
+    ]
+  })
+
 export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effect<Report, unknown> =>
   Effect.gen(function*() {
     const orders = yield* admin<{ order_id: string }>`SELECT order_id FROM chaos.wf_orders`
@@ -160,6 +202,18 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
       }`,
       `faults: ${facts.faults.filter((f) => !f.skipped).map((f) => f.kind).join(", ") || "none"}`
     )
+    // What an unexplained repeat's execution went through: its ordinary activity executions
+    // and every run message of it, with the failures each delivery recorded (a run abandoned
+    // on a database error, a lease lost before the settle): where to look first.
+    const suspects = [
+      ...new Set([
+        ...duplicates.unexplained.map((u) => u.messageId.split("/")[0]!),
+        ...concurrent.unexplained.map((u) => u.messageId.split("#")[0]!)
+      ])
+    ].slice(0, 3)
+    for (const orderId of suspects) {
+      details.push(...(yield* explainOrder(admin, orderId, activities.filter((row) => row.order_id === orderId))))
+    }
     if (facts.unexpectedExits.length > 0) {
       details.push(`runners restarted after exiting on their own: ${sample(facts.unexpectedExits)}`)
     }

@@ -53,6 +53,15 @@ export interface EngineContext {
   /** By execution (`runId`): the latest, for `interruptUnsafe`. */
   readonly latestRuns: Map<string, Run>
   readonly deferredState: WorkflowEngineModule.DeferredState
+  /**
+   * A deferred's completion landed in this process: the run of its execution here that is
+   * parked on it is interrupted and replays at once. Not a run that has already read the
+   * completion (its journal holds it): upstream keeps a deferred registered as awaited for the
+   * rest of a run once awaited, so a wake that came late (the completion and the next run's
+   * message commit together; that run begins and reads it before the wake arrives) would cut
+   * the run wherever it is, an activity included, which then ran twice.
+   */
+  readonly preempt: (executionId: string, deferredName: string) => Effect.Effect<void>
   /** A call that cannot fail: retryable failures retried, the rest a defect. */
   readonly orDie: <A, R = never>(effect: Effect.Effect<A, DatabaseError, R>) => Effect.Effect<A, never, R>
   /**
@@ -103,7 +112,17 @@ export const make = (options: {
     const store = Store.make(sql, settings, outbox)
     const runsByInstance = new WeakMap<Scope.Scope, Run>()
     const deferredState = WorkflowEngineModule.makeDeferredState()
-    Preemption.register(sql, deferredState.deferredDone)
+    const latestRuns = new Map<string, Run>()
+    const preempt = (executionId: string, deferredName: string) =>
+      Effect.suspend(() => {
+        for (const run of latestRuns.values()) {
+          if (run.executionId === executionId && run.journal.has(journalKey("deferred", deferredName, 0))) {
+            return Effect.void
+          }
+        }
+        return deferredState.deferredDone(executionId, deferredName)
+      })
+    Preemption.register(sql, preempt)
     const workerId = options.workerId ?? `workflow:${process.pid}:${Math.random().toString(36).slice(2, 8)}`
 
     const orDie = <A, R = never>(effect: Effect.Effect<A, DatabaseError, R>) => Effect.orDie(retrying(effect))
@@ -165,8 +184,9 @@ export const make = (options: {
       engineScope,
       workflows: new Map(),
       runsByInstance,
-      latestRuns: new Map(),
+      latestRuns,
       deferredState,
+      preempt,
       orDie,
       inRun,
       currentRun,

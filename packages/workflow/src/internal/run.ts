@@ -117,10 +117,11 @@ export const runExecution = (
       }))
     )
     // Preempted by a completed deferred: a suspension (as `layerMemory` reads it) that
-    // runs again at once. The completion's wake may predate this run (it was recorded
-    // before the run began, and its in-process wake came late, to a run that had already
-    // read it but still holds it awaited), so the wake sequence cannot be relied on here:
-    // without a run of its own the execution would stay suspended with nothing to wake it.
+    // runs again at once. The wake sequence cannot be relied on here: the completion may
+    // have been recorded before this run began (a wake reaching a run between its await's
+    // registration and its read), and without a run of its own the execution would stay
+    // suspended with nothing to wake it. (A run that has read the completion is never
+    // preempted by it: `EngineContext.preempt`.)
     const preempted = Exit.isFailure(awaited) && Cause.hasInterruptsOnly(awaited.cause) && instance.suspended &&
       !instance.abandoned
     const exit: Exit.Exit<Workflow.Result<unknown, unknown>, unknown> = preempted

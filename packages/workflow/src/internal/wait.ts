@@ -54,7 +54,7 @@ export const deferredDone = (ctx: EngineContext, options: {
       ctx.store.recordStep(options.workflowName, options.executionId, "deferred", options.deferredName, 0, encoded)
     )
     if (!recorded.inserted) return
-    const wake = ctx.deferredState.deferredDone(options.executionId, options.deferredName)
+    const wake = ctx.preempt(options.executionId, options.deferredName)
     const own = yield* Effect.serviceOption(WorkflowInstance)
     // A workflow's own finalizer cannot wait for its own run's cleanup. (A run completing
     // its own deferred is preempted by this wake while it still awaits it, as in
