@@ -98,7 +98,12 @@ type BuildError = DurableConfigError | DatabaseError | SchemaVersionMismatch
 
 /** The options of `layerOver`: `Options` without the connection. */
 export type OverOptions = Omit<Options, "connection">
-/** Options that carry cursor keys: the layer provides `Keyset` too. */
+/**
+ * Options that carry cursor keys: the layer provides `Keyset` too. A plain `Options` value,
+ * whose keys the type does not settle, takes the third signature: the layer's type promises no
+ * `Keyset` (it builds one when the value holds keys, so compose your own `Keyset.layer` only
+ * beside a substrate given none).
+ */
 export type WithKeys<O> = O & { readonly cursorKeys: Cursor.Keyring }
 /** Options without cursor keys: the layer provides no `Keyset`. */
 export type WithoutKeys<O> = O & { readonly cursorKeys?: undefined }
@@ -146,6 +151,7 @@ const over = (options: OverOptions): Layer.Layer<Substrate | Keyset.Keyset, Buil
 export const layerOver: {
   (options: WithKeys<OverOptions>): Layer.Layer<Substrate | Keyset.Keyset, BuildError, SqlClient.SqlClient>
   (options?: WithoutKeys<OverOptions>): Layer.Layer<Substrate, BuildError, SqlClient.SqlClient>
+  (options: OverOptions): Layer.Layer<Substrate, BuildError, SqlClient.SqlClient>
 } = (options: OverOptions = {}) => over(options)
 
 const overClient = (options: Options): Layer.Layer<Services | Keyset.Keyset, BuildError> =>
@@ -171,6 +177,7 @@ const overClient = (options: Options): Layer.Layer<Services | Keyset.Keyset, Bui
 export const layer: {
   (options: WithKeys<Options>): Layer.Layer<Services | Keyset.Keyset, BuildError>
   (options: WithoutKeys<Options>): Layer.Layer<Services, BuildError>
+  (options: Options): Layer.Layer<Services, BuildError>
 } = overClient
 
 /** Every variable `layerConfig` reads: what each is for and a value that works. */
@@ -203,6 +210,7 @@ export const layerConfig: {
     BuildError
   >
   (options?: ConfigOptions & { readonly cursorKeys?: undefined }): Layer.Layer<Services, BuildError>
+  (options: ConfigOptions): Layer.Layer<Services, BuildError>
 } = (options: ConfigOptions = {}) =>
   Layer.unwrap(
     Effect.gen(function*() {

@@ -5,8 +5,9 @@
  * shift it nor appear in it. Cursors are signed and bound to the subject, the table, the order
  * and the filters: a cursor presented for anything else is refused before any SQL runs.
  * A traversal is served to its end whatever its rows hold, or refused at its first page: the
- * ordered columns' types must bound their values so that a cursor carries any position whole
- * (a cursor's size is bounded, a `text` column's values are not).
+ * ordered columns' values must have a bounded length so that a cursor carries any position
+ * whole (a cursor's size is bounded) — by their type, a validated CHECK constraint, or a bound
+ * the caller declares, which every page verifies against the rows.
  *
  * `Keyset.layer` takes its `CursorCodec` from you; `Durable`'s layers provide a `Keyset` only
  * when given cursor keys, so they never shadow the one you compose.
@@ -26,6 +27,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as SqlClient from "effect/sql/SqlClient"
 import type * as Statement from "effect/sql/Statement"
+import * as Bounds from "./internal/keyset/bounded.js"
 import * as Catalog from "./internal/keyset/catalog.js"
 import { checkCapacity } from "./internal/keyset/positions.js"
 import * as Request from "./internal/keyset/request.js"
@@ -37,10 +39,11 @@ export type FilterValue = string | number | boolean | null
 /**
  * The order of a traversal. Both columns must be NOT NULL and of a type a position carries
  * exactly and whole: `timestamptz`, `timestamp`, `date`, `smallint`, `integer`, `bigint`,
- * `uuid`, `numeric(p, s)` or `varchar(n)` (not `text`, nor `numeric` or `varchar` without a
- * bound), with positions that fit a cursor for the subject (`Cursor.positionCapacity`: a
- * `varchar(400)` beside a timestamp always does). The tie-breaker must have a unique index of
- * its own.
+ * `uuid`, `numeric(p, s)`, or a text type — `text`, `varchar`, `char(n)`, `citext`, or a domain
+ * over one of these — whose length is bounded: by its type (`varchar(26)`, `char(26)`), by a
+ * validated CHECK constraint on the column or its domain (`CHECK (length(id) <= 26)`), or by
+ * `maxLength`. Positions must fit a cursor for the subject (`Cursor.positionCapacity`: 400
+ * characters beside a timestamp always do). The tie-breaker must have a unique index of its own.
  */
 export interface Order {
   /** The column pages are ordered by; default `created_at`. */
@@ -50,6 +53,15 @@ export interface Order {
   /** `desc` (default): largest first, the high-water mark is the first row served. `asc`: the
    * high-water mark is the largest position when the first page was read. */
   readonly direction?: "asc" | "desc"
+  /**
+   * The most characters a value of a text column has, declared by you for a column neither its
+   * type nor a CHECK constraint bounds (a column they bound keeps their bound). Verified: a first
+   * page is refused (`InvalidInput` naming `order.maxLength.column` or `.tieBreaker`) when any
+   * row the traversal would serve is longer, before any row is served; every later page checks
+   * its own rows again, so a longer row written during the traversal refuses the page that would
+   * carry it rather than a cursor.
+   */
+  readonly maxLength?: { readonly column?: number; readonly tieBreaker?: number }
 }
 
 export interface PageRequest {
@@ -110,8 +122,13 @@ export const make: Effect.Effect<Keyset["Service"], never, SqlClient.SqlClient |
         ? undefined
         : yield* codec.bind(request.cursor, query.subject, binding)
       const layout = yield* catalog.layout(query)
-      yield* checkCapacity(query.subject, layout.column, layout.tieBreaker)
-      const rows = yield* readPage(sql, query, layout, cursor)
+      // A refusal is not kept: the layout is looked up again (a CHECK may be validated since).
+      const bounds = yield* Effect.fromResult(Bounds.effective(layout, query.maxLength)).pipe(
+        Effect.tapError(() => catalog.forget(query))
+      )
+      yield* checkCapacity(query.subject, bounds.column, bounds.tieBreaker)
+      const rows = yield* readPage(sql, query, layout, cursor, bounds.declared)
+      yield* Effect.fromResult(Bounds.verify(layout, bounds.declared, rows))
 
       const served = rows.slice(0, query.limit)
       const items = served.map((row) => row.item as Row)
@@ -119,16 +136,18 @@ export const make: Effect.Effect<Keyset["Service"], never, SqlClient.SqlClient |
       const first = served[0]!
       const started = cursor ??
         Cursor.firstPage(query.subject, binding, query.direction === "asc" ? first.highWater! : first.position)
-      // checkCapacity bounded every position of the table for this subject, by the column types
-      // looked up when this layout was kept: a position that does not fit means a column changed
-      // since (widened to text, say). The layout is forgotten, and the page refused, typed.
-      const nextCursor = yield* codec.encode(Cursor.nextPage(started, served[served.length - 1]!.position)).pipe(
+      // checkCapacity bounded every position of the table for this subject, by the bounds
+      // looked up when this layout was kept (or declared and verified above): a position that
+      // does not fit means a column changed since (widened to text, a CHECK dropped). The layout
+      // is forgotten, and the page refused, typed, naming the column whose position grew.
+      const last = served[served.length - 1]!.position
+      const nextCursor = yield* codec.encode(Cursor.nextPage(started, last)).pipe(
         Effect.catch(() =>
           Effect.andThen(
             catalog.forget(query),
             Effect.fail(
               new InvalidInput({
-                argument: "order.column",
+                argument: Bounds.grown(bounds, last),
                 rule:
                   "a position of this table no longer fits a cursor: a column changed since the traversal began; start it again from its first page"
               })

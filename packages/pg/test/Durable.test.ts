@@ -201,7 +201,21 @@ describe("Durable's layers and Keyset", () => {
       cursorKeys: [{ id: "k1", secret }]
     })
     const fromConfig: Layer.Layer<Keyset.Keyset, unknown> = Durable.layerConfig({ cursorKeys: Cursor.keyringConfig })
-    expect([over, layer, config, withKeys, fromConfig].every(Layer.isLayer)).toBe(true)
+    // A plain options value (its keys unknown to the type) builds a layer too; one that cannot
+    // be known to hold keys promises no Keyset.
+    const plain: Durable.Options = { connection: { url: secret } }
+    const fromPlain: Layer.Layer<Durable.Services, unknown> = Durable.layer(plain)
+    const overPlain: Durable.OverOptions = { migrate: true }
+    const fromOverPlain = Durable.layerOver(overPlain)
+    // @ts-expect-error the plain value's layer promises no Keyset
+    const plainKeyset: Layer.Layer<Keyset.Keyset, unknown> = Durable.layer(plain)
+    const configPlain: Durable.ConfigOptions = { migrate: true }
+    const fromConfigPlain: Layer.Layer<Durable.Services, unknown> = Durable.layerConfig(configPlain)
+    expect(
+      [over, layer, config, withKeys, fromConfig, fromPlain, fromOverPlain, plainKeyset, fromConfigPlain].every(
+        Layer.isLayer
+      )
+    ).toBe(true)
   })
 
   it.layer(database())((it) => {

@@ -15,6 +15,7 @@ import * as InboxLimitsExample from "../examples/inboxLimits.js"
 import * as LedgerExample from "../examples/ledger.js"
 import * as MigrationsExample from "../examples/migrations.js"
 import * as OutboxExample from "../examples/outbox.js"
+import * as PaginationTextIdsExample from "../examples/pagination-text-ids.js"
 import * as PaginationExample from "../examples/pagination.js"
 import * as PriorityExample from "../examples/priority.js"
 import * as RateLimiterExample from "../examples/rateLimiter.js"
@@ -192,6 +193,16 @@ describe("the README examples do what the README says", () => {
       Effect.gen(function*() {
         // One statement inserts all rows with one booked_at, so id breaks the tie.
         expect(yield* PaginationExample.program).toEqual([[10, 20], [50, 60]])
+      }))
+
+    it.effect("pagination over text ids: char(26), text under a validated CHECK, text with a declared bound", () =>
+      Effect.gen(function*() {
+        const newestFirst = ["01JCCCCCCCCCCCCCCCCCCCCCCC", "01JBBBBBBBBBBBBBBBBBBBBBBB", "01JAAAAAAAAAAAAAAAAAAAAAAA"]
+        expect(yield* PaginationTextIdsExample.program).toEqual({
+          receipts: newestFirst,
+          members: newestFirst,
+          comments: newestFirst
+        })
       }))
   })
 })

@@ -1,10 +1,12 @@
 /**
  * What the catalog says about a traversal's columns, read once per (schema, table, order
- * column, tie-breaker) and kept for the life of the layer: their types, that both are NOT NULL,
- * that their types bound their text (so a cursor carries any row's position whole) and that
+ * column, tie-breaker) and kept for the life of the layer: their types (through domains), that
+ * both are NOT NULL, how long their text can be by their type or a validated CHECK constraint
+ * (so a cursor carries any row's position whole) and that
  * the tie-breaker has a unique index of its own. A traversal the catalog cannot
  * support is refused before its first page; refusals are not kept (a migration may fix them).
  */
+import * as Cursor from "@effect-durable/core/Cursor"
 import { type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Cache from "effect/Cache"
 import * as Duration from "effect/Duration"
@@ -15,7 +17,8 @@ import type * as SqlClient from "effect/sql/SqlClient"
 import { classifySqlErrors } from "../../ErrorClassification.js"
 import { decodeRows } from "../rows.js"
 import { quote } from "../sqlText.js"
-import { isPositionType, POSITION_TYPES_SHOWN, positionBytes, type PositionType } from "./positions.js"
+import { checkBound } from "./bounds.js"
+import { isPositionType, POSITION_TYPES_SHOWN, positionBytes, type PositionType, TEXT_TYPES } from "./positions.js"
 
 /** Which table and columns a traversal reads; identifiers already validated. */
 export interface Target {
@@ -28,10 +31,16 @@ export interface Target {
 export interface Column {
   readonly name: string
   readonly type: PositionType
+  /** The type a position text is cast back to, as SQL writes it (`varchar`, `"public"."citext"`). */
+  readonly cast: string
   /** The type as PostgreSQL shows it, `varchar(64)`. */
   readonly shown: string
-  /** The most bytes its position takes in a cursor. */
-  readonly bytes: number
+  /**
+   * The most bytes its position takes in a cursor, by its type or a validated CHECK constraint;
+   * `undefined` for a text column nothing bounds, which pages only with a bound the caller
+   * declares (`order.maxLength`).
+   */
+  readonly bytes: number | undefined
 }
 
 /** A traversal the catalog supports. */
@@ -48,11 +57,14 @@ export interface Layout {
 const CatalogRow = Schema.Struct({
   found: Schema.Boolean,
   name: Schema.NullOr(Schema.String),
-  builtin: Schema.NullOr(Schema.String),
+  quoted: Schema.NullOr(Schema.String),
+  base: Schema.NullOr(Schema.String),
+  cast: Schema.NullOr(Schema.String),
   shown: Schema.NullOr(Schema.String),
   typmod: Schema.NullOr(Schema.Number),
   required: Schema.NullOr(Schema.Boolean),
-  uniquealone: Schema.NullOr(Schema.Boolean)
+  uniquealone: Schema.NullOr(Schema.Boolean),
+  checks: Schema.NullOr(Schema.Array(Schema.String))
 })
 type CatalogRow = typeof CatalogRow.Type
 
@@ -66,17 +78,23 @@ const checkColumn = (
 ): Effect.Effect<Column, InvalidInput> => {
   const row = rows.find((row) => row.name === name)
   if (row === undefined) return refuse(argument, `a column of ${relation} (it has no column ${name})`)
-  if (row.builtin === null || !isPositionType(row.builtin)) {
+  if (row.base === null || !isPositionType(row.base)) {
     return refuse(
       argument,
       `a column of a type positions can carry exactly (${POSITION_TYPES_SHOWN}); ${name} is ${row.shown}`
     )
   }
-  const bytes = positionBytes(row.builtin, row.typmod ?? -1)
-  if (bytes === undefined) {
+  const type = row.base
+  const checked = TEXT_TYPES.includes(type)
+    ? checkBound(row.checks ?? [], [row.quoted ?? name, "VALUE"])
+    : undefined
+  const byType = positionBytes(type, row.typmod ?? -1)
+  const bytes = [byType, checked === undefined ? undefined : checked * Cursor.MAX_BYTES_PER_CHARACTER]
+    .filter((n): n is number => n !== undefined)
+  if (bytes.length === 0 && !TEXT_TYPES.includes(type)) {
     return refuse(
       argument,
-      `a column whose type bounds its values' length, so that a cursor carries any row's position whole (${name} is ${row.shown}, which holds values of any length: make it varchar(n) or numeric(p, s))`
+      `a column whose type bounds its values' length, so that a cursor carries any row's position whole (${name} is ${row.shown}, which holds values of any length: make it numeric(p, s))`
     )
   }
   if (row.required !== true) {
@@ -88,27 +106,59 @@ const checkColumn = (
       `a column with a unique index of its own, so that it breaks every tie (${name} has no unique index on it alone, without a predicate)`
     )
   }
-  return Effect.succeed({ name, type: row.builtin, shown: row.shown ?? row.builtin, bytes })
+  return Effect.succeed({
+    name,
+    type,
+    cast: row.cast ?? type,
+    shown: row.shown ?? type,
+    bytes: bytes.length === 0 ? undefined : Math.min(...bytes)
+  })
 }
 
 const lookup = (sql: SqlClient.SqlClient, target: Target): Effect.Effect<Layout, InvalidInput | DatabaseError> => {
   const relation = target.schema === null ? quote(target.table) : `${quote(target.schema)}.${quote(target.table)}`
+  // A domain is read through to its base type (domains over domains too): the base's name and
+  // type modifier (the nearest one set), NOT NULL from the column or any domain on the way, and
+  // the validated CHECK constraints of the column and of every domain on the way.
   return sql`
     SELECT r.relid IS NOT NULL AS found,
            a.attname::text AS name,
-           CASE WHEN ty.typnamespace = 'pg_catalog'::regnamespace THEN ty.typname::text END AS builtin,
+           quote_ident(a.attname) AS quoted,
+           CASE WHEN bt.typnamespace = 'pg_catalog'::regnamespace OR bt.typname = 'citext'
+                THEN bt.typname::text END AS base,
+           CASE WHEN bt.typnamespace = 'pg_catalog'::regnamespace THEN bt.typname::text
+                ELSE quote_ident(bn.nspname) || '.' || quote_ident(bt.typname) END AS cast,
            format_type(a.atttypid, a.atttypmod) AS shown,
-           a.atttypmod AS typmod,
-           a.attnotnull AS required,
+           b.typmod,
+           a.attnotnull OR b.domainnotnull AS required,
            EXISTS (SELECT FROM pg_index i
                     WHERE i.indrelid = a.attrelid AND i.indisunique AND i.indisvalid
                       AND i.indnkeyatts = 1 AND i.indkey[0] = a.attnum
-                      AND i.indpred IS NULL AND i.indexprs IS NULL) AS uniquealone
+                      AND i.indpred IS NULL AND i.indexprs IS NULL) AS uniquealone,
+           ARRAY(SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c
+                  WHERE c.contype = 'c' AND c.convalidated
+                    AND ((c.conrelid = a.attrelid AND c.conkey = ARRAY[a.attnum]) OR c.contypid = ANY(b.domains))
+                  ORDER BY c.oid) AS checks
       FROM (SELECT to_regclass(${relation}) AS relid) r
       LEFT JOIN pg_attribute a
              ON a.attrelid = r.relid AND a.attname IN (${target.column}, ${target.tieBreaker})
             AND a.attnum > 0 AND NOT a.attisdropped
-      LEFT JOIN pg_type ty ON ty.oid = a.atttypid`.pipe(
+      LEFT JOIN LATERAL (
+        WITH RECURSIVE chain AS (
+          SELECT t.oid, t.typtype, t.typbasetype, t.typtypmod, t.typnotnull, a.atttypmod AS typmod, 0 AS depth
+            FROM pg_type t WHERE t.oid = a.atttypid
+          UNION ALL
+          SELECT t.oid, t.typtype, t.typbasetype, t.typtypmod, t.typnotnull,
+                 CASE WHEN c.typmod <> -1 THEN c.typmod ELSE c.typtypmod END, c.depth + 1
+            FROM chain c JOIN pg_type t ON t.oid = c.typbasetype
+           WHERE c.typtype = 'd' AND c.depth < 32)
+        SELECT (SELECT c.oid FROM chain c WHERE c.typtype <> 'd') AS base,
+               (SELECT c.typmod FROM chain c WHERE c.typtype <> 'd') AS typmod,
+               coalesce((SELECT bool_or(c.typnotnull) FROM chain c WHERE c.typtype = 'd'), false) AS domainnotnull,
+               ARRAY(SELECT c.oid FROM chain c WHERE c.typtype = 'd') AS domains
+      ) b ON a.attname IS NOT NULL
+      LEFT JOIN pg_type bt ON bt.oid = b.base
+      LEFT JOIN pg_namespace bn ON bn.oid = bt.typnamespace`.pipe(
     decodeRows(CatalogRow),
     classifySqlErrors("Keyset.page"),
     Effect.flatMap((rows) =>

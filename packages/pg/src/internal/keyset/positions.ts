@@ -11,7 +11,12 @@ import * as Effect from "effect/Effect"
 import type * as SqlClient from "effect/sql/SqlClient"
 import type * as Statement from "effect/sql/Statement"
 
-/** The built-in types (`pg_type.typname`) a position carries exactly (`text`, unbounded, to refuse it by name). */
+/**
+ * The types (`pg_type.typname` of the column's type, or of the base type of its domain) a
+ * position carries exactly. The text types (`text`, `varchar`, `bpchar` — `char(n)` — and the
+ * extension's `citext`) need a bound on their values' length: their type's, a validated CHECK
+ * constraint's, or one the caller declares.
+ */
 export const POSITION_TYPES = [
   "timestamptz",
   "timestamp",
@@ -22,13 +27,18 @@ export const POSITION_TYPES = [
   "numeric",
   "text",
   "varchar",
+  "bpchar",
+  "citext",
   "uuid"
 ] as const
 export type PositionType = typeof POSITION_TYPES[number]
 
+/** The text types: bounded by a length, theirs or one a constraint or the caller gives. */
+export const TEXT_TYPES: ReadonlyArray<PositionType> = ["text", "varchar", "bpchar", "citext"]
+
 /** The same list as the documentation and errors name it. */
 export const POSITION_TYPES_SHOWN =
-  "timestamp with time zone, timestamp without time zone, date, smallint, integer, bigint, numeric(p, s), varchar(n), uuid"
+  "timestamp with time zone, timestamp without time zone, date, smallint, integer, bigint, numeric(p, s), uuid, or text, varchar, char(n) and citext with a known length bound (and domains over these)"
 
 export const isPositionType = (typname: string): typname is PositionType =>
   (POSITION_TYPES as ReadonlyArray<string>).includes(typname)
@@ -60,9 +70,12 @@ export const positionText = (
                   ELSE to_char(${value}, ${format("")}) END`
 }
 
-/** A position text bound as a parameter and cast back to the column's type. */
-export const positionValue = (sql: SqlClient.SqlClient, type: PositionType, text: string): Statement.Fragment =>
-  sql`${text}::${sql.literal(type)}`
+/**
+ * A position text bound as a parameter and cast back to the column's (base) type: `cast` is its
+ * name as SQL writes it (`varchar`, or `"public"."citext"` for an extension's type).
+ */
+export const positionValue = (sql: SqlClient.SqlClient, cast: string, text: string): Statement.Fragment =>
+  sql`${text}::${sql.literal(cast)}`
 
 // The longest text of each fixed-size type, in ASCII (one byte each in a cursor): the to_char
 // forms above at their extremes ("294276-12-31T23:59:59.999999Z", "4714-11-24T00:00:00.000000Z BC",
@@ -83,14 +96,15 @@ const TYPMOD_HEADER = 4
 /**
  * The most bytes a position of this column takes in a cursor, from its type and type modifier
  * (`pg_attribute.atttypmod`, -1 when none), or `undefined` when the column holds values of any
- * length: `text`, `varchar` without a length, `numeric` without a precision.
+ * length: `text`, `citext`, `varchar` and `char` without a length, `numeric` without a precision.
  */
 export const positionBytes = (type: PositionType, typmod: number): number | undefined => {
   const fixed = FIXED_BYTES[type]
   if (fixed !== undefined) return fixed
   if (typmod < TYPMOD_HEADER) return undefined
   const modifier = typmod - TYPMOD_HEADER
-  if (type === "varchar") return modifier * Cursor.MAX_BYTES_PER_CHARACTER
+  // char(n) reads back without its trailing spaces: at most n characters too.
+  if (type === "varchar" || type === "bpchar") return modifier * Cursor.MAX_BYTES_PER_CHARACTER
   if (type !== "numeric") return undefined
   // numeric(p, s): a sign, the integer digits (at least "0"), then a point and s digits;
   // s may be negative or above p (PostgreSQL 15). "-Infinity" bounds the special values.

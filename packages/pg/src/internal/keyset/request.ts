@@ -23,6 +23,8 @@ export interface Query extends Target {
   readonly where: ReadonlyArray<readonly [column: string, value: FilterValue]>
   readonly filter: Statement.Fragment | undefined
   readonly limit: number
+  /** The bounds the caller declared on text columns nothing else bounds, in characters. */
+  readonly maxLength: { readonly column: number | undefined; readonly tieBreaker: number | undefined }
 }
 
 // Declared rather than a union: a union reports its first member's complaint, not the rule.
@@ -49,7 +51,11 @@ export const decoder = (defaults: typeof Defaults) => {
     Schema.Struct({
       column: Input.Identifier.pipe(Schema.withDecodingDefaultType(Effect.sync(() => defaults.column))),
       tieBreaker: Input.Identifier.pipe(Schema.withDecodingDefaultType(Effect.sync(() => defaults.tieBreaker))),
-      direction: Direction.pipe(Schema.withDecodingDefaultType(Effect.sync(() => defaults.direction)))
+      direction: Direction.pipe(Schema.withDecodingDefaultType(Effect.sync(() => defaults.direction))),
+      maxLength: Schema.optionalKey(Schema.Struct({
+        column: Schema.optionalKey(Input.Count(Cursor.MAX_TOKEN_LENGTH)),
+        tieBreaker: Schema.optionalKey(Input.Count(Cursor.MAX_TOKEN_LENGTH))
+      }))
     })
   )
   // Column by column: a record schema would drop a key that is no identifier, not refuse it.
@@ -91,7 +97,8 @@ export const decoder = (defaults: typeof Defaults) => {
         direction: order.direction,
         where,
         filter: request.filter,
-        limit
+        limit,
+        maxLength: { column: order.maxLength?.column, tieBreaker: order.maxLength?.tieBreaker }
       }
     })
 }

@@ -20,11 +20,13 @@ import type { Query } from "./request.js"
 const VALUE = "effectdurablepositionvalue"
 const TIE_BREAKER = "effectdurablepositiontiebreaker"
 const HIGH_WATER = "effectdurablehighwater"
+const OVERLONG = "effectdurableoverlong"
 
 const PositionColumns = Schema.Struct({
   [VALUE]: Schema.String,
   [TIE_BREAKER]: Schema.String,
-  [HIGH_WATER]: Schema.optional(Schema.NullOr(Schema.Tuple([Schema.String, Schema.String])))
+  [HIGH_WATER]: Schema.optional(Schema.NullOr(Schema.Tuple([Schema.String, Schema.String]))),
+  [OVERLONG]: Schema.optional(Schema.NullOr(Schema.Tuple([Schema.Number, Schema.Number])))
 })
 const decodePositions = Schema.decodeUnknownSync(PositionColumns)
 
@@ -34,16 +36,29 @@ export interface PageRow {
   readonly position: Cursor.Position
   /** On an ascending first page: the last position the traversal will serve. */
   readonly highWater: Cursor.Position | undefined
+  /**
+   * On a first page with declared bounds: the lengths (column, tie-breaker) of a row the
+   * traversal would serve that is past one of them.
+   */
+  readonly overlong: readonly [number, number] | undefined
+}
+
+/** The bounds the caller declared, in characters, for the columns that page by them. */
+export interface Declared {
+  readonly column: number | undefined
+  readonly tieBreaker: number | undefined
 }
 
 const toPageRow = (row: Record<string, unknown>): PageRow => {
-  const { [HIGH_WATER]: _high, [TIE_BREAKER]: _tie, [VALUE]: _value, ...item } = row
+  const { [HIGH_WATER]: _high, [OVERLONG]: _overlong, [TIE_BREAKER]: _tie, [VALUE]: _value, ...item } = row
   const positions = decodePositions(row)
   const high = positions[HIGH_WATER]
+  const overlong = positions[OVERLONG]
   return {
     item,
     position: { value: positions[VALUE], tieBreaker: positions[TIE_BREAKER] },
-    highWater: high === undefined || high === null ? undefined : { value: high[0], tieBreaker: high[1] }
+    highWater: high === undefined || high === null ? undefined : { value: high[0], tieBreaker: high[1] },
+    overlong: overlong === undefined || overlong === null ? undefined : overlong
   }
 }
 
@@ -52,7 +67,8 @@ export const readPage = (
   sql: SqlClient.SqlClient,
   query: Query,
   layout: Layout,
-  cursor: Cursor.Cursor | undefined
+  cursor: Cursor.Cursor | undefined,
+  declared: Declared
 ): Effect.Effect<ReadonlyArray<PageRow>, DatabaseError> => {
   const relation = sql.literal(layout.relation)
   const column = sql`t.${sql(layout.column.name)}`
@@ -60,8 +76,8 @@ export const readPage = (
   const key = sql`(${column}, ${tieBreaker})`
   const keyText = [positionText(sql, layout.column.type, column), positionText(sql, layout.tieBreaker.type, tieBreaker)]
   const at = (position: Cursor.Position) =>
-    sql`(${positionValue(sql, layout.column.type, position.value)}, ${
-      positionValue(sql, layout.tieBreaker.type, position.tieBreaker)
+    sql`(${positionValue(sql, layout.column.cast, position.value)}, ${
+      positionValue(sql, layout.tieBreaker.cast, position.tieBreaker)
     })`
 
   const selection: Array<Statement.Fragment> = [
@@ -87,9 +103,23 @@ export const readPage = (
               WHERE ${sql.and(selection)}
               ORDER BY ${column} DESC, ${tieBreaker} DESC LIMIT 1) AS ${sql.literal(HIGH_WATER)}`
     : sql.literal("")
+  // A first page with a declared bound looks for a row past it among every row the traversal
+  // would serve (same statement, same snapshot): found, the traversal is refused before its
+  // first page. A scan of the traversal's rows, once per traversal, as the price of a bound the
+  // schema does not keep.
+  const past = [
+    ...(declared.column === undefined ? [] : [sql`char_length(${keyText[0]}) > ${declared.column}`]),
+    ...(declared.tieBreaker === undefined ? [] : [sql`char_length(${keyText[1]}) > ${declared.tieBreaker}`])
+  ]
+  const overlong = cursor === undefined && past.length > 0
+    ? sql`, (SELECT ARRAY[char_length(${keyText[0]}), char_length(${keyText[1]})] FROM ${relation} t
+              WHERE ${sql.and([...selection, sql.or(past)])} LIMIT 1) AS ${sql.literal(OVERLONG)}`
+    : sql.literal("")
 
   return sql<Record<string, unknown>>`
-    SELECT t.*, ${keyText[0]} AS ${sql.literal(VALUE)}, ${keyText[1]} AS ${sql.literal(TIE_BREAKER)} ${highWater}
+    SELECT t.*, ${keyText[0]} AS ${sql.literal(VALUE)}, ${keyText[1]} AS ${
+    sql.literal(TIE_BREAKER)
+  } ${highWater} ${overlong}
       FROM ${relation} t
      WHERE ${sql.and([...selection, ...window])}
      ORDER BY ${column} ${direction}, ${tieBreaker} ${direction}
