@@ -503,9 +503,21 @@ describe("Keyset inputs", () => {
           [{ order: { tieBreaker: "maybe_key" } }, "order.tieBreaker", /NOT NULL/],
           [{ order: { tieBreaker: "score" } }, "order.tieBreaker", /score is double precision/],
           // Types whose values have no bound: some row could hold a position no cursor carries.
-          [{ order: { column: "note" } }, "order.column", /note is text, and neither its type nor a validated CHECK constraint bounds its length/],
-          [{ order: { column: "free" } }, "order.column", /free is character varying, and neither its type nor a validated CHECK/],
-          [{ order: { column: "amount" } }, "order.column", /amount is numeric, which holds values of any length: make it numeric\(p, s\)/],
+          [
+            { order: { column: "note" } },
+            "order.column",
+            /note is text, and neither its type nor a validated CHECK constraint bounds its length/
+          ],
+          [
+            { order: { column: "free" } },
+            "order.column",
+            /free is character varying, and neither its type nor a validated CHECK/
+          ],
+          [
+            { order: { column: "amount" } },
+            "order.column",
+            /amount is numeric, which holds values of any length: make it numeric\(p, s\)/
+          ],
           [{ order: { column: "wide" } }, "order.column", /wide is character varying\(2000\), up to 12000 bytes/],
           [{ table: "nowhere" }, "table", /there is no "nowhere"/],
           [{ schema: "nowhere" }, "table", /there is no "nowhere"."awkward"/]
@@ -628,7 +640,10 @@ describe("Keyset traversals of long values", () => {
         const ids = idsOf([3, 3, 3, 301, 301, 301])
         for (
           const [type, rule] of [
-            ["text", /id is text, and neither its type nor a validated CHECK constraint bounds its length\): declare the bound with order\.maxLength\.tieBreaker/],
+            [
+              "text",
+              /id is text, and neither its type nor a validated CHECK constraint bounds its length\): declare the bound with order\.maxLength\.tieBreaker/
+            ],
             [
               "varchar(1000)",
               /id is character varying\(1000\), up to 6000 bytes in a cursor.*varchar\(n\) with n at most \d+/
