@@ -140,6 +140,15 @@ describe("admin page over HTTP", () => {
         const all = yield* get("/ops/durable/workflows")
         expect(all.body).toContain(`<option value="Page&lt;script&gt;"></option>`)
         expect(all.body).not.toContain("PlaceOrder")
+        // A long id shows its short form, the whole id in its title; its link and page use the whole id.
+        const long = `fedcba98${"7".repeat(56)}`
+        yield* sql`INSERT INTO durable.workflow_executions (workflow, execution_id, payload, payload_fingerprint, status)
+                   VALUES ('Hashed', ${long}, '{}', 'f', 'running')`
+        const hashed = yield* get("/ops/durable/workflows?workflow=Hashed")
+        expect(hashed.body).toContain(`<code class="id" title="${long}">${long.slice(0, 12)}</code>`)
+        expect(hashed.body).toContain(`href="/ops/durable/workflows/Hashed/${long}"`)
+        // A short id is shown whole (escaped, as everything the page shows).
+        expect(list.body).toContain(`<code class="id" title="e/1?x">e/1?x</code>`)
         const shown = yield* get("/ops/durable/workflows/Page%3Cscript%3E/e%2F1%3Fx")
         expect(shown.status).toBe(200)
         expect(shown.body).toContain("<code>e/1?x</code>")

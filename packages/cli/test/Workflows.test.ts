@@ -64,6 +64,42 @@ describe("effect-durable workflows", () => {
         expect(under.stderr).toMatch(/--older-than: a duration from 1 hour/)
       }))
 
+    it.effect("long ids: list shows a short form every command takes back; an ambiguous or too short prefix names nothing", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        // Ids as Workflow derives them (64 hex characters); two share their first 8.
+        const a = `abcdef01${"1".repeat(56)}`
+        const b = `abcdef01${"2".repeat(56)}`
+        const c = `0123456789ab${"3".repeat(52)}`
+        yield* sql`INSERT INTO durable.workflow_executions (workflow, execution_id, payload, payload_fingerprint, status)
+                   VALUES ('Hashed', ${a}, '{}', 'f', 'suspended'), ('Hashed', ${b}, '{}', 'f', 'suspended'),
+                          ('Hashed', ${c}, '{}', 'f', 'running')`
+        const listed = yield* cliOn(["workflows", "list", "--workflow", "Hashed"])
+        expect(listed.stdout).toMatch(new RegExp(`^Hashed\\s+${a.slice(0, 12)}\\s+suspended`, "m"))
+        expect(listed.stdout).not.toContain(a)
+        expect((yield* cliOn(["workflows", "list", "--workflow", "Hashed", "--full-ids"])).stdout).toContain(a)
+        // The short form, copied from the list, names its execution.
+        const shown = yield* cliOn(["workflows", "show", "Hashed", a.slice(0, 12)])
+        expect(shown.code).toBe(0)
+        expect(shown.stdout).toContain(`Hashed / ${a}`)
+        expect(json(yield* cliOn(["workflows", "resume", "Hashed", b.slice(0, 12), "--json"]))).toEqual({
+          workflow: "Hashed",
+          executionId: b,
+          changed: true
+        })
+        // A prefix two ids share is refused, naming the argument; nothing is resumed.
+        const ambiguous = yield* cliOn(["workflows", "resume", "Hashed", "abcdef01"])
+        expect(ambiguous.code).toBe(2)
+        expect(ambiguous.stderr).toMatch(/executionId.*more than one starts with abcdef01/)
+        // Under six characters a prefix names nothing; LIKE's wildcards are only characters.
+        expect((yield* cliOn(["workflows", "show", "Hashed", "01234"])).code).toBe(1)
+        expect((yield* cliOn(["workflows", "show", "Hashed", "0123%%"])).code).toBe(1)
+        expect((yield* cliOn(["workflows", "show", "Hashed", "______"])).code).toBe(1)
+        const [row] = yield* sql<{ n: number }>`
+          SELECT count(*)::int AS n FROM durable.outbox_messages WHERE topic = 'workflow.run:Hashed'`
+        expect(row!.n).toBe(1)
+      }))
+
     it.effect("a bad status or an empty name exits 2 naming it, and changes nothing", () =>
       Effect.gen(function*() {
         const status = yield* cliOn(["workflows", "list", "--status", "stuck"])

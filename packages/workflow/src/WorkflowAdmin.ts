@@ -6,7 +6,7 @@
  *
  * @since 0.2.0
  */
-import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import { type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import { classifySqlErrors } from "@effect-durable/pg/ErrorClassification"
@@ -59,6 +59,15 @@ export interface WorkflowAdmin {
     executionId: string
   ) => Effect.Effect<ExecutionDetail | undefined, InvalidInput | DatabaseError>
   /** Asks a durable interrupt; false when the execution is complete or unknown. */
+  /**
+   * The execution id an operator typed: an id of this workflow as it is, else the one id that
+   * starts with it (at least `MIN_PREFIX_LENGTH` characters: a short form from a list). Two or
+   * more ids starting with it is `InvalidInput` saying how many; none, `undefined`.
+   */
+  readonly resolve: (
+    workflow: string,
+    idOrPrefix: string
+  ) => Effect.Effect<string | undefined, InvalidInput | DatabaseError>
   readonly interrupt: (workflow: string, executionId: string) => Effect.Effect<boolean, InvalidInput | DatabaseError>
   /** Wakes a suspended execution (a `SuspendOnFailure` one too); false when it is not suspended. */
   readonly resume: (workflow: string, executionId: string) => Effect.Effect<boolean, InvalidInput | DatabaseError>
@@ -74,6 +83,20 @@ export interface WorkflowAdmin {
 
 /** Retention floor of `purge`: executions complete for less than this are never deleted. */
 export const PURGE_FLOOR = "1 hour"
+
+/**
+ * How many characters of a long execution id its short form keeps (the ids `Workflow` derives
+ * from an idempotency key are 64 hex characters): what `workflows list` and the page show, and
+ * what `resolve` takes back as a prefix.
+ */
+export const SHORT_ID_LENGTH = 12
+
+/** An execution id as lists show it: its first `SHORT_ID_LENGTH` characters when it is long. */
+export const shortId = (executionId: string): string =>
+  executionId.length > SHORT_ID_LENGTH + 4 ? executionId.slice(0, SHORT_ID_LENGTH) : executionId
+
+/** The fewest characters a prefix must have to name an execution. */
+export const MIN_PREFIX_LENGTH = 6
 
 const decodeName = Input.argument("workflow", Input.Text(256))
 const decodeId = Input.argument("executionId", Input.Text(256))
@@ -131,6 +154,30 @@ export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | Dur
     const identify = (workflow: string, executionId: string) =>
       Effect.all([decodeName(workflow), decodeId(executionId)])
     return {
+      resolve: (workflow, idOrPrefix) =>
+        Effect.gen(function*() {
+          const [name, typed] = yield* identify(workflow, idOrPrefix)
+          // LIKE's own characters in an id are literal here.
+          const pattern = `${typed.replace(/[\\%_]/g, (c) => `\\${c}`)}%`
+          const rows = yield* sql<{ execution_id: string }>`
+            (SELECT execution_id FROM ${executions} WHERE workflow = ${name} AND execution_id = ${typed})
+            UNION ALL
+            (SELECT execution_id FROM ${executions}
+              WHERE workflow = ${name} AND ${typed.length >= MIN_PREFIX_LENGTH}
+                AND execution_id LIKE ${pattern} AND execution_id <> ${typed}
+              ORDER BY execution_id LIMIT 2)`.pipe(classifySqlErrors("WorkflowAdmin.resolve"))
+          if (rows.some((row) => row.execution_id === typed)) return typed
+          if (rows.length > 1) {
+            return yield* Effect.fail(
+              new InvalidInput({
+                argument: "executionId",
+                rule:
+                  `an id, or a prefix only one execution of ${name} starts with (more than one starts with ${typed}: give more characters)`
+              })
+            )
+          }
+          return rows[0]?.execution_id
+        }),
       list: (options) =>
         Effect.gen(function*() {
           const limit = yield* decodeLimit(options.limit)

@@ -21,7 +21,9 @@ const workflow = Argument.String("workflow").pipe(
 )
 const executionId = Argument.String("execution-id").pipe(
   Argument.withMetavar("EXECUTION_ID"),
-  Argument.withDescription("The execution's id")
+  Argument.withDescription(
+    `The execution's id, or a prefix of it only one execution of the workflow has (at least ${WorkflowAdmin.MIN_PREFIX_LENGTH} characters: the short form \`workflows list\` shows)`
+  )
 )
 
 const list = Command.make(
@@ -37,6 +39,10 @@ const list = Command.make(
       Flag.withDescription("Only executions in this status")
     ),
     limit: positive("limit", 50, 1_000, "How many, most recently changed first"),
+    fullIds: toggle(
+      "full-ids",
+      `Show execution ids whole (by default a long id shows its first ${WorkflowAdmin.SHORT_ID_LENGTH} characters, which every command here takes back)`
+    ),
     json
   },
   Effect.fn("effect-durable.workflows.list")(
@@ -51,7 +57,7 @@ const list = Command.make(
       yield* Output.line(
         executions.length === 0 ? "no workflow executions" : Output.table<typeof executions[number]>([
           { header: "WORKFLOW", value: (e) => e.workflow },
-          { header: "EXECUTION", value: (e) => e.executionId },
+          { header: "EXECUTION", value: (e) => args.fullIds ? e.executionId : WorkflowAdmin.shortId(e.executionId) },
           {
             header: "STATUS",
             value: (e) => e.status + (e.interruptRequested && e.status !== "complete" ? " (interrupting)" : "")
@@ -72,7 +78,8 @@ const show = Command.make(
   Effect.fn("effect-durable.workflows.show")(
     function*(args) {
       const admin = yield* WorkflowAdmin.make
-      const found = yield* admin.show(args.workflow, args.executionId)
+      const id = yield* admin.resolve(args.workflow, args.executionId)
+      const found = id === undefined ? undefined : yield* admin.show(args.workflow, id)
       if (found === undefined) {
         return yield* checkFailed(`no execution ${args.executionId} of workflow ${args.workflow}`)
       }
@@ -119,11 +126,14 @@ const request = (
     { workflow, executionId, json },
     Effect.fn(`effect-durable.workflows.${name}`)(
       function*(args) {
-        const changed = yield* act(yield* WorkflowAdmin.make)(args.workflow, args.executionId)
+        const admin = yield* WorkflowAdmin.make
+        const id = yield* admin.resolve(args.workflow, args.executionId)
+        const changed = id === undefined ? false : yield* act(admin)(args.workflow, id)
+        const executionId = id ?? args.executionId
         yield* Effect.logInfo(
-          `operator action: ${name} workflow ${args.workflow} execution ${args.executionId} by ${operatorName()}`
+          `operator action: ${name} workflow ${args.workflow} execution ${executionId} by ${operatorName()}`
         )
-        if (args.json) return yield* Output.json({ workflow: args.workflow, executionId: args.executionId, changed })
+        if (args.json) return yield* Output.json({ workflow: args.workflow, executionId, changed })
         yield* Output.line(
           changed
             ? applied

@@ -4,7 +4,7 @@
  * Resume. Same rules as views.ts: every value escaped; payloads, results and journal values
  * only when the page shows payloads (a step's outcome, success or failure, always).
  */
-import type * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
+import * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
 import { html, raw } from "./html.js"
 import { badge, layout, link, num, time, type ViewContext } from "./views.js"
 
@@ -40,6 +40,10 @@ const filterForm = (ctx: ViewContext, data: ExecutionsData) =>
   }</select></label>
 <button type="submit">Show</button></form>`
 
+/** A long id in its short form, the whole id in its title (shown on hover, kept by a copy of the cell). */
+const shortLabel = (executionId: string) =>
+  html`<code class="id" title="${executionId}">${WorkflowAdmin.shortId(executionId)}</code>`
+
 export const executionsPage = (ctx: ViewContext, data: ExecutionsData) => {
   const list = data.error !== undefined
     ? html`<p class="error">${data.error}</p>`
@@ -50,11 +54,11 @@ export const executionsPage = (ctx: ViewContext, data: ExecutionsData) => {
     : html`<table id="executions"><thead><tr><th>Workflow</th><th>Execution</th><th>Status</th><th class="num">Runs</th><th>Parent</th><th>Started</th><th>Changed</th><th>Completed</th></tr></thead><tbody>${
       data.executions.map((e) =>
         html`<tr data-execution="${e.executionId}"><td>${e.workflow}</td><td>${
-          link(ctx, executionPath(e.workflow, e.executionId), "", e.executionId)
+          link(ctx, executionPath(e.workflow, e.executionId), "", shortLabel(e.executionId))
         }</td><td class="state">${statusBadge(e)}</td>${num(e.runs)}<td>${
           e.parent === null
             ? "-"
-            : link(ctx, executionPath(e.parent.workflow, e.parent.executionId), "", e.parent.executionId)
+            : link(ctx, executionPath(e.parent.workflow, e.parent.executionId), "", shortLabel(e.parent.executionId))
         }</td><td>${time(e.createdAt)}</td><td>${time(e.updatedAt)}</td><td>${time(e.completedAt)}</td></tr>`
       )
     }</tbody></table>${
