@@ -4,7 +4,7 @@
  * Called by the long way (`outbox_claim_limited`) once it holds the limits rows and every slot.
  */
 import type { Tables } from "../flow/limits.js"
-import { COLUMN_LIST, LEASE_EXHAUSTED, selectList } from "../queue/moves.js"
+import { takeOrBury } from "./takeOrBury.js"
 
 export const outboxClaimFair = (t: Tables) =>
   `CREATE FUNCTION ${t("outbox_claim_fair")}(text, integer, double precision, text[], integer, integer,
@@ -162,27 +162,7 @@ ticked AS (
     LEFT JOIN clock k ON k.topic = m.topic
     LEFT JOIN (SELECT x.topic, count(*) AS n FROM locked x GROUP BY x.topic) s ON s.topic = m.topic
    WHERE l.topic = m.topic AND (l.vclock < k.now OR s.n > 0)),
--- Heads only: a message whose lease ran out unsettled (\`lapsed\`) counts one more lost lease, and
--- one that has now lost $5 goes to the dead letters (\`dying\`), reported exhausted.
-dying AS MATERIALIZED (
-  SELECT q.id FROM ${t("outbox")} q
-   WHERE q.id = ANY(ARRAY(SELECT l.id FROM locked l)) AND q.claimed_until IS NOT NULL AND q.lease_expiries + 1 >= $5),
-gone AS (
-  DELETE FROM ${t("outbox")} q WHERE q.id = ANY(ARRAY(SELECT d.id FROM dying d)) RETURNING q.*),
-buried AS (
-  INSERT INTO ${t("outbox_dead")} (${COLUMN_LIST})
-  SELECT ${selectList(LEASE_EXHAUSTED)} FROM gone m
-  RETURNING *),
-taken AS (
-  UPDATE ${t("outbox")} q
-     SET claimed_by = $1, claimed_until = now() + make_interval(secs => $3),
-         claim_generation = q.claim_generation + 1, attempt_count = q.attempt_count + 1,
-         lease_expiries = q.lease_expiries + CASE WHEN q.claimed_until IS NOT NULL THEN 1 ELSE 0 END
-   WHERE q.id = ANY(ARRAY(SELECT l.id FROM locked l)) AND q.id <> ALL(ARRAY(SELECT d.id FROM dying d))
-     AND q.projected_at IS NULL AND q.dead_at IS NULL
-  RETURNING *)
-SELECT r.id::text, r.claim_generation::text, r.attempt_count, r.dead, r.topic, r.ordering_key, r.payload, r.headers,
-       to_char(r.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), r.group_key
-  FROM (SELECT k.*, false AS dead FROM taken k UNION ALL SELECT b.*, true AS dead FROM buried b) r;
+-- Heads only (every row this claim locked is a head): see takeOrBury.
+${takeOrBury(t, { heads: "ARRAY(SELECT l.id FROM locked l)", all: "ARRAY(SELECT l.id FROM locked l)" })}
 END
 $claim$`

@@ -4,7 +4,7 @@
  * it takes the open way; `explainClaim` explains its query.
  */
 import type { Tables } from "../flow/limits.js"
-import { COLUMN_LIST, LEASE_EXHAUSTED, selectList } from "../queue/moves.js"
+import { takeOrBury } from "./takeOrBury.js"
 
 export const outboxClaimOpen = (t: Tables) =>
   `CREATE FUNCTION ${t("outbox_claim_open")}(text, integer, double precision, text[], integer, integer, boolean)
@@ -115,35 +115,13 @@ gaps AS MATERIALIZED (
 chosen AS (
   SELECT p.id, p.position FROM picked p LEFT JOIN gaps g ON g.head = p.head
    WHERE p.position = 0 OR g.position IS NULL OR p.position < g.position),
--- A head whose lease ran out unsettled (\`lapsed\`: its worker died or stalled) counts one more
--- lost lease — the rest of a run was never started while an earlier message of its key was
--- unsettled — and one that has now lost $5 goes to the dead letters (\`dying\`), reported
--- exhausted, instead of to a worker: it leaves the open table in this statement.
-dying AS MATERIALIZED (
-  SELECT q.id FROM ${t("outbox")} q
-   WHERE q.id = ANY(ARRAY(SELECT c.id FROM chosen c WHERE c.position = 0))
-     AND q.claimed_until IS NOT NULL AND q.lease_expiries + 1 >= $5),
-gone AS (
-  DELETE FROM ${t("outbox")} q WHERE q.id = ANY(ARRAY(SELECT d.id FROM dying d)) RETURNING q.*),
-buried AS (
-  INSERT INTO ${t("outbox_dead")} (${COLUMN_LIST})
-  SELECT ${selectList(LEASE_EXHAUSTED)} FROM gone m
-  RETURNING *),
--- The rows taken, named by an array of ids (a probe of the primary key each): a join with \`chosen\`
--- could be planned from the wrong side, reading every open message (2.4 s for a claim of 500 from
--- a keyed backlog of 10,000).
-taken AS (
-  UPDATE ${t("outbox")} q
-     SET claimed_by = $1, claimed_until = now() + make_interval(secs => $3),
-         claim_generation = q.claim_generation + 1, attempt_count = q.attempt_count + 1,
-         lease_expiries = q.lease_expiries
-           + CASE WHEN q.claimed_until IS NOT NULL AND q.id = ANY(ARRAY(SELECT c.id FROM chosen c WHERE c.position = 0))
-                  THEN 1 ELSE 0 END
-   WHERE q.id = ANY(ARRAY(SELECT c.id FROM chosen c)) AND q.id <> ALL(ARRAY(SELECT d.id FROM dying d))
-     AND q.projected_at IS NULL AND q.dead_at IS NULL
-  RETURNING *)
-SELECT r.id::text, r.claim_generation::text, r.attempt_count, r.dead, r.topic, r.ordering_key, r.payload, r.headers,
-       to_char(r.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), r.group_key
-  FROM (SELECT k.*, false AS dead FROM taken k UNION ALL SELECT b.*, true AS dead FROM buried b) r;
+-- A head whose lease ran out unsettled counts one more lost lease — the rest of a run was never
+-- started while an earlier message of its key was unsettled: see takeOrBury.
+${
+    takeOrBury(t, {
+      heads: "ARRAY(SELECT c.id FROM chosen c WHERE c.position = 0)",
+      all: "ARRAY(SELECT c.id FROM chosen c)"
+    })
+  }
 END
 $claim$`
