@@ -12,9 +12,13 @@ import type { Tables } from "../flow/limits.js"
 
 const dayName = "'outbox_history_' || to_char(day, 'YYYYMMDD')"
 
-export const historyFunctions = (t: Tables): ReadonlyArray<string> => [
-  `CREATE OR REPLACE FUNCTION ${t("outbox_history_prepare")}(p_days integer)
-  RETURNS integer
+/**
+ * The head of a function run as the schema's owner, with bounded lock waits, up to its
+ * declarations: `ns`, the history's schema, is declared first.
+ */
+const definer = (t: Tables, signature: string, returns: string) =>
+  `CREATE OR REPLACE FUNCTION ${t(signature.slice(0, signature.indexOf("(")))}${signature.slice(signature.indexOf("("))}
+  RETURNS ${returns}
   LANGUAGE plpgsql
   SECURITY DEFINER
   SET search_path = pg_catalog, pg_temp
@@ -22,7 +26,10 @@ export const historyFunctions = (t: Tables): ReadonlyArray<string> => [
 AS $history$
 DECLARE
   ns text := (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-               WHERE c.oid = '${t("outbox_history")}'::regclass);
+               WHERE c.oid = '${t("outbox_history")}'::regclass);`
+
+export const historyFunctions = (t: Tables): ReadonlyArray<string> => [
+  `${definer(t, "outbox_history_prepare(p_days integer)", "integer")}
   day date;
   made integer := 0;
 BEGIN
@@ -45,16 +52,7 @@ BEGIN
   RETURN made;
 END
 $history$`,
-  `CREATE OR REPLACE FUNCTION ${t("outbox_history_drop_before")}(p_cutoff timestamptz)
-  RETURNS bigint
-  LANGUAGE plpgsql
-  SECURITY DEFINER
-  SET search_path = pg_catalog, pg_temp
-  SET lock_timeout = '2s'
-AS $history$
-DECLARE
-  ns text := (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-               WHERE c.oid = '${t("outbox_history")}'::regclass);
+  `${definer(t, "outbox_history_drop_before(p_cutoff timestamptz)", "bigint")}
   part text;
   n bigint;
   dropped bigint := 0;
