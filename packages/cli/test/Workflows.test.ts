@@ -95,6 +95,12 @@ describe("effect-durable workflows", () => {
         expect((yield* cliOn(["workflows", "show", "Hashed", "01234"])).code).toBe(1)
         expect((yield* cliOn(["workflows", "show", "Hashed", "0123%%"])).code).toBe(1)
         expect((yield* cliOn(["workflows", "show", "Hashed", "______"])).code).toBe(1)
+        // A whole id of 12 characters that begins another's is listed like that one's short form: refused, not guessed.
+        yield* sql`INSERT INTO durable.workflow_executions (workflow, execution_id, payload, payload_fingerprint, status)
+                   VALUES ('Hashed', '0123456789ab', '{}', 'f', 'suspended')`
+        const collided = yield* cliOn(["workflows", "resume", "Hashed", "0123456789ab"])
+        expect(collided.code).toBe(2)
+        expect(collided.stderr).toMatch(/executionId/)
         const [row] = yield* sql<{ n: number }>`
           SELECT count(*)::int AS n FROM durable.outbox_messages WHERE topic = 'workflow.run:Hashed'`
         expect(row!.n).toBe(1)

@@ -126,7 +126,9 @@ export const make: Effect.Effect<Keyset["Service"], never, SqlClient.SqlClient |
       const bounds = yield* Effect.fromResult(Bounds.effective(layout, query.maxLength)).pipe(
         Effect.tapError(() => catalog.forget(query))
       )
-      yield* checkCapacity(query.subject, bounds.column, bounds.tieBreaker)
+      yield* checkCapacity(query.subject, bounds.column, bounds.tieBreaker).pipe(
+        Effect.tapError(() => catalog.forget(query))
+      )
       const rows = yield* readPage(sql, query, layout, cursor, bounds.declared)
       yield* Effect.fromResult(Bounds.verify(layout, bounds.declared, rows))
 

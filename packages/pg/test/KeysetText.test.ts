@@ -133,6 +133,45 @@ describe("Keyset over text ids", () => {
         expect(zero).toMatchObject({ _tag: "InvalidInput", argument: "order.maxLength.tieBreaker" })
       }))
 
+    it.effect("what looks like a bound and is not: a NOT NULL domain on a nullable column, a NO INHERIT CHECK; a refusal for a too-wide CHECK is not kept", () =>
+      Effect.gen(function*() {
+        const keyset = yield* Keyset.Keyset
+        const sql = yield* SqlClient.SqlClient
+        // A domain's NOT NULL lets a NULL in (a scalar subquery that finds no row): only the column's counts.
+        yield* sql`CREATE DOMAIN required_id AS varchar(26) NOT NULL`
+        yield* sql`CREATE TABLE domain_null (id required_id UNIQUE, created_at timestamptz NOT NULL)`
+        const nullable = yield* Effect.flip(keyset.page({ table: "domain_null", subject: "s", limit: 2 }))
+        expect(nullable).toMatchObject({ _tag: "InvalidInput", argument: "order.tieBreaker" })
+        expect(nullable.message).toMatch(/NOT NULL/)
+        yield* createTable("no_inherit", "text", ULIDS, ", CHECK (length(id) <= 26) NO INHERIT")
+        expect(yield* Effect.flip(keyset.page({ table: "no_inherit", subject: "s", limit: 2 }))).toMatchObject({
+          _tag: "InvalidInput",
+          argument: "order.tieBreaker"
+        })
+        // Too wide for a cursor: refused naming the tie-breaker; the tighter CHECK the refusal asks for then pages.
+        yield* createTable("wide_check", "text", ULIDS, ", CONSTRAINT wide CHECK (length(id) <= 2000)")
+        expect(yield* Effect.flip(keyset.page({ table: "wide_check", subject: "s", limit: 2 }))).toMatchObject({
+          _tag: "InvalidInput",
+          argument: "order.tieBreaker"
+        })
+        yield* sql`ALTER TABLE wide_check DROP CONSTRAINT wide, ADD CONSTRAINT narrow CHECK (length(id) <= 26)`
+        yield* bothWays("wide_check")
+        // A cursor is bound to the bound declared with it.
+        yield* createTable("bound_cursor", "text", ULIDS)
+        const order = { maxLength: { tieBreaker: 26 } }
+        const first = yield* keyset.page({ table: "bound_cursor", subject: "s", limit: 2, order })
+        const other = yield* Effect.flip(
+          keyset.page({
+            table: "bound_cursor",
+            subject: "s",
+            limit: 2,
+            order: { maxLength: { tieBreaker: 30 } },
+            cursor: first.nextCursor!
+          })
+        )
+        expect(other).toMatchObject({ _tag: "CursorBindingMismatch" })
+      }))
+
     it.effect("under a declared bound, a longer row written during the traversal refuses the page that would carry it, typed", () =>
       Effect.gen(function*() {
         const keyset = yield* Keyset.Keyset
@@ -243,5 +282,10 @@ describe("A CHECK constraint's length bound, as pg_get_constraintdef writes it",
     expect(checkBound(["CHECK ((length(other) <= 26))"], subjects)).toBeUndefined()
     expect(checkBound(["CHECK ((length(id) >= 26))"], subjects)).toBeUndefined()
     expect(checkBound(["CHECK ((id <> 'a AND length(id) <= 3'::text))"], subjects)).toBeUndefined()
+    // Casts the author wrote measure something else: bpchar drops trailing blanks, name truncates.
+    expect(checkBound(["CHECK ((length((id)::bpchar) <= 5))"], subjects)).toBeUndefined()
+    expect(checkBound(["CHECK ((length((id)::name) <= 5))"], subjects)).toBeUndefined()
+    // NO INHERIT does not hold in the children a page reads too.
+    expect(checkBound(["CHECK ((length(id) <= 5)) NO INHERIT"], subjects)).toBeUndefined()
   })
 })

@@ -58,16 +58,17 @@ export interface WorkflowAdmin {
     workflow: string,
     executionId: string
   ) => Effect.Effect<ExecutionDetail | undefined, InvalidInput | DatabaseError>
-  /** Asks a durable interrupt; false when the execution is complete or unknown. */
   /**
    * The execution id an operator typed: an id of this workflow as it is, else the one id that
    * starts with it (at least `MIN_PREFIX_LENGTH` characters: a short form from a list). Two or
-   * more ids starting with it is `InvalidInput` saying how many; none, `undefined`.
+   * more ids starting with it is `InvalidInput`; so is a short form that is one execution's
+   * whole id and the start of another's (both are listed alike); none, `undefined`.
    */
   readonly resolve: (
     workflow: string,
     idOrPrefix: string
   ) => Effect.Effect<string | undefined, InvalidInput | DatabaseError>
+  /** Asks a durable interrupt; false when the execution is complete or unknown. */
   readonly interrupt: (workflow: string, executionId: string) => Effect.Effect<boolean, InvalidInput | DatabaseError>
   /** Wakes a suspended execution (a `SuspendOnFailure` one too); false when it is not suspended. */
   readonly resume: (workflow: string, executionId: string) => Effect.Effect<boolean, InvalidInput | DatabaseError>
@@ -166,7 +167,9 @@ export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | Dur
               WHERE workflow = ${name} AND ${typed.length >= MIN_PREFIX_LENGTH}
                 AND execution_id LIKE ${pattern} AND execution_id <> ${typed}
               ORDER BY execution_id LIMIT 2)`.pipe(classifySqlErrors("WorkflowAdmin.resolve"))
-          if (rows.some((row) => row.execution_id === typed)) return typed
+          const exact = rows.some((row) => row.execution_id === typed)
+          const longer = rows.filter((row) => row.execution_id !== typed).length
+          if (exact && !(typed.length === SHORT_ID_LENGTH && longer > 0)) return typed
           if (rows.length > 1) {
             return yield* Effect.fail(
               new InvalidInput({

@@ -118,8 +118,9 @@ const checkColumn = (
 const lookup = (sql: SqlClient.SqlClient, target: Target): Effect.Effect<Layout, InvalidInput | DatabaseError> => {
   const relation = target.schema === null ? quote(target.table) : `${quote(target.schema)}.${quote(target.table)}`
   // A domain is read through to its base type (domains over domains too): the base's name and
-  // type modifier (the nearest one set), NOT NULL from the column or any domain on the way, and
-  // the validated CHECK constraints of the column and of every domain on the way.
+  // type modifier (the nearest one set), and the validated CHECK constraints of the column and
+  // of every domain on the way. NOT NULL is the column's own: a domain's lets a NULL through
+  // (a scalar subquery that finds no row).
   return sql`
     SELECT r.relid IS NOT NULL AS found,
            a.attname::text AS name,
@@ -130,13 +131,13 @@ const lookup = (sql: SqlClient.SqlClient, target: Target): Effect.Effect<Layout,
                 ELSE quote_ident(bn.nspname) || '.' || quote_ident(bt.typname) END AS cast,
            format_type(a.atttypid, a.atttypmod) AS shown,
            b.typmod,
-           a.attnotnull OR b.domainnotnull AS required,
+           a.attnotnull AS required,
            EXISTS (SELECT FROM pg_index i
                     WHERE i.indrelid = a.attrelid AND i.indisunique AND i.indisvalid
                       AND i.indnkeyatts = 1 AND i.indkey[0] = a.attnum
                       AND i.indpred IS NULL AND i.indexprs IS NULL) AS uniquealone,
            ARRAY(SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c
-                  WHERE c.contype = 'c' AND c.convalidated
+                  WHERE c.contype = 'c' AND c.convalidated AND NOT c.connoinherit
                     AND ((c.conrelid = a.attrelid AND c.conkey = ARRAY[a.attnum]) OR c.contypid = ANY(b.domains))
                   ORDER BY c.oid) AS checks
       FROM (SELECT to_regclass(${relation}) AS relid) r
@@ -154,7 +155,6 @@ const lookup = (sql: SqlClient.SqlClient, target: Target): Effect.Effect<Layout,
            WHERE c.typtype = 'd' AND c.depth < 32)
         SELECT (SELECT c.oid FROM chain c WHERE c.typtype <> 'd') AS base,
                (SELECT c.typmod FROM chain c WHERE c.typtype <> 'd') AS typmod,
-               coalesce((SELECT bool_or(c.typnotnull) FROM chain c WHERE c.typtype = 'd'), false) AS domainnotnull,
                ARRAY(SELECT c.oid FROM chain c WHERE c.typtype = 'd') AS domains
       ) b ON a.attname IS NOT NULL
       LEFT JOIN pg_type bt ON bt.oid = b.base

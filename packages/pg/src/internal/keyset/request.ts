@@ -143,7 +143,15 @@ export const binding = (sql: SqlClient.SqlClient, query: Query): Result.Result<R
       canonicalizeResult({
         schema: query.schema,
         table: query.table,
-        order: { column: query.column, tieBreaker: query.tieBreaker, direction: query.direction },
+        order: {
+          column: query.column,
+          tieBreaker: query.tieBreaker,
+          direction: query.direction,
+          // Only when declared: a cursor issued without one binds as it always did.
+          ...(query.maxLength.column === undefined && query.maxLength.tieBreaker === undefined
+            ? {}
+            : { maxLength: Object.fromEntries(Object.entries(query.maxLength).filter(([, n]) => n !== undefined)) })
+        },
         where: Object.fromEntries(query.where),
         filter
       }),
