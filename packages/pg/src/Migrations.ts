@@ -14,6 +14,7 @@ import { type DatabaseError, type InvalidInput, SchemaVersionMismatch } from "@e
 import * as Input from "@effect-durable/core/Input"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings, type Settings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
@@ -74,9 +75,13 @@ export const migrate = (
     const settings = yield* DurableSettings
     const upTo = options.upTo ?? latestVersion
     const body = Effect.gen(function*() {
+      // DDL is bounded by its lock waits (two minutes), not by the operations' statement
+      // timeout: the baseline and the history's days ahead (seven tables made and attached)
+      // take longer than a latency budget of 150 ms on a loaded machine, and a migration cut
+      // half-way is only retried from the start.
       yield* lockForTransaction(
         sql,
-        { ...settings, lockTimeout: MIGRATION_LOCK_TIMEOUT },
+        { lockTimeout: MIGRATION_LOCK_TIMEOUT, statementTimeout: Option.none() },
         advisoryKey("effect-durable/migrate", settings.schema),
         true
       )

@@ -55,6 +55,13 @@ describe("Migrations", () => {
         expect(yield* Migrations.verifySchema).toEqual([])
       }).pipe(inSchema("m_clean")))
 
+    it.effect("migrate is bounded by its lock waits, not by the operations' statement timeout (1 ms here): the whole baseline applies", () =>
+      Effect.gen(function*() {
+        const report = yield* Migrations.migrate()
+        expect(report.version).toBe(Migrations.latestVersion)
+        expect(yield* Migrations.verifySchema).toEqual([])
+      }).pipe(Effect.provide(layerSettings({ schema: "m_short_timeout", statementTimeout: "1 millis" }))))
+
     it.effect("a schema never migrated has no versions, and a caller's transaction around the check stays usable", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
