@@ -287,24 +287,6 @@ export const print = (results: Results) => {
       )
     }
   }
-  if (results.xmin !== undefined) {
-    log("\n### A writing transaction held open through the middle third (scenario 11)\n")
-    log(
-      "| contender | p50 / p99 ms, clean | pinned | after | msg/s clean / pinned / after | dead per msg | dead peak | queue table MB | schema MB |"
-    )
-    log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    const mb = (bytes: number) => (bytes / 2 ** 20).toFixed(1)
-    const ms = (phase: XminResult["clean"]) => `${phase.p50.toFixed(2)} / ${phase.p99.toFixed(2)}`
-    for (const row of results.xmin) {
-      log(
-        `| ${row.name} | ${ms(row.clean)} | ${ms(row.pinned)} | ${ms(row.after)} | ${row.clean.rate.toFixed(0)} / ${
-          row.pinned.rate.toFixed(0)
-        } / ${row.after.rate.toFixed(0)} | ${row.deadPerMessage.toFixed(2)} | ${row.deadPeak.toLocaleString("en")} | ${
-          mb(row.queueBytes)
-        } | ${mb(row.schemaBytes)} |`
-      )
-    }
-  }
   if (results.processes !== undefined) {
     log("\n### One outbox, several projector processes (scenario 7)\n")
     log("| processes | drain msg/s, steady state | ÷ one process | with start-up | ÷ one process |")
