@@ -105,3 +105,6 @@ export const median = (values: ReadonlyArray<number>) => percentile([...values].
 export const log = (line: string) => process.stdout.write(`${line}\n`)
 
 export const formatRate = (rate: number) => Math.round(rate).toLocaleString("en")
+
+/** The batch scenario's handler cost: every call takes this long (an API round trip), whatever it carries. */
+export const CALL_MILLIS = 5

@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --drain=N] [-- --only=drain,keys,enqueue,latency,ledger,claim,processes,http,workflows,limits,xmin] [-- --skip=<contender>,...]`: effect-durable
+ * `npm run bench [-- --quick] [-- --drain=N] [-- --only=drain,keys,enqueue,latency,ledger,claim,processes,http,workflows,limits,xmin,batch] [-- --skip=<contender>,...]`: effect-durable
  * against graphile-worker, pg-boss, Effect 4's PersistedQueue (SQL store) and the raw-SQL ceiling,
  * measured in one run on one PostgreSQL, contenders alternating round by round, each
  * measurement on a fresh database. Prints medians, ratios and the targets of issue 6, and
@@ -13,10 +13,11 @@ import { mkdirSync, writeFileSync } from "node:fs"
 import { cpus, totalmem } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
-import { log } from "./common.js"
+import { CALL_MILLIS, log } from "./common.js"
 import * as Contenders from "./contenders/index.js"
 import * as Harness from "./harness.js"
 import * as Report from "./report.js"
+import * as Batches from "./scenarios/batches.js"
 import * as ClaimAtScale from "./scenarios/claimAtScale.js"
 import * as Drain from "./scenarios/drain.js"
 import * as EnqueueEach from "./scenarios/enqueueEach.js"
@@ -40,7 +41,8 @@ const SCENARIOS = [
   "http",
   "workflows",
   "limits",
-  "xmin"
+  "xmin",
+  "batch"
 ] as const
 type Scenario = typeof SCENARIOS[number]
 
@@ -95,6 +97,7 @@ const SIZES = quick
     limitsFast: 10_000,
     limitsSlow: 2_000,
     xminSeconds: 60,
+    batches: 5_000,
     rounds: 1
   }
   : {
@@ -112,6 +115,7 @@ const SIZES = quick
     limitsFast: 50_000,
     limitsSlow: 5_000,
     xminSeconds: 600,
+    batches: 20_000,
     rounds: 3
   }
 if (drain !== undefined) SIZES.drain = drain
@@ -249,6 +253,14 @@ const program = Effect.gen(function*() {
         kept([Contenders.EffectDurable.defaults, Contenders.GraphileWorker.fastest, Contenders.PgBoss.tuned]),
         SIZES.xminSeconds
       )
+  )
+
+  results.batches = yield* step(
+    "batch",
+    `batch handlers: ${
+      SIZES.batches.toLocaleString("en")
+    } ready messages, a handler whose every call takes ${CALL_MILLIS} ms, one message a call and batches of 100`,
+    () => Batches.run(bench, SIZES.batches)
   )
 
   Report.print(results)

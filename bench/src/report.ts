@@ -1,5 +1,6 @@
 // Tables, the targets (issues 6, 16 and 23) read against this run, one verdict line each, and the SVG chart.
 import { formatRate, log, median } from "./common.js"
+import { type BatchesResult, summary as batchesSummary } from "./scenarios/batches.js"
 import type { ClaimResult } from "./scenarios/claimAtScale.js"
 import type { DrainResult } from "./scenarios/drain.js"
 import type { EnqueueEachResult } from "./scenarios/enqueueEach.js"
@@ -24,6 +25,7 @@ export interface Results {
   readonly workflows?: WorkflowResult | undefined
   readonly limits?: ReadonlyArray<LimitsResult> | undefined
   readonly xmin?: ReadonlyArray<XminResult> | undefined
+  readonly batches?: ReadonlyArray<BatchesResult> | undefined
 }
 
 export interface Target {
@@ -339,6 +341,18 @@ export const print = (results: Results) => {
         } / ${row.wakeP95Millis.toFixed(0)} |`
       )
     }
+  }
+  if (results.batches !== undefined) {
+    const ratios = batchesSummary(results.batches)
+    log(`\n### Batch handlers: a handler whose every call takes ${ratios.callMillis} ms\n`)
+    log("| contender | messages a call | msg/s |")
+    log("| --- | ---: | ---: |")
+    for (const row of results.batches) log(`| ${row.name} | ≤ ${row.batch} | ${formatRate(row.rate)} |`)
+    log(
+      `\nBatches of 100 over one message a call: ${ratio(ratios.batchOverSingle)}; over pg-boss's batches of 100: ${
+        ratio(ratios.batchOverPgBoss)
+      }.`
+    )
   }
   if (results.limits !== undefined) {
     const ratios = limitsSummary(results.limits)

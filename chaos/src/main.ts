@@ -206,6 +206,8 @@ const program = Effect.gen(function*() {
       options.leaseMillis === undefined ? `${leaseMillis / 1000} s (projector default)` : `${leaseMillis / 1000} s`
     }${options.pooler ? ", through PgBouncer (transaction mode)" : ""}${
       options.asyncWorkerCommits ? ", worker commits asynchronous" : ""
+    }${
+      options.batch ? `, batch handler (up to ${Options.BATCH.maxSize} a call, max wait ${Options.BATCH.maxWait})` : ""
     }${options.slots ? `, flow limit: ${Options.FLOW_LIMIT} in flight (no groups or rates: capacity slots)` : ""}${
       options.limits
         ? `, flow limits: ${Options.FLOW_LIMIT} in flight, ${Options.FLOW_GROUP_LIMIT} per group of ${Options.FLOW_GROUPS}, rates ${
@@ -259,7 +261,8 @@ const program = Effect.gen(function*() {
           url: poolUrl,
           ...(Option.isSome(pooler) ? { listenUrl: direct } : {}),
           ...(options.leaseMillis === undefined ? {} : { leaseMillis: options.leaseMillis }),
-          ...(options.asyncWorkerCommits ? { asyncWorkerCommits: true } : {})
+          ...(options.asyncWorkerCommits ? { asyncWorkerCommits: true } : {}),
+          ...(options.batch ? { batch: true } : {})
         })
       )
     ),

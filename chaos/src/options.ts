@@ -33,7 +33,16 @@ export interface Options {
    * capacity slots (migration 27) instead of the limits row; the same overshoot checker.
    */
   readonly slots: boolean
+  /**
+   * The workers deliver through a batch handler (`Publisher.layerBatchHandler`, `BATCH` per call
+   * with a short `maxWait`): one recorded delivery statement and one pause per call, each
+   * message's effect applied on its own and reported failed on its own.
+   */
+  readonly batch: boolean
 }
+
+/** With `--batch`: the most messages per handler call, and how long a short batch waits to fill. */
+export const BATCH = { maxSize: 20, maxWait: "100 millis" } as const
 
 /** The chaos topic's limits with `--limits`, and how many customer groups the producer spreads its messages over. */
 export const FLOW_LIMIT = 48
@@ -50,7 +59,7 @@ export const FLOW_GROUP_RATE = { limit: 10, per: "1 second", burst: 5 } as const
 export const PROJECTOR_DEFAULT_LEASE_MILLIS = 30_000
 
 export const USAGE =
-  "usage: npm run chaos -- [--quick] [--lease=5s] [--workers=4] [--messages=N] [--pooler] [--async-worker-commits] [--workflows] [--limits | --slots] [--seed=N] [--keep]"
+  "usage: npm run chaos -- [--quick] [--lease=5s] [--workers=4] [--messages=N] [--pooler] [--async-worker-commits] [--workflows] [--limits | --slots] [--batch] [--seed=N] [--keep]"
 
 const parseDuration = (text: string): number => {
   const match = /^(\d+(?:\.\d+)?)\s*(ms|s|m)?$/.exec(text.trim())
@@ -84,6 +93,7 @@ export const parse = (args: ReadonlyArray<string>): Options => {
       workflows: { type: "boolean", default: false },
       limits: { type: "boolean", default: false },
       slots: { type: "boolean", default: false },
+      batch: { type: "boolean", default: false },
       help: { type: "boolean", default: false }
     }
   })
@@ -93,6 +103,7 @@ export const parse = (args: ReadonlyArray<string>): Options => {
   }
   const quick = values.quick
   if (values.limits && values.slots) throw new Error("--limits and --slots: one or the other")
+  if (values.batch && values.workflows) throw new Error("--batch is for the outbox schedule, not --workflows")
   return {
     quick,
     leaseMillis: values.lease === undefined ? undefined : parseDuration(values.lease),
@@ -104,6 +115,7 @@ export const parse = (args: ReadonlyArray<string>): Options => {
     asyncWorkerCommits: values["async-worker-commits"],
     workflows: values.workflows,
     limits: values.limits,
-    slots: values.slots
+    slots: values.slots,
+    batch: values.batch
   }
 }

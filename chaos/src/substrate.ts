@@ -18,6 +18,8 @@ export interface WorkerConfig {
   readonly leaseMillis?: number
   /** `synchronousWorkerCommits: false`: claims, marks and renewals do not wait for the WAL flush. */
   readonly asyncWorkerCommits?: boolean
+  /** Deliver through a batch handler (`--batch`). */
+  readonly batch?: boolean
 }
 
 /** The worker's substrate: its pool named for the faults to find, unprepared statements behind a pooler. */

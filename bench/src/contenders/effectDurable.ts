@@ -11,7 +11,15 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as References from "effect/References"
 import * as SqlClient from "effect/sql/SqlClient"
-import { BULK_TRANSACTION, produceSteadily, type QueueContender, sleep, until, untilNoneOpen } from "../common.js"
+import {
+  BULK_TRANSACTION,
+  CALL_MILLIS,
+  produceSteadily,
+  type QueueContender,
+  sleep,
+  until,
+  untilNoneOpen
+} from "../common.js"
 
 export const run = <A, E>(
   url: string,
@@ -52,8 +60,11 @@ export const make = (
   options: Projector.ProjectorOptions,
   poolSize = 10,
   settings: SettingsInput = {},
-  /** How long each delivery takes in `drain` (default: nothing, a no-op handler). */
-  handlerMillis = 0
+  /**
+   * The handler of `drain`: how long each call takes (default: nothing, a no-op handler), and
+   * whether it takes batches (`Publisher.layerBatchHandler`, up to `batch` messages a call).
+   */
+  handler: { readonly millisPerCall?: number; readonly batch?: number } = {}
 ): QueueContender => ({
   name: `effect-durable (${label})`,
   library: "effect-durable",
@@ -81,17 +92,20 @@ export const make = (
     ),
   drain: (url, count) => {
     let delivered = 0
-    const handler = Publisher.layerHandler(() =>
-      handlerMillis === 0
-        ? Effect.sync(() => void delivered++)
-        : Effect.andThen(Effect.sleep(handlerMillis), Effect.sync(() => void delivered++))
-    )
+    const millis = handler.millisPerCall ?? 0
+    const call = (messages: number) =>
+      millis === 0
+        ? Effect.sync(() => void (delivered += messages))
+        : Effect.andThen(Effect.sleep(millis), Effect.sync(() => void (delivered += messages)))
+    const publisher = handler.batch === undefined
+      ? Publisher.layerHandler(() => call(1))
+      : Publisher.layerBatchHandler({ maxSize: handler.batch }, (messages) => call(messages.length))
     return run(
       url,
       Effect.promise(async () => {
         await until(() => delivered >= count)
         await untilNoneOpen(url, OPEN)
-      }).pipe(Effect.provide(Projector.layer(options).pipe(Layer.provide(handler)))),
+      }).pipe(Effect.provide(Projector.layer(options).pipe(Layer.provide(publisher)))),
       poolSize,
       settings
     )
@@ -138,4 +152,14 @@ export const asyncCommits = make("async worker commits", {}, 10, { synchronousWo
 
 // The limits scenario: the same projector, its deliveries taking 10 ms each (the limit, not the
 // database, bounds them), with and without a topic limit set beforehand (see scenarios/limits.ts).
-export const slowHandler = make("10 ms deliveries", {}, 10, {}, 10)
+export const slowHandler = make("10 ms deliveries", {}, 10, {}, { millisPerCall: 10 })
+
+// The batch scenario: a handler whose cost is per call (an API round trip), one message a call
+// against batches of 100 (see scenarios/batches.ts).
+export const perCallSingle = make(`${CALL_MILLIS} ms per call, one message a call`, {}, 10, {}, {
+  millisPerCall: CALL_MILLIS
+})
+export const perCallBatch = make(`${CALL_MILLIS} ms per call, batch 100`, {}, 10, {}, {
+  millisPerCall: CALL_MILLIS,
+  batch: 100
+})

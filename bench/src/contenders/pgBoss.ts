@@ -3,6 +3,7 @@
 import { PgBoss } from "pg-boss"
 import {
   BULK_TRANSACTION,
+  CALL_MILLIS,
   forEachConcurrent,
   produceSteadily,
   type QueueContender,
@@ -24,6 +25,8 @@ interface Settings {
   }
   /** LISTEN/NOTIFY wake-ups (instance `useListenNotify` and queue `notify`). */
   readonly notify: boolean
+  /** How long each call of the handler takes in `drain` (default: nothing, a no-op handler). */
+  readonly millisPerCall?: number
 }
 
 const withBoss = async <A>(url: string, settings: Settings, use: (boss: PgBoss) => Promise<A>, max = settings.max) => {
@@ -68,6 +71,7 @@ export const make = (label: string, settings: Settings): QueueContender => ({
     withBoss(url, settings, async (boss) => {
       let delivered = 0
       await boss.work(QUEUE, settings.work, async (jobs) => {
+        if (settings.millisPerCall !== undefined) await sleep(settings.millisPerCall)
         delivered += jobs.length
       })
       await until(() => delivered >= count)
@@ -96,4 +100,12 @@ export const tuned = make("tuned", {
   max: 10,
   work: { batchSize: 1000, localConcurrency: 4, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true },
   notify: true
+})
+
+/** The batch scenario's peer: pg-boss's own batches of 100 (`work`'s `batchSize`), each call taking `CALL_MILLIS`. */
+export const batchOf100 = make(`${CALL_MILLIS} ms per call, batch 100`, {
+  max: 10,
+  work: { batchSize: 100, localConcurrency: 16, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true },
+  notify: true,
+  millisPerCall: CALL_MILLIS
 })

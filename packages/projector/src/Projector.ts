@@ -128,7 +128,7 @@ export const layer = (
 const make = Effect.fnUntraced(function*(settings: Settings) {
   const pg = yield* Effect.serviceOption(PgClient.PgClient)
   const batches = yield* makeBatches(settings, yield* keeperOutbox(pg))
-  const loops = yield* runLoops(settings, batches)
+  const loops = yield* runLoops(batches.settings, batches)
   if (Option.isSome(pg)) {
     // Wake on the outbox's NOTIFY (an empty payload: the connection was (re)established), and
     // stop a delivery of this projector's the moment its message is cancelled.

@@ -20,7 +20,7 @@ import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import * as Semaphore from "effect/Semaphore"
 import type { Counts } from "../Projector.js"
-import { type Publish, Publisher, type PublishError } from "../Publisher.js"
+import { type Batching, type Publish, Publisher, type PublishError } from "../Publisher.js"
 import { Delivery } from "./delivery.js"
 import { makeKeeper } from "./keeper.js"
 import { makeLanes, PAYLOAD_DOES_NOT_DECODE } from "./lanes.js"
@@ -60,18 +60,30 @@ export const addCounts = (a: Counts, b: Counts): Counts => ({
 })
 
 /**
+ * The settings with a batch publisher: a claim takes at least one full batch, and at most one
+ * batch of a key (a key's run is never split between two calls, which could run at once).
+ */
+const forPublisher = (settings: Settings, batch: Batching | undefined): Settings =>
+  batch === undefined ? settings : {
+    ...settings,
+    batchSize: Math.max(settings.batchSize, batch.maxSize),
+    perKey: Math.min(settings.perKey, batch.maxSize)
+  }
+
+/**
  * One projector's machinery over the `OutboxWorker` and `Publisher` in context:
  * `deliverBatch` claims once and settles what it claimed; `keeper` must run beside it.
  * `keeperOutbox` is the keeper's own (one connection of its own), when the projector has one.
  */
-export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.OutboxWorker["Service"]) =>
+export const makeBatches = (options: Settings, keeperOutbox?: OutboxWorker.OutboxWorker["Service"]) =>
   Effect.gen(function*() {
     const outbox = yield* OutboxWorker.OutboxWorker
     const publisher = yield* Publisher
+    const settings = forPublisher(options, publisher.batch)
     const keeper = makeKeeper(settings, keeperOutbox ?? outbox)
     const session = publisher.session ??
       (<A, E>(use: (publish: Publish) => Effect.Effect<A, E>) => use(publisher.publish))
-    const lanes = yield* makeLanes(settings, session)
+    const lanes = yield* makeLanes(settings, session, publisher.batch)
     // Claims not yet settled: whatever is here when the projector stops is released.
     const inFlight = yield* Ref.make(new Map<string, OutboxWorker.OutboxMessage["claim"]>())
     // The batches being delivered, for a cancellation to find the one holding its message.
@@ -316,5 +328,15 @@ export const makeBatches = (settings: Settings, keeperOutbox?: OutboxWorker.Outb
       Effect.withSpan("projector.rateWait")
     )
 
-    return { deliverBatch, releaseInFlight, cancel, rateWait, renewSoon: keeper.renewSoon, keeper: keeper.run }
+    return {
+      settings,
+      /** How long an idle loop waits for a batch to fill before it claims (a batch publisher's `maxWait`). */
+      linger: publisher.batch?.maxWait ?? Duration.zero,
+      deliverBatch,
+      releaseInFlight,
+      cancel,
+      rateWait,
+      renewSoon: keeper.renewSoon,
+      keeper: keeper.run
+    }
   })

@@ -29,7 +29,7 @@ export class Delivery {
   /** Publishes running, by message id: their lane and deadline. */
   private readonly running = new Map<
     string,
-    { readonly lane: Fiber.Fiber<unknown, unknown>; readonly deadline: number }
+    { readonly lane: Fiber.Fiber<unknown, unknown>; readonly deadline: number; readonly shared: boolean }
   >()
   /** Ids whose publish the keeper cut at its deadline. */
   private readonly expired = new Set<string>()
@@ -82,9 +82,17 @@ export class Delivery {
   holdBack(id: string): void {
     this.heldBack.add(id)
   }
-  /** A publish began on `lane`; the keeper cuts it at `deadline` (Clock milliseconds). */
-  started(id: string, lane: Fiber.Fiber<unknown, unknown>, deadline: number): void {
-    this.running.set(id, { lane, deadline })
+  /**
+   * A publish began on `lane`; the keeper cuts it at `deadline` (Clock milliseconds). `shared`:
+   * the call carries other messages too (a batch), so cancelling this one does not cut it.
+   */
+  started(
+    id: string,
+    lane: Fiber.Fiber<unknown, unknown>,
+    deadline: number,
+    { shared = false }: { readonly shared?: boolean } = {}
+  ): void {
+    this.running.set(id, { lane, deadline, shared })
   }
   /** A publish ended; a success waits for its mark. */
   finished(index: number, succeeded: boolean): void {
@@ -101,14 +109,17 @@ export class Delivery {
   /**
    * The message was cancelled: its outcome is never written (the row refuses it anyway), it is
    * never started if it has not been, and a publish under way is interrupted on its lane (the
-   * handler sees the interruption). Whether this batch holds it.
+   * handler sees the interruption) unless the call carries other messages too. Whether this
+   * batch holds it.
    */
   cancel(id: string): boolean {
     if (this.message(id) === undefined) return false
     this.cancelled.add(id)
     this.lost([id])
     const running = this.running.get(id)
-    if (running !== undefined && running.lane.pollUnsafe() === undefined) running.lane.interruptUnsafe()
+    if (running !== undefined && !running.shared && running.lane.pollUnsafe() === undefined) {
+      running.lane.interruptUnsafe()
+    }
     return true
   }
   /** Whether the message was cancelled while this batch held it. */

@@ -6,8 +6,12 @@
  * succeed: the rest of it is held back unstarted, so none overtakes the one that failed. The
  * keeper cuts a publish past its deadline by interrupting its lane (no timeout race per
  * message); a fresh lane carries on with the next unit.
+ *
+ * A publisher that takes batches (`Publisher.batch`) gets units of its own: a topic's messages
+ * packed up to `maxSize` per call, a key's run never split, and an outcome per message.
  */
 import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import type * as Arr from "effect/Array"
 import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
@@ -18,10 +22,18 @@ import * as Queue from "effect/Queue"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import * as Semaphore from "effect/Semaphore"
-import { permanent, type Publish, type PublishError, retryable } from "../Publisher.js"
+import {
+  type Batching,
+  BatchOutcome,
+  permanent,
+  type Publish,
+  type PublishBatch,
+  type PublishError,
+  retryable
+} from "../Publisher.js"
 import type { Delivery } from "./delivery.js"
 import type { Settings } from "./options.js"
-import { deliverySpan } from "./telemetry.js"
+import { batchSpan, deliverySpan } from "./telemetry.js"
 
 /** What a publish fiber's exit means for its message. */
 const publishOutcome = (exit: Exit.Exit<void, PublishError>): Result.Result<void, PublishError> =>
@@ -55,6 +67,30 @@ const unitsOf = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>): ReadonlyAr
   return units
 }
 
+/**
+ * A batch publisher's units: each topic's units packed in order into batches of at most
+ * `maxSize` messages, a key's run whole in one batch (so no two lanes hold one key). What a
+ * run has beyond `maxSize` (the claim's `perKey` is capped at it, so only a bug would) is
+ * `spill`, given back unstarted.
+ */
+const batchesOf = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, maxSize: number) => {
+  const units: Array<Array<number>> = []
+  const open = new Map<string, Array<number>>()
+  const spill: Array<number> = []
+  for (const unit of unitsOf(claimed)) {
+    const topic = claimed[unit[0]!]!.topic
+    const whole = unit.slice(0, maxSize)
+    spill.push(...unit.slice(maxSize))
+    let batch = open.get(topic)
+    if (batch === undefined || batch.length + whole.length > maxSize) {
+      open.set(topic, batch = [])
+      units.push(batch)
+    }
+    batch.push(...whole)
+  }
+  return { units, spill }
+}
+
 /** How a dead letter's reason starts when its payload did not decode with its topic's schema. */
 export const PAYLOAD_DOES_NOT_DECODE = "payload does not decode"
 
@@ -63,7 +99,8 @@ const heldBack = () => retryable("not started: an earlier message of its orderin
 /** The lanes of one projector: they share `concurrency` permits across all its batches. */
 export const makeLanes = (
   settings: Settings,
-  session: <A, E>(use: (publish: Publish) => Effect.Effect<A, E>) => Effect.Effect<A, E>
+  session: <A, E>(use: (publish: Publish) => Effect.Effect<A, E>) => Effect.Effect<A, E>,
+  batch: Batching | undefined
 ) =>
   Effect.map(Semaphore.make(settings.concurrency), (permits) => {
     const deliveryTimeoutMillis = Duration.toMillis(settings.deliveryTimeout)
@@ -86,9 +123,12 @@ export const makeLanes = (
     const publishAll = Effect.fnUntraced(
       function*(claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, delivery: Delivery, spans: boolean) {
         const results: Array<Result.Result<void, PublishError> | undefined> = new Array(claimed.length)
-        const units = unitsOf(claimed)
-        /** The message each lane is publishing (-1: none), its unit and the next position in it. */
-        const current: Array<number> = []
+        const { spill, units } = batch === undefined ? { units: unitsOf(claimed), spill: [] } : batchesOf(
+          claimed,
+          batch.maxSize
+        )
+        /** The messages each lane is publishing (none: empty), its unit and the next position in it. */
+        const current: Array<ReadonlyArray<number>> = []
         const unitOfLane: Array<number> = []
         const positionOfLane: Array<number> = []
         let nextUnit = 0
@@ -111,11 +151,92 @@ export const makeLanes = (
           }
           positionOfLane[lane] = unit.length
         }
+        for (const i of spill) {
+          delivery.holdBack(claimed[i]!.id)
+          settle(i, Result.fail(heldBack()))
+        }
+        /** Why a message may not be published now, if it may not (its lease, its payload). */
+        const refusal = (message: OutboxWorker.OutboxMessage): PublishError | undefined => {
+          if (!delivery.mayStart(message.id, clock.currentTimeMillisUnsafe())) {
+            delivery.skip(message.id)
+            return retryable("not started: the lease was lost or in doubt")
+          }
+          const decoded = checkPayload(message)
+          return Result.isFailure(decoded) ? permanent(decoded.failure) : undefined
+        }
+        /**
+         * A batch's lane: each unit in one call. A message of a key after one of its key that
+         * did not succeed (refused before the call, or failed in it) is held back, not marked,
+         * whatever the handler did with it: it is delivered again after that one.
+         */
+        const batchLane = (id: number, publish: PublishBatch) =>
+          Effect.withFiber<void>((fiber) => {
+            const step = (): Effect.Effect<void> => {
+              current[id] = []
+              if (nextUnit >= units.length) return Effect.void
+              unitOfLane[id] = nextUnit
+              const unit = units[nextUnit++]!
+              positionOfLane[id] = unit.length
+              const failedKeys = new Set<string>()
+              const failed = (message: OutboxWorker.OutboxMessage) => {
+                if (message.orderingKey !== null) failedKeys.add(message.orderingKey)
+              }
+              const behindFailed = (i: number) => {
+                const key = claimed[i]!.orderingKey
+                if (key === null || !failedKeys.has(key)) return false
+                delivery.holdBack(claimed[i]!.id)
+                settle(i, Result.fail(heldBack()))
+                return true
+              }
+              const sent: Array<number> = []
+              for (const i of unit) {
+                if (behindFailed(i)) continue
+                const refused = refusal(claimed[i]!)
+                if (refused === undefined) sent.push(i)
+                else {
+                  settle(i, Result.fail(refused))
+                  failed(claimed[i]!)
+                }
+              }
+              if (sent.length === 0) return Effect.suspend(step)
+              current[id] = sent
+              const deadline = clock.currentTimeMillisUnsafe() + deliveryTimeoutMillis
+              for (const i of sent) delivery.started(claimed[i]!.id, fiber, deadline, { shared: true })
+              const messages = sent.map((i) => claimed[i]!) as unknown as Arr.NonEmptyReadonlyArray<
+                OutboxWorker.OutboxMessage
+              >
+              const call = publish(messages)
+              return Effect.flatMap(Effect.exit(spans ? batchSpan(messages, call) : call), (exit) => {
+                const whole = Exit.isSuccess(exit) ? undefined : publishOutcome(Exit.asVoid(exit))
+                const failures = Exit.isSuccess(exit) && exit.value instanceof BatchOutcome
+                  ? exit.value.failures
+                  : new Map<string, PublishError>()
+                const named = sent.filter((i) => failures.has(claimed[i]!.id)).length
+                for (const i of sent) {
+                  if (behindFailed(i)) continue
+                  const message = claimed[i]!
+                  const error = failures.get(message.id)
+                  const outcome = whole ?? (error === undefined ? Result.void : Result.fail(error))
+                  settle(i, outcome)
+                  if (Result.isFailure(outcome)) failed(message)
+                }
+                return named === failures.size ? step() : Effect.andThen(
+                  Effect.logWarning(
+                    `effect-durable projector: a batch handler named ${
+                      failures.size - named
+                    } failed messages that were not in its batch of ${sent.length}; ignored`
+                  ),
+                  step
+                )
+              })
+            }
+            return step()
+          })
         const lane = (id: number) =>
-          session((publish) =>
+          batch !== undefined ? batchLane(id, batch.publish) : session((publish) =>
             Effect.withFiber<void>((fiber) => {
               const step = (): Effect.Effect<void> => {
-                current[id] = -1
+                current[id] = []
                 let unit = units[unitOfLane[id]!]
                 if (unit === undefined || positionOfLane[id]! >= unit.length) {
                   if (nextUnit >= units.length) return Effect.void
@@ -134,19 +255,13 @@ export const makeLanes = (
                   holdBackRest(id)
                   return Effect.suspend(step)
                 }
-                if (!delivery.mayStart(message.id, clock.currentTimeMillisUnsafe())) {
-                  delivery.skip(message.id)
-                  settle(i, Result.fail(retryable("not started: the lease was lost or in doubt")))
+                const refused = refusal(message)
+                if (refused !== undefined) {
+                  settle(i, Result.fail(refused))
                   holdBackRest(id)
                   return Effect.suspend(step)
                 }
-                const decoded = checkPayload(message)
-                if (Result.isFailure(decoded)) {
-                  settle(i, Result.fail(permanent(decoded.failure)))
-                  holdBackRest(id)
-                  return Effect.suspend(step)
-                }
-                current[id] = i
+                current[id] = [i]
                 delivery.started(message.id, fiber, clock.currentTimeMillisUnsafe() + deliveryTimeoutMillis)
                 const publishing = spans ? deliverySpan(message, publish(message)) : publish(message)
                 return Effect.flatMap(Effect.exit(publishing), (exit) => {
@@ -174,8 +289,8 @@ export const makeLanes = (
         while (running > 0) {
           const id = yield* Queue.take(ended)
           running--
-          const i = current[id] ?? -1
-          if (i >= 0 && results[i] === undefined) {
+          for (const i of current[id] ?? []) {
+            if (results[i] !== undefined) continue
             // The lane was cut mid-publish.
             settle(
               i,

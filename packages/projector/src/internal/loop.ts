@@ -5,6 +5,9 @@
  * An empty claim right after a busy one asks whether a rate limit holds the topics back, and
  * sleeps until its next token (at most the poll interval) instead of the whole interval: a
  * rate above the burst per poll interval is still reached.
+ * With a batch publisher's `maxWait`, a loop woken after an empty claim waits that long
+ * before it claims, so a trickle of messages is handed over as one batch (a backlog is claimed
+ * in full batches without waiting).
  * A store failure (the database restarting, a missing table) backs off on a capped schedule
  * (started over by the next success) and carries on; closing the scope stops claiming, waits
  * for in-flight batches up to the shutdown deadline and releases what is left.
@@ -54,6 +57,7 @@ export const runLoops = (
     readonly rateWait: Effect.Effect<Option.Option<Duration.Duration>>
     readonly releaseInFlight: Effect.Effect<void>
     readonly keeper: Effect.Effect<void>
+    readonly linger: Duration.Duration
   }
 ): Effect.Effect<{ readonly wake: () => void; readonly counts: Effect.Effect<Counts> }, never, Scope.Scope> =>
   Effect.gen(function*() {
@@ -67,6 +71,7 @@ export const runLoops = (
     const tokenLag = Duration.millis(1)
     // How soon to look again when a token is there and the claim still came back empty.
     const heldBack = Duration.millis(50)
+    const lingers = Duration.isGreaterThan(batches.linger, Duration.zero)
 
     const loop = Effect.gen(function*() {
       // The store backoff's steps while claims or settlements keep failing; a success drops
@@ -77,7 +82,11 @@ export const runLoops = (
       let busy = false
       // Whether the last empty claim was made because a token was there already.
       let tokenNow = false
+      // Whether the last claim came back empty: the backlog is drained, so the next claim
+      // first lingers, for a batch publisher's batch to fill.
+      let drained = false
       while (!(yield* Deferred.isDone(stop))) {
+        if (drained && lingers) yield* Effect.raceFirst(Effect.sleep(batches.linger), stopped)
         const result = yield* Effect.result(batches.deliverBatch)
         if (Result.isFailure(result)) {
           const error = result.failure
@@ -92,6 +101,7 @@ export const runLoops = (
           continue
         }
         backoff = undefined
+        drained = result.success.claimed === 0
         yield* Ref.update(totals, (t) => addCounts(t, result.success))
         if (result.success.claimed === settings.batchSize) yield* Queue.offer(wake, undefined)
         // Only an empty claim means there is nothing to do: a short batch can be short because

@@ -81,3 +81,29 @@ export const deliverySpan = <A, E, R>(message: OutboxWorker.OutboxMessage, publi
     ...(parent === undefined ? {} : { parent })
   })
 }
+
+/** The most producer spans a batch's span links to. */
+const BATCH_LINKS = 128
+
+/**
+ * A batch delivery in a `projector.deliverBatch` span, linked to its messages' producer spans
+ * (a batch has many parents; OpenTelemetry's answer is links).
+ */
+export const batchSpan = <A, E, R>(
+  messages: ReadonlyArray<OutboxWorker.OutboxMessage>,
+  publish: Effect.Effect<A, E, R>
+) => {
+  const links = messages.slice(0, BATCH_LINKS).flatMap((message) => {
+    const span = producerSpan(message.headers)
+    return span === undefined ? [] : [{ span, attributes: { "messaging.message.id": message.id } }]
+  })
+  return Effect.withSpan(publish, "projector.deliverBatch", {
+    captureStackTrace: false,
+    kind: "producer",
+    attributes: {
+      "messaging.batch.message_count": messages.length,
+      "messaging.destination.name": messages[0]?.topic ?? ""
+    },
+    links
+  })
+}
