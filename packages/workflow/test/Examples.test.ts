@@ -1,5 +1,6 @@
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
+import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -7,7 +8,10 @@ import * as HttpServer from "effect/http/HttpServer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import * as SqlClient from "effect/sql/SqlClient"
+import * as DurableDeferred from "effect/workflow/DurableDeferred"
+import * as Workflow from "effect/workflow/Workflow"
 import * as Approval from "../examples/approval.js"
+import * as Deadline from "../examples/deadline.js"
 import * as Order from "../examples/order.js"
 
 describe("the workflow guide's example does what the guide says", () => {
@@ -38,6 +42,59 @@ describe("the workflow guide's example does what the guide says", () => {
             expect(yield* Order.PlaceOrder.execute({ orderId: "A-1", amount: 30 })).toBe("order A-1 shipped")
             expect(yield* events("A-1")).toEqual(["reserved", "charged 30 (auth-77)", "shipped"])
           }).pipe(Effect.provide(Order.AppLayer({ url: db.url, applicationName: "workflow-example" })))
+        }))
+
+      it.effect("a shipment: a dead booking fails its wait with the reason, no answer ends at the deadline, an answer completes it", () =>
+        Effect.gen(function*() {
+          const db = yield* TestDatabase.TestDatabase
+          yield* Effect.gen(function*() {
+            const sql = yield* SqlClient.SqlClient
+            const completed = (executionId: string) =>
+              Effect.map(
+                eventually(
+                  Deadline.Shipment.poll(executionId),
+                  (r) => Option.isSome(r) && r.value._tag === "Complete"
+                ),
+                (r) => Option.getOrThrow(r)
+              )
+            const booking = (parcelId: string) =>
+              Effect.map(
+                eventually(
+                  sql<{ token: string }>`SELECT payload->>'token' AS token FROM durable.outbox
+                                          WHERE topic = 'courier.book' AND payload->>'parcelId' = ${parcelId}`,
+                  (rows) => rows.length === 1
+                ),
+                (rows) => rows[0]!.token
+              )
+            // The courier refuses P-1 for good: its booking dies; the sweep fails the wait.
+            const refused = yield* Deadline.Shipment.execute({ parcelId: "P-1", waitMillis: 3_600_000 }, {
+              discard: true
+            })
+            yield* booking("P-1")
+            yield* TestSubstrate.settleByHand("dead", `topic = 'courier.book' AND payload->>'parcelId' = 'P-1'`, {
+              last_error: "'no courier serves this area'"
+            })
+            expect(yield* Deadline.failDeadBookings).toBe(1)
+            expect(yield* completed(refused)).toEqual(
+              new Workflow.Complete({ exit: Exit.fail({ reason: "no courier serves this area" }) })
+            )
+            // No answer for P-2: the deadline ends the wait.
+            const silent = yield* Deadline.Shipment.execute({ parcelId: "P-2", waitMillis: 500 }, { discard: true })
+            yield* completed(silent)
+            const timedOut = yield* Effect.flip(Deadline.Shipment.execute({ parcelId: "P-2", waitMillis: 500 }))
+            expect(timedOut).toMatchObject({ _tag: "DeadlinePassed", deferred: "PickedUp", within: "500ms" })
+            // P-3's courier answers in time.
+            const answered = yield* Deadline.Shipment.execute({ parcelId: "P-3", waitMillis: 3_600_000 }, {
+              discard: true
+            })
+            yield* DurableDeferred.succeed(Deadline.PickedUp, {
+              token: (yield* booking("P-3")) as DurableDeferred.Token,
+              value: "courier 7"
+            })
+            expect(yield* completed(answered)).toEqual(
+              new Workflow.Complete({ exit: Exit.succeed("parcel P-3 picked up by courier 7") })
+            )
+          }).pipe(Effect.provide(Deadline.AppLayer({ url: db.url, applicationName: "workflow-example" })))
         }))
 
       it.effect("a refund: the approver's link posted to the deferred endpoint completes it once; a decline fails it", () =>
