@@ -389,6 +389,11 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
         yield* sql`INSERT INTO durable.workflow_executions (workflow, execution_id, payload, payload_fingerprint, status, result)
                    VALUES (${workflow}, 'inv 7/a', '{"invoice":7}', 'f', 'suspended', '{"_tag":"Suspended"}'),
                           (${workflow}, 'inv-8', '{"invoice":8}', 'f', 'running', NULL)`
+        // 'inv 7/a' waits on its child 'inv-8' (as its run's settle records it).
+        yield* sql`UPDATE durable.workflow_executions
+                      SET waiting_on = jsonb_build_array(jsonb_build_object('kind', 'child', 'workflow', ${workflow}::text,
+                                                                            'executionId', 'inv-8'))
+                    WHERE workflow = ${workflow} AND execution_id = 'inv 7/a'`
         yield* sql`INSERT INTO durable.workflow_steps (workflow, execution_id, kind, name, attempt, result)
                    VALUES (${workflow}, 'inv 7/a', 'activity', 'charge', 1,
                            '{"_tag":"Complete","exit":{"_tag":"Success","value":"ch_42"}}')`
@@ -399,16 +404,22 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
           await page.getByRole("button", { name: "Interrupt" }).click()
           await status(page, "interrupt requested for")
           await page.goto(`${base}/ops/durable/workflows?workflow=${encodeURIComponent(workflow)}&status=suspended`)
+          const waitsCell = await page.locator("#executions tbody td.waits").innerText()
           await page.getByRole("link", { name: "inv 7/a" }).click()
           const heading = await page.locator("h1").innerText()
           const journal = await page.locator("#journal tbody").innerText()
           await page.getByRole("button", { name: "Resume" }).click()
           await status(page, "resumed")
+          // The child it waits on is a link to the child's page.
+          await page.locator("ul.waits").getByRole("link").click()
+          const childHeading = await page.locator("h1").innerText()
           await page.goto(`${base}/ro/durable/workflows/${encodeURIComponent(workflow)}/inv-8`)
           const readOnlyButtons = await page.locator("button[data-action]").count()
-          return { listed, heading, journal, readOnlyButtons }
+          return { listed, heading, journal, readOnlyButtons, waitsCell, childHeading }
         })
         expect(seen.listed).toBe(2)
+        expect(seen.waitsCell).toBe(`child ${workflow} inv-8`)
+        expect(seen.childHeading).toContain(`${workflow} inv-8`)
         expect(seen.heading).toContain(`${workflow} inv 7/a`)
         expect(seen.journal).toMatch(/activity\s+charge\s+1\s+success/)
         expect(seen.journal).toContain("ch_42") // this page shows payloads
@@ -554,7 +565,9 @@ describe.skipIf(browser.path === undefined)("admin page in headless Chromium", (
             await status(page, `resumed ${paused}`)
           })
           yield* eventually(Ref.get(delivered), (topics) => topics.filter((t) => t === paused).length === 2, 10)
-          expect((yield* rowsOf(paused)).every((r) => r.projected)).toBe(true)
+          // The handler saw it; its mark commits after the handler returns (on a loaded machine,
+          // later): wait for the mark, not for the handler.
+          yield* eventually(rowsOf(paused), (rows) => rows.length === 2 && rows.every((r) => r.projected), 10)
         }).pipe(Effect.provide(projector), Effect.scoped)
       }))
 

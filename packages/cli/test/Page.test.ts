@@ -174,6 +174,35 @@ describe("admin page over HTTP", () => {
         expect([refused.status, JSON.parse(refused.body).error]).toEqual([400, expect.stringMatching(/workflow/)])
       }))
 
+    it.effect("workflows: what a suspended execution waits on, in the list, on its page (a child linked) and counted, escaped", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`INSERT INTO durable.workflow_executions (workflow, execution_id, payload, payload_fingerprint, status,
+                                                           result, waiting_on)
+                   VALUES ('Waits', 'w-1', '{}', 'f', 'suspended', '{"_tag":"Suspended"}',
+                           '[{"kind":"deferred","name":"Signed<b>"},{"kind":"child","workflow":"Kid","executionId":"k/1"}]'),
+                          ('Kid', 'k/1', '{}', 'f', 'suspended', '{"_tag":"Suspended"}', '[{"kind":"resume"}]')`
+        const list = yield* get("/ops/durable/workflows?workflow=Waits")
+        expect(list.body).toContain("<th>Waiting on</th>")
+        expect(list.body).toContain(`<td class="waits">deferred Signed&lt;b&gt;, child Kid k/1</td>`)
+        expect(list.body).toContain(`<table id="waiting">`)
+        expect(list.body).toMatch(/<tr><td>Waits<\/td><td>deferred Signed&lt;b&gt;<\/td><td class="num">1<\/td>/)
+        const shown = yield* get("/ops/durable/workflows/Waits/w-1")
+        expect(shown.body).toContain("<dt>Waiting on</dt>")
+        expect(shown.body).toContain("<li>deferred Signed&lt;b&gt;</li>")
+        expect(shown.body).toContain(`href="/ops/durable/workflows/Kid/k%2F1"`)
+        expect(shown.body).toContain("(suspended)")
+        const kid = yield* get("/ops/durable/workflows/Kid/k%2F1")
+        expect(kid.body).toContain("<li>an operator&#39;s resume (its run failed)</li>")
+        // Searchable attributes: shown (escaped) and filtered by; a malformed filter is the request's fault.
+        yield* sql`UPDATE durable.workflow_executions SET attributes = '{"tenant":"a<b"}' WHERE execution_id = 'w-1'`
+        const byAttribute = yield* get("/ops/durable/workflows?attribute=tenant%3Da%3Cb")
+        expect(byAttribute.body).toContain(`<td class="attributes">tenant=a&lt;b</td>`)
+        expect(byAttribute.body).toContain(`data-execution="w-1"`)
+        expect(byAttribute.body).not.toContain(`data-execution="k/1"`)
+        expect((yield* get("/ops/durable/workflows?attribute=tenant")).status).toBe(400)
+      }))
+
     it.effect("schedules: listed with their next slot and counts, escaped; pause and resume act and are logged; a read of an unknown one changes nothing", () =>
       Effect.gen(function*() {
         const schedules = yield* Schedules.Schedules

@@ -115,5 +115,51 @@ describe("effect-durable workflows", () => {
         expect(empty.code).toBe(2)
         expect(empty.stderr).toMatch(/workflow/)
       }))
+
+    it.effect("what suspended executions wait on: list and show say it (a clock with its due time), waiting counts them; --attribute finds one", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`INSERT INTO durable.workflow_executions (workflow, execution_id, payload, payload_fingerprint, status,
+                                                           result, waiting_on)
+                   VALUES ('Renewal', 'r-1', '{}', 'f', 'suspended', '{"_tag":"Suspended"}',
+                           '[{"kind":"deferred","name":"Renewal/Confirmed"},{"kind":"clock","name":"grace"}]'),
+                          ('Renewal', 'r-2', '{}', 'f', 'suspended', '{"_tag":"Suspended"}',
+                           '[{"kind":"deferred","name":"Renewal/Confirmed"}]')`
+        const [clock] = yield* sql<{ id: string; due: string }>`
+          INSERT INTO durable.outbox (topic, payload, available_at)
+          VALUES ('workflow.clock:Renewal', '{"executionId":"r-1"}', '2026-12-31 09:00:00+00')
+          RETURNING id::text, available_at::text AS due`
+        yield* sql`INSERT INTO durable.workflow_steps (workflow, execution_id, kind, name, attempt, outbox_id)
+                   VALUES ('Renewal', 'r-1', 'clock', 'grace', 0, ${clock!.id}::bigint)`
+        const listed = yield* cliOn(["workflows", "list", "--workflow", "Renewal"])
+        expect(listed.stdout).toMatch(/WAITING ON/)
+        expect(listed.stdout).toMatch(/^Renewal\s+r-1\s+suspended\s.*deferred Renewal\/Confirmed, clock grace/m)
+        const shown = yield* cliOn(["workflows", "show", "Renewal", "r-1"])
+        expect(shown.stdout).toMatch(/^waiting:\s+deferred Renewal\/Confirmed$/m)
+        expect(shown.stdout).toContain(`clock grace due ${clock!.due}`)
+        expect(json(yield* cliOn(["workflows", "show", "Renewal", "r-1", "--json"])).waits).toEqual([
+          { kind: "deferred", name: "Renewal/Confirmed" },
+          { kind: "clock", name: "grace", dueAt: clock!.due }
+        ])
+        const waiting = yield* cliOn(["workflows", "waiting", "--workflow", "Renewal", "--json"])
+        expect(waiting.code).toBe(0)
+        expect(
+          json(waiting).waiting.map((c: { kind: string; name: string; executions: number }) =>
+            `${c.kind} ${c.name} ${c.executions}`
+          )
+        ).toEqual(["deferred Renewal/Confirmed 2", "clock grace 1"])
+        const table = yield* cliOn(["workflows", "waiting"])
+        expect(table.stdout).toMatch(/^Renewal\s+deferred Renewal\/Confirmed\s+2\s/m)
+        // Found by a searchable attribute; shown by show.
+        yield* sql`UPDATE durable.workflow_executions SET attributes = '{"subscription":"48"}' WHERE execution_id = 'r-2'`
+        const byAttribute = yield* cliOn(["workflows", "list", "--attribute", "subscription=48", "--json"])
+        expect(json(byAttribute).executions.map((e: { executionId: string }) => e.executionId)).toEqual(["r-2"])
+        expect((yield* cliOn(["workflows", "show", "Renewal", "r-2"])).stdout).toMatch(
+          /^attribute:\s+subscription=48$/m
+        )
+        const malformed = yield* cliOn(["workflows", "list", "--attribute", "subscription"])
+        expect(malformed.code).toBe(2)
+        expect(malformed.stderr).toMatch(/NAME=VALUE/)
+      }))
   })
 })

@@ -57,8 +57,7 @@ export const failedIn = (failures: Iterable<readonly [OutboxMessage, PublishErro
   new BatchOutcome(new Map(Array.from(failures, ([message, error]) => [message.id, error] as const)))
 
 /**
- * Delivers up to `maxSize` messages of one topic, in id order (a key's messages in the order
- * they were written). Succeeding delivers them all; failing fails them all with the error;
+ * Delivers up to `maxSize` messages of one topic, each key's messages together in id order. Succeeding delivers them all; failing fails them all with the error;
  * returning a `BatchOutcome` fails the messages it names and delivers the rest.
  */
 export type PublishBatch = (

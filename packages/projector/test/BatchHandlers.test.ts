@@ -7,6 +7,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as TestClock from "effect/testing/TestClock"
 import * as FastCheck from "fast-check"
 import { noCounts } from "../src/internal/batches.js"
@@ -114,11 +115,18 @@ describe("Projector: batch handlers", () => {
         expect((yield* outboxRows(ids)).map((row) => row.attempt_count)).toEqual(Array(10).fill(2))
       }))
 
-    it.effect("a call past the delivery timeout is cut: every message in it is retried, none marked", () =>
+    it.effect("a call past the delivery timeout is cut: none marked, each retried (a key's later messages held back behind its first)", () =>
       Effect.gen(function*() {
         const outbox = yield* Outbox.Outbox
         const topic = freshName("batch-timeout")
-        const ids = yield* outbox.enqueueMany(Array.from({ length: 8 }, (_, seq) => ({ topic, payload: { seq } })))
+        // Four of one key, four without.
+        const ids = yield* outbox.enqueueMany(
+          Array.from({ length: 8 }, (_, seq) => ({
+            topic,
+            payload: { seq },
+            ...(seq < 4 ? { options: { orderingKey: `${topic}-k` } } : {})
+          }))
+        )
         // The first call hangs; the keeper cuts it at the deadline.
         const { calls, layer } = recordingCalls({ maxSize: 8 }, () => calls.length === 1 ? Effect.never : Effect.void)
         yield* withLayerLive(
@@ -130,9 +138,11 @@ describe("Projector: batch handlers", () => {
           }).pipe(Layer.provide(layer)),
           eventually(projectedCount(ids), (n) => n === ids.length)
         )
-        expect(calls[0]!.map((message) => message.id)).toEqual(ids)
+        expect(calls[0]!.map((message) => message.id).sort()).toEqual([...ids].sort())
         expect(calls.slice(1).flat().map((message) => message.id).sort()).toEqual([...ids].sort())
-        expect((yield* outboxRows(ids)).map((row) => row.attempt_count)).toEqual(Array(8).fill(2))
+        // The key's first message failed with the cut call; the rest of the key was held back
+        // (no attempt counted against them), the unkeyed ones failed each.
+        expect((yield* outboxRows(ids)).map((row) => row.attempt_count)).toEqual([2, 1, 1, 1, 2, 2, 2, 2])
       }))
 
     it.effect("a key's messages come in order in one call; those after a failed one are not marked and come again after it", () =>
@@ -152,7 +162,7 @@ describe("Projector: batch handlers", () => {
         const { calls, layer } = recordingCalls({ maxSize: 100 }, (messages) =>
           Effect.sync(() => {
             const failed = messages.filter((message) => failSeq1 && seqOf(message) === 1)
-            failSeq1 = false
+            if (failed.length > 0) failSeq1 = false
             const keys = new Set<string>()
             for (const message of messages) {
               const key = message.orderingKey!
@@ -166,13 +176,32 @@ describe("Projector: batch handlers", () => {
             .pipe(Layer.provide(layer)),
           eventually(projectedCount(ids), (n) => n === ids.length)
         )
-        // The first call had both keys whole and in order.
-        expect(calls[0]!.filter((m) => m.orderingKey === "k1").map(seqOf)).toEqual([0, 1, 2, 3, 4])
-        expect(calls[0]!.filter((m) => m.orderingKey === "k2").map(seqOf)).toEqual([10, 11, 12, 13, 14])
+        // Each key's first call had the key whole and in order (two batches in flight may have
+        // claimed the two keys apart).
+        const firstCallOf = (key: string) => calls.find((call) => call.some((m) => m.orderingKey === key))!
+        expect(firstCallOf("k1").filter((m) => m.orderingKey === "k1").map(seqOf)).toEqual([0, 1, 2, 3, 4])
+        expect(firstCallOf("k2").filter((m) => m.orderingKey === "k2").map(seqOf)).toEqual([10, 11, 12, 13, 14])
         expect(applied).toEqual({ k1: [0, 1, 2, 3, 4], k2: [10, 11, 12, 13, 14] })
         const rows = yield* outboxRows(ids)
         // Held back behind the failure: given back without an attempt counted against them.
         expect(rows.map((row) => row.attempt_count)).toEqual([1, 2, 1, 1, 1, 1, 1, 1, 1, 1])
+      }))
+
+    it.effect("a key shared by two topics: each call holds one topic, the key's order kept", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const [a, b] = [freshName("batch-ta"), freshName("batch-tb")]
+        const key = `${a}-shared`
+        const ids = yield* outbox.enqueueMany(
+          [a, a, b, b].map((topic, seq) => ({ topic, payload: { seq }, options: { orderingKey: key } }))
+        )
+        const { calls, layer } = recordingCalls({ maxSize: 10 })
+        yield* withLayerLive(
+          Projector.layer({ topics: [a, b], pollInterval: "20 millis" }).pipe(Layer.provide(layer)),
+          eventually(projectedCount(ids), (n) => n === ids.length)
+        )
+        for (const call of calls) expect(new Set(call.map((m) => m.topic)).size).toBe(1)
+        expect(calls.flat().map(seqOf)).toEqual([0, 1, 2, 3])
       }))
 
     it.effect("a key's backlog beyond maxSize comes in calls of maxSize, in order, one call of the key at a time", () =>
@@ -287,5 +316,27 @@ describe("Projector: batch handlers", () => {
       expect(claimedAt[3]! - again).toBeGreaterThanOrEqual(200)
       expect(claimedAt[3]! - again).toBeLessThanOrEqual(210)
       expect(claimedAt.slice(4)).toEqual(Array(3).fill(claimedAt[3]))
+    }).pipe(Effect.scoped))
+
+  it.effect("maxWait: an empty claim under a rate waits for the token, not for the batch to fill", () =>
+    Effect.gen(function*() {
+      const settings = yield* decodeOptions({ batchSize: 10, batchesInFlight: 1, pollInterval: "1 hour" })
+      const sizes = [4, 0, 3]
+      const claimedAt: Array<number> = []
+      yield* runLoops(settings, {
+        deliverBatch: Effect.map(Clock.currentTimeMillis, (now) => {
+          claimedAt.push(now)
+          return { ...noCounts, claimed: sizes[claimedAt.length - 1] ?? 0 }
+        }),
+        // A rate holds the topic back: its next token in 50 ms.
+        rateWait: Effect.succeed(Option.some(Duration.millis(50))),
+        releaseInFlight: Effect.void,
+        keeper: Effect.never,
+        linger: Duration.seconds(10)
+      })
+      for (let step = 0; claimedAt.length < 3 && step < 1000; step++) yield* TestClock.adjust("10 millis")
+      // After the empty claim: the token's wait (50 ms and a millisecond), not the 10 s linger.
+      expect(claimedAt[2]! - claimedAt[1]!).toBeGreaterThanOrEqual(51)
+      expect(claimedAt[2]! - claimedAt[1]!).toBeLessThanOrEqual(70)
     }).pipe(Effect.scoped))
 })

@@ -4,8 +4,8 @@
  * deadline is a durable clock (a delayed outbox message), so it holds across crashes, restarts
  * and deploys, and a run suspended on both says so; the first of the two to be recorded wins,
  * once, for every replay after it. A late loser changes nothing: a completion after the deadline
- * is recorded and ignored, a deadline after the completion is never fired (completing the
- * execution drops its clock).
+ * is recorded and ignored; a deadline after the completion fires into the decided race (one
+ * extra run) unless the execution has completed, which drops its clocks.
  *
  * Built from upstream's `DurableDeferred.raceAll` and `DurableClock.sleep` only, so it runs on
  * any `WorkflowEngine`. Effect's workflow module has no deadline of its own; a wait that can
@@ -41,7 +41,9 @@ export class DeadlinePassed extends Schema.TaggedError<DeadlinePassed>("@effect-
  * Awaits `deferred` for at most `within` (a durable clock: its due time is the database's).
  * `name` tells two deadlines on one deferred apart within an execution (default: the
  * deferred's name); the race and the clock are named after it (`awaitWithin/<name>`,
- * `deadline/<name>`), as every step of a workflow must be, deterministically. A `within` that
+ * `deadline/<name>`), as every step of a workflow must be, deterministically. A second wait
+ * under the same name within an execution returns the first one's recorded outcome at once: give
+ * each wait on one deferred its own `name` ("approval-1", "approval-2"). A `within` that
  * is not a finite duration above zero, or an empty `name`, is an `InvalidInput` naming it.
  */
 export const awaitWithin = <Success extends Schema.Top, Error extends Schema.Top>(

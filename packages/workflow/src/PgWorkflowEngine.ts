@@ -50,6 +50,7 @@ import * as EngineContext from "./internal/engineContext.js"
 import * as Run from "./internal/run.js"
 import * as Store from "./internal/store.js"
 import * as Wait from "./internal/wait.js"
+import * as WorkflowAttributes from "./WorkflowAttributes.js"
 
 export interface PgWorkflowEngineOptions {
   /**
@@ -200,8 +201,11 @@ export const make = (
           const parent = opts.parent !== undefined && opts.detached !== true
             ? { workflow: opts.parent.workflow._tag, executionId: opts.parent.executionId }
             : undefined
+          // A bad attribute is the caller's error: a defect of `execute` (its error channel is the
+          // workflow's), said by name, before anything is written.
+          const attributes = yield* Effect.orDie(WorkflowAttributes.validate(yield* WorkflowAttributes.StartAttributes))
           const started = yield* guarded(
-            store.start({ workflow: workflow._tag, executionId: opts.executionId, payload, parent })
+            store.start({ workflow: workflow._tag, executionId: opts.executionId, payload, parent, attributes })
           )
           if (started.mismatch) {
             yield* Metric.update(metrics.payloadMismatches, 1)
@@ -220,9 +224,17 @@ export const make = (
             // suspends (the child's completion wakes it). Never a wait: parents holding their
             // runs while their children queue behind them for the same projector could deadlock.
             const current = yield* guarded(store.read(workflow._tag, opts.executionId))
-            return (current === undefined || current.status === "pending" || current.status === "running"
+            const result = current === undefined || current.status === "pending" || current.status === "running"
               ? new Workflow.Suspended({})
-              : yield* Codec.decodeWorkflowResult(workflow, current.result)) as never
+              : yield* Codec.decodeWorkflowResult(workflow, current.result)
+            if (result._tag === "Suspended") {
+              // Said by the parent's settle: it waits on this child.
+              ctx.runsByInstance.get(opts.parent.scope)?.childrenAwaited.push({
+                workflow: workflow._tag,
+                executionId: opts.executionId
+              })
+            }
+            return result as never
           }
           if (yield* ctx.inCallerTransaction) {
             return yield* Effect.die(

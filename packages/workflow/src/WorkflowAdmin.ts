@@ -17,14 +17,55 @@ import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as Store from "./internal/store.js"
+import * as WorkflowAttributes from "./WorkflowAttributes.js"
 
 export const Statuses = ["pending", "running", "suspended", "complete"] as const
 export type Status = typeof Statuses[number]
+
+/** What a suspended execution waits on, as its last run recorded it (`Store.WaitingOn`). */
+export type WaitingOn = Store.WaitingOn
+
+/** A wait as `show` details it: a clock with its due time, a child with its status. */
+export type WaitDetail =
+  | { readonly kind: "deferred"; readonly name: string }
+  | {
+    readonly kind: "clock"
+    readonly name: string
+    /** When it fires (its outbox message's due time); null when the message is not waiting (fired, dead). */
+    readonly dueAt: string | null
+  }
+  | {
+    readonly kind: "child"
+    readonly workflow: string
+    readonly executionId: string
+    /** The child's status now; null when it is gone. */
+    readonly status: Status | null
+  }
+  | { readonly kind: "resume" }
+
+/** Suspended executions counted by what they wait on (`waiting`). */
+export interface WaitCount {
+  readonly workflow: string
+  /**
+   * `unknown`: suspended before the schema recorded waits (version 2; its next run says), or on
+   * nothing the engine can name (a bare `Workflow.suspend`).
+   */
+  readonly kind: WaitingOn["kind"] | "unknown"
+  /** The deferred's or clock's name, the child's workflow; empty for `resume` and `unknown`. */
+  readonly name: string
+  readonly executions: number
+  /** When the longest-waiting of them last changed. */
+  readonly since: string
+}
 
 export interface ExecutionSummary {
   readonly workflow: string
   readonly executionId: string
   readonly status: Status
+  /** What it waits on, when suspended (null otherwise, or when suspended before waits were recorded). */
+  readonly waitingOn: ReadonlyArray<WaitingOn> | null
+  /** Its searchable attributes (`WorkflowAttributes`). */
+  readonly attributes: Readonly<Record<string, string>>
   readonly runs: number
   readonly payloadMismatches: number
   readonly interruptRequested: boolean
@@ -35,6 +76,8 @@ export interface ExecutionSummary {
 }
 
 export interface ExecutionDetail extends ExecutionSummary {
+  /** `waitingOn` in detail: each clock's due time, each child's status. */
+  readonly waits: ReadonlyArray<WaitDetail> | null
   readonly payload: unknown
   /** The last run's encoded `Workflow.Result`. */
   readonly result: unknown
@@ -52,6 +95,8 @@ export interface WorkflowAdmin {
   readonly list: (options: {
     readonly workflow?: string | undefined
     readonly status?: Status | undefined
+    /** Only executions carrying every one of these attributes (`WorkflowAttributes`). */
+    readonly attributes?: Readonly<Record<string, string>> | undefined
     readonly limit: number
   }) => Effect.Effect<ReadonlyArray<ExecutionSummary>, InvalidInput | DatabaseError>
   readonly show: (
@@ -68,6 +113,10 @@ export interface WorkflowAdmin {
     workflow: string,
     idOrPrefix: string
   ) => Effect.Effect<string | undefined, InvalidInput | DatabaseError>
+  /** Suspended executions counted by what they wait on, the most waited-on first (of one workflow, or all). */
+  readonly waiting: (options?: {
+    readonly workflow?: string | undefined
+  }) => Effect.Effect<ReadonlyArray<WaitCount>, InvalidInput | DatabaseError>
   /** Asks a durable interrupt; false when the execution is complete or unknown. */
   readonly interrupt: (workflow: string, executionId: string) => Effect.Effect<boolean, InvalidInput | DatabaseError>
   /** Wakes a suspended execution (a `SuspendOnFailure` one too); false when it is not suspended. */
@@ -96,6 +145,22 @@ export const SHORT_ID_LENGTH = 12
 export const shortId = (executionId: string): string =>
   executionId.length > SHORT_ID_LENGTH + 4 ? executionId.slice(0, SHORT_ID_LENGTH) : executionId
 
+/** A wait in words, as the CLI and the page show it: `deferred Approved`, `clock cool-off due …`. */
+export const describeWait = (wait: WaitingOn | WaitDetail): string => {
+  switch (wait.kind) {
+    case "deferred":
+      return `deferred ${wait.name}`
+    case "clock":
+      return `clock ${wait.name}${"dueAt" in wait && wait.dueAt !== null ? ` due ${wait.dueAt}` : ""}`
+    case "child":
+      return `child ${wait.workflow} ${shortId(wait.executionId)}${
+        "status" in wait ? ` (${wait.status ?? "gone"})` : ""
+      }`
+    case "resume":
+      return "an operator's resume (its run failed)"
+  }
+}
+
 /** The fewest characters a prefix must have to name an execution. */
 export const MIN_PREFIX_LENGTH = 6
 
@@ -118,12 +183,16 @@ interface Row {
   readonly created_at: string
   readonly updated_at: string
   readonly completed_at: string | null
+  readonly waiting_on: ReadonlyArray<WaitingOn> | null
+  readonly attributes: Readonly<Record<string, string>>
 }
 
 const summary = (row: Row): ExecutionSummary => ({
   workflow: row.workflow,
   executionId: row.execution_id,
   status: row.status,
+  waitingOn: row.status === "suspended" ? row.waiting_on : null,
+  attributes: row.attributes,
   runs: row.runs,
   payloadMismatches: row.payload_mismatches,
   interruptRequested: row.interrupt_requested,
@@ -143,7 +212,7 @@ export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | Dur
     const executions = sql.literal(settings.table("workflow_executions"))
     const steps = sql.literal(settings.table("workflow_steps"))
     const columns = sql.literal(`workflow, execution_id, status, runs, payload_mismatches, interrupt_requested,
-      parent_workflow, parent_execution_id, created_at::text, updated_at::text, completed_at::text`)
+      parent_workflow, parent_execution_id, created_at::text, updated_at::text, completed_at::text, waiting_on, attributes`)
     // Complete for longer than the retention, and not a child its unfinished parent may still read.
     const purgeableWhere = (seconds: number) =>
       sql`e.completed_at < now() - make_interval(secs => ${seconds})
@@ -154,7 +223,57 @@ export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | Dur
       Effect.map(decodeOlderThan(olderThan), (duration) => Duration.toMillis(duration) / 1000)
     const identify = (workflow: string, executionId: string) =>
       Effect.all([decodeName(workflow), decodeId(executionId)])
+    const outbox = sql.literal(settings.table("outbox"))
+    /** Each clock's due time (its open message's), each child's status now. */
+    const detail = (workflow: string, executionId: string, waits: ReadonlyArray<WaitingOn>) =>
+      Effect.gen(function*() {
+        const clocks = waits.flatMap((wait) => wait.kind === "clock" ? [wait.name] : [])
+        const children = waits.flatMap((wait) => wait.kind === "child" ? [wait] : [])
+        const due = clocks.length === 0 ? [] : yield* sql<{ name: string; due_at: string }>`
+          SELECT s.name, o.available_at::text AS due_at FROM ${steps} s JOIN ${outbox} o ON o.id = s.outbox_id
+           WHERE s.workflow = ${workflow} AND s.execution_id = ${executionId} AND s.kind = 'clock'
+             AND s.name = ANY(${clocks}::text[])`.pipe(classifySqlErrors("WorkflowAdmin.show"))
+        const statuses = children.length === 0 ? [] : yield* sql<
+          { workflow: string; execution_id: string; status: Status }
+        >`
+          SELECT workflow, execution_id, status FROM ${executions}
+           WHERE (workflow, execution_id) IN (SELECT * FROM unnest(${children.map((c) => c.workflow)}::text[], ${
+          children.map((c) => c.executionId)
+        }::text[]))`.pipe(classifySqlErrors("WorkflowAdmin.show"))
+        return waits.map((wait): WaitDetail =>
+          wait.kind === "clock"
+            ? { ...wait, dueAt: due.find((row) => row.name === wait.name)?.due_at ?? null }
+            : wait.kind === "child"
+            ? {
+              ...wait,
+              status: statuses.find((row) => row.workflow === wait.workflow && row.execution_id === wait.executionId)
+                ?.status ?? null
+            }
+            : wait
+        )
+      })
     return {
+      waiting: (options = {}) =>
+        Effect.gen(function*() {
+          const workflow = options.workflow === undefined ? null : yield* decodeName(options.workflow)
+          const rows = yield* sql<
+            { workflow: string; kind: WaitCount["kind"]; name: string; n: number; since: string }
+          >`
+            SELECT e.workflow, coalesce(w->>'kind', 'unknown') AS kind,
+                   coalesce(w->>'name', w->>'workflow', '') AS name, count(*)::int AS n, min(e.updated_at)::text AS since
+              FROM ${executions} e
+              LEFT JOIN LATERAL jsonb_array_elements(e.waiting_on) w ON true
+             WHERE e.status = 'suspended' AND (${workflow}::text IS NULL OR e.workflow = ${workflow})
+             GROUP BY 1, 2, 3
+             ORDER BY n DESC, 1, 2, 3`.pipe(classifySqlErrors("WorkflowAdmin.waiting"))
+          return rows.map((row) => ({
+            workflow: row.workflow,
+            kind: row.kind,
+            name: row.name,
+            executions: row.n,
+            since: row.since
+          }))
+        }),
       resolve: (workflow, idOrPrefix) =>
         Effect.gen(function*() {
           const [name, typed] = yield* identify(workflow, idOrPrefix)
@@ -186,10 +305,18 @@ export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | Dur
           const limit = yield* decodeLimit(options.limit)
           const workflow = options.workflow === undefined ? null : yield* decodeName(options.workflow)
           const status = options.status === undefined ? null : yield* decodeStatus(options.status)
+          const attributes = options.attributes === undefined
+            ? {}
+            : yield* WorkflowAttributes.validate(options.attributes)
           const rows = yield* sql<Row>`
             SELECT ${columns} FROM ${executions}
              WHERE (${workflow}::text IS NULL OR workflow = ${workflow})
                AND (${status}::text IS NULL OR status = ${status})
+               ${
+            Object.keys(attributes).length === 0
+              ? sql``
+              : sql`AND attributes @> ${JSON.stringify(attributes)}::jsonb`
+          }
              ORDER BY updated_at DESC, workflow, execution_id
              LIMIT ${limit}`.pipe(classifySqlErrors("WorkflowAdmin.list"))
           return rows.map(summary)
@@ -208,8 +335,10 @@ export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | Dur
             SELECT kind, name, attempt, result, recorded_at::text FROM ${steps}
              WHERE workflow = ${name} AND execution_id = ${id}
              ORDER BY recorded_at, kind, name, attempt`.pipe(classifySqlErrors("WorkflowAdmin.show"))
+          const listed = summary(row)
           return {
-            ...summary(row),
+            ...listed,
+            waits: listed.waitingOn === null ? null : yield* detail(name, id, listed.waitingOn),
             payload: row.payload,
             result: row.result,
             steps: journal.map((step) => ({

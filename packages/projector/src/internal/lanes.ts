@@ -70,8 +70,8 @@ const unitsOf = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>): ReadonlyAr
 /**
  * A batch publisher's units: each topic's units packed in order into batches of at most
  * `maxSize` messages, a key's run whole in one batch (so no two lanes hold one key). What a
- * run has beyond `maxSize` (the claim's `perKey` is capped at it, so only a bug would) is
- * `spill`, given back unstarted.
+ * run has beyond `maxSize` (the claim's `perKey` is capped at it, so only a bug would) or past
+ * a message of another topic (ordering keys are not per topic) is `spill`, given back unstarted.
  */
 const batchesOf = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, maxSize: number) => {
   const units: Array<Array<number>> = []
@@ -79,8 +79,12 @@ const batchesOf = (claimed: ReadonlyArray<OutboxWorker.OutboxMessage>, maxSize: 
   const spill: Array<number> = []
   for (const unit of unitsOf(claimed)) {
     const topic = claimed[unit[0]!]!.topic
-    const whole = unit.slice(0, maxSize)
-    spill.push(...unit.slice(maxSize))
+    // A key shared by two topics: the run stops at the first message of another topic (one
+    // topic per call), the rest given back and claimed again after it.
+    const otherTopic = unit.findIndex((i) => claimed[i]!.topic !== topic)
+    const end = Math.min(maxSize, otherTopic === -1 ? unit.length : otherTopic)
+    const whole = unit.slice(0, end)
+    spill.push(...unit.slice(end))
     let batch = open.get(topic)
     if (batch === undefined || batch.length + whole.length > maxSize) {
       open.set(topic, batch = [])
@@ -289,8 +293,18 @@ export const makeLanes = (
         while (running > 0) {
           const id = yield* Queue.take(ended)
           running--
+          // Keys of the cut call whose first unsettled message failed: the rest of each is held
+          // back (given back without an attempt), as behind any failure of its key.
+          const cutKeys = new Set<string>()
           for (const i of current[id] ?? []) {
             if (results[i] !== undefined) continue
+            const key = claimed[i]!.orderingKey
+            if (key !== null && cutKeys.has(key)) {
+              delivery.holdBack(claimed[i]!.id)
+              settle(i, Result.fail(heldBack()))
+              continue
+            }
+            if (key !== null) cutKeys.add(key)
             // The lane was cut mid-publish.
             settle(
               i,

@@ -82,8 +82,8 @@ export const runLoops = (
       let busy = false
       // Whether the last empty claim was made because a token was there already.
       let tokenNow = false
-      // Whether the last claim came back empty: the backlog is drained, so the next claim
-      // first lingers, for a batch publisher's batch to fill.
+      // Whether the last claim came back empty with no rate holding messages back: the backlog
+      // is drained, so the next claim first lingers, for a batch publisher's batch to fill.
       let drained = false
       while (!(yield* Deferred.isDone(stop))) {
         if (drained && lingers) yield* Effect.raceFirst(Effect.sleep(batches.linger), stopped)
@@ -101,7 +101,7 @@ export const runLoops = (
           continue
         }
         backoff = undefined
-        drained = result.success.claimed === 0
+        drained = false
         yield* Ref.update(totals, (t) => addCounts(t, result.success))
         if (result.success.claimed === settings.batchSize) yield* Queue.offer(wake, undefined)
         // Only an empty claim means there is nothing to do: a short batch can be short because
@@ -113,6 +113,9 @@ export const runLoops = (
           // group's in-flight limit, a key's head in flight): look again shortly, not at the
           // poll interval's end.
           const tokenThere: boolean = Option.isSome(wait) && Duration.isZero(wait.value)
+          // Nothing ready and no rate holding anything back: the backlog is drained. (An empty
+          // claim under a rate is waiting for a token, not for a batch to fill: no linger.)
+          drained = Option.isNone(wait)
           if (tokenThere && !tokenNow) {
             tokenNow = true
             continue

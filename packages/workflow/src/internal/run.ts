@@ -19,6 +19,7 @@ import { WorkflowEngine, WorkflowInstance } from "effect/workflow/WorkflowEngine
 import * as Codec from "./codec.js"
 import type { EngineContext, Registration } from "./engineContext.js"
 import { journalKey, runId } from "./engineContext.js"
+import type * as Store from "./store.js"
 
 /** What this process knows of a run it is running. */
 export interface Run {
@@ -31,6 +32,8 @@ export interface Run {
   interruptPending: boolean
   interruptUnsafe: boolean
   readonly activitiesAsked: Set<string>
+  /** Children this run found not complete (it suspends until they are). */
+  readonly childrenAwaited: Array<{ readonly workflow: string; readonly executionId: string }>
   fiber: Fiber.Fiber<unknown, unknown> | undefined
   /** The database failure that abandoned the run. */
   failure: DatabaseError | undefined
@@ -64,6 +67,7 @@ export const runExecution = (
       interruptPending: begun.row.interrupt_requested,
       interruptUnsafe: begun.row.interrupt_unsafe,
       activitiesAsked: new Set(),
+      childrenAwaited: [],
       fiber: undefined,
       failure: undefined
     }
@@ -156,7 +160,8 @@ export const runExecution = (
       result: yield* Codec.encodeWorkflowResult(workflow, result),
       complete: result._tag === "Complete",
       failed: result._tag === "Suspended" && result.failed === true,
-      rerun: preempted
+      rerun: preempted,
+      waits: result._tag !== "Suspended" ? [] : result.failed === true ? [{ kind: "resume" }] : waitsOf(run)
     })
     yield* Metric.update(
       Metric.withAttributes(metrics.runs, {
@@ -178,3 +183,21 @@ export const runExecution = (
     Effect.catchTag("DatabaseError", (error) => Effect.fail(Publisher.retryable(`workflow run: ${error.message}`))),
     Effect.withSpan("WorkflowEngine.run", { attributes: { workflow: entry.workflow._tag } })
   )
+
+/** The prefix upstream's `DurableClock.sleep` names its clock's deferred with. */
+const CLOCK_DEFERRED = "DurableClock/"
+
+/**
+ * What a suspended run waits on: the deferreds it awaits that its journal has no result for
+ * (a clock is the deferred `DurableClock/<name>`) and the children it found not complete.
+ */
+const waitsOf = (run: Run): ReadonlyArray<Store.WaitingOn> => [
+  ...[...run.instance.awaitedDeferreds.keys()]
+    .filter((name) => !run.journal.has(journalKey("deferred", name, 0)))
+    .map((name): Store.WaitingOn =>
+      name.startsWith(CLOCK_DEFERRED)
+        ? { kind: "clock", name: name.slice(CLOCK_DEFERRED.length) }
+        : { kind: "deferred", name }
+    ),
+  ...run.childrenAwaited.map((child): Store.WaitingOn => ({ kind: "child", ...child }))
+]

@@ -23,6 +23,14 @@ export const runKey = (workflow: string, executionId: string): string => `${work
 export type Status = "pending" | "running" | "suspended" | "complete"
 export type StepKind = "activity" | "deferred" | "clock"
 
+/** One thing a suspended run waits on, as its settle records it (`workflow_executions.waiting_on`). */
+export type WaitingOn =
+  | { readonly kind: "deferred"; readonly name: string }
+  | { readonly kind: "clock"; readonly name: string }
+  | { readonly kind: "child"; readonly workflow: string; readonly executionId: string }
+  /** The run failed and `SuspendOnFailure` holds it: an operator's resume. */
+  | { readonly kind: "resume" }
+
 export interface ExecutionRow {
   /**
    * Which start of the execution this is (its creation time in microseconds, as text): an
@@ -58,6 +66,8 @@ export interface Store {
     readonly executionId: string
     readonly payload: unknown
     readonly parent: { readonly workflow: string; readonly executionId: string } | undefined
+    /** Its searchable attributes (`WorkflowAttributes`), checked; kept only by the first start. */
+    readonly attributes: Readonly<Record<string, string>>
   }) => Effect.Effect<{ readonly started: boolean; readonly mismatch: boolean }, DatabaseError>
   readonly read: (workflow: string, executionId: string) => Effect.Effect<ExecutionRow | undefined, DatabaseError>
   /** Marks a run under way and returns the wake sequence it starts from, or nothing when there is nothing to run. */
@@ -126,6 +136,8 @@ export interface Store {
     readonly failed: boolean
     /** Settle pending with a next run whatever the wake sequence says (a preempted run). */
     readonly rerun: boolean
+    /** What a suspended run waits on (kept while it is suspended, for operators). */
+    readonly waits: ReadonlyArray<WaitingOn>
   }) => Effect.Effect<{ readonly fenced: boolean; readonly status: Status | undefined }, DatabaseError>
 }
 
@@ -184,17 +196,18 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
     )
 
   return {
-    start: ({ executionId, parent, payload, workflow }) =>
+    start: ({ attributes, executionId, parent, payload, workflow }) =>
       transact(
         "WorkflowEngine.execute",
         Effect.gen(function*() {
           const text = yield* Effect.orDie(Fingerprint.canonicalize(payload))
           const fingerprint = Fingerprint.toHex(Fingerprint.fingerprintOfCanonical(text))
           const inserted = yield* sql<{ inserted: boolean }>`
-            INSERT INTO ${executions} (workflow, execution_id, payload, payload_fingerprint, parent_workflow, parent_execution_id)
+            INSERT INTO ${executions} (workflow, execution_id, payload, payload_fingerprint, parent_workflow, parent_execution_id,
+                                       attributes)
             VALUES (${workflow}, ${executionId}, ${text}::jsonb, ${fingerprint}, ${parent?.workflow ?? null}, ${
             parent?.executionId ?? null
-          })
+          }, ${json(attributes)}::jsonb)
             ON CONFLICT (workflow, execution_id) DO NOTHING
             RETURNING true AS inserted`
           if (inserted.length > 0) {
@@ -305,7 +318,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
                         AND attempt = 0`
         })
       ),
-    settle: ({ claim, complete, executionId, failed, rerun, result, wakeSeq, workflow }) =>
+    settle: ({ claim, complete, executionId, failed, rerun, result, wakeSeq, waits, workflow }) =>
       transact(
         "WorkflowEngine.settle",
         Effect.gen(function*() {
@@ -320,7 +333,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
           if (complete) {
             const rows = yield* sql<{ parent_workflow: string | null; parent_execution_id: string | null }>`
               UPDATE ${executions} SET status = 'complete', result = ${json(result)}::jsonb, completed_at = now(),
-                     updated_at = now()
+                     updated_at = now(), waiting_on = NULL
                WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
               RETURNING parent_workflow, parent_execution_id`
             // Clocks that have not fired have nothing left to wake: the unclaimed ones go (they
@@ -339,7 +352,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
             UPDATE ${executions} SET
               status = CASE WHEN ${rerun} OR (wake_seq > ${wakeSeq}::bigint AND (resume_requested OR NOT ${failed}))
                             THEN 'pending' ELSE 'suspended' END,
-              result = ${json(result)}::jsonb, updated_at = now()
+              result = ${json(result)}::jsonb, updated_at = now(), waiting_on = ${json(waits)}::jsonb
              WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
             RETURNING status`
           const status = rows[0]?.status

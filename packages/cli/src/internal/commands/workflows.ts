@@ -1,9 +1,10 @@
 /**
- * `effect-durable workflows list|show|interrupt|resume|purge`: the executions of
+ * `effect-durable workflows list|show|waiting|interrupt|resume|purge`: the executions of
  * `@effect-durable/workflow`'s engine, without the workflows' code. Interrupt and resume are
  * durable requests the execution's next run applies, wherever its workflow is registered.
  */
 import * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
+import * as WorkflowAttributes from "@effect-durable/workflow/WorkflowAttributes"
 import * as Argument from "effect/cli/Argument"
 import * as Command from "effect/cli/Command"
 import * as Flag from "effect/cli/Flag"
@@ -26,17 +27,24 @@ const executionId = Argument.String("execution-id").pipe(
   )
 )
 
+const onlyWorkflow = Flag.String("workflow").pipe(
+  Flag.withMetavar("WORKFLOW"),
+  Flag.optional,
+  Flag.withDescription("Only this workflow's executions")
+)
+
 const list = Command.make(
   "list",
   {
-    workflow: Flag.String("workflow").pipe(
-      Flag.withMetavar("WORKFLOW"),
-      Flag.optional,
-      Flag.withDescription("Only this workflow's executions")
-    ),
+    workflow: onlyWorkflow,
     status: Flag.Literals("status", WorkflowAdmin.Statuses).pipe(
       Flag.optional,
       Flag.withDescription("Only executions in this status")
+    ),
+    attribute: Flag.String("attribute").pipe(
+      Flag.withMetavar("NAME=VALUE"),
+      Flag.optional,
+      Flag.withDescription("Only executions with this searchable attribute (WorkflowAttributes), e.g. subscription=48")
     ),
     limit: positive("limit", 50, 1_000, "How many, most recently changed first"),
     fullIds: toggle(
@@ -48,9 +56,15 @@ const list = Command.make(
   Effect.fn("effect-durable.workflows.list")(
     function*(args) {
       const admin = yield* WorkflowAdmin.make
+      const attribute = Option.getOrUndefined(args.attribute)
+      const attributes = attribute === undefined ? undefined : WorkflowAttributes.parseFilter(attribute)
+      if (attribute !== undefined && attributes === undefined) {
+        return yield* usage("--attribute: NAME=VALUE, e.g. subscription=48")
+      }
       const executions = yield* admin.list({
         workflow: Option.getOrUndefined(args.workflow),
         status: Option.getOrUndefined(args.status),
+        attributes,
         limit: args.limit
       })
       if (args.json) return yield* Output.json({ executions })
@@ -64,6 +78,7 @@ const list = Command.make(
           },
           { header: "RUNS", value: (e) => e.runs },
           { header: "UPDATED", value: (e) => e.updatedAt },
+          { header: "WAITING ON", value: (e) => e.waitingOn?.map(WorkflowAdmin.describeWait).join(", ") ?? "" },
           { header: "", value: (e) => (e.payloadMismatches > 0 ? `${e.payloadMismatches} payload mismatches` : "") }
         ], executions)
       )
@@ -94,6 +109,8 @@ const show = Command.make(
         field("updated", found.updatedAt),
         ...(found.completedAt === null ? [] : [field("completed", found.completedAt)]),
         ...(found.parent === null ? [] : [field("parent", `${found.parent.workflow} / ${found.parent.executionId}`)]),
+        ...(found.waits ?? []).map((wait) => field("waiting", WorkflowAdmin.describeWait(wait))),
+        ...Object.entries(found.attributes).map(([name, value]) => field("attribute", `${name}=${value}`)),
         ...(found.payloadMismatches === 0
           ? []
           : [field("mismatches", `${found.payloadMismatches} later starts with another payload (ignored)`)]),
@@ -112,6 +129,34 @@ const show = Command.make(
     withDatabase({ poolSize: 1 })
   )
 ).pipe(Command.withDescription("Show a workflow execution and its recorded steps"))
+
+const waiting = Command.make(
+  "waiting",
+  {
+    workflow: onlyWorkflow,
+    json
+  },
+  Effect.fn("effect-durable.workflows.waiting")(
+    function*(args) {
+      const admin = yield* WorkflowAdmin.make
+      const counts = yield* admin.waiting({ workflow: Option.getOrUndefined(args.workflow) })
+      if (args.json) return yield* Output.json({ waiting: counts })
+      yield* Output.line(
+        counts.length === 0 ? "no suspended executions" : Output.table<typeof counts[number]>([
+          { header: "WORKFLOW", value: (c) => c.workflow },
+          { header: "WAITING ON", value: (c) => `${c.kind}${c.name === "" ? "" : ` ${c.name}`}` },
+          { header: "EXECUTIONS", value: (c) => c.executions },
+          { header: "SINCE", value: (c) => c.since }
+        ], counts)
+      )
+    },
+    withDatabase({ poolSize: 1 })
+  )
+).pipe(
+  Command.withDescription(
+    "Count suspended workflow executions by what they wait on (a deferred, a clock, a child, a resume)"
+  )
+)
 
 /** interrupt and resume: a durable request by name, logged as an operator action, reported whether it applied. */
 const request = (
@@ -197,8 +242,8 @@ const purge = Command.make(
 export const workflows = Command.make(
   "workflows",
   {},
-  () => usage("workflows: name a subcommand: list, show, interrupt, resume, purge")
+  () => usage("workflows: name a subcommand: list, show, waiting, interrupt, resume, purge")
 ).pipe(
   Command.withDescription("List, show, interrupt and resume workflow executions"),
-  Command.withSubcommands([list, show, interrupt, resume, purge])
+  Command.withSubcommands([list, show, waiting, interrupt, resume, purge])
 )

@@ -2,8 +2,9 @@
  * The workflows' routes: the latest executions (filtered by workflow and status), one
  * execution with its journal, and interrupt and resume of an execution.
  */
-import { DatabaseError } from "@effect-durable/core/Errors"
+import { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
+import * as WorkflowAttributes from "@effect-durable/workflow/WorkflowAttributes"
 import * as Effect from "effect/Effect"
 import type { Actions } from "./actions.js"
 import { htmlResponse } from "./edge.js"
@@ -19,15 +20,29 @@ export const routes = ({ queries, route, workflows }: Page, { workflowAction }: 
         const p = r.url.searchParams
         const workflow = p.get("workflow") || undefined
         const status = p.get("status") || undefined
+        const attribute = p.get("attribute") || undefined
+        const attributes = attribute === undefined ? undefined : WorkflowAttributes.parseFilter(attribute)
         const listed = yield* Effect.result(
-          queries.timed(
-            workflows.list({ workflow, status: status as WorkflowAdmin.Status, limit: WorkflowViews.LIST_LIMIT })
-          )
+          attribute !== undefined && attributes === undefined
+            ? Effect.fail(new InvalidInput({ argument: "attribute", rule: "name=value" }))
+            : queries.timed(
+              workflows.list({
+                workflow,
+                status: status as WorkflowAdmin.Status,
+                attributes,
+                limit: WorkflowViews.LIST_LIMIT
+              })
+            )
         )
+        const waiting = listed._tag === "Success"
+          ? yield* Effect.option(queries.timed(workflows.waiting({ workflow })))
+          : undefined
         const data: WorkflowViews.ExecutionsData = {
           workflow,
+          attribute,
           status: WorkflowAdmin.Statuses.find((s) => s === status),
           executions: listed._tag === "Success" ? listed.success : undefined,
+          waiting: waiting?._tag === "Some" ? waiting.value : undefined,
           error: listed._tag === "Failure" ? listed.failure.message : undefined
         }
         // A bad filter is the request's fault; a database that does not answer is not.

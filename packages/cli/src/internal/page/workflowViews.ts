@@ -10,8 +10,12 @@ import { badge, layout, link, num, time, type ViewContext } from "./views.js"
 
 export interface ExecutionsData {
   readonly workflow: string | undefined
+  /** The attribute filter as typed, `NAME=VALUE`. */
+  readonly attribute: string | undefined
   readonly status: WorkflowAdmin.Status | undefined
   readonly executions: ReadonlyArray<WorkflowAdmin.ExecutionSummary> | undefined
+  /** Suspended executions counted by what they wait on (undefined: the query failed). */
+  readonly waiting: ReadonlyArray<WorkflowAdmin.WaitCount> | undefined
   readonly error: string | undefined
 }
 
@@ -33,6 +37,7 @@ const filterForm = (ctx: ViewContext, data: ExecutionsData) =>
     [...new Set((data.executions ?? []).map((e) => e.workflow))].sort().map((name) =>
       html`<option value="${name}"></option>`
     )}</datalist>
+<label>Attribute<input name="attribute" value="${data.attribute ?? ""}" placeholder="name=value"></label>
 <label>Status<select name="status">${
     ["", "pending", "running", "suspended", "complete"].map((s) =>
       html`<option value="${s}"${raw(data.status === s ? " selected" : "")}>${s === "" ? "any" : s}</option>`
@@ -51,11 +56,13 @@ export const executionsPage = (ctx: ViewContext, data: ExecutionsData) => {
     ? html`<p class="note">No workflow executions${data.workflow === undefined ? "" : ` of ${data.workflow}`}${
       data.status === undefined ? "" : ` that are ${data.status}`
     }.</p>`
-    : html`<table id="executions"><thead><tr><th>Workflow</th><th>Execution</th><th>Status</th><th class="num">Runs</th><th>Parent</th><th>Started</th><th>Changed</th><th>Completed</th></tr></thead><tbody>${
+    : html`<table id="executions"><thead><tr><th>Workflow</th><th>Execution</th><th>Status</th><th>Waiting on</th><th>Attributes</th><th class="num">Runs</th><th>Parent</th><th>Started</th><th>Changed</th><th>Completed</th></tr></thead><tbody>${
       data.executions.map((e) =>
         html`<tr data-execution="${e.executionId}"><td>${e.workflow}</td><td>${
           link(ctx, executionPath(e.workflow, e.executionId), "", shortLabel(e.executionId))
-        }</td><td class="state">${statusBadge(e)}</td>${num(e.runs)}<td>${
+        }</td><td class="state">${statusBadge(e)}</td><td class="waits">${
+          e.waitingOn === null ? "-" : e.waitingOn.map(WorkflowAdmin.describeWait).join(", ")
+        }</td><td class="attributes">${attributesText(e.attributes)}</td>${num(e.runs)}<td>${
           e.parent === null
             ? "-"
             : link(ctx, executionPath(e.parent.workflow, e.parent.executionId), "", shortLabel(e.parent.executionId))
@@ -73,9 +80,52 @@ export const executionsPage = (ctx: ViewContext, data: ExecutionsData) => {
     html`<h1>Workflows</h1>
 <p class="note">Executions of <code>@effect-durable/workflow</code>, most recently changed first. A run that keeps failing is a dead letter of its <code>workflow.run:&lt;name&gt;</code> topic.</p>
 ${filterForm(ctx, data)}
+${waitingTable(data)}
 ${list}`
   )
 }
+
+/** Searchable attributes as `name=value, ...` (escaped where shown). */
+const attributesText = (attributes: Readonly<Record<string, string>>) =>
+  Object.keys(attributes).length === 0
+    ? "-"
+    : Object.entries(attributes).map(([name, value]) => `${name}=${value}`).join(", ")
+
+/** Suspended executions by what they wait on: where a stuck fleet shows first. */
+const waitingTable = (data: ExecutionsData) =>
+  data.waiting === undefined || data.waiting.length === 0
+    ? ""
+    : html`<h2>Suspended, by what they wait on</h2>
+<table id="waiting"><thead><tr><th>Workflow</th><th>Waiting on</th><th class="num">Executions</th><th>Since</th></tr></thead><tbody>${
+      data.waiting.map((c) =>
+        html`<tr><td>${c.workflow}</td><td>${c.kind}${c.name === "" ? "" : ` ${c.name}`}</td>${num(c.executions)}<td>${
+          time(c.since)
+        }</td></tr>`
+      )
+    }</tbody></table>`
+
+/** What the execution waits on: a child links to its page, a clock says when it is due. */
+const waitsField = (ctx: ViewContext, waits: WorkflowAdmin.ExecutionDetail["waits"]) =>
+  waits === null || waits.length === 0 ?
+    "-" :
+    html`<ul class="waits">${
+      waits.map((wait) =>
+        html`<li>${
+          wait.kind === "child"
+            ? html`child ${
+              link(
+                ctx,
+                executionPath(wait.workflow, wait.executionId),
+                "",
+                `${wait.workflow} ${wait.executionId}`
+              )
+            } (${wait.status ?? "gone"})`
+            : wait.kind === "clock"
+            ? html`clock ${wait.name}, due ${wait.dueAt === null ? "-" : time(wait.dueAt)}`
+            : WorkflowAdmin.describeWait(wait)
+        }</li>`
+      )
+    }</ul>`
 
 /** A journal value's outcome, from the exit the engine recorded. */
 const outcome = (step: WorkflowAdmin.ExecutionDetail["steps"][number]): string => {
@@ -113,6 +163,8 @@ export const executionPage = (ctx: ViewContext, e: WorkflowAdmin.ExecutionDetail
     html`<h1>${e.workflow} <code>${e.executionId}</code> ${statusBadge(e)}</h1>
 ${executionActions(ctx, e)}
 <dl class="fields">
+<dt>Waiting on</dt><dd>${waitsField(ctx, e.waits)}</dd>
+<dt>Attributes</dt><dd>${attributesText(e.attributes)}</dd>
 <dt>Runs</dt><dd>${e.runs}</dd>
 <dt>Parent</dt><dd>${
       e.parent === null
