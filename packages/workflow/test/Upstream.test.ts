@@ -1784,9 +1784,24 @@ const ParallelDirectWorkflowLayer = ParallelDirectWorkflow.toLayer(Effect.fnUntr
   )
 }))
 
+/** Children of one parent started and not yet done, counted at each child run's start: the most seen. */
+const recordActive = (childId: string) => {
+  const parent = childId.replace(/-child-\d+$/, "")
+  const count = (what: string) =>
+    [...flags.keys()].filter((key) => key.startsWith(`parallel-child-${what}-${parent}-child-`)).length
+  const active = count("start") - count("done")
+  flags.set(
+    `parallel-most-active-${parent}`,
+    Math.max(Number(flags.get(`parallel-most-active-${parent}`) ?? 0), active)
+  )
+}
+
 const ParallelChildWorkflowLayer = ParallelChildWorkflow.toLayer(Effect.fnUntraced(function*(payload) {
   flags.set(`parallel-child-start-${payload.id}`, true)
+  recordActive(payload.id)
   yield* DurableClock.sleep({ name: "parallel-child", duration: payload.sleep, inMemoryThreshold: Duration.zero })
+  // Before the run settles: the parent's next run (which may start another child) comes after.
+  flags.set(`parallel-child-done-${payload.id}`, true)
   return `done-${payload.index}`
 }))
 
@@ -1899,22 +1914,16 @@ describe("upstream ClusterWorkflowEngine.test.ts: child workflows", () => {
           const executionId = yield* ParallelParentWorkflow.executionId(payload)
           yield* ParallelParentWorkflow.execute(payload, { discard: true })
 
-          for (const started of [2, 4, 5]) {
-            yield* eventually(
-              ParallelParentWorkflow.poll(executionId),
-              (result) =>
-                isSuspended(result) && flags.get(`parallel-child-start-parallel-bounded-child-${started - 1}`) === true
-            )
-            for (let index = 0; index < 5; index++) {
-              expect(flags.get(`parallel-child-start-parallel-bounded-child-${index}`)).toBe(
-                index < started ? true : undefined
-              )
-            }
-            expect(flags.get("parallel-activity-releases-parallel-bounded")).toBe(
-              flags.get("parallel-activity-runs-parallel-bounded")
-            )
-          }
+          // The bound, counted at every child run's start (each child's run is a delivery of its
+          // own, started in any order): never more than 2 children started and not done.
           const result = yield* until(ParallelParentWorkflow.poll(executionId), "Complete")
+          expect(Number(flags.get("parallel-most-active-parallel-bounded"))).toBeLessThanOrEqual(2)
+          for (let index = 0; index < 5; index++) {
+            expect(flags.get(`parallel-child-start-parallel-bounded-child-${index}`)).toBe(true)
+          }
+          expect(flags.get("parallel-activity-releases-parallel-bounded")).toBe(
+            flags.get("parallel-activity-runs-parallel-bounded")
+          )
           expect(result).toEqual(
             new Workflow.Complete({ exit: Exit.succeed(["done-0", "done-1", "done-2", "done-3", "done-4"]) })
           )
