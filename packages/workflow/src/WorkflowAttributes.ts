@@ -94,12 +94,11 @@ export const set = (
     const instance = yield* WorkflowInstance
     const sql = yield* SqlClient.SqlClient
     const executions = sql.literal((yield* DurableSettings).table("workflow_executions"))
+    const merged = sql`attributes || ${JSON.stringify(checked)}::jsonb`
     const [row] = yield* sql<{ n: number }>`
-      UPDATE ${executions} SET attributes = attributes || ${JSON.stringify(checked)}::jsonb
+      UPDATE ${executions} SET attributes = ${merged}
        WHERE workflow = ${instance.workflow._tag} AND execution_id = ${instance.executionId}
-         AND (SELECT count(*) FROM jsonb_object_keys(attributes || ${
-      JSON.stringify(checked)
-    }::jsonb)) <= ${MAX_ATTRIBUTES}
+         AND (SELECT count(*) FROM jsonb_object_keys(${merged})) <= ${MAX_ATTRIBUTES}
       RETURNING 1 AS n`.pipe(
       classifySqlErrors("WorkflowAttributes.set"),
       // A passing failure (a restart, a dropped connection) is retried in place; one that lasts

@@ -143,6 +143,11 @@ export const makeLanes = (
           results[i] = result
           delivery.finished(i, Result.isSuccess(result))
         }
+        /** Left unstarted (or its outcome set aside) behind its key: given back, no attempt counted. */
+        const holdBack = (i: number) => {
+          delivery.holdBack(claimed[i]!.id)
+          settle(i, Result.fail(heldBack()))
+        }
         /** The rest of a lane's unit stays unstarted: given back after the batch, never counted. */
         const holdBackRest = (lane: number) => {
           const unit = units[unitOfLane[lane]!]
@@ -150,15 +155,11 @@ export const makeLanes = (
           for (let p = positionOfLane[lane]!; p < unit.length; p++) {
             const i = unit[p]!
             if (results[i] !== undefined) continue
-            delivery.holdBack(claimed[i]!.id)
-            settle(i, Result.fail(heldBack()))
+            holdBack(i)
           }
           positionOfLane[lane] = unit.length
         }
-        for (const i of spill) {
-          delivery.holdBack(claimed[i]!.id)
-          settle(i, Result.fail(heldBack()))
-        }
+        for (const i of spill) holdBack(i)
         /** Why a message may not be published now, if it may not (its lease, its payload). */
         const refusal = (message: OutboxWorker.OutboxMessage): PublishError | undefined => {
           if (!delivery.mayStart(message.id, clock.currentTimeMillisUnsafe())) {
@@ -188,8 +189,7 @@ export const makeLanes = (
               const behindFailed = (i: number) => {
                 const key = claimed[i]!.orderingKey
                 if (key === null || !failedKeys.has(key)) return false
-                delivery.holdBack(claimed[i]!.id)
-                settle(i, Result.fail(heldBack()))
+                holdBack(i)
                 return true
               }
               const sent: Array<number> = []
@@ -300,8 +300,7 @@ export const makeLanes = (
             if (results[i] !== undefined) continue
             const key = claimed[i]!.orderingKey
             if (key !== null && cutKeys.has(key)) {
-              delivery.holdBack(claimed[i]!.id)
-              settle(i, Result.fail(heldBack()))
+              holdBack(i)
               continue
             }
             if (key !== null) cutKeys.add(key)
