@@ -11,6 +11,7 @@ import * as FlowControl from "@effect-durable/pg/FlowControl"
 import * as QueueLifecycle from "@effect-durable/pg/QueueLifecycle"
 import * as FlowChecker from "@effect-durable/testing/FlowChecker"
 import * as PgServer from "@effect-durable/testing/PgServer"
+import * as WorkflowLimits from "@effect-durable/workflow/WorkflowLimits"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Cause from "effect/Cause"
@@ -90,14 +91,18 @@ const prepareDatabase = (server: PgServer.PgServer["Service"]) =>
       // Set before any claim: the checker then sees every claim of the topic.
       yield* FlowChecker.install().pipe(Effect.provideService(SqlClient.SqlClient, admin))
       yield* Context.get(substrate, FlowControl.FlowControl).setLimit(
-        TOPIC,
-        options.slots ? { maxInFlight: Options.FLOW_LIMIT, by: "chaos" } : {
-          maxInFlight: Options.FLOW_LIMIT,
-          groupMaxInFlight: Options.FLOW_GROUP_LIMIT,
-          rate: Options.FLOW_RATE,
-          groupRate: Options.FLOW_GROUP_RATE,
-          by: "chaos"
-        }
+        limitedTopic,
+        options.workflows
+          ? { maxInFlight: Options.WORKFLOW_FLOW_LIMIT, groupMaxInFlight: Options.WORKFLOW_GROUP_LIMIT, by: "chaos" }
+          : options.slots
+          ? { maxInFlight: Options.FLOW_LIMIT, by: "chaos" }
+          : {
+            maxInFlight: Options.FLOW_LIMIT,
+            groupMaxInFlight: Options.FLOW_GROUP_LIMIT,
+            rate: Options.FLOW_RATE,
+            groupRate: Options.FLOW_GROUP_RATE,
+            by: "chaos"
+          }
       )
     }
     return admin
@@ -156,13 +161,24 @@ const openMessages = (admin: SqlClient.SqlClient) =>
       Effect.map(([row]) => row!.n)
     )
 
+/** A rate as the report says it. */
+const rateText = (rate: { readonly limit: number; readonly per: string; readonly burst: number }) =>
+  `${rate.limit} per ${rate.per}, burst ${rate.burst}`
+
+/** The topic under limits with `--limits` or `--slots`: the outbox schedule's, or the workflow's runs. */
+const limitedTopic = options.workflows ? WorkflowLimits.topic(WorkflowSchema.ChaosOrder) : TOPIC
+const limitsText = options.workflows
+  ? `${Options.WORKFLOW_FLOW_LIMIT} runs in flight, ${Options.WORKFLOW_GROUP_LIMIT} per customer group of ${Options.FLOW_GROUPS}`
+  : options.slots
+  ? `${Options.FLOW_LIMIT} in flight, no groups or rates: claims take capacity slots`
+  : `${Options.FLOW_LIMIT} in flight, ${Options.FLOW_GROUP_LIMIT} per group of ${Options.FLOW_GROUPS}, rates ${
+    rateText(Options.FLOW_RATE)
+  } and ${rateText(Options.FLOW_GROUP_RATE)} per group`
+
 /**
  * `--limits`: the overshoot checker's findings (it counted in flight inside every claim of the
  * topic, and held every span of claimed messages against the topic's and each group's bucket).
  */
-const rateText = (rate: { readonly limit: number; readonly per: string; readonly burst: number }) =>
-  `${rate.limit} per ${rate.per}, burst ${rate.burst}`
-
 const withFlowCheck = <R extends { readonly details: ReadonlyArray<string>; readonly broken: ReadonlyArray<string> }>(
   admin: SqlClient.SqlClient,
   report: R
@@ -171,16 +187,16 @@ const withFlowCheck = <R extends { readonly details: ReadonlyArray<string>; read
     const overshoots = yield* FlowChecker.overshoots().pipe(Effect.provideService(SqlClient.SqlClient, admin))
     const rateOvershoots = yield* FlowChecker.rateOvershoots().pipe(Effect.provideService(SqlClient.SqlClient, admin))
     const [claims] = yield* admin<{ n: number }>`
-      SELECT coalesce(sum(attempt_count), 0)::int AS n FROM durable.outbox_messages WHERE topic = ${TOPIC}`
-    const line = `flow limits (${Options.FLOW_LIMIT} in flight${
-      options.slots ? ", no groups or rates: claims take capacity slots" : `, ${Options.FLOW_GROUP_LIMIT} per group`
-    }): ${overshoots.length} overshoots over about ${claims!.n} claims of the topic, each counted inside its claim`
+      SELECT coalesce(sum(attempt_count), 0)::int AS n FROM durable.outbox_messages WHERE topic = ${limitedTopic}`
+    const line = `flow limits (${limitsText}): ${overshoots.length} overshoots over about ${
+      claims!.n
+    } claims of ${limitedTopic}, each counted inside its claim`
     const rateLine = `rates (${rateText(Options.FLOW_RATE)}, ${
       rateText(Options.FLOW_GROUP_RATE)
     } per group): ${rateOvershoots.length} buckets overshot, every span of claimed messages checked`
     return {
       ...report,
-      details: [...report.details, line, ...(options.slots ? [] : [rateLine])],
+      details: [...report.details, line, ...(options.slots || options.workflows ? [] : [rateLine])],
       broken: [
         ...report.broken,
         ...(overshoots.length === 0
@@ -208,13 +224,7 @@ const program = Effect.gen(function*() {
       options.asyncWorkerCommits ? ", worker commits asynchronous" : ""
     }${
       options.batch ? `, batch handler (up to ${Options.BATCH.maxSize} a call, max wait ${Options.BATCH.maxWait})` : ""
-    }${options.slots ? `, flow limit: ${Options.FLOW_LIMIT} in flight (no groups or rates: capacity slots)` : ""}${
-      options.limits
-        ? `, flow limits: ${Options.FLOW_LIMIT} in flight, ${Options.FLOW_GROUP_LIMIT} per group of ${Options.FLOW_GROUPS}, rates ${
-          rateText(Options.FLOW_RATE)
-        } and ${rateText(Options.FLOW_GROUP_RATE)} per group`
-        : ""
-    }`
+    }${options.limits || options.slots ? `, flow limits on ${limitedTopic}: ${limitsText}` : ""}`
   )
   const server = yield* PgServer.PgServer
   const run = yield* Effect.acquireRelease(

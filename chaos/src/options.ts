@@ -55,6 +55,13 @@ export const FLOW_GROUPS = 10
 export const FLOW_RATE = { limit: 60, per: "1 second", burst: 30 } as const
 export const FLOW_GROUP_RATE = { limit: 10, per: "1 second", burst: 5 } as const
 
+/**
+ * With `--workflows --limits`: the limits on `ChaosOrder`'s runs, grouped by customer (the order's
+ * number modulo `FLOW_GROUPS`). In flight only: a rate on runs would count replays.
+ */
+export const WORKFLOW_FLOW_LIMIT = 6
+export const WORKFLOW_GROUP_LIMIT = 1
+
 /** The projector's default lease (`@effect-durable/projector` Projector.ts), used to size stalls. */
 export const PROJECTOR_DEFAULT_LEASE_MILLIS = 30_000
 
@@ -104,6 +111,9 @@ export const parse = (args: ReadonlyArray<string>): Options => {
   const quick = values.quick
   if (values.limits && values.slots) throw new Error("--limits and --slots: one or the other")
   if (values.batch && values.workflows) throw new Error("--batch is for the outbox schedule, not --workflows")
+  if (values.slots && values.workflows) {
+    throw new Error("--slots is for the outbox schedule; --workflows takes --limits")
+  }
   return {
     quick,
     leaseMillis: values.lease === undefined ? undefined : parseDuration(values.lease),

@@ -9,6 +9,7 @@
  * activity applied twice would show as a second row.
  */
 import * as PgWorkflowEngine from "@effect-durable/workflow/PgWorkflowEngine"
+import * as WorkflowLimits from "@effect-durable/workflow/WorkflowLimits"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
@@ -18,12 +19,19 @@ import * as Activity from "effect/workflow/Activity"
 import * as DurableClock from "effect/workflow/DurableClock"
 import * as DurableDeferred from "effect/workflow/DurableDeferred"
 import * as Workflow from "effect/workflow/Workflow"
+import { FLOW_GROUPS } from "../options.js"
 
-export const ChaosOrder = Workflow.make("ChaosOrder", {
-  payload: { orderId: Schema.String },
-  success: Schema.String,
-  idempotencyKey: ({ orderId }) => orderId
-})
+/** An order's customer: its number modulo `FLOW_GROUPS` (the group its runs are limited by, `--limits`). */
+export const customerOf = (orderId: string) => `customer-${Number(orderId.replace(/\D/g, "")) % FLOW_GROUPS}`
+
+export const ChaosOrder = WorkflowLimits.groupBy(
+  Workflow.make("ChaosOrder", {
+    payload: { orderId: Schema.String },
+    success: Schema.String,
+    idempotencyKey: ({ orderId }) => orderId
+  }),
+  ({ orderId }) => customerOf(orderId)
+)
 
 /** Completed by the producer, 0.2-2 s after the order's start committed. */
 export const Approved = DurableDeferred.make("ChaosOrder/Approved", { success: Schema.String })

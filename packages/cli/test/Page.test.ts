@@ -201,6 +201,18 @@ describe("admin page over HTTP", () => {
         expect(byAttribute.body).toContain(`data-execution="w-1"`)
         expect(byAttribute.body).not.toContain(`data-execution="k/1"`)
         expect((yield* get("/ops/durable/workflows?attribute=tenant")).status).toBe(400)
+        // A pending execution of a limited workflow waits on its limit; its group is on its page, escaped.
+        yield* sql`INSERT INTO durable.workflow_executions (workflow, execution_id, payload, payload_fingerprint, status,
+                                                           run_group)
+                   VALUES ('PageCharge', 'p-1', '{}', 'f', 'pending', 'acme<b>')`
+        yield* sql`INSERT INTO durable.flow_limits (topic, group_max_in_flight, updated_by)
+                   VALUES ('workflow.run:PageCharge', 1, 'test')`
+        const limited = yield* get("/ops/durable/workflows?workflow=PageCharge")
+        expect(limited.body).toContain(`<td class="waits">the workflow&#39;s limit (group acme&lt;b&gt;)</td>`)
+        expect(limited.body).toMatch(/<tr><td>PageCharge<\/td><td>limit acme&lt;b&gt;<\/td><td class="num">1<\/td>/)
+        expect((yield* get("/ops/durable/workflows/PageCharge/p-1")).body).toContain(
+          "<dt>Group</dt><dd>acme&lt;b&gt;</dd>"
+        )
       }))
 
     it.effect("schedules: listed with their next slot and counts, escaped; pause and resume act and are logged; a read of an unknown one changes nothing", () =>

@@ -161,5 +161,35 @@ describe("effect-durable workflows", () => {
         expect(malformed.code).toBe(2)
         expect(malformed.stderr).toMatch(/NAME=VALUE/)
       }))
+
+    it.effect("pending executions of a limited workflow say they wait on its limit, with their group; waiting counts them by group", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`INSERT INTO durable.workflow_executions (workflow, execution_id, payload, payload_fingerprint, status,
+                                                           run_group)
+                   VALUES ('Charge', 'c-1', '{}', 'f', 'pending', 'acme'), ('Charge', 'c-2', '{}', 'f', 'pending', 'acme'),
+                          ('Charge', 'c-3', '{}', 'f', 'running', 'acme'), ('Charge', 'c-4', '{}', 'f', 'pending', NULL)`
+        // Not limited yet: nothing holds them.
+        const before = yield* cliOn(["workflows", "list", "--workflow", "Charge", "--json"])
+        expect(json(before).executions.map((e: { waitingOn: unknown }) => e.waitingOn)).toEqual([
+          null,
+          null,
+          null,
+          null
+        ])
+        expect((yield* cliOn(["limits", "set", "workflow.run:Charge", "--group-max", "1"])).code).toBe(0)
+        const listed = yield* cliOn(["workflows", "list", "--workflow", "Charge", "--status", "pending"])
+        expect(listed.stdout).toMatch(/^Charge\s+c-1\s+pending\s.*the workflow's limit \(group acme\)/m)
+        expect(listed.stdout).toMatch(/^Charge\s+c-4\s+pending\s.*the workflow's limit(\s|$)/m)
+        const shown = yield* cliOn(["workflows", "show", "Charge", "c-2"])
+        expect(shown.stdout).toMatch(/^group:\s+acme$/m)
+        expect(shown.stdout).toMatch(/^waiting:\s+the workflow's limit \(group acme\)$/m)
+        const waiting = yield* cliOn(["workflows", "waiting", "--workflow", "Charge", "--json"])
+        expect(
+          json(waiting).waiting.map((c: { kind: string; name: string; executions: number }) =>
+            `${c.kind} ${c.name} ${c.executions}`
+          )
+        ).toEqual(["limit acme 2", "limit  1"])
+      }))
   })
 })

@@ -51,6 +51,7 @@ import * as Run from "./internal/run.js"
 import * as Store from "./internal/store.js"
 import * as Wait from "./internal/wait.js"
 import * as WorkflowAttributes from "./WorkflowAttributes.js"
+import * as WorkflowLimits from "./WorkflowLimits.js"
 
 export interface PgWorkflowEngineOptions {
   /**
@@ -204,8 +205,9 @@ export const make = (
           // A bad attribute is the caller's error: a defect of `execute` (its error channel is the
           // workflow's), said by name, before anything is written.
           const attributes = yield* Effect.orDie(WorkflowAttributes.validate(yield* WorkflowAttributes.StartAttributes))
+          const group = yield* Effect.orDie(WorkflowLimits.groupOf(workflow, opts.payload))
           const started = yield* guarded(
-            store.start({ workflow: workflow._tag, executionId: opts.executionId, payload, parent, attributes })
+            store.start({ workflow: workflow._tag, executionId: opts.executionId, payload, parent, attributes, group })
           )
           if (started.mismatch) {
             yield* Metric.update(metrics.payloadMismatches, 1)

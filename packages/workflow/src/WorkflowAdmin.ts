@@ -17,33 +17,16 @@ import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as Store from "./internal/store.js"
+import type { WaitDetail, WaitingOn } from "./internal/waitDetail.js"
+import * as WaitDetails from "./internal/waitDetail.js"
 import * as WorkflowAttributes from "./WorkflowAttributes.js"
 
 export const Statuses = ["pending", "running", "suspended", "complete"] as const
 export type Status = typeof Statuses[number]
 
-/** What a suspended execution waits on, as its last run recorded it (`Store.WaitingOn`). */
-export type WaitingOn = Store.WaitingOn
+export type { WaitDetail, WaitingOn } from "./internal/waitDetail.js"
 
-/** A wait as `show` details it: a clock with its due time, a child with its status. */
-export type WaitDetail =
-  | { readonly kind: "deferred"; readonly name: string }
-  | {
-    readonly kind: "clock"
-    readonly name: string
-    /** When it fires (its outbox message's due time); null when the message is not waiting (fired, dead). */
-    readonly dueAt: string | null
-  }
-  | {
-    readonly kind: "child"
-    readonly workflow: string
-    readonly executionId: string
-    /** The child's status now; null when it is gone. */
-    readonly status: Status | null
-  }
-  | { readonly kind: "resume" }
-
-/** Suspended executions counted by what they wait on (`waiting`). */
+/** Suspended executions counted by what they wait on, pending ones of a limited workflow as `limit` (`waiting`). */
 export interface WaitCount {
   readonly workflow: string
   /**
@@ -51,7 +34,7 @@ export interface WaitCount {
    * nothing the engine can name (a bare `Workflow.suspend`).
    */
   readonly kind: WaitingOn["kind"] | "unknown"
-  /** The deferred's or clock's name, the child's workflow; empty for `resume` and `unknown`. */
+  /** The deferred's or clock's name, the child's workflow, the limit's group; empty for `resume` and `unknown`. */
   readonly name: string
   readonly executions: number
   /** When the longest-waiting of them last changed. */
@@ -62,8 +45,13 @@ export interface ExecutionSummary {
   readonly workflow: string
   readonly executionId: string
   readonly status: Status
-  /** What it waits on, when suspended (null otherwise, or when suspended before waits were recorded). */
+  /**
+   * What it waits on, when suspended (null otherwise, or when suspended before waits were
+   * recorded); when pending under a limit, the limit.
+   */
   readonly waitingOn: ReadonlyArray<WaitingOn> | null
+  /** The flow group of its runs (`WorkflowLimits.groupBy`); null when it has none. */
+  readonly group: string | null
   /** Its searchable attributes (`WorkflowAttributes`). */
   readonly attributes: Readonly<Record<string, string>>
   readonly runs: number
@@ -158,6 +146,8 @@ export const describeWait = (wait: WaitingOn | WaitDetail): string => {
       }`
     case "resume":
       return "an operator's resume (its run failed)"
+    case "limit":
+      return `the workflow's limit${wait.group === null ? "" : ` (group ${wait.group})`}`
   }
 }
 
@@ -185,13 +175,15 @@ interface Row {
   readonly completed_at: string | null
   readonly waiting_on: ReadonlyArray<WaitingOn> | null
   readonly attributes: Readonly<Record<string, string>>
+  readonly run_group: string | null
 }
 
 const summary = (row: Row): ExecutionSummary => ({
   workflow: row.workflow,
   executionId: row.execution_id,
   status: row.status,
-  waitingOn: row.status === "suspended" ? row.waiting_on : null,
+  waitingOn: row.status === "suspended" || row.status === "pending" ? row.waiting_on : null,
+  group: row.run_group,
   attributes: row.attributes,
   runs: row.runs,
   payloadMismatches: row.payload_mismatches,
@@ -211,8 +203,13 @@ export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | Dur
     const store = Store.make(sql, settings, yield* Outbox.Outbox)
     const executions = sql.literal(settings.table("workflow_executions"))
     const steps = sql.literal(settings.table("workflow_steps"))
-    const columns = sql.literal(`workflow, execution_id, status, runs, payload_mismatches, interrupt_requested,
-      parent_workflow, parent_execution_id, created_at::text, updated_at::text, completed_at::text, waiting_on, attributes`)
+    const limits = sql.literal(settings.table("flow_limits"))
+    // A pending execution of a workflow with limits: its next run is queued behind them.
+    const columns = sql`workflow, execution_id, status, runs, payload_mismatches, interrupt_requested,
+      parent_workflow, parent_execution_id, created_at::text, updated_at::text, completed_at::text, attributes, run_group,
+      CASE WHEN status <> 'pending' THEN waiting_on
+           WHEN EXISTS (SELECT 1 FROM ${limits} l WHERE l.topic = ${Store.runTopic("")} || workflow)
+           THEN jsonb_build_array(jsonb_build_object('kind', 'limit', 'group', run_group)) END AS waiting_on`
     // Complete for longer than the retention, and not a child its unfinished parent may still read.
     const purgeableWhere = (seconds: number) =>
       sql`e.completed_at < now() - make_interval(secs => ${seconds})
@@ -223,35 +220,7 @@ export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | Dur
       Effect.map(decodeOlderThan(olderThan), (duration) => Duration.toMillis(duration) / 1000)
     const identify = (workflow: string, executionId: string) =>
       Effect.all([decodeName(workflow), decodeId(executionId)])
-    const outbox = sql.literal(settings.table("outbox"))
-    /** Each clock's due time (its open message's), each child's status now. */
-    const detail = (workflow: string, executionId: string, waits: ReadonlyArray<WaitingOn>) =>
-      Effect.gen(function*() {
-        const clocks = waits.flatMap((wait) => wait.kind === "clock" ? [wait.name] : [])
-        const children = waits.flatMap((wait) => wait.kind === "child" ? [wait] : [])
-        const due = clocks.length === 0 ? [] : yield* sql<{ name: string; due_at: string }>`
-          SELECT s.name, o.available_at::text AS due_at FROM ${steps} s JOIN ${outbox} o ON o.id = s.outbox_id
-           WHERE s.workflow = ${workflow} AND s.execution_id = ${executionId} AND s.kind = 'clock'
-             AND s.name = ANY(${clocks}::text[])`.pipe(classifySqlErrors("WorkflowAdmin.show"))
-        const statuses = children.length === 0 ? [] : yield* sql<
-          { workflow: string; execution_id: string; status: Status }
-        >`
-          SELECT workflow, execution_id, status FROM ${executions}
-           WHERE (workflow, execution_id) IN (SELECT * FROM unnest(${children.map((c) => c.workflow)}::text[], ${
-          children.map((c) => c.executionId)
-        }::text[]))`.pipe(classifySqlErrors("WorkflowAdmin.show"))
-        return waits.map((wait): WaitDetail =>
-          wait.kind === "clock"
-            ? { ...wait, dueAt: due.find((row) => row.name === wait.name)?.due_at ?? null }
-            : wait.kind === "child"
-            ? {
-              ...wait,
-              status: statuses.find((row) => row.workflow === wait.workflow && row.execution_id === wait.executionId)
-                ?.status ?? null
-            }
-            : wait
-        )
-      })
+    const detail = WaitDetails.make(sql, settings)
     return {
       waiting: (options = {}) =>
         Effect.gen(function*() {
@@ -265,7 +234,12 @@ export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | Dur
               LEFT JOIN LATERAL jsonb_array_elements(e.waiting_on) w ON true
              WHERE e.status = 'suspended' AND (${workflow}::text IS NULL OR e.workflow = ${workflow})
              GROUP BY 1, 2, 3
-             ORDER BY n DESC, 1, 2, 3`.pipe(classifySqlErrors("WorkflowAdmin.waiting"))
+            UNION ALL
+            SELECT e.workflow, 'limit', coalesce(e.run_group, ''), count(*)::int, min(e.updated_at)::text
+              FROM ${executions} e JOIN ${limits} l ON l.topic = ${Store.runTopic("")} || e.workflow
+             WHERE e.status = 'pending' AND (${workflow}::text IS NULL OR e.workflow = ${workflow})
+             GROUP BY 1, 2, 3
+             ORDER BY 4 DESC, 1, 2, 3`.pipe(classifySqlErrors("WorkflowAdmin.waiting"))
           return rows.map((row) => ({
             workflow: row.workflow,
             kind: row.kind,

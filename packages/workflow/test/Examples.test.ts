@@ -12,6 +12,7 @@ import * as DurableDeferred from "effect/workflow/DurableDeferred"
 import * as Workflow from "effect/workflow/Workflow"
 import * as Approval from "../examples/approval.js"
 import * as Deadline from "../examples/deadline.js"
+import * as Limits from "../examples/limits.js"
 import * as Order from "../examples/order.js"
 
 describe("the workflow guide's example does what the guide says", () => {
@@ -159,6 +160,37 @@ describe("the workflow guide's example does what the guide says", () => {
               })
             )
           )
+        }))
+
+      it.effect("charges under a tenant limit: at most two of a tenant's gateway calls overlap, each invoice charged once", () =>
+        Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          const db = yield* TestDatabase.TestDatabase
+          yield* sql`CREATE TABLE gateway_calls (
+            tenant text NOT NULL, invoice text PRIMARY KEY, amount numeric NOT NULL,
+            started_at timestamptz NOT NULL DEFAULT clock_timestamp(), ended_at timestamptz)`
+          yield* Effect.gen(function*() {
+            yield* Limits.configure
+            const invoices = [
+              ...Array.from({ length: 6 }, (_, i) => ({ tenant: "acme", invoice: `acme-${i}`, amount: 10 + i })),
+              ...Array.from({ length: 2 }, (_, i) => ({ tenant: "globex", invoice: `globex-${i}`, amount: 20 + i }))
+            ]
+            const results = yield* Effect.forEach(invoices, (payload) => Limits.Invoice.execute(payload), {
+              concurrency: "unbounded"
+            })
+            expect(results).toEqual(invoices.map(({ amount, invoice }) => `invoice ${invoice}: charged ${amount}`))
+          }).pipe(Effect.provide(Limits.AppLayer({ url: db.url, applicationName: "workflow-limits-example" })))
+          // The most calls of one tenant in progress at any call's start.
+          const overlap = yield* sql<{ tenant: string; calls: number; most: number }>`
+            SELECT a.tenant, count(*)::int AS calls,
+                   max((SELECT count(*) FROM gateway_calls b
+                         WHERE b.tenant = a.tenant AND b.started_at <= a.started_at AND b.ended_at > a.started_at))::int AS most
+              FROM gateway_calls a GROUP BY a.tenant ORDER BY a.tenant`
+          expect(overlap.map(({ calls, tenant }) => ({ tenant, calls }))).toEqual([
+            { tenant: "acme", calls: 6 },
+            { tenant: "globex", calls: 2 }
+          ])
+          for (const row of overlap) expect(row.most).toBeLessThanOrEqual(2)
         }))
     }
   )

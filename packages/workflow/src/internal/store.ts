@@ -68,6 +68,8 @@ export interface Store {
     readonly parent: { readonly workflow: string; readonly executionId: string } | undefined
     /** Its searchable attributes (`WorkflowAttributes`), checked; kept only by the first start. */
     readonly attributes: Readonly<Record<string, string>>
+    /** The flow group of its runs (`WorkflowLimits.groupBy`), checked; kept only by the first start. */
+    readonly group: string | undefined
   }) => Effect.Effect<{ readonly started: boolean; readonly mismatch: boolean }, DatabaseError>
   readonly read: (workflow: string, executionId: string) => Effect.Effect<ExecutionRow | undefined, DatabaseError>
   /** Marks a run under way and returns the wake sequence it starts from, or nothing when there is nothing to run. */
@@ -159,15 +161,19 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
         Effect.die
       )
     )
-  const enqueueRun = (workflow: string, executionId: string) =>
-    enqueue(runTopic(workflow), { executionId }, { orderingKey: runKey(workflow, executionId) })
+  // Every run message of an execution carries its flow group (`WorkflowLimits`), if it has one.
+  const enqueueRun = (workflow: string, executionId: string, group: string | null | undefined) =>
+    enqueue(runTopic(workflow), { executionId }, {
+      orderingKey: runKey(workflow, executionId),
+      ...(group == null ? {} : { group })
+    })
 
   const wakeIn = (workflow: string, executionId: string, mode: WakeMode) =>
     Effect.gen(function*() {
       const explicit = mode === "explicit"
       // An automatic wake (a deferred, a clock, a child) does not wake an execution that
       // suspended on its own failure (`SuspendOnFailure`): only `resume` does, as upstream.
-      const rows = yield* sql<{ before: Status; after: Status }>`
+      const rows = yield* sql<{ before: Status; after: Status; run_group: string | null }>`
         WITH before AS (
           SELECT status FROM ${executions} WHERE workflow = ${workflow} AND execution_id = ${executionId} FOR UPDATE)
         UPDATE ${executions} e SET
@@ -179,10 +185,10 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
           updated_at = now()
           FROM before
          WHERE e.workflow = ${workflow} AND e.execution_id = ${executionId}
-        RETURNING before.status AS before, e.status AS after`
+        RETURNING before.status AS before, e.status AS after, e.run_group`
       const row = rows[0]
       if (row !== undefined && row.before === "suspended" && row.after === "pending") {
-        yield* enqueueRun(workflow, executionId)
+        yield* enqueueRun(workflow, executionId, row.run_group)
       }
     })
 
@@ -196,7 +202,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
     )
 
   return {
-    start: ({ attributes, executionId, parent, payload, workflow }) =>
+    start: ({ attributes, executionId, group, parent, payload, workflow }) =>
       transact(
         "WorkflowEngine.execute",
         Effect.gen(function*() {
@@ -204,14 +210,14 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
           const fingerprint = Fingerprint.toHex(Fingerprint.fingerprintOfCanonical(text))
           const inserted = yield* sql<{ inserted: boolean }>`
             INSERT INTO ${executions} (workflow, execution_id, payload, payload_fingerprint, parent_workflow, parent_execution_id,
-                                       attributes)
+                                       attributes, run_group)
             VALUES (${workflow}, ${executionId}, ${text}::jsonb, ${fingerprint}, ${parent?.workflow ?? null}, ${
             parent?.executionId ?? null
-          }, ${json(attributes)}::jsonb)
+          }, ${json(attributes)}::jsonb, ${group ?? null})
             ON CONFLICT (workflow, execution_id) DO NOTHING
             RETURNING true AS inserted`
           if (inserted.length > 0) {
-            yield* enqueueRun(workflow, executionId)
+            yield* enqueueRun(workflow, executionId, group)
             return { started: true, mismatch: false }
           }
           const mismatched = yield* sql<{ n: number }>`
@@ -348,15 +354,15 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
             }
             return { fenced: true, status: "complete" as const }
           }
-          const rows = yield* sql<{ status: Status }>`
+          const rows = yield* sql<{ status: Status; run_group: string | null }>`
             UPDATE ${executions} SET
               status = CASE WHEN ${rerun} OR (wake_seq > ${wakeSeq}::bigint AND (resume_requested OR NOT ${failed}))
                             THEN 'pending' ELSE 'suspended' END,
               result = ${json(result)}::jsonb, updated_at = now(), waiting_on = ${json(waits)}::jsonb
              WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
-            RETURNING status`
+            RETURNING status, run_group`
           const status = rows[0]?.status
-          if (status === "pending") yield* enqueueRun(workflow, executionId)
+          if (status === "pending") yield* enqueueRun(workflow, executionId, rows[0]!.run_group)
           return { fenced: true, status }
         })
       )

@@ -109,6 +109,7 @@ const show = Command.make(
         field("updated", found.updatedAt),
         ...(found.completedAt === null ? [] : [field("completed", found.completedAt)]),
         ...(found.parent === null ? [] : [field("parent", `${found.parent.workflow} / ${found.parent.executionId}`)]),
+        ...(found.group === null ? [] : [field("group", found.group)]),
         ...(found.waits ?? []).map((wait) => field("waiting", WorkflowAdmin.describeWait(wait))),
         ...Object.entries(found.attributes).map(([name, value]) => field("attribute", `${name}=${value}`)),
         ...(found.payloadMismatches === 0

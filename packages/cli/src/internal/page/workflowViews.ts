@@ -95,7 +95,7 @@ const attributesText = (attributes: Readonly<Record<string, string>>) =>
 const waitingTable = (data: ExecutionsData) =>
   data.waiting === undefined || data.waiting.length === 0
     ? ""
-    : html`<h2>Suspended, by what they wait on</h2>
+    : html`<h2>Waiting, by what they wait on</h2>
 <table id="waiting"><thead><tr><th>Workflow</th><th>Waiting on</th><th class="num">Executions</th><th>Since</th></tr></thead><tbody>${
       data.waiting.map((c) =>
         html`<tr><td>${c.workflow}</td><td>${c.kind}${c.name === "" ? "" : ` ${c.name}`}</td>${num(c.executions)}<td>${
@@ -165,6 +165,7 @@ ${executionActions(ctx, e)}
 <dl class="fields">
 <dt>Waiting on</dt><dd>${waitsField(ctx, e.waits)}</dd>
 <dt>Attributes</dt><dd>${attributesText(e.attributes)}</dd>
+<dt>Group</dt><dd>${e.group ?? "-"}</dd>
 <dt>Runs</dt><dd>${e.runs}</dd>
 <dt>Parent</dt><dd>${
       e.parent === null
