@@ -180,7 +180,9 @@ describe("effect-durable workflows", () => {
         expect((yield* cliOn(["limits", "set", "workflow.run:Charge", "--group-max", "1"])).code).toBe(0)
         const listed = yield* cliOn(["workflows", "list", "--workflow", "Charge", "--status", "pending"])
         expect(listed.stdout).toMatch(/^Charge\s+c-1\s+pending\s.*the workflow's limit \(group acme\)/m)
-        expect(listed.stdout).toMatch(/^Charge\s+c-4\s+pending\s.*the workflow's limit(\s|$)/m)
+        // c-4 has no group: a per-group limit does not hold it (the claim applies none to it).
+        expect(listed.stdout).toMatch(/^Charge\s+c-4\s+pending\s/m)
+        expect(listed.stdout).not.toMatch(/^Charge\s+c-4\s.*limit/m)
         const shown = yield* cliOn(["workflows", "show", "Charge", "c-2"])
         expect(shown.stdout).toMatch(/^group:\s+acme$/m)
         expect(shown.stdout).toMatch(/^waiting:\s+the workflow's limit \(group acme\)$/m)
@@ -189,7 +191,16 @@ describe("effect-durable workflows", () => {
           json(waiting).waiting.map((c: { kind: string; name: string; executions: number }) =>
             `${c.kind} ${c.name} ${c.executions}`
           )
+        ).toEqual(["limit acme 2"])
+        // A limit of the workflow's own holds every pending one, with a group or without.
+        expect((yield* cliOn(["limits", "set", "workflow.run:Charge", "--max", "5"])).code).toBe(0)
+        const all = yield* cliOn(["workflows", "waiting", "--workflow", "Charge", "--json"])
+        expect(
+          json(all).waiting.map((c: { kind: string; name: string; executions: number }) =>
+            `${c.kind} ${c.name} ${c.executions}`
+          )
         ).toEqual(["limit acme 2", "limit  1"])
+        expect((yield* cliOn(["limits", "clear", "workflow.run:Charge"])).code).toBe(0)
       }))
   })
 })

@@ -27,7 +27,9 @@ export const Charge = WorkflowLimits.groupBy(
 const callGateway = (tenant: string, invoice: string, amount: number) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    yield* sql`INSERT INTO gateway_calls (tenant, invoice, amount) VALUES (${tenant}, ${invoice}, ${amount})`
+    // A call run again (its run replayed after a crash) starts its row again.
+    yield* sql`INSERT INTO gateway_calls (tenant, invoice, amount) VALUES (${tenant}, ${invoice}, ${amount})
+               ON CONFLICT (invoice) DO UPDATE SET started_at = clock_timestamp(), ended_at = NULL`
     yield* Effect.sleep("50 millis")
     yield* sql`UPDATE gateway_calls SET ended_at = clock_timestamp() WHERE invoice = ${invoice}`
     return `charged ${amount}`

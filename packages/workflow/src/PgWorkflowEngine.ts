@@ -205,7 +205,10 @@ export const make = (
           // A bad attribute is the caller's error: a defect of `execute` (its error channel is the
           // workflow's), said by name, before anything is written.
           const attributes = yield* Effect.orDie(WorkflowAttributes.validate(yield* WorkflowAttributes.StartAttributes))
-          const group = yield* Effect.orDie(WorkflowLimits.groupOf(workflow, opts.payload))
+          // The group by the registered definition (a caller may hold the one without `groupBy`).
+          const group = yield* Effect.orDie(
+            WorkflowLimits.groupOf(workflows.get(workflow._tag)!.workflow, opts.payload)
+          )
           const started = yield* guarded(
             store.start({ workflow: workflow._tag, executionId: opts.executionId, payload, parent, attributes, group })
           )

@@ -204,12 +204,24 @@ export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | Dur
     const executions = sql.literal(settings.table("workflow_executions"))
     const steps = sql.literal(settings.table("workflow_steps"))
     const limits = sql.literal(settings.table("flow_limits"))
-    // A pending execution of a workflow with limits: its next run is queued behind them.
-    const columns = sql`workflow, execution_id, status, runs, payload_mismatches, interrupt_requested,
-      parent_workflow, parent_execution_id, created_at::text, updated_at::text, completed_at::text, attributes, run_group,
-      CASE WHEN status <> 'pending' THEN waiting_on
-           WHEN EXISTS (SELECT 1 FROM ${limits} l WHERE l.topic = ${Store.runTopic("")} || workflow)
-           THEN jsonb_build_array(jsonb_build_object('kind', 'limit', 'group', run_group)) END AS waiting_on`
+    const groupLimits = sql.literal(settings.table("flow_group_limits"))
+    // A limit of its workflow's runs that applies to execution `e`: the workflow's own (in
+    // flight, rate), or, for an execution with a group, a per-group one (the claim applies no
+    // per-group limit to a message without a group).
+    const limitApplies = sql`EXISTS (
+      SELECT 1 FROM ${limits} l
+       WHERE l.topic = ${Store.runTopic("")} || e.workflow
+         AND (l.max_in_flight IS NOT NULL OR l.rate_limit IS NOT NULL
+              OR (e.run_group IS NOT NULL
+                  AND (l.group_max_in_flight IS NOT NULL OR l.group_rate_limit IS NOT NULL
+                       OR EXISTS (SELECT 1 FROM ${groupLimits} g WHERE g.topic = l.topic AND g.group_key = e.run_group)))))`
+    // A pending execution under a limit that applies to it: its next run queues behind it.
+    const columns = sql`e.workflow, e.execution_id, e.status, e.runs, e.payload_mismatches, e.interrupt_requested,
+      e.parent_workflow, e.parent_execution_id, e.created_at::text, e.updated_at::text, e.completed_at::text, e.attributes,
+      e.run_group,
+      CASE WHEN e.status <> 'pending' THEN e.waiting_on
+           WHEN ${limitApplies} THEN jsonb_build_array(jsonb_build_object('kind', 'limit', 'group', e.run_group))
+      END AS waiting_on`
     // Complete for longer than the retention, and not a child its unfinished parent may still read.
     const purgeableWhere = (seconds: number) =>
       sql`e.completed_at < now() - make_interval(secs => ${seconds})
@@ -236,8 +248,8 @@ export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | Dur
              GROUP BY 1, 2, 3
             UNION ALL
             SELECT e.workflow, 'limit', coalesce(e.run_group, ''), count(*)::int, min(e.updated_at)::text
-              FROM ${executions} e JOIN ${limits} l ON l.topic = ${Store.runTopic("")} || e.workflow
-             WHERE e.status = 'pending' AND (${workflow}::text IS NULL OR e.workflow = ${workflow})
+              FROM ${executions} e
+             WHERE e.status = 'pending' AND (${workflow}::text IS NULL OR e.workflow = ${workflow}) AND ${limitApplies}
              GROUP BY 1, 2, 3
              ORDER BY 4 DESC, 1, 2, 3`.pipe(classifySqlErrors("WorkflowAdmin.waiting"))
           return rows.map((row) => ({
@@ -283,7 +295,7 @@ export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | Dur
             ? {}
             : yield* WorkflowAttributes.validate(options.attributes)
           const rows = yield* sql<Row>`
-            SELECT ${columns} FROM ${executions}
+            SELECT ${columns} FROM ${executions} e
              WHERE (${workflow}::text IS NULL OR workflow = ${workflow})
                AND (${status}::text IS NULL OR status = ${status})
                ${
@@ -299,7 +311,7 @@ export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | Dur
         Effect.gen(function*() {
           const [name, id] = yield* identify(workflow, executionId)
           const rows = yield* sql<Row & { payload: unknown; result: unknown }>`
-            SELECT ${columns}, payload, result FROM ${executions}
+            SELECT ${columns}, e.payload, e.result FROM ${executions} e
              WHERE workflow = ${name} AND execution_id = ${id}`.pipe(classifySqlErrors("WorkflowAdmin.show"))
           const row = rows[0]
           if (row === undefined) return undefined

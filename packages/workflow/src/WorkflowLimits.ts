@@ -55,7 +55,8 @@ const decodeGroup = Input.argument("group", Input.Text(128))
  */
 export const groupOf = (workflow: Workflow.Any, payload: unknown): Effect.Effect<string | undefined, InvalidInput> => {
   const group = Context.get(workflow.annotations, Group)
-  return group === undefined ? Effect.undefined : decodeGroup(group(payload))
+  // The function is the application's: a throw in it is a defect of this effect, not of the call.
+  return group === undefined ? Effect.undefined : Effect.suspend(() => decodeGroup(group(payload)))
 }
 
 /** The outbox topic a workflow's runs are messages of: where its limits live (`effect-durable limits`). */
