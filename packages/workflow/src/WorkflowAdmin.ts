@@ -210,7 +210,7 @@ export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | Dur
     // per-group limit to a message without a group).
     const limitApplies = sql`EXISTS (
       SELECT 1 FROM ${limits} l
-       WHERE l.topic = ${Store.runTopic("")} || e.workflow
+       WHERE l.topic = ${Store.RUN_TOPIC_PREFIX} || e.workflow
          AND (l.max_in_flight IS NOT NULL OR l.rate_limit IS NOT NULL
               OR (e.run_group IS NOT NULL
                   AND (l.group_max_in_flight IS NOT NULL OR l.group_rate_limit IS NOT NULL

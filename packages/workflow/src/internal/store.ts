@@ -15,7 +15,8 @@ import * as Effect from "effect/Effect"
 import * as SqlClient from "effect/sql/SqlClient"
 
 /** Runs of workflow `W` are messages of this topic; clocks of `W` fire through the next. */
-export const runTopic = (workflow: string): string => `workflow.run:${workflow}`
+export const RUN_TOPIC_PREFIX = "workflow.run:"
+export const runTopic = (workflow: string): string => `${RUN_TOPIC_PREFIX}${workflow}`
 export const clockTopic = (workflow: string): string => `workflow.clock:${workflow}`
 /** One run of an execution at a time: its run messages share this ordering key. */
 export const runKey = (workflow: string, executionId: string): string => `${workflow}/${executionId}`
