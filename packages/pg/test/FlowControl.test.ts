@@ -8,6 +8,7 @@ import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
+import * as Schedule from "effect/Schedule"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as FlowControl from "../src/FlowControl.js"
 import * as Outbox from "../src/Outbox.js"
@@ -167,6 +168,40 @@ describe("FlowControl: limits held by the claim", () => {
         // Counted after the statement, once for the topic it claimed from: 5 in flight against 2.
         expect((yield* FlowChecker.overshoots()).filter((o) => o.topic === "fc.checker")).toEqual([
           { queue: "outbox", topic: "fc.checker", group: "", inFlight: 5, limit: 2 }
+        ])
+        yield* sql`DELETE FROM durable.flow_overshoots`
+      }))
+
+    it.effect("the checker counts leases by the clock once it holds its lock, not by its transaction's start: a lease that ran out after the checked claim's transaction began is free room (a claim that went first may have taken it), and one still running is counted", () =>
+      Effect.gen(function*() {
+        const flow = yield* FlowControl.FlowControl
+        const sql = yield* SqlClient.SqlClient
+        yield* FlowChecker.install()
+        yield* flow.setLimit("fc.checker.clock", { maxInFlight: 2 })
+        const [first, second, third] = yield* enqueueAll("fc.checker.clock", 3)
+        const claimByHand = (id: string, lease: string) =>
+          sql`UPDATE durable.outbox SET claimed_by = 'hand', claim_generation = claim_generation + 1,
+                                        claimed_until = clock_timestamp() + ${lease}::interval
+               WHERE id = ${id}`
+        yield* sql.withTransaction(Effect.gen(function*() {
+          yield* sql`SELECT now()`
+          // Two held, the first for 50 ms from (after) this transaction's start.
+          yield* claimByHand(first!, "50 milliseconds")
+          yield* claimByHand(second!, "1 minute")
+          yield* Effect.repeat(
+            sql<
+              { out: boolean }
+            >`SELECT clock_timestamp() > claimed_until AS out FROM durable.outbox WHERE id = ${first}`,
+            { until: ([row]) => row!.out, schedule: Schedule.spaced("10 millis") }
+          )
+          // The first lease ran out by the clock, though not by now(): two in flight, at the limit.
+          yield* claimByHand(third!, "1 minute")
+        }))
+        expect((yield* FlowChecker.overshoots()).filter((o) => o.topic === "fc.checker.clock")).toEqual([])
+        // Taken again, the first makes three against two.
+        yield* claimByHand(first!, "1 minute")
+        expect((yield* FlowChecker.overshoots()).filter((o) => o.topic === "fc.checker.clock")).toEqual([
+          { queue: "outbox", topic: "fc.checker.clock", group: "", inFlight: 3, limit: 2 }
         ])
         yield* sql`DELETE FROM durable.flow_overshoots`
       }))

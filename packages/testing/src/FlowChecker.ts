@@ -5,7 +5,10 @@
  * run at once (capacity slots, migration 27), so before it counts, the trigger takes a lock of
  * its own, held until its claim commits: the checked claims pass it one at a time, each count
  * sees every claim that passed before, and of claims that overlapped, the last to pass counts
- * them all. The claims still decide what to take at once (before the trigger). Tests and the
+ * them all. The claims still decide what to take at once (before the trigger). A lease counts as
+ * held by the clock read once the lock is taken, not by `now()`: a claim's transaction may have
+ * begun long before it got its locks, and a lease that ran out in between was free capacity for
+ * the claims that went first (they counted at their own, later, time). Tests and the
  * chaos suite install it, run their load, then read `overshoots` (0 rows: the limits held).
  *
  * Rates: the trigger also writes down each message claimed on a topic with a rate (its
@@ -63,6 +66,7 @@ export const install = (schema = "durable") =>
       DECLARE
         c record;
         n integer;
+        clk timestamptz;
       BEGIN
         FOR c IN
           SELECT k.topic, k.group_key, count(*)::integer AS claimed, l.max_in_flight AS topic_cap,
@@ -78,10 +82,11 @@ export const install = (schema = "durable") =>
         LOOP
           IF c.topic_cap IS NOT NULL OR c.group_cap IS NOT NULL THEN
             PERFORM pg_advisory_xact_lock(${CHECKER_LOCK});
+            clk := clock_timestamp();
           END IF;
           IF c.topic_cap IS NOT NULL THEN
             SELECT count(*) INTO n FROM ${s}.outbox o
-             WHERE o.topic = c.topic AND o.projected_at IS NULL AND o.dead_at IS NULL AND o.claimed_until > now();
+             WHERE o.topic = c.topic AND o.projected_at IS NULL AND o.dead_at IS NULL AND o.claimed_until > clk;
             IF n > c.topic_cap THEN
               INSERT INTO ${s}.flow_overshoots (topic, group_key, in_flight, max_in_flight) VALUES (c.topic, '', n, c.topic_cap);
             END IF;
@@ -89,7 +94,7 @@ export const install = (schema = "durable") =>
           IF c.group_cap IS NOT NULL THEN
             SELECT count(*) INTO n FROM ${s}.outbox o
              WHERE o.topic = c.topic AND o.group_key = c.group_key AND o.projected_at IS NULL AND o.dead_at IS NULL
-               AND o.claimed_until > now();
+               AND o.claimed_until > clk;
             IF n > c.group_cap THEN
               INSERT INTO ${s}.flow_overshoots (topic, group_key, in_flight, max_in_flight)
               VALUES (c.topic, c.group_key, n, c.group_cap);
@@ -107,6 +112,7 @@ export const install = (schema = "durable") =>
       DECLARE
         c record;
         n integer;
+        clk timestamptz;
       BEGIN
         FOR c IN
           SELECT k.consumer, count(*)::integer AS claimed, l.max_in_flight AS cap, l.rate_limit IS NOT NULL AS rated
@@ -118,8 +124,9 @@ export const install = (schema = "durable") =>
         LOOP
           IF c.cap IS NOT NULL THEN
             PERFORM pg_advisory_xact_lock(${CHECKER_LOCK});
+            clk := clock_timestamp();
             SELECT count(*) INTO n FROM ${s}.inbox i
-             WHERE i.consumer = c.consumer AND i.processed_at IS NULL AND i.dead_at IS NULL AND i.claimed_until > now();
+             WHERE i.consumer = c.consumer AND i.processed_at IS NULL AND i.dead_at IS NULL AND i.claimed_until > clk;
             IF n > c.cap THEN
               INSERT INTO ${s}.flow_overshoots (queue, topic, group_key, in_flight, max_in_flight)
               VALUES ('inbox', c.consumer, '', n, c.cap);
