@@ -34,6 +34,14 @@ const recordingCalls = (
   return { calls, layer }
 }
 
+/** Claims over no database: each stamped with its time on the clock, of the scripted sizes (then empty). */
+const scriptedClaims = (sizes: ReadonlyArray<number>, claimedAt: Array<number>) =>
+  Effect.map(Clock.currentTimeMillis, (now) => {
+    claimedAt.push(now)
+    const claimed = sizes[claimedAt.length - 1] ?? 0
+    return claimed === 0 ? undefined : { claimed, deliver: Effect.succeed({ ...noCounts, claimed }) }
+  })
+
 const seqOf = (message: Message) => (message.payload as { readonly seq: number }).seq
 
 describe("Projector: batch handlers", () => {
@@ -295,10 +303,7 @@ describe("Projector: batch handlers", () => {
       const sizes = [0, 3, 0, 10, 10, 4, 0]
       const claimedAt: Array<number> = []
       const loops = yield* runLoops(settings, {
-        deliverBatch: Effect.map(Clock.currentTimeMillis, (now) => {
-          claimedAt.push(now)
-          return { ...noCounts, claimed: sizes[claimedAt.length - 1] ?? 0 }
-        }),
+        claimBatch: scriptedClaims(sizes, claimedAt),
         rateWait: Effect.succeedNone,
         releaseInFlight: Effect.void,
         keeper: Effect.never,
@@ -335,10 +340,7 @@ describe("Projector: batch handlers", () => {
       const sizes = [4, 0, 3]
       const claimedAt: Array<number> = []
       yield* runLoops(settings, {
-        deliverBatch: Effect.map(Clock.currentTimeMillis, (now) => {
-          claimedAt.push(now)
-          return { ...noCounts, claimed: sizes[claimedAt.length - 1] ?? 0 }
-        }),
+        claimBatch: scriptedClaims(sizes, claimedAt),
         // A rate holds the topic back: its next token in 50 ms.
         rateWait: Effect.succeed(Option.some(Duration.millis(50))),
         releaseInFlight: Effect.void,
