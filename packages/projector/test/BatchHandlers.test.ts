@@ -34,12 +34,21 @@ const recordingCalls = (
   return { calls, layer }
 }
 
-/** Claims over no database: each stamped with its time on the clock, of the scripted sizes (then empty). */
-const scriptedClaims = (sizes: ReadonlyArray<number>, claimedAt: Array<number>) =>
+/**
+ * Claims over no database: each stamped with its time on the clock, of the scripted sizes (then
+ * empty); a batch's delivery ends its messages at once.
+ */
+const scriptedClaims = (sizes: ReadonlyArray<number>, claimedAt: Array<number>) => (onEnded: (count: number) => void) =>
   Effect.map(Clock.currentTimeMillis, (now) => {
     claimedAt.push(now)
     const claimed = sizes[claimedAt.length - 1] ?? 0
-    return claimed === 0 ? undefined : { claimed, deliver: Effect.succeed({ ...noCounts, claimed }) }
+    return claimed === 0 ? undefined : {
+      claimed,
+      deliver: Effect.sync(() => {
+        onEnded(claimed)
+        return { ...noCounts, claimed }
+      })
+    }
   })
 
 const seqOf = (message: Message) => (message.payload as { readonly seq: number }).seq

@@ -70,9 +70,16 @@ const forPublisher = (settings: Settings, batch: Batching | undefined): Settings
     perKey: Math.min(settings.perKey, batch.maxSize)
   }
 
+/** A claimed batch: how many messages it took, and the delivery that settles them. */
+export interface ClaimedBatch {
+  readonly claimed: number
+  readonly deliver: Effect.Effect<Counts, DatabaseError | InvalidInput>
+}
+
 /**
  * One projector's machinery over the `OutboxWorker` and `Publisher` in context:
- * `deliverBatch` claims once and settles what it claimed; `keeper` must run beside it.
+ * `claimBatch` claims once and hands back the delivery that settles what it claimed
+ * (`deliverBatch` does both in turn); `keeper` must run beside them.
  * `keeperOutbox` is the keeper's own (one connection of its own), when the projector has one.
  */
 export const makeBatches = (options: Settings, keeperOutbox?: OutboxWorker.OutboxWorker["Service"]) =>
@@ -207,106 +214,135 @@ export const makeBatches = (options: Settings, keeperOutbox?: OutboxWorker.Outbo
       Effect.withSpan("projector.claim", { attributes: { "effect_durable.worker": settings.workerId } })
     )
 
-    /** Claims one batch and settles every message in it; returns what happened. */
-    const deliverBatch: Effect.Effect<Counts, DatabaseError | InvalidInput> = Effect.gen(function*() {
-      // The leases run from no earlier than this: the batch's lease clock starts here (Delivery).
-      const claimedAt = yield* Clock.currentTimeMillis
-      const claimed = yield* claim
-      if (claimed.length === 0) return noCounts
-      yield* Ref.update(inFlight, (map) => {
-        for (const message of claimed) map.set(message.id, message.claim)
-        return map
-      })
-      yield* Metric.update(metrics.claimed, claimed.length)
-      yield* Metric.update(metrics.batchSize, claimed.length)
-      // Per-message metrics are updated directly (what `Metric.update` does, in the fiber's
-      // context: its registry and metric attributes), not as one effect per message.
-      const context = yield* Effect.context<never>()
-      const now = yield* Clock.currentTimeMillis
-      for (const message of claimed) {
-        forTopic(metrics.lag, message.topic).updateUnsafe(
-          Math.max(0, (now - Date.parse(message.createdAt)) / 1000),
-          context
-        )
-      }
-      const spans = yield* tracing
-      const delivery = new Delivery(
-        claimed,
-        Duration.toMillis(settings.renewEvery),
-        Duration.toMillis(settings.lease),
-        claimedAt
-      )
-      const settled = Effect.gen(function*() {
-        const marks = makeMarks(claimed, delivery)
-        // Successes are marked as they accumulate while the batch runs, not only at its end.
-        const published = yield* keeper.watching(
-          delivery,
-          Effect.scoped(Effect.andThen(
-            Effect.forkScoped(Effect.repeat(Effect.ignore(marks.flush), Schedule.spaced(markEvery))),
-            lanes.publishAll(claimed, delivery, spans)
-          ))
-        )
-        // A claim found stale is never written; one never started with its lease in doubt is
-        // given back; failures are settled one by one (a release each).
-        const results: Array<Outcome | "published"> = claimed.map((message, i) =>
-          marks.marked.has(message.id)
-            ? "published"
-            : delivery.wasCancelled(message.id)
-            ? "cancelled"
-            : delivery.isStale(message.id) || delivery.wasSkipped(message.id)
-            ? "stale"
-            : delivery.wasHeldBack(message.id)
-            ? "heldBack"
-            : Result.isSuccess(published[i]!)
-            ? "published"
-            : "retried"
-        )
-        const unstarted = claimed.filter((m) =>
-          (delivery.wasSkipped(m.id) || delivery.wasHeldBack(m.id)) && !delivery.isStale(m.id)
-        )
-        if (unstarted.length > 0) {
-          yield* Effect.ignore(settling(outbox.giveBack(unstarted.map((m) => m.claim), { unstarted: true })))
-        }
-        const failures = claimed.flatMap((_, i) => {
-          const result = published[i]!
-          return results[i] === "retried" && Result.isFailure(result) ? [[i, result.failure] as const] : []
+    /**
+     * Claims one batch: how many it took and the delivery that settles every message in it (none
+     * when it took nothing). The claims are listed in flight at once, so a shutdown before the
+     * delivery starts gives them back. `onEnded` is told, once per message, when its publish ends
+     * (the rest when the batch is over): a long publish holds only its own message.
+     */
+    const claimBatch = (onEnded: (count: number) => void): Effect.Effect<
+      ClaimedBatch | undefined,
+      DatabaseError | InvalidInput
+    > =>
+      Effect.gen(function*() {
+        // The leases run from no earlier than this: the batch's lease clock starts here (Delivery).
+        const claimedAt = yield* Clock.currentTimeMillis
+        const claimed = yield* claim
+        if (claimed.length === 0) return undefined
+        yield* Ref.update(inFlight, (map) => {
+          for (const message of claimed) map.set(message.id, message.claim)
+          return map
         })
-        yield* Effect.forEach(
-          failures,
-          ([i, error]) => Effect.map(settleFailure(claimed[i]!, error), (outcome) => void (results[i] = outcome)),
-          { concurrency: settings.concurrency, discard: true }
-        )
-        // The successes not marked yet, in one statement: the round trip is paid once, not per message.
-        yield* marks.flush
-        const tally = { ...noCounts, claimed: claimed.length }
-        // The counters move once per topic and outcome of the batch, by how many: not once per message.
-        const byTopic = new Map<string, Record<Outcome, number>>()
-        for (const [i, message] of claimed.entries()) {
-          const result = results[i]!
-          const outcome: Outcome = result === "published"
-            ? (marks.marked.has(message.id) ? "delivered" : "stale")
-            : result
-          tally[outcome]++
-          let counts = byTopic.get(message.topic)
-          if (counts === undefined) byTopic.set(message.topic, counts = { ...noOutcomes })
-          counts[outcome]++
-        }
-        for (const [topic, counts] of byTopic) {
-          for (const outcome of OUTCOMES) {
-            if (counts[outcome] > 0) forTopic(metrics[outcome], topic).updateUnsafe(counts[outcome], context)
-          }
-        }
-        return tally
+        return { claimed: claimed.length, deliver: deliverClaimed(claimed, claimedAt, onEnded) }
       })
-      // Interrupted (shutdown): the claims stay listed for `releaseInFlight`. Otherwise they are settled.
-      return yield* Effect.suspend(() => {
-        deliveries.add(delivery)
-        return settled
-      }).pipe(
-        Effect.ensuring(Effect.sync(() => deliveries.delete(delivery))),
-        Effect.onExit((exit) => Exit.hasInterrupts(exit) ? Effect.void : forget(claimed.map((message) => message.id)))
-      )
-    })
+
+    /** Delivers a claimed batch and settles every message in it; returns what happened. */
+    const deliverClaimed = (
+      claimed: ReadonlyArray<OutboxWorker.OutboxMessage>,
+      claimedAt: number,
+      onEnded: (count: number) => void
+    ) =>
+      Effect.gen(function*() {
+        yield* Metric.update(metrics.claimed, claimed.length)
+        yield* Metric.update(metrics.batchSize, claimed.length)
+        // Per-message metrics are updated directly (what `Metric.update` does, in the fiber's
+        // context: its registry and metric attributes), not as one effect per message.
+        const context = yield* Effect.context<never>()
+        const now = yield* Clock.currentTimeMillis
+        for (const message of claimed) {
+          forTopic(metrics.lag, message.topic).updateUnsafe(
+            Math.max(0, (now - Date.parse(message.createdAt)) / 1000),
+            context
+          )
+        }
+        const spans = yield* tracing
+        const delivery = new Delivery(
+          claimed,
+          Duration.toMillis(settings.renewEvery),
+          Duration.toMillis(settings.lease),
+          claimedAt,
+          onEnded
+        )
+        const settled = Effect.gen(function*() {
+          const marks = makeMarks(claimed, delivery)
+          // Successes are marked as they accumulate while the batch runs, not only at its end.
+          const published = yield* keeper.watching(
+            delivery,
+            Effect.scoped(Effect.andThen(
+              Effect.forkScoped(Effect.repeat(Effect.ignore(marks.flush), Schedule.spaced(markEvery))),
+              lanes.publishAll(claimed, delivery, spans)
+            ))
+          )
+          // A claim found stale is never written; one never started with its lease in doubt is
+          // given back; failures are settled one by one (a release each).
+          const results: Array<Outcome | "published"> = claimed.map((message, i) =>
+            marks.marked.has(message.id)
+              ? "published"
+              : delivery.wasCancelled(message.id)
+              ? "cancelled"
+              : delivery.isStale(message.id) || delivery.wasSkipped(message.id)
+              ? "stale"
+              : delivery.wasHeldBack(message.id)
+              ? "heldBack"
+              : Result.isSuccess(published[i]!)
+              ? "published"
+              : "retried"
+          )
+          const unstarted = claimed.filter((m) =>
+            (delivery.wasSkipped(m.id) || delivery.wasHeldBack(m.id)) && !delivery.isStale(m.id)
+          )
+          if (unstarted.length > 0) {
+            yield* Effect.ignore(settling(outbox.giveBack(unstarted.map((m) => m.claim), { unstarted: true })))
+          }
+          const failures = claimed.flatMap((_, i) => {
+            const result = published[i]!
+            return results[i] === "retried" && Result.isFailure(result) ? [[i, result.failure] as const] : []
+          })
+          yield* Effect.forEach(
+            failures,
+            ([i, error]) => Effect.map(settleFailure(claimed[i]!, error), (outcome) => void (results[i] = outcome)),
+            { concurrency: settings.concurrency, discard: true }
+          )
+          // The successes not marked yet, in one statement: the round trip is paid once, not per message.
+          yield* marks.flush
+          const tally = { ...noCounts, claimed: claimed.length }
+          // The counters move once per topic and outcome of the batch, by how many: not once per message.
+          const byTopic = new Map<string, Record<Outcome, number>>()
+          for (const [i, message] of claimed.entries()) {
+            const result = results[i]!
+            const outcome: Outcome = result === "published"
+              ? (marks.marked.has(message.id) ? "delivered" : "stale")
+              : result
+            tally[outcome]++
+            let counts = byTopic.get(message.topic)
+            if (counts === undefined) byTopic.set(message.topic, counts = { ...noOutcomes })
+            counts[outcome]++
+          }
+          for (const [topic, counts] of byTopic) {
+            for (const outcome of OUTCOMES) {
+              if (counts[outcome] > 0) forTopic(metrics[outcome], topic).updateUnsafe(counts[outcome], context)
+            }
+          }
+          return tally
+        })
+        // Interrupted (shutdown): the claims stay listed for `releaseInFlight`. Otherwise they are settled.
+        return yield* Effect.suspend(() => {
+          deliveries.add(delivery)
+          return settled
+        }).pipe(
+          Effect.ensuring(Effect.sync(() => {
+            deliveries.delete(delivery)
+            delivery.over()
+          })),
+          Effect.onExit((exit) => Exit.hasInterrupts(exit) ? Effect.void : forget(claimed.map((message) => message.id)))
+        )
+      })
+
+    /** Claims one batch and settles every message in it; returns what happened. */
+    const deliverBatch: Effect.Effect<Counts, DatabaseError | InvalidInput> = Effect.flatMap(
+      claimBatch(() => {}),
+      (batch) => batch === undefined ? Effect.succeed(noCounts) : batch.deliver
+    )
 
     /** A message was cancelled: the batch holding it (if this projector's) stops it. Whether one did. */
     const cancel = (id: string): boolean => {
@@ -332,6 +368,7 @@ export const makeBatches = (options: Settings, keeperOutbox?: OutboxWorker.Outbo
       settings,
       /** How long an idle loop waits for a batch to fill before it claims (a batch publisher's `maxWait`). */
       linger: publisher.batch?.maxWait ?? Duration.zero,
+      claimBatch,
       deliverBatch,
       releaseInFlight,
       cancel,

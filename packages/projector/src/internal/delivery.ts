@@ -44,13 +44,17 @@ export class Delivery {
    * seen), and renewing a third of a lease after the rows came back was then too late.
    */
   private heldUntil: number
+  /** Indexes whose publish ended (each told to `onOutcome` once). */
+  private readonly ended = new Set<number>()
 
   constructor(
     private readonly claimed: ReadonlyArray<OutboxWorker.OutboxMessage>,
     private readonly renewEveryMillis: number,
     private readonly leaseMillis: number,
     /** When the claim was sent. */
-    claimedAt: number
+    claimedAt: number,
+    /** Told each time publishes of the batch end, how many (once per message). */
+    private readonly onEnded: (count: number) => void = () => {}
   ) {
     this.leased = new Map(claimed.map((message) => [message.id, message.claim] as const))
     this.renewAt = claimedAt + renewEveryMillis
@@ -98,6 +102,10 @@ export class Delivery {
   finished(index: number, succeeded: boolean): void {
     if (succeeded) this.published.push(index)
     this.running.delete(this.claimed[index]!.id)
+    if (!this.ended.has(index)) {
+      this.ended.add(index)
+      this.onEnded(1)
+    }
   }
   /** Whether the keeper cut this message's publish at its deadline. */
   timedOut(id: string): boolean {
@@ -195,5 +203,11 @@ export class Delivery {
   /** The claim went stale: its outcome is never written. */
   isStale(id: string): boolean {
     return this.stale.has(id)
+  }
+  /** The batch is over (settled, or cut at shutdown): every message not told ended yet is, at once. */
+  over(): void {
+    const left = this.claimed.length - this.ended.size
+    for (let i = 0; i < this.claimed.length; i++) this.ended.add(i)
+    if (left > 0) this.onEnded(left)
   }
 }

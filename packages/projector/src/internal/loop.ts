@@ -1,6 +1,12 @@
 /**
- * The projector's running shape: `batchesInFlight` batch loops and the keeper, forked into
- * the layer's scope. A NOTIFY wakes one idle loop; a loop that claimed a full batch wakes the
+ * The projector's running shape: `batchesInFlight` claim loops and the keeper, forked into the
+ * layer's scope. A loop claims a batch and hands it to a fiber of its own that delivers and
+ * settles it, then claims again. What is claimed and not yet published is bounded by message
+ * permits (`batchesInFlight` batches' worth): a loop claims once a full batch of them is free,
+ * and each message gives its permit back as its publish ends.
+ * So a publish that takes long (a workflow run blocked in an activity) holds its own permit and
+ * lane, not a loop or the rest of its batch: the loops go on claiming for the free lanes, in
+ * full batches as before. A NOTIFY wakes one idle loop; a loop that claimed a full batch wakes the
  * next (more is likely waiting) — waking all at once would have them race for one message.
  * An empty claim right after a busy one asks whether a rate limit holds the topics back, and
  * sleeps until its next token (at most the poll interval) instead of the whole interval: a
@@ -18,6 +24,7 @@ import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
+import * as FiberSet from "effect/FiberSet"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
@@ -26,7 +33,7 @@ import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
 import type { Counts } from "../Projector.js"
-import { addCounts, noCounts } from "./batches.js"
+import { addCounts, type ClaimedBatch, noCounts } from "./batches.js"
 import type { Settings } from "./options.js"
 import { metrics } from "./telemetry.js"
 
@@ -50,10 +57,19 @@ const remedy = (error: DatabaseError | InvalidInput): string | undefined => {
   }
 }
 
+/**
+ * How many messages may be claimed and not yet published: the batches in flight's worth. A loop
+ * claims once a full batch of them is free, so the loops wait only while more than all but one
+ * batch's worth are still being published.
+ */
+export const messagePermits = (settings: Settings): number => settings.batchesInFlight * settings.batchSize
+
 export const runLoops = (
   settings: Settings,
   batches: {
-    readonly deliverBatch: Effect.Effect<Counts, DatabaseError | InvalidInput>
+    readonly claimBatch: (
+      onEnded: (count: number) => void
+    ) => Effect.Effect<ClaimedBatch | undefined, DatabaseError | InvalidInput>
     readonly rateWait: Effect.Effect<Option.Option<Duration.Duration>>
     readonly releaseInFlight: Effect.Effect<void>
     readonly keeper: Effect.Effect<void>
@@ -72,6 +88,41 @@ export const runLoops = (
     // How soon to look again when a token is there and the claim still came back empty.
     const heldBack = Duration.millis(50)
     const lingers = Duration.isGreaterThan(batches.linger, Duration.zero)
+    // Message permits free (claimed and published, or never claimed), and a wake for a loop
+    // waiting for a batch of them; the batches being delivered, awaited at shutdown.
+    let free = messagePermits(settings)
+    const freed = yield* Queue.sliding<void>(1)
+    const giveBack = (count: number) => {
+      free += count
+      if (count > 0 && free >= settings.batchSize) Queue.offerUnsafe(freed, undefined)
+    }
+    /** Waits for a batch of free permits and takes them; false when the projector stops first. */
+    const takeBatch = Effect.gen(function*() {
+      while (free < settings.batchSize) {
+        if (!(yield* Effect.raceFirst(Effect.as(Queue.take(freed), true), Effect.as(stopped, false)))) return false
+      }
+      free -= settings.batchSize
+      // Another batch's worth for another waiting loop.
+      if (free >= settings.batchSize) Queue.offerUnsafe(freed, undefined)
+      return true
+    })
+    const delivering = yield* FiberSet.make<void>()
+    const storeFailure = (error: DatabaseError | InvalidInput) =>
+      Effect.gen(function*() {
+        const fix = remedy(error)
+        yield* Metric.update(metrics.storeErrors, 1)
+        yield* (fix === undefined
+          ? Effect.logWarning(`effect-durable projector: ${printable(error.message)}; retrying`)
+          : Effect.logError(`effect-durable projector: ${printable(error.message)}; ${fix}`))
+      })
+    // Delivers a claimed batch in a fiber of its own (its messages give their permits back).
+    const deliver = (batch: Effect.Effect<Counts, DatabaseError | InvalidInput>) =>
+      FiberSet.run(delivering)(
+        batch.pipe(
+          Effect.flatMap((counts) => Ref.update(totals, (t) => addCounts(t, counts))),
+          Effect.catch(storeFailure)
+        )
+      )
 
     const loop = Effect.gen(function*() {
       // The store backoff's steps while claims or settlements keep failing; a success drops
@@ -87,14 +138,16 @@ export const runLoops = (
       let drained = false
       while (!(yield* Deferred.isDone(stop))) {
         if (drained && lingers) yield* Effect.raceFirst(Effect.sleep(batches.linger), stopped)
-        const result = yield* Effect.result(batches.deliverBatch)
+        // A batch of free permits first (or the stop): never more claimed than may be in flight.
+        if (!(yield* takeBatch)) break
+        const result = yield* Effect.result(batches.claimBatch(giveBack))
+        const batch = Result.isSuccess(result) ? result.success : undefined
+        // What the claim did not take is free again at once; what it took, message by message.
+        giveBack(settings.batchSize - (batch?.claimed ?? 0))
+        if (batch !== undefined) yield* deliver(batch.deliver)
         if (Result.isFailure(result)) {
           const error = result.failure
-          const fix = remedy(error)
-          yield* Metric.update(metrics.storeErrors, 1)
-          yield* (fix === undefined
-            ? Effect.logWarning(`effect-durable projector: ${printable(error.message)}; retrying`)
-            : Effect.logError(`effect-durable projector: ${printable(error.message)}; ${fix}`))
+          yield* storeFailure(error)
           backoff ??= yield* Schedule.toStepWithSleep(storeBackoff)
           // Sleeps the schedule's next delay, unless the projector stops first.
           yield* Effect.raceFirst(Effect.ignore(backoff(error)), stopped)
@@ -102,11 +155,11 @@ export const runLoops = (
         }
         backoff = undefined
         drained = false
-        yield* Ref.update(totals, (t) => addCounts(t, result.success))
-        if (result.success.claimed === settings.batchSize) yield* Queue.offer(wake, undefined)
+        const claimed = batch?.claimed ?? 0
+        if (claimed === settings.batchSize) yield* Queue.offer(wake, undefined)
         // Only an empty claim means there is nothing to do: a short batch can be short because
         // of per-key order (one message per key at a time), with the next heads ready now.
-        if (result.success.claimed === 0) {
+        if (claimed === 0) {
           const wait: Option.Option<Duration.Duration> = busy ? yield* batches.rateWait : Option.none()
           // A token came between the empty claim and the question: claim again at once. Zero
           // again after that: something else holds the ready messages back for now (their
@@ -145,11 +198,14 @@ export const runLoops = (
       Effect.gen(function*() {
         yield* Deferred.succeed(stop, undefined)
         // Finalizers run uninterruptibly; the wait must be interruptible for the deadline to cut it.
-        const finished = yield* Effect.interruptible(Fiber.await(fiber)).pipe(
-          Effect.timeout(settings.shutdownDeadline),
-          Effect.option
-        )
-        if (Option.isNone(finished)) yield* Fiber.interrupt(fiber)
+        // The loops stop claiming; the batches in flight finish, within the deadline.
+        const finished = yield* Effect.interruptible(
+          Effect.andThen(Fiber.await(fiber), FiberSet.awaitEmpty(delivering))
+        ).pipe(Effect.timeout(settings.shutdownDeadline), Effect.option)
+        if (Option.isNone(finished)) {
+          yield* Fiber.interrupt(fiber)
+          yield* FiberSet.clear(delivering)
+        }
         yield* Fiber.interrupt(keeper)
         yield* batches.releaseInFlight
       })

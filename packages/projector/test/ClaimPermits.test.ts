@@ -1,0 +1,80 @@
+// The claim loops over an in-memory claim (no SQL in question here): what is claimed and not yet
+// published is bounded by message permits, each message gives its own back as its publish ends,
+// and a loop claims again once a full batch of them is free — a long publish holds its message,
+// not a loop or the rest of its batch.
+import { describe, expect, it } from "@effect/vitest"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Latch from "effect/Latch"
+import * as TestClock from "effect/testing/TestClock"
+import { noCounts } from "../src/internal/batches.js"
+import { messagePermits, runLoops } from "../src/internal/loop.js"
+import { decodeOptions } from "../src/internal/options.js"
+
+describe("Projector: claim permits", () => {
+  it.effect("claims stop when every permit is held by a publish that has not ended; one ending frees its own permit, and a full batch of free permits is claimed at once", () =>
+    Effect.gen(function*() {
+      const settings = yield* decodeOptions({ batchSize: 4, batchesInFlight: 3, pollInterval: "1 hour" })
+      expect(messagePermits(settings)).toBe(12)
+      // Every claim takes a full batch; its publishes end only when the test says.
+      const endings: Array<(count: number) => void> = []
+      // The deliveries themselves end with the test (shutdown waits for them on the TestClock).
+      const end = yield* Latch.make(false)
+      yield* runLoops(settings, {
+        claimBatch: (onEnded) =>
+          Effect.sync(() => {
+            endings.push(onEnded)
+            return { claimed: 4, deliver: Effect.as(end.await, noCounts) }
+          }),
+        rateWait: Effect.succeedNone,
+        releaseInFlight: Effect.void,
+        keeper: Effect.never,
+        linger: Duration.zero
+      })
+      // Every timer the loops could have (the poll interval, a backoff) has fired after this.
+      const settle = TestClock.adjust("3 hours")
+      yield* settle
+      // Three batches of 4 hold all 12: no fourth claim.
+      expect(endings.length).toBe(3)
+      // Three messages of the first batch end: 3 free, still no claim.
+      endings[0]!(3)
+      yield* settle
+      expect(endings.length).toBe(3)
+      // One of the second: 4 free, a full batch — claimed, though every batch still runs.
+      endings[1]!(1)
+      yield* settle
+      expect(endings.length).toBe(4)
+      // The fourth batch's four end at once: a batch's worth again, and one claim for it.
+      endings[3]!(4)
+      yield* settle
+      expect(endings.length).toBe(5)
+      yield* end.open
+    }).pipe(Effect.scoped))
+
+  it.effect("a claim that takes less than a batch gives the rest of its permits back at once", () =>
+    Effect.gen(function*() {
+      const settings = yield* decodeOptions({ batchSize: 4, batchesInFlight: 2, pollInterval: "1 hour" })
+      expect(messagePermits(settings)).toBe(8)
+      // One message per claim, never ending: each claim takes a batch of permits and gives three
+      // back at once. After five, three are free — less than a batch: the loops wait, woken or not.
+      let claims = 0
+      const end = yield* Latch.make(false)
+      const loops = yield* runLoops(settings, {
+        claimBatch: () =>
+          Effect.sync(() => {
+            claims++
+            return { claimed: 1, deliver: Effect.as(end.await, noCounts) }
+          }),
+        rateWait: Effect.succeedNone,
+        releaseInFlight: Effect.void,
+        keeper: Effect.never,
+        linger: Duration.zero
+      })
+      for (let wakes = 0; wakes < 6; wakes++) {
+        loops.wake()
+        yield* TestClock.adjust("3 hours")
+      }
+      expect(claims).toBe(5)
+      yield* end.open
+    }).pipe(Effect.scoped))
+})
