@@ -56,8 +56,9 @@ export interface ProjectorOptions {
   /**
    * Batches in flight at once: while one batch is delivered and marked, the next is already
    * claimed, so the database's round trips overlap the delivery work. So many claim loops run,
-   * and at most so many batches' worth of messages are claimed and not yet published (each
-   * message frees its share as its publish ends: a long one holds only its own). Default 3.
+   * and at most so many batches' worth of messages are claimed and not yet marked (a batch's
+   * published messages are marked within a second even while one of them takes long: that one
+   * holds only its own share). Default 3.
    */
   readonly batchesInFlight?: number
   /** Lease of a claim; renewed every third of it while a batch is delivered. Default 30 s. */

@@ -1,7 +1,7 @@
 // The claim loops over an in-memory claim (no SQL in question here): what is claimed and not yet
-// published is bounded by message permits, each message gives its own back as its publish ends,
-// and a loop claims again once a full batch of them is free — a long publish holds its message,
-// not a loop or the rest of its batch.
+// marked is bounded by message permits, each message gives its own back when its batch is done
+// with it (marked, or the batch over), and a loop claims again once a full batch of them is free —
+// a long publish holds its message, not a loop or the rest of its batch.
 import { describe, expect, it } from "@effect/vitest"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -12,11 +12,11 @@ import { messagePermits, runLoops } from "../src/internal/loop.js"
 import { decodeOptions } from "../src/internal/options.js"
 
 describe("Projector: claim permits", () => {
-  it.effect("claims stop when every permit is held by a publish that has not ended; one ending frees its own permit, and a full batch of free permits is claimed at once", () =>
+  it.effect("claims stop when every permit is held by a message not done with; one done with frees its own permit, and a full batch of free permits is claimed at once", () =>
     Effect.gen(function*() {
       const settings = yield* decodeOptions({ batchSize: 4, batchesInFlight: 3, pollInterval: "1 hour" })
       expect(messagePermits(settings)).toBe(12)
-      // Every claim takes a full batch; its publishes end only when the test says.
+      // Every claim takes a full batch; its messages are done with only when the test says.
       const endings: Array<(count: number) => void> = []
       // The deliveries themselves end with the test (shutdown waits for them on the TestClock).
       const end = yield* Latch.make(false)
@@ -36,7 +36,7 @@ describe("Projector: claim permits", () => {
       yield* settle
       // Three batches of 4 hold all 12: no fourth claim.
       expect(endings.length).toBe(3)
-      // Three messages of the first batch end: 3 free, still no claim.
+      // Three messages of the first batch are marked: 3 free, still no claim.
       endings[0]!(3)
       yield* settle
       expect(endings.length).toBe(3)
@@ -44,7 +44,7 @@ describe("Projector: claim permits", () => {
       endings[1]!(1)
       yield* settle
       expect(endings.length).toBe(4)
-      // The fourth batch's four end at once: a batch's worth again, and one claim for it.
+      // The fourth batch's four are marked at once: a batch's worth again, and one claim for it.
       endings[3]!(4)
       yield* settle
       expect(endings.length).toBe(5)

@@ -193,6 +193,7 @@ export const makeBatches = (options: Settings, keeperOutbox?: OutboxWorker.Outbo
         return markProjected(taken.map((i) => claimed[i]!.claim)).pipe(
           Effect.map(({ completed }) => {
             for (const id of completed) marked.add(id)
+            delivery.marked(taken)
           }),
           Effect.onExit((exit) => Exit.isSuccess(exit) ? Effect.void : Effect.sync(() => delivery.putBack(taken)))
         )
@@ -217,8 +218,9 @@ export const makeBatches = (options: Settings, keeperOutbox?: OutboxWorker.Outbo
     /**
      * Claims one batch: how many it took and the delivery that settles every message in it (none
      * when it took nothing). The claims are listed in flight at once, so a shutdown before the
-     * delivery starts gives them back. `onEnded` is told, once per message, when its publish ends
-     * (the rest when the batch is over): a long publish holds only its own message.
+     * delivery starts gives them back. `onEnded` is told, once per message, when its mark is
+     * written (the rest when the batch is over): the published messages of a batch whose last
+     * publish takes long are done with at their periodic marks; the long one holds only itself.
      */
     const claimBatch = (onEnded: (count: number) => void): Effect.Effect<
       ClaimedBatch | undefined,

@@ -44,7 +44,7 @@ export class Delivery {
    * seen), and renewing a third of a lease after the rows came back was then too late.
    */
   private heldUntil: number
-  /** Indexes whose publish ended (each told to `onOutcome` once). */
+  /** Indexes done with: marked, or the batch is over (each told to `onEnded` once). */
   private readonly ended = new Set<number>()
 
   constructor(
@@ -53,7 +53,7 @@ export class Delivery {
     private readonly leaseMillis: number,
     /** When the claim was sent. */
     claimedAt: number,
-    /** Told each time publishes of the batch end, how many (once per message). */
+    /** Told, once per message, when the batch is done with it: its mark written, or the batch over. */
     private readonly onEnded: (count: number) => void = () => {}
   ) {
     this.leased = new Map(claimed.map((message) => [message.id, message.claim] as const))
@@ -102,10 +102,6 @@ export class Delivery {
   finished(index: number, succeeded: boolean): void {
     if (succeeded) this.published.push(index)
     this.running.delete(this.claimed[index]!.id)
-    if (!this.ended.has(index)) {
-      this.ended.add(index)
-      this.onEnded(1)
-    }
   }
   /** Whether the keeper cut this message's publish at its deadline. */
   timedOut(id: string): boolean {
@@ -185,6 +181,16 @@ export class Delivery {
     return taken
   }
   /** A mark that failed: its claims wait for the next one, their leases renewed again. */
+  /** Published messages whose marks were written: done with. */
+  marked(taken: ReadonlyArray<number>): void {
+    let count = 0
+    for (const i of taken) {
+      if (this.ended.has(i)) continue
+      this.ended.add(i)
+      count++
+    }
+    if (count > 0) this.onEnded(count)
+  }
   putBack(taken: ReadonlyArray<number>): void {
     this.published.push(...taken)
     for (const i of taken) this.leased.set(this.claimed[i]!.id, this.claimed[i]!.claim)

@@ -1,9 +1,10 @@
 /**
  * The projector's running shape: `batchesInFlight` claim loops and the keeper, forked into the
  * layer's scope. A loop claims a batch and hands it to a fiber of its own that delivers and
- * settles it, then claims again. What is claimed and not yet published is bounded by message
+ * settles it, then claims again. What is claimed and not yet marked is bounded by message
  * permits (`batchesInFlight` batches' worth): a loop claims once a full batch of them is free,
- * and each message gives its permit back as its publish ends.
+ * and each message gives its permit back when its mark is written (published messages are marked
+ * within a second, a batch's failures when it is over).
  * So a publish that takes long (a workflow run blocked in an activity) holds its own permit and
  * lane, not a loop or the rest of its batch: the loops go on claiming for the free lanes, in
  * full batches as before. A NOTIFY wakes one idle loop; a loop that claimed a full batch wakes the
@@ -58,9 +59,9 @@ const remedy = (error: DatabaseError | InvalidInput): string | undefined => {
 }
 
 /**
- * How many messages may be claimed and not yet published: the batches in flight's worth. A loop
+ * How many messages may be claimed and not yet marked: the batches in flight's worth. A loop
  * claims once a full batch of them is free, so the loops wait only while more than all but one
- * batch's worth are still being published.
+ * batch's worth are still being published or marked.
  */
 export const messagePermits = (settings: Settings): number => settings.batchesInFlight * settings.batchSize
 
@@ -88,7 +89,7 @@ export const runLoops = (
     // How soon to look again when a token is there and the claim still came back empty.
     const heldBack = Duration.millis(50)
     const lingers = Duration.isGreaterThan(batches.linger, Duration.zero)
-    // Message permits free (claimed and published, or never claimed), and a wake for a loop
+    // Message permits free (claimed and marked, or never claimed), and a wake for a loop
     // waiting for a batch of them; the batches being delivered, awaited at shutdown.
     let free = messagePermits(settings)
     const freed = yield* Queue.sliding<void>(1)
