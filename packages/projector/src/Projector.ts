@@ -55,7 +55,7 @@ export interface ProjectorOptions {
   readonly concurrency?: number
   /**
    * Batches in flight at once: while one batch is delivered and marked, the next is already
-   * claimed, so the database's round trips overlap the delivery work. So many claim loops run,
+   * claimed, so the database's round trips overlap the delivery work. So many claim loops run (at most 3),
    * and at most so many batches' worth of messages are claimed and not yet marked (a batch's
    * published messages are marked within a second even while one of them takes long: that one
    * holds only its own share). Default 3.

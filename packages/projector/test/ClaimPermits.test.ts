@@ -2,6 +2,7 @@
 // marked is bounded by message permits, each message gives its own back when its batch is done
 // with it (marked, or the batch over), and a loop claims again once a full batch of them is free —
 // a long publish holds its message, not a loop or the rest of its batch.
+import { DatabaseError } from "@effect-durable/core/Errors"
 import { describe, expect, it } from "@effect/vitest"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -49,6 +50,46 @@ describe("Projector: claim permits", () => {
       yield* settle
       expect(endings.length).toBe(5)
       yield* end.open
+    }).pipe(Effect.scoped))
+
+  it.effect("a batch whose settlement fails on the store backs the loops off, as a failed claim does: claims slow down on the store backoff, not at once", () =>
+    Effect.gen(function*() {
+      const settings = yield* decodeOptions({ batchSize: 4, batchesInFlight: 2, pollInterval: "1 hour" })
+      // Every claim takes a full batch whose settlement fails at once (its marks refused).
+      let claims = 0
+      yield* runLoops(settings, {
+        claimBatch: (onEnded) =>
+          Effect.sync(() => {
+            claims++
+            return {
+              claimed: 4,
+              deliver: Effect.suspend(() => {
+                onEnded(4)
+                return Effect.fail(
+                  new DatabaseError({
+                    code: "42P01",
+                    retryable: false,
+                    operation: "test.mark",
+                    detail: "marks refused"
+                  })
+                )
+              })
+            }
+          }),
+        rateWait: Effect.succeedNone,
+        releaseInFlight: Effect.void,
+        keeper: Effect.never,
+        linger: Duration.zero
+      })
+      yield* TestClock.adjust("0 millis")
+      // The two loops' first claims; then both wait out the backoff (its first step, jittered: 80 ms or more).
+      expect(claims).toBe(2)
+      yield* TestClock.adjust("50 millis")
+      expect(claims).toBe(2)
+      // Over ten seconds the exponential backoff (from 100 ms, doubling) allows a handful, not thousands.
+      for (let step = 0; step < 1000; step++) yield* TestClock.adjust("10 millis")
+      expect(claims).toBeGreaterThan(2)
+      expect(claims).toBeLessThanOrEqual(20)
     }).pipe(Effect.scoped))
 
   it.effect("a claim that takes less than a batch gives the rest of its permits back at once", () =>

@@ -115,6 +115,9 @@ export const Transactional = Context.Reference<boolean>("@effect-durable/workflo
   defaultValue: () => false
 })
 
+/** Runs a workflow's projector claims at once. */
+const RUN_BATCH = 16
+
 /**
  * `Activity.make({ ... }).pipe(PgWorkflowEngine.transactional)`: the activity, transactional.
  *
@@ -173,6 +176,7 @@ export const make = (
           workflows.set(workflow._tag, entry)
           if (options.runs === false) return
           const runs = Store.runTopic(workflow._tag)
+          const concurrency = options.concurrency ?? 16
           const publisher = Publisher.layerHandler((message: OutboxWorker.OutboxMessage) =>
             message.topic === runs
               ? Run.runExecution(ctx, engine, entry, message)
@@ -182,8 +186,12 @@ export const make = (
             Projector.layer({
               topics: [runs, Store.clockTopic(workflow._tag)],
               workerId,
-              batchSize: 16,
-              concurrency: options.concurrency ?? 16,
+              batchSize: RUN_BATCH,
+              // Room for a batch more than the runs that may run at once: runs blocked in long
+              // activities (each holding its lane and its own share) never keep the loops from
+              // claiming a full batch for a lane that frees.
+              batchesInFlight: Math.min(64, Math.max(3, Math.ceil(concurrency / RUN_BATCH) + 1)),
+              concurrency,
               lease: options.lease ?? "30 seconds",
               pollInterval: options.pollInterval ?? "1 second",
               deliveryTimeout: options.runTimeout ?? "1 hour",

@@ -180,7 +180,6 @@ export class Delivery {
     for (const i of taken) this.leased.delete(this.claimed[i]!.id)
     return taken
   }
-  /** A mark that failed: its claims wait for the next one, their leases renewed again. */
   /** Published messages whose marks were written: done with. */
   marked(taken: ReadonlyArray<number>): void {
     let count = 0
@@ -191,6 +190,7 @@ export class Delivery {
     }
     if (count > 0) this.onEnded(count)
   }
+  /** A mark that failed: its claims wait for the next one, their leases renewed again. */
   putBack(taken: ReadonlyArray<number>): void {
     this.published.push(...taken)
     for (const i of taken) this.leased.set(this.claimed[i]!.id, this.claimed[i]!.claim)

@@ -1,6 +1,6 @@
 /**
- * The projector's running shape: `batchesInFlight` claim loops and the keeper, forked into the
- * layer's scope. A loop claims a batch and hands it to a fiber of its own that delivers and
+ * The projector's running shape: claim loops (`batchesInFlight`, at most three) and the keeper,
+ * forked into the layer's scope. A loop claims a batch and hands it to a fiber of its own that delivers and
  * settles it, then claims again. What is claimed and not yet marked is bounded by message
  * permits (`batchesInFlight` batches' worth): a loop claims once a full batch of them is free,
  * and each message gives its permit back when its mark is written (published messages are marked
@@ -15,8 +15,9 @@
  * With a batch publisher's `maxWait`, a loop woken after an empty claim waits that long
  * before it claims, so a trickle of messages is handed over as one batch (a backlog is claimed
  * in full batches without waiting).
- * A store failure (the database restarting, a missing table) backs off on a capped schedule
- * (started over by the next success) and carries on; closing the scope stops claiming, waits
+ * A store failure (of a claim, or of a batch's settlement in its own fiber: the database
+ * restarting, a missing table) backs off on a capped schedule (started over by the next
+ * success) and carries on; closing the scope stops claiming, waits
  * for in-flight batches up to the shutdown deadline and releases what is left.
  */
 import { DatabaseError, type InvalidInput } from "@effect-durable/core/Errors"
@@ -65,6 +66,12 @@ const remedy = (error: DatabaseError | InvalidInput): string | undefined => {
  */
 export const messagePermits = (settings: Settings): number => settings.batchesInFlight * settings.batchSize
 
+/**
+ * The most claim loops. A loop hands each batch over and claims again, so more loops would only
+ * add empty claims when idle: more batches in flight are claimed for by these.
+ */
+export const CLAIM_LOOPS = 3
+
 export const runLoops = (
   settings: Settings,
   batches: {
@@ -99,6 +106,7 @@ export const runLoops = (
     }
     /** Waits for a batch of free permits and takes them; false when the projector stops first. */
     const takeBatch = Effect.gen(function*() {
+      if (yield* Deferred.isDone(stop)) return false
       while (free < settings.batchSize) {
         if (!(yield* Effect.raceFirst(Effect.as(Queue.take(freed), true), Effect.as(stopped, false)))) return false
       }
@@ -116,19 +124,36 @@ export const runLoops = (
           ? Effect.logWarning(`effect-durable projector: ${printable(error.message)}; retrying`)
           : Effect.logError(`effect-durable projector: ${printable(error.message)}; ${fix}`))
       })
+    // The store backoff's steps while claims or settlements keep failing (shared by the loops:
+    // a batch's settlement fails in its own fiber); an empty claim or a settled batch drops it,
+    // so the next failure starts the schedule over.
+    let backoff: ((error: DatabaseError | InvalidInput) => Effect.Effect<unknown, unknown>) | undefined
+    // A batch whose settlement failed since a loop last looked: the next loop to claim backs off first.
+    let settlementFailed: DatabaseError | InvalidInput | undefined
+    /** Sleeps the schedule's next delay, unless the projector stops first. */
+    const backOff = (error: DatabaseError | InvalidInput) =>
+      Effect.gen(function*() {
+        backoff ??= yield* Schedule.toStepWithSleep(storeBackoff)
+        yield* Effect.raceFirst(Effect.ignore(backoff(error)), stopped)
+      })
     // Delivers a claimed batch in a fiber of its own (its messages give their permits back).
     const deliver = (batch: Effect.Effect<Counts, DatabaseError | InvalidInput>) =>
       FiberSet.run(delivering)(
         batch.pipe(
-          Effect.flatMap((counts) => Ref.update(totals, (t) => addCounts(t, counts))),
-          Effect.catch(storeFailure)
+          Effect.flatMap((counts) =>
+            Effect.andThen(
+              Effect.sync(() => void (backoff = undefined)),
+              Ref.update(totals, (t) => addCounts(t, counts))
+            )
+          ),
+          Effect.catch((error) =>
+            Effect.andThen(storeFailure(error), Effect.sync(() => void (settlementFailed = error)))
+          ),
+          Effect.tapDefect((defect) => Effect.logError("effect-durable projector: a batch's delivery died", defect))
         )
       )
 
     const loop = Effect.gen(function*() {
-      // The store backoff's steps while claims or settlements keep failing; a success drops
-      // it, so the next failure starts the schedule over.
-      let backoff: ((error: DatabaseError | InvalidInput) => Effect.Effect<unknown, unknown>) | undefined
       // Whether the last claim took something, or the last sleep was for a token: only then is
       // a rate worth asking about (an idle projector's empty claims cost no more than before).
       let busy = false
@@ -138,9 +163,20 @@ export const runLoops = (
       // is drained, so the next claim first lingers, for a batch publisher's batch to fill.
       let drained = false
       while (!(yield* Deferred.isDone(stop))) {
+        if (settlementFailed !== undefined) {
+          const error = settlementFailed
+          settlementFailed = undefined
+          yield* backOff(error)
+          continue
+        }
         if (drained && lingers) yield* Effect.raceFirst(Effect.sleep(batches.linger), stopped)
         // A batch of free permits first (or the stop): never more claimed than may be in flight.
         if (!(yield* takeBatch)) break
+        // A settlement failed while this loop waited for permits: back off before claiming.
+        if (settlementFailed !== undefined) {
+          giveBack(settings.batchSize)
+          continue
+        }
         const result = yield* Effect.result(batches.claimBatch(giveBack))
         const batch = Result.isSuccess(result) ? result.success : undefined
         // What the claim did not take is free again at once; what it took, message by message.
@@ -149,14 +185,14 @@ export const runLoops = (
         if (Result.isFailure(result)) {
           const error = result.failure
           yield* storeFailure(error)
-          backoff ??= yield* Schedule.toStepWithSleep(storeBackoff)
-          // Sleeps the schedule's next delay, unless the projector stops first.
-          yield* Effect.raceFirst(Effect.ignore(backoff(error)), stopped)
+          yield* backOff(error)
           continue
         }
-        backoff = undefined
         drained = false
         const claimed = batch?.claimed ?? 0
+        // Nothing claimed, nothing failed: the store answers again. (A batch's success drops the
+        // backoff when it is settled.)
+        if (claimed === 0) backoff = undefined
         if (claimed === settings.batchSize) yield* Queue.offer(wake, undefined)
         // Only an empty claim means there is nothing to do: a short batch can be short because
         // of per-key order (one message per key at a time), with the next heads ready now.
@@ -190,7 +226,7 @@ export const runLoops = (
     // The keeper (deadlines, lease renewals) runs until every loop is done.
     const keeper = yield* Effect.forkDetach(batches.keeper)
     const fiber = yield* Effect.forkDetach(
-      Effect.all(Array.from({ length: settings.batchesInFlight }, () => loop), {
+      Effect.all(Array.from({ length: Math.min(settings.batchesInFlight, CLAIM_LOOPS) }, () => loop), {
         concurrency: "unbounded",
         discard: true
       })

@@ -97,7 +97,7 @@ export const ProjectorOptionsTable = Options.declare({
     default: 3,
     variable: "PROJECTOR_BATCHES_IN_FLIGHT",
     text: "integer",
-    purpose: "batches claimed and delivered at once (1-64)",
+    purpose: "batches' worth of messages claimed and not yet marked; also the claim loops, at most 3 (1-64)",
     example: "3"
   }),
   lease: Options.option({
