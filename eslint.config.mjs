@@ -77,6 +77,24 @@ export default tseslint.config(
       }]
     }
   },
+  // The queues' tables are the pg package's: code above it (the workflow engine, the
+  // projector, the publishers, the HTTP middleware) goes through its API (Outbox, OutboxWorker,
+  // InboxWorker...), so a change of those tables is a change of one package.
+  {
+    files: [
+      "packages/workflow/src/**/*.ts",
+      "packages/projector/src/**/*.ts",
+      "packages/http/src/**/*.ts",
+      "packages/nats/src/**/*.ts",
+      "packages/webhook/src/**/*.ts"
+    ],
+    rules: {
+      "no-restricted-syntax": ["error", {
+        selector: "CallExpression[callee.property.name='table'] > Literal[value=/^(outbox|inbox)/]",
+        message: "The queues' tables are the pg package's: use its API (Outbox, OutboxWorker, InboxWorker, the admins)."
+      }]
+    }
+  },
   {
     files: ["**/*.mjs"],
     languageOptions: {

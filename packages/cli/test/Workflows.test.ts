@@ -128,7 +128,7 @@ describe("effect-durable workflows", () => {
         const [clock] = yield* sql<{ id: string; due: string }>`
           INSERT INTO durable.outbox (topic, payload, available_at)
           VALUES ('workflow.clock:Renewal', '{"executionId":"r-1"}', '2026-12-31 09:00:00+00')
-          RETURNING id::text, available_at::text AS due`
+          RETURNING id::text, to_char(available_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS due`
         yield* sql`INSERT INTO durable.workflow_steps (workflow, execution_id, kind, name, attempt, outbox_id)
                    VALUES ('Renewal', 'r-1', 'clock', 'grace', 0, ${clock!.id}::bigint)`
         const listed = yield* cliOn(["workflows", "list", "--workflow", "Renewal"])

@@ -49,6 +49,8 @@ export class InboxWorker extends Context.Service<InboxWorker, {
   readonly renewLeases: LeasedQueue.RenewLeases
   /** Unclaims rows whose delivery never started (or is abandoned on shutdown): nothing is counted. */
   readonly giveBack: LeasedQueue.GiveBack
+  /** Whether a claim still holds its row (locked until the caller's transaction ends). */
+  readonly holds: LeasedQueue.Holds
 }>()("@effect-durable/pg/InboxWorker") {}
 
 const decodeConsumer = Input.argument("consumer", Input.Text(128))
@@ -91,7 +93,8 @@ export const make: Effect.Effect<InboxWorker["Service"], never, SqlClient.SqlCli
       release: (claim, options) => Effect.withSpan(queue.release(claim, options), "InboxWorker.release"),
       renewLease: (claim, lease) => Effect.withSpan(queue.renew(claim, lease), "InboxWorker.renewLease"),
       renewLeases: (claims, lease) => Effect.withSpan(queue.renewMany(claims, lease), "InboxWorker.renewLeases"),
-      giveBack: (claims, options) => Effect.withSpan(queue.giveBack(claims, options), "InboxWorker.giveBack")
+      giveBack: (claims, options) => Effect.withSpan(queue.giveBack(claims, options), "InboxWorker.giveBack"),
+      holds: (claim) => Effect.withSpan(queue.holds(claim), "InboxWorker.holds")
     })
   }
 )

@@ -105,6 +105,13 @@ export type RenewLeases = (
 ) => Effect.Effect<ManyResult, InvalidInput | DatabaseError>
 
 /**
+ * Whether a claim still holds its row, its lease running. In the caller's transaction the row
+ * stays locked until that transaction ends (no other claim takes it meanwhile): work that
+ * commits with the message's outcome is fenced by it. A claim that is not one holds nothing.
+ */
+export type Holds = (claim: Claim) => Effect.Effect<boolean, DatabaseError>
+
+/**
  * Unclaims rows, in one statement: another worker may claim them at once; no failure is
  * counted, no lease lost. With `unstarted`, the rows were never delivered (the rest of a keyed
  * run behind a failure, a batch whose leases are in doubt): the attempt their claim counted is

@@ -27,7 +27,9 @@ import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
 import * as QueueOptions from "./internal/queue/options.js"
 import * as Prepare from "./internal/queue/prepare.js"
+import { decodeIds } from "./internal/queue/spec.js"
 import { arrayLiteral } from "./internal/sqlText.js"
+import { isoUtc } from "./internal/timestamps.js"
 import { transact } from "./internal/transaction.js"
 
 export interface OutboxOptions {
@@ -116,11 +118,28 @@ export class Outbox extends Context.Service<Outbox, {
   readonly enqueue: (topic: string, payload: unknown, options?: EnqueueOptions) => Effect.Effect<string, EnqueueError>
   /** Adds many messages in one statement (at most 100,000); ids in the order given. */
   readonly enqueueMany: (messages: ReadonlyArray<NewMessage>) => Effect.Effect<ReadonlyArray<string>, EnqueueError>
+  /**
+   * Withdraws messages no worker holds or has settled (never claimed, or given back), in the
+   * current transaction: deleted as if never enqueued. A message being delivered, delivered,
+   * dead or unknown is left as it is. The ids withdrawn, ascending; at most 10,000 ids (`InvalidInput`).
+   */
+  readonly withdraw: (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, InvalidInput | DatabaseError>
+  /** Of `ids`, the messages still to be delivered (neither delivered nor dead), each with when it is due. */
+  readonly waiting: (
+    ids: ReadonlyArray<string>
+  ) => Effect.Effect<ReadonlyArray<WaitingMessage>, InvalidInput | DatabaseError>
   /** The NOTIFY channel an enqueue wakes at commit. */
   readonly channel: string
   /** The NOTIFY channel a cancellation sends the id of a message being delivered on. */
   readonly cancelChannel: string
 }>()("@effect-durable/pg/Outbox") {}
+
+/** A message still to be delivered (`Outbox.waiting`). */
+export interface WaitingMessage {
+  readonly id: string
+  /** When it may be claimed: ISO-8601 UTC, microseconds kept. */
+  readonly availableAt: string
+}
 
 /** A schema's NOTIFY channel of one kind (channel names are at most 63 bytes: a long schema is hashed). */
 const schemaChannel = (kind: string, schema: string): string => {
@@ -289,7 +308,33 @@ export const make = (
       return inserted.map((row) => BigInt(row.id)).sort((a, b) => (a < b ? -1 : 1)).map(String)
     })
 
-    return Outbox.of({ enqueue, enqueueMany, channel, cancelChannel: cancelChannelFor(settings.schema) })
+    const withdraw = Effect.fn("Outbox.withdraw")(function*(ids: ReadonlyArray<string>) {
+      const decoded = yield* decodeIds(ids)
+      if (decoded.length === 0) return []
+      const rows = yield* sql<{ id: string }>`
+        DELETE FROM ${table} WHERE id = ANY(${decoded}::bigint[])
+           AND claimed_until IS NULL AND projected_at IS NULL AND dead_at IS NULL
+        RETURNING id::text AS id`.pipe(classifySqlErrors("Outbox.withdraw"))
+      return rows.map((row) => BigInt(row.id)).sort((a, b) => (a < b ? -1 : 1)).map(String)
+    })
+
+    const waiting = Effect.fn("Outbox.waiting")(function*(ids: ReadonlyArray<string>) {
+      const decoded = yield* decodeIds(ids)
+      if (decoded.length === 0) return []
+      return yield* sql<WaitingMessage>`
+        SELECT id::text AS id, ${sql.literal(isoUtc("available_at"))} AS "availableAt" FROM ${table}
+         WHERE id = ANY(${decoded}::bigint[]) AND projected_at IS NULL AND dead_at IS NULL
+         ORDER BY id`.pipe(classifySqlErrors("Outbox.waiting"))
+    })
+
+    return Outbox.of({
+      enqueue,
+      enqueueMany,
+      withdraw,
+      waiting,
+      channel,
+      cancelChannel: cancelChannelFor(settings.schema)
+    })
   })
 
 export const layer = (

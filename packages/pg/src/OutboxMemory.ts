@@ -88,7 +88,14 @@ export const layer = (options: Options = {}): Layer.Layer<Outbox | OutboxWorker 
     const store = Memory.make(options)
     return Context.make(
       Outbox,
-      Outbox.of({ enqueue: store.enqueue, enqueueMany: store.enqueueMany, channel: "memory", cancelChannel: "memory" })
+      Outbox.of({
+        enqueue: store.enqueue,
+        enqueueMany: store.enqueueMany,
+        withdraw: store.withdraw,
+        waiting: store.waiting,
+        channel: "memory",
+        cancelChannel: "memory"
+      })
     ).pipe(
       Context.add(
         OutboxWorker,
@@ -100,6 +107,7 @@ export const layer = (options: Options = {}): Layer.Layer<Outbox | OutboxWorker 
           renewLease: store.renew,
           renewLeases: store.renewMany,
           giveBack: store.giveBack,
+          holds: store.holds,
           rateWait: store.rateWait
         })
       ),

@@ -73,6 +73,8 @@ export class OutboxWorker extends Context.Service<OutboxWorker, {
   readonly renewLeases: LeasedQueue.RenewLeases
   /** Unclaims rows whose delivery never started (or is abandoned on shutdown): nothing is counted. */
   readonly giveBack: LeasedQueue.GiveBack
+  /** Whether a claim still holds its row (locked until the caller's transaction ends). */
+  readonly holds: LeasedQueue.Holds
   /**
    * After a claim that came back empty: how long until a rate limit of these topics (all when
    * left out) lets a claim take one of their ready messages — the soonest next token of an
@@ -146,7 +148,8 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
       release: (claim, options) => Effect.withSpan(queue.release(claim, options), "OutboxWorker.release"),
       renewLease: (claim, lease) => Effect.withSpan(queue.renew(claim, lease), "OutboxWorker.renewLease"),
       renewLeases: (claims, lease) => Effect.withSpan(queue.renewMany(claims, lease), "OutboxWorker.renewLeases"),
-      giveBack: (claims, options) => Effect.withSpan(queue.giveBack(claims, options), "OutboxWorker.giveBack")
+      giveBack: (claims, options) => Effect.withSpan(queue.giveBack(claims, options), "OutboxWorker.giveBack"),
+      holds: (claim) => Effect.withSpan(queue.holds(claim), "OutboxWorker.holds")
     })
   }
 )

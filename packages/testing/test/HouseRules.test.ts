@@ -50,6 +50,15 @@ describe("the lint rules bite", () => {
       []
     )
   }, 60_000)
+
+  it("code above the pg package names no queue table: it goes through the pg API", async () => {
+    const reading = (table: string) =>
+      `declare const settings: { table: (name: string) => string }\n\nexport const t = settings.table("${table}")\n`
+    expect(await lint("packages/workflow/src/internal/store.ts", reading("outbox"))).toEqual(["no-restricted-syntax"])
+    expect(await lint("packages/projector/src/internal/loop.ts", reading("inbox"))).toEqual(["no-restricted-syntax"])
+    expect(await lint("packages/workflow/src/internal/store.ts", reading("workflow_steps"))).toEqual([])
+    expect(await lint("packages/pg/src/Outbox.ts", reading("outbox"))).toEqual([])
+  }, 60_000)
 })
 
 /** The layout map of docs/design.md: its code block under "Repository layout". */

@@ -200,7 +200,8 @@ export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | Dur
   .gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
-    const store = Store.make(sql, settings, yield* Outbox.Outbox)
+    const outbox = yield* Outbox.Outbox
+    const store = Store.make(sql, settings, outbox)
     const executions = sql.literal(settings.table("workflow_executions"))
     const steps = sql.literal(settings.table("workflow_steps"))
     const limits = sql.literal(settings.table("flow_limits"))
@@ -232,7 +233,7 @@ export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | Dur
       Effect.map(decodeOlderThan(olderThan), (duration) => Duration.toMillis(duration) / 1000)
     const identify = (workflow: string, executionId: string) =>
       Effect.all([decodeName(workflow), decodeId(executionId)])
-    const detail = WaitDetails.make(sql, settings)
+    const detail = WaitDetails.make(sql, settings, outbox)
     return {
       waiting: (options = {}) =>
         Effect.gen(function*() {

@@ -6,6 +6,7 @@
 import type { DatabaseError } from "@effect-durable/core/Errors"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
@@ -33,6 +34,8 @@ export interface Registration {
 export interface EngineContext {
   readonly sql: SqlClient.SqlClient
   readonly store: Store.Store
+  /** The outbox's worker side: a run's settle is fenced by its claim (`holds`). */
+  readonly worker: OutboxWorker.OutboxWorker["Service"]
   readonly workerId: string
   /** The public module's metrics and activity mark, handed in: a value import of them would be a cycle. */
   readonly metrics: typeof PgWorkflowEngine.metrics
@@ -101,11 +104,16 @@ export const make = (options: {
   readonly workerId: string | undefined
   readonly metrics: typeof PgWorkflowEngine.metrics
   readonly Transactional: typeof PgWorkflowEngine.Transactional
-}): Effect.Effect<EngineContext, never, SqlClient.SqlClient | DurableSettings | Outbox.Outbox | Scope.Scope> =>
+}): Effect.Effect<
+  EngineContext,
+  never,
+  SqlClient.SqlClient | DurableSettings | Outbox.Outbox | OutboxWorker.OutboxWorker | Scope.Scope
+> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
     const outbox = yield* Outbox.Outbox
+    const worker = yield* OutboxWorker.OutboxWorker
     const engineScope = yield* Effect.scope
     const shutdown = yield* Deferred.make<void>()
     yield* Scope.addFinalizer(engineScope, Deferred.succeed(shutdown, undefined))
@@ -177,6 +185,7 @@ export const make = (options: {
     return {
       sql,
       store,
+      worker,
       workerId,
       metrics: options.metrics,
       Transactional: options.Transactional,

@@ -132,7 +132,8 @@ export interface Store {
   readonly settle: (options: {
     readonly workflow: string
     readonly executionId: string
-    readonly claim: { readonly messageId: string; readonly worker: string; readonly generation: number }
+    /** The fence, in the settle's transaction: whether the run message's claim still holds (`OutboxWorker.holds`). */
+    readonly held: Effect.Effect<boolean, DatabaseError>
     readonly wakeSeq: string
     readonly result: unknown
     readonly complete: boolean
@@ -144,24 +145,34 @@ export interface Store {
   }) => Effect.Effect<{ readonly fenced: boolean; readonly status: Status | undefined }, DatabaseError>
 }
 
+/**
+ * The engine's own calls of the outbox (small, well formed messages; ids read from its tables):
+ * only a database failure is expected (and classified, so a run can tell it from a defect);
+ * anything else is a bug.
+ */
+export const onlyDatabaseErrors = <A, E extends { readonly _tag: string }, R>(
+  effect: Effect.Effect<A, E, R>
+): Effect.Effect<A, Extract<E, DatabaseError>, R> =>
+  Effect.catchIf(
+    effect,
+    (error): error is Exclude<E, DatabaseError> => error._tag !== "DatabaseError",
+    Effect.die
+  ) as Effect.Effect<A, Extract<E, DatabaseError>, R>
+
+/** Message ids in lists the outbox takes at once (at most 10,000). */
+export const chunksOf = (ids: ReadonlyArray<string>): ReadonlyArray<ReadonlyArray<string>> =>
+  Array.from({ length: Math.ceil(ids.length / 10_000) }, (_, i) => ids.slice(i * 10_000, (i + 1) * 10_000))
+
 export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbox.Outbox["Service"]): Store => {
   const executions = sql.literal(settings.table("workflow_executions"))
   const steps = sql.literal(settings.table("workflow_steps"))
-  const outboxTable = sql.literal(settings.table("outbox"))
   const json = (value: unknown) => JSON.stringify(value ?? null)
   // A connection lost mid-transaction is a retryable DatabaseError here, never a defect (which
   // a run would capture as the workflow's outcome).
   const transact = <A, E, R>(operation: string, body: Effect.Effect<A, E, R>) =>
     Transactions.transaction(operation)(body).pipe(Effect.provideService(SqlClient.SqlClient, sql))
-  // The engine's own messages are small and well formed: only a database failure is expected
-  // (and classified, so a run can tell it from a defect); anything else is a bug.
   const enqueue = (topic: string, payload: unknown, options: Outbox.EnqueueOptions) =>
-    outbox.enqueue(topic, payload, options).pipe(
-      Effect.catchIf(
-        (error): error is Exclude<typeof error, DatabaseError> => error._tag !== "DatabaseError",
-        Effect.die
-      )
-    )
+    onlyDatabaseErrors(outbox.enqueue(topic, payload, options))
   // Every run message of an execution carries its flow group (`WorkflowLimits`), if it has one.
   const enqueueRun = (workflow: string, executionId: string, group: string | null | undefined) =>
     enqueue(runTopic(workflow), { executionId }, {
@@ -325,30 +336,29 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
                         AND attempt = 0`
         })
       ),
-    settle: ({ claim, complete, executionId, failed, rerun, result, wakeSeq, waits, workflow }) =>
+    settle: ({ complete, executionId, failed, held, rerun, result, wakeSeq, waits, workflow }) =>
       transact(
         "WorkflowEngine.settle",
         Effect.gen(function*() {
-          // The fence: the run message still held by this claim, its lease alive.
-          const held = yield* sql<{ id: string }>`
-            SELECT id::text FROM ${outboxTable}
-             WHERE id = ${claim.messageId}::bigint AND claimed_by = ${claim.worker}
-               AND claim_generation = ${claim.generation} AND claimed_until > now()
-               AND projected_at IS NULL AND dead_at IS NULL
-             FOR UPDATE`
-          if (held.length === 0) return { fenced: false, status: undefined }
+          // The fence: the run message still held by this claim, its lease alive (its row locked to the end).
+          if (!(yield* held)) return { fenced: false, status: undefined }
           if (complete) {
             const rows = yield* sql<{ parent_workflow: string | null; parent_execution_id: string | null }>`
               UPDATE ${executions} SET status = 'complete', result = ${json(result)}::jsonb, completed_at = now(),
                      updated_at = now(), waiting_on = NULL
                WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
               RETURNING parent_workflow, parent_execution_id`
-            // Clocks that have not fired have nothing left to wake: the unclaimed ones go (they
-            // carry no ordering key, so no other message waits on them).
-            yield* sql`DELETE FROM ${outboxTable} o USING ${steps} s
-                        WHERE s.workflow = ${workflow} AND s.execution_id = ${executionId} AND s.kind = 'clock'
-                          AND o.id = s.outbox_id AND o.claimed_until IS NULL AND o.projected_at IS NULL
-                          AND o.dead_at IS NULL`
+            // Clocks that have not fired have nothing left to wake: the unclaimed ones are
+            // withdrawn (they carry no ordering key, so no other message waits on them).
+            const clocks = yield* sql<{ id: string }>`
+              SELECT outbox_id::text AS id FROM ${steps}
+               WHERE workflow = ${workflow} AND execution_id = ${executionId} AND kind = 'clock'
+                 AND outbox_id IS NOT NULL`
+            yield* Effect.forEach(
+              chunksOf(clocks.map((clock) => clock.id)),
+              (ids) => onlyDatabaseErrors(outbox.withdraw(ids)),
+              { discard: true }
+            )
             const parent = rows[0]
             if (parent?.parent_workflow != null && parent.parent_execution_id !== null) {
               yield* wakeIn(parent.parent_workflow, parent.parent_execution_id, "automatic")

@@ -5,9 +5,10 @@
  */
 import type { Settings } from "@effect-durable/pg/DurableConfig"
 import { classifySqlErrors } from "@effect-durable/pg/ErrorClassification"
+import type * as Outbox from "@effect-durable/pg/Outbox"
 import * as Effect from "effect/Effect"
 import type * as SqlClient from "effect/sql/SqlClient"
-import type * as Store from "./store.js"
+import * as Store from "./store.js"
 
 /**
  * What a suspended execution waits on, as its last run recorded it (`Store.WaitingOn`); or, for
@@ -36,18 +37,25 @@ export type WaitDetail =
   | { readonly kind: "limit"; readonly group: string | null }
 
 /** Each clock's due time (its open message's), each child's status now. */
-export const make = (sql: SqlClient.SqlClient, settings: Settings) => {
+export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbox.Outbox["Service"]) => {
   const executions = sql.literal(settings.table("workflow_executions"))
   const steps = sql.literal(settings.table("workflow_steps"))
-  const outbox = sql.literal(settings.table("outbox"))
   return (workflow: string, executionId: string, waits: ReadonlyArray<WaitingOn>) =>
     Effect.gen(function*() {
       const clocks = waits.flatMap((wait) => wait.kind === "clock" ? [wait.name] : [])
       const children = waits.flatMap((wait) => wait.kind === "child" ? [wait] : [])
-      const due = clocks.length === 0 ? [] : yield* sql<{ name: string; due_at: string }>`
-        SELECT s.name, o.available_at::text AS due_at FROM ${steps} s JOIN ${outbox} o ON o.id = s.outbox_id
-         WHERE s.workflow = ${workflow} AND s.execution_id = ${executionId} AND s.kind = 'clock'
-           AND s.name = ANY(${clocks}::text[])`.pipe(classifySqlErrors("WorkflowAdmin.show"))
+      const messages = clocks.length === 0 ? [] : yield* sql<{ name: string; id: string }>`
+        SELECT name, outbox_id::text AS id FROM ${steps}
+         WHERE workflow = ${workflow} AND execution_id = ${executionId} AND kind = 'clock'
+           AND name = ANY(${clocks}::text[]) AND outbox_id IS NOT NULL`.pipe(classifySqlErrors("WorkflowAdmin.show"))
+      // Each clock's message, while it waits to fire: when it is due.
+      const open = new Map<string, string>()
+      for (const ids of Store.chunksOf(messages.map((message) => message.id))) {
+        for (const message of yield* Store.onlyDatabaseErrors(outbox.waiting(ids))) {
+          open.set(message.id, message.availableAt)
+        }
+      }
+      const due = messages.map((message) => ({ name: message.name, due_at: open.get(message.id) ?? null }))
       const statuses = children.length === 0 ? [] : yield* sql<
         { workflow: string; execution_id: string; status: Store.Status }
       >`

@@ -13,6 +13,7 @@ import { Defaults, type EnqueueOptions, type NewMessage } from "../../Outbox.js"
 import type { MemoryRow } from "../../OutboxMemory.js"
 import { type ClaimOptions, decodeTopics, type OutboxMessage } from "../../OutboxWorker.js"
 import * as MemoryLimits from "./memoryLimits.js"
+import { inFlightAt, iso, leaseRunning, open, type Row } from "./memoryRows.js"
 import * as Prepare from "./prepare.js"
 import {
   decodeError,
@@ -26,21 +27,10 @@ import {
 import { FAILURE_HISTORY } from "./worker.js"
 import { decodeClaim } from "./worker.js"
 
-/** A row of the outbox, as the table holds it (mutable here, read-only to tests). */
-type Row = { -readonly [K in keyof MemoryRow]: MemoryRow[K] }
-
-const iso = (millis: number) => new Date(millis).toISOString()
-
 export const make = (options: { readonly maxAttempts?: number } = {}) => {
   const rows = new Map<string, Row>()
   let nextId = 0
   const limits = MemoryLimits.make()
-  const open = (row: Row) => row.projectedAt === null && row.deadAt === null
-  const leaseRunning = (row: Row, now: number) => open(row) && row.claimedUntil !== null && row.claimedUntil > now
-  /** A topic's messages (of one group, when given) holding a running lease: what its limits count. */
-  const inFlightAt = (all: ReadonlyArray<Row>, now: number) => (topic: string, group?: string | null) =>
-    all.filter((row) => row.topic === topic && (group === undefined || row.group === group) && leaseRunning(row, now))
-      .length
 
   // The PostgreSQL outbox's checks, limits and defaults: a message it refuses is refused here.
   const checks = {
@@ -321,7 +311,6 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
   const giveBack = (claims: ReadonlyArray<LeasedQueue.Claim>, options: { readonly unstarted?: boolean } = {}) =>
     many(claims, (row) => {
       row.claimedUntil = null
-      // Never delivered: the attempt its claim counted is taken back (migration 12).
       if (options.unstarted === true) row.attempts = Math.max(0, row.attempts - 1)
     })
 
@@ -334,15 +323,13 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
     Effect.gen(function*() {
       const reason = cancelOptions.reason === undefined ? undefined : yield* decodeReason(cancelOptions.reason)
       const by = (yield* decodeMovedBy(cancelOptions.by)) ?? "an operator"
-      const decoded = [...new Set(yield* decodeIds(ids))].sort((a, b) => Number(a) - Number(b))
+      const found = yield* openRowsOf(ids)
       const now = yield* Clock.currentTimeMillis
       const cancelled: Array<string> = []
       const interrupted: Array<string> = []
-      for (const id of decoded) {
-        const row = rows.get(id)
-        if (row === undefined || !open(row)) continue
-        if (leaseRunning(row, now)) interrupted.push(id)
-        cancelled.push(id)
+      for (const row of found) {
+        if (leaseRunning(row, now)) interrupted.push(row.id)
+        cancelled.push(row.id)
         row.deadAt = now
         row.cancelledAt = now
         row.cancelledBy = by
@@ -355,18 +342,33 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
 
   /** How long until a ready message that only a rate holds back may be claimed (`OutboxWorker.rateWait`). */
   const rateWait = (topics?: ReadonlyArray<string>) =>
-    Effect.gen(function*() {
-      const only = yield* decodeTopics(topics ?? null)
-      const now = yield* Clock.currentTimeMillis
-      const all = [...rows.values()]
-      return limits.rateWait(
-        all.filter((row) =>
-          open(row) && row.availableAt <= now && !leaseRunning(row, now) && (only === null || only.includes(row.topic))
-        ),
-        inFlightAt(all, now),
-        now
-      )
-    })
+    Effect.flatMap(
+      decodeTopics(topics ?? null),
+      (only) => Effect.map(Clock.currentTimeMillis, (now) => limits.rateWait([...rows.values()], only, now))
+    )
+
+  /** `OutboxWorker.holds`: the claim's row, its lease running. */
+  const holds = (claim: LeasedQueue.Claim) =>
+    Effect.map(Clock.currentTimeMillis, (now) => (fenced(claim)?.claimedUntil ?? 0) > now)
+
+  /** The open rows of `ids`, in id order: what `withdraw`, `waiting` and `cancel` act on. */
+  const openRowsOf = (ids: ReadonlyArray<string>) =>
+    Effect.map(
+      decodeIds(ids),
+      (decoded) =>
+        [...new Set(decoded)].sort((a, b) => Number(a) - Number(b)).flatMap((id) => {
+          const row = rows.get(id)
+          return row !== undefined && open(row) ? [row] : []
+        })
+    )
+  /** `Outbox.withdraw`: the open rows no worker holds, deleted. */
+  const withdraw = (ids: ReadonlyArray<string>) =>
+    Effect.map(
+      openRowsOf(ids),
+      (found) => found.filter((row) => row.claimedUntil === null && rows.delete(row.id)).map((row) => row.id)
+    )
+  const waiting = (ids: ReadonlyArray<string>) =>
+    Effect.map(openRowsOf(ids), (found) => found.map((row) => ({ id: row.id, availableAt: iso(row.availableAt) })))
 
   /** Every row, in id order, as the table would show it. */
   const inspect = Effect.sync((): ReadonlyArray<MemoryRow> => [...rows.values()].map((row) => ({ ...row })))
@@ -374,6 +376,8 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
   return {
     enqueue,
     enqueueMany,
+    withdraw,
+    waiting,
     claim,
     complete,
     completeMany,
@@ -383,6 +387,7 @@ export const make = (options: { readonly maxAttempts?: number } = {}) => {
     giveBack,
     cancel,
     rateWait,
+    holds,
     setLimit: limits.setLimit,
     clearLimit: limits.clear,
     inspect

@@ -12,6 +12,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import type { LimitOptions } from "../../FlowControl.js"
 import { decodeLimitOptions, decodeTopic } from "../flow/decode.js"
+import { inFlightAt, leaseRunning, open, type Row } from "./memoryRows.js"
 
 interface Rate {
   readonly limit: number
@@ -162,5 +163,15 @@ export const make = () => {
     return soonest === undefined ? Option.none() : Option.some(Duration.millis(Math.ceil(soonest)))
   }
 
-  return { setLimit, clear, admit, rateWait }
+  /** `rateWait` over every row of the store, for the topics `only` names (null: all). */
+  const rateWaitOver = (all: ReadonlyArray<Row>, only: ReadonlyArray<string> | null, now: number) =>
+    rateWait(
+      all.filter((row) =>
+        open(row) && row.availableAt <= now && !leaseRunning(row, now) && (only === null || only.includes(row.topic))
+      ),
+      inFlightAt(all, now),
+      now
+    )
+
+  return { setLimit, clear, admit, rateWait: rateWaitOver }
 }

@@ -376,5 +376,18 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
         false
       )).pipe(Effect.asVoid)
 
-  return { claim, complete, completeMany, release, renew, renewMany, giveBack }
+  /**
+   * Whether this claim still holds its row with its lease running; the row locked until the
+   * caller's transaction ends. One statement under the caller's own bounds (it is a part of the
+   * caller's transaction, not an operation of its own).
+   */
+  const holds = (claim: Claim): Effect.Effect<boolean, DatabaseError> =>
+    wellFormed(claim)
+      ? sql`SELECT id FROM ${table} WHERE ${fence(claim)} AND claimed_until > now() FOR UPDATE`.pipe(
+        classifySqlErrors(op("holds")),
+        Effect.map((rows) => rows.length > 0)
+      )
+      : Effect.succeed(false)
+
+  return { claim, complete, completeMany, release, renew, renewMany, giveBack, holds }
 }
