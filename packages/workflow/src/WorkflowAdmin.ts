@@ -21,8 +21,9 @@ import type { WaitDetail, WaitingOn } from "./internal/waitDetail.js"
 import * as WaitDetails from "./internal/waitDetail.js"
 import * as WorkflowAttributes from "./WorkflowAttributes.js"
 
-export const Statuses = ["pending", "running", "suspended", "complete"] as const
-export type Status = typeof Statuses[number]
+/** An execution's statuses, in the order of its life. */
+export const Statuses = Store.Statuses
+export type Status = Store.Status
 
 export type { WaitDetail, WaitingOn } from "./internal/waitDetail.js"
 

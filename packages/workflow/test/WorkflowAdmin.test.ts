@@ -33,6 +33,15 @@ const layer = ApprovalLayer.pipe(
 
 describe("WorkflowAdmin", () => {
   it.layer(layer, { excludeTestServices: true })((it) => {
+    it.effect("the statuses the code knows are exactly those the table's check constraint allows, in its order", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const [row] = yield* sql<{ definition: string }>`
+          SELECT pg_get_constraintdef(oid) AS definition FROM pg_constraint
+           WHERE conname = 'workflow_executions_status_check' AND connamespace = 'durable'::regnamespace`
+        expect([...row!.definition.matchAll(/'([a-z]+)'::text/g)].map((m) => m[1])).toEqual([...WorkflowAdmin.Statuses])
+      }))
+
     it.effect("lists and shows executions with their journal; interrupt and resume act on them by name", () =>
       Effect.gen(function*() {
         const admin = yield* WorkflowAdmin.make

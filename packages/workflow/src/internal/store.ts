@@ -21,7 +21,9 @@ export const clockTopic = (workflow: string): string => `workflow.clock:${workfl
 /** One run of an execution at a time: its run messages share this ordering key. */
 export const runKey = (workflow: string, executionId: string): string => `${workflow}/${executionId}`
 
-export type Status = "pending" | "running" | "suspended" | "complete"
+/** An execution's statuses, in the order of its life (the table's check constraint holds the same list). */
+export const Statuses = ["pending", "running", "suspended", "complete"] as const
+export type Status = typeof Statuses[number]
 export type StepKind = "activity" | "deferred" | "clock"
 
 /** One thing a suspended run waits on, as its settle records it (`workflow_executions.waiting_on`). */

@@ -39,7 +39,7 @@ const filterForm = (ctx: ViewContext, data: ExecutionsData) =>
     )}</datalist>
 <label>Attribute<input name="attribute" value="${data.attribute ?? ""}" placeholder="name=value"></label>
 <label>Status<select name="status">${
-    ["", "pending", "running", "suspended", "complete"].map((s) =>
+    ["", ...WorkflowAdmin.Statuses].map((s) =>
       html`<option value="${s}"${raw(data.status === s ? " selected" : "")}>${s === "" ? "any" : s}</option>`
     )
   }</select></label>
