@@ -105,9 +105,10 @@ export type RenewLeases = (
 ) => Effect.Effect<ManyResult, InvalidInput | DatabaseError>
 
 /**
- * Whether a claim still holds its row, its lease running. In the caller's transaction the row
- * stays locked until that transaction ends (no other claim takes it meanwhile): work that
- * commits with the message's outcome is fenced by it. A claim that is not one holds nothing.
+ * Whether a claim still holds its row, its lease running. Call it in your transaction: the row
+ * stays locked until that transaction ends (no other claim takes it meanwhile), so work that
+ * commits with the message's outcome is fenced by it; it runs under that transaction's own
+ * bounds (outside one it locks nothing). A claim that is not one holds nothing.
  */
 export type Holds = (claim: Claim) => Effect.Effect<boolean, DatabaseError>
 

@@ -119,8 +119,12 @@ export class Outbox extends Context.Service<Outbox, {
   /** Adds many messages in one statement (at most 100,000); ids in the order given. */
   readonly enqueueMany: (messages: ReadonlyArray<NewMessage>) => Effect.Effect<ReadonlyArray<string>, EnqueueError>
   /**
-   * Withdraws messages no worker holds or has settled (never claimed, or given back), in the
-   * current transaction: deleted as if never enqueued. A message being delivered, delivered,
+   * Withdraws, in the current transaction, the open messages no lease holds (waiting: never
+   * claimed, given back, or released for a retry): deleted without a trace — unlike
+   * `OutboxAdmin.cancel`, which keeps a dead letter — for messages whose delivery no longer
+   * matters (the workflow engine's clocks of a finished execution). Earlier failed attempts may
+   * have had their effects; withdrawing a key's head lets the rest of its key go on. A message
+   * being delivered, or whose lease ran out unsettled (its worker may still be at it), delivered,
    * dead or unknown is left as it is. The ids withdrawn, ascending; at most 10,000 ids (`InvalidInput`).
    */
   readonly withdraw: (ids: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, InvalidInput | DatabaseError>
