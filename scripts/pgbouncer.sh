@@ -9,11 +9,12 @@
 # routed (a wildcard entry), so per-suite fresh databases work without a restart.
 # It listens on 127.0.0.1 only and runs as a dedicated OS user (PgBouncer refuses root);
 # its config, log and pid file live in one directory.
-# Settings: PGBOUNCER_PORT (default 56432), PGBOUNCER_STATE (its directory),
+# Settings: PGBOUNCER_PORT (default: a free port, scripts/free-port.mjs, retried if another
+# process binds it first), PGBOUNCER_STATE (its directory),
 # PGBOUNCER_POOL_SIZE (server connections per database and role, default 20).
 set -euo pipefail
 
-PORT=${PGBOUNCER_PORT:-56432}
+PORT=${PGBOUNCER_PORT:-}
 STATE=${PGBOUNCER_STATE:-${TMPDIR:-/tmp}/effect-durable-pgbouncer}
 POOL_SIZE=${PGBOUNCER_POOL_SIZE:-20}
 OS_USER=effect_durable_pgbouncer
@@ -51,7 +52,7 @@ start() {
 
 [pgbouncer]
 listen_addr = 127.0.0.1
-listen_port = $PORT
+listen_port = 0
 unix_socket_dir =
 pool_mode = transaction
 auth_type = scram-sha-256
@@ -69,22 +70,50 @@ logfile = $STATE/pgbouncer.log
 pidfile = $STATE/pgbouncer.pid
 EOF
   chown -R "$OS_USER" "$STATE"
-  as_user "$BIN" -d "$STATE/pgbouncer.ini" >&2 || { cat "$STATE/pgbouncer.log" >&2 2>/dev/null; exit 1; }
-  # Ready when it accepts connections.
-  local i=0
-  until node -e 'require("net").connect(+process.argv[1], "127.0.0.1").on("connect", () => process.exit(0)).on("error", () => process.exit(1))' "$PORT" 2>/dev/null; do
-    i=$((i + 1))
-    if [ $i -ge 50 ]; then
-      echo "pgbouncer did not start listening on 127.0.0.1:$PORT" >&2
-      cat "$STATE/pgbouncer.log" >&2 2>/dev/null || true
-      exit 1
-    fi
-    sleep 0.1
-  done
+  if [ -n "$PORT" ]; then
+    listen "$PORT" || exit 1
+  else
+    # A free port, and another if something binds it between the pick and PgBouncer's bind.
+    local attempt
+    for attempt in 1 2 3 4 5; do
+      PORT=$(node "$(dirname "$0")/free-port.mjs")
+      if listen "$PORT"; then break; fi
+      if [ $attempt -eq 5 ]; then exit 1; fi
+      echo "pgbouncer: port $PORT was taken, trying another" >&2
+    done
+  fi
   node -e 'const u = new URL(process.argv[1]); u.hostname = "127.0.0.1"; u.port = process.argv[2]; console.log(u.toString())' "$url" "$PORT"
 }
 
-stop() {
+# Starts PgBouncer on port $1 and waits until it accepts connections; fails (its log on
+# stderr) if it cannot.
+listen() {
+  local port=$1
+  sed -i "s/^listen_port = .*/listen_port = $port/" "$STATE/pgbouncer.ini"
+  rm -f "$STATE/pgbouncer.log"
+  as_user "$BIN" -d "$STATE/pgbouncer.ini" >&2 || { cat "$STATE/pgbouncer.log" >&2 2>/dev/null; return 1; }
+  local i=0
+  # Its own log must say it listens there: another program on that port would accept too.
+  until grep -qF "listening on 127.0.0.1:$port" "$STATE/pgbouncer.log" 2>/dev/null \
+    && node -e 'require("net").connect(+process.argv[1], "127.0.0.1").on("connect", () => process.exit(0)).on("error", () => process.exit(1))' "$port" 2>/dev/null; do
+    if grep -qF "nowhere to listen" "$STATE/pgbouncer.log" 2>/dev/null; then
+      cat "$STATE/pgbouncer.log" >&2
+      stop_process
+      return 1
+    fi
+    i=$((i + 1))
+    if [ $i -ge 50 ]; then
+      echo "pgbouncer did not start listening on 127.0.0.1:$port" >&2
+      cat "$STATE/pgbouncer.log" >&2 2>/dev/null || true
+      stop_process
+      return 1
+    fi
+    sleep 0.1
+  done
+}
+
+# Stops the running PgBouncer, if any (its directory stays).
+stop_process() {
   if [ -f "$STATE/pgbouncer.pid" ]; then
     local pid
     pid=$(cat "$STATE/pgbouncer.pid")
@@ -93,7 +122,12 @@ stop() {
     local i=0
     while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
     kill -KILL "$pid" 2>/dev/null || true
+    rm -f "$STATE/pgbouncer.pid"
   fi
+}
+
+stop() {
+  stop_process
   rm -rf "$STATE"
 }
 

@@ -3,11 +3,13 @@
 #   scripts/system-postgres.sh start   installs it if needed, starts it, prints DATABASE_URL
 #   scripts/system-postgres.sh stop    stops it and deletes its data directory
 # The server runs as a dedicated OS user (PostgreSQL refuses root), listens on 127.0.0.1
-# only, and keeps everything (data, socket, log) in one directory under the temp dir.
+# only, and keeps everything (data, socket, log) in one directory under the temp dir. Its port
+# is PG_SYSTEM_PORT if set, else a free one (scripts/free-port.mjs), retried if another process
+# binds it first.
 set -euo pipefail
 
 VERSION=${PG_SYSTEM_VERSION:-15}
-PORT=${PG_SYSTEM_PORT:-54315}
+PORT=${PG_SYSTEM_PORT:-}
 OS_USER=effect_durable_pg
 STATE=${TMPDIR:-/tmp}/effect-durable-system-pg-$VERSION
 BIN=/usr/lib/postgresql/$VERSION/bin
@@ -30,10 +32,27 @@ start() {
   as_user "$BIN/initdb" -D "$STATE/data" -U postgres --pwfile="$STATE/pwfile" --auth=scram-sha-256 \
     --encoding=UTF8 --no-sync >"$STATE/initdb.log" 2>&1 || { cat "$STATE/initdb.log" >&2; exit 1; }
   rm -f "$STATE/pwfile"
-  as_user "$BIN/pg_ctl" -D "$STATE/data" -l "$STATE/server.log" -w -t 60 start -o \
-    "-p $PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$STATE -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" >&2 \
-    || { cat "$STATE/server.log" >&2; exit 1; }
+  if [ -n "$PORT" ]; then
+    listen "$PORT" || exit 1
+  else
+    local attempt
+    for attempt in 1 2 3 4 5; do
+      PORT=$(node "$(dirname "$0")/free-port.mjs")
+      if listen "$PORT"; then break; fi
+      if [ $attempt -eq 5 ]; then exit 1; fi
+      echo "system-postgres: port $PORT was taken, trying another" >&2
+    done
+  fi
   echo "postgres://postgres:$password@127.0.0.1:$PORT/postgres"
+}
+
+# Starts the server on port $1 and waits until it accepts connections; fails (its log on
+# stderr) if it cannot.
+listen() {
+  rm -f "$STATE/server.log"
+  as_user "$BIN/pg_ctl" -D "$STATE/data" -l "$STATE/server.log" -w -t 60 start -o \
+    "-p $1 -c listen_addresses=127.0.0.1 -c unix_socket_directories=$STATE -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" >&2 \
+    || { cat "$STATE/server.log" >&2; return 1; }
 }
 
 stop() {
