@@ -83,6 +83,7 @@ export default tseslint.config(
   {
     files: [
       "packages/workflow/src/**/*.ts",
+      "packages/workflow-http/src/**/*.ts",
       "packages/projector/src/**/*.ts",
       "packages/http/src/**/*.ts",
       "packages/nats/src/**/*.ts",

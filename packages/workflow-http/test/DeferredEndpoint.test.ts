@@ -2,6 +2,10 @@
 // completes the deferred an execution waits on, once; every refusal writes nothing.
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
+import * as DeferredCompleter from "@effect-durable/workflow/DeferredCompleter"
+import * as DeferredTokens from "@effect-durable/workflow/DeferredTokens"
+import * as PgWorkflowEngine from "@effect-durable/workflow/PgWorkflowEngine"
+import * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { describe, expect, layer } from "@effect/vitest"
 import * as Effect from "effect/Effect"
@@ -17,9 +21,6 @@ import * as DurableDeferred from "effect/workflow/DurableDeferred"
 import * as Workflow from "effect/workflow/Workflow"
 import * as Http from "node:http"
 import * as DeferredEndpoint from "../src/DeferredEndpoint.js"
-import * as DeferredTokens from "../src/DeferredTokens.js"
-import * as PgWorkflowEngine from "../src/PgWorkflowEngine.js"
-import * as WorkflowAdmin from "../src/WorkflowAdmin.js"
 
 const Rejected = Schema.Struct({ reason: Schema.String })
 const Approval = DurableDeferred.make("Endpoint/Approval", {
@@ -102,7 +103,7 @@ const written = (executionId: string) =>
       deferreds: sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.workflow_steps
                                      WHERE execution_id = ${executionId} AND kind = 'deferred'`,
       receipts: sql<{ n: number }>`SELECT count(*)::int AS n FROM durable.inbox
-                                    WHERE consumer = ${DeferredEndpoint.CONSUMER}`
+                                    WHERE consumer = ${DeferredCompleter.CONSUMER}`
     }).pipe(
       Effect.map(({ deferreds, receipts }) => ({ deferreds: deferreds[0]!.n, receipts: receipts[0]!.n })),
       Effect.orDie
@@ -235,31 +236,6 @@ describe("DeferredEndpoint", () => {
         expect(Exit.isSuccess(result.exit) && /^approved by user-(\d+) up to \1$/.test(result.exit.value)).toBe(true)
         expect((yield* written(racing.executionId)).deferreds).toBe(1)
         expect(bodies).toBeGreaterThanOrEqual(2)
-      }))
-
-    it.effect("without HTTP, inside the caller's transaction: rolled back with it, committed with it; a deferred listed twice is refused", () =>
-      Effect.gen(function*() {
-        const sql = yield* SqlClient.SqlClient
-        const { complete } = yield* DeferredEndpoint.makeCompleter([Approval])
-        const { executionId, signed } = yield* started("p-8")
-        const rolledBack = yield* sql.withTransaction(
-          Effect.flatMap(
-            complete({ token: signed, value: { by: "ada", limit: 8 } }),
-            (done) => Effect.fail({ _tag: "Abort" as const, done })
-          )
-        ).pipe(Effect.flip)
-        expect(rolledBack._tag === "Abort" && rolledBack.done.outcome).toBe("completed")
-        expect((yield* written(executionId)).deferreds).toBe(0)
-        // A refusal inside the caller's transaction leaves it usable.
-        const inside = yield* sql.withTransaction(Effect.gen(function*() {
-          const refused = yield* Effect.flip(complete({ token: signed, value: { by: 1 } }))
-          const done = yield* complete({ token: signed, value: { by: "ada", limit: 8 } })
-          return [refused._tag, done.outcome]
-        }))
-        expect(inside).toEqual(["InvalidDeferredValue", "completed"])
-        expect((yield* completed(executionId)).exit).toEqual(Exit.succeed("approved by ada up to 8"))
-        const twice = yield* Effect.flip(DeferredEndpoint.makeCompleter([Approval, Approval]))
-        expect(twice).toMatchObject({ _tag: "InvalidInput", argument: "deferreds" })
       }))
   })
 })

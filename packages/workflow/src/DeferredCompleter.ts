@@ -1,41 +1,33 @@
 /**
- * Completing a workflow's deferred from outside: a payment provider's callback, an approval
- * link's form. The caller holds a signed deferred token (`DeferredTokens.sign`) and posts it
- * with the value (or the error) the deferred waits for:
+ * Completing a workflow's deferred from outside, by its signed token (`DeferredTokens.sign`):
+ * a payment provider's callback, an approval link's form, a broker's message. The caller holds
+ * the token and gives the value (or the error) the deferred waits for; `complete` runs in the
+ * caller's transaction when there is one (so a callback's own writes and the completion commit
+ * together or not at all), else in one of its own:
  *
- * ```http
- * POST /workflow/deferred
- * content-type: application/json
+ * - the receipt is taken in the inbox (consumer `workflow.deferred`, keyed by the deferred, the
+ *   execution's incarnation and the exit it carries), so a repeat is recognized and answered
+ *   as it was (`already-completed`);
+ * - the value is decoded with the deferred's own schema and written to the engine's journal as
+ *   the engine writes a deferred completed in another process (first write wins, the execution
+ *   woken in the same transaction);
+ * - a different value for a deferred that already has one, a token for a complete or unknown
+ *   execution, a token that does not open, a deferred not listed here and a value not of the
+ *   deferred's schema are typed errors, and write nothing.
  *
- * { "token": "<signed>", "value": "auth-77" }        (or "error": …)
- * ```
+ * `@effect-durable/workflow-http`'s `DeferredEndpoint` serves it over HTTP; this module needs
+ * no HTTP stack.
  *
- * What happens, in one transaction: the delivery's receipt is taken in the inbox (consumer
- * `workflow.deferred`, keyed by the deferred and the exit it carries), the value is decoded
- * with the deferred's own schema and written to the engine's journal as the engine writes a
- * deferred completed in another process (first write wins, the execution woken). A repeated callback is recognized and answered as it was
- * (`already-completed`); a different value for a deferred that already has one is refused
- * (409), as is a token for a complete or unknown execution, a token that does not open (403)
- * and a body that is too large, too deep, not JSON or not of the deferred's schema (413, 400).
- * Refusals write nothing. `complete` is the same, typed, without HTTP (a broker's consumer).
- *
- * @since 0.2.0
+ * @since 0.3.0
  */
-import { type DatabaseError, type DurableConfigError, InvalidInput } from "@effect-durable/core/Errors"
+import { type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
-import * as Input from "@effect-durable/core/Input"
-import * as Options from "@effect-durable/core/Options"
-import * as Problem from "@effect-durable/http/Problem"
-import * as RequestBody from "@effect-durable/http/RequestBody"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Inbox from "@effect-durable/pg/Inbox"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import * as HttpRouter from "effect/http/HttpRouter"
-import * as HttpServerRequest from "effect/http/HttpServerRequest"
-import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Layer from "effect/Layer"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
@@ -47,10 +39,10 @@ import * as Codec from "./internal/codec.js"
 import * as Preemption from "./internal/preemption.js"
 import * as Store from "./internal/store.js"
 
-/** The inbox consumer the endpoint's receipts are kept under. */
+/** The inbox consumer the completions' receipts are kept under. */
 export const CONSUMER = "workflow.deferred"
 
-/** The deferred is not one this endpoint completes (not in its `deferreds`). */
+/** The deferred is not one this completer completes (not in its `deferreds`). */
 export class UnknownDeferred extends Schema.TaggedError<UnknownDeferred>("@effect-durable/workflow/UnknownDeferred")(
   "UnknownDeferred",
   { deferred: Schema.String }
@@ -130,7 +122,7 @@ export interface Completion {
   readonly error?: unknown
 }
 
-type Requirements = DeferredTokens | Inbox.Inbox | SqlClient.SqlClient | DurableSettings | Outbox.Outbox
+export type Requirements = DeferredTokens | Inbox.Inbox | SqlClient.SqlClient | DurableSettings | Outbox.Outbox
 
 const issuePath = (issue: SchemaIssue.Issue): string => {
   const path: Array<PropertyKey> = []
@@ -151,11 +143,11 @@ const issuePath = (issue: SchemaIssue.Issue): string => {
 }
 
 /**
- * A completer over `deferreds` (each named once). `complete` decodes the value with the
- * deferred's schema and completes it through the engine in a transaction of its own (or the
- * caller's), its receipt in the inbox.
+ * A completer over `deferreds` (each named once; a name listed twice is `InvalidInput`).
+ * `complete` decodes the value with the deferred's schema and completes it through the engine
+ * in the caller's transaction or one of its own, its receipt in the inbox.
  */
-export const makeCompleter = (deferreds: ReadonlyArray<DurableDeferred.AnyWithProps>) =>
+export const make = (deferreds: ReadonlyArray<DurableDeferred.AnyWithProps>) =>
   Effect.gen(function*() {
     const byName = new Map<string, DurableDeferred.AnyWithProps>()
     for (const deferred of deferreds) {
@@ -184,7 +176,10 @@ export const makeCompleter = (deferreds: ReadonlyArray<DurableDeferred.AnyWithPr
           unknown,
           unknown
         >
-        const decoded = yield* Schema.decodeUnknownEffect(schema)(failed ? completion.error : completion.value).pipe(
+        // JSON has no `undefined`: an absent value is JSON's null, which a void deferred's JSON
+        // codec takes (and any other schema refuses, naming the top).
+        const given = failed ? completion.error : completion.value
+        const decoded = yield* Schema.decodeUnknownEffect(schema)(given === undefined ? null : given).pipe(
           Effect.mapError((error) =>
             new InvalidDeferredValue({ deferred: deferred.name, field, path: issuePath(error.issue) })
           )
@@ -257,138 +252,13 @@ export const makeCompleter = (deferreds: ReadonlyArray<DurableDeferred.AnyWithPr
     return { complete }
   })
 
-/** The endpoint's completions without HTTP (a broker's consumer, a job of your own). */
+/** Completions by token, as a service (a broker's consumer, a job of your own, the HTTP endpoint). */
 export class DeferredCompleter extends Context.Service<DeferredCompleter, {
   readonly complete: (completion: Completion) => Effect.Effect<Completed, CompleteError>
 }>()("@effect-durable/workflow/DeferredCompleter") {}
 
 /** `DeferredCompleter` over `deferreds`. */
-export const layerCompleter = (
+export const layer = (
   deferreds: ReadonlyArray<DurableDeferred.AnyWithProps>
 ): Layer.Layer<DeferredCompleter, InvalidInput, Requirements> =>
-  Layer.effect(DeferredCompleter, Effect.map(makeCompleter(deferreds), DeferredCompleter.of))
-
-/** The endpoint's options, each declared once. */
-export const DeferredEndpointOptionsTable = Options.declare({
-  path: Options.option({
-    schema: Schema.String.check(Schema.isPattern(/^(\/[A-Za-z0-9._~-]+)+$/, {
-      message: "a path such as /workflow/deferred (segments of unreserved URL characters)"
-    })),
-    default: "/workflow/deferred",
-    purpose: "where the endpoint takes its POSTs",
-    example: "/workflow/deferred"
-  }),
-  maxBodyBytes: Options.option({
-    schema: Input.Count(16 * 1024 * 1024),
-    default: 64 * 1024,
-    purpose: "largest request body in bytes (a larger one is answered 413)",
-    example: "65536"
-  }),
-  maxDepth: Options.option({
-    schema: Input.Count(256),
-    default: 32,
-    purpose: "deepest JSON nesting of a request body",
-    example: "32"
-  })
-})
-
-export interface DeferredEndpointOptions {
-  /** The deferreds it completes; their schemas decode the posted value or error. */
-  readonly deferreds: ReadonlyArray<DurableDeferred.AnyWithProps>
-  /** Where it takes POSTs. Default `/workflow/deferred`. */
-  readonly path?: string
-  /** Largest body in bytes. Default 64 KiB, at most 16 MiB. */
-  readonly maxBodyBytes?: number
-  /** Deepest JSON nesting. Default 32, at most 256. */
-  readonly maxDepth?: number
-  /** The base of the problems' `type` URIs. Default `Problem.DEFAULT_TYPE_BASE`. */
-  readonly problemTypeBase?: string
-}
-
-/** Every answer the endpoint refuses with: its status, code and title. */
-export const Problems = {
-  requestInvalid: { status: 400, code: "deferred-request-invalid", title: "The request is not a deferred completion" },
-  valueInvalid: { status: 400, code: "deferred-value-invalid", title: "The value does not match the deferred" },
-  tokenInvalid: { status: 403, code: "deferred-token-invalid", title: "The deferred token is not valid" },
-  unknownDeferred: { status: 404, code: "deferred-unknown", title: "This endpoint does not complete that deferred" },
-  executionNotFound: {
-    status: 404,
-    code: "workflow-execution-not-found",
-    title: "The workflow execution does not exist"
-  },
-  executionComplete: { status: 409, code: "workflow-execution-complete", title: "The workflow execution is complete" },
-  alreadyCompleted: {
-    status: 409,
-    code: "deferred-already-completed",
-    title: "The deferred was already completed with another value"
-  },
-  bodyTooLarge: Problem.Problems.bodyTooLarge,
-  bodyTooDeep: Problem.Problems.bodyTooDeep,
-  bodyNotJson: { status: 400, code: "request-body-not-json", title: "The request body is not JSON" },
-  databaseUnavailable: Problem.Problems.databaseUnavailable,
-  databaseError: Problem.Problems.databaseError
-} as const
-
-const Request = Schema.Struct({
-  token: Schema.String,
-  value: Schema.optionalKey(Schema.Unknown),
-  error: Schema.optionalKey(Schema.Unknown)
-})
-const decodeRequest = Schema.decodeUnknownResult(Request)
-
-/**
- * The endpoint's route, for your `HttpRouter` (next to your own routes, behind your own
- * middleware if you want one: the token is the credential). Needs `DeferredTokens`, the
- * substrate (`Durable.layer`) and the engine.
- */
-export const layer = (
-  options: DeferredEndpointOptions
-): Layer.Layer<never, DurableConfigError | InvalidInput, HttpRouter.HttpRouter | Requirements> =>
-  HttpRouter.addAll(Effect.gen(function*() {
-    const { deferreds, problemTypeBase = Problem.DEFAULT_TYPE_BASE, ...checked } = options
-    const decoded = yield* DeferredEndpointOptionsTable.decode(checked)
-    const { complete } = yield* makeCompleter(deferreds)
-    const problem = (name: keyof typeof Problems, detail: string) => {
-      const { code, status, title } = Problems[name]
-      return Problem.response({ type: `${problemTypeBase}${code}`, title, status, detail, code })
-    }
-    const handler = Effect.gen(function*() {
-      const request = yield* HttpServerRequest.HttpServerRequest
-      const body = yield* RequestBody.json(request, { maxBytes: decoded.maxBodyBytes, maxDepth: decoded.maxDepth })
-      const parsed = decodeRequest(body)
-      if (Result.isFailure(parsed)) {
-        return problem("requestInvalid", "expected a JSON object with a string token and a value or an error")
-      }
-      if (parsed.success.value !== undefined && parsed.success.error !== undefined) {
-        return problem("requestInvalid", "give either a value or an error, not both")
-      }
-      const done = yield* complete(parsed.success)
-      return HttpServerResponse.jsonUnsafe(done, { status: 200 })
-    }).pipe(
-      // A request whose body broke off: the client is gone, nobody reads the answer.
-      Effect.catchTag("HttpServerError", () => Effect.succeed(HttpServerResponse.empty({ status: 400 }))),
-      Effect.catchTags({
-        BodyRefused: (error) =>
-          Effect.succeed(
-            problem(
-              error.rule === "too-large" ? "bodyTooLarge" : error.rule === "too-deep" ? "bodyTooDeep" : "bodyNotJson",
-              error.detail
-            )
-          ),
-        InvalidDeferredToken: (error) => Effect.succeed(problem("tokenInvalid", error.reason)),
-        UnknownDeferred: (error) => Effect.succeed(problem("unknownDeferred", error.message)),
-        InvalidDeferredValue: (error) => Effect.succeed(problem("valueInvalid", error.message)),
-        ExecutionNotFound: (error) => Effect.succeed(problem("executionNotFound", error.message)),
-        ExecutionComplete: (error) => Effect.succeed(problem("executionComplete", error.message)),
-        DeferredAlreadyCompleted: (error) => Effect.succeed(problem("alreadyCompleted", error.message)),
-        InvalidInput: (error) => Effect.succeed(problem("requestInvalid", error.message)),
-        DatabaseError: (error) =>
-          Effect.succeed(
-            error.retryable
-              ? problem("databaseUnavailable", "the database is unavailable; retry later")
-              : problem("databaseError", "the database refused the completion")
-          )
-      })
-    )
-    return [HttpRouter.route("POST", decoded.path as HttpRouter.PathInput, handler)]
-  }))
+  Layer.effect(DeferredCompleter, Effect.map(make(deferreds), DeferredCompleter.of))

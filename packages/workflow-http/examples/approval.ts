@@ -4,7 +4,7 @@
 // decision. Only a token this service signed opens, it expires after three days, and the
 // endpoint completes the deferred once however often the approver clicks.
 import * as Durable from "@effect-durable/pg/Durable"
-import * as DeferredEndpoint from "@effect-durable/workflow/DeferredEndpoint"
+import * as DeferredEndpoint from "@effect-durable/workflow-http/DeferredEndpoint"
 import * as DeferredTokens from "@effect-durable/workflow/DeferredTokens"
 import * as PgWorkflowEngine from "@effect-durable/workflow/PgWorkflowEngine"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
