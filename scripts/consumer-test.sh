@@ -86,7 +86,7 @@ cd "$scratch"
 : > install.log
 while IFS= read -r line; do
   # shellcheck disable=SC2001
-  command=$(sed -E "s#@effect-durable/([a-z]+)#$scratch/packs/effect-durable-\\1-$version.tgz#g" <<<"$line")
+  command=$(sed -E "s#@effect-durable/([a-z][a-z-]*)#$scratch/packs/effect-durable-\\1-$version.tgz#g" <<<"$line")
   echo "== consumer: $line"
   eval "$command --no-audit --no-fund" 2>&1 | tee -a install.log
 done <<<"$install_lines"

@@ -28,7 +28,7 @@ import type * as Schema from "effect/Schema"
 import { addCounts, makeBatches, noCounts } from "./internal/batches.js"
 import { listen } from "./internal/listener.js"
 import { runLoops } from "./internal/loop.js"
-import { decodeOptions, fromConfig, type Settings } from "./internal/options.js"
+import { decodeOptions, fromConfig, type Settings, topicsNow } from "./internal/options.js"
 import type { Publisher } from "./Publisher.js"
 
 export { Defaults, Variables } from "./internal/options.js"
@@ -39,8 +39,13 @@ export { fromConfig as settingsFromConfig } from "./internal/options.js"
 export { metrics } from "./internal/telemetry.js"
 
 export interface ProjectorOptions {
-  /** Topics to deliver; default all. */
-  readonly topics?: ReadonlyArray<string>
+  /**
+   * Topics to deliver; default all. A function is asked anew at every claim and every NOTIFY: a
+   * set that grows and shrinks while the projector runs (the workflow engine's one projector for
+   * all the workflows a process registers). While it returns none, nothing is claimed; a topic
+   * it returns that the outbox refuses fails that claim (logged, retried after the backoff).
+   */
+  readonly topics?: ReadonlyArray<string> | (() => ReadonlyArray<string>)
   /** Worker id stored with each claim; default host:pid:random. */
   readonly workerId?: string
   /** Messages per claim (1-1000). Default 500. */
@@ -151,7 +156,8 @@ const make = Effect.fnUntraced(function*(settings: Settings) {
         }
         return
       }
-      if (payload === "" || settings.topics === undefined || settings.topics.includes(payload)) loops.wake()
+      const topics = topicsNow(settings)
+      if (payload === "" || topics === undefined || topics.includes(payload)) loops.wake()
     })
   }
   return Projector.of({ workerId: settings.workerId, counts: loops.counts })

@@ -60,7 +60,7 @@ export interface PgWorkflowEngineOptions {
    * counted on the execution, logged and counted in `effect_durable_workflow_payload_mismatches`.
    */
   readonly strictPayloads?: boolean
-  /** The run projectors' lease. Default 30 seconds. */
+  /** The run projector's lease. Default 30 seconds. */
   readonly lease?: Duration.Input
   /** How long one run may take (its activities included). Default 1 hour, at most 1 day. */
   readonly runTimeout?: Duration.Input
@@ -69,13 +69,16 @@ export interface PgWorkflowEngineOptions {
    * abandoned: its execution replays in the next process). Default 10 seconds.
    */
   readonly shutdownDeadline?: Duration.Input
-  /** Runs of one workflow at once in this process. Default 16. */
+  /**
+   * Runs at once in this process, all its workflows together (they share one projector, as a
+   * worker's slots are shared). A workflow whose runs sit long in activities takes lanes from the
+   * others: give it a limit (`WorkflowLimits`) or raise this. Default 16.
+   */
   readonly concurrency?: number
-  /** How often the run projectors poll when no NOTIFY arrives. Default 1 second. */
+  /** How often the run projector polls when no NOTIFY arrives. Default 1 second. */
   readonly pollInterval?: Duration.Input
   /**
-   * The worker id the run projectors claim under (shown with each claim in `status`). The
-   * projectors of all workflows in this process share it: they claim disjoint topics. Default
+   * The worker id the run projector claims under (shown with each claim in `status`). Default
    * `workflow:<pid>:<random>`, new in every process.
    */
   readonly workerId?: string
@@ -85,7 +88,7 @@ export interface PgWorkflowEngineOptions {
    */
   readonly runs?: boolean
   /**
-   * Behind a transaction pooler (PgBouncer), a direct URL for the run projectors' LISTEN
+   * Behind a transaction pooler (PgBouncer), a direct URL for the run projector's LISTEN
    * connection (the pool cannot carry it), as `Projector.layer`'s `listenUrl`.
    */
   readonly listenUrl?: Redacted.Redacted<string>
@@ -115,7 +118,7 @@ export const Transactional = Context.Reference<boolean>("@effect-durable/workflo
   defaultValue: () => false
 })
 
-/** Runs a workflow's projector claims at once. */
+/** Runs the projector claims at once. */
 const RUN_BATCH = 16
 
 /**
@@ -156,6 +159,46 @@ export const make = (
       SqlClient.SqlClient | DurableSettings | Outbox.Outbox | OutboxWorker.OutboxWorker
     >()
 
+    /**
+     * The process's one run projector, over the topics of every workflow registered here (asked
+     * at each claim), so its connections (a LISTEN and a lease keeper) do not grow with the
+     * number of workflows. Started by the first registration, in the engine's scope.
+     */
+    const handlers = new Map<
+      string,
+      (message: OutboxWorker.OutboxMessage) => Effect.Effect<void, Publisher.PublishError>
+    >()
+    let projecting = false
+    const concurrency = options.concurrency ?? 16
+    const projector = Projector.layer({
+      topics: () => [...handlers.keys()],
+      workerId,
+      batchSize: RUN_BATCH,
+      // Room for a batch more than the runs that may run at once: runs blocked in long
+      // activities (each holding its lane and its own share) never keep the loops from
+      // claiming a full batch for a lane that frees.
+      batchesInFlight: Math.min(64, Math.max(3, Math.ceil(concurrency / RUN_BATCH) + 1)),
+      concurrency,
+      lease: options.lease ?? "30 seconds",
+      pollInterval: options.pollInterval ?? "1 second",
+      deliveryTimeout: options.runTimeout ?? "1 hour",
+      ...(options.shutdownDeadline === undefined ? {} : { shutdownDeadline: options.shutdownDeadline }),
+      backoff: { min: "100 millis", max: "30 seconds" },
+      ...(options.listenUrl === undefined ? {} : { listenUrl: options.listenUrl })
+    }).pipe(
+      Layer.provide(Publisher.layerHandler((message: OutboxWorker.OutboxMessage) =>
+        Effect.suspend(() =>
+          handlers.get(message.topic)?.(message) ??
+            // Claimed just as its workflow's registration closed here: retried later (by this
+            // process if it registers the workflow again, else by another).
+            Effect.fail(
+              Publisher.retryable(`no workflow of topic ${message.topic} is registered in this process any more`)
+            )
+        )
+      )),
+      Layer.provide(Layer.succeedContext(substrate))
+    )
+
     const engine: WorkflowEngine["Service"] = WorkflowEngineModule.makeUnsafe({
       register: (workflow, execute) =>
         Effect.gen(function*() {
@@ -174,32 +217,25 @@ export const make = (
           }
           const entry = { workflow, execute }
           workflows.set(workflow._tag, entry)
-          if (options.runs === false) return
+          if (options.runs === false) {
+            return
+          }
+          // Its two topics join the process's one projector; they leave it when the scope that
+          // registered the workflow closes (messages of theirs claimed then are retried later).
           const runs = Store.runTopic(workflow._tag)
-          const concurrency = options.concurrency ?? 16
-          const publisher = Publisher.layerHandler((message: OutboxWorker.OutboxMessage) =>
-            message.topic === runs
-              ? Run.runExecution(ctx, engine, entry, message)
-              : Wait.fireClock(ctx, workflow._tag, message)
+          const clocks = Store.clockTopic(workflow._tag)
+          handlers.set(runs, (message) =>
+            Run.runExecution(ctx, engine, entry, message))
+          handlers.set(clocks, (message) => Wait.fireClock(ctx, workflow._tag, message))
+          yield* Effect.addFinalizer(() =>
+            Effect.sync(() => {
+              handlers.delete(runs)
+              handlers.delete(clocks)
+            })
           )
-          yield* Layer.build(
-            Projector.layer({
-              topics: [runs, Store.clockTopic(workflow._tag)],
-              workerId,
-              batchSize: RUN_BATCH,
-              // Room for a batch more than the runs that may run at once: runs blocked in long
-              // activities (each holding its lane and its own share) never keep the loops from
-              // claiming a full batch for a lane that frees.
-              batchesInFlight: Math.min(64, Math.max(3, Math.ceil(concurrency / RUN_BATCH) + 1)),
-              concurrency,
-              lease: options.lease ?? "30 seconds",
-              pollInterval: options.pollInterval ?? "1 second",
-              deliveryTimeout: options.runTimeout ?? "1 hour",
-              ...(options.shutdownDeadline === undefined ? {} : { shutdownDeadline: options.shutdownDeadline }),
-              backoff: { min: "100 millis", max: "30 seconds" },
-              ...(options.listenUrl === undefined ? {} : { listenUrl: options.listenUrl })
-            }).pipe(Layer.provide(publisher), Layer.provide(Layer.succeedContext(substrate)))
-          ).pipe(Effect.orDie)
+          if (projecting) return
+          projecting = true
+          yield* Layer.buildWithScope(projector, ctx.engineScope).pipe(Effect.orDie)
         }),
       execute: (workflow, opts) =>
         Effect.gen(function*() {
@@ -290,8 +326,8 @@ export const make = (
   })
 
 /**
- * The engine as a layer over the substrate (`Durable.layer`): each registered workflow runs
- * its executions through a projector of its own on its two topics.
+ * The engine as a layer over the substrate (`Durable.layer`): one projector runs the
+ * executions of every workflow registered in the process, over their topics.
  */
 export const layer = (
   options: PgWorkflowEngineOptions = {}

@@ -1,6 +1,7 @@
 /**
- * A run blocked in an activity holds a slot of its workflow's projector, not a claim loop: runs
- * that arrive one at a time and each block still run up to the engine's `concurrency` at once.
+ * A run blocked in an activity holds a slot of the process's run projector, not a claim loop:
+ * runs that arrive one at a time and each block still run up to the engine's `concurrency` at
+ * once. Every workflow of a process shares that one projector: its slots, and its connections.
  */
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
@@ -9,6 +10,7 @@ import * as Effect from "effect/Effect"
 import * as Latch from "effect/Latch"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
+import * as SqlClient from "effect/sql/SqlClient"
 import * as Activity from "effect/workflow/Activity"
 import * as Workflow from "effect/workflow/Workflow"
 import * as PgWorkflowEngine from "../src/PgWorkflowEngine.js"
@@ -60,6 +62,63 @@ describe("PgWorkflowEngine: run slots", () => {
         expect(results.length).toBe(10)
         // Eight at once (concurrency), the last two after a slot was freed.
         expect(most).toBe(8)
+      }))
+  })
+})
+
+/** Six workflows, each a body that blocks in its activity until `shared` opens. */
+let sharedActive = 0
+let sharedMost = 0
+const shared = Latch.makeUnsafe(false)
+const Many = Array.from({ length: 6 }, (_, i) =>
+  Workflow.make(`RunSlots/Many${i}`, {
+    payload: { n: Schema.Number },
+    idempotencyKey: ({ n }) => String(n)
+  }))
+const ManyLayers = Layer.mergeAll(
+  ...Many.map((workflow) =>
+    workflow.toLayer(() =>
+      Activity.make({
+        name: "call",
+        execute: Effect.gen(function*() {
+          sharedActive++
+          sharedMost = Math.max(sharedMost, sharedActive)
+          yield* shared.await
+          sharedActive--
+        })
+      })
+    )
+  ) as [Layer.Layer<never>, ...Array<Layer.Layer<never>>]
+)
+
+describe("PgWorkflowEngine: one projector for every workflow of a process", () => {
+  it.layer(
+    ManyLayers.pipe(
+      Layer.provideMerge(PgWorkflowEngine.layer({ pollInterval: "100 millis", concurrency: 4 })),
+      Layer.provideMerge(TestSubstrate.layer({ database: { applicationName: "workflow-one-projector-test" } }))
+    ),
+    { excludeTestServices: true, timeout: "2 minutes" }
+  )((it) => {
+    it.effect("six workflows: one LISTEN and one lease keeper connection, and the engine's concurrency shared by all", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const ids = yield* Effect.forEach(Many, (workflow) => workflow.execute({ n: 1 }, { discard: true }))
+        yield* eventually(Effect.sync(() => sharedActive), (a) => a === 4)
+        // The keeper's pool connects at its first renewal; the listener at once.
+        const connections = yield* sql<{ application_name: string; n: number }>`
+          SELECT application_name, count(*)::int AS n FROM pg_stat_activity
+           WHERE datname = current_database()
+             AND application_name IN ('effect-durable-listener', 'effect-durable-keeper')
+           GROUP BY application_name`
+        const count = (name: string) => connections.find((row) => row.application_name === name)?.n ?? 0
+        expect([count("effect-durable-listener"), count("effect-durable-keeper") <= 1]).toEqual([1, true])
+        yield* Latch.open(shared)
+        yield* Effect.forEach(
+          Many,
+          (workflow, i) => eventually(workflow.poll(ids[i]!), (p) => p._tag === "Some" && p.value._tag === "Complete")
+        )
+        // Four at once across the six workflows, the last two after slots were freed.
+        expect(sharedMost).toBe(4)
       }))
   })
 })

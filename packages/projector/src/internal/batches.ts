@@ -24,7 +24,7 @@ import { type Batching, type Publish, Publisher, type PublishError } from "../Pu
 import { Delivery } from "./delivery.js"
 import { makeKeeper } from "./keeper.js"
 import { makeLanes, PAYLOAD_DOES_NOT_DECODE } from "./lanes.js"
-import type { Settings } from "./options.js"
+import { type Settings, topicsNow } from "./options.js"
 import { forTopic, metrics, tracing } from "./telemetry.js"
 
 const OUTCOMES = ["delivered", "retried", "dead", "stale", "heldBack", "cancelled"] as const
@@ -203,15 +203,21 @@ export const makeBatches = (options: Settings, keeperOutbox?: OutboxWorker.Outbo
 
     const claimOptions: OutboxWorker.ClaimOptions = {
       worker: settings.workerId,
-      ...(settings.topics === undefined ? {} : { topics: settings.topics }),
       limit: settings.batchSize,
       lease: settings.lease,
       maxLeaseExpiries: settings.maxLeaseExpiries,
       // A key's backlog comes as one run, delivered in order on one lane.
       perKey: settings.perKey
     }
-    /** One claim of up to `batchSize` messages (the worker asked anew each time), in a `projector.claim` span. */
-    const claim = Effect.suspend(() => outbox.claim(claimOptions)).pipe(
+    /**
+     * One claim of up to `batchSize` messages (the worker and the topics asked anew each time;
+     * none while the topics are none), in a `projector.claim` span.
+     */
+    const claim = Effect.suspend(() => {
+      const topics = topicsNow(settings)
+      if (topics === undefined) return outbox.claim(claimOptions)
+      return topics.length === 0 ? Effect.succeed([]) : outbox.claim({ ...claimOptions, topics })
+    }).pipe(
       Effect.withSpan("projector.claim", { attributes: { "effect_durable.worker": settings.workerId } })
     )
 
@@ -361,7 +367,10 @@ export const makeBatches = (options: Settings, keeperOutbox?: OutboxWorker.Outbo
     })
 
     /** How long a rate limit holds back the next claim, if one does: a hint, so a failure is none. */
-    const rateWait = outbox.rateWait(settings.topics).pipe(
+    const rateWait = Effect.suspend(() => {
+      const topics = topicsNow(settings)
+      return topics?.length === 0 ? Effect.succeedNone : outbox.rateWait(topics)
+    }).pipe(
       Effect.catch(() => Effect.succeedNone),
       Effect.withSpan("projector.rateWait")
     )

@@ -17,7 +17,8 @@ import type { ProjectorOptions } from "../Projector.js"
 
 /** The options as the projector uses them: decoded, defaults applied. */
 export interface Settings {
-  readonly topics: ReadonlyArray<string> | undefined
+  /** The topics it delivers (a list, or the caller's live set: `topicsNow`); undefined: all. */
+  readonly topics: ReadonlyArray<string> | (() => ReadonlyArray<string>) | undefined
   readonly workerId: string
   readonly batchSize: number
   /** The most messages of one ordering key per claim: `perKey`, or the batch size. */
@@ -186,8 +187,10 @@ export const Defaults = ProjectorOptionsTable.defaults
 export const Variables = ProjectorOptionsTable.variables
 
 /** `backoff: { min, max }` as the table's two fields, and their names back in errors. */
-const flat = ({ backoff, ...rest }: ProjectorOptions): Record<string, unknown> => ({
+const flat = ({ backoff, topics, ...rest }: ProjectorOptions): Record<string, unknown> => ({
   ...rest,
+  // A live set is checked by each claim; a list here, like every other option.
+  ...(topics === undefined || typeof topics === "function" ? {} : { topics }),
   ...(backoff?.min === undefined ? {} : { backoffMin: backoff.min }),
   ...(backoff?.max === undefined ? {} : { backoffMax: backoff.max })
 })
@@ -197,7 +200,8 @@ const nested = (error: DurableConfigError): DurableConfigError =>
     : error
 
 const settingsOf = (
-  decoded: typeof ProjectorOptionsTable.decode extends (i: unknown) => Effect.Effect<infer A, any> ? A : never
+  decoded: typeof ProjectorOptionsTable.decode extends (i: unknown) => Effect.Effect<infer A, any> ? A : never,
+  live?: () => ReadonlyArray<string>
 ) =>
   Effect.gen(function*() {
     if (Duration.isGreaterThan(decoded.backoffMin, decoded.backoffMax)) {
@@ -220,7 +224,7 @@ const settingsOf = (
       perKey: decoded.perKey ?? decoded.batchSize,
       backoffByTopic,
       schemas: decoded.schemas as Readonly<Record<string, Schema.Decoder<unknown>>>,
-      topics: decoded.topics,
+      topics: live ?? decoded.topics,
       listenUrl: decoded.listenUrl,
       workerId: decoded.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString("hex")}`,
       renewEvery: Duration.divideUnsafe(decoded.lease, 3)
@@ -229,11 +233,23 @@ const settingsOf = (
 
 /** Decodes the options; a bad one is a `DurableConfigError` naming it. */
 export const decodeOptions = (options: ProjectorOptions): Effect.Effect<Settings, DurableConfigError> =>
-  Effect.flatMap(Effect.mapError(ProjectorOptionsTable.decode(flat(options)), nested), settingsOf)
+  Effect.flatMap(
+    Effect.mapError(ProjectorOptionsTable.decode(flat(options)), nested),
+    (decoded) => settingsOf(decoded, liveTopics(options))
+  )
+
+const liveTopics = (options: ProjectorOptions) => typeof options.topics === "function" ? options.topics : undefined
+
+/** The topics to claim now (a live set asked anew); undefined: all. */
+export const topicsNow = (settings: Settings): ReadonlyArray<string> | undefined =>
+  typeof settings.topics === "function" ? settings.topics() : settings.topics
 
 /** The options from the `PROJECTOR_*` variables (unset ones take the defaults), `overrides` from code winning. */
 export const fromConfig = (overrides: ProjectorOptions = {}): Effect.Effect<Settings, DurableConfigError> =>
-  Effect.flatMap(ProjectorOptionsTable.fromConfig(flat(overrides)), settingsOf).pipe(
+  Effect.flatMap(
+    ProjectorOptionsTable.fromConfig(flat(overrides)),
+    (decoded) => settingsOf(decoded, liveTopics(overrides))
+  ).pipe(
     Effect.mapError((error) =>
       error.field === "backoff" ? new DurableConfigError({ ...error, field: "PROJECTOR_BACKOFF_MIN" }) : error
     )
