@@ -343,9 +343,24 @@ describe("PgWorkflowEngine: guarantees", () => {
   const taken = gated("Pg/Fenced")
   const lapsed = gated("Pg/Lapsed")
   const interrupted = gated("Pg/InterruptedMidRun")
+  // A body that waits between two activities, outside any (its run holds, nothing is recorded).
+  const between = { open: undefined as undefined | (() => void), second: 0 }
+  const Between = Workflow.make("Pg/InterruptedBetween", {
+    payload: { id: Schema.String },
+    idempotencyKey: ({ id }) => id
+  })
+  const BetweenLayer = Between.toLayer(() =>
+    Effect.gen(function*() {
+      yield* Activity.make({ name: "first", execute: Effect.void })
+      yield* Effect.callback<void>((resume) => {
+        between.open = () => resume(Effect.void)
+      })
+      yield* Activity.make({ name: "second", execute: Effect.sync(() => void between.second++) })
+    })
+  )
   const runTopicOf = (workflow: Workflow.Any) => `workflow.run:${workflow._tag}`
   it.layer(
-    Layer.mergeAll(taken.layer, lapsed.layer, interrupted.layer).pipe(
+    Layer.mergeAll(taken.layer, lapsed.layer, interrupted.layer, BetweenLayer).pipe(
       Layer.provideMerge(engine({ lease: "2 seconds" }))
     ),
     { excludeTestServices: true }
@@ -393,6 +408,17 @@ describe("PgWorkflowEngine: guarantees", () => {
         const result = yield* completed(workflow.poll(executionId))
         expect(result._tag === "Complete" && Exit.hasInterrupts(result.exit)).toBe(true)
         expect(gate.after).toBe(0)
+      }))
+
+    it.effect("an interrupt asked while the body waits between two activities stops it before the second", () =>
+      Effect.gen(function*() {
+        const executionId = yield* Between.execute({ id: "b-1" }, { discard: true })
+        yield* eventually(Effect.sync(() => between.open), (open) => open !== undefined)
+        yield* Between.interrupt(executionId)
+        between.open!()
+        const result = yield* completed(Between.poll(executionId))
+        expect(result._tag === "Complete" && Exit.hasInterrupts(result.exit)).toBe(true)
+        expect(between.second).toBe(0)
       }))
   })
 

@@ -59,7 +59,14 @@ export const execute = (ctx: EngineContext, activity: Activity.Any, attempt: num
       }
       run.activitiesAsked.add(key)
     }
-    const stored = yield* readStep(run, workflow, instance.executionId, "activity", activity.name, attempt)
+    // Inside a run, the journal read when it began holds every activity recorded before it: only
+    // a runner that lost its lease records one later, and the first record stands either way.
+    const journaled = journalKey("activity", activity.name, attempt)
+    const stored = run === undefined
+      ? yield* readStep(run, workflow, instance.executionId, "activity", activity.name, attempt)
+      : run.journal.has(journaled)
+      ? Option.some(run.journal.get(journaled))
+      : Option.none()
     if (Option.isSome(stored)) return yield* Codec.decodeActivityResult(stored.value)
     // An interrupt asked since the run began is seen before the next activity starts.
     if (run !== undefined && !run.interruptPending) {
@@ -126,7 +133,7 @@ export const execute = (ctx: EngineContext, activity: Activity.Any, attempt: num
         )
       )
       if (recorded === undefined) return new Workflow.Suspended({})
-      run?.journal.set(journalKey("activity", activity.name, attempt), recorded.result)
+      run?.journal.set(journaled, recorded.result)
       return yield* Codec.decodeActivityResult(recorded.result)
     }
     const result = yield* observed(executeBody((effect) => effect))
@@ -138,7 +145,7 @@ export const execute = (ctx: EngineContext, activity: Activity.Any, attempt: num
         (json) => store.recordStep(workflow, instance.executionId, "activity", activity.name, attempt, json)
       )
     )
-    run?.journal.set(journalKey("activity", activity.name, attempt), recorded.result)
+    run?.journal.set(journaled, recorded.result)
     // Another run of this execution (one that lost its lease) may have recorded first: its result stands.
     return recorded.inserted ? result : yield* Codec.decodeActivityResult(recorded.result)
   })

@@ -54,7 +54,7 @@ export const runExecution = (
     // Complete (a wake that arrived after the end) or unknown: nothing to run.
     if (begun === undefined) return
     const journal = new Map<string, unknown>()
-    for (const step of yield* store.steps(workflow._tag, executionId)) {
+    for (const step of begun.steps) {
       journal.set(journalKey(step.kind, step.name, step.attempt), step.result)
     }
     const payload = yield* Codec.decodePayload(workflow, begun.row.payload)

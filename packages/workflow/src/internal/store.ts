@@ -1,6 +1,7 @@
 /**
- * The engine's statements over `workflow_executions` and `workflow_steps` (migration 13), each
- * one round trip, each joining the caller's transaction when there is one. Wakes and starts
+ * The PostgreSQL driver of the engine's storage contract (`storeContract.ts`): its statements
+ * over `workflow_executions` and `workflow_steps`, each joining the caller's transaction when
+ * there is one. Wakes and starts
  * enqueue their run message in the same transaction as the row they change: a run is due iff
  * the change committed.
  */
@@ -10,141 +11,16 @@ import type { Settings } from "@effect-durable/pg/DurableConfig"
 import { classifySqlErrors } from "@effect-durable/pg/ErrorClassification"
 import type * as Outbox from "@effect-durable/pg/Outbox"
 import * as Transactions from "@effect-durable/pg/Transactions"
-import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as SqlClient from "effect/sql/SqlClient"
 
-/** Runs of workflow `W` are messages of this topic; clocks of `W` fire through the next. */
-export const RUN_TOPIC_PREFIX = "workflow.run:"
-export const runTopic = (workflow: string): string => `${RUN_TOPIC_PREFIX}${workflow}`
-export const clockTopic = (workflow: string): string => `workflow.clock:${workflow}`
-/** One run of an execution at a time: its run messages share this ordering key. */
-export const runKey = (workflow: string, executionId: string): string => `${workflow}/${executionId}`
-
-/** An execution's statuses, in the order of its life (the table's check constraint holds the same list). */
-export const Statuses = ["pending", "running", "suspended", "complete"] as const
-export type Status = typeof Statuses[number]
-export type StepKind = "activity" | "deferred" | "clock"
-
-/** One thing a suspended run waits on, as its settle records it (`workflow_executions.waiting_on`). */
-export type WaitingOn =
-  | { readonly kind: "deferred"; readonly name: string }
-  | { readonly kind: "clock"; readonly name: string }
-  | { readonly kind: "child"; readonly workflow: string; readonly executionId: string }
-  /** The run failed and `SuspendOnFailure` holds it: an operator's resume. */
-  | { readonly kind: "resume" }
-
-export interface ExecutionRow {
-  /**
-   * Which start of the execution this is (its creation time in microseconds, as text): an
-   * execution purged and started again under the same id is another incarnation.
-   */
-  readonly incarnation: string
-  readonly status: Status
-  readonly result: unknown
-  readonly payload: unknown
-  readonly interrupt_requested: boolean
-  readonly interrupt_unsafe: boolean
-  readonly parent_workflow: string | null
-  readonly parent_execution_id: string | null
-}
-
-export interface StepRow {
-  readonly kind: StepKind
-  readonly name: string
-  readonly attempt: number
-  readonly result: unknown
-}
-
-export type WakeMode = "explicit" | "automatic"
+export * from "./storeContract.js"
+import type { ExecutionRow, Status, StepKind, StepRow, Store, WakeMode } from "./storeContract.js"
+import { clockTopic, runKey, runTopic } from "./storeContract.js"
 
 /** Rolls a transactional activity's transaction back when the activity suspended. */
 class Suspension {
   readonly _tag = "Suspension"
-}
-
-export interface Store {
-  readonly start: (options: {
-    readonly workflow: string
-    readonly executionId: string
-    readonly payload: unknown
-    readonly parent: { readonly workflow: string; readonly executionId: string } | undefined
-    /** Its searchable attributes (`WorkflowAttributes`), checked; kept only by the first start. */
-    readonly attributes: Readonly<Record<string, string>>
-    /** The flow group of its runs (`WorkflowLimits.groupBy`), checked; kept only by the first start. */
-    readonly group: string | undefined
-  }) => Effect.Effect<{ readonly started: boolean; readonly mismatch: boolean }, DatabaseError>
-  readonly read: (workflow: string, executionId: string) => Effect.Effect<ExecutionRow | undefined, DatabaseError>
-  /** Marks a run under way and returns the wake sequence it starts from, or nothing when there is nothing to run. */
-  readonly beginRun: (
-    workflow: string,
-    executionId: string
-  ) => Effect.Effect<{ readonly row: ExecutionRow; readonly wakeSeq: string } | undefined, DatabaseError>
-  readonly steps: (workflow: string, executionId: string) => Effect.Effect<ReadonlyArray<StepRow>, DatabaseError>
-  readonly step: (
-    workflow: string,
-    executionId: string,
-    kind: StepKind,
-    name: string,
-    attempt: number
-  ) => Effect.Effect<StepRow | undefined, DatabaseError>
-  /** Records a step if it has no record yet and returns the record that stands (first write wins). */
-  readonly recordStep: (
-    workflow: string,
-    executionId: string,
-    kind: StepKind,
-    name: string,
-    attempt: number,
-    result: unknown
-  ) => Effect.Effect<{ readonly inserted: boolean; readonly result: unknown }, DatabaseError>
-  /**
-   * A transactional activity: its journal row is taken first (first writer wins; a second one
-   * waits for the first's commit, then reads its result), `body` runs in the same transaction
-   * and its result is written before the commit — the body's SQL and its journal row commit
-   * together or not at all. `body` returning `undefined` (the activity suspended) rolls
-   * everything back and returns `undefined`; `body` failing (a database failure that is not the
-   * activity's result) rolls everything back and fails.
-   */
-  readonly transactionalStep: <R>(
-    workflow: string,
-    executionId: string,
-    name: string,
-    attempt: number,
-    body: Effect.Effect<unknown, DatabaseError, R>
-  ) => Effect.Effect<{ readonly inserted: boolean; readonly result: unknown } | undefined, DatabaseError, R>
-  /** Bumps the wake sequence; a suspended execution the wake may wake becomes pending and gets a run. */
-  readonly wake: (workflow: string, executionId: string, mode: WakeMode) => Effect.Effect<void, DatabaseError>
-  readonly requestInterrupt: (
-    workflow: string,
-    executionId: string,
-    unsafe: boolean
-  ) => Effect.Effect<boolean, DatabaseError>
-  readonly scheduleClock: (
-    workflow: string,
-    executionId: string,
-    name: string,
-    deferredName: string,
-    delay: Duration.Duration
-  ) => Effect.Effect<void, DatabaseError>
-  /**
-   * Ends a run in one transaction, fenced by the run message's claim: a runner that lost its
-   * lease writes nothing (returns false). `suspended` settles pending (and schedules the next
-   * run) when a wake landed since `wakeSeq` that may wake it, or when `rerun` asks for one.
-   */
-  readonly settle: (options: {
-    readonly workflow: string
-    readonly executionId: string
-    /** The fence, in the settle's transaction: whether the run message's claim still holds (`OutboxWorker.holds`). */
-    readonly held: Effect.Effect<boolean, DatabaseError>
-    readonly wakeSeq: string
-    readonly result: unknown
-    readonly complete: boolean
-    readonly failed: boolean
-    /** Settle pending with a next run whatever the wake sequence says (a preempted run). */
-    readonly rerun: boolean
-    /** What a suspended run waits on (kept while it is suspended, for operators). */
-    readonly waits: ReadonlyArray<WaitingOn>
-  }) => Effect.Effect<{ readonly fenced: boolean; readonly status: Status | undefined }, DatabaseError>
 }
 
 /**
@@ -206,8 +82,37 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
       }
     })
 
+  /**
+   * A step's record in one statement. The record that stood before the statement began is read
+   * in it; one committed by a racing writer while it ran is read after.
+   */
+  const recordAlone = (
+    workflow: string,
+    executionId: string,
+    kind: StepKind,
+    name: string,
+    attempt: number,
+    result: unknown
+  ) =>
+    Effect.gen(function*() {
+      const rows = yield* sql<{ inserted: boolean; result: unknown }>`
+        WITH inserted AS (
+          INSERT INTO ${steps} (workflow, execution_id, kind, name, attempt, result)
+          VALUES (${workflow}, ${executionId}, ${kind}, ${name}, ${attempt}, ${json(result)}::jsonb)
+          ON CONFLICT DO NOTHING
+          RETURNING result)
+        SELECT EXISTS (SELECT 1 FROM inserted) AS inserted,
+               coalesce((SELECT result FROM inserted),
+                        (SELECT result FROM ${steps} WHERE workflow = ${workflow} AND execution_id = ${executionId}
+                            AND kind = ${kind} AND name = ${name} AND attempt = ${attempt})) AS result`
+      const row = rows[0]!
+      if (row.inserted || row.result !== null) return { inserted: row.inserted, result: row.result }
+      // A racing writer's record, committed while the statement waited on it.
+      return yield* recordedStep(workflow, executionId, kind, name, attempt)
+    }).pipe(classifySqlErrors("WorkflowEngine.recordStep"))
+
   /** The record that stands when an insert found one. */
-  const standing = (workflow: string, executionId: string, kind: StepKind, name: string, attempt: number) =>
+  const recordedStep = (workflow: string, executionId: string, kind: StepKind, name: string, attempt: number) =>
     Effect.map(
       sql<{ result: unknown }>`
         SELECT result FROM ${steps} WHERE workflow = ${workflow} AND execution_id = ${executionId}
@@ -250,17 +155,17 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
         classifySqlErrors("WorkflowEngine.poll")
       ),
     beginRun: (workflow, executionId) =>
-      sql<ExecutionRow & { wake_seq: string }>`
-        UPDATE ${executions} SET status = 'running', runs = runs + 1, resume_requested = false, updated_at = now()
+      sql<ExecutionRow & { wake_seq: string; steps: ReadonlyArray<StepRow> }>`
+        UPDATE ${executions} e SET status = 'running', runs = runs + 1, resume_requested = false, updated_at = now()
          WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
         RETURNING status, result, payload, interrupt_requested, interrupt_unsafe, parent_workflow, parent_execution_id,
-                  (extract(epoch FROM created_at) * 1000000)::bigint::text AS incarnation, wake_seq::text`.pipe(
-        Effect.map((rows) => rows[0] === undefined ? undefined : { row: rows[0], wakeSeq: rows[0].wake_seq }),
-        classifySqlErrors("WorkflowEngine.run")
-      ),
-    steps: (workflow, executionId) =>
-      sql<StepRow>`SELECT kind, name, attempt, result FROM ${steps}
-                    WHERE workflow = ${workflow} AND execution_id = ${executionId}`.pipe(
+                  (extract(epoch FROM created_at) * 1000000)::bigint::text AS incarnation, wake_seq::text,
+                  (SELECT coalesce(jsonb_agg(jsonb_build_object('kind', s.kind, 'name', s.name, 'attempt', s.attempt,
+                                                                'result', s.result)), '[]'::jsonb)
+                     FROM ${steps} s WHERE s.workflow = e.workflow AND s.execution_id = e.execution_id) AS steps`.pipe(
+        Effect.map((rows) =>
+          rows[0] === undefined ? undefined : { row: rows[0], wakeSeq: rows[0].wake_seq, steps: rows[0].steps }
+        ),
         classifySqlErrors("WorkflowEngine.run")
       ),
     step: (workflow, executionId, kind, name, attempt) =>
@@ -271,7 +176,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
         classifySqlErrors("WorkflowEngine.step")
       ),
     recordStep: (workflow, executionId, kind, name, attempt, result) =>
-      transact(
+      kind !== "deferred" ? recordAlone(workflow, executionId, kind, name, attempt, result) : transact(
         "WorkflowEngine.recordStep",
         Effect.gen(function*() {
           const inserted = yield* sql<{ result: unknown }>`
@@ -283,7 +188,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
             if (kind === "deferred") yield* wakeIn(workflow, executionId, "automatic")
             return { inserted: true, result: inserted[0]!.result }
           }
-          return yield* standing(workflow, executionId, kind, name, attempt)
+          return yield* recordedStep(workflow, executionId, kind, name, attempt)
         })
       ),
     transactionalStep: (workflow, executionId, name, attempt, body) =>
@@ -296,7 +201,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
             ON CONFLICT DO NOTHING
             RETURNING true AS taken`
           if (taken.length === 0) {
-            return yield* standing(workflow, executionId, "activity", name, attempt)
+            return yield* recordedStep(workflow, executionId, "activity", name, attempt)
           }
           const result = yield* body
           if (result === undefined) return yield* Effect.fail(new Suspension())
@@ -345,19 +250,20 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
           // The fence: the run message still held by this claim, its lease alive (its row locked to the end).
           if (!(yield* held)) return { fenced: false, status: undefined }
           if (complete) {
-            const rows = yield* sql<{ parent_workflow: string | null; parent_execution_id: string | null }>`
-              UPDATE ${executions} SET status = 'complete', result = ${json(result)}::jsonb, completed_at = now(),
+            // With its clocks: those that have not fired have nothing left to wake, so the
+            // unclaimed ones are withdrawn (they carry no ordering key: no other message waits on them).
+            const rows = yield* sql<
+              { parent_workflow: string | null; parent_execution_id: string | null; clocks: ReadonlyArray<string> }
+            >`
+              UPDATE ${executions} e SET status = 'complete', result = ${json(result)}::jsonb, completed_at = now(),
                      updated_at = now(), waiting_on = NULL
                WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
-              RETURNING parent_workflow, parent_execution_id`
-            // Clocks that have not fired have nothing left to wake: the unclaimed ones are
-            // withdrawn (they carry no ordering key, so no other message waits on them).
-            const clocks = yield* sql<{ id: string }>`
-              SELECT outbox_id::text AS id FROM ${steps}
-               WHERE workflow = ${workflow} AND execution_id = ${executionId} AND kind = 'clock'
-                 AND outbox_id IS NOT NULL`
+              RETURNING parent_workflow, parent_execution_id,
+                        (SELECT coalesce(jsonb_agg(s.outbox_id::text), '[]'::jsonb) FROM ${steps} s
+                          WHERE s.workflow = e.workflow AND s.execution_id = e.execution_id AND s.kind = 'clock'
+                            AND s.outbox_id IS NOT NULL) AS clocks`
             yield* Effect.forEach(
-              chunksOf(clocks.map((clock) => clock.id)),
+              chunksOf(rows[0]?.clocks ?? []),
               (ids) => onlyDatabaseErrors(outbox.withdraw(ids)),
               { discard: true }
             )

@@ -1,0 +1,151 @@
+/**
+ * The engine's storage contract: what a driver of executions and their journal gives the run,
+ * activity and wait rooms (`store.ts` is the PostgreSQL driver), and the names both sides use
+ * (topics, ordering keys, statuses, waits).
+ */
+import type { DatabaseError } from "@effect-durable/core/Errors"
+import type * as Duration from "effect/Duration"
+import type * as Effect from "effect/Effect"
+
+/** Runs of workflow `W` are messages of this topic; clocks of `W` fire through the next. */
+export const RUN_TOPIC_PREFIX = "workflow.run:"
+export const runTopic = (workflow: string): string => `${RUN_TOPIC_PREFIX}${workflow}`
+export const clockTopic = (workflow: string): string => `workflow.clock:${workflow}`
+/** One run of an execution at a time: its run messages share this ordering key. */
+export const runKey = (workflow: string, executionId: string): string => `${workflow}/${executionId}`
+
+/** An execution's statuses, in the order of its life (the table's check constraint holds the same list). */
+export const Statuses = ["pending", "running", "suspended", "complete"] as const
+export type Status = typeof Statuses[number]
+export type StepKind = "activity" | "deferred" | "clock"
+
+/** One thing a suspended run waits on, as its settle records it (`workflow_executions.waiting_on`). */
+export type WaitingOn =
+  | { readonly kind: "deferred"; readonly name: string }
+  | { readonly kind: "clock"; readonly name: string }
+  | { readonly kind: "child"; readonly workflow: string; readonly executionId: string }
+  /** The run failed and `SuspendOnFailure` holds it: an operator's resume. */
+  | { readonly kind: "resume" }
+
+export interface ExecutionRow {
+  /**
+   * Which start of the execution this is (its creation time in microseconds, as text): an
+   * execution purged and started again under the same id is another incarnation.
+   */
+  readonly incarnation: string
+  readonly status: Status
+  readonly result: unknown
+  readonly payload: unknown
+  readonly interrupt_requested: boolean
+  readonly interrupt_unsafe: boolean
+  readonly parent_workflow: string | null
+  readonly parent_execution_id: string | null
+}
+
+export interface StepRow {
+  readonly kind: StepKind
+  readonly name: string
+  readonly attempt: number
+  readonly result: unknown
+}
+
+export type WakeMode = "explicit" | "automatic"
+
+/** A step's record that stands. */
+export interface Recorded {
+  readonly inserted: boolean
+  readonly result: unknown
+}
+
+export interface Store {
+  readonly start: (options: {
+    readonly workflow: string
+    readonly executionId: string
+    readonly payload: unknown
+    readonly parent: { readonly workflow: string; readonly executionId: string } | undefined
+    /** Its searchable attributes (`WorkflowAttributes`), checked; kept only by the first start. */
+    readonly attributes: Readonly<Record<string, string>>
+    /** The flow group of its runs (`WorkflowLimits.groupBy`), checked; kept only by the first start. */
+    readonly group: string | undefined
+  }) => Effect.Effect<{ readonly started: boolean; readonly mismatch: boolean }, DatabaseError>
+  readonly read: (workflow: string, executionId: string) => Effect.Effect<ExecutionRow | undefined, DatabaseError>
+  /**
+   * Marks a run under way and returns the wake sequence it starts from and the journal as it
+   * stands (one round trip), or nothing when there is nothing to run.
+   */
+  readonly beginRun: (
+    workflow: string,
+    executionId: string
+  ) => Effect.Effect<
+    { readonly row: ExecutionRow; readonly wakeSeq: string; readonly steps: ReadonlyArray<StepRow> } | undefined,
+    DatabaseError
+  >
+  readonly step: (
+    workflow: string,
+    executionId: string,
+    kind: StepKind,
+    name: string,
+    attempt: number
+  ) => Effect.Effect<StepRow | undefined, DatabaseError>
+  /**
+   * Records a step if it has no record yet and returns the record that stands (first write
+   * wins). An activity's record is one round trip; a deferred's also wakes the execution, in
+   * one transaction.
+   */
+  readonly recordStep: (
+    workflow: string,
+    executionId: string,
+    kind: StepKind,
+    name: string,
+    attempt: number,
+    result: unknown
+  ) => Effect.Effect<Recorded, DatabaseError>
+  /**
+   * A transactional activity: its journal row is taken first (first writer wins; a second one
+   * waits for the first's commit, then reads its result), `body` runs in the same transaction
+   * and its result is written before the commit — the body's SQL and its journal row commit
+   * together or not at all. `body` returning `undefined` (the activity suspended) rolls
+   * everything back and returns `undefined`; `body` failing (a database failure that is not the
+   * activity's result) rolls everything back and fails.
+   */
+  readonly transactionalStep: <R>(
+    workflow: string,
+    executionId: string,
+    name: string,
+    attempt: number,
+    body: Effect.Effect<unknown, DatabaseError, R>
+  ) => Effect.Effect<{ readonly inserted: boolean; readonly result: unknown } | undefined, DatabaseError, R>
+  /** Bumps the wake sequence; a suspended execution the wake may wake becomes pending and gets a run. */
+  readonly wake: (workflow: string, executionId: string, mode: WakeMode) => Effect.Effect<void, DatabaseError>
+  readonly requestInterrupt: (
+    workflow: string,
+    executionId: string,
+    unsafe: boolean
+  ) => Effect.Effect<boolean, DatabaseError>
+  readonly scheduleClock: (
+    workflow: string,
+    executionId: string,
+    name: string,
+    deferredName: string,
+    delay: Duration.Duration
+  ) => Effect.Effect<void, DatabaseError>
+  /**
+   * Ends a run in one transaction, fenced by the run message's claim: a runner that lost its
+   * lease writes nothing (returns false). `suspended` settles pending (and schedules the next
+   * run) when a wake landed since `wakeSeq` that may wake it, or when `rerun` asks for one.
+   */
+  readonly settle: (options: {
+    readonly workflow: string
+    readonly executionId: string
+    /** The fence, in the settle's transaction: whether the run message's claim still holds (`OutboxWorker.holds`). */
+    readonly held: Effect.Effect<boolean, DatabaseError>
+    readonly wakeSeq: string
+    readonly result: unknown
+    readonly complete: boolean
+    readonly failed: boolean
+    /** Settle pending with a next run whatever the wake sequence says (a preempted run). */
+    readonly rerun: boolean
+    /** What a suspended run waits on (kept while it is suspended, for operators). */
+    readonly waits: ReadonlyArray<WaitingOn>
+  }) => Effect.Effect<{ readonly fenced: boolean; readonly status: Status | undefined }, DatabaseError>
+}
