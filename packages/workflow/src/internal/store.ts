@@ -86,14 +86,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
    * A step's record in one statement. The record that stood before the statement began is read
    * in it; one committed by a racing writer while it ran is read after.
    */
-  const recordAlone = (
-    workflow: string,
-    executionId: string,
-    kind: StepKind,
-    name: string,
-    attempt: number,
-    result: unknown
-  ) =>
+  const recordAlone: Store["recordStep"] = (workflow, executionId, kind, name, attempt, result) =>
     Effect.gen(function*() {
       const rows = yield* sql<{ inserted: boolean; result: unknown }>`
         WITH inserted AS (
