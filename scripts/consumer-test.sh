@@ -59,7 +59,8 @@ const packs = fs.readdirSync(scratch + "/packs")
 // (they are not on the registry); the README's lines then add what an application adds.
 const dependencies = {}
 for (const name of names) {
-  const file = packs.find((f) => f.startsWith("effect-durable-" + name + "-"))
+  // Exactly this package's tarball (workflow's name is the start of workflow-http's).
+  const file = packs.find((f) => new RegExp("^effect-durable-" + name + "-\\d").test(f))
   dependencies["@effect-durable/" + name] = "file:packs/" + file
 }
 fs.writeFileSync(scratch + "/package.json", JSON.stringify({

@@ -3,7 +3,6 @@
  * for its configuration): transaction pooling, auth_query, a wildcard database, its files in
  * the run directory. Its pid goes to the guardian like every other process of the run.
  */
-import { freePort } from "@effect-durable/embedded/EmbeddedPostgres"
 import { execFile } from "node:child_process"
 import { readFileSync } from "node:fs"
 import { dirname, join } from "node:path"
@@ -33,7 +32,8 @@ const script = (args: ReadonlyArray<string>, env: NodeJS.ProcessEnv): Promise<st
 
 /** Starts PgBouncer in front of the server of `url` (a superuser URL). */
 export const start = async (run: RunDirectory, url: string): Promise<Pooler> => {
-  const env = { PGBOUNCER_STATE: join(run.path, "pgbouncer"), PGBOUNCER_PORT: String(await freePort()) }
+  // No port of ours: the script takes a free one and retries if something binds it first.
+  const env = { PGBOUNCER_STATE: join(run.path, "pgbouncer") }
   const pooled = await script(["start", url], env)
   run.remember(Number(readFileSync(join(env.PGBOUNCER_STATE, "pgbouncer.pid"), "utf8").trim()))
   return { url: pooled, stop: () => script(["stop"], env).then(() => undefined) }

@@ -1,6 +1,6 @@
 /**
  * A workflow runner process of the workflow schedule: `PgWorkflowEngine` over the substrate,
- * running `ChaosOrder` executions (its run projectors claim under this worker's id, so the
+ * running `ChaosOrder` executions (its run projector claims under this worker's id, so the
  * faults find its claims). SIGTERM closes its scope. Run by main.ts as
  * `node dist/workflows/worker.js <config JSON> <run dir>`.
  */

@@ -21,7 +21,7 @@
  *
  * Its own package so that the workflow engine installs without the HTTP stack.
  *
- * @since 0.3.0
+ * @since 0.2.0
  */
 import type { DurableConfigError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"

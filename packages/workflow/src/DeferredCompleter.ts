@@ -18,7 +18,7 @@
  * `@effect-durable/workflow-http`'s `DeferredEndpoint` serves it over HTTP; this module needs
  * no HTTP stack.
  *
- * @since 0.3.0
+ * @since 0.2.0
  */
 import { type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
@@ -163,6 +163,9 @@ export const make = (deferreds: ReadonlyArray<DurableDeferred.AnyWithProps>) =>
 
     const complete = (completion: Completion): Effect.Effect<Completed, CompleteError> =>
       Effect.gen(function*() {
+        if (completion.value !== undefined && completion.error !== undefined) {
+          return yield* new InvalidInput({ argument: "completion", rule: "give either a value or an error, not both" })
+        }
         const opened = yield* tokens.open(completion.token)
         // A deferred awaited inside an activity is named `<name>/<attempt>` (withActivityAttempt).
         const baseName = opened.deferredName.replace(/\/\d+$/, "")

@@ -6,7 +6,8 @@
  * (keys rotate without breaking tokens in flight) and optionally an expiry; only a token this
  * keyring signed, unaltered and unexpired, opens. Hand it to whoever must complete the
  * deferred from outside (an approval link, a payment provider's callback) and complete it
- * through `DeferredEndpoint`.
+ * through `DeferredCompleter` (or its HTTP route, `@effect-durable/workflow-http`'s
+ * `DeferredEndpoint`).
  *
  * @since 0.2.0
  */

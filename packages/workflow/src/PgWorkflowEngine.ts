@@ -28,8 +28,6 @@ import { printable } from "@effect-durable/core/Printable"
 import type { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import type * as Outbox from "@effect-durable/pg/Outbox"
 import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
-import * as Projector from "@effect-durable/projector/Projector"
-import * as Publisher from "@effect-durable/projector/Publisher"
 import * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -47,8 +45,7 @@ import * as WorkflowEngineModule from "effect/workflow/WorkflowEngine"
 import * as Activities from "./internal/activity.js"
 import * as Codec from "./internal/codec.js"
 import * as EngineContext from "./internal/engineContext.js"
-import * as Run from "./internal/run.js"
-import * as Store from "./internal/store.js"
+import * as Runners from "./internal/runners.js"
 import * as Wait from "./internal/wait.js"
 import * as WorkflowAttributes from "./WorkflowAttributes.js"
 import * as WorkflowLimits from "./WorkflowLimits.js"
@@ -118,9 +115,6 @@ export const Transactional = Context.Reference<boolean>("@effect-durable/workflo
   defaultValue: () => false
 })
 
-/** Runs the projector claims at once. */
-const RUN_BATCH = 16
-
 /**
  * `Activity.make({ ... }).pipe(PgWorkflowEngine.transactional)`: the activity, transactional.
  *
@@ -154,50 +148,12 @@ export const make = (
 > =>
   Effect.gen(function*() {
     const ctx = yield* EngineContext.make({ workerId: options.workerId, metrics, Transactional })
-    const { guarded, latestRuns, store, workerId, workflows } = ctx
+    const { guarded, latestRuns, store, workflows } = ctx
     const substrate = yield* Effect.context<
       SqlClient.SqlClient | DurableSettings | Outbox.Outbox | OutboxWorker.OutboxWorker
     >()
 
-    /**
-     * The process's one run projector, over the topics of every workflow registered here (asked
-     * at each claim), so its connections (a LISTEN and a lease keeper) do not grow with the
-     * number of workflows. Started by the first registration, in the engine's scope.
-     */
-    const handlers = new Map<
-      string,
-      (message: OutboxWorker.OutboxMessage) => Effect.Effect<void, Publisher.PublishError>
-    >()
-    let projecting = false
-    const concurrency = options.concurrency ?? 16
-    const projector = Projector.layer({
-      topics: () => [...handlers.keys()],
-      workerId,
-      batchSize: RUN_BATCH,
-      // Room for a batch more than the runs that may run at once: runs blocked in long
-      // activities (each holding its lane and its own share) never keep the loops from
-      // claiming a full batch for a lane that frees.
-      batchesInFlight: Math.min(64, Math.max(3, Math.ceil(concurrency / RUN_BATCH) + 1)),
-      concurrency,
-      lease: options.lease ?? "30 seconds",
-      pollInterval: options.pollInterval ?? "1 second",
-      deliveryTimeout: options.runTimeout ?? "1 hour",
-      ...(options.shutdownDeadline === undefined ? {} : { shutdownDeadline: options.shutdownDeadline }),
-      backoff: { min: "100 millis", max: "30 seconds" },
-      ...(options.listenUrl === undefined ? {} : { listenUrl: options.listenUrl })
-    }).pipe(
-      Layer.provide(Publisher.layerHandler((message: OutboxWorker.OutboxMessage) =>
-        Effect.suspend(() =>
-          handlers.get(message.topic)?.(message) ??
-            // Claimed just as its workflow's registration closed here: retried later (by this
-            // process if it registers the workflow again, else by another).
-            Effect.fail(
-              Publisher.retryable(`no workflow of topic ${message.topic} is registered in this process any more`)
-            )
-        )
-      )),
-      Layer.provide(Layer.succeedContext(substrate))
-    )
+    const runners = Runners.make(ctx, options, substrate)
 
     const engine: WorkflowEngine["Service"] = WorkflowEngineModule.makeUnsafe({
       register: (workflow, execute) =>
@@ -217,25 +173,8 @@ export const make = (
           }
           const entry = { workflow, execute }
           workflows.set(workflow._tag, entry)
-          if (options.runs === false) {
-            return
-          }
-          // Its two topics join the process's one projector; they leave it when the scope that
-          // registered the workflow closes (messages of theirs claimed then are retried later).
-          const runs = Store.runTopic(workflow._tag)
-          const clocks = Store.clockTopic(workflow._tag)
-          handlers.set(runs, (message) =>
-            Run.runExecution(ctx, engine, entry, message))
-          handlers.set(clocks, (message) => Wait.fireClock(ctx, workflow._tag, message))
-          yield* Effect.addFinalizer(() =>
-            Effect.sync(() => {
-              handlers.delete(runs)
-              handlers.delete(clocks)
-            })
-          )
-          if (projecting) return
-          projecting = true
-          yield* Layer.buildWithScope(projector, ctx.engineScope).pipe(Effect.orDie)
+          if (options.runs === false) return
+          yield* runners.join(engine, entry)
         }),
       execute: (workflow, opts) =>
         Effect.gen(function*() {

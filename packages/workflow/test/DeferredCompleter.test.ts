@@ -116,14 +116,16 @@ describe("DeferredCompleter", () => {
           complete({ token: other.signed }),
           complete({ token: signed, value: { by: "eve" } }),
           complete({ token: signed, error: { reason: 7 } }),
-          complete({ token: unknown, value: { by: "eve", limit: 1 } })
+          complete({ token: unknown, value: { by: "eve", limit: 1 } }),
+          complete({ token: signed, value: { by: "eve", limit: 1 }, error: { reason: "both" } })
         ], Effect.flip)
         expect(refusals.map((error) => error._tag)).toEqual([
           "InvalidDeferredToken",
           "UnknownDeferred",
           "InvalidDeferredValue",
           "InvalidDeferredValue",
-          "ExecutionNotFound"
+          "ExecutionNotFound",
+          "InvalidInput"
         ])
         expect(yield* written(executionId)).toEqual(before)
         // Another value once one stands, and any value once the execution is complete.

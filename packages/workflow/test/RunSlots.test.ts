@@ -94,7 +94,8 @@ const ManyLayers = Layer.mergeAll(
 describe("PgWorkflowEngine: one projector for every workflow of a process", () => {
   it.layer(
     ManyLayers.pipe(
-      Layer.provideMerge(PgWorkflowEngine.layer({ pollInterval: "100 millis", concurrency: 4 })),
+      // A short lease: the keeper's connection opens at its first renewal, a second in.
+      Layer.provideMerge(PgWorkflowEngine.layer({ pollInterval: "100 millis", concurrency: 4, lease: "3 seconds" })),
       Layer.provideMerge(TestSubstrate.layer({ database: { applicationName: "workflow-one-projector-test" } }))
     ),
     { excludeTestServices: true, timeout: "2 minutes" }
@@ -104,14 +105,23 @@ describe("PgWorkflowEngine: one projector for every workflow of a process", () =
         const sql = yield* SqlClient.SqlClient
         const ids = yield* Effect.forEach(Many, (workflow) => workflow.execute({ n: 1 }, { discard: true }))
         yield* eventually(Effect.sync(() => sharedActive), (a) => a === 4)
-        // The keeper's pool connects at its first renewal; the listener at once.
-        const connections = yield* sql<{ application_name: string; n: number }>`
+        // The listener connects at once; the keeper's pool at its first renewal (a second in).
+        const connections = sql<{ application_name: string; n: number }>`
           SELECT application_name, count(*)::int AS n FROM pg_stat_activity
            WHERE datname = current_database()
              AND application_name IN ('effect-durable-listener', 'effect-durable-keeper')
-           GROUP BY application_name`
-        const count = (name: string) => connections.find((row) => row.application_name === name)?.n ?? 0
-        expect([count("effect-durable-listener"), count("effect-durable-keeper") <= 1]).toEqual([1, true])
+           GROUP BY application_name`.pipe(
+          Effect.orDie,
+          Effect.map((rows) =>
+            ["effect-durable-listener", "effect-durable-keeper"].map((name) =>
+              rows.find((row) => row.application_name === name)?.n ?? 0
+            )
+          )
+        )
+        expect(yield* eventually(connections, ([listeners, keepers]) => listeners === 1 && keepers === 1)).toEqual([
+          1,
+          1
+        ])
         yield* Latch.open(shared)
         yield* Effect.forEach(
           Many,

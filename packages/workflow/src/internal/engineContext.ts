@@ -81,7 +81,11 @@ export interface EngineContext {
   /** A call of the contract (which cannot fail), from inside a run or from outside. */
   readonly guarded: <A>(effect: Effect.Effect<A, DatabaseError>) => Effect.Effect<A>
   readonly inCallerTransaction: Effect.Effect<boolean>
-  /** A step's recorded result: from the run's journal when it holds it, else from its row. */
+  /**
+   * A step's recorded result: from the run's journal when it holds it, else from its row. The
+   * fallback read is what keeps a deferred completed after the run's journal was read (even
+   * while its begin waited on the row's lock) from being missed: keep it for deferreds.
+   */
   readonly readStep: (
     run: Run | undefined,
     workflow: string,

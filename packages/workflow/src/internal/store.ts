@@ -153,8 +153,8 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
          WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
         RETURNING status, result, payload, interrupt_requested, interrupt_unsafe, parent_workflow, parent_execution_id,
                   (extract(epoch FROM created_at) * 1000000)::bigint::text AS incarnation, wake_seq::text,
-                  (SELECT coalesce(jsonb_agg(jsonb_build_object('kind', s.kind, 'name', s.name, 'attempt', s.attempt,
-                                                                'result', s.result)), '[]'::jsonb)
+                  (SELECT coalesce(json_agg(json_build_object('kind', s.kind, 'name', s.name, 'attempt', s.attempt,
+                                                                'result', s.result)), '[]'::json)
                      FROM ${steps} s WHERE s.workflow = e.workflow AND s.execution_id = e.execution_id) AS steps`.pipe(
         Effect.map((rows) =>
           rows[0] === undefined ? undefined : { row: rows[0], wakeSeq: rows[0].wake_seq, steps: rows[0].steps }

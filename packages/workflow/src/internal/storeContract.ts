@@ -71,7 +71,11 @@ export interface Store {
   readonly read: (workflow: string, executionId: string) => Effect.Effect<ExecutionRow | undefined, DatabaseError>
   /**
    * Marks a run under way and returns the wake sequence it starts from and the journal as it
-   * stands (one round trip), or nothing when there is nothing to run.
+   * stands (one round trip), or nothing when there is nothing to run. The journal is the
+   * statement's snapshot while the wake sequence is the row's latest (read after any lock wait):
+   * a deferred completed while it waited counts in the sequence but may be missing from the
+   * journal, so a run must look a deferred it misses up again (`readStep`), never trust the
+   * journal alone for deferreds.
    */
   readonly beginRun: (
     workflow: string,
