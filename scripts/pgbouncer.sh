@@ -9,10 +9,12 @@
 # routed (a wildcard entry), so per-suite fresh databases work without a restart.
 # It listens on 127.0.0.1 only and runs as a dedicated OS user (PgBouncer refuses root);
 # its config, log and pid file live in one directory.
-# Settings: PGBOUNCER_PORT (default: a free port, scripts/free-port.mjs, retried if another
+# Settings: PGBOUNCER_PORT (default: a free port, scripts/free-port.sh, retried if another
 # process binds it first), PGBOUNCER_STATE (its directory),
 # PGBOUNCER_POOL_SIZE (server connections per database and role, default 20).
 set -euo pipefail
+# shellcheck source=free-port.sh
+. "$(dirname "$0")/free-port.sh"
 
 PORT=${PGBOUNCER_PORT:-}
 STATE=${PGBOUNCER_STATE:-${TMPDIR:-/tmp}/effect-durable-pgbouncer}
@@ -70,18 +72,7 @@ logfile = $STATE/pgbouncer.log
 pidfile = $STATE/pgbouncer.pid
 EOF
   chown -R "$OS_USER" "$STATE"
-  if [ -n "$PORT" ]; then
-    listen "$PORT" || exit 1
-  else
-    # A free port, and another if something binds it between the pick and PgBouncer's bind.
-    local attempt
-    for attempt in 1 2 3 4 5; do
-      PORT=$(node "$(dirname "$0")/free-port.mjs")
-      if listen "$PORT"; then break; fi
-      if [ $attempt -eq 5 ]; then exit 1; fi
-      echo "pgbouncer: port $PORT was taken, trying another" >&2
-    done
-  fi
+  on_free_port listen || exit 1
   node -e 'const u = new URL(process.argv[1]); u.hostname = "127.0.0.1"; u.port = process.argv[2]; console.log(u.toString())' "$url" "$PORT"
 }
 

@@ -4,9 +4,11 @@
 #   scripts/system-postgres.sh stop    stops it and deletes its data directory
 # The server runs as a dedicated OS user (PostgreSQL refuses root), listens on 127.0.0.1
 # only, and keeps everything (data, socket, log) in one directory under the temp dir. Its port
-# is PG_SYSTEM_PORT if set, else a free one (scripts/free-port.mjs), retried if another process
+# is PG_SYSTEM_PORT if set, else a free one (scripts/free-port.sh), retried if another process
 # binds it first.
 set -euo pipefail
+# shellcheck source=free-port.sh
+. "$(dirname "$0")/free-port.sh"
 
 VERSION=${PG_SYSTEM_VERSION:-15}
 PORT=${PG_SYSTEM_PORT:-}
@@ -32,17 +34,7 @@ start() {
   as_user "$BIN/initdb" -D "$STATE/data" -U postgres --pwfile="$STATE/pwfile" --auth=scram-sha-256 \
     --encoding=UTF8 --no-sync >"$STATE/initdb.log" 2>&1 || { cat "$STATE/initdb.log" >&2; exit 1; }
   rm -f "$STATE/pwfile"
-  if [ -n "$PORT" ]; then
-    listen "$PORT" || exit 1
-  else
-    local attempt
-    for attempt in 1 2 3 4 5; do
-      PORT=$(node "$(dirname "$0")/free-port.mjs")
-      if listen "$PORT"; then break; fi
-      if [ $attempt -eq 5 ]; then exit 1; fi
-      echo "system-postgres: port $PORT was taken, trying another" >&2
-    done
-  fi
+  on_free_port listen || exit 1
   echo "postgres://postgres:$password@127.0.0.1:$PORT/postgres"
 }
 

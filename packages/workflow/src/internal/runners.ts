@@ -109,16 +109,16 @@ export const make = (
           `workflow ${printable(tag)} cannot run here: one process runs at most ${MAX_TOPICS / 2} workflows`
         )
       }
-      const registered = yield* Effect.context<never>()
+      // What its runs see over the projector's own context: the registering scope's services,
+      // the substrate winning (merged once, not per delivery).
+      const given = Context.merge(yield* Effect.context<never>(), substrate) as Context.Context<never>
       let inFlight = 0
       let closed = false
       const tracked = <E>(effect: Effect.Effect<void, E>) =>
         Effect.suspend(() => {
           inFlight++
           return effect.pipe(
-            Effect.updateContext((current: Context.Context<never>) =>
-              Context.merge(Context.merge(current, registered), substrate) as Context.Context<never>
-            ),
+            Effect.updateContext((current: Context.Context<never>) => Context.merge(current, given)),
             Effect.ensuring(Effect.sync(() => inFlight--))
           )
         })
