@@ -1,35 +1,41 @@
-// The runtime's flow SQL (internal/flow) says what the live claim functions say: the lock, the
-// buckets, the slots and the capacity counts are written out whole in the claim room
-// (internal/claim), where a reader finds each path top to bottom. Until each rule has one
-// source, this holds the copies to each other.
+// Flow control is one room: the claim functions (internal/claim) take every rule of limits, slots,
+// buckets and capacity counts from the flow room (internal/flow), as the runtime code does, so no
+// rule is written twice. This holds the claim room's sources to it: none spells out a rule the
+// flow room owns.
 import { describe, expect, it } from "@effect/vitest"
-import { claimFunctions } from "../src/internal/claim/index.js"
-import { entriesHeldOfInbox, messagesHeld, slotCount, takenBy } from "../src/internal/flow/capacity.js"
-import { CONSUMER_LIMITS, limitsLock, TOPIC_LIMITS } from "../src/internal/flow/limits.js"
-import { bucket, groupRate, ownRate } from "../src/internal/flow/rates.js"
+import * as fs from "node:fs"
+import * as path from "node:path"
 
-const t = (table: string) => `"s"."${table}"`
+const room = path.join(import.meta.dirname, "../src/internal/claim")
 
-/** `text` with every run of whitespace one space: the room lays its SQL out for reading. */
-const flat = (text: string) => text.replace(/\s+/g, " ")
+/** What only the flow room may write: each rule's own text. */
+const rules: ReadonlyArray<readonly [string, RegExp]> = [
+  ["the limits lock (flow/limits.ts limitsLock)", /::regclass::oid::integer, 17/],
+  ["a slot's lock (flow/capacity.ts slotLock)", /hashtext\(/],
+  ["a bucket's tokens (flow/rates.ts bucket)", /flow_tokens"\)\}\(/],
+  ["a group's rate (flow/rates.ts groupRate)", /THEN \w+\.group_rate_/],
+  ["the entries a claim row still holds (flow/capacity.ts entriesHeld)", /unnest\(\w+\.entries/],
+  ["what a key's claims took (flow/capacity.ts takenBy)", /SELECT sum\(c\.taken\) FROM \$\{t\(/],
+  ["a limit's slot count (flow/capacity.ts slotCount)", /greatest\(1, cap \//]
+]
 
-/** The statement of the claim room that creates `fn`. */
-const created = (fn: string) => flat(claimFunctions(t).find((statement) => statement.includes(`FUNCTION ${t(fn)}(`))!)
+describe("the claim room", () => {
+  const sources = fs.readdirSync(room).filter((file) => file.endsWith(".ts"))
 
-describe("the runtime's flow SQL", () => {
-  it("is the text of the live claim functions: lock, buckets, slots, capacity", () => {
-    expect(created("outbox_claim")).toContain(flat(limitsLock(t, TOPIC_LIMITS)))
-    expect(created("inbox_claim")).toContain(flat(limitsLock(t, CONSUMER_LIMITS)))
-    expect(created("outbox_claim_fair")).toContain(flat(bucket(t, "l", ownRate, "clk")))
-    expect(created("inbox_claim_limited")).toContain(flat(bucket(t, "l", ownRate, "clk")))
-    for (const column of ["limit", "period", "burst"] as const) {
-      expect(created("outbox_claim_limited")).toContain(flat(groupRate(column, "o", "l", "b")))
-      expect(created("outbox_claim_fair")).toContain(flat(groupRate(column, "o", "l", "g")))
-    }
-    expect(created("flow_slots")).toContain(flat(slotCount("cap")))
-    expect(created("outbox_claim_limited")).toContain(flat(messagesHeld(t, "c")))
-    expect(created("outbox_claim_slots")).toContain(flat(messagesHeld(t, "slot_row")))
-    expect(created("inbox_claim_slots")).toContain(flat(entriesHeldOfInbox(t, "slot_row")))
-    expect(created("outbox_claim_limited")).toContain(flat(takenBy(t, "l")))
+  it("takes every flow rule from the flow room", () => {
+    expect(sources.length).toBeGreaterThan(8)
+    const spelled = sources.flatMap((file) => {
+      const text = fs.readFileSync(path.join(room, file), "utf8")
+      return rules.filter(([, pattern]) => pattern.test(text)).map(([rule]) => `${file}: ${rule}`)
+    })
+    expect(spelled).toEqual([])
+  })
+
+  it("would see a rule spelled out again", () => {
+    const copy = "PERFORM pg_advisory_xact_lock(hashtext('x:' || $4), 0); floor(${t(\"flow_tokens\")}(l.tokens))"
+    expect(rules.filter(([, pattern]) => pattern.test(copy)).map(([rule]) => rule)).toEqual([
+      "a slot's lock (flow/capacity.ts slotLock)",
+      "a bucket's tokens (flow/rates.ts bucket)"
+    ])
   })
 })

@@ -3,7 +3,7 @@
  * since version 8: it takes the inbox limits lock shared, chooses the consumer's path and returns
  * what that path claimed.
  */
-import type { Tables } from "../flow/limits.js"
+import { CONSUMER_LIMITS, limitsLock, type Tables } from "../flow/limits.js"
 
 export const inboxClaim = (t: Tables) =>
   `CREATE OR REPLACE FUNCTION ${t("inbox_claim")}(text, integer, double precision, text, integer)
@@ -21,7 +21,7 @@ DECLARE
 BEGIN
 -- Every claim holds the inbox limits lock shared and a change of limits takes it exclusive: once a
 -- claim holds it, the consumer's limits are what its next statements see.
-PERFORM pg_advisory_xact_lock_shared('${t("inbox_limits")}'::regclass::oid::integer, 17);
+PERFORM pg_advisory_xact_lock_shared(${limitsLock(t, CONSUMER_LIMITS)});
 SELECT l.max_in_flight, l.rate_limit IS NOT NULL INTO cap, rated FROM ${t("inbox_limits")} l WHERE l.consumer = $4;
 IF NOT FOUND THEN
   RETURN QUERY SELECT * FROM ${t("inbox_claim_open")}($1, $2, $3, $4, $5);

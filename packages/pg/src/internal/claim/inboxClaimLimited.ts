@@ -3,7 +3,9 @@
  * of it at a time, so no two spend a token) and every capacity slot, counts what is in flight and
  * takes at most what the limit and the bucket leave.
  */
-import type { Tables } from "../flow/limits.js"
+import { entriesHeld, slotLock } from "../flow/capacity.js"
+import { CONSUMER_LIMITS, type Tables } from "../flow/limits.js"
+import { bucket, ownRate } from "../flow/rates.js"
 
 export const inboxClaimLimited = (t: Tables) =>
   `CREATE FUNCTION ${t("inbox_claim_limited")}(text, integer, double precision, text, integer)
@@ -30,7 +32,7 @@ BEGIN
 SELECT l.max_in_flight INTO cap FROM ${t("inbox_limits")} l WHERE l.consumer = $4 FOR UPDATE;
 IF cap IS NOT NULL THEN
   FOR slot_no IN 0 .. ${t("flow_slots")}(cap) - 1 LOOP
-    PERFORM pg_advisory_xact_lock(hashtext('${t("inbox_flow_claims")}:' || $4), slot_no);
+    PERFORM pg_advisory_xact_lock(${slotLock(t, CONSUMER_LIMITS, "$4", "slot_no")});
   END LOOP;
 END IF;
 -- The bucket's clock: after the locks, so a claim that waited for them does not spend at the time it began.
@@ -47,10 +49,7 @@ IF cap IS NOT NULL THEN
     FOR claim_row IN SELECT c.id, c.entries, c.generations, c.taken FROM ${t("inbox_flow_claims")} c
        WHERE c.consumer = $4 ORDER BY c.id LOOP
       EXIT WHEN taken_now + $2 <= cap AND claim_rows <= 32;
-      SELECT count(*) INTO still FROM unnest(claim_row.entries, claim_row.generations) u(id, generation) WHERE coalesce((
-       SELECT true FROM ${t("inbox")} i
-        WHERE i.id = u.id AND i.claim_generation = u.generation AND i.processed_at IS NULL
-          AND i.dead_at IS NULL AND i.claimed_until > now()), false);
+      still := ${entriesHeld(t, CONSUMER_LIMITS, "claim_row")};
       IF still = 0 THEN
         DELETE FROM ${t("inbox_flow_claims")} c WHERE c.id = claim_row.id;
         claim_rows := claim_rows - 1;
@@ -64,7 +63,7 @@ END IF;
 SELECT least($2,
          CASE WHEN cap IS NULL THEN $2 ELSE greatest(cap - taken_now, 0)::integer END,
          CASE WHEN l.rate_limit IS NULL THEN $2
-              ELSE floor(${t("flow_tokens")}(l.tokens, l.tokens_at, l.rate_limit, l.rate_period, l.rate_burst, clk))
+              ELSE floor(${bucket(t, "l", ownRate, "clk")})
                      ::integer END)
   INTO free FROM ${t("inbox_limits")} l WHERE l.consumer = $4;
 IF free < 1 THEN
@@ -82,7 +81,7 @@ recorded AS (
 spent AS (
   -- A consumer with a rate spends a token per entry taken.
   UPDATE ${t("inbox_limits")} l
-     SET tokens = ${t("flow_tokens")}(l.tokens, l.tokens_at, l.rate_limit, l.rate_period, l.rate_burst, clk)
+     SET tokens = ${bucket(t, "l", ownRate, "clk")}
                   - (SELECT count(*) FROM claimed c WHERE NOT c.exhausted),
          tokens_at = clk
    WHERE l.consumer = $4 AND l.rate_limit IS NOT NULL)

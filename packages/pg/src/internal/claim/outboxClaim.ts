@@ -3,7 +3,7 @@
  * version 12: it takes the limits lock shared, chooses the claim's path and returns what that
  * path claimed.
  */
-import type { Tables } from "../flow/limits.js"
+import { limitsLock, type Tables, TOPIC_LIMITS } from "../flow/limits.js"
 
 export const outboxClaim = (t: Tables) =>
   `CREATE OR REPLACE FUNCTION ${t("outbox_claim")}(text, integer, double precision, text[], integer, integer)
@@ -23,7 +23,7 @@ DECLARE
 BEGIN
 -- Every claim holds the limits lock shared and a change of limits takes it exclusive: once a claim
 -- holds it, the topics with limits are what its next statements see.
-PERFORM pg_advisory_xact_lock_shared('${t("flow_limits")}'::regclass::oid::integer, 17);
+PERFORM pg_advisory_xact_lock_shared(${limitsLock(t, TOPIC_LIMITS)});
 IF NOT EXISTS (SELECT 1 FROM ${t("flow_limits")} l WHERE $4 IS NULL OR l.topic = ANY($4)) THEN
   RETURN QUERY SELECT c.id, c.generation, c.attempt, c.exhausted, c.topic, c.ordering_key, c.payload, c.headers, c.created_at
                  FROM ${t("outbox_claim_open")}($1, $2, $3, $4, $5, $6, false) c;

@@ -3,7 +3,9 @@
  * group by group, ranked by start-time fair queueing, recorded under the topics' capacity slots.
  * Called by the long way (`outbox_claim_limited`) once it holds the limits rows and every slot.
  */
-import type { Tables } from "../flow/limits.js"
+import { takenBy } from "../flow/capacity.js"
+import { type Tables, TOPIC_LIMITS } from "../flow/limits.js"
+import { bucket, groupRateColumns, ownRate } from "../flow/rates.js"
 import { takeOrBury } from "./takeOrBury.js"
 
 export const outboxClaimFair = (t: Tables) =>
@@ -35,7 +37,7 @@ RETURN QUERY
 WITH RECURSIVE
 lim AS (
   SELECT l.topic, l.max_in_flight, l.group_max_in_flight,
-         ${t("flow_tokens")}(l.tokens, l.tokens_at, l.rate_limit, l.rate_period, l.rate_burst, clk) AS tokens,
+         ${bucket(t, "l", ownRate, "clk")} AS tokens,
          l.group_rate_limit, l.group_rate_period, l.group_rate_burst
     FROM ${t("flow_limits")} l WHERE l.topic = ANY(limited)),
 busy AS (
@@ -67,14 +69,12 @@ quota AS (
       -- A group's own limit, else the topic's per-group one (messages without a group: none), and
       -- its bucket at its rate: its own where it has one, else the topic's per-group rate.
       SELECT g.topic, g.group_key, coalesce(o.max_in_flight, CASE WHEN g.group_key <> '' THEN l.group_max_in_flight END) AS cap,
-             ${t("flow_tokens")}(u.tokens, u.tokens_at, r.rate_limit, r.rate_period, r.rate_burst, clk) AS tokens
+             ${bucket(t, "u", (c) => `r.rate_${c}`, "clk")} AS tokens
         FROM grouped g JOIN lim l ON l.topic = g.topic
         LEFT JOIN ${t("flow_group_limits")} o ON o.topic = g.topic AND o.group_key = g.group_key
         LEFT JOIN ${t("flow_group_buckets")} u ON u.topic = g.topic AND u.group_key = g.group_key
        CROSS JOIN LATERAL (
-         SELECT CASE WHEN o.rate_limit IS NOT NULL THEN o.rate_limit WHEN g.group_key <> '' THEN l.group_rate_limit END AS rate_limit,
-                CASE WHEN o.rate_limit IS NOT NULL THEN o.rate_period WHEN g.group_key <> '' THEN l.group_rate_period END AS rate_period,
-                CASE WHEN o.rate_limit IS NOT NULL THEN o.rate_burst WHEN g.group_key <> '' THEN l.group_rate_burst END AS rate_burst) r) g
+         SELECT ${groupRateColumns("o", "l", "g", "                ")}) r) g
     JOIN topic_free tf ON tf.topic = g.topic
     LEFT JOIN busy b ON b.topic = g.topic AND b.group_key = g.group_key
     LEFT JOIN ${t("flow_group_limits")} o ON o.topic = g.topic AND o.group_key = g.group_key
@@ -128,9 +128,8 @@ leased AS (
     LEFT JOIN (
       SELECT r.topic, r.slot, sum(r.room) OVER w - r.room AS after, sum(r.room) OVER w AS upto
         FROM (
-          SELECT f.topic, s.n AS slot, greatest(${t("flow_slot_share")}(f.max_in_flight, s.n) - coalesce((
-                   SELECT sum(c.taken) FROM ${t("flow_claims")} c
-                    WHERE c.topic = f.topic AND c.slot = s.n), 0), 0) AS room
+          SELECT f.topic, s.n AS slot, greatest(${t("flow_slot_share")}(f.max_in_flight, s.n)
+                          - ${takenBy(t, TOPIC_LIMITS, "f.topic", "s.n")}, 0) AS room
             FROM ${t("flow_limits")} f
            CROSS JOIN LATERAL generate_series(0, ${t("flow_slots")}(f.max_in_flight) - 1) s(n)
            WHERE f.topic = ANY(limited) AND f.max_in_flight IS NOT NULL) r

@@ -3,6 +3,7 @@
  * slots a limit has and the share of the limit each holds (the shares sum to the limit). Plain
  * expressions in IMMUTABLE SQL functions, so the planner inlines them where they are used.
  */
+import { slotCount } from "../flow/capacity.js"
 import type { Tables } from "../flow/limits.js"
 
 export const slotShare = (t: Tables) => [
@@ -13,7 +14,7 @@ CREATE FUNCTION ${t("flow_slots")}(cap integer)
   RETURNS integer
   LANGUAGE sql IMMUTABLE
 AS $slots$
-SELECT least(8, greatest(1, cap / 16))
+SELECT ${slotCount("cap")}
 $slots$`,
   `-- The share of a limit of \`cap\` that slot \`slot\` holds: the limit over the slots, the remainder one each to
 -- the first ones; nothing for a slot past the last (rows a larger limit left there).

@@ -1,23 +1,48 @@
 /**
- * Where a queue's limits are rows (a topic's, an inbox consumer's), the lock that orders their
- * claims against a change of limits, and the rule a lease renewal of a limited queue obeys: the
- * live text of what the claim functions hold, for the runtime code that must agree with them.
+ * Where a queue's limits are rows (a topic's, an inbox consumer's) and where its claims record
+ * the capacity they took, the lock that orders their claims against a change of limits, and the
+ * rule a lease renewal of a limited queue obeys: the live text the claim functions and the
+ * runtime code share, written once for both queues.
  */
 
 /** `t(name)`: the schema-qualified, quoted name of a table or function. */
 export type Tables = (table: string) => string
 
-/** Where a queue's limits are rows: the table and the column a row of the queue names them by. */
+/**
+ * A limited queue: the outbox (limits per topic) or the stored inbox (per consumer). Everything
+ * flow control writes or reads of a queue is named here, so the outbox's and the inbox's limits,
+ * slots and counts are one text with two parameters.
+ */
 export interface Limits {
+  /** The table of its limits, a row per key. */
   readonly table: string
+  /** The column that names a row's key (in the limits, the claims and the queue). */
   readonly key: string
+  /** The table where its claims record what they took: a row per claim (and group). */
+  readonly claims: string
+  /** The queue's table of open entries. */
+  readonly queue: string
+  /** The queue's column that is set once an entry is settled. */
+  readonly settled: string
 }
 
 /** The outbox's limits, per topic. */
-export const TOPIC_LIMITS: Limits = { table: "flow_limits", key: "topic" }
+export const TOPIC_LIMITS: Limits = {
+  table: "flow_limits",
+  key: "topic",
+  claims: "flow_claims",
+  queue: "outbox",
+  settled: "projected_at"
+}
 
 /** The stored inbox's limits, per consumer. */
-export const CONSUMER_LIMITS: Limits = { table: "inbox_limits", key: "consumer" }
+export const CONSUMER_LIMITS: Limits = {
+  table: "inbox_limits",
+  key: "consumer",
+  claims: "inbox_flow_claims",
+  queue: "inbox",
+  settled: "processed_at"
+}
 
 /**
  * The advisory lock (two-key form, its own key space) every claim of `limits` takes shared and

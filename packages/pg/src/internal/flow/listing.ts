@@ -9,8 +9,8 @@ import type * as SqlClient from "effect/sql/SqlClient"
 import { classifySqlErrors } from "../../ErrorClassification.js"
 import { decodeRows } from "../rows.js"
 import { isoUtc } from "../timestamps.js"
-import { entriesHeldOfInbox, messagesHeld } from "./capacity.js"
-import type { Tables } from "./limits.js"
+import { heldBy } from "./capacity.js"
+import { CONSUMER_LIMITS, type Tables, TOPIC_LIMITS } from "./limits.js"
 import { bucket, ownRate } from "./rates.js"
 
 const RateRow = Schema.NullOr(Schema.Struct({ limit: Schema.Number, perMillis: Schema.Number, burst: Schema.Number }))
@@ -59,8 +59,7 @@ export const topicLimits = (sql: SqlClient.SqlClient, t: Tables) =>
     sql.literal(rateJson("g.rate_"))
   }) ORDER BY g.group_key)
                          FROM ${sql.literal(t("flow_group_limits"))} g WHERE g.topic = l.topic), '[]'::jsonb) AS groups,
-             (SELECT coalesce(sum(${sql.literal(messagesHeld(t, "c"))}), 0)::int FROM ${sql.literal(t("flow_claims"))} c
-               WHERE c.topic = l.topic) AS "inFlight",
+             ${sql.literal(heldBy(t, TOPIC_LIMITS, "l.topic"))} AS "inFlight",
              ${sql.literal(isoUtc("l.updated_at"))} AS "updatedAt", l.updated_by AS "updatedBy"
         FROM ${sql.literal(t("flow_limits"))} l ORDER BY l.topic`.pipe(
     decodeRows(TopicLimitRow),
@@ -73,10 +72,7 @@ export const consumerLimits = (sql: SqlClient.SqlClient, t: Tables) =>
   sql`
       SELECT l.consumer, l.max_in_flight AS "maxInFlight", ${sql.literal(rateJson("l.rate_"))} AS rate,
              ${sql.literal(bucket(t, "l", ownRate, "clock_timestamp()"))} AS tokens,
-             (SELECT coalesce(sum(${sql.literal(entriesHeldOfInbox(t, "c"))}), 0)::int FROM ${
-    sql.literal(t("inbox_flow_claims"))
-  } c
-               WHERE c.consumer = l.consumer) AS "inFlight",
+             ${sql.literal(heldBy(t, CONSUMER_LIMITS, "l.consumer"))} AS "inFlight",
              ${sql.literal(isoUtc("l.updated_at"))} AS "updatedAt", l.updated_by AS "updatedBy"
         FROM ${sql.literal(t("inbox_limits"))} l ORDER BY l.consumer`.pipe(
     decodeRows(InboxLimitRow),

@@ -5,7 +5,7 @@
  * token, for the worker that sleeps until then instead of polling.
  */
 import { takenBy } from "./capacity.js"
-import type { Tables } from "./limits.js"
+import { type Tables, TOPIC_LIMITS } from "./limits.js"
 
 export type RateColumn = "limit" | "period" | "burst"
 
@@ -21,6 +21,12 @@ export const ownRate = (c: RateColumn) => `l.rate_${c}`
 /** A group's rate: its own (`own`) where it has one, else the topic's (`topic`) per-group rate (named groups only). */
 export const groupRate = (column: RateColumn, own: string, topic: string, group: string) =>
   `CASE WHEN ${own}.rate_limit IS NOT NULL THEN ${own}.rate_${column} WHEN ${group}.group_key <> '' THEN ${topic}.group_rate_${column} END`
+
+/** A group's rate as three columns (`rate_limit`, `rate_period`, `rate_burst`), one per line after `indent`. */
+export const groupRateColumns = (own: string, topic: string, group: string, indent: string) =>
+  (["limit", "period", "burst"] as const).map((c) => `${groupRate(c, own, topic, group)} AS rate_${c}`).join(
+    `,\n${indent}`
+  )
 
 /** Seconds until a bucket holding `tokens` has one again (zero when it has one now). */
 const untilToken = (tokens: string, limit: string, period: string) =>
@@ -63,6 +69,6 @@ export const rateWaitQuery = (t: Tables, readyIn: (alias: string) => string) => 
     t("flow_group_limits")
   } o WHERE o.topic = l.topic AND o.rate_limit IS NOT NULL))
          AND l.topic <> ALL(ARRAY(SELECT p.topic FROM ${t("paused_topics")} p))
-         AND (l.max_in_flight IS NULL OR ${takenBy(t, "l")} < l.max_in_flight)
+         AND (l.max_in_flight IS NULL OR ${takenBy(t, TOPIC_LIMITS, "l.topic")} < l.max_in_flight)
          AND EXISTS (SELECT 1 FROM ${outbox} m WHERE m.topic = l.topic AND ${readyIn("m")})`
 }
