@@ -254,7 +254,9 @@ describe("FlowControl: limits on the stored inbox", () => {
         const deployed = yield* sql<{ source: string }>`
           SELECT prosrc AS source FROM pg_proc
            WHERE proname = 'inbox_claim_limited' AND pronamespace = 'durable'::regnamespace`
-        const count = /still := \((SELECT count\(\*\) FROM unnest\(claim_row[\s\S]*?)\);\n/.exec(deployed[0]!.source)![1]!
+        const count = /still := \((SELECT count\(\*\) FROM unnest\(claim_row[\s\S]*?)\);\n/.exec(
+          deployed[0]!.source
+        )![1]!
           .replaceAll("claim_row.", "r.")
           .replace(
             "FROM unnest",
