@@ -338,13 +338,15 @@ export const make = (
       const doneRows = sql.literal(spec.doneRows)
       let total = 0
       if (spec.days !== undefined) {
-        // Whole days first (a DROP each, whatever they hold), then the rest of the cut-off day
+        // Whole days first, whatever they hold: emptied (a TRUNCATE each, under the day's own
+        // lock), then dropped, in a transaction of its own so the history's lock is held for a
+        // moment, not while the file system frees the days. Then the rest of the cut-off day
         // and the default partition row by row. The days ahead are made here too.
-        const [dropped] = yield* sql<{ n: string }>`
-          SELECT ${sql.literal(spec.days.dropBefore)}(now() - make_interval(secs => ${seconds}))::text AS n`.pipe(
-          classifySqlErrors(op("purge"))
-        )
-        total += Number(dropped!.n)
+        const cutoff = sql`now() - make_interval(secs => ${seconds})`
+        const [emptied] = yield* sql<{ n: string }>`
+          SELECT ${sql.literal(spec.days.emptyBefore)}(${cutoff})::text AS n`.pipe(classifySqlErrors(op("purge")))
+        total += Number(emptied!.n)
+        yield* sql`SELECT ${sql.literal(spec.days.dropBefore)}(${cutoff})`.pipe(classifySqlErrors(op("purge")))
         yield* sql`SELECT ${sql.literal(spec.days.prepare)}(7)`.pipe(classifySqlErrors(op("purge")))
       }
       while (true) {

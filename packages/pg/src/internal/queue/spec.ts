@@ -51,7 +51,7 @@ export interface QueueSpec {
   readonly deadRows: string
   readonly doneRows: string
   /** The history's day keepers (`functions/history.ts`), where done rows are kept by day. */
-  readonly days: { readonly prepare: string; readonly dropBefore: string } | undefined
+  readonly days: { readonly prepare: string; readonly emptyBefore: string; readonly dropBefore: string } | undefined
   /**
    * What a lease renewal also asks of the row, given the new lease's seconds (an SQL
    * expression): of a limited topic's message (migration 18) or a limited consumer's entry
@@ -103,7 +103,11 @@ export const specFor = (settings: Settings, queue: QueueName): QueueSpec => ({
   deadRows: settings.table(queue === "outbox" ? "outbox_dead" : "inbox"),
   doneRows: settings.table(queue === "outbox" ? "outbox_history" : "inbox"),
   days: queue === "outbox"
-    ? { prepare: settings.table("outbox_history_prepare"), dropBefore: settings.table("outbox_history_drop_before") }
+    ? {
+      prepare: settings.table("outbox_history_prepare"),
+      emptyBefore: settings.table("outbox_history_empty_before"),
+      dropBefore: settings.table("outbox_history_drop_before")
+    }
     : undefined,
   renewable: (leaseSeconds) =>
     renewableInTime(
