@@ -31,6 +31,7 @@ import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import * as OutboxStatements from "@effect-durable/pg/OutboxStatements"
 import * as Schedules from "@effect-durable/pg/Schedules"
 import * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
 import * as PgClient from "@effect/sql-pg/PgClient"
@@ -162,6 +163,7 @@ export const make = Effect.fn("AdminPage.make")(function*(
   // Exactly the services the page runs on, so a request keeps its own span, logger and scope.
   let context = Context.make(SqlClient.SqlClient, yield* SqlClient.SqlClient).pipe(
     Context.add(Outbox.Outbox, yield* Outbox.Outbox),
+    Context.add(OutboxStatements.OutboxStatements, yield* OutboxStatements.OutboxStatements),
     Context.add(Schedules.Schedules, yield* Schedules.Schedules),
     // Built here from the SQL client and settings: mounting the page asks for no more services.
     Context.add(FlowControl.FlowControl, yield* FlowControl.make),

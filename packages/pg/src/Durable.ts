@@ -45,6 +45,7 @@ import * as Outbox from "./Outbox.js"
 import * as OutboxAdmin from "./OutboxAdmin.js"
 import * as OutboxBulk from "./OutboxBulk.js"
 import * as OutboxSearch from "./OutboxSearch.js"
+import * as OutboxStatements from "./OutboxStatements.js"
 import * as OutboxWorker from "./OutboxWorker.js"
 import * as Schedules from "./Schedules.js"
 
@@ -72,6 +73,7 @@ export type Services =
   | DurableSettings
   | MutationLedger.MutationLedger
   | Outbox.Outbox
+  | OutboxStatements.OutboxStatements
   | OutboxWorker.OutboxWorker
   | OutboxAdmin.OutboxAdmin
   | Inbox.Inbox
@@ -132,7 +134,8 @@ const over = (options: OverOptions): Layer.Layer<Substrate | Keyset.Keyset, Buil
         Layer.fresh(OutboxBulk.layer),
         // Schedules enqueue through this substrate's outbox.
         Layer.fresh(Schedules.layer),
-        Layer.fresh(FlowControl.layer)
+        Layer.fresh(FlowControl.layer),
+        OutboxStatements.layer(options.outbox)
       ).pipe(Layer.provideMerge(Outbox.layer(options.outbox)))
       const withKeyset = codec === undefined
         ? services as Layer.Layer<Substrate | Keyset.Keyset, BuildError, SqlClient.SqlClient>

@@ -25,6 +25,7 @@ import type * as Statement from "effect/sql/Statement"
 import { createHash } from "node:crypto"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
+import * as EnqueueSql from "./internal/queue/enqueueSql.js"
 import * as QueueOptions from "./internal/queue/options.js"
 import * as Prepare from "./internal/queue/prepare.js"
 import { decodeIds } from "./internal/queue/spec.js"
@@ -178,41 +179,8 @@ export const make = (
 
     type Row = Effect.Success<ReturnType<typeof prepare>>
 
-    /**
-     * The due time of key `k`'s last open message (one probe of the key index): a keyed
-     * message is never due before the messages ahead of it in its key, so due order never
-     * puts a key's later message before its head (which only the head's claim may take; a
-     * thousand such in front would fill the claim's window for keyed heads).
-     */
-    const dueOfKeyTail = (k: Statement.Fragment) =>
-      sql`(SELECT e.due_at FROM ${table} e
-            WHERE e.ordering_key = ${k} AND e.projected_at IS NULL AND e.dead_at IS NULL ORDER BY e.id DESC LIMIT 1)`
-
-    // One statement, no transaction of its own: it joins the caller's, and pg_notify's
-    // wake-up is delivered only if that transaction commits. With a dedup key, nothing when an
-    // open message holds the key (the unique index answers, without waiting for a lock).
-    const insert = (row: Row) =>
-      sql<{ id: string }>`
-        WITH m AS (
-          INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts, dedup_key, group_key,
-                                due_at)
-          VALUES (${row.topic}, ${row.orderingKey}, ${row.payload}::jsonb, ${row.headers}::jsonb,
-                  now() + make_interval(secs => ${row.delaySeconds}), ${row.maxAttempts}, ${row.dedupKey}, ${row.group},
-                  ${
-        row.orderingKey === null
-          ? sql`now() + make_interval(secs => ${row.dueSeconds})`
-          : sql`greatest(now() + make_interval(secs => ${row.dueSeconds}), ${dueOfKeyTail(sql`${row.orderingKey}`)})`
-      })
-          ${
-        row.dedupKey === null
-          ? sql``
-          : sql`ON CONFLICT (topic, dedup_key) WHERE dedup_key IS NOT NULL AND projected_at IS NULL AND dead_at IS NULL
-                DO NOTHING`
-      }
-          RETURNING id, topic)
-        SELECT m.id::text AS id, pg_notify(${channel}, m.topic) IS NULL AS notified FROM m`.pipe(
-        Effect.map((rows) => rows[0]?.id)
-      )
+    const dueOfKeyTail = (k: Statement.Fragment) => EnqueueSql.dueOfKeyTail(sql, table, k)
+    const insert = (row: Row) => Effect.map(EnqueueSql.insert(sql, table, channel, row), (rows) => rows[0]?.id)
 
     /**
      * The open message holding the row's dedup key, acted on as its mode says, under its row

@@ -27,16 +27,18 @@ import * as MutationLedger from "../src/MutationLedger.js"
 import * as Outbox from "../src/Outbox.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"
 import * as OutboxBulk from "../src/OutboxBulk.js"
+import * as OutboxStatements from "../src/OutboxStatements.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
 import * as RateLimiterStore from "../src/RateLimiterStore.js"
 import * as Schedules from "../src/Schedules.js"
 import * as Transactions from "../src/Transactions.js"
 
-import { anything, duration, json, number, optionalBag, queueOperations, RUNS, text, TYPED } from "./hostile.js"
+import { anything, claim, duration, json, number, optionalBag, queueOperations, RUNS, text, TYPED } from "./hostile.js"
 
 type Services =
   | SqlClient.SqlClient
   | Outbox.Outbox
+  | OutboxStatements.OutboxStatements
   | OutboxWorker.OutboxWorker
   | OutboxAdmin.OutboxAdmin
   | Inbox.Inbox
@@ -59,6 +61,30 @@ interface Operation {
 
 const operations = FastCheck.oneof<Array<FastCheck.Arbitrary<Operation>>>(
   ...queueOperations,
+  FastCheck.tuple(
+    text,
+    anything,
+    optionalBag(FastCheck.dictionary(text, anything, { maxKeys: 3 })),
+    FastCheck.boolean()
+  )
+    .map(([topic, payload, options, wrote]) => ({
+      name: "enqueueAfter",
+      run: Effect.flatMap(
+        Effect.all([OutboxStatements.OutboxStatements, SqlClient.SqlClient]),
+        ([statements, sql]) =>
+          statements.enqueueAfter(
+            wrote ? sql`SELECT 1` : sql`SELECT 1 WHERE false`,
+            { topic, payload, options } as never
+          )
+      )
+    })),
+  claim.map((held) => ({
+    name: "whileHolding",
+    run: Effect.flatMap(
+      Effect.all([OutboxStatements.OutboxStatements, SqlClient.SqlClient]),
+      ([statements, sql]) => statements.whileHolding(held as never, (condition) => sql`SELECT 1 WHERE ${condition}`)
+    )
+  })),
   FastCheck.tuple(optionalBag(text), number, optionalBag(text)).map(([topic, limit, before]) => ({
     name: "deadLetters",
     run: Effect.flatMap(OutboxAdmin.OutboxAdmin, (o) => o.deadLetters({ topic, limit, before } as never))

@@ -25,6 +25,7 @@ import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Inbox from "@effect-durable/pg/Inbox"
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxStatements from "@effect-durable/pg/OutboxStatements"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -122,7 +123,13 @@ export interface Completion {
   readonly error?: unknown
 }
 
-export type Requirements = DeferredTokens | Inbox.Inbox | SqlClient.SqlClient | DurableSettings | Outbox.Outbox
+export type Requirements =
+  | DeferredTokens
+  | Inbox.Inbox
+  | SqlClient.SqlClient
+  | DurableSettings
+  | Outbox.Outbox
+  | OutboxStatements.OutboxStatements
 
 const issuePath = (issue: SchemaIssue.Issue): string => {
   const path: Array<PropertyKey> = []
@@ -159,7 +166,12 @@ export const make = (deferreds: ReadonlyArray<DurableDeferred.AnyWithProps>) =>
     const tokens = yield* DeferredTokens
     const inbox = yield* Inbox.Inbox
     const sql = yield* SqlClient.SqlClient
-    const store = Store.make(sql, yield* DurableSettings, yield* Outbox.Outbox)
+    const store = Store.make(
+      sql,
+      yield* DurableSettings,
+      yield* Outbox.Outbox,
+      yield* OutboxStatements.OutboxStatements
+    )
 
     const complete = (completion: Completion): Effect.Effect<Completed, CompleteError> =>
       Effect.gen(function*() {

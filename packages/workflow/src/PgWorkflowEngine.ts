@@ -25,9 +25,6 @@
  * @since 0.2.0
  */
 import { printable } from "@effect-durable/core/Printable"
-import type { DurableSettings } from "@effect-durable/pg/DurableConfig"
-import type * as Outbox from "@effect-durable/pg/Outbox"
-import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -37,7 +34,6 @@ import * as Metric from "effect/Metric"
 import type * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
-import type * as SqlClient from "effect/sql/SqlClient"
 import type * as Activity from "effect/workflow/Activity"
 import * as Workflow from "effect/workflow/Workflow"
 import { WorkflowEngine } from "effect/workflow/WorkflowEngine"
@@ -141,17 +137,11 @@ export const metrics = {
 
 export const make = (
   options: PgWorkflowEngineOptions = {}
-): Effect.Effect<
-  WorkflowEngine["Service"],
-  never,
-  SqlClient.SqlClient | DurableSettings | Outbox.Outbox | OutboxWorker.OutboxWorker | Scope.Scope
-> =>
+): Effect.Effect<WorkflowEngine["Service"], never, EngineContext.Substrate | Scope.Scope> =>
   Effect.gen(function*() {
     const ctx = yield* EngineContext.make({ workerId: options.workerId, metrics, Transactional })
     const { guarded, latestRuns, store, workflows } = ctx
-    const substrate = yield* Effect.context<
-      SqlClient.SqlClient | DurableSettings | Outbox.Outbox | OutboxWorker.OutboxWorker
-    >()
+    const substrate = yield* Effect.context<EngineContext.Substrate>()
 
     const runners = Runners.make(ctx, options, substrate)
 
@@ -273,5 +263,5 @@ export const layer = (
 ): Layer.Layer<
   WorkflowEngine,
   never,
-  SqlClient.SqlClient | DurableSettings | Outbox.Outbox | OutboxWorker.OutboxWorker
+  EngineContext.Substrate
 > => Layer.effect(WorkflowEngine, make(options))

@@ -12,6 +12,7 @@ import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import { classifySqlErrors } from "@effect-durable/pg/ErrorClassification"
 import type * as LeasedQueue from "@effect-durable/pg/LeasedQueue"
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxStatements from "@effect-durable/pg/OutboxStatements"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
@@ -197,12 +198,16 @@ const summary = (row: Row): ExecutionSummary => ({
   completedAt: row.completed_at
 })
 
-export const make: Effect.Effect<WorkflowAdmin, never, SqlClient.SqlClient | DurableSettings | Outbox.Outbox> = Effect
+export const make: Effect.Effect<
+  WorkflowAdmin,
+  never,
+  SqlClient.SqlClient | DurableSettings | Outbox.Outbox | OutboxStatements.OutboxStatements
+> = Effect
   .gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
     const outbox = yield* Outbox.Outbox
-    const store = Store.make(sql, settings, outbox)
+    const store = Store.make(sql, settings, outbox, yield* OutboxStatements.OutboxStatements)
     const executions = sql.literal(settings.table("workflow_executions"))
     const steps = sql.literal(settings.table("workflow_steps"))
     const limits = sql.literal(settings.table("flow_limits"))

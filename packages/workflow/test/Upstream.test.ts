@@ -2010,9 +2010,19 @@ describe("upstream ClusterWorkflowEngine.test.ts: child workflows", () => {
 
           yield* until(ParallelDirectWorkflow.poll(executionId), "Suspended")
           expect(flags.get("parallel-runs-parallel-direct")).toBe(1)
-          expect(flags.get("parallel-child-start-parallel-direct-child-0")).toBe(true)
-          expect(flags.get("parallel-child-start-parallel-direct-child-1")).toBe(true)
-          expect(flags.get("parallel-child-start-parallel-direct-child-2")).toBe(true)
+          // Dispatched before the parent suspended: every child's execution stands. Each child's
+          // run is a delivery of its own here, which may begin after the parent suspended (it did
+          // once a start became one statement): wait for all three to have begun.
+          const sql = yield* SqlClient.SqlClient
+          const [dispatched] = yield* sql<{ n: number }>`
+            SELECT count(*)::int AS n FROM durable.workflow_executions
+             WHERE workflow = ${ParallelChildWorkflow._tag} AND parent_execution_id = ${executionId}`.pipe(Effect.orDie)
+          expect(dispatched!.n).toBe(3)
+          const childStarts = Effect.sync(() =>
+            [0, 1, 2].map((i) => flags.get(`parallel-child-start-parallel-direct-child-${i}`))
+          )
+          expect(yield* eventually(childStarts, (starts) => starts.every((started) => started !== undefined)))
+            .toEqual([true, true, true])
 
           expect(yield* Fiber.join(fiber)).toEqual(["done-0", "done-1", "done-2"])
         }),

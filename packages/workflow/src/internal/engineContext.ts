@@ -6,6 +6,7 @@
 import type { DatabaseError } from "@effect-durable/core/Errors"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxStatements from "@effect-durable/pg/OutboxStatements"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
@@ -104,6 +105,14 @@ const RETRY = Schedule.max([Schedule.exponential("50 millis", 2), Schedule.recur
 const retrying = <A, R>(effect: Effect.Effect<A, DatabaseError, R>) =>
   Effect.retry(effect, { schedule: RETRY, while: (error) => error.retryable })
 
+/** The substrate the engine runs on: its SQL client, settings, and the outbox's services. */
+export type Substrate =
+  | SqlClient.SqlClient
+  | DurableSettings
+  | Outbox.Outbox
+  | OutboxStatements.OutboxStatements
+  | OutboxWorker.OutboxWorker
+
 export const make = (options: {
   readonly workerId: string | undefined
   readonly metrics: typeof PgWorkflowEngine.metrics
@@ -111,7 +120,7 @@ export const make = (options: {
 }): Effect.Effect<
   EngineContext,
   never,
-  SqlClient.SqlClient | DurableSettings | Outbox.Outbox | OutboxWorker.OutboxWorker | Scope.Scope
+  Substrate | Scope.Scope
 > =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -121,7 +130,7 @@ export const make = (options: {
     const engineScope = yield* Effect.scope
     const shutdown = yield* Deferred.make<void>()
     yield* Scope.addFinalizer(engineScope, Deferred.succeed(shutdown, undefined))
-    const store = Store.make(sql, settings, outbox)
+    const store = Store.make(sql, settings, outbox, yield* OutboxStatements.OutboxStatements)
     const runsByInstance = new WeakMap<Scope.Scope, Run>()
     const deferredState = WorkflowEngineModule.makeDeferredState()
     const latestRuns = new Map<string, Run>()

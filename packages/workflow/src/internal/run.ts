@@ -155,7 +155,7 @@ export const runExecution = (
     const settled = yield* store.settle({
       workflow: workflow._tag,
       executionId,
-      held: ctx.worker.holds(message.claim),
+      claim: message.claim,
       wakeSeq: begun.wakeSeq,
       result: yield* Codec.encodeWorkflowResult(workflow, result),
       complete: result._tag === "Complete",

@@ -11,8 +11,6 @@
  * (it replays in the next process), so no run of it outlives the services it was given.
  */
 import { printable } from "@effect-durable/core/Printable"
-import type { DurableSettings } from "@effect-durable/pg/DurableConfig"
-import type * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Projector from "@effect-durable/projector/Projector"
 import * as Publisher from "@effect-durable/projector/Publisher"
@@ -23,10 +21,9 @@ import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
-import type * as SqlClient from "effect/sql/SqlClient"
 import type { WorkflowEngine } from "effect/workflow/WorkflowEngine"
 import type { PgWorkflowEngineOptions } from "../PgWorkflowEngine.js"
-import type { EngineContext, Registration } from "./engineContext.js"
+import type { EngineContext, Registration, Substrate as EngineSubstrate } from "./engineContext.js"
 import * as Run from "./run.js"
 import * as Store from "./storeContract.js"
 import * as Wait from "./wait.js"
@@ -49,7 +46,7 @@ export interface Runners {
 }
 
 /** What the projector runs on: the engine's own substrate. */
-export type Substrate = SqlClient.SqlClient | DurableSettings | Outbox.Outbox | OutboxWorker.OutboxWorker
+export type Substrate = EngineSubstrate
 
 export const make = (
   ctx: EngineContext,

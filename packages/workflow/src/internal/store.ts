@@ -10,8 +10,10 @@ import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import type { Settings } from "@effect-durable/pg/DurableConfig"
 import { classifySqlErrors } from "@effect-durable/pg/ErrorClassification"
 import type * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxStatements from "@effect-durable/pg/OutboxStatements"
 import * as Transactions from "@effect-durable/pg/Transactions"
 import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import * as SqlClient from "effect/sql/SqlClient"
 
 export * from "./storeContract.js"
@@ -41,7 +43,12 @@ export const onlyDatabaseErrors = <A, E extends { readonly _tag: string }, R>(
 export const chunksOf = (ids: ReadonlyArray<string>): ReadonlyArray<ReadonlyArray<string>> =>
   Array.from({ length: Math.ceil(ids.length / 10_000) }, (_, i) => ids.slice(i * 10_000, (i + 1) * 10_000))
 
-export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbox.Outbox["Service"]): Store => {
+export const make = (
+  sql: SqlClient.SqlClient,
+  settings: Settings,
+  outbox: Outbox.Outbox["Service"],
+  statements: OutboxStatements.OutboxStatements["Service"]
+): Store => {
   const executions = sql.literal(settings.table("workflow_executions"))
   const steps = sql.literal(settings.table("workflow_steps"))
   const json = (value: unknown) => JSON.stringify(value ?? null)
@@ -52,11 +59,15 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
   const enqueue = (topic: string, payload: unknown, options: Outbox.EnqueueOptions) =>
     onlyDatabaseErrors(outbox.enqueue(topic, payload, options))
   // Every run message of an execution carries its flow group (`WorkflowLimits`), if it has one.
-  const enqueueRun = (workflow: string, executionId: string, group: string | null | undefined) =>
-    enqueue(runTopic(workflow), { executionId }, {
-      orderingKey: runKey(workflow, executionId),
-      ...(group == null ? {} : { group })
-    })
+  const runMessage = (workflow: string, executionId: string, group: string | null | undefined) => ({
+    topic: runTopic(workflow),
+    payload: { executionId },
+    options: { orderingKey: runKey(workflow, executionId), ...(group == null ? {} : { group }) }
+  })
+  const enqueueRun = (workflow: string, executionId: string, group: string | null | undefined) => {
+    const message = runMessage(workflow, executionId, group)
+    return enqueue(message.topic, message.payload, message.options)
+  }
 
   const wakeIn = (workflow: string, executionId: string, mode: WakeMode) =>
     Effect.gen(function*() {
@@ -113,32 +124,112 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
       (rows) => ({ inserted: false, result: rows[0]?.result })
     )
 
+  type Settle = Parameters<Store["settle"]>[0]
+  type Settled = Effect.Success<ReturnType<Store["settle"]>>
+  const fenced = { fenced: false, status: undefined } as const
+
+  /**
+   * The settle in one statement, under the claim's fence, when it needs nothing more: a
+   * completion with no parent to wake and no clock to withdraw, a suspension that schedules no
+   * run. `undefined` when it needs more (the transaction, `settleInTransaction`, decides again).
+   */
+  const settleAlone = ({ claim, complete, executionId, failed, rerun, result, wakeSeq, waits, workflow }: Settle) =>
+    Effect.map(
+      statements.whileHolding(claim, (held) =>
+        complete
+          ? sql`UPDATE ${executions} e SET status = 'complete', result = ${json(result)}::jsonb, completed_at = now(),
+                       updated_at = now(), waiting_on = NULL
+                 WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete' AND ${held}
+                   AND e.parent_workflow IS NULL
+                   AND NOT EXISTS (SELECT 1 FROM ${steps} s WHERE s.workflow = e.workflow AND s.execution_id = e.execution_id
+                                      AND s.kind = 'clock' AND s.outbox_id IS NOT NULL)
+                RETURNING 1 AS settled`
+          : sql`UPDATE ${executions} SET status = 'suspended', result = ${json(result)}::jsonb, updated_at = now(),
+                       waiting_on = ${json(waits)}::jsonb
+                 WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete' AND ${held}
+                   AND NOT (${rerun} OR (wake_seq > ${wakeSeq}::bigint AND (resume_requested OR NOT ${failed})))
+                RETURNING 1 AS settled`),
+      (outcome): Settled | undefined =>
+        !outcome.held
+          ? fenced
+          : outcome.rows.length > 0
+          ? { fenced: true, status: complete ? "complete" : "suspended" }
+          : undefined
+    )
+
+  /** The settle in one transaction: the fence, the execution, and what it wakes, withdraws or schedules. */
+  const settleInTransaction = (
+    { claim, complete, executionId, failed, rerun, result, wakeSeq, waits, workflow }: Settle
+  ) =>
+    transact(
+      "WorkflowEngine.settle",
+      Effect.gen(function*() {
+        // The fence: the run message still held by this claim, its lease alive (its row locked to the end).
+        const fence = yield* statements.whileHolding(claim, (held) => sql`SELECT 1 WHERE ${held}`)
+        if (!fence.held) return fenced
+        if (complete) {
+          // With its clocks: those that have not fired have nothing left to wake, so the
+          // unclaimed ones are withdrawn (they carry no ordering key: no other message waits on them).
+          const rows = yield* sql<
+            { parent_workflow: string | null; parent_execution_id: string | null; clocks: ReadonlyArray<string> }
+          >`
+              UPDATE ${executions} e SET status = 'complete', result = ${json(result)}::jsonb, completed_at = now(),
+                     updated_at = now(), waiting_on = NULL
+               WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
+              RETURNING parent_workflow, parent_execution_id,
+                        (SELECT coalesce(jsonb_agg(s.outbox_id::text), '[]'::jsonb) FROM ${steps} s
+                          WHERE s.workflow = e.workflow AND s.execution_id = e.execution_id AND s.kind = 'clock'
+                            AND s.outbox_id IS NOT NULL) AS clocks`
+          yield* Effect.forEach(
+            chunksOf(rows[0]?.clocks ?? []),
+            (ids) => onlyDatabaseErrors(outbox.withdraw(ids)),
+            { discard: true }
+          )
+          const parent = rows[0]
+          if (parent?.parent_workflow != null && parent.parent_execution_id !== null) {
+            yield* wakeIn(parent.parent_workflow, parent.parent_execution_id, "automatic")
+          }
+          return { fenced: true, status: "complete" as const }
+        }
+        const rows = yield* sql<{ status: Status; run_group: string | null }>`
+            UPDATE ${executions} SET
+              status = CASE WHEN ${rerun} OR (wake_seq > ${wakeSeq}::bigint AND (resume_requested OR NOT ${failed}))
+                            THEN 'pending' ELSE 'suspended' END,
+              result = ${json(result)}::jsonb, updated_at = now(), waiting_on = ${json(waits)}::jsonb
+             WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
+            RETURNING status, run_group`
+        const status = rows[0]?.status
+        if (status === "pending") yield* enqueueRun(workflow, executionId, rows[0]!.run_group)
+        return { fenced: true, status }
+      })
+    )
+
   return {
     start: ({ attributes, executionId, group, parent, payload, workflow }) =>
-      transact(
-        "WorkflowEngine.execute",
-        Effect.gen(function*() {
-          const text = yield* Effect.orDie(Fingerprint.canonicalize(payload))
-          const fingerprint = Fingerprint.toHex(Fingerprint.fingerprintOfCanonical(text))
-          const inserted = yield* sql<{ inserted: boolean }>`
-            INSERT INTO ${executions} (workflow, execution_id, payload, payload_fingerprint, parent_workflow, parent_execution_id,
-                                       attributes, run_group)
-            VALUES (${workflow}, ${executionId}, ${text}::jsonb, ${fingerprint}, ${parent?.workflow ?? null}, ${
+      Effect.gen(function*() {
+        const text = yield* Effect.orDie(Fingerprint.canonicalize(payload))
+        const fingerprint = Fingerprint.toHex(Fingerprint.fingerprintOfCanonical(text))
+        // The execution row and its first run message in one statement: no transaction of its
+        // own, one round trip (in a caller's transaction, a savepoint keeps it usable if it fails).
+        const created = onlyDatabaseErrors(statements.enqueueAfter(
+          sql`INSERT INTO ${executions} (workflow, execution_id, payload, payload_fingerprint, parent_workflow,
+                                         parent_execution_id, attributes, run_group)
+              VALUES (${workflow}, ${executionId}, ${text}::jsonb, ${fingerprint}, ${parent?.workflow ?? null}, ${
             parent?.executionId ?? null
           }, ${json(attributes)}::jsonb, ${group ?? null})
-            ON CONFLICT (workflow, execution_id) DO NOTHING
-            RETURNING true AS inserted`
-          if (inserted.length > 0) {
-            yield* enqueueRun(workflow, executionId, group)
-            return { started: true, mismatch: false }
-          }
-          const mismatched = yield* sql<{ n: number }>`
-            UPDATE ${executions} SET payload_mismatches = payload_mismatches + 1
-             WHERE workflow = ${workflow} AND execution_id = ${executionId} AND payload_fingerprint <> ${fingerprint}
-            RETURNING payload_mismatches AS n`
-          return { started: false, mismatch: mismatched.length > 0 }
-        })
-      ),
+              ON CONFLICT (workflow, execution_id) DO NOTHING
+              RETURNING 1`,
+          runMessage(workflow, executionId, group)
+        ))
+        const inTransaction = Option.isSome(yield* Effect.serviceOption(sql.transactionService))
+        const id = yield* (inTransaction ? transact("WorkflowEngine.execute", created) : created)
+        if (id !== undefined) return { started: true, mismatch: false }
+        const mismatched = yield* sql<{ n: number }>`
+          UPDATE ${executions} SET payload_mismatches = payload_mismatches + 1
+           WHERE workflow = ${workflow} AND execution_id = ${executionId} AND payload_fingerprint <> ${fingerprint}
+          RETURNING payload_mismatches AS n`.pipe(classifySqlErrors("WorkflowEngine.execute"))
+        return { started: false, mismatch: mismatched.length > 0 }
+      }),
     read: (workflow, executionId) =>
       sql<ExecutionRow>`
         SELECT status, result, payload, interrupt_requested, interrupt_unsafe, parent_workflow, parent_execution_id,
@@ -236,47 +327,10 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, outbox: Outbo
                         AND attempt = 0`
         })
       ),
-    settle: ({ complete, executionId, failed, held, rerun, result, wakeSeq, waits, workflow }) =>
-      transact(
-        "WorkflowEngine.settle",
-        Effect.gen(function*() {
-          // The fence: the run message still held by this claim, its lease alive (its row locked to the end).
-          if (!(yield* held)) return { fenced: false, status: undefined }
-          if (complete) {
-            // With its clocks: those that have not fired have nothing left to wake, so the
-            // unclaimed ones are withdrawn (they carry no ordering key: no other message waits on them).
-            const rows = yield* sql<
-              { parent_workflow: string | null; parent_execution_id: string | null; clocks: ReadonlyArray<string> }
-            >`
-              UPDATE ${executions} e SET status = 'complete', result = ${json(result)}::jsonb, completed_at = now(),
-                     updated_at = now(), waiting_on = NULL
-               WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
-              RETURNING parent_workflow, parent_execution_id,
-                        (SELECT coalesce(jsonb_agg(s.outbox_id::text), '[]'::jsonb) FROM ${steps} s
-                          WHERE s.workflow = e.workflow AND s.execution_id = e.execution_id AND s.kind = 'clock'
-                            AND s.outbox_id IS NOT NULL) AS clocks`
-            yield* Effect.forEach(
-              chunksOf(rows[0]?.clocks ?? []),
-              (ids) => onlyDatabaseErrors(outbox.withdraw(ids)),
-              { discard: true }
-            )
-            const parent = rows[0]
-            if (parent?.parent_workflow != null && parent.parent_execution_id !== null) {
-              yield* wakeIn(parent.parent_workflow, parent.parent_execution_id, "automatic")
-            }
-            return { fenced: true, status: "complete" as const }
-          }
-          const rows = yield* sql<{ status: Status; run_group: string | null }>`
-            UPDATE ${executions} SET
-              status = CASE WHEN ${rerun} OR (wake_seq > ${wakeSeq}::bigint AND (resume_requested OR NOT ${failed}))
-                            THEN 'pending' ELSE 'suspended' END,
-              result = ${json(result)}::jsonb, updated_at = now(), waiting_on = ${json(waits)}::jsonb
-             WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
-            RETURNING status, run_group`
-          const status = rows[0]?.status
-          if (status === "pending") yield* enqueueRun(workflow, executionId, rows[0]!.run_group)
-          return { fenced: true, status }
-        })
+    settle: (options) =>
+      Effect.flatMap(
+        settleAlone(options),
+        (alone) => alone === undefined ? settleInTransaction(options) : Effect.succeed(alone)
       )
   }
 }

@@ -4,6 +4,7 @@
  * (topics, ordering keys, statuses, waits).
  */
 import type { DatabaseError } from "@effect-durable/core/Errors"
+import type * as LeasedQueue from "@effect-durable/pg/LeasedQueue"
 import type * as Duration from "effect/Duration"
 import type * as Effect from "effect/Effect"
 
@@ -134,15 +135,15 @@ export interface Store {
     delay: Duration.Duration
   ) => Effect.Effect<void, DatabaseError>
   /**
-   * Ends a run in one transaction, fenced by the run message's claim: a runner that lost its
-   * lease writes nothing (returns false). `suspended` settles pending (and schedules the next
+   * Ends a run atomically, fenced by the run message's claim: a runner that lost its lease
+   * writes nothing (returns false). `suspended` settles pending (and schedules the next
    * run) when a wake landed since `wakeSeq` that may wake it, or when `rerun` asks for one.
    */
   readonly settle: (options: {
     readonly workflow: string
     readonly executionId: string
-    /** The fence, in the settle's transaction: whether the run message's claim still holds (`OutboxWorker.holds`). */
-    readonly held: Effect.Effect<boolean, DatabaseError>
+    /** The run message's claim: the settle writes only while it still holds, its lease running. */
+    readonly claim: LeasedQueue.Claim
     readonly wakeSeq: string
     readonly result: unknown
     readonly complete: boolean

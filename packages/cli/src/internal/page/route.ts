@@ -12,6 +12,7 @@ import type * as Outbox from "@effect-durable/pg/Outbox"
 import type * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import type * as OutboxBulk from "@effect-durable/pg/OutboxBulk"
 import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
+import * as OutboxStatements from "@effect-durable/pg/OutboxStatements"
 import type * as Schedules from "@effect-durable/pg/Schedules"
 import type * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
 import type * as Context from "effect/Context"
@@ -54,6 +55,7 @@ type RouteRequirements = HttpServerRequest.HttpServerRequest | HttpRouter.RouteC
 export type Requirements =
   | SqlClient.SqlClient
   | Outbox.Outbox
+  | OutboxStatements.OutboxStatements
   | DurableSettings
   | OutboxAdmin.OutboxAdmin
   | InboxAdmin.InboxAdmin

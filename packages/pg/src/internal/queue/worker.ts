@@ -376,18 +376,22 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
         false
       )).pipe(Effect.asVoid)
 
-  /**
-   * Whether this claim still holds its row with its lease running; the row locked until the
-   * caller's transaction ends. One statement under the caller's own bounds (it is a part of the
-   * caller's transaction, not an operation of its own).
-   */
+  /** This claim's row while it holds it with its lease running, locked until the transaction ends. */
+  const heldRow = (claim: Claim) =>
+    sql`SELECT id FROM ${table} WHERE ${fence(claim)} AND claimed_until > now() FOR UPDATE`
+  /** Whether the claim holds its row: one statement of the caller's transaction, under its bounds. */
   const holds = (claim: Claim): Effect.Effect<boolean, DatabaseError> =>
     wellFormed(claim)
-      ? sql`SELECT id FROM ${table} WHERE ${fence(claim)} AND claimed_until > now() FOR UPDATE`.pipe(
-        classifySqlErrors(op("holds")),
-        Effect.map((rows) => rows.length > 0)
-      )
+      ? heldRow(claim).pipe(classifySqlErrors(op("holds")), Effect.map((rows) => rows.length > 0))
       : Effect.succeed(false)
+  /** `write(held)` in one statement with the claim's fence (`held`: it holds); the rows `write` returned. */
+  const whileHolding = (claim: Claim, write: (held: Statement.Fragment) => Statement.Fragment) =>
+    sql<{ held: boolean; rows: ReadonlyArray<unknown> }>`
+      WITH h AS (${heldRow(claim)}), w AS (${write(sql`EXISTS (SELECT 1 FROM h)`)})
+      SELECT EXISTS (SELECT 1 FROM h) AS held, coalesce((SELECT json_agg(w) FROM w), '[]'::json) AS rows`.pipe(
+      classifySqlErrors(op("whileHolding")),
+      Effect.map((rows) => rows[0]!)
+    )
 
-  return { claim, complete, completeMany, release, renew, renewMany, giveBack, holds }
+  return { claim, complete, completeMany, release, renew, renewMany, giveBack, holds, whileHolding }
 }
