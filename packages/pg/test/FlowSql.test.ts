@@ -15,7 +15,7 @@ const rules: ReadonlyArray<readonly [string, RegExp]> = [
   ["a bucket's tokens (flow/rates.ts bucket)", /flow_tokens"\)\}\(/],
   ["a group's rate (flow/rates.ts groupRate)", /THEN \w+\.group_rate_/],
   ["the entries a claim row still holds (flow/capacity.ts entriesHeld)", /unnest\(\w+\.entries/],
-  ["what a key's claims took (flow/capacity.ts takenBy)", /SELECT sum\(c\.taken\) FROM \$\{t\(/],
+  ["what a key's claims took (flow/capacity.ts takenBy)", /coalesce\(\(SELECT sum\(c\.taken\) FROM/],
   ["a limit's slot count (flow/capacity.ts slotCount)", /greatest\(1, cap \//]
 ]
 

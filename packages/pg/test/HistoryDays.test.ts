@@ -169,5 +169,42 @@ describe("outbox history days", () => {
         expect(yield* Fiber.join(mark)).toHaveLength(1)
         expect(yield* dayExists(day.name)).toBe(false)
       }))
+
+    it.effect("a drop waits for the history before it takes a day: a transaction that wrote the history then reads it all goes on", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const settings = yield* DurableSettings
+        const day = yield* pastDay(14)
+        yield* deliveredOn(day.noon, 4)
+        yield* sql`SELECT ${sql.literal(settings.table("outbox_history_empty_before"))}(now() - interval '1 day')`
+        const topic = TestSubstrate.freshName("reader")
+        yield* enqueueAll(topic, 1)
+        const [message] = yield* claimOf("w1", [topic], 1)
+        // A transaction that marks (a write to the history) and, later, reads the whole history.
+        const wrote = yield* Deferred.make<void>()
+        const read = yield* Deferred.make<void>()
+        const writer = yield* sql.withTransaction(Effect.gen(function*() {
+          yield* markAll([message!])
+          yield* Deferred.succeed(wrote, undefined)
+          yield* Deferred.await(read)
+          return (yield* sql<{ n: number }>`
+            SELECT count(*)::int AS n FROM ${sql.literal(settings.table("outbox_history"))}`)[0]!.n
+        })).pipe(Effect.forkChild)
+        yield* Deferred.await(wrote)
+        const drop = yield* sql<{ n: number }>`
+          SELECT ${sql.literal(settings.table("outbox_history_drop_before"))}(now() - interval '1 day') AS n`.pipe(
+          Effect.forkChild
+        )
+        // The drop waits for the history's lock, holding no day: the writer's read takes every day.
+        yield* waitingOnHistory.pipe(
+          Effect.repeat({ until: (n) => n >= 1, schedule: Schedule.spaced("10 millis") }),
+          Effect.timeout("20 seconds"),
+          TestClock.withLive
+        )
+        yield* Deferred.succeed(read, undefined)
+        expect(yield* Fiber.join(writer)).toBeGreaterThanOrEqual(1)
+        expect((yield* Fiber.join(drop))[0]!.n).toBe(1)
+        expect(yield* dayExists(day.name)).toBe(false)
+      }))
   })
 })

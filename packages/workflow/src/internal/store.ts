@@ -1,9 +1,9 @@
 /**
  * The PostgreSQL driver of the engine's storage contract (`storeContract.ts`): its statements
  * over `workflow_executions` and `workflow_steps`, each joining the caller's transaction when
- * there is one. Wakes and starts
- * enqueue their run message in the same transaction as the row they change: a run is due iff
- * the change committed.
+ * there is one. Wakes and starts enqueue their run message atomically with the row they change
+ * (a start in one statement with its row, a wake in its transaction): a run is due iff the
+ * change committed.
  */
 import type { DatabaseError } from "@effect-durable/core/Errors"
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
@@ -210,25 +210,28 @@ export const make = (
         const text = yield* Effect.orDie(Fingerprint.canonicalize(payload))
         const fingerprint = Fingerprint.toHex(Fingerprint.fingerprintOfCanonical(text))
         // The execution row and its first run message in one statement: no transaction of its
-        // own, one round trip (in a caller's transaction, a savepoint keeps it usable if it fails).
-        const created = onlyDatabaseErrors(statements.enqueueAfter(
-          sql`INSERT INTO ${executions} (workflow, execution_id, payload, payload_fingerprint, parent_workflow,
-                                         parent_execution_id, attributes, run_group)
-              VALUES (${workflow}, ${executionId}, ${text}::jsonb, ${fingerprint}, ${parent?.workflow ?? null}, ${
-            parent?.executionId ?? null
-          }, ${json(attributes)}::jsonb, ${group ?? null})
-              ON CONFLICT (workflow, execution_id) DO NOTHING
-              RETURNING 1`,
-          runMessage(workflow, executionId, group)
-        ))
+        // own, one round trip. Started before: its payload compared, a mismatch counted.
+        const start = Effect.gen(function*() {
+          const id = yield* onlyDatabaseErrors(statements.enqueueAfter(
+            sql`INSERT INTO ${executions} (workflow, execution_id, payload, payload_fingerprint, parent_workflow,
+                                           parent_execution_id, attributes, run_group)
+                VALUES (${workflow}, ${executionId}, ${text}::jsonb, ${fingerprint}, ${parent?.workflow ?? null}, ${
+              parent?.executionId ?? null
+            }, ${json(attributes)}::jsonb, ${group ?? null})
+                ON CONFLICT (workflow, execution_id) DO NOTHING
+                RETURNING 1`,
+            runMessage(workflow, executionId, group)
+          ))
+          if (id !== undefined) return { started: true, mismatch: false }
+          const mismatched = yield* sql<{ n: number }>`
+            UPDATE ${executions} SET payload_mismatches = payload_mismatches + 1
+             WHERE workflow = ${workflow} AND execution_id = ${executionId} AND payload_fingerprint <> ${fingerprint}
+            RETURNING payload_mismatches AS n`.pipe(classifySqlErrors("WorkflowEngine.execute"))
+          return { started: false, mismatch: mismatched.length > 0 }
+        })
+        // In a caller's transaction, under a savepoint: a failure leaves the caller's transaction usable.
         const inTransaction = Option.isSome(yield* Effect.serviceOption(sql.transactionService))
-        const id = yield* (inTransaction ? transact("WorkflowEngine.execute", created) : created)
-        if (id !== undefined) return { started: true, mismatch: false }
-        const mismatched = yield* sql<{ n: number }>`
-          UPDATE ${executions} SET payload_mismatches = payload_mismatches + 1
-           WHERE workflow = ${workflow} AND execution_id = ${executionId} AND payload_fingerprint <> ${fingerprint}
-          RETURNING payload_mismatches AS n`.pipe(classifySqlErrors("WorkflowEngine.execute"))
-        return { started: false, mismatch: mismatched.length > 0 }
+        return yield* (inTransaction ? transact("WorkflowEngine.execute", start) : start)
       }),
     read: (workflow, executionId) =>
       sql<ExecutionRow>`

@@ -20,10 +20,12 @@ const dayName = "'outbox_history_' || to_char(day, 'YYYYMMDD')"
 
 /**
  * A loop over the history's days that end at or before `p_cutoff`, oldest first: each day locked
- * (`ACCESS EXCLUSIVE`, the day's own lock) before `body` runs on it (its name: `part`); a day a
- * purge under way dropped since the days were listed is passed over.
+ * (`ACCESS EXCLUSIVE`, the day's own lock; with `history`, the history's first, the order every
+ * query of the history locks them in, so a drop never waits for the history while it holds a
+ * day) before `body` runs on it (its name: `part`); a day a purge under way dropped since the
+ * days were listed is passed over.
  */
-const eachDayBefore = (t: Tables, body: string) =>
+const eachDayBefore = (t: Tables, body: string, lock: { readonly history: boolean }) =>
   `FOR part IN
     SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
      WHERE i.inhparent = '${t("outbox_history")}'::regclass AND c.relname ~ '^outbox_history_[0-9]{8}$'
@@ -31,7 +33,9 @@ const eachDayBefore = (t: Tables, body: string) =>
      ORDER BY c.relname
   LOOP
     BEGIN
-      EXECUTE format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', ns, part);
+      EXECUTE format('LOCK TABLE ${
+    lock.history ? `ONLY ${t("outbox_history")}, ` : ""
+  }%I.%I IN ACCESS EXCLUSIVE MODE', ns, part);
 ${body}
     EXCEPTION WHEN undefined_table THEN
       NULL;
@@ -97,7 +101,9 @@ BEGIN
         EXECUTE format('SELECT count(*) FROM %I.%I', ns, part) INTO n;
       END IF;
       EXECUTE format('TRUNCATE %I.%I', ns, part);
-      emptied := emptied + n;`
+      emptied := emptied + n;`,
+      // A TRUNCATE of a day never asks for the history's lock: the day's own is all it holds.
+      { history: false }
     )
   }
   RETURN emptied;
@@ -111,12 +117,13 @@ BEGIN
   ${
     eachDayBefore(
       t,
-      `      -- Only an emptied day: one that came before the cut-off since it was emptied (midnight
-      -- passed between the two calls) is left whole for the next purge, which counts it.
+      `      -- Only an emptied day: a day with messages (nobody emptied it, or a later cut-off than
+      -- the emptying's) is left whole for a purge to count.
       EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.%I)', ns, part) INTO holds;
       CONTINUE WHEN holds;
       EXECUTE format('DROP TABLE %I.%I', ns, part);
-      dropped := dropped + 1;`
+      dropped := dropped + 1;`,
+      { history: true }
     )
   }
   RETURN dropped;

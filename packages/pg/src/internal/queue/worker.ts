@@ -388,7 +388,7 @@ export const make = (sql: SqlClient.SqlClient, settings: Settings, spec: QueueSp
   const whileHolding = (claim: Claim, write: (held: Statement.Fragment) => Statement.Fragment) =>
     sql<{ held: boolean; rows: ReadonlyArray<unknown> }>`
       WITH h AS (${heldRow(claim)}), w AS (${write(sql`EXISTS (SELECT 1 FROM h)`)})
-      SELECT EXISTS (SELECT 1 FROM h) AS held, coalesce((SELECT json_agg(w) FROM w), '[]'::json) AS rows`.pipe(
+      SELECT EXISTS (SELECT 1 FROM h) AS held, coalesce((SELECT json_agg(w.*) FROM w), '[]'::json) AS rows`.pipe(
       classifySqlErrors(op("whileHolding")),
       Effect.map((rows) => rows[0]!)
     )
