@@ -127,18 +127,29 @@ export const make = (
   type Settle = Parameters<Store["settle"]>[0]
   type Settled = Effect.Success<ReturnType<Store["settle"]>>
   const fenced = { fenced: false, status: undefined } as const
+  /** What a completion sets on its execution row. */
+  const completion = (result: unknown) =>
+    sql`status = 'complete', result = ${
+      json(result)
+    }::jsonb, completed_at = now(), updated_at = now(), waiting_on = NULL`
+  /**
+   * Whether a suspending run's execution runs again at once (settles pending): a wake landed
+   * since `wakeSeq` that may wake it (an automatic one not on its own failure), or `rerun` asks.
+   */
+  const runsAgain = ({ failed, rerun, wakeSeq }: Settle) =>
+    sql`${rerun} OR (wake_seq > ${wakeSeq}::bigint AND (resume_requested OR NOT ${failed}))`
 
   /**
    * The settle in one statement, under the claim's fence, when it needs nothing more: a
    * completion with no parent to wake and no clock to withdraw, a suspension that schedules no
    * run. `undefined` when it needs more (the transaction, `settleInTransaction`, decides again).
    */
-  const settleAlone = ({ claim, complete, executionId, failed, rerun, result, wakeSeq, waits, workflow }: Settle) =>
-    Effect.map(
+  const settleAlone = (options: Settle) => {
+    const { claim, complete, executionId, result, waits, workflow } = options
+    return Effect.map(
       statements.whileHolding(claim, (held) =>
         complete
-          ? sql`UPDATE ${executions} e SET status = 'complete', result = ${json(result)}::jsonb, completed_at = now(),
-                       updated_at = now(), waiting_on = NULL
+          ? sql`UPDATE ${executions} e SET ${completion(result)}
                  WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete' AND ${held}
                    AND e.parent_workflow IS NULL
                    AND NOT EXISTS (SELECT 1 FROM ${steps} s WHERE s.workflow = e.workflow AND s.execution_id = e.execution_id
@@ -147,7 +158,7 @@ export const make = (
           : sql`UPDATE ${executions} SET status = 'suspended', result = ${json(result)}::jsonb, updated_at = now(),
                        waiting_on = ${json(waits)}::jsonb
                  WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete' AND ${held}
-                   AND NOT (${rerun} OR (wake_seq > ${wakeSeq}::bigint AND (resume_requested OR NOT ${failed})))
+                   AND NOT (${runsAgain(options)})
                 RETURNING 1 AS settled`),
       (outcome): Settled | undefined =>
         !outcome.held
@@ -156,12 +167,12 @@ export const make = (
           ? { fenced: true, status: complete ? "complete" : "suspended" }
           : undefined
     )
+  }
 
   /** The settle in one transaction: the fence, the execution, and what it wakes, withdraws or schedules. */
-  const settleInTransaction = (
-    { claim, complete, executionId, failed, rerun, result, wakeSeq, waits, workflow }: Settle
-  ) =>
-    transact(
+  const settleInTransaction = (options: Settle) => {
+    const { claim, complete, executionId, result, waits, workflow } = options
+    return transact(
       "WorkflowEngine.settle",
       Effect.gen(function*() {
         // The fence: the run message still held by this claim, its lease alive (its row locked to the end).
@@ -173,8 +184,7 @@ export const make = (
           const rows = yield* sql<
             { parent_workflow: string | null; parent_execution_id: string | null; clocks: ReadonlyArray<string> }
           >`
-              UPDATE ${executions} e SET status = 'complete', result = ${json(result)}::jsonb, completed_at = now(),
-                     updated_at = now(), waiting_on = NULL
+              UPDATE ${executions} e SET ${completion(result)}
                WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
               RETURNING parent_workflow, parent_execution_id,
                         (SELECT coalesce(jsonb_agg(s.outbox_id::text), '[]'::jsonb) FROM ${steps} s
@@ -193,8 +203,7 @@ export const make = (
         }
         const rows = yield* sql<{ status: Status; run_group: string | null }>`
             UPDATE ${executions} SET
-              status = CASE WHEN ${rerun} OR (wake_seq > ${wakeSeq}::bigint AND (resume_requested OR NOT ${failed}))
-                            THEN 'pending' ELSE 'suspended' END,
+              status = CASE WHEN ${runsAgain(options)} THEN 'pending' ELSE 'suspended' END,
               result = ${json(result)}::jsonb, updated_at = now(), waiting_on = ${json(waits)}::jsonb
              WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
             RETURNING status, run_group`
@@ -203,6 +212,7 @@ export const make = (
         return { fenced: true, status }
       })
     )
+  }
 
   return {
     start: ({ attributes, executionId, group, parent, payload, workflow }) =>
