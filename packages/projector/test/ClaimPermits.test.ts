@@ -4,8 +4,10 @@
 // a long publish holds its message, not a loop or the rest of its batch.
 import { DatabaseError } from "@effect-durable/core/Errors"
 import { describe, expect, it } from "@effect/vitest"
+import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Latch from "effect/Latch"
 import * as TestClock from "effect/testing/TestClock"
 import { noCounts } from "../src/internal/batches.js"
@@ -117,5 +119,49 @@ describe("Projector: claim permits", () => {
       }
       expect(claims).toBe(5)
       yield* end.open
+    }).pipe(Effect.scoped))
+
+  it.effect("a batch's settlement wakes an idle loop: what a limit held back is claimed at once, not at the poll interval", () =>
+    Effect.gen(function*() {
+      const settings = yield* decodeOptions({ batchSize: 4, batchesInFlight: 2, pollInterval: "1 hour" })
+      // A store that holds 6 messages back to 2 in flight at a time (a topic limit of 2).
+      let waiting = 6
+      let inFlight = 0
+      const delivered = yield* Deferred.make<void>()
+      // Each batch is delivered only once a claim has come back empty (the loops gone idle), as
+      // deliveries that take longer than a claim are.
+      let idle = Deferred.makeUnsafe<void>()
+      yield* runLoops(settings, {
+        claimBatch: (onEnded) =>
+          Effect.sync(() => {
+            const claimed = Math.min(2 - inFlight, waiting)
+            waiting -= claimed
+            inFlight += claimed
+            const after = idle
+            if (claimed === 0) {
+              Deferred.doneUnsafe(idle, Exit.void)
+              idle = Deferred.makeUnsafe<void>()
+            }
+            return {
+              claimed,
+              deliver: Effect.andThen(
+                Deferred.await(after),
+                Effect.sync(() => {
+                  inFlight -= claimed
+                  onEnded(claimed)
+                  if (waiting === 0 && inFlight === 0) Deferred.doneUnsafe(delivered, Exit.void)
+                  return noCounts
+                })
+              )
+            }
+          }),
+        rateWait: Effect.succeedNone,
+        releaseInFlight: Effect.void,
+        keeper: Effect.never,
+        linger: Duration.zero
+      })
+      // The TestClock never moves: no poll interval passes, only the settlements wake the loops.
+      yield* Deferred.await(delivered).pipe(Effect.timeout("20 seconds"), TestClock.withLive)
+      expect([waiting, inFlight]).toEqual([0, 0])
     }).pipe(Effect.scoped))
 })

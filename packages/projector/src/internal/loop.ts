@@ -91,6 +91,12 @@ export const runLoops = (
     const stopped = Deferred.await(stop)
     const idleFor = (wait: Duration.Duration) =>
       Effect.raceFirst(Effect.raceFirst(Queue.take(wake), Effect.sleep(wait)), stopped)
+    // A batch settled: what its marks gave back (a limit's capacity, a key's turn) may be
+    // claimable now. Heard only by a loop idling for its poll interval with nothing held back
+    // by a rate (that one waits for its token), so it claims again at once, as a loop did when
+    // it delivered its own batch before claiming again.
+    const settled = yield* Queue.sliding<void>(1)
+    const idleUntilSettled = (wait: Duration.Duration) => Effect.raceFirst(idleFor(wait), Queue.take(settled))
     // A token is due at the wait's end: a millisecond later it is surely there.
     const tokenLag = Duration.millis(1)
     // How soon to look again when a token is there and the claim still came back empty.
@@ -142,7 +148,10 @@ export const runLoops = (
         batch.pipe(
           Effect.flatMap((counts) =>
             Effect.andThen(
-              Effect.sync(() => void (backoff = undefined)),
+              Effect.sync(() => {
+                backoff = undefined
+                Queue.offerUnsafe(settled, undefined)
+              }),
               Ref.update(totals, (t) => addCounts(t, counts))
             )
           ),
@@ -212,10 +221,11 @@ export const runLoops = (
           }
           tokenNow = false
           busy = Option.isSome(wait)
-          yield* idleFor(Option.match(wait, {
-            onNone: () => settings.pollInterval,
-            onSome: (d) => Duration.min(tokenThere ? heldBack : Duration.sum(d, tokenLag), settings.pollInterval)
-          }))
+          yield* Option.match(wait, {
+            onNone: () => idleUntilSettled(settings.pollInterval),
+            onSome: (d) =>
+              idleFor(Duration.min(tokenThere ? heldBack : Duration.sum(d, tokenLag), settings.pollInterval))
+          })
         } else {
           busy = true
           tokenNow = false
