@@ -25,6 +25,11 @@
  * @since 0.2.0
  */
 import { printable } from "@effect-durable/core/Printable"
+import type { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import type * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxMemory from "@effect-durable/pg/OutboxMemory"
+import type * as OutboxStatements from "@effect-durable/pg/OutboxStatements"
+import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -34,6 +39,7 @@ import * as Metric from "effect/Metric"
 import type * as Redacted from "effect/Redacted"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
+import type * as SqlClient from "effect/sql/SqlClient"
 import type * as Activity from "effect/workflow/Activity"
 import * as Workflow from "effect/workflow/Workflow"
 import { WorkflowEngine } from "effect/workflow/WorkflowEngine"
@@ -45,6 +51,7 @@ import * as Runners from "./internal/runners.js"
 import * as Wait from "./internal/wait.js"
 import * as WorkflowAttributes from "./WorkflowAttributes.js"
 import * as WorkflowLimits from "./WorkflowLimits.js"
+import * as WorkflowStore from "./WorkflowStore.js"
 
 export interface PgWorkflowEngineOptions {
   /**
@@ -263,5 +270,24 @@ export const layer = (
 ): Layer.Layer<
   WorkflowEngine,
   never,
-  EngineContext.Substrate
-> => Layer.effect(WorkflowEngine, make(options))
+  | SqlClient.SqlClient
+  | DurableSettings
+  | Outbox.Outbox
+  | OutboxStatements.OutboxStatements
+  | OutboxWorker.OutboxWorker
+> => Layer.effect(WorkflowEngine, make(options)).pipe(Layer.provide(WorkflowStore.layer))
+
+/**
+ * The engine in memory (`WorkflowStore.layerMemory` over `OutboxMemory.layer`), for tests of
+ * workflow code on `TestClock`: the same runs, journal, fences and wakes, in milliseconds, with
+ * nothing durable and no SQL (docs/testing.md, "Workflows in memory"). `OutboxMemory` is given
+ * too: its rows show the run and clock messages, and its `setLimit` limits a workflow's topic
+ * (`WorkflowLimits.topic`) as `WorkflowLimits.set` does on PostgreSQL.
+ */
+export const layerMemory = (
+  options: Omit<PgWorkflowEngineOptions, "listenUrl" | "runs"> = {}
+): Layer.Layer<WorkflowEngine | OutboxMemory.OutboxMemory> =>
+  Layer.effect(WorkflowEngine, make(options)).pipe(
+    Layer.provide(WorkflowStore.layerMemory),
+    Layer.provideMerge(OutboxMemory.layer())
+  )

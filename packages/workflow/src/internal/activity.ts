@@ -123,7 +123,8 @@ export const execute = (ctx: EngineContext, activity: Activity.Any, attempt: num
           activity.name,
           attempt,
           Effect.flatMap(
-            executeBody((effect) => sql.withTransaction(effect)),
+            // In memory there is no SQL to hold together: the body runs as it is.
+            executeBody((effect) => sql === undefined ? effect : sql.withTransaction(effect)),
             (result) => {
               if (result._tag === "Suspended") return Effect.succeed(undefined)
               const lost = retryableDatabaseFailure(result)

@@ -4,10 +4,8 @@
  * run, so a database failure never becomes a workflow's outcome.
  */
 import type { DatabaseError } from "@effect-durable/core/Errors"
-import { DurableSettings } from "@effect-durable/pg/DurableConfig"
-import * as Outbox from "@effect-durable/pg/Outbox"
-import * as OutboxStatements from "@effect-durable/pg/OutboxStatements"
-import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import type * as Outbox from "@effect-durable/pg/Outbox"
+import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
@@ -19,9 +17,10 @@ import type { WorkflowEngine } from "effect/workflow/WorkflowEngine"
 import { WorkflowInstance } from "effect/workflow/WorkflowEngine"
 import * as WorkflowEngineModule from "effect/workflow/WorkflowEngine"
 import type * as PgWorkflowEngine from "../PgWorkflowEngine.js"
+import { WorkflowStore } from "../WorkflowStore.js"
 import * as Preemption from "./preemption.js"
 import type { Run } from "./run.js"
-import * as Store from "./store.js"
+import type * as Store from "./storeContract.js"
 
 /** A registered workflow: its definition and how one of its executions runs. */
 export interface Registration {
@@ -33,10 +32,9 @@ export interface Registration {
 }
 
 export interface EngineContext {
-  readonly sql: SqlClient.SqlClient
+  /** The PostgreSQL client, when the store is PostgreSQL's (in memory: no transactions). */
+  readonly sql: SqlClient.SqlClient | undefined
   readonly store: Store.Store
-  /** The outbox's worker side: a run's settle is fenced by its claim (`holds`). */
-  readonly worker: OutboxWorker.OutboxWorker["Service"]
   readonly workerId: string
   /** The public module's metrics and activity mark, handed in: a value import of them would be a cycle. */
   readonly metrics: typeof PgWorkflowEngine.metrics
@@ -105,13 +103,11 @@ const RETRY = Schedule.max([Schedule.exponential("50 millis", 2), Schedule.recur
 const retrying = <A, R>(effect: Effect.Effect<A, DatabaseError, R>) =>
   Effect.retry(effect, { schedule: RETRY, while: (error) => error.retryable })
 
-/** The substrate the engine runs on: its SQL client, settings, and the outbox's services. */
-export type Substrate =
-  | SqlClient.SqlClient
-  | DurableSettings
-  | Outbox.Outbox
-  | OutboxStatements.OutboxStatements
-  | OutboxWorker.OutboxWorker
+/**
+ * What the engine runs on: its store, and the outbox its runs and clocks are messages of (a
+ * `SqlClient`, when there is one, gives transactional activities and the caller's transaction).
+ */
+export type Substrate = WorkflowStore | Outbox.Outbox | OutboxWorker.OutboxWorker
 
 export const make = (options: {
   readonly workerId: string | undefined
@@ -123,14 +119,11 @@ export const make = (options: {
   Substrate | Scope.Scope
 > =>
   Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const settings = yield* DurableSettings
-    const outbox = yield* Outbox.Outbox
-    const worker = yield* OutboxWorker.OutboxWorker
+    const sql = Option.getOrUndefined(yield* Effect.serviceOption(SqlClient.SqlClient))
+    const store = yield* WorkflowStore
     const engineScope = yield* Effect.scope
     const shutdown = yield* Deferred.make<void>()
     yield* Scope.addFinalizer(engineScope, Deferred.succeed(shutdown, undefined))
-    const store = Store.make(sql, settings, outbox, yield* OutboxStatements.OutboxStatements)
     const runsByInstance = new WeakMap<Scope.Scope, Run>()
     const deferredState = WorkflowEngineModule.makeDeferredState()
     const latestRuns = new Map<string, Run>()
@@ -143,7 +136,7 @@ export const make = (options: {
         }
         return deferredState.deferredDone(executionId, deferredName)
       })
-    Preemption.register(sql, preempt)
+    if (sql !== undefined) Preemption.register(sql, preempt)
     const workerId = options.workerId ?? `workflow:${process.pid}:${Math.random().toString(36).slice(2, 8)}`
 
     const orDie = <A, R = never>(effect: Effect.Effect<A, DatabaseError, R>) => Effect.orDie(retrying(effect))
@@ -175,7 +168,9 @@ export const make = (options: {
     const guarded = <A>(effect: Effect.Effect<A, DatabaseError>): Effect.Effect<A> =>
       Effect.flatMap(currentRun, (run) => inRun(run, effect))
 
-    const inCallerTransaction = Effect.map(Effect.serviceOption(sql.transactionService), Option.isSome)
+    const inCallerTransaction = sql === undefined
+      ? Effect.succeed(false)
+      : Effect.map(Effect.serviceOption(sql.transactionService), Option.isSome)
 
     const readStep = (
       run: Run | undefined,
@@ -198,7 +193,6 @@ export const make = (options: {
     return {
       sql,
       store,
-      worker,
       workerId,
       metrics: options.metrics,
       Transactional: options.Transactional,

@@ -5,7 +5,6 @@
  * (a start in one statement with its row, a wake in its transaction): a run is due iff the
  * change committed.
  */
-import type { DatabaseError } from "@effect-durable/core/Errors"
 import * as Fingerprint from "@effect-durable/core/Fingerprint"
 import type { Settings } from "@effect-durable/pg/DurableConfig"
 import { classifySqlErrors } from "@effect-durable/pg/ErrorClassification"
@@ -18,30 +17,12 @@ import * as SqlClient from "effect/sql/SqlClient"
 
 export * from "./storeContract.js"
 import type { ExecutionRow, Status, StepKind, StepRow, Store, WakeMode } from "./storeContract.js"
-import { clockTopic, runKey, runTopic } from "./storeContract.js"
+import { chunksOf, clockTopic, onlyDatabaseErrors, runMessage } from "./storeContract.js"
 
 /** Rolls a transactional activity's transaction back when the activity suspended. */
 class Suspension {
   readonly _tag = "Suspension"
 }
-
-/**
- * The engine's own calls of the outbox (small, well formed messages; ids read from its tables):
- * only a database failure is expected (and classified, so a run can tell it from a defect);
- * anything else is a bug.
- */
-export const onlyDatabaseErrors = <A, E extends { readonly _tag: string }, R>(
-  effect: Effect.Effect<A, E, R>
-): Effect.Effect<A, Extract<E, DatabaseError>, R> =>
-  Effect.catchIf(
-    effect,
-    (error): error is Exclude<E, DatabaseError> => error._tag !== "DatabaseError",
-    Effect.die
-  ) as Effect.Effect<A, Extract<E, DatabaseError>, R>
-
-/** Message ids in lists the outbox takes at once (at most 10,000). */
-export const chunksOf = (ids: ReadonlyArray<string>): ReadonlyArray<ReadonlyArray<string>> =>
-  Array.from({ length: Math.ceil(ids.length / 10_000) }, (_, i) => ids.slice(i * 10_000, (i + 1) * 10_000))
 
 export const make = (
   sql: SqlClient.SqlClient,
@@ -58,12 +39,6 @@ export const make = (
     Transactions.transaction(operation)(body).pipe(Effect.provideService(SqlClient.SqlClient, sql))
   const enqueue = (topic: string, payload: unknown, options: Outbox.EnqueueOptions) =>
     onlyDatabaseErrors(outbox.enqueue(topic, payload, options))
-  // Every run message of an execution carries its flow group (`WorkflowLimits`), if it has one.
-  const runMessage = (workflow: string, executionId: string, group: string | null | undefined) => ({
-    topic: runTopic(workflow),
-    payload: { executionId },
-    options: { orderingKey: runKey(workflow, executionId), ...(group == null ? {} : { group }) }
-  })
   const enqueueRun = (workflow: string, executionId: string, group: string | null | undefined) => {
     const message = runMessage(workflow, executionId, group)
     return enqueue(message.topic, message.payload, message.options)

@@ -1,12 +1,13 @@
 /**
  * The engine's storage contract: what a driver of executions and their journal gives the run,
- * activity and wait rooms (`store.ts` is the PostgreSQL driver), and the names both sides use
- * (topics, ordering keys, statuses, waits).
+ * activity and wait rooms (`store.ts` is the PostgreSQL driver, `memoryStore.ts` the in-memory
+ * one), the names both sides use (topics, ordering keys, statuses, waits) and how both call the
+ * outbox.
  */
 import type { DatabaseError } from "@effect-durable/core/Errors"
 import type * as LeasedQueue from "@effect-durable/pg/LeasedQueue"
 import type * as Duration from "effect/Duration"
-import type * as Effect from "effect/Effect"
+import * as Effect from "effect/Effect"
 
 /** Runs of workflow `W` are messages of this topic; clocks of `W` fire through the next. */
 export const RUN_TOPIC_PREFIX = "workflow.run:"
@@ -14,6 +15,31 @@ export const runTopic = (workflow: string): string => `${RUN_TOPIC_PREFIX}${work
 export const clockTopic = (workflow: string): string => `workflow.clock:${workflow}`
 /** One run of an execution at a time: its run messages share this ordering key. */
 export const runKey = (workflow: string, executionId: string): string => `${workflow}/${executionId}`
+
+/** An execution's run message; every one carries its flow group (`WorkflowLimits`), if it has one. */
+export const runMessage = (workflow: string, executionId: string, group: string | null | undefined) => ({
+  topic: runTopic(workflow),
+  payload: { executionId },
+  options: { orderingKey: runKey(workflow, executionId), ...(group == null ? {} : { group }) }
+})
+
+/**
+ * The engine's own calls of the outbox (small, well formed messages; ids read from its tables):
+ * only a database failure is expected (and classified, so a run can tell it from a defect);
+ * anything else is a bug.
+ */
+export const onlyDatabaseErrors = <A, E extends { readonly _tag: string }, R>(
+  effect: Effect.Effect<A, E, R>
+): Effect.Effect<A, Extract<E, DatabaseError>, R> =>
+  Effect.catchIf(
+    effect,
+    (error): error is Exclude<E, DatabaseError> => error._tag !== "DatabaseError",
+    Effect.die
+  ) as Effect.Effect<A, Extract<E, DatabaseError>, R>
+
+/** Message ids in lists the outbox takes at once (at most 10,000). */
+export const chunksOf = (ids: ReadonlyArray<string>): ReadonlyArray<ReadonlyArray<string>> =>
+  Array.from({ length: Math.ceil(ids.length / 10_000) }, (_, i) => ids.slice(i * 10_000, (i + 1) * 10_000))
 
 /** An execution's statuses, in the order of its life (the table's check constraint holds the same list). */
 export const Statuses = ["pending", "running", "suspended", "complete"] as const
