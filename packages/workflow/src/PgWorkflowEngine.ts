@@ -144,9 +144,15 @@ export const metrics = {
 
 export const make = (
   options: PgWorkflowEngineOptions = {}
+): Effect.Effect<WorkflowEngine["Service"], never, EngineContext.Substrate | Scope.Scope> => build(options, true)
+
+/** The engine; `withSql` false: a `SqlClient` around it is not its own (the in-memory store). */
+const build = (
+  options: PgWorkflowEngineOptions,
+  withSql: boolean
 ): Effect.Effect<WorkflowEngine["Service"], never, EngineContext.Substrate | Scope.Scope> =>
   Effect.gen(function*() {
-    const ctx = yield* EngineContext.make({ workerId: options.workerId, metrics, Transactional })
+    const ctx = yield* EngineContext.make({ workerId: options.workerId, metrics, Transactional, withSql })
     const { guarded, latestRuns, store, workflows } = ctx
     const substrate = yield* Effect.context<EngineContext.Substrate>()
 
@@ -275,7 +281,9 @@ export const layer = (
   | Outbox.Outbox
   | OutboxStatements.OutboxStatements
   | OutboxWorker.OutboxWorker
-> => Layer.effect(WorkflowEngine, make(options)).pipe(Layer.provide(WorkflowStore.layer))
+> =>
+  // Fresh: two engines built together over two substrates each get a store of their own.
+  Layer.effect(WorkflowEngine, make(options)).pipe(Layer.provide(Layer.fresh(WorkflowStore.layer)))
 
 /**
  * The engine in memory (`WorkflowStore.layerMemory` over `OutboxMemory.layer`), for tests of
@@ -287,7 +295,7 @@ export const layer = (
 export const layerMemory = (
   options: Omit<PgWorkflowEngineOptions, "listenUrl" | "runs"> = {}
 ): Layer.Layer<WorkflowEngine | OutboxMemory.OutboxMemory> =>
-  Layer.effect(WorkflowEngine, make(options)).pipe(
-    Layer.provide(WorkflowStore.layerMemory),
+  Layer.effect(WorkflowEngine, build(options, false)).pipe(
+    Layer.provide(Layer.fresh(WorkflowStore.layerMemory)),
     Layer.provideMerge(OutboxMemory.layer())
   )

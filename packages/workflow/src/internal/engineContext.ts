@@ -113,13 +113,15 @@ export const make = (options: {
   readonly workerId: string | undefined
   readonly metrics: typeof PgWorkflowEngine.metrics
   readonly Transactional: typeof PgWorkflowEngine.Transactional
+  /** Whether a `SqlClient` in context is the store's (false over the in-memory store). */
+  readonly withSql: boolean
 }): Effect.Effect<
   EngineContext,
   never,
   Substrate | Scope.Scope
 > =>
   Effect.gen(function*() {
-    const sql = Option.getOrUndefined(yield* Effect.serviceOption(SqlClient.SqlClient))
+    const sql = options.withSql ? Option.getOrUndefined(yield* Effect.serviceOption(SqlClient.SqlClient)) : undefined
     const store = yield* WorkflowStore
     const engineScope = yield* Effect.scope
     const shutdown = yield* Deferred.make<void>()

@@ -38,6 +38,7 @@ interface Execution {
   waits: ReadonlyArray<WaitingOn> | null
 }
 
+const asJson = (value: unknown): unknown => JSON.parse(JSON.stringify(value ?? null))
 const stepKey = (kind: StepKind, name: string, attempt: number) => `${kind}/${name}/${attempt}`
 const executionKey = (workflow: string, executionId: string) => `${workflow}\u0000${executionId}`
 
@@ -77,12 +78,17 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
         : Effect.void
     })
 
-  /** Records a step unless one stands; the record that stands, and whether it is this one. */
+  /**
+   * Records a step unless one stands; the record that stands, and whether it is this one. Kept
+   * as JSON, as PostgreSQL keeps it: what a `jsonb` column would change or refuse does not pass
+   * here either, and a later change to the value does not change the journal.
+   */
   const record = (execution: Execution, kind: StepKind, name: string, attempt: number, result: unknown) => {
     const standing = execution.steps.get(stepKey(kind, name, attempt))
     if (standing !== undefined) return { inserted: false, result: standing.result }
-    execution.steps.set(stepKey(kind, name, attempt), { kind, name, attempt, result })
-    return { inserted: true, result }
+    const stored: unknown = asJson(result)
+    execution.steps.set(stepKey(kind, name, attempt), { kind, name, attempt, result: stored })
+    return { inserted: true, result: stored }
   }
 
   return {
@@ -183,7 +189,7 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
         if (execution === undefined || execution.status === "complete") {
           return { fenced: true, status: complete ? "complete" as const : undefined }
         }
-        execution.result = result
+        execution.result = asJson(result)
         if (complete) {
           execution.status = "complete"
           execution.waits = null
