@@ -21,7 +21,6 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
-import type * as Statement from "effect/sql/Statement"
 import { createHash } from "node:crypto"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
@@ -29,7 +28,6 @@ import * as EnqueueSql from "./internal/queue/enqueueSql.js"
 import * as QueueOptions from "./internal/queue/options.js"
 import * as Prepare from "./internal/queue/prepare.js"
 import { decodeIds } from "./internal/queue/spec.js"
-import { arrayLiteral } from "./internal/sqlText.js"
 import { isoUtc } from "./internal/timestamps.js"
 import { transact } from "./internal/transaction.js"
 
@@ -179,7 +177,6 @@ export const make = (
 
     type Row = Effect.Success<ReturnType<typeof prepare>>
 
-    const dueOfKeyTail = (k: Statement.Fragment) => EnqueueSql.dueOfKeyTail(sql, table, k)
     const insert = (row: Row) => Effect.map(EnqueueSql.insert(sql, table, channel, row), (rows) => rows[0]?.id)
 
     /**
@@ -255,25 +252,7 @@ export const make = (
     const enqueueMany = Effect.fn("Outbox.enqueueMany")(function*(messages: ReadonlyArray<NewMessage>) {
       if (messages.length === 0) return []
       const rows = yield* prepareMany(messages, yield* Prepare.traceparent)
-      const inserted = yield* sql<{ id: string }>`
-          WITH m AS (
-            INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts, group_key, due_at)
-            SELECT t, k, p::jsonb, h::jsonb, now() + make_interval(secs => d), a, g,
-                   -- A keyed message: no earlier than its key's messages before it, here or stored.
-                   CASE WHEN k IS NULL THEN now() + make_interval(secs => w)
-                        ELSE greatest(max(now() + make_interval(secs => w)) OVER (PARTITION BY k ORDER BY n),
-                                      ${dueOfKeyTail(sql`k`)}) END
-              FROM unnest(${rows.map((r) => r.topic)}::text[], ${arrayLiteral(rows.map((r) => r.orderingKey))}::text[],
-                          ${rows.map((r) => r.payload)}::text[], ${rows.map((r) => r.headers)}::text[],
-                          ${arrayLiteral(rows.map((r) => r.delaySeconds))}::float8[], ${
-        arrayLiteral(rows.map((r) => r.maxAttempts))
-      }::int[], ${rows.map((r) => r.group)}::text[], ${arrayLiteral(rows.map((r) => r.dueSeconds))}::float8[])
-                   WITH ORDINALITY AS u(t, k, p, h, d, a, g, w, n)
-             ORDER BY n
-            RETURNING id, topic),
-          -- One wake-up per topic, not per row (each pg_notify call is checked for duplicates).
-          notified AS (SELECT count(pg_notify(${channel}, t.topic)) AS n FROM (SELECT DISTINCT topic FROM m) t)
-          SELECT m.id::text AS id FROM m CROSS JOIN notified`.pipe(
+      const inserted = yield* EnqueueSql.insertMany(sql, table, channel, rows).pipe(
         classifySqlErrors("Outbox.enqueueMany")
       )
       // Identities are drawn in insertion order (ORDER BY n), so ascending ids follow the input.

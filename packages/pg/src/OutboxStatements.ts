@@ -42,6 +42,17 @@ export class OutboxStatements extends Context.Service<OutboxStatements, {
     message: Outbox.NewMessage
   ) => Effect.Effect<string | undefined, Outbox.EnqueueError>
   /**
+   * Many `enqueueAfter`s in one statement: runs `write` (a statement returning a text column
+   * `key`: `INSERT … ON CONFLICT DO NOTHING RETURNING …`) and enqueues each message whose `key`
+   * `write` returned, in the order given. The keys `write` returned (their messages enqueued).
+   * Keys are the caller's to keep distinct; the messages are checked as `Outbox.enqueueMany`
+   * checks them (no dedup keys), before anything is written.
+   */
+  readonly enqueueEachAfter: (
+    write: Statement.Fragment,
+    messages: ReadonlyArray<{ readonly key: string; readonly message: Outbox.NewMessage }>
+  ) => Effect.Effect<ReadonlyArray<string>, Outbox.EnqueueError>
+  /**
    * Runs `write(held)` in one statement with the fence of a claim of the outbox: `held` is an
    * SQL condition for `write` to test, true iff `claim` still holds its message with its lease
    * running (the message's row locked until the transaction ends, as `OutboxWorker.holds` locks
@@ -59,7 +70,8 @@ export const make = (
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
-    const prepare = Prepare.make(yield* Outbox.decodeOptions(options))
+    const limits = yield* Outbox.decodeOptions(options)
+    const prepare = Prepare.make(limits)
     const table = sql.literal(settings.table("outbox"))
     const channel = Outbox.channelFor(settings.schema)
     const queue = QueueWorker.make(sql, settings, specFor(settings, "outbox"), "OutboxStatements")
@@ -80,8 +92,24 @@ export const make = (
       }
     )
 
+    const prepareMany = Prepare.many(limits)
+    const enqueueEachAfter = Effect.fn("OutboxStatements.enqueueEachAfter")(
+      function*(
+        write: Statement.Fragment,
+        messages: ReadonlyArray<{ readonly key: string; readonly message: Outbox.NewMessage }>
+      ) {
+        if (messages.length === 0) return []
+        const rows = yield* prepareMany(messages.map((m) => m.message), yield* Prepare.traceparent)
+        const written = yield* classifySqlErrors("OutboxStatements.enqueueEachAfter")(
+          EnqueueSql.insertMany(sql, table, channel, rows, { write, keys: messages.map((m) => m.key) })
+        )
+        return written.map((row) => row.id)
+      }
+    )
+
     return OutboxStatements.of({
       enqueueAfter,
+      enqueueEachAfter,
       whileHolding: (claim, write) => Effect.withSpan(queue.whileHolding(claim, write), "OutboxStatements.whileHolding")
     })
   })

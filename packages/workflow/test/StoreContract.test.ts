@@ -48,6 +48,31 @@ for (const driver of drivers) {
           expect(yield* store.read(workflow, executionId)).toMatchObject({ status: "pending", payload: { n: 1 } })
         }))
 
+      it.effect("starts at once (batched on PostgreSQL): each id started once with one run message, every start with another payload a mismatch", () =>
+        Effect.gen(function*() {
+          const store = yield* WorkflowStore.WorkflowStore
+          const workflow = `Contract/Many-${++ids}`
+          // 40 ids, each started 3 times at once: twice with payload 1, once with payload 2.
+          const asks = Array.from({ length: 120 }, (_, i) => ({ id: `m-${i % 40}`, n: i < 80 ? 1 : 2 }))
+          const answers = yield* Effect.forEach(asks, ({ id, n }) => start(workflow, id, { n }), {
+            concurrency: "unbounded"
+          })
+          const startedIds = asks.filter((_, i) => answers[i]!.started).map((ask) => ask.id)
+          expect(startedIds.sort()).toEqual([...new Set(asks.map((ask) => ask.id))].sort())
+          // Each id's stored payload is the one its start wrote; the other payload's starts are mismatches.
+          for (let i = 0; i < asks.length; i++) {
+            const row = yield* store.read(workflow, asks[i]!.id)
+            expect(answers[i]!.mismatch).toBe(!answers[i]!.started && (row?.payload as { n: number }).n !== asks[i]!.n)
+          }
+          const worker = yield* OutboxWorker.OutboxWorker
+          const claimed = yield* Effect.orDie(
+            worker.claim({ worker: "contract", topics: [`workflow.run:${workflow}`], limit: 1000, lease: "1 minute" })
+          )
+          expect(claimed.map((m) => (m.payload as { executionId: string }).executionId).sort()).toEqual(
+            startedIds.sort()
+          )
+        }))
+
       it.effect("a step's first record stands; a run begins with the journal as it stands", () =>
         Effect.gen(function*() {
           const store = yield* WorkflowStore.WorkflowStore

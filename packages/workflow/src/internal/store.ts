@@ -14,6 +14,7 @@ import * as Transactions from "@effect-durable/pg/Transactions"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as SqlClient from "effect/sql/SqlClient"
+import * as Starts from "./starts.js"
 
 export * from "./storeContract.js"
 import type { ExecutionRow, Status, StepKind, StepRow, Store, WakeMode } from "./storeContract.js"
@@ -33,6 +34,7 @@ export const make = (
   const executions = sql.literal(settings.table("workflow_executions"))
   const steps = sql.literal(settings.table("workflow_steps"))
   const json = (value: unknown) => JSON.stringify(value ?? null)
+  const batchedStarts = Starts.resolver(sql, executions, statements)
   // A connection lost mid-transaction is a retryable DatabaseError here, never a defect (which
   // a run would capture as the workflow's outcome).
   const transact = <A, E, R>(operation: string, body: Effect.Effect<A, E, R>) =>
@@ -194,8 +196,8 @@ export const make = (
       Effect.gen(function*() {
         const text = yield* Effect.orDie(Fingerprint.canonicalize(payload))
         const fingerprint = Fingerprint.toHex(Fingerprint.fingerprintOfCanonical(text))
-        // The execution row and its first run message in one statement: no transaction of its
-        // own, one round trip. Started before: its payload compared, a mismatch counted.
+        // In a caller's transaction: the execution row and its first run message in one statement,
+        // one round trip. Started before: its payload compared, a mismatch counted.
         const start = Effect.gen(function*() {
           const id = yield* onlyDatabaseErrors(statements.enqueueAfter(
             sql`INSERT INTO ${executions} (workflow, execution_id, payload, payload_fingerprint, parent_workflow,
@@ -214,9 +216,22 @@ export const make = (
             RETURNING payload_mismatches AS n`.pipe(classifySqlErrors("WorkflowEngine.execute"))
           return { started: false, mismatch: mismatched.length > 0 }
         })
-        // In a caller's transaction, under a savepoint: a failure leaves the caller's transaction usable.
+        // In a caller's transaction, under a savepoint: a failure leaves the caller's transaction
+        // usable. Outside one: batched with the workflow's other starts of this tick (`starts.ts`).
         const inTransaction = Option.isSome(yield* Effect.serviceOption(sql.transactionService))
-        return yield* (inTransaction ? transact("WorkflowEngine.execute", start) : start)
+        if (inTransaction) return yield* transact("WorkflowEngine.execute", start)
+        return yield* Effect.request(
+          Starts.Start({
+            workflow,
+            executionId,
+            text,
+            fingerprint,
+            parent,
+            attributes: json(attributes),
+            group
+          }),
+          batchedStarts
+        )
       }),
     read: (workflow, executionId) =>
       sql<ExecutionRow>`

@@ -1,11 +1,13 @@
 /**
- * The statement that writes one checked message into the outbox (`Outbox.enqueue`), and its
- * form after a write of the caller's (`OutboxStatements.enqueueAfter`): one statement, no
- * transaction of its own, so it joins the caller's, and pg_notify's wake-up is delivered only
- * if that transaction commits.
+ * The statements that write checked messages into the outbox — one (`Outbox.enqueue`) or many
+ * (`Outbox.enqueueMany`), each also in a form after a write of the caller's
+ * (`OutboxStatements.enqueueAfter`, `enqueueEachAfter`): one statement, no transaction of its
+ * own, so it joins the caller's, and pg_notify's wake-up is delivered only if that transaction
+ * commits.
  */
 import type * as SqlClient from "effect/sql/SqlClient"
 import type * as Statement from "effect/sql/Statement"
+import { arrayLiteral } from "../sqlText.js"
 
 /** A message as `prepare` checked it: canonical JSON text, seconds, the group ("" for none). */
 export interface CheckedMessage {
@@ -65,3 +67,42 @@ export const insert = (
       RETURNING id, topic)
     SELECT m.id::text AS id, pg_notify(${channel}, m.topic) IS NULL AS notified FROM m`
 }
+
+/**
+ * Inserts `rows` (no dedup keys) into `table` in their order, one wake-up per topic at commit;
+ * the rows' ids. After `write` (a statement returning a text column `key`): only the rows whose
+ * `keys` entry `write` returned, in the same statement; then what is returned is those keys.
+ */
+export const insertMany = (
+  sql: SqlClient.SqlClient,
+  table: Statement.Fragment,
+  channel: string,
+  rows: ReadonlyArray<CheckedMessage>,
+  after?: { readonly write: Statement.Fragment; readonly keys: ReadonlyArray<string> }
+) =>
+  sql<{ id: string }>`
+    WITH ${after === undefined ? sql`` : sql`w AS (${after.write}),`} m AS (
+      INSERT INTO ${table} (topic, ordering_key, payload, headers, available_at, max_attempts, group_key, due_at)
+      SELECT t, k, p::jsonb, h::jsonb, now() + make_interval(secs => d), a, g,
+             -- A keyed message: no earlier than its key's messages before it, here or stored.
+             CASE WHEN k IS NULL THEN now() + make_interval(secs => due)
+                  ELSE greatest(max(now() + make_interval(secs => due)) OVER (PARTITION BY k ORDER BY n),
+                                ${dueOfKeyTail(sql, table, sql`k`)}) END
+        FROM unnest(${rows.map((r) => r.topic)}::text[], ${arrayLiteral(rows.map((r) => r.orderingKey))}::text[],
+                    ${rows.map((r) => r.payload)}::text[], ${rows.map((r) => r.headers)}::text[],
+                    ${arrayLiteral(rows.map((r) => r.delaySeconds))}::float8[], ${
+    arrayLiteral(rows.map((r) => r.maxAttempts))
+  }::int[], ${rows.map((r) => r.group)}::text[], ${arrayLiteral(rows.map((r) => r.dueSeconds))}::float8[], ${
+    after === undefined ? rows.map(() => "") : after.keys
+  }::text[])
+             WITH ORDINALITY AS u(t, k, p, h, d, a, g, due, key, n)
+       ${after === undefined ? sql`` : sql`WHERE u.key IN (SELECT w.key FROM w)`}
+       ORDER BY n
+      RETURNING id, topic),
+    -- One wake-up per topic, not per row (each pg_notify call is checked for duplicates).
+    notified AS (SELECT count(pg_notify(${channel}, t.topic)) AS n FROM (SELECT DISTINCT topic FROM m) t)
+    ${
+    after === undefined
+      ? sql`SELECT m.id::text AS id FROM m CROSS JOIN notified`
+      : sql`SELECT w.key AS id FROM w CROSS JOIN notified`
+  }`
