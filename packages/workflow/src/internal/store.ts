@@ -15,9 +15,10 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as Starts from "./starts.js"
+import * as StoreCalls from "./storeCalls.js"
 
 export * from "./storeContract.js"
-import type { ExecutionRow, Status, StepKind, StepRow, Store, WakeMode } from "./storeContract.js"
+import type { Status, StepKind, StepRow, Store, WakeMode } from "./storeContract.js"
 import { chunksOf, clockTopic, onlyDatabaseErrors, runMessage } from "./storeContract.js"
 
 /** Rolls a transactional activity's transaction back when the activity suspended. */
@@ -35,6 +36,8 @@ export const make = (
   const steps = sql.literal(settings.table("workflow_steps"))
   const json = (value: unknown) => JSON.stringify(value ?? null)
   const batchedStarts = Starts.resolver(sql, executions, statements)
+  const inTransaction = Effect.map(Effect.serviceOption(sql.transactionService), Option.isSome)
+  const calls = StoreCalls.make(sql, executions, steps, inTransaction)
   // A connection lost mid-transaction is a retryable DatabaseError here, never a defect (which
   // a run would capture as the workflow's outcome).
   const transact = <A, E, R>(operation: string, body: Effect.Effect<A, E, R>) =>
@@ -71,26 +74,20 @@ export const make = (
     })
 
   /**
-   * A step's record in one statement. The record that stood before the statement began is read
-   * in it; one committed by a racing writer while it ran is read after.
+   * A step's record in one statement (batched with the records of the same tick). The record
+   * that stood before the statement began is read in it; one committed by a racing writer while
+   * it ran is read after.
    */
   const recordAlone: Store["recordStep"] = (workflow, executionId, kind, name, attempt, result) =>
-    Effect.gen(function*() {
-      const rows = yield* sql<{ inserted: boolean; result: unknown }>`
-        WITH inserted AS (
-          INSERT INTO ${steps} (workflow, execution_id, kind, name, attempt, result)
-          VALUES (${workflow}, ${executionId}, ${kind}, ${name}, ${attempt}, ${json(result)}::jsonb)
-          ON CONFLICT DO NOTHING
-          RETURNING result)
-        SELECT EXISTS (SELECT 1 FROM inserted) AS inserted,
-               coalesce((SELECT result FROM inserted),
-                        (SELECT result FROM ${steps} WHERE workflow = ${workflow} AND execution_id = ${executionId}
-                            AND kind = ${kind} AND name = ${name} AND attempt = ${attempt})) AS result`
-      const row = rows[0]!
-      if (row.inserted || row.result !== null) return { inserted: row.inserted, result: row.result }
-      // A racing writer's record, committed while the statement waited on it.
-      return yield* recordedStep(workflow, executionId, kind, name, attempt)
-    }).pipe(classifySqlErrors("WorkflowEngine.recordStep"))
+    Effect.flatMap(
+      calls.record({ workflow, executionId, kind, name, attempt, result }),
+      (recorded) =>
+        recorded.result !== undefined
+          ? Effect.succeed(recorded)
+          : recordedStep(workflow, executionId, kind, name, attempt).pipe(
+            classifySqlErrors("WorkflowEngine.recordStep")
+          )
+    )
 
   /** The record that stands when an insert found one. */
   const recordedStep = (workflow: string, executionId: string, kind: StepKind, name: string, attempt: number) =>
@@ -218,8 +215,7 @@ export const make = (
         })
         // In a caller's transaction, under a savepoint: a failure leaves the caller's transaction
         // usable. Outside one: batched with the workflow's other starts of this tick (`starts.ts`).
-        const inTransaction = Option.isSome(yield* Effect.serviceOption(sql.transactionService))
-        if (inTransaction) return yield* transact("WorkflowEngine.execute", start)
+        if (yield* inTransaction) return yield* transact("WorkflowEngine.execute", start)
         return yield* Effect.request(
           Starts.Start({
             workflow,
@@ -233,28 +229,8 @@ export const make = (
           batchedStarts
         )
       }),
-    read: (workflow, executionId) =>
-      sql<ExecutionRow>`
-        SELECT status, result, payload, interrupt_requested, interrupt_unsafe, parent_workflow, parent_execution_id,
-               (extract(epoch FROM created_at) * 1000000)::bigint::text AS incarnation
-          FROM ${executions} WHERE workflow = ${workflow} AND execution_id = ${executionId}`.pipe(
-        Effect.map((rows) => rows[0]),
-        classifySqlErrors("WorkflowEngine.poll")
-      ),
-    beginRun: (workflow, executionId) =>
-      sql<ExecutionRow & { wake_seq: string; steps: ReadonlyArray<StepRow> }>`
-        UPDATE ${executions} e SET status = 'running', runs = runs + 1, resume_requested = false, updated_at = now()
-         WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
-        RETURNING status, result, payload, interrupt_requested, interrupt_unsafe, parent_workflow, parent_execution_id,
-                  (extract(epoch FROM created_at) * 1000000)::bigint::text AS incarnation, wake_seq::text,
-                  (SELECT coalesce(json_agg(json_build_object('kind', s.kind, 'name', s.name, 'attempt', s.attempt,
-                                                                'result', s.result)), '[]'::json)
-                     FROM ${steps} s WHERE s.workflow = e.workflow AND s.execution_id = e.execution_id) AS steps`.pipe(
-        Effect.map((rows) =>
-          rows[0] === undefined ? undefined : { row: rows[0], wakeSeq: rows[0].wake_seq, steps: rows[0].steps }
-        ),
-        classifySqlErrors("WorkflowEngine.run")
-      ),
+    read: calls.read,
+    beginRun: calls.beginRun,
     step: (workflow, executionId, kind, name, attempt) =>
       sql<StepRow>`SELECT kind, name, attempt, result FROM ${steps}
                     WHERE workflow = ${workflow} AND execution_id = ${executionId}
