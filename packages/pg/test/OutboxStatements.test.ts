@@ -60,6 +60,40 @@ describe("OutboxStatements", () => {
         ])
       }))
 
+    it.effect("enqueueEachAfter enqueues, in one statement, the message of each key the write returned, in order", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const statements = yield* OutboxStatements.OutboxStatements
+        yield* orders
+        const topic = TestSubstrate.freshName("each")
+        // o-b stands already: the write returns a and c only.
+        yield* sql`INSERT INTO statement_orders (key, amount) VALUES ('each-b', 1) ON CONFLICT DO NOTHING`
+        const keys = ["each-a", "each-b", "each-c"]
+        const write = sql`INSERT INTO statement_orders (key, amount) SELECT k, 1 FROM unnest(${keys}::text[]) AS k
+                          ON CONFLICT (key) DO NOTHING RETURNING key`
+        const written = yield* statements.enqueueEachAfter(
+          write,
+          keys.map((key) => ({ key, message: { topic, payload: { order: key }, options: { orderingKey: key } } }))
+        )
+        expect([...written].sort()).toEqual(["each-a", "each-c"])
+        expect((yield* messagesOf(topic)).map((m) => [m.payload, m.ordering_key])).toEqual([
+          [{ order: "each-a" }, "each-a"],
+          [{ order: "each-c" }, "each-c"]
+        ])
+        // A bad message among them: typed, before the write runs.
+        const refused = yield* Effect.flip(statements.enqueueEachAfter(
+          sql`INSERT INTO statement_orders (key, amount) VALUES ('each-d', 1) RETURNING key`,
+          [{ key: "each-d", message: { topic: "", payload: {} } }]
+        ))
+        expect(refused).toMatchObject({ _tag: "InvalidInput" })
+        expect(
+          yield* Effect.map(
+            sql<{ n: number }>`SELECT count(*)::int AS n FROM statement_orders WHERE key = 'each-d'`,
+            (r) => r[0]!.n
+          )
+        ).toBe(0)
+      }))
+
     it.effect("is one statement: a write that fails enqueues nothing, a bad message writes nothing", () =>
       Effect.gen(function*() {
         const statements = yield* OutboxStatements.OutboxStatements
