@@ -31,7 +31,7 @@ import * as OutboxMemory from "@effect-durable/pg/OutboxMemory"
 import type * as OutboxStatements from "@effect-durable/pg/OutboxStatements"
 import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Context from "effect/Context"
-import type * as Duration from "effect/Duration"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
@@ -92,6 +92,19 @@ export interface PgWorkflowEngineOptions {
    * connection (the pool cannot carry it), as `Projector.layer`'s `listenUrl`.
    */
   readonly listenUrl?: Redacted.Redacted<string>
+  /**
+   * What a run does when the code deployed now and its journal diverge (docs/workflows.md,
+   * "Deploying changes"): `stop` (default) settles it suspended on the divergence, both sides
+   * named, for an operator's resume under code that agrees with the journal; `log` logs and
+   * counts it (`effect_durable_workflow_divergences`) and goes on.
+   */
+  readonly divergence?: "stop" | "log"
+  /**
+   * How long a new step waits, with recorded steps not yet asked for again in its run, for the
+   * next of them to be asked (concurrent branches replay in any order) before the run diverges.
+   * Default 5 seconds.
+   */
+  readonly replayWindow?: Duration.Input
 }
 
 /** A second start of an execution id with another payload, refused in strict mode. */
@@ -137,6 +150,9 @@ export const metrics = {
   activities: Metric.counter("effect_durable_workflow_activities", {
     description: "activity executions (not replays), by workflow, activity and outcome"
   }),
+  divergences: Metric.counter("effect_durable_workflow_divergences", {
+    description: "runs whose code and journal diverged (docs/workflows.md, \"Deploying changes\"), by workflow"
+  }),
   activityDuration: Metric.timer("effect_durable_workflow_activity_duration", {
     description: "how long activity executions take, by workflow and activity"
   })
@@ -152,7 +168,16 @@ const build = (
   withSql: boolean
 ): Effect.Effect<WorkflowEngine["Service"], never, EngineContext.Substrate | Scope.Scope> =>
   Effect.gen(function*() {
-    const ctx = yield* EngineContext.make({ workerId: options.workerId, metrics, Transactional, withSql })
+    const ctx = yield* EngineContext.make({
+      workerId: options.workerId,
+      metrics,
+      Transactional,
+      withSql,
+      replay: {
+        divergence: options.divergence ?? "stop",
+        window: Duration.fromInputUnsafe(options.replayWindow ?? "5 seconds")
+      }
+    })
     const { guarded, latestRuns, store, workflows } = ctx
     const substrate = yield* Effect.context<EngineContext.Substrate>()
 

@@ -148,6 +148,10 @@ export const describeWait = (wait: WaitingOn | WaitDetail): string => {
       }`
     case "resume":
       return "an operator's resume (its run failed)"
+    case "diverged":
+      return `an operator's resume: diverged, the code asked for ${
+        wait.step === "the run's end" ? "its end" : wait.step
+      } where the journal holds ${wait.unreached.join(", ")}`
     case "limit":
       return `the workflow's limit${wait.group === null ? "" : ` (group ${wait.group})`}`
   }
@@ -248,7 +252,7 @@ export const make: Effect.Effect<
             { workflow: string; kind: WaitCount["kind"]; name: string; n: number; since: string }
           >`
             SELECT e.workflow, coalesce(w->>'kind', 'unknown') AS kind,
-                   coalesce(w->>'name', w->>'workflow', '') AS name, count(*)::int AS n, min(e.updated_at)::text AS since
+                   coalesce(w->>'name', w->>'workflow', w->>'step', '') AS name, count(*)::int AS n, min(e.updated_at)::text AS since
               FROM ${executions} e
               LEFT JOIN LATERAL jsonb_array_elements(e.waiting_on) w ON true
              WHERE e.status = 'suspended' AND (${workflow}::text IS NULL OR e.workflow = ${workflow})

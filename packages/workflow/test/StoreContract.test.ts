@@ -86,7 +86,9 @@ for (const driver of drivers) {
           }])
           const begun = yield* store.beginRun(workflow, executionId)
           expect(begun?.row.status).toBe("running")
-          expect(begun?.steps).toEqual([{ kind: "activity", name: "charge", attempt: 1, result: { paid: 1 } }])
+          expect(begun?.steps).toEqual([
+            { kind: "activity", name: "charge", attempt: 1, result: { paid: 1 }, recorded: expect.any(Number) }
+          ])
         }))
 
       it.effect("a settle writes only while its run message's claim holds: another claim writes nothing", () =>

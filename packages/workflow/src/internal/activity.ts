@@ -19,6 +19,8 @@ import { WorkflowInstance } from "effect/workflow/WorkflowEngine"
 import * as Codec from "./codec.js"
 import type { EngineContext } from "./engineContext.js"
 import { journalKey } from "./engineContext.js"
+import * as Replay from "./replay.js"
+import type { Run } from "./run.js"
 
 /**
  * A retryable database failure (a lost connection, a serialization failure, a deadlock, a
@@ -39,6 +41,29 @@ const retryableDatabaseFailure = (result: Workflow.Result<unknown, unknown>): Da
   }
   return undefined
 }
+
+/**
+ * Whether a new step stops the run: recorded activities left unreached after the replay window
+ * (`replay.ts`). In `log` mode it is logged and counted, and the step runs.
+ */
+const diverges = (ctx: EngineContext, run: Run, name: string, attempt: number) =>
+  Effect.gen(function*() {
+    if (run.replay.diverged !== undefined) return true
+    const unreached = yield* Replay.awaitReached(run.replay, ctx.replay.window)
+    if (unreached.length === 0) return false
+    const step = Replay.label(name, attempt)
+    yield* Metric.update(Metric.withAttributes(ctx.metrics.divergences, { workflow: run.workflow._tag }), 1)
+    yield* Effect.logWarning(
+      `effect-durable workflow ${printable(run.workflow._tag)} ${printable(run.executionId)}: the code asked for ${
+        printable(step)
+      } where the journal holds ${unreached.map(printable).join(", ")}, not asked for again: ${
+        ctx.replay.divergence === "stop" ? "the run stops, diverged, for an operator" : "it runs (divergence: log)"
+      }`
+    )
+    if (ctx.replay.divergence === "log") return false
+    run.replay.diverged = { kind: "diverged", step, unreached }
+    return true
+  })
 
 /** An activity asked by a workflow: its recorded result, or its execution, recorded. */
 export const execute = (ctx: EngineContext, activity: Activity.Any, attempt: number) =>
@@ -62,6 +87,7 @@ export const execute = (ctx: EngineContext, activity: Activity.Any, attempt: num
     // Inside a run, the journal read when it began holds every activity recorded before it: only
     // a runner that lost its lease records one later, and the first record stands either way.
     const journaled = journalKey("activity", activity.name, attempt)
+    if (run !== undefined) Replay.reached(run.replay, journaled)
     const stored = run === undefined
       ? yield* readStep(run, workflow, instance.executionId, "activity", activity.name, attempt)
       : run.journal.has(journaled)
@@ -78,6 +104,8 @@ export const execute = (ctx: EngineContext, activity: Activity.Any, attempt: num
     }
     // A pending interrupt replays only to rebuild compensations: no new activity starts.
     if (run?.interruptPending === true && !instance.interrupted) return new Workflow.Suspended({})
+    // A new step: not while the journal holds activities this run has not asked for again.
+    if (run !== undefined && (yield* diverges(ctx, run, activity.name, attempt))) return new Workflow.Suspended({})
     // Its own awaited deferreds, as `layerMemory` gives it: a deferred awaited inside an
     // activity body never preempts the run (when the activity suspends on it, the run
     // settles suspended and the completion's wake sequence wakes it).

@@ -7,6 +7,7 @@ import type { DatabaseError } from "@effect-durable/core/Errors"
 import type * as Outbox from "@effect-durable/pg/Outbox"
 import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Deferred from "effect/Deferred"
+import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
@@ -39,6 +40,8 @@ export interface EngineContext {
   /** The public module's metrics and activity mark, handed in: a value import of them would be a cycle. */
   readonly metrics: typeof PgWorkflowEngine.metrics
   readonly Transactional: typeof PgWorkflowEngine.Transactional
+  /** What a replay that diverges from its journal does (`replay.ts`), and its quiet window. */
+  readonly replay: ReplaySettings
   /**
    * Done when the engine closes: callers still waiting for a result are interrupted then, as
    * upstream's engines interrupt them (the execution itself goes on in another process).
@@ -95,6 +98,12 @@ export interface EngineContext {
   ) => Effect.Effect<Option.Option<unknown>>
 }
 
+export interface ReplaySettings {
+  /** `stop`: the run settles suspended on its divergence; `log`: it is logged and counted, and the run goes on. */
+  readonly divergence: "stop" | "log"
+  readonly window: Duration.Duration
+}
+
 export const journalKey = (kind: Store.StepKind, name: string, attempt: number) => `${kind}/${name}/${attempt}`
 export const runId = (workflow: string, executionId: string) => `${workflow}\u0000${executionId}`
 
@@ -113,6 +122,7 @@ export const make = (options: {
   readonly workerId: string | undefined
   readonly metrics: typeof PgWorkflowEngine.metrics
   readonly Transactional: typeof PgWorkflowEngine.Transactional
+  readonly replay: ReplaySettings
   /** Whether a `SqlClient` in context is the store's (false over the in-memory store). */
   readonly withSql: boolean
 }): Effect.Effect<
@@ -198,6 +208,7 @@ export const make = (options: {
       workerId,
       metrics: options.metrics,
       Transactional: options.Transactional,
+      replay: options.replay,
       shutdown,
       engineScope,
       workflows: new Map(),

@@ -46,6 +46,8 @@ const executionKey = (workflow: string, executionId: string) => `${workflow}\u00
 export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.OutboxWorker["Service"]): Store => {
   const executions = new Map<string, Execution>()
   let started = 0
+  /** Orders the journal, as `recorded_at` does on PostgreSQL. */
+  let recorded = 0
   const find = (workflow: string, executionId: string) => executions.get(executionKey(workflow, executionId))
   const rowOf = (execution: Execution): ExecutionRow => ({
     incarnation: execution.incarnation,
@@ -87,7 +89,7 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
     const standing = execution.steps.get(stepKey(kind, name, attempt))
     if (standing !== undefined) return { inserted: false, result: standing.result }
     const stored: unknown = asJson(result)
-    execution.steps.set(stepKey(kind, name, attempt), { kind, name, attempt, result: stored })
+    execution.steps.set(stepKey(kind, name, attempt), { kind, name, attempt, result: stored, recorded: ++recorded })
     return { inserted: true, result: stored }
   }
 

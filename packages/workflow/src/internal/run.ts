@@ -19,6 +19,7 @@ import { WorkflowEngine, WorkflowInstance } from "effect/workflow/WorkflowEngine
 import * as Codec from "./codec.js"
 import type { EngineContext, Registration } from "./engineContext.js"
 import { journalKey, runId } from "./engineContext.js"
+import * as Replay from "./replay.js"
 import type * as Store from "./store.js"
 
 /** What this process knows of a run it is running. */
@@ -32,6 +33,8 @@ export interface Run {
   interruptPending: boolean
   interruptUnsafe: boolean
   readonly activitiesAsked: Set<string>
+  /** The journal's activities this run has not asked for again, and whether it diverged. */
+  readonly replay: Replay.Replay
   /** Children this run found not complete (it suspends until they are). */
   readonly childrenAwaited: Array<{ readonly workflow: string; readonly executionId: string }>
   fiber: Fiber.Fiber<unknown, unknown> | undefined
@@ -67,6 +70,7 @@ export const runExecution = (
       interruptPending: begun.row.interrupt_requested,
       interruptUnsafe: begun.row.interrupt_unsafe,
       activitiesAsked: new Set(),
+      replay: Replay.make(begun.steps, (step) => journalKey(step.kind, step.name, step.attempt)),
       childrenAwaited: [],
       fiber: undefined,
       failure: undefined
@@ -145,7 +149,7 @@ export const runExecution = (
           : `run failed: ${Cause.pretty(exit.cause)}`
       )
     }
-    const result = exit.value
+    const result = yield* divergedAtEnd(ctx, run, exit.value)
     if (result._tag === "Suspended") {
       // This run's scope: its finalizers belong to a superseded run (the replay builds its
       // own), so they are released without running (`abandoned`).
@@ -161,7 +165,13 @@ export const runExecution = (
       complete: result._tag === "Complete",
       failed: result._tag === "Suspended" && result.failed === true,
       rerun: preempted,
-      waits: result._tag !== "Suspended" ? [] : result.failed === true ? [{ kind: "resume" }] : waitsOf(run)
+      waits: result._tag !== "Suspended"
+        ? []
+        : run.replay.diverged !== undefined
+        ? [run.replay.diverged]
+        : result.failed === true
+        ? [{ kind: "resume" }]
+        : waitsOf(run)
     })
     yield* Metric.update(
       Metric.withAttributes(metrics.runs, {
@@ -183,6 +193,30 @@ export const runExecution = (
     Effect.catchTag("DatabaseError", (error) => Effect.fail(Publisher.retryable(`workflow run: ${error.message}`))),
     Effect.withSpan("WorkflowEngine.run", { attributes: { workflow: entry.workflow._tag } })
   )
+
+/**
+ * What the run settles as: a run that diverged is suspended on it (`failed`: only an operator's
+ * resume wakes it); a completion that left recorded activities unreached diverged at its end.
+ */
+const divergedAtEnd = (ctx: EngineContext, run: Run, result: Workflow.Result<unknown, unknown>) =>
+  Effect.gen(function*() {
+    if (
+      run.replay.diverged === undefined && result._tag === "Complete" && !run.interruptPending &&
+      run.replay.unreached.size > 0
+    ) {
+      const unreached = Replay.unreachedAtEnd(run.replay)
+      yield* Metric.update(Metric.withAttributes(ctx.metrics.divergences, { workflow: run.workflow._tag }), 1)
+      yield* Effect.logWarning(
+        `effect-durable workflow ${printable(run.workflow._tag)} ${
+          printable(run.executionId)
+        }: the run ended where the journal holds ${unreached.map(printable).join(", ")}, not asked for again: ${
+          ctx.replay.divergence === "stop" ? "it stops, diverged, for an operator" : "it completes (divergence: log)"
+        }`
+      )
+      if (ctx.replay.divergence === "stop") run.replay.diverged = { kind: "diverged", step: "the run's end", unreached }
+    }
+    return run.replay.diverged === undefined ? result : new Workflow.Suspended({ failed: true })
+  })
 
 /** The prefix upstream's `DurableClock.sleep` names its clock's deferred with. */
 const CLOCK_DEFERRED = "DurableClock/"

@@ -72,7 +72,9 @@ export const make = (
                                                updated_at = now()`
   const begun = sql`RETURNING ${rowColumns}, e.wake_seq::text AS wake_seq,
     (SELECT coalesce(json_agg(json_build_object('kind', s.kind, 'name', s.name, 'attempt', s.attempt,
-                                                  'result', s.result)), '[]'::json)
+                                                  'result', s.result,
+                                                  'recorded', (extract(epoch FROM s.recorded_at) * 1000000)::bigint)),
+                     '[]'::json)
        FROM ${steps} s WHERE s.workflow = e.workflow AND s.execution_id = e.execution_id) AS steps`
   const begunOf = ({ steps, wake_seq, ...row }: BegunRow): Begun => ({ row: rowOf(row), wakeSeq: wake_seq, steps })
   const beginRun = batched<Execution, Begun | undefined>({

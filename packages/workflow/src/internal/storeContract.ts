@@ -53,6 +53,12 @@ export type WaitingOn =
   | { readonly kind: "child"; readonly workflow: string; readonly executionId: string }
   /** The run failed and `SuspendOnFailure` holds it: an operator's resume. */
   | { readonly kind: "resume" }
+  /**
+   * The code and the journal diverged (`replay.ts`): `step` is what the code asked for (a new
+   * activity, or the run's end), `unreached` the recorded activities it had not asked for again.
+   * An operator's resume, under code that agrees with the journal.
+   */
+  | { readonly kind: "diverged"; readonly step: string; readonly unreached: ReadonlyArray<string> }
 
 export interface ExecutionRow {
   /**
@@ -74,6 +80,8 @@ export interface StepRow {
   readonly name: string
   readonly attempt: number
   readonly result: unknown
+  /** When it was recorded, as a number that orders the journal (given with a run's journal). */
+  readonly recorded?: number
 }
 
 export type WakeMode = "explicit" | "automatic"

@@ -14,6 +14,7 @@ import type * as Workflow from "effect/workflow/Workflow"
 import { WorkflowInstance } from "effect/workflow/WorkflowEngine"
 import * as Codec from "./codec.js"
 import type { EngineContext } from "./engineContext.js"
+import * as Replay from "./replay.js"
 
 /** How a caller waiting for a result polls while the execution is pending or running. */
 const WAIT = Schedule.min([Schedule.exponential("10 millis", 1.5), Schedule.spaced("500 millis")])
@@ -86,5 +87,6 @@ export const deferredResult = (ctx: EngineContext, deferred: DurableDeferred.Any
       0
     )
     if (Option.isNone(stored)) return Option.none()
+    if (run !== undefined) Replay.deferredRead(run.replay, deferred.name)
     return Option.some(yield* Codec.decodeExit(stored.value))
   })

@@ -34,6 +34,7 @@ export type WaitDetail =
     readonly status: Store.Status | null
   }
   | { readonly kind: "resume" }
+  | { readonly kind: "diverged"; readonly step: string; readonly unreached: ReadonlyArray<string> }
   | { readonly kind: "limit"; readonly group: string | null }
 
 /** Each clock's due time (its open message's), each child's status now. */
