@@ -72,6 +72,13 @@ const confirm = (executionId: string) =>
     value: "mail"
   })
 
+/** Deploys `code`, confirms the order and waits until its result satisfies `until`. */
+const confirmedUnder = (
+  code: Parameters<typeof deployed>[0],
+  executionId: string,
+  until: (r: Option.Option<Workflow.Result<string, never>>) => boolean
+) => deployed(code, Effect.andThen(confirm(executionId), eventually(Order.poll(executionId), until)))
+
 describe("deploying workflow code under running executions", () => {
   it.layer(TestSubstrate.layer(), { timeout: "120 seconds", excludeTestServices: true })((it) => {
     it.effect("a renamed step diverges: the new name never runs, the run stops naming both sides, and resumes under code that agrees", () =>
@@ -85,13 +92,7 @@ describe("deploying workflow code under running executions", () => {
             yield* step(`ship-${id}`)
             return `shipped, confirmed by ${by}`
           })
-        yield* deployed(
-          renamed,
-          Effect.gen(function*() {
-            yield* confirm(executionId)
-            yield* eventually(Order.poll(executionId), suspendedOn(true))
-          })
-        )
+        yield* confirmedUnder(renamed, executionId, suspendedOn(true))
         expect([times("chargeCard-r"), times("charge-r"), times("ship-r")]).toEqual([0, 1, 0])
         const shown = yield* Effect.flatMap(WorkflowAdmin.make, (admin) => admin.show(Order._tag, executionId))
         expect(shown?.waits).toEqual([{
@@ -123,13 +124,7 @@ describe("deploying workflow code under running executions", () => {
             yield* step(`receipt-${id}`)
             return shipped
           })
-        yield* deployed(
-          appended,
-          Effect.gen(function*() {
-            yield* confirm(executionId)
-            yield* eventually(Order.poll(executionId), complete)
-          })
-        )
+        yield* confirmedUnder(appended, executionId, complete)
         expect([times("charge-a"), times("ship-a"), times("receipt-a")]).toEqual([1, 1, 1])
       }))
 
@@ -144,13 +139,7 @@ describe("deploying workflow code under running executions", () => {
             yield* step(`ship-${id}`)
             return `shipped, confirmed by ${by}`
           })
-        yield* deployed(
-          beside,
-          Effect.gen(function*() {
-            yield* confirm(executionId)
-            yield* eventually(Order.poll(executionId), complete)
-          })
-        )
+        yield* confirmedUnder(beside, executionId, complete)
         expect([times("charge-c"), times("audit-c"), times("ship-c")]).toEqual([1, 1, 1])
       }))
 
@@ -158,13 +147,7 @@ describe("deploying workflow code under running executions", () => {
       Effect.gen(function*() {
         const executionId = yield* startedUnderV1("e")
         const removed = () => Effect.map(DurableDeferred.await(Confirmed), (by) => `confirmed by ${by}, never charged`)
-        yield* deployed(
-          removed,
-          Effect.gen(function*() {
-            yield* confirm(executionId)
-            yield* eventually(Order.poll(executionId), suspendedOn(true))
-          })
-        )
+        yield* confirmedUnder(removed, executionId, suspendedOn(true))
         const shown = yield* Effect.flatMap(WorkflowAdmin.make, (admin) => admin.show(Order._tag, executionId))
         expect(shown?.status).toBe("suspended")
         expect(shown?.waits).toEqual([{ kind: "diverged", step: "the run's end", unreached: ["activity charge-e"] }])
@@ -187,13 +170,7 @@ describe("deploying workflow code under running executions", () => {
             return executionId
           })
         )
-        yield* deployed(
-          raced,
-          Effect.gen(function*() {
-            yield* confirm(executionId)
-            yield* eventually(Order.poll(executionId), complete)
-          })
-        )
+        yield* confirmedUnder(raced, executionId, complete)
         expect(times("ship-q")).toBe(1)
       }))
   })
