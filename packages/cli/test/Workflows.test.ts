@@ -7,9 +7,10 @@ import { cliOn, json, Substrate } from "./support.js"
 
 const seed = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  yield* sql`INSERT INTO durable.workflow_executions (workflow, execution_id, payload, payload_fingerprint, status, result)
-             VALUES ('Billing', 'e-1', '{"invoice":7}', 'f', 'suspended', '{"_tag":"Suspended"}'),
-                    ('Billing', 'e-2', '{"invoice":8}', 'f', 'running', NULL)`
+  yield* sql`INSERT INTO durable.workflow_executions (workflow, execution_id, payload, payload_fingerprint, status, result,
+                                                      deploy_version)
+             VALUES ('Billing', 'e-1', '{"invoice":7}', 'f', 'suspended', '{"_tag":"Suspended"}', '2026.12.07'),
+                    ('Billing', 'e-2', '{"invoice":8}', 'f', 'running', NULL, NULL)`
   yield* sql`INSERT INTO durable.workflow_steps (workflow, execution_id, kind, name, attempt, result)
              VALUES ('Billing', 'e-1', 'activity', 'charge', 1, '{"_tag":"Complete"}')`
 })
@@ -34,6 +35,8 @@ describe("effect-durable workflows", () => {
         expect(shown.code).toBe(0)
         expect(shown.stdout).toMatch(/^status:\s+suspended$/m)
         expect(shown.stdout).toMatch(/^activity\s+charge\s+1\s/m)
+        // The deploy version it started under.
+        expect(shown.stdout).toMatch(/^version:\s+2026\.12\.07$/m)
         const missing = yield* cliOn(["workflows", "show", "Billing", "e-9"])
         expect(missing.code).toBe(1)
 

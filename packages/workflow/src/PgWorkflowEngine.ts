@@ -105,6 +105,12 @@ export interface PgWorkflowEngineOptions {
    * Default 5 seconds.
    */
   readonly replayWindow?: Duration.Input
+  /**
+   * The deploy version of the code this process runs (a release tag, a commit): recorded on
+   * each execution it starts, shown by `WorkflowAdmin`, the CLI and the page (docs/workflows.md,
+   * "Deploying changes"). Non-empty, at most 128 characters. Default: none recorded.
+   */
+  readonly version?: string
 }
 
 /** A second start of an execution id with another payload, refused in strict mode. */
@@ -168,6 +174,11 @@ const build = (
   withSql: boolean
 ): Effect.Effect<WorkflowEngine["Service"], never, EngineContext.Substrate | Scope.Scope> =>
   Effect.gen(function*() {
+    if (options.version !== undefined && (options.version.length === 0 || options.version.length > 128)) {
+      return yield* Effect.die(
+        `PgWorkflowEngine: version must be 1 to 128 characters (got ${options.version.length})`
+      )
+    }
     const ctx = yield* EngineContext.make({
       workerId: options.workerId,
       metrics,
@@ -221,7 +232,15 @@ const build = (
             WorkflowLimits.groupOf(workflows.get(workflow._tag)!.workflow, opts.payload)
           )
           const started = yield* guarded(
-            store.start({ workflow: workflow._tag, executionId: opts.executionId, payload, parent, attributes, group })
+            store.start({
+              workflow: workflow._tag,
+              executionId: opts.executionId,
+              payload,
+              parent,
+              attributes,
+              group,
+              version: options.version
+            })
           )
           if (started.mismatch) {
             yield* Metric.update(metrics.payloadMismatches, 1)

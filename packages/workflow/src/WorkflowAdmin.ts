@@ -54,6 +54,8 @@ export interface ExecutionSummary {
   readonly waitingOn: ReadonlyArray<WaitingOn> | null
   /** The flow group of its runs (`WorkflowLimits.groupBy`); null when it has none. */
   readonly group: string | null
+  /** The deploy version it started under (`PgWorkflowEngine`'s `version`); null when none was given. */
+  readonly version: string | null
   /** Its searchable attributes (`WorkflowAttributes`). */
   readonly attributes: Readonly<Record<string, string>>
   readonly runs: number
@@ -182,6 +184,7 @@ interface Row {
   readonly waiting_on: ReadonlyArray<WaitingOn> | null
   readonly attributes: Readonly<Record<string, string>>
   readonly run_group: string | null
+  readonly deploy_version: string | null
 }
 
 const summary = (row: Row): ExecutionSummary => ({
@@ -190,6 +193,7 @@ const summary = (row: Row): ExecutionSummary => ({
   status: row.status,
   waitingOn: row.status === "suspended" || row.status === "pending" ? row.waiting_on : null,
   group: row.run_group,
+  version: row.deploy_version,
   attributes: row.attributes,
   runs: row.runs,
   payloadMismatches: row.payload_mismatches,
@@ -229,7 +233,7 @@ export const make: Effect.Effect<
     // A pending execution under a limit that applies to it: its next run queues behind it.
     const columns = sql`e.workflow, e.execution_id, e.status, e.runs, e.payload_mismatches, e.interrupt_requested,
       e.parent_workflow, e.parent_execution_id, e.created_at::text, e.updated_at::text, e.completed_at::text, e.attributes,
-      e.run_group,
+      e.run_group, e.deploy_version,
       CASE WHEN e.status <> 'pending' THEN e.waiting_on
            WHEN ${limitApplies} THEN jsonb_build_array(jsonb_build_object('kind', 'limit', 'group', e.run_group))
       END AS waiting_on`

@@ -29,15 +29,16 @@ const step = (name: string) =>
   Activity.make({ name, execute: Effect.sync(() => void ran.set(name, (ran.get(name) ?? 0) + 1)) })
 const times = (name: string) => ran.get(name) ?? 0
 
-/** One deploy: the engine running `code` for the workflow, for the length of `program`. */
+/** One deploy: the engine running `code` (of deploy version `version`) for the length of `program`. */
 const deployed = <A, E>(
   code: (payload: { readonly id: string }) => Effect.Effect<string, never, WorkflowEngine | any>,
-  program: Effect.Effect<A, E, WorkflowEngine>
+  program: Effect.Effect<A, E, WorkflowEngine>,
+  version = "v2"
 ) =>
   program.pipe(
     Effect.provide(
       Order.toLayer(code).pipe(
-        Layer.provideMerge(PgWorkflowEngine.layer({ pollInterval: "100 millis", replayWindow: "300 millis" }))
+        Layer.provideMerge(PgWorkflowEngine.layer({ pollInterval: "100 millis", replayWindow: "300 millis", version }))
       )
     )
   )
@@ -64,7 +65,8 @@ const startedUnderV1 = (id: string) =>
       yield* eventually(Order.poll(executionId), suspendedOn(false))
       expect(times(`charge-${id}`)).toBe(1)
       return executionId
-    })
+    }),
+    "v1"
   )
 const confirm = (executionId: string) =>
   DurableDeferred.succeed(Confirmed, {
@@ -100,6 +102,8 @@ describe("deploying workflow code under running executions", () => {
           step: "activity chargeCard-r",
           unreached: ["activity charge-r"]
         }])
+        // The version it started under, as recorded at its start.
+        expect(shown?.version).toBe("v1")
         expect(WorkflowAdmin.describeWait(shown!.waits![0]!)).toContain("chargeCard-r")
         const counted = yield* Effect.flatMap(WorkflowAdmin.make, (admin) => admin.waiting({ workflow: Order._tag }))
         expect(counted).toContainEqual(expect.objectContaining({ kind: "diverged", name: "activity chargeCard-r" }))

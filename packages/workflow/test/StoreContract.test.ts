@@ -21,7 +21,16 @@ const fresh = () => ({ workflow: "Contract/W", executionId: `e-${++ids}` })
 const start = (workflow: string, executionId: string, payload: unknown = { n: 1 }) =>
   Effect.flatMap(
     WorkflowStore.WorkflowStore,
-    (store) => store.start({ workflow, executionId, payload, parent: undefined, attributes: {}, group: undefined })
+    (store) =>
+      store.start({
+        workflow,
+        executionId,
+        payload,
+        parent: undefined,
+        attributes: {},
+        group: undefined,
+        version: undefined
+      })
   )
 /** Claims the execution's run message, as the run projector does. */
 const claimRun = (workflow: string, executionId: string) =>

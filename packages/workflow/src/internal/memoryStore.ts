@@ -23,6 +23,7 @@ interface Execution {
   readonly payload: unknown
   readonly parent: { readonly workflow: string; readonly executionId: string } | undefined
   readonly group: string | undefined
+  readonly version: string | undefined
   readonly attributes: Readonly<Record<string, string>>
   readonly steps: Map<string, StepRow & { outboxId?: string }>
   status: Status
@@ -94,7 +95,7 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
   }
 
   return {
-    start: ({ attributes, executionId, group, parent, payload, workflow }) =>
+    start: ({ attributes, executionId, group, parent, payload, version, workflow }) =>
       Effect.gen(function*() {
         const text = yield* Effect.orDie(Fingerprint.canonicalize(payload))
         const fingerprint = Fingerprint.toHex(Fingerprint.fingerprintOfCanonical(text))
@@ -110,6 +111,7 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
           payload: JSON.parse(text),
           parent,
           group,
+          version,
           attributes,
           steps: new Map(),
           status: "pending",

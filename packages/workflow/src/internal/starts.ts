@@ -29,6 +29,7 @@ export interface Start
   readonly parent: { readonly workflow: string; readonly executionId: string } | undefined
   readonly attributes: string
   readonly group: string | undefined
+  readonly version: string | undefined
 }
 export const Start = Request.tagged<Start>("WorkflowStart")
 
@@ -71,17 +72,19 @@ export const resolver = (
             if (!firsts.has(request.executionId)) firsts.set(request.executionId, request)
           }
           const batch = [...firsts.values()]
-          // Absent values as '' (NULLIF): ids, names and groups are never empty.
+          // Absent values as '' (NULLIF): ids, names, groups and versions are never empty.
           const write = sql`
             INSERT INTO ${executions} (workflow, execution_id, payload, payload_fingerprint, parent_workflow,
-                                       parent_execution_id, attributes, run_group)
-            SELECT ${workflow}, i, p::jsonb, f, NULLIF(pw, ''), NULLIF(pe, ''), a::jsonb, NULLIF(g, '')
+                                       parent_execution_id, attributes, run_group, deploy_version)
+            SELECT ${workflow}, i, p::jsonb, f, NULLIF(pw, ''), NULLIF(pe, ''), a::jsonb, NULLIF(g, ''), NULLIF(v, '')
               FROM unnest(${batch.map((s) => s.executionId)}::text[], ${batch.map((s) => s.text)}::text[],
                           ${batch.map((s) => s.fingerprint)}::text[], ${
             batch.map((s) => s.parent?.workflow ?? "")
           }::text[], ${batch.map((s) => s.parent?.executionId ?? "")}::text[], ${
             batch.map((s) => s.attributes)
-          }::text[], ${batch.map((s) => s.group ?? "")}::text[]) AS u(i, p, f, pw, pe, a, g)
+          }::text[], ${batch.map((s) => s.group ?? "")}::text[], ${
+            batch.map((s) => s.version ?? "")
+          }::text[]) AS u(i, p, f, pw, pe, a, g, v)
             ON CONFLICT (workflow, execution_id) DO NOTHING
             RETURNING execution_id AS key`
           const started = new Set(

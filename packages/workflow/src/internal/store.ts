@@ -189,7 +189,7 @@ export const make = (
   }
 
   return {
-    start: ({ attributes, executionId, group, parent, payload, workflow }) =>
+    start: ({ attributes, executionId, group, parent, payload, version, workflow }) =>
       Effect.gen(function*() {
         const text = yield* Effect.orDie(Fingerprint.canonicalize(payload))
         const fingerprint = Fingerprint.toHex(Fingerprint.fingerprintOfCanonical(text))
@@ -198,10 +198,10 @@ export const make = (
         const start = Effect.gen(function*() {
           const id = yield* onlyDatabaseErrors(statements.enqueueAfter(
             sql`INSERT INTO ${executions} (workflow, execution_id, payload, payload_fingerprint, parent_workflow,
-                                           parent_execution_id, attributes, run_group)
+                                           parent_execution_id, attributes, run_group, deploy_version)
                 VALUES (${workflow}, ${executionId}, ${text}::jsonb, ${fingerprint}, ${parent?.workflow ?? null}, ${
               parent?.executionId ?? null
-            }, ${json(attributes)}::jsonb, ${group ?? null})
+            }, ${json(attributes)}::jsonb, ${group ?? null}, ${version ?? null})
                 ON CONFLICT (workflow, execution_id) DO NOTHING
                 RETURNING 1`,
             runMessage(workflow, executionId, group)
@@ -224,7 +224,8 @@ export const make = (
             fingerprint,
             parent,
             attributes: json(attributes),
-            group
+            group,
+            version
           }),
           batchedStarts
         )

@@ -102,6 +102,8 @@ export interface Store {
     readonly attributes: Readonly<Record<string, string>>
     /** The flow group of its runs (`WorkflowLimits.groupBy`), checked; kept only by the first start. */
     readonly group: string | undefined
+    /** The deploy version of the code starting it (`PgWorkflowEngine`'s `version`); kept only by the first start. */
+    readonly version: string | undefined
   }) => Effect.Effect<{ readonly started: boolean; readonly mismatch: boolean }, DatabaseError>
   readonly read: (workflow: string, executionId: string) => Effect.Effect<ExecutionRow | undefined, DatabaseError>
   /**

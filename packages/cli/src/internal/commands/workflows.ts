@@ -110,6 +110,7 @@ const show = Command.make(
         ...(found.completedAt === null ? [] : [field("completed", found.completedAt)]),
         ...(found.parent === null ? [] : [field("parent", `${found.parent.workflow} / ${found.parent.executionId}`)]),
         ...(found.group === null ? [] : [field("group", found.group)]),
+        ...(found.version === null ? [] : [field("version", found.version)]),
         ...(found.waits ?? []).map((wait) => field("waiting", WorkflowAdmin.describeWait(wait))),
         ...Object.entries(found.attributes).map(([name, value]) => field("attribute", `${name}=${value}`)),
         ...(found.payloadMismatches === 0

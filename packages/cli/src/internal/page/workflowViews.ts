@@ -166,6 +166,7 @@ ${executionActions(ctx, e)}
 <dt>Waiting on</dt><dd>${waitsField(ctx, e.waits)}</dd>
 <dt>Attributes</dt><dd>${attributesText(e.attributes)}</dd>
 <dt>Group</dt><dd>${e.group ?? "-"}</dd>
+<dt>Version</dt><dd>${e.version ?? "-"}</dd>
 <dt>Runs</dt><dd>${e.runs}</dd>
 <dt>Parent</dt><dd>${
       e.parent === null
