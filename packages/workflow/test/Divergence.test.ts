@@ -147,6 +147,38 @@ describe("deploying workflow code under running executions", () => {
         expect([times("charge-c"), times("audit-c"), times("ship-c")]).toEqual([1, 1, 1])
       }))
 
+    it.effect("a recorded failure replayed is not a divergence: the siblings a fail-fast Effect.all cut off count for nothing", () =>
+      Effect.gen(function*() {
+        // The first time both branches record: the reservation at once, then the charge's failure.
+        const failFast = ({ id }: { readonly id: string }) =>
+          Effect.gen(function*() {
+            const charge = Activity.make({
+              name: `decline-${id}`,
+              error: Schema.String,
+              execute: Effect.andThen(Effect.sleep("50 millis"), Effect.fail("declined"))
+            })
+            const declined = yield* Effect.all([charge, step(`reserve-${id}`)], { concurrency: 2 }).pipe(
+              Effect.as(false),
+              Effect.catch(() => Effect.succeed(true))
+            )
+            const by = yield* DurableDeferred.await(Confirmed)
+            yield* step(`ship-${id}`)
+            return `${declined ? "declined" : "charged"}, confirmed by ${by}`
+          })
+        const executionId = yield* deployed(
+          failFast,
+          Effect.gen(function*() {
+            const executionId = yield* Order.execute({ id: "f" }, { discard: true })
+            yield* eventually(Order.poll(executionId), suspendedOn(false))
+            return executionId
+          })
+        )
+        expect(times("reserve-f")).toBe(1)
+        // Replayed, the recorded failure returns at once and the reservation is never asked again.
+        yield* confirmedUnder(failFast, executionId, complete)
+        expect([times("reserve-f"), times("ship-f")]).toEqual([1, 1])
+      }))
+
     it.effect("a removed step diverges at the end: the run does not complete on a journal that says otherwise", () =>
       Effect.gen(function*() {
         const executionId = yield* startedUnderV1("e")

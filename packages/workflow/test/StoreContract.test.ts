@@ -168,3 +168,22 @@ for (const driver of drivers) {
     })
   })
 }
+
+describe("the PostgreSQL driver's shared statements", () => {
+  it.layer(drivers[0]!.layer, { timeout: "60 seconds" })((it) => {
+    it.effect("a call whose data PostgreSQL refuses fails alone: the calls batched with it are answered", () =>
+      Effect.gen(function*() {
+        const store = yield* WorkflowStore.WorkflowStore
+        const { executionId, workflow } = fresh()
+        yield* start(workflow, executionId)
+        // A NUL character: JSON carries it, jsonb refuses it.
+        const [bad, good] = yield* Effect.all([
+          Effect.flip(store.recordStep(workflow, executionId, "activity", "bad", 1, { text: "a\u0000b" })),
+          store.recordStep(workflow, executionId, "activity", "good", 1, { ok: true })
+        ], { concurrency: "unbounded" })
+        expect(bad._tag).toBe("DatabaseError")
+        expect(good).toEqual({ inserted: true, result: { ok: true } })
+        expect(yield* store.step(workflow, executionId, "activity", "bad", 1)).toBeUndefined()
+      }))
+  })
+})

@@ -51,6 +51,8 @@ const diverges = (ctx: EngineContext, run: Run, name: string, attempt: number) =
     if (run.replay.diverged !== undefined) return true
     const unreached = yield* Replay.awaitReached(run.replay, ctx.replay.window)
     if (unreached.length === 0) return false
+    // Another step of this run, waiting beside this one, said it first.
+    if (run.replay.diverged !== undefined) return true
     const step = Replay.label(name, attempt)
     yield* Metric.update(Metric.withAttributes(ctx.metrics.divergences, { workflow: run.workflow._tag }), 1)
     yield* Effect.logWarning(
@@ -60,7 +62,11 @@ const diverges = (ctx: EngineContext, run: Run, name: string, attempt: number) =
         ctx.replay.divergence === "stop" ? "the run stops, diverged, for an operator" : "it runs (divergence: log)"
       }`
     )
-    if (ctx.replay.divergence === "log") return false
+    if (ctx.replay.divergence === "log") {
+      // Said once: the run goes on without waiting again.
+      Replay.forgive(run.replay)
+      return false
+    }
     run.replay.diverged = { kind: "diverged", step, unreached }
     return true
   })
@@ -93,7 +99,13 @@ export const execute = (ctx: EngineContext, activity: Activity.Any, attempt: num
       : run.journal.has(journaled)
       ? Option.some(run.journal.get(journaled))
       : Option.none()
-    if (Option.isSome(stored)) return yield* Codec.decodeActivityResult(stored.value)
+    if (Option.isSome(stored)) {
+      const replayed = yield* Codec.decodeActivityResult(stored.value)
+      if (run !== undefined && replayed._tag === "Complete" && Exit.isFailure(replayed.exit)) {
+        Replay.failureReplayed(run.replay)
+      }
+      return replayed
+    }
     // An interrupt asked since the run began is seen before the next activity starts.
     if (run !== undefined && !run.interruptPending) {
       const row = yield* inRun(run, store.read(workflow, instance.executionId))
@@ -104,8 +116,14 @@ export const execute = (ctx: EngineContext, activity: Activity.Any, attempt: num
     }
     // A pending interrupt replays only to rebuild compensations: no new activity starts.
     if (run?.interruptPending === true && !instance.interrupted) return new Workflow.Suspended({})
-    // A new step: not while the journal holds activities this run has not asked for again.
-    if (run !== undefined && (yield* diverges(ctx, run, activity.name, attempt))) return new Workflow.Suspended({})
+    // A new step: not while the journal holds activities this run has not asked for again. (Not
+    // checked while the run parks or is interrupted: compensations run with siblings cut off.)
+    if (
+      run !== undefined && !run.interruptPending && !instance.interrupted && !instance.suspended &&
+      (yield* diverges(ctx, run, activity.name, attempt))
+    ) {
+      return new Workflow.Suspended({})
+    }
     // Its own awaited deferreds, as `layerMemory` gives it: a deferred awaited inside an
     // activity body never preempts the run (when the activity suspends on it, the run
     // settles suspended and the completion's wake sequence wakes it).

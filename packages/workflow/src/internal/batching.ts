@@ -12,6 +12,7 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Request from "effect/Request"
 import * as RequestResolver from "effect/RequestResolver"
+import * as Result from "effect/Result"
 
 interface Call<I, A> extends Request.Request<A, DatabaseError> {
   readonly _tag: "WorkflowStoreCall"
@@ -52,8 +53,21 @@ export const batched = <I, A>(options: {
             const [entry] = round.values()
             entry!.completeUnsafe(Exit.succeed(yield* options.one(entry!.request.input)))
           } else {
-            const answers = yield* options.many([...round.values()].map((entry) => entry.request.input))
-            for (const [key, entry] of round) entry.completeUnsafe(Exit.succeed(answers.get(key) ?? options.missing))
+            const answers = yield* Effect.result(options.many([...round.values()].map((entry) => entry.request.input)))
+            if (Result.isSuccess(answers)) {
+              for (const [key, entry] of round) {
+                entry.completeUnsafe(Exit.succeed(answers.success.get(key) ?? options.missing))
+              }
+            } else {
+              // The statement wrote nothing (it is one): each call on its own, so that what one
+              // call's data makes fail (a value the column refuses) fails that call only.
+              yield* Effect.forEach(
+                round.values(),
+                (entry) =>
+                  Effect.map(Effect.exit(options.one(entry.request.input)), (exit) => entry.completeUnsafe(exit)),
+                { discard: true }
+              )
+            }
           }
           left = later
         }

@@ -14,8 +14,12 @@
  * Appending steps after the last recorded one is compatible. A race whose winner the journal
  * holds (`Activity.raceAll`, `DurableDeferred.raceAll`) returns it without running its arms:
  * the activities recorded before that winner count as reached. Not checked: a suspension (a run
- * that parks on a wait may end before siblings of the wait are asked), and the order of recorded
- * steps among themselves (a step replays its own recorded result, by name and attempt).
+ * that parks on a wait may end before siblings of the wait are asked), an interrupted run's
+ * compensations, a run after a recorded failure replayed (a fail-fast combinator cuts off its
+ * siblings), and the order of recorded steps among themselves (a step replays its own recorded
+ * result, by name and attempt). A plain `Effect.race` of two activities that both recorded
+ * replays its first arm only: the other is unreached (use `Activity.raceAll`, or `divergence:
+ * "log"`).
  */
 import * as Deferred from "effect/Deferred"
 import type * as Duration from "effect/Duration"
@@ -65,6 +69,20 @@ const progressed = (replay: Replay) => {
 /** The code asked for an activity: if the journal holds it, it is reached. */
 export const reached = (replay: Replay, key: string): void => {
   if (replay.unreached.delete(key)) progressed(replay)
+}
+
+/**
+ * A recorded failure replayed (an activity's, a deferred's): it returns at once, and a fail-fast
+ * combinator around it (`Effect.all`) cuts off siblings it recorded beside it the first time, so
+ * what is unreached after it says nothing. The run is no longer checked.
+ */
+export const failureReplayed = (replay: Replay): void => forgive(replay)
+
+/** Nothing left to wait for or to report (in `log` mode, once it was said). */
+export const forgive = (replay: Replay): void => {
+  if (replay.unreached.size === 0) return
+  replay.unreached.clear()
+  progressed(replay)
 }
 
 /** A deferred the run read: a race's winner the journal held reaches what was recorded before it. */

@@ -71,7 +71,8 @@ export const resolver = (
           for (const { request } of entries) {
             if (!firsts.has(request.executionId)) firsts.set(request.executionId, request)
           }
-          const batch = [...firsts.values()]
+          // In id order: two processes starting the same ids lock their rows in one order.
+          const batch = [...firsts.values()].sort((a, b) => (a.executionId < b.executionId ? -1 : 1))
           // Absent values as '' (NULLIF): ids, names, groups and versions are never empty.
           const write = sql`
             INSERT INTO ${executions} (workflow, execution_id, payload, payload_fingerprint, parent_workflow,

@@ -87,6 +87,10 @@ export const deferredResult = (ctx: EngineContext, deferred: DurableDeferred.Any
       0
     )
     if (Option.isNone(stored)) return Option.none()
-    if (run !== undefined) Replay.deferredRead(run.replay, deferred.name)
-    return Option.some(yield* Codec.decodeExit(stored.value))
+    const exit = yield* Codec.decodeExit(stored.value)
+    if (run !== undefined) {
+      Replay.deferredRead(run.replay, deferred.name)
+      if (Exit.isFailure(exit)) Replay.failureReplayed(run.replay)
+    }
+    return Option.some(exit)
   })
