@@ -56,18 +56,20 @@ const v1 = ({ id }: { readonly id: string }) =>
     return `shipped, confirmed by ${by}`
   })
 
-/** Starts an order under version 1 and leaves it waiting for its confirmation (charge recorded). */
-const startedUnderV1 = (id: string) =>
+/** Starts an order under `code` and leaves it waiting for its confirmation. */
+const startedUnder = (code: Parameters<typeof deployed>[0], id: string) =>
   deployed(
-    v1,
+    code,
     Effect.gen(function*() {
       const executionId = yield* Order.execute({ id }, { discard: true })
       yield* eventually(Order.poll(executionId), suspendedOn(false))
-      expect(times(`charge-${id}`)).toBe(1)
       return executionId
     }),
     "v1"
   )
+/** Starts an order under version 1 (charge recorded, waiting for its confirmation). */
+const startedUnderV1 = (id: string) =>
+  Effect.tap(startedUnder(v1, id), () => Effect.sync(() => expect(times(`charge-${id}`)).toBe(1)))
 const confirm = (executionId: string) =>
   DurableDeferred.succeed(Confirmed, {
     token: DurableDeferred.tokenFromExecutionId(Confirmed, { workflow: Order, executionId }),
@@ -165,14 +167,7 @@ describe("deploying workflow code under running executions", () => {
             yield* step(`ship-${id}`)
             return `${declined ? "declined" : "charged"}, confirmed by ${by}`
           })
-        const executionId = yield* deployed(
-          failFast,
-          Effect.gen(function*() {
-            const executionId = yield* Order.execute({ id: "f" }, { discard: true })
-            yield* eventually(Order.poll(executionId), suspendedOn(false))
-            return executionId
-          })
-        )
+        const executionId = yield* startedUnder(failFast, "f")
         expect(times("reserve-f")).toBe(1)
         // Replayed, the recorded failure returns at once and the reservation is never asked again.
         yield* confirmedUnder(failFast, executionId, complete)
@@ -198,14 +193,7 @@ describe("deploying workflow code under running executions", () => {
             yield* step(`ship-${id}`)
             return `shipped, confirmed by ${by}`
           })
-        const executionId = yield* deployed(
-          raced,
-          Effect.gen(function*() {
-            const executionId = yield* Order.execute({ id: "q" }, { discard: true })
-            yield* eventually(Order.poll(executionId), suspendedOn(false))
-            return executionId
-          })
-        )
+        const executionId = yield* startedUnder(raced, "q")
         yield* confirmedUnder(raced, executionId, complete)
         expect(times("ship-q")).toBe(1)
       }))
