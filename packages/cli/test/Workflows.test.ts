@@ -205,5 +205,34 @@ describe("effect-durable workflows", () => {
         ).toEqual(["limit acme 2", "limit  1"])
         expect((yield* cliOn(["limits", "clear", "workflow.run:Charge"])).code).toBe(0)
       }))
+    it.effect("versions counts unfinished runs by the version they started under, diverged ones apart; patches says which branch each took and whether the old one can go", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`INSERT INTO durable.workflow_executions (workflow, execution_id, payload, payload_fingerprint, status,
+                                                            deploy_version, waiting_on, completed_at)
+                   VALUES ('Shipping', 's-1', '{}', 'f', 'suspended', 'v1', '[{"kind":"diverged","step":"activity x","unreached":[]}]', NULL),
+                          ('Shipping', 's-2', '{}', 'f', 'suspended', 'v1', '[{"kind":"deferred","name":"Signed"}]', NULL),
+                          ('Shipping', 's-3', '{}', 'f', 'running', 'v2', NULL, NULL),
+                          ('Shipping', 's-4', '{}', 'f', 'complete', 'v1', NULL, now())`
+        yield* sql`INSERT INTO durable.workflow_steps (workflow, execution_id, kind, name, attempt, result)
+                   VALUES ('Shipping', 's-2', 'patch', 'insured', 0, 'false'), ('Shipping', 's-3', 'patch', 'insured', 0, 'true'),
+                          ('Shipping', 's-4', 'patch', 'insured', 0, 'false')`
+        const versions = json(yield* cliOn(["workflows", "versions", "--workflow", "Shipping", "--json"])).versions
+        expect(
+          versions.map((v: { version: string; unfinished: number; diverged: number }) =>
+            `${v.version} ${v.unfinished} ${v.diverged}`
+          )
+        ).toEqual(["v1 2 1", "v2 1 0"])
+        const table = yield* cliOn(["workflows", "versions"])
+        expect(table.stdout).toMatch(/^Shipping\s+v1\s+2\s+1\s/m)
+        // s-4 is complete: it holds nothing. s-1 has not met the patch yet: undecided.
+        const patches = yield* cliOn(["workflows", "patches", "Shipping"])
+        expect(patches.stdout).toMatch(/^insured\s+1\s+1\s+1\s+no$/m)
+        expect(json(yield* cliOn(["workflows", "patches", "Shipping", "other", "--json"])).patches).toEqual([
+          { patch: "other", patched: 0, unpatched: 0, undecided: 3, droppable: false }
+        ])
+        const none = yield* cliOn(["workflows", "patches", "Nothing"])
+        expect(none.stdout).toMatch(/no unfinished execution of Nothing recorded a patch \(0 unfinished executions\)/)
+      }))
   })
 })

@@ -47,6 +47,7 @@ import * as WorkflowEngineModule from "effect/workflow/WorkflowEngine"
 import * as Activities from "./internal/activity.js"
 import * as Codec from "./internal/codec.js"
 import * as EngineContext from "./internal/engineContext.js"
+import * as Replay from "./internal/replay.js"
 import * as Runners from "./internal/runners.js"
 import * as Wait from "./internal/wait.js"
 import * as WorkflowAttributes from "./WorkflowAttributes.js"
@@ -298,15 +299,19 @@ const build = (
       deferredResult: (deferred) => Wait.deferredResult(ctx, deferred),
       deferredDone: (completion) => Wait.deferredDone(ctx, completion),
       scheduleClock: (workflow, opts) =>
-        guarded(
-          store.scheduleClock(
-            workflow._tag,
-            opts.executionId,
-            opts.clock.name,
-            opts.clock.deferred.name,
-            opts.clock.duration
+        Effect.flatMap(ctx.currentRun, (run) => {
+          if (run !== undefined) Replay.asked(run.replay, EngineContext.journalKey("clock", opts.clock.name, 0))
+          return ctx.inRun(
+            run,
+            store.scheduleClock(
+              workflow._tag,
+              opts.executionId,
+              opts.clock.name,
+              opts.clock.deferred.name,
+              opts.clock.duration
+            )
           )
-        )
+        })
     })
     return engine
   })

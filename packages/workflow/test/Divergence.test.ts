@@ -15,19 +15,10 @@ import * as Activity from "effect/workflow/Activity"
 import * as DurableDeferred from "effect/workflow/DurableDeferred"
 import * as Workflow from "effect/workflow/Workflow"
 import type { WorkflowEngine } from "effect/workflow/WorkflowEngine"
+import { countedSteps, orderWorkflow } from "./fixtures/deploys.js"
 
-const Confirmed = DurableDeferred.make("Deploy/Confirmed", { success: Schema.String })
-const Order = Workflow.make("Deploy/Order", {
-  payload: { id: Schema.String },
-  success: Schema.String,
-  idempotencyKey: ({ id }) => id
-})
-
-/** What each activity did, by name: how many times its body ran. */
-const ran = new Map<string, number>()
-const step = (name: string) =>
-  Activity.make({ name, execute: Effect.sync(() => void ran.set(name, (ran.get(name) ?? 0) + 1)) })
-const times = (name: string) => ran.get(name) ?? 0
+const { Confirmed, Order } = orderWorkflow("Deploy")
+const { step, times } = countedSteps()
 
 /** One deploy: the engine running `code` (of deploy version `version`) for the length of `program`. */
 const deployed = <A, E>(

@@ -20,7 +20,7 @@ import * as Codec from "./codec.js"
 import type { EngineContext } from "./engineContext.js"
 import { journalKey } from "./engineContext.js"
 import * as Replay from "./replay.js"
-import type { Run } from "./run.js"
+import { recording, type Run } from "./run.js"
 
 /**
  * A retryable database failure (a lost connection, a serialization failure, a deadlock, a
@@ -185,11 +185,14 @@ export const execute = (ctx: EngineContext, activity: Activity.Any, attempt: num
     }
     const result = yield* observed(executeBody((effect) => effect))
     if (result._tag === "Suspended") return result
-    const recorded = yield* inRun(
+    const recorded = yield* recording(
       run,
-      Effect.flatMap(
-        Codec.encodeActivityResult(result),
-        (json) => store.recordStep(workflow, instance.executionId, "activity", activity.name, attempt, json)
+      inRun(
+        run,
+        Effect.flatMap(
+          Codec.encodeActivityResult(result),
+          (json) => store.recordStep(workflow, instance.executionId, "activity", activity.name, attempt, json)
+        )
       )
     )
     run?.journal.set(journaled, recorded.result)

@@ -28,7 +28,7 @@ import * as Option from "effect/Option"
 import type { StepRow, WaitingOn } from "./storeContract.js"
 
 /** The prefix upstream's `raceAll` names the deferred that holds its winner with. */
-const RACE_PREFIX = "raceAll/"
+export const RACE_PREFIX = "raceAll/"
 
 /** Journaled activities not asked for again yet in this run, by journal key. */
 export interface Replay {
@@ -39,6 +39,12 @@ export interface Replay {
   progress: Deferred.Deferred<void>
   /** Set when the run diverged: it settles suspended on it, for an operator. */
   diverged: Extract<WaitingOn, { kind: "diverged" }> | undefined
+  /**
+   * Every step the journal held when the run began (activities, deferreds, clocks; not patch
+   * markers) the code has not asked for again: a patch asked while any is left was passed by the
+   * code that recorded them (`patches.ts`). Never forgiven: it only ever shrinks as steps are asked.
+   */
+  readonly unasked: Set<string>
 }
 
 export const label = (name: string, attempt: number) => `activity ${name}${attempt > 1 ? ` (attempt ${attempt})` : ""}`
@@ -57,7 +63,8 @@ export const make = (steps: ReadonlyArray<StepRow>, key: (step: StepRow) => stri
     )
   ),
   progress: Deferred.makeUnsafe<void>(),
-  diverged: undefined
+  diverged: undefined,
+  unasked: new Set(steps.filter((step) => step.kind !== "patch").map(key))
 })
 
 const progressed = (replay: Replay) => {
@@ -68,7 +75,13 @@ const progressed = (replay: Replay) => {
 
 /** The code asked for an activity: if the journal holds it, it is reached. */
 export const reached = (replay: Replay, key: string): void => {
+  replay.unasked.delete(key)
   if (replay.unreached.delete(key)) progressed(replay)
+}
+
+/** The code scheduled a clock or read a deferred: a journal step asked for again (not checked for divergence). */
+export const asked = (replay: Replay, key: string): void => {
+  replay.unasked.delete(key)
 }
 
 /**

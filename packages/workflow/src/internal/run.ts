@@ -9,6 +9,7 @@ import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Publisher from "@effect-durable/projector/Publisher"
 import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
@@ -19,6 +20,7 @@ import { WorkflowEngine, WorkflowInstance } from "effect/workflow/WorkflowEngine
 import * as Codec from "./codec.js"
 import type { EngineContext, Registration } from "./engineContext.js"
 import { journalKey, runId } from "./engineContext.js"
+import * as Patches from "./patches.js"
 import * as Replay from "./replay.js"
 import type * as Store from "./store.js"
 
@@ -35,6 +37,12 @@ export interface Run {
   readonly activitiesAsked: Set<string>
   /** The journal's activities this run has not asked for again, and whether it diverged. */
   readonly replay: Replay.Replay
+  /**
+   * Activity records under way (each done when its statement settled): a race's winner is
+   * recorded only after them, so a losing arm's record never lands after the winner's
+   * (`wait.ts`), which replay counts as reached (`replay.ts`).
+   */
+  readonly recording: Set<Deferred.Deferred<void>>
   /** Children this run found not complete (it suspends until they are). */
   readonly childrenAwaited: Array<{ readonly workflow: string; readonly executionId: string }>
   fiber: Fiber.Fiber<unknown, unknown> | undefined
@@ -70,6 +78,7 @@ export const runExecution = (
       interruptPending: begun.row.interrupt_requested,
       interruptUnsafe: begun.row.interrupt_unsafe,
       activitiesAsked: new Set(),
+      recording: new Set(),
       replay: Replay.make(begun.steps, (step) => journalKey(step.kind, step.name, step.attempt)),
       childrenAwaited: [],
       fiber: undefined,
@@ -104,6 +113,7 @@ export const runExecution = (
       ),
       Workflow.intoResult,
       Effect.provideService(WorkflowEngine, engine),
+      Effect.provideService(Patches.Patches, Patches.forRun(ctx, run)),
       (effect) => deferredState.trackRun(instance, effect)
     )
     // The run in a fiber of its own, as upstream's engines run it: a preemption (a
@@ -193,6 +203,28 @@ export const runExecution = (
     Effect.catchTag("DatabaseError", (error) => Effect.fail(Publisher.retryable(`workflow run: ${error.message}`))),
     Effect.withSpan("WorkflowEngine.run", { attributes: { workflow: entry.workflow._tag } })
   )
+
+/**
+ * An activity's record, as one step of the run: uninterruptible once asked (a race's losing arm,
+ * interrupted as the winner returns, cannot leave it running on its own) and known to the run
+ * while under way.
+ */
+export const recording = <A, E, R>(run: Run | undefined, record: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  run === undefined ? record : Effect.uninterruptible(Effect.suspend(() => {
+    const settled = Deferred.makeUnsafe<void>()
+    run.recording.add(settled)
+    return Effect.ensuring(
+      record,
+      Effect.sync(() => {
+        run.recording.delete(settled)
+        Deferred.doneUnsafe(settled, Effect.void)
+      })
+    )
+  }))
+
+/** Waits for the run's activity records under way (before a race's winner is recorded). */
+export const recordsSettled = (run: Run): Effect.Effect<void> =>
+  Effect.forEach([...run.recording], Deferred.await, { discard: true })
 
 /**
  * What the run settles as: a run that diverged is suspended on it (`failed`: only an operator's

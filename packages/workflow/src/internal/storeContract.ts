@@ -44,7 +44,8 @@ export const chunksOf = (ids: ReadonlyArray<string>): ReadonlyArray<ReadonlyArra
 /** An execution's statuses, in the order of its life (the table's check constraint holds the same list). */
 export const Statuses = ["pending", "running", "suspended", "complete"] as const
 export type Status = typeof Statuses[number]
-export type StepKind = "activity" | "deferred" | "clock"
+/** A patch's marker (`WorkflowPatch.patched`) records which branch the run took: `true`, the patched one. */
+export type StepKind = "activity" | "deferred" | "clock" | "patch"
 
 /** One thing a suspended run waits on, as its settle records it (`workflow_executions.waiting_on`). */
 export type WaitingOn =

@@ -14,7 +14,9 @@ import type * as Workflow from "effect/workflow/Workflow"
 import { WorkflowInstance } from "effect/workflow/WorkflowEngine"
 import * as Codec from "./codec.js"
 import type { EngineContext } from "./engineContext.js"
+import { journalKey } from "./engineContext.js"
 import * as Replay from "./replay.js"
+import { recordsSettled } from "./run.js"
 
 /** How a caller waiting for a result polls while the execution is pending or running. */
 const WAIT = Schedule.min([Schedule.exponential("10 millis", 1.5), Schedule.spaced("500 millis")])
@@ -51,6 +53,11 @@ export const deferredDone = (ctx: EngineContext, options: {
 }) =>
   Effect.gen(function*() {
     const encoded = yield* Codec.encodeExit(options.exit)
+    if (options.deferredName.startsWith(Replay.RACE_PREFIX)) {
+      // A race's winner: after the records of its losing arms still under way (`run.ts`).
+      const run = yield* ctx.currentRun
+      if (run !== undefined) yield* recordsSettled(run)
+    }
     const recorded = yield* ctx.guarded(
       ctx.store.recordStep(options.workflowName, options.executionId, "deferred", options.deferredName, 0, encoded)
     )
@@ -89,6 +96,7 @@ export const deferredResult = (ctx: EngineContext, deferred: DurableDeferred.Any
     if (Option.isNone(stored)) return Option.none()
     const exit = yield* Codec.decodeExit(stored.value)
     if (run !== undefined) {
+      Replay.asked(run.replay, journalKey("deferred", deferred.name, 0))
       Replay.deferredRead(run.replay, deferred.name)
       if (Exit.isFailure(exit)) Replay.failureReplayed(run.replay)
     }

@@ -10,8 +10,15 @@ import { migration as baseline } from "./0001_baseline.js"
 import { migration as workflowWaits } from "./0002_workflow_waits.js"
 import { migration as workflowRunGroups } from "./0003_workflow_run_groups.js"
 import { migration as workflowDeployVersions } from "./0004_workflow_deploy_versions.js"
+import { migration as workflowPatches } from "./0005_workflow_patches.js"
 
 /** The last released version (0: nothing released yet; the packages have not been published). */
 export const RELEASED_THROUGH = 0
 
-export const versions: ReadonlyArray<Migration> = [baseline, workflowWaits, workflowRunGroups, workflowDeployVersions]
+export const versions: ReadonlyArray<Migration> = [
+  baseline,
+  workflowWaits,
+  workflowRunGroups,
+  workflowDeployVersions,
+  workflowPatches
+]
