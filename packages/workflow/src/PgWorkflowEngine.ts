@@ -26,10 +26,11 @@
  */
 import { printable } from "@effect-durable/core/Printable"
 import type { DurableSettings } from "@effect-durable/pg/DurableConfig"
-import type * as Outbox from "@effect-durable/pg/Outbox"
+import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxMemory from "@effect-durable/pg/OutboxMemory"
 import type * as OutboxStatements from "@effect-durable/pg/OutboxStatements"
-import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
+import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -47,7 +48,9 @@ import * as WorkflowEngineModule from "effect/workflow/WorkflowEngine"
 import * as Activities from "./internal/activity.js"
 import * as Codec from "./internal/codec.js"
 import * as EngineContext from "./internal/engineContext.js"
+import * as MemoryStore from "./internal/memoryStore.js"
 import * as Replay from "./internal/replay.js"
+import * as Replayer from "./internal/replayer.js"
 import * as Runners from "./internal/runners.js"
 import * as Wait from "./internal/wait.js"
 import * as WorkflowAttributes from "./WorkflowAttributes.js"
@@ -167,13 +170,22 @@ export const metrics = {
 
 export const make = (
   options: PgWorkflowEngineOptions = {}
-): Effect.Effect<WorkflowEngine["Service"], never, EngineContext.Substrate | Scope.Scope> => build(options, true)
+): Effect.Effect<WorkflowEngine["Service"], never, EngineContext.Substrate | Scope.Scope> =>
+  Effect.map(build(options, { withSql: true, replayOnly: false }), ({ engine }) => engine)
 
-/** The engine; `withSql` false: a `SqlClient` around it is not its own (the in-memory store). */
+/**
+ * The engine and what its rooms share. `withSql` false: a `SqlClient` around it is not its own
+ * (the in-memory store); `replayOnly`: runs replay their journal and run nothing past it
+ * (`WorkflowReplay`).
+ */
 const build = (
   options: PgWorkflowEngineOptions,
-  withSql: boolean
-): Effect.Effect<WorkflowEngine["Service"], never, EngineContext.Substrate | Scope.Scope> =>
+  mode: { readonly withSql: boolean; readonly replayOnly: boolean }
+): Effect.Effect<
+  { readonly engine: WorkflowEngine["Service"]; readonly ctx: EngineContext.EngineContext },
+  never,
+  EngineContext.Substrate | Scope.Scope
+> =>
   Effect.gen(function*() {
     if (options.version !== undefined && (options.version.length === 0 || options.version.length > 128)) {
       return yield* Effect.die(
@@ -184,7 +196,7 @@ const build = (
       workerId: options.workerId,
       metrics,
       Transactional,
-      withSql,
+      ...mode,
       replay: {
         divergence: options.divergence ?? "stop",
         window: Duration.fromInputUnsafe(options.replayWindow ?? "5 seconds")
@@ -232,6 +244,8 @@ const build = (
           const group = yield* Effect.orDie(
             WorkflowLimits.groupOf(workflows.get(workflow._tag)!.workflow, opts.payload)
           )
+          // A child's result is not in its parent's journal: a replay stops at it.
+          if (ctx.replayOnly && opts.parent !== undefined) return new Workflow.Suspended({}) as never
           const started = yield* guarded(
             store.start({
               workflow: workflow._tag,
@@ -313,7 +327,7 @@ const build = (
           )
         })
     })
-    return engine
+    return { engine, ctx }
   })
 
 /**
@@ -344,7 +358,34 @@ export const layer = (
 export const layerMemory = (
   options: Omit<PgWorkflowEngineOptions, "listenUrl" | "runs"> = {}
 ): Layer.Layer<WorkflowEngine | OutboxMemory.OutboxMemory> =>
-  Layer.effect(WorkflowEngine, build(options, false)).pipe(
+  Layer.effect(
+    WorkflowEngine,
+    Effect.map(build(options, { withSql: false, replayOnly: false }), ({ engine }) => engine)
+  ).pipe(
     Layer.provide(Layer.fresh(WorkflowStore.layerMemory)),
     Layer.provideMerge(OutboxMemory.layer())
+  )
+
+/**
+ * The engine in memory in replay mode, and the `Replayer` that replays journals taken from a
+ * database against the workflows registered beside it (`WorkflowReplay.layer`: use that).
+ */
+export const layerReplay = (
+  options: Pick<PgWorkflowEngineOptions, "replayWindow"> = {}
+): Layer.Layer<WorkflowEngine | Replayer.Replayer> =>
+  Layer.effectContext(
+    Effect.gen(function*() {
+      const store = MemoryStore.make(yield* Outbox.Outbox, yield* OutboxWorker.OutboxWorker)
+      const { ctx, engine } = yield* build(
+        { replayWindow: options.replayWindow ?? "100 millis", pollInterval: "20 millis" },
+        { withSql: false, replayOnly: true }
+      ).pipe(Effect.provideService(WorkflowStore.WorkflowStore, store))
+      return Context.make(WorkflowEngine, engine).pipe(
+        Context.add(Replayer.Replayer, Replayer.make(ctx, store))
+      )
+    })
+  ).pipe(
+    Layer.provide(OutboxMemory.layer()),
+    // Live time whatever the test's clock: a replay waits on nothing but its own runs.
+    Layer.provide(Layer.succeed(Clock.Clock, Clock.Clock.defaultValue()))
   )

@@ -1,3 +1,4 @@
+import * as Durable from "@effect-durable/pg/Durable"
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
@@ -9,6 +10,7 @@ import * as SqlClient from "effect/sql/SqlClient"
 import * as DurableDeferred from "effect/workflow/DurableDeferred"
 import * as Workflow from "effect/workflow/Workflow"
 import * as Deadline from "../examples/deadline.js"
+import * as Deploys from "../examples/deploys.js"
 import * as Limits from "../examples/limits.js"
 import * as Order from "../examples/order.js"
 
@@ -124,6 +126,50 @@ describe("the workflow guide's example does what the guide says", () => {
             { tenant: "globex", calls: 2 }
           ])
           for (const row of overlap) expect(row.most).toBeLessThanOrEqual(2)
+        }))
+      it.effect("a patched deploy: the replay test passes, the charged checkout keeps the old branch, a new one is checked first", () =>
+        Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          const db = yield* TestDatabase.TestDatabase
+          yield* sql`CREATE TABLE checkout_events (order_id text NOT NULL, event text NOT NULL)`
+          const events = (orderId: string) =>
+            Effect.map(
+              sql<{ event: string }>`SELECT event FROM checkout_events WHERE order_id = ${orderId} ORDER BY ctid`,
+              (rows) => rows.map((row) => row.event)
+            )
+          const suspended = (executionId: string) =>
+            eventually(
+              Deploys.Checkout.poll(executionId),
+              (r) => Option.isSome(r) && r.value._tag === "Suspended"
+            )
+          const delivered = (executionId: string) =>
+            Effect.andThen(
+              DurableDeferred.succeed(Deploys.Delivered, {
+                token: DurableDeferred.tokenFromExecutionId(Deploys.Delivered, {
+                  workflow: Deploys.Checkout,
+                  executionId
+                }),
+                value: "courier 7"
+              }),
+              eventually(Deploys.Checkout.poll(executionId), (r) => Option.isSome(r) && r.value._tag === "Complete")
+            )
+          const connection = { url: db.url, applicationName: "workflow-deploys-example" }
+          // Version 1 charges C-1, which waits for its delivery.
+          const old = yield* Effect.tap(
+            Deploys.Checkout.execute({ orderId: "C-1" }, { discard: true }),
+            suspended
+          ).pipe(Effect.provide(Deploys.AppLayer(Deploys.CheckoutV1, "v1", connection)))
+          // Before the deploy: version 2 replays C-1's journal.
+          const replayed = yield* Deploys.replayTest.pipe(Effect.provide(Durable.layer({ connection })))
+          expect(replayed.map((r) => r.executionId)).toEqual([old])
+          // Version 2 deployed: C-1 delivered, C-2 new.
+          yield* Effect.gen(function*() {
+            yield* delivered(old)
+            const fresh = yield* Deploys.Checkout.execute({ orderId: "C-2" }, { discard: true })
+            yield* suspended(fresh)
+            yield* delivered(fresh)
+          }).pipe(Effect.provide(Deploys.AppLayer(Deploys.CheckoutV2, "v2", connection)))
+          expect([yield* events("C-1"), yield* events("C-2")]).toEqual([["charge"], ["fraud-check", "charge"]])
         }))
     }
   )

@@ -124,6 +124,8 @@ export const execute = (ctx: EngineContext, activity: Activity.Any, attempt: num
     ) {
       return new Workflow.Suspended({})
     }
+    // A replay of a journal taken from elsewhere runs nothing: past the journal, it stops.
+    if (ctx.replayOnly) return new Workflow.Suspended({})
     // Its own awaited deferreds, as `layerMemory` gives it: a deferred awaited inside an
     // activity body never preempts the run (when the activity suspends on it, the run
     // settles suspended and the completion's wake sequence wakes it).

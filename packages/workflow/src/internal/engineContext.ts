@@ -43,6 +43,11 @@ export interface EngineContext {
   /** What a replay that diverges from its journal does (`replay.ts`), and its quiet window. */
   readonly replay: ReplaySettings
   /**
+   * A replay of journals taken from elsewhere (`replayer.ts`): a run stops, suspended, where the
+   * code asks for a step its journal does not hold (a new activity, a child); nothing runs.
+   */
+  readonly replayOnly: boolean
+  /**
    * Done when the engine closes: callers still waiting for a result are interrupted then, as
    * upstream's engines interrupt them (the execution itself goes on in another process).
    */
@@ -125,6 +130,7 @@ export const make = (options: {
   readonly replay: ReplaySettings
   /** Whether a `SqlClient` in context is the store's (false over the in-memory store). */
   readonly withSql: boolean
+  readonly replayOnly: boolean
 }): Effect.Effect<
   EngineContext,
   never,
@@ -209,6 +215,7 @@ export const make = (options: {
       metrics: options.metrics,
       Transactional: options.Transactional,
       replay: options.replay,
+      replayOnly: options.replayOnly,
       shutdown,
       engineScope,
       workflows: new Map(),

@@ -43,8 +43,27 @@ const asJson = (value: unknown): unknown => JSON.parse(JSON.stringify(value ?? n
 const stepKey = (kind: StepKind, name: string, attempt: number) => `${kind}/${name}/${attempt}`
 const executionKey = (workflow: string, executionId: string) => `${workflow}\u0000${executionId}`
 
+/** An execution as a replay seeds it (`replayer.ts`): its payload and the journal taken from elsewhere. */
+export interface Seed {
+  readonly workflow: string
+  readonly executionId: string
+  readonly payload: unknown
+  readonly steps: ReadonlyArray<StepRow>
+}
+
+/** The contract, and what a replay of a journal taken from elsewhere needs beside it. */
+export interface MemoryStore extends Store {
+  /** Puts `seed` in place of any execution of its id, pending with its journal, and enqueues its run. */
+  readonly seed: (seed: Seed) => Effect.Effect<void>
+  /** Where an execution stands, with what its last settle said it waits on. */
+  readonly inspect: (
+    workflow: string,
+    executionId: string
+  ) => { readonly status: Status; readonly waits: ReadonlyArray<WaitingOn> | null } | undefined
+}
+
 /** The contract over maps, enqueuing through `outbox` and fencing settles by `worker.holds`. */
-export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.OutboxWorker["Service"]): Store => {
+export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.OutboxWorker["Service"]): MemoryStore => {
   const executions = new Map<string, Execution>()
   let started = 0
   /** Orders the journal, as `recorded_at` does on PostgreSQL. */
@@ -94,6 +113,30 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
     return { inserted: true, result: stored }
   }
 
+  /** A new execution's row, pending. */
+  const created = (options: {
+    readonly fingerprint: string
+    readonly payload: unknown
+    readonly parent: Execution["parent"]
+    readonly group: string | undefined
+    readonly version: string | undefined
+    readonly attributes: Execution["attributes"]
+    readonly steps: Execution["steps"]
+  }): Execution => ({
+    incarnation: String(++started),
+    ...options,
+    status: "pending",
+    result: null,
+    failed: false,
+    wakeSeq: 0,
+    resumeRequested: false,
+    interruptRequested: false,
+    interruptUnsafe: false,
+    payloadMismatches: 0,
+    runs: 0,
+    waits: null
+  })
+
   return {
     start: ({ attributes, executionId, group, parent, payload, version, workflow }) =>
       Effect.gen(function*() {
@@ -105,29 +148,33 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
           if (mismatch) existing.payloadMismatches++
           return { started: false, mismatch }
         }
-        executions.set(executionKey(workflow, executionId), {
-          incarnation: String(++started),
-          fingerprint,
-          payload: JSON.parse(text),
-          parent,
-          group,
-          version,
-          attributes,
-          steps: new Map(),
-          status: "pending",
-          result: null,
-          failed: false,
-          wakeSeq: 0,
-          resumeRequested: false,
-          interruptRequested: false,
-          interruptUnsafe: false,
-          payloadMismatches: 0,
-          runs: 0,
-          waits: null
-        })
+        executions.set(
+          executionKey(workflow, executionId),
+          created({ fingerprint, payload: JSON.parse(text), parent, group, version, attributes, steps: new Map() })
+        )
         yield* enqueueRun(workflow, executionId, group)
         return { started: true, mismatch: false }
       }),
+    seed: ({ executionId, payload, steps, workflow }) =>
+      Effect.suspend(() => {
+        executions.set(
+          executionKey(workflow, executionId),
+          created({
+            fingerprint: "",
+            payload: asJson(payload),
+            parent: undefined,
+            group: undefined,
+            version: undefined,
+            attributes: {},
+            steps: new Map(steps.map((step) => [stepKey(step.kind, step.name, step.attempt), step]))
+          })
+        )
+        return Effect.orDie(enqueueRun(workflow, executionId, undefined))
+      }),
+    inspect: (workflow, executionId) => {
+      const execution = find(workflow, executionId)
+      return execution === undefined ? undefined : { status: execution.status, waits: execution.waits }
+    },
     read: (workflow, executionId) =>
       Effect.sync(() => {
         const execution = find(workflow, executionId)
