@@ -34,6 +34,7 @@ import * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
 import * as OutboxStatements from "@effect-durable/pg/OutboxStatements"
 import * as Schedules from "@effect-durable/pg/Schedules"
 import * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
+import * as WorkflowDeploys from "@effect-durable/workflow/WorkflowDeploys"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Config from "effect/Config"
 import * as Context from "effect/Context"
@@ -191,7 +192,8 @@ export const make = Effect.fn("AdminPage.make")(function*(
       batchSize: decoded.batchSize
     },
     context,
-    yield* WorkflowAdmin.make
+    yield* WorkflowAdmin.make,
+    yield* WorkflowDeploys.make
   )
 })
 

@@ -146,6 +146,10 @@ describe("admin page over HTTP", () => {
                    VALUES ('Hashed', ${long}, '{}', 'f', 'running')`
         const hashed = yield* get("/ops/durable/workflows?workflow=Hashed")
         expect(hashed.body).toContain(`<code class="id" title="${long}">${long.slice(0, 12)}</code>`)
+        // The unfinished by deploy version (none recorded: "-"), the diverged and stranded counted.
+        expect(hashed.body).toMatch(
+          /<table id="versions">.*<tr><td>Hashed<\/td><td>-<\/td><td class="num">1<\/td><td class="num">0<\/td><td class="num">0<\/td>/s
+        )
         expect(hashed.body).toContain(`href="/ops/durable/workflows/Hashed/${long}"`)
         // A short id is shown whole (escaped, as everything the page shows).
         expect(list.body).toContain(`<code class="id" title="e/1?x">e/1?x</code>`)

@@ -233,6 +233,32 @@ describe("effect-durable workflows", () => {
         ])
         const none = yield* cliOn(["workflows", "patches", "Nothing"])
         expect(none.stdout).toMatch(/no unfinished execution of Nothing recorded a patch \(0 unfinished executions\)/)
+
+        // s-5 is pinned to v0, its run due for two minutes and claimed by nobody: stranded.
+        yield* sql`INSERT INTO durable.workflow_executions (workflow, execution_id, payload, payload_fingerprint, status,
+                                                            deploy_version, pinned)
+                   VALUES ('Shipping', 's-5', '{}', 'f', 'pending', 'v0', true)`
+        yield* sql`INSERT INTO durable.outbox (topic, ordering_key, payload, available_at)
+                   VALUES ('workflow.run:Shipping@v0', 'Shipping/s-5', '{"executionId":"s-5"}', now() - interval '2 minutes')`
+        const strandedRuns = yield* cliOn(["workflows", "stranded", "--workflow", "Shipping"])
+        expect(strandedRuns.stdout).toMatch(/^Shipping\s+s-5\s+v0\s/m)
+        expect((yield* cliOn(["workflows", "versions", "--workflow", "Shipping"])).stdout).toMatch(
+          /^Shipping\s+v0\s+1\s+0\s+1\s/m
+        )
+        // Repinned to v2: its run moves to v2's topic; unpinned: to the workflow's own.
+        expect(json(yield* cliOn(["workflows", "repin", "Shipping", "s-5", "v2", "--json"]))).toMatchObject({
+          changed: true
+        })
+        const topicOf = Effect.map(
+          sql<{ topic: string }>`SELECT topic FROM durable.outbox WHERE ordering_key = 'Shipping/s-5'`,
+          (rows) => rows.map((row) => row.topic)
+        )
+        expect(yield* topicOf).toEqual(["workflow.run:Shipping@v2"])
+        expect((yield* cliOn(["workflows", "repin", "Shipping", "s-5", "--unpin"])).stdout).toMatch(/^unpinned/m)
+        expect(yield* topicOf).toEqual(["workflow.run:Shipping"])
+        const neither = yield* cliOn(["workflows", "repin", "Shipping", "s-5"])
+        expect(neither.code).toBe(2)
+        expect(json(yield* cliOn(["workflows", "stranded", "--json"])).stranded).toEqual([])
       }))
   })
 })

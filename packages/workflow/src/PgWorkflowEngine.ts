@@ -115,6 +115,14 @@ export interface PgWorkflowEngineOptions {
    * "Deploying changes"). Non-empty, at most 128 characters. Default: none recorded.
    */
   readonly version?: string
+  /**
+   * Pin the executions this process starts to its `version` (required then): their runs go to
+   * the version's topic (`workflow.run:<name>@<version>`), which only processes of that version
+   * claim, so a rolling deploy finishes old runs on old code while new runs start on new code.
+   * Every process with a version serves the runs pinned to it. Default false: any process of the
+   * workflow runs them (auto-upgrade, checked for divergence).
+   */
+  readonly pinned?: boolean
 }
 
 /** A second start of an execution id with another payload, refused in strict mode. */
@@ -192,6 +200,9 @@ const build = (
         `PgWorkflowEngine: version must be 1 to 128 characters (got ${options.version.length})`
       )
     }
+    if (options.pinned === true && options.version === undefined) {
+      return yield* Effect.die("PgWorkflowEngine: pinned runs need the version they pin to (give `version`)")
+    }
     const ctx = yield* EngineContext.make({
       workerId: options.workerId,
       metrics,
@@ -254,7 +265,8 @@ const build = (
               parent,
               attributes,
               group,
-              version: options.version
+              version: options.version,
+              pinned: options.pinned === true
             })
           )
           if (started.mismatch) {

@@ -11,8 +11,11 @@ import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import { classifySqlErrors } from "@effect-durable/pg/ErrorClassification"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
+import { RUN_TOPIC_PREFIX, runKey, runTopic } from "./internal/storeContract.js"
 
 /** Unfinished executions of one workflow started under one deploy version. */
 export interface VersionCount {
@@ -23,6 +26,8 @@ export interface VersionCount {
   readonly unfinished: number
   /** Of those, stopped on a divergence of their code and journal, waiting for an operator. */
   readonly diverged: number
+  /** Of those, pinned runs due for longer than `STRANDED_AFTER` that no process claimed: no live process serves the version. */
+  readonly stranded: number
   /** When the oldest of them started. */
   readonly oldestStartedAt: string
 }
@@ -50,12 +55,46 @@ export interface PatchReport {
   readonly patches: ReadonlyArray<PatchUse>
 }
 
+/** A pinned execution whose run nobody claims: no process of its version is running. */
+export interface StrandedRun {
+  readonly workflow: string
+  readonly executionId: string
+  readonly version: string
+  /** Since when its run has been due. */
+  readonly dueSince: string
+}
+
+/** A pinned run due for longer than this, unclaimed, is stranded (a claim takes one within a poll interval). */
+export const STRANDED_AFTER = "1 minute"
+
 export interface WorkflowDeploys {
   /** Unfinished executions by workflow and the version they started under (of one workflow, or all). */
   readonly versions: (options?: {
     readonly workflow?: string | undefined
   }) => Effect.Effect<ReadonlyArray<VersionCount>, InvalidInput | DatabaseError>
   readonly patches: (workflow: string) => Effect.Effect<PatchReport, InvalidInput | DatabaseError>
+  /**
+   * Pinned executions whose run has been due for longer than `after` (default `STRANDED_AFTER`)
+   * with no process claiming it, the longest waiting first (at most `limit`, 1 to 1,000): deploy
+   * (or keep) a process of their version, or move them to another (`repin`).
+   */
+  readonly stranded: (options: {
+    readonly workflow?: string | undefined
+    readonly after?: Duration.Input | undefined
+    readonly limit: number
+  }) => Effect.Effect<ReadonlyArray<StrandedRun>, InvalidInput | DatabaseError>
+  /**
+   * Pins an unfinished execution to another version (`null`: unpins it, any process runs it):
+   * its version becomes that one, and its run, if one is due and not held, moves to that
+   * version's topic; later runs follow. For a stranded run, or a diverged one to resume under
+   * code that agrees with its journal (then `WorkflowAdmin.resume` it). False when it is complete
+   * or unknown.
+   */
+  readonly repin: (
+    workflow: string,
+    executionId: string,
+    version: string | null
+  ) => Effect.Effect<boolean, InvalidInput | DatabaseError>
 }
 
 /** Patch `id` in a report: its counts, or, when no unfinished run recorded it, every unfinished run undecided. */
@@ -64,6 +103,10 @@ export const use = (report: PatchReport, id: string): PatchUse =>
     { patch: id, patched: 0, unpatched: 0, undecided: report.unfinished, droppable: report.unfinished === 0 }
 
 const decodeName = Input.argument("workflow", Input.Text(256))
+const decodeAfter = Input.argument("after", Input.DurationIn({ min: "0 seconds", max: "520 weeks" }))
+const decodeLimit = Input.argument("limit", Input.Count(1_000))
+const decodeId = Input.argument("executionId", Input.Text(256))
+const decodeVersion = Input.argument("version", Schema.NullOr(Input.Text(128)))
 
 export const make: Effect.Effect<WorkflowDeploys, never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
   function*() {
@@ -71,17 +114,39 @@ export const make: Effect.Effect<WorkflowDeploys, never, SqlClient.SqlClient | D
     const settings = yield* DurableSettings
     const executions = sql.literal(settings.table("workflow_executions"))
     const steps = sql.literal(settings.table("workflow_steps"))
+    const outbox = sql.literal(settings.table("outbox"))
+    /**
+     * Execution `e` is pinned and its run (an open message of its version's topic and its key)
+     * has been due for longer than `seconds`, unclaimed; `o` is that message.
+     */
+    const strandedRun = (seconds: number) =>
+      sql`e.pinned AND e.status IN ('pending', 'running') AND EXISTS (
+        SELECT 1 FROM ${outbox} o
+         WHERE o.ordering_key = e.workflow || '/' || e.execution_id
+           AND o.topic = ${RUN_TOPIC_PREFIX} || e.workflow || '@' || e.deploy_version
+           AND o.projected_at IS NULL AND o.dead_at IS NULL
+           AND o.available_at < now() - make_interval(secs => ${seconds})
+           AND (o.claimed_until IS NULL OR o.claimed_until < now()))`
+    const defaultAfter = Duration.toSeconds(Duration.fromInputUnsafe(STRANDED_AFTER))
     return {
       versions: (options = {}) =>
         Effect.gen(function*() {
           const workflow = options.workflow === undefined ? null : yield* decodeName(options.workflow)
           const rows = yield* sql<
-            { workflow: string; version: string | null; unfinished: number; diverged: number; oldest: string }
+            {
+              workflow: string
+              version: string | null
+              unfinished: number
+              diverged: number
+              stranded: number
+              oldest: string
+            }
           >`
             SELECT workflow, deploy_version AS version, count(*)::int AS unfinished,
                    count(*) FILTER (WHERE status = 'suspended' AND waiting_on @> '[{"kind":"diverged"}]')::int AS diverged,
+                   count(*) FILTER (WHERE ${strandedRun(defaultAfter)})::int AS stranded,
                    min(created_at)::text AS oldest
-              FROM ${executions}
+              FROM ${executions} e
              WHERE status <> 'complete' AND (${workflow}::text IS NULL OR workflow = ${workflow})
              GROUP BY 1, 2
              ORDER BY 1, 5, 2`.pipe(classifySqlErrors("WorkflowDeploys.versions"))
@@ -90,6 +155,7 @@ export const make: Effect.Effect<WorkflowDeploys, never, SqlClient.SqlClient | D
             version: row.version,
             unfinished: row.unfinished,
             diverged: row.diverged,
+            stranded: row.stranded,
             oldestStartedAt: row.oldest
           }))
         }),
@@ -126,6 +192,48 @@ export const make: Effect.Effect<WorkflowDeploys, never, SqlClient.SqlClient | D
               }]
             })
           }
+        }),
+      stranded: (options) =>
+        Effect.gen(function*() {
+          const workflow = options.workflow === undefined ? null : yield* decodeName(options.workflow)
+          const seconds = options.after === undefined
+            ? defaultAfter
+            : Duration.toSeconds(yield* decodeAfter(options.after))
+          const limit = yield* decodeLimit(options.limit)
+          const rows = yield* sql<{ workflow: string; execution_id: string; version: string; due_since: string }>`
+            SELECT e.workflow, e.execution_id, e.deploy_version AS version, e.updated_at::text AS due_since
+              FROM ${executions} e
+             WHERE (${workflow}::text IS NULL OR e.workflow = ${workflow}) AND ${strandedRun(seconds)}
+             ORDER BY e.updated_at, e.workflow, e.execution_id
+             LIMIT ${limit}`.pipe(classifySqlErrors("WorkflowDeploys.stranded"))
+          return rows.map((row) => ({
+            workflow: row.workflow,
+            executionId: row.execution_id,
+            version: row.version,
+            dueSince: row.due_since
+          }))
+        }),
+      repin: (workflow, executionId, version) =>
+        Effect.gen(function*() {
+          const name = yield* decodeName(workflow)
+          const id = yield* decodeId(executionId)
+          const to = yield* decodeVersion(version)
+          const plain = runTopic(name)
+          return yield* sql.withTransaction(Effect.gen(function*() {
+            const rows = yield* sql<{ n: number }>`
+              UPDATE ${executions} SET deploy_version = coalesce(${to}, deploy_version), pinned = ${to !== null},
+                     updated_at = now()
+               WHERE workflow = ${name} AND execution_id = ${id} AND status <> 'complete'
+              RETURNING 1 AS n`
+            if (rows.length === 0) return false
+            // Its due run, wherever it was routed (its workflow's topic or a version's), unless a runner holds it.
+            yield* sql`
+              UPDATE ${outbox} SET topic = ${runTopic(name, to)}
+               WHERE ordering_key = ${runKey(name, id)} AND (topic = ${plain} OR starts_with(topic, ${`${plain}@`}))
+                 AND projected_at IS NULL AND dead_at IS NULL
+                 AND (claimed_until IS NULL OR claimed_until < now())`
+            return true
+          })).pipe(classifySqlErrors("WorkflowDeploys.repin"))
         })
     }
   }

@@ -18,7 +18,12 @@ const drivers: ReadonlyArray<{ readonly name: string; readonly layer: Driver }> 
 
 let ids = 0
 const fresh = () => ({ workflow: "Contract/W", executionId: `e-${++ids}` })
-const start = (workflow: string, executionId: string, payload: unknown = { n: 1 }) =>
+const start = (
+  workflow: string,
+  executionId: string,
+  payload: unknown = { n: 1 },
+  pinnedTo: string | undefined = undefined
+) =>
   Effect.flatMap(
     WorkflowStore.WorkflowStore,
     (store) =>
@@ -29,15 +34,16 @@ const start = (workflow: string, executionId: string, payload: unknown = { n: 1 
         parent: undefined,
         attributes: {},
         group: undefined,
-        version: undefined
+        version: pinnedTo,
+        pinned: pinnedTo !== undefined
       })
   )
 /** Claims the execution's run message, as the run projector does. */
-const claimRun = (workflow: string, executionId: string) =>
+const claimRun = (workflow: string, executionId: string, topic = `workflow.run:${workflow}`) =>
   Effect.gen(function*() {
     const worker = yield* OutboxWorker.OutboxWorker
     const claimed = yield* Effect.orDie(
-      worker.claim({ worker: "contract", topics: [`workflow.run:${workflow}`], limit: 1000, lease: "1 minute" })
+      worker.claim({ worker: "contract", topics: [topic], limit: 1000, lease: "1 minute" })
     )
     const message = claimed.find((m) => (m.payload as { executionId: string }).executionId === executionId)
     if (message === undefined) return yield* Effect.die(`no run message of ${executionId}`)
@@ -80,6 +86,41 @@ for (const driver of drivers) {
           expect(claimed.map((m) => (m.payload as { executionId: string }).executionId).sort()).toEqual(
             startedIds.sort()
           )
+        }))
+
+      it.effect("a pinned execution's runs go to its version's topic: its start, a rerun settle, a wake", () =>
+        Effect.gen(function*() {
+          const store = yield* WorkflowStore.WorkflowStore
+          const worker = yield* OutboxWorker.OutboxWorker
+          const { executionId } = fresh()
+          const workflow = `Contract/Pinned-${++ids}`
+          const pinnedTopic = `workflow.run:${workflow}@v7`
+          yield* start(workflow, executionId, { n: 1 }, "v7")
+          const unpinned = yield* Effect.orDie(
+            worker.claim({ worker: "contract", topics: [`workflow.run:${workflow}`], limit: 10, lease: "1 minute" })
+          )
+          expect(unpinned).toEqual([])
+          const suspend = (claim: Effect.Success<ReturnType<typeof claimRun>>, rerun: boolean) =>
+            Effect.flatMap(store.beginRun(workflow, executionId), (begun) =>
+              store.settle({
+                workflow,
+                executionId,
+                claim,
+                wakeSeq: begun!.wakeSeq,
+                result: { _tag: "Suspended" },
+                complete: false,
+                failed: false,
+                rerun,
+                waits: []
+              }))
+          const first = yield* claimRun(workflow, executionId, pinnedTopic)
+          expect(yield* suspend(first, true)).toEqual({ fenced: true, status: "pending" })
+          yield* Effect.orDie(worker.markProjected(first))
+          const second = yield* claimRun(workflow, executionId, pinnedTopic)
+          expect(yield* suspend(second, false)).toEqual({ fenced: true, status: "suspended" })
+          yield* Effect.orDie(worker.markProjected(second))
+          yield* store.wake(workflow, executionId, "explicit")
+          yield* claimRun(workflow, executionId, pinnedTopic)
         }))
 
       it.effect("a step's first record stands; a run begins with the journal as it stands", () =>

@@ -24,6 +24,8 @@ interface Execution {
   readonly parent: { readonly workflow: string; readonly executionId: string } | undefined
   readonly group: string | undefined
   readonly version: string | undefined
+  /** Its runs go to its version's topic (`runTopic`). */
+  readonly pinned: boolean
   readonly attributes: Readonly<Record<string, string>>
   readonly steps: Map<string, StepRow & { outboxId?: string }>
   status: Status
@@ -79,8 +81,14 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
     parent_workflow: execution.parent?.workflow ?? null,
     parent_execution_id: execution.parent?.executionId ?? null
   })
-  const enqueueRun = (workflow: string, executionId: string, group: string | undefined) => {
-    const message = runMessage(workflow, executionId, group)
+  const enqueueRun = (workflow: string, executionId: string) => {
+    const execution = find(workflow, executionId)
+    const message = runMessage(
+      workflow,
+      executionId,
+      execution?.group,
+      execution?.pinned === true ? execution.version : null
+    )
     return Effect.asVoid(onlyDatabaseErrors(outbox.enqueue(message.topic, message.payload, message.options)))
   }
 
@@ -96,7 +104,7 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
     Effect.suspend(() => {
       const execution = find(workflow, executionId)
       return execution !== undefined && wakeNow(execution, mode)
-        ? enqueueRun(workflow, executionId, execution.group)
+        ? enqueueRun(workflow, executionId)
         : Effect.void
     })
 
@@ -120,6 +128,7 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
     readonly parent: Execution["parent"]
     readonly group: string | undefined
     readonly version: string | undefined
+    readonly pinned: boolean
     readonly attributes: Execution["attributes"]
     readonly steps: Execution["steps"]
   }): Execution => ({
@@ -138,7 +147,7 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
   })
 
   return {
-    start: ({ attributes, executionId, group, parent, payload, version, workflow }) =>
+    start: ({ attributes, executionId, group, parent, payload, pinned, version, workflow }) =>
       Effect.gen(function*() {
         const text = yield* Effect.orDie(Fingerprint.canonicalize(payload))
         const fingerprint = Fingerprint.toHex(Fingerprint.fingerprintOfCanonical(text))
@@ -150,9 +159,18 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
         }
         executions.set(
           executionKey(workflow, executionId),
-          created({ fingerprint, payload: JSON.parse(text), parent, group, version, attributes, steps: new Map() })
+          created({
+            fingerprint,
+            payload: JSON.parse(text),
+            parent,
+            group,
+            version,
+            pinned,
+            attributes,
+            steps: new Map()
+          })
         )
-        yield* enqueueRun(workflow, executionId, group)
+        yield* enqueueRun(workflow, executionId)
         return { started: true, mismatch: false }
       }),
     seed: ({ executionId, payload, steps, workflow }) =>
@@ -165,11 +183,12 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
             parent: undefined,
             group: undefined,
             version: undefined,
+            pinned: false,
             attributes: {},
             steps: new Map(steps.map((step) => [stepKey(step.kind, step.name, step.attempt), step]))
           })
         )
-        return Effect.orDie(enqueueRun(workflow, executionId, undefined))
+        return Effect.orDie(enqueueRun(workflow, executionId))
       }),
     inspect: (workflow, executionId) => {
       const execution = find(workflow, executionId)
@@ -198,7 +217,7 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
         if (execution === undefined) return Effect.die(`no execution ${workflow} ${executionId} to record a step of`)
         const recorded = record(execution, kind, name, attempt, result)
         return recorded.inserted && kind === "deferred" && wakeNow(execution, "automatic")
-          ? Effect.as(enqueueRun(workflow, executionId, execution.group), recorded)
+          ? Effect.as(enqueueRun(workflow, executionId), recorded)
           : Effect.succeed(recorded)
       }),
     transactionalStep: (workflow, executionId, name, attempt, body) =>
@@ -219,7 +238,7 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
         execution.interruptRequested = true
         execution.interruptUnsafe ||= unsafe
         return Effect.as(
-          wakeNow(execution, "explicit") ? enqueueRun(workflow, executionId, execution.group) : Effect.void,
+          wakeNow(execution, "explicit") ? enqueueRun(workflow, executionId) : Effect.void,
           true
         )
       }),
@@ -253,14 +272,14 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
             : find(execution.parent.workflow, execution.parent.executionId)
           const parentWoken = parent !== undefined && wakeNow(parent, "automatic")
           yield* Effect.forEach(chunksOf(clocks), (ids) => onlyDatabaseErrors(outbox.withdraw(ids)), { discard: true })
-          if (parentWoken) yield* enqueueRun(execution.parent!.workflow, execution.parent!.executionId, parent.group)
+          if (parentWoken) yield* enqueueRun(execution.parent!.workflow, execution.parent!.executionId)
           return { fenced: true, status: "complete" as const }
         }
         const runsAgain = rerun || (execution.wakeSeq > Number(wakeSeq) && (execution.resumeRequested || !failed))
         execution.status = runsAgain ? "pending" : "suspended"
         execution.failed = failed
         execution.waits = waits
-        if (runsAgain) yield* enqueueRun(workflow, executionId, execution.group)
+        if (runsAgain) yield* enqueueRun(workflow, executionId)
         return { fenced: true, status: execution.status }
       })
   }

@@ -30,7 +30,7 @@ import * as Wait from "./wait.js"
 
 /** Runs the projector claims at once. */
 const RUN_BATCH = 16
-/** Claims take at most so many topics: two per workflow. */
+/** Claims take at most so many topics: two or three per workflow (runs, pinned runs, clocks). */
 const MAX_TOPICS = 1000
 /** How long a closing registration waits for its cut runs to settle. */
 const SETTLE_AFTER_CUT = Duration.seconds(5)
@@ -94,16 +94,21 @@ export const make = (
       const tag = entry.workflow._tag
       const runs = Store.runTopic(tag)
       const clocks = Store.clockTopic(tag)
+      // The runs pinned to this process's version, if it has one (`PgWorkflowEngine`'s `pinned`).
+      const pinnedRuns = options.version === undefined ? undefined : Store.runTopic(tag, options.version)
+      const topics = pinnedRuns === undefined ? [runs, clocks] : [runs, pinnedRuns, clocks]
       // The outbox's rule for topics, here at registration: one refused topic in the shared
       // claim would stop every workflow of the process.
-      yield* OutboxWorker.decodeTopics([runs, clocks]).pipe(
+      yield* OutboxWorker.decodeTopics(topics).pipe(
         Effect.catch((error) =>
           Effect.die(`workflow ${printable(tag)} cannot run here: its topics ${printable(runs)}: ${error.message}`)
         )
       )
-      if (handlers.size + 2 > MAX_TOPICS) {
+      if (handlers.size + topics.length > MAX_TOPICS) {
         return yield* Effect.die(
-          `workflow ${printable(tag)} cannot run here: one process runs at most ${MAX_TOPICS / 2} workflows`
+          `workflow ${printable(tag)} cannot run here: one process runs at most ${
+            Math.floor(MAX_TOPICS / topics.length)
+          } workflows`
         )
       }
       // What its runs see over the projector's own context: the registering scope's services,
@@ -127,6 +132,7 @@ export const make = (
       const onRun: Handler = (message) => tracked(Run.runExecution(ctx, engine, running, message))
       const onClock: Handler = (message) => tracked(Wait.fireClock(ctx, tag, message))
       handlers.set(runs, onRun)
+      if (pinnedRuns !== undefined) handlers.set(pinnedRuns, onRun)
       handlers.set(clocks, onClock)
       const idle = Effect.repeat(Effect.sync(() => inFlight === 0), {
         until: (done) => done,
@@ -135,6 +141,7 @@ export const make = (
       yield* Effect.addFinalizer(() =>
         Effect.gen(function*() {
           if (handlers.get(runs) === onRun) handlers.delete(runs)
+          if (pinnedRuns !== undefined && handlers.get(pinnedRuns) === onRun) handlers.delete(pinnedRuns)
           if (handlers.get(clocks) === onClock) handlers.delete(clocks)
           if (ctx.workflows.get(tag) === entry) ctx.workflows.delete(tag)
           closingSince ??= performance.now()

@@ -30,6 +30,7 @@ export interface Start
   readonly attributes: string
   readonly group: string | undefined
   readonly version: string | undefined
+  readonly pinned: boolean
 }
 export const Start = Request.tagged<Start>("WorkflowStart")
 
@@ -76,8 +77,8 @@ export const resolver = (
           // Absent values as '' (NULLIF): ids, names, groups and versions are never empty.
           const write = sql`
             INSERT INTO ${executions} (workflow, execution_id, payload, payload_fingerprint, parent_workflow,
-                                       parent_execution_id, attributes, run_group, deploy_version)
-            SELECT ${workflow}, i, p::jsonb, f, NULLIF(pw, ''), NULLIF(pe, ''), a::jsonb, NULLIF(g, ''), NULLIF(v, '')
+                                       parent_execution_id, attributes, run_group, deploy_version, pinned)
+            SELECT ${workflow}, i, p::jsonb, f, NULLIF(pw, ''), NULLIF(pe, ''), a::jsonb, NULLIF(g, ''), NULLIF(v, ''), n
               FROM unnest(${batch.map((s) => s.executionId)}::text[], ${batch.map((s) => s.text)}::text[],
                           ${batch.map((s) => s.fingerprint)}::text[], ${
             batch.map((s) => s.parent?.workflow ?? "")
@@ -85,13 +86,13 @@ export const resolver = (
             batch.map((s) => s.attributes)
           }::text[], ${batch.map((s) => s.group ?? "")}::text[], ${
             batch.map((s) => s.version ?? "")
-          }::text[]) AS u(i, p, f, pw, pe, a, g, v)
+          }::text[], ${batch.map((s) => s.pinned)}::boolean[]) AS u(i, p, f, pw, pe, a, g, v, n)
             ON CONFLICT (workflow, execution_id) DO NOTHING
             RETURNING execution_id AS key`
           const started = new Set(
             yield* onlyDatabaseErrors(statements.enqueueEachAfter(
               write,
-              batch.map((s) => ({ key: s.executionId, message: runMessage(workflow, s.executionId, s.group) }))
+              batch.map((s) => ({ key: s.executionId, message: runMessage(workflow, s.executionId, s.group, s.pinned ? s.version : null) }))
             ))
           )
           const found = entries.filter(({ request }) =>

@@ -44,17 +44,25 @@ export const make = (
     Transactions.transaction(operation)(body).pipe(Effect.provideService(SqlClient.SqlClient, sql))
   const enqueue = (topic: string, payload: unknown, options: Outbox.EnqueueOptions) =>
     onlyDatabaseErrors(outbox.enqueue(topic, payload, options))
-  const enqueueRun = (workflow: string, executionId: string, group: string | null | undefined) => {
-    const message = runMessage(workflow, executionId, group)
+  const enqueueRun = (
+    workflow: string,
+    executionId: string,
+    group: string | null | undefined,
+    pinnedTo: string | null
+  ) => {
+    const message = runMessage(workflow, executionId, group, pinnedTo)
     return enqueue(message.topic, message.payload, message.options)
   }
+
+  /** The version an execution's runs are pinned to (`e`'s), as a column `pinned_to`. */
+  const pinnedTo = sql`CASE WHEN e.pinned THEN e.deploy_version END AS pinned_to`
 
   const wakeIn = (workflow: string, executionId: string, mode: WakeMode) =>
     Effect.gen(function*() {
       const explicit = mode === "explicit"
       // An automatic wake (a deferred, a clock, a child) does not wake an execution that
       // suspended on its own failure (`SuspendOnFailure`): only `resume` does, as upstream.
-      const rows = yield* sql<{ before: Status; after: Status; run_group: string | null }>`
+      const rows = yield* sql<{ before: Status; after: Status; run_group: string | null; pinned_to: string | null }>`
         WITH before AS (
           SELECT status FROM ${executions} WHERE workflow = ${workflow} AND execution_id = ${executionId} FOR UPDATE)
         UPDATE ${executions} e SET
@@ -66,10 +74,10 @@ export const make = (
           updated_at = now()
           FROM before
          WHERE e.workflow = ${workflow} AND e.execution_id = ${executionId}
-        RETURNING before.status AS before, e.status AS after, e.run_group`
+        RETURNING before.status AS before, e.status AS after, e.run_group, ${pinnedTo}`
       const row = rows[0]
       if (row !== undefined && row.before === "suspended" && row.after === "pending") {
-        yield* enqueueRun(workflow, executionId, row.run_group)
+        yield* enqueueRun(workflow, executionId, row.run_group, row.pinned_to)
       }
     })
 
@@ -175,21 +183,21 @@ export const make = (
           }
           return { fenced: true, status: "complete" as const }
         }
-        const rows = yield* sql<{ status: Status; run_group: string | null }>`
-            UPDATE ${executions} SET
+        const rows = yield* sql<{ status: Status; run_group: string | null; pinned_to: string | null }>`
+            UPDATE ${executions} e SET
               status = CASE WHEN ${runsAgain(options)} THEN 'pending' ELSE 'suspended' END,
               result = ${json(result)}::jsonb, updated_at = now(), waiting_on = ${json(waits)}::jsonb
              WHERE workflow = ${workflow} AND execution_id = ${executionId} AND status <> 'complete'
-            RETURNING status, run_group`
+            RETURNING status, run_group, ${pinnedTo}`
         const status = rows[0]?.status
-        if (status === "pending") yield* enqueueRun(workflow, executionId, rows[0]!.run_group)
+        if (status === "pending") yield* enqueueRun(workflow, executionId, rows[0]!.run_group, rows[0]!.pinned_to)
         return { fenced: true, status }
       })
     )
   }
 
   return {
-    start: ({ attributes, executionId, group, parent, payload, version, workflow }) =>
+    start: ({ attributes, executionId, group, parent, payload, pinned, version, workflow }) =>
       Effect.gen(function*() {
         const text = yield* Effect.orDie(Fingerprint.canonicalize(payload))
         const fingerprint = Fingerprint.toHex(Fingerprint.fingerprintOfCanonical(text))
@@ -198,13 +206,13 @@ export const make = (
         const start = Effect.gen(function*() {
           const id = yield* onlyDatabaseErrors(statements.enqueueAfter(
             sql`INSERT INTO ${executions} (workflow, execution_id, payload, payload_fingerprint, parent_workflow,
-                                           parent_execution_id, attributes, run_group, deploy_version)
+                                           parent_execution_id, attributes, run_group, deploy_version, pinned)
                 VALUES (${workflow}, ${executionId}, ${text}::jsonb, ${fingerprint}, ${parent?.workflow ?? null}, ${
               parent?.executionId ?? null
-            }, ${json(attributes)}::jsonb, ${group ?? null}, ${version ?? null})
+            }, ${json(attributes)}::jsonb, ${group ?? null}, ${version ?? null}, ${pinned})
                 ON CONFLICT (workflow, execution_id) DO NOTHING
                 RETURNING 1`,
-            runMessage(workflow, executionId, group)
+            runMessage(workflow, executionId, group, pinned ? version : null)
           ))
           if (id !== undefined) return { started: true, mismatch: false }
           const mismatched = yield* sql<{ n: number }>`
@@ -225,7 +233,8 @@ export const make = (
             parent,
             attributes: json(attributes),
             group,
-            version
+            version,
+            pinned
           }),
           batchedStarts
         )

@@ -9,16 +9,29 @@ import type * as LeasedQueue from "@effect-durable/pg/LeasedQueue"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 
-/** Runs of workflow `W` are messages of this topic; clocks of `W` fire through the next. */
+/**
+ * Runs of workflow `W` are messages of this topic (of `W@<version>` for an execution pinned to
+ * its deploy version: only processes of that version claim them); clocks of `W` fire through
+ * the next.
+ */
 export const RUN_TOPIC_PREFIX = "workflow.run:"
-export const runTopic = (workflow: string): string => `${RUN_TOPIC_PREFIX}${workflow}`
+export const runTopic = (workflow: string, pinnedTo?: string | null): string =>
+  `${RUN_TOPIC_PREFIX}${workflow}${pinnedTo == null ? "" : `@${pinnedTo}`}`
 export const clockTopic = (workflow: string): string => `workflow.clock:${workflow}`
 /** One run of an execution at a time: its run messages share this ordering key. */
 export const runKey = (workflow: string, executionId: string): string => `${workflow}/${executionId}`
 
-/** An execution's run message; every one carries its flow group (`WorkflowLimits`), if it has one. */
-export const runMessage = (workflow: string, executionId: string, group: string | null | undefined) => ({
-  topic: runTopic(workflow),
+/**
+ * An execution's run message; every one carries its flow group (`WorkflowLimits`), if it has
+ * one, and goes to the topic of the version it is pinned to, if it is.
+ */
+export const runMessage = (
+  workflow: string,
+  executionId: string,
+  group: string | null | undefined,
+  pinnedTo: string | null | undefined
+) => ({
+  topic: runTopic(workflow, pinnedTo),
   payload: { executionId },
   options: { orderingKey: runKey(workflow, executionId), ...(group == null ? {} : { group }) }
 })
@@ -105,6 +118,8 @@ export interface Store {
     readonly group: string | undefined
     /** The deploy version of the code starting it (`PgWorkflowEngine`'s `version`); kept only by the first start. */
     readonly version: string | undefined
+    /** Its runs pinned to `version`: only processes of that version run it (kept only by the first start). */
+    readonly pinned: boolean
   }) => Effect.Effect<{ readonly started: boolean; readonly mismatch: boolean }, DatabaseError>
   readonly read: (workflow: string, executionId: string) => Effect.Effect<ExecutionRow | undefined, DatabaseError>
   /**

@@ -1,13 +1,12 @@
 /**
- * `effect-durable workflows list|show|waiting|interrupt|resume|purge|versions|patches`: the
+ * `effect-durable workflows list|show|waiting|interrupt|resume|purge|versions|patches|stranded|repin`: the
  * executions of `@effect-durable/workflow`'s engine, without the workflows' code. Interrupt and
  * resume are durable requests the execution's next run applies, wherever its workflow is
- * registered; versions and patches are what a deploy of workflow code reads.
+ * registered; versions, patches, stranded and repin are what a deploy of workflow code reads and
+ * does.
  */
 import * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
 import * as WorkflowAttributes from "@effect-durable/workflow/WorkflowAttributes"
-import * as WorkflowDeploys from "@effect-durable/workflow/WorkflowDeploys"
-import * as Argument from "effect/cli/Argument"
 import * as Command from "effect/cli/Command"
 import * as Flag from "effect/cli/Flag"
 import * as Effect from "effect/Effect"
@@ -17,23 +16,8 @@ import { withDatabase } from "../connection.js"
 import { checkFailed, usage } from "../errors.js"
 import { operatorName } from "../operator.js"
 import * as Output from "../output.js"
-
-const workflow = Argument.String("workflow").pipe(
-  Argument.withMetavar("WORKFLOW"),
-  Argument.withDescription("The workflow's name (its Workflow.make tag)")
-)
-const executionId = Argument.String("execution-id").pipe(
-  Argument.withMetavar("EXECUTION_ID"),
-  Argument.withDescription(
-    `The execution's id, or a prefix of it only one execution of the workflow has (at least ${WorkflowAdmin.MIN_PREFIX_LENGTH} characters: the short form \`workflows list\` shows)`
-  )
-)
-
-const onlyWorkflow = Flag.String("workflow").pipe(
-  Flag.withMetavar("WORKFLOW"),
-  Flag.optional,
-  Flag.withDescription("Only this workflow's executions")
-)
+import { executionId, onlyWorkflow, workflow } from "./workflowArguments.js"
+import { patches, repin, stranded, versions } from "./workflowDeploys.js"
 
 const list = Command.make(
   "list",
@@ -243,81 +227,14 @@ const purge = Command.make(
   )
 ).pipe(Command.withDescription("Delete workflow executions complete past a retention, with their steps"))
 
-const versions = Command.make(
-  "versions",
-  { workflow: onlyWorkflow, json },
-  Effect.fn("effect-durable.workflows.versions")(
-    function*(args) {
-      const deploys = yield* WorkflowDeploys.make
-      const counts = yield* deploys.versions({ workflow: Option.getOrUndefined(args.workflow) })
-      if (args.json) return yield* Output.json({ versions: counts })
-      yield* Output.line(
-        counts.length === 0 ? "no unfinished executions" : Output.table<typeof counts[number]>([
-          { header: "WORKFLOW", value: (c) => c.workflow },
-          { header: "VERSION", value: (c) => c.version ?? "(none)" },
-          { header: "UNFINISHED", value: (c) => c.unfinished },
-          { header: "DIVERGED", value: (c) => c.diverged },
-          { header: "OLDEST STARTED", value: (c) => c.oldestStartedAt }
-        ], counts)
-      )
-    },
-    withDatabase({ poolSize: 1 })
-  )
-).pipe(
-  Command.withDescription(
-    "Count unfinished workflow executions by the deploy version they started under, and those diverged"
-  )
-)
-
-const patches = Command.make(
-  "patches",
-  {
-    workflow,
-    patch: Argument.String("patch").pipe(
-      Argument.withMetavar("PATCH"),
-      Argument.optional,
-      Argument.withDescription("Only this patch (WorkflowPatch.patched's id), listed even when no run recorded it")
-    ),
-    json
-  },
-  Effect.fn("effect-durable.workflows.patches")(
-    function*(args) {
-      const deploys = yield* WorkflowDeploys.make
-      const report = yield* deploys.patches(args.workflow)
-      const uses = Option.match(args.patch, {
-        onNone: () => report.patches,
-        onSome: (id) => [WorkflowDeploys.use(report, id)]
-      })
-      if (args.json) {
-        return yield* Output.json({ workflow: report.workflow, unfinished: report.unfinished, patches: uses })
-      }
-      yield* Output.line(
-        uses.length === 0
-          ? `no unfinished execution of ${Output.printable(report.workflow)} recorded a patch (${
-            Output.plural(report.unfinished, "unfinished execution")
-          })`
-          : Output.table<typeof uses[number]>([
-            { header: "PATCH", value: (p) => p.patch },
-            { header: "PATCHED", value: (p) => p.patched },
-            { header: "OLD BRANCH", value: (p) => p.unpatched },
-            { header: "UNDECIDED", value: (p) => p.undecided },
-            { header: "OLD BRANCH DROPPABLE", value: (p) => p.droppable ? "yes" : "no" }
-          ], uses)
-      )
-    },
-    withDatabase({ poolSize: 1 })
-  )
-).pipe(
-  Command.withDescription(
-    "For each patch of a workflow: unfinished runs on its patched branch, on its old one, and not there yet; whether a deploy may drop the old branch"
-  )
-)
-
 export const workflows = Command.make(
   "workflows",
   {},
-  () => usage("workflows: name a subcommand: list, show, waiting, interrupt, resume, purge, versions, patches")
+  () =>
+    usage(
+      "workflows: name a subcommand: list, show, waiting, interrupt, resume, purge, versions, patches, stranded, repin"
+    )
 ).pipe(
   Command.withDescription("List, show, interrupt and resume workflow executions"),
-  Command.withSubcommands([list, show, waiting, interrupt, resume, purge, versions, patches])
+  Command.withSubcommands([list, show, waiting, interrupt, resume, purge, versions, patches, stranded, repin])
 )

@@ -15,6 +15,7 @@ import type * as OutboxSearch from "@effect-durable/pg/OutboxSearch"
 import * as OutboxStatements from "@effect-durable/pg/OutboxStatements"
 import type * as Schedules from "@effect-durable/pg/Schedules"
 import type * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
+import type * as WorkflowDeploys from "@effect-durable/workflow/WorkflowDeploys"
 import type * as Context from "effect/Context"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -133,6 +134,8 @@ export interface Page {
   readonly jobs: Effect.Success<typeof Jobs.make>
   readonly filterOf: (params: URLSearchParams) => Effect.Effect<OutboxSearch.MessageFilter, PageError>
   readonly workflows: WorkflowAdmin.WorkflowAdmin
+  /** Runs by deploy version, for the workflows' page. */
+  readonly deploys: WorkflowDeploys.WorkflowDeploys
 }
 
 export const get = (

@@ -3,6 +3,7 @@
  * section's routes (a module each, in the order of the page's navigation), the fallback last.
  */
 import type * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
+import type * as WorkflowDeploys from "@effect-durable/workflow/WorkflowDeploys"
 import type * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
@@ -30,7 +31,8 @@ import * as WorkflowRoutes from "./workflowRoutes.js"
 export const make = Effect.fnUntraced(function*(
   options: Route.PageOptions,
   context: Context.Context<Route.Requirements>,
-  workflows: WorkflowAdmin.WorkflowAdmin
+  workflows: WorkflowAdmin.WorkflowAdmin,
+  deploys: WorkflowDeploys.WorkflowDeploys
 ) {
   const jobs = yield* Jobs.make
   const queries = makeQueries(options.statementTimeout)
@@ -41,7 +43,8 @@ export const make = Effect.fnUntraced(function*(
     queries,
     jobs,
     filterOf: Filters.ofQuery(options.showPayloads),
-    workflows
+    workflows,
+    deploys
   }
   const actions = Actions.make(page)
   const overview = yield* OverviewRoutes.make(page)

@@ -1,5 +1,6 @@
 /**
- * The workflows' routes: the latest executions (filtered by workflow and status), one
+ * The workflows' routes: the latest executions (filtered by workflow and status; what they
+ * wait on, the unfinished by deploy version), one
  * execution with its journal, and interrupt and resume of an execution.
  */
 import { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
@@ -12,7 +13,7 @@ import { get, lastSegments, type Page, post } from "./route.js"
 import * as Views from "./views.js"
 import * as WorkflowViews from "./workflowViews.js"
 
-export const routes = ({ queries, route, workflows }: Page, { workflowAction }: Actions) => [
+export const routes = ({ deploys, queries, route, workflows }: Page, { workflowAction }: Actions) => [
   get(
     "/workflows",
     route("read", "html", (r) =>
@@ -37,12 +38,16 @@ export const routes = ({ queries, route, workflows }: Page, { workflowAction }: 
         const waiting = listed._tag === "Success"
           ? yield* Effect.option(queries.timed(workflows.waiting({ workflow })))
           : undefined
+        const versions = listed._tag === "Success"
+          ? yield* Effect.option(queries.timed(deploys.versions({ workflow })))
+          : undefined
         const data: WorkflowViews.ExecutionsData = {
           workflow,
           attribute,
           status: WorkflowAdmin.Statuses.find((s) => s === status),
           executions: listed._tag === "Success" ? listed.success : undefined,
           waiting: waiting?._tag === "Some" ? waiting.value : undefined,
+          versions: versions?._tag === "Some" ? versions.value : undefined,
           error: listed._tag === "Failure" ? listed.failure.message : undefined
         }
         // A bad filter is the request's fault; a database that does not answer is not.

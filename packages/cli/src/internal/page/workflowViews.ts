@@ -5,6 +5,7 @@
  * only when the page shows payloads (a step's outcome, success or failure, always).
  */
 import * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
+import type * as WorkflowDeploys from "@effect-durable/workflow/WorkflowDeploys"
 import { html, raw } from "./html.js"
 import { badge, layout, link, num, time, type ViewContext } from "./views.js"
 
@@ -16,6 +17,8 @@ export interface ExecutionsData {
   readonly executions: ReadonlyArray<WorkflowAdmin.ExecutionSummary> | undefined
   /** Suspended executions counted by what they wait on (undefined: the query failed). */
   readonly waiting: ReadonlyArray<WorkflowAdmin.WaitCount> | undefined
+  /** Unfinished executions by deploy version, the diverged and stranded among them (undefined: the query failed). */
+  readonly versions: ReadonlyArray<WorkflowDeploys.VersionCount> | undefined
   readonly error: string | undefined
 }
 
@@ -81,6 +84,7 @@ export const executionsPage = (ctx: ViewContext, data: ExecutionsData) => {
 <p class="note">Executions of <code>@effect-durable/workflow</code>, most recently changed first. A run that keeps failing is a dead letter of its <code>workflow.run:&lt;name&gt;</code> topic.</p>
 ${filterForm(ctx, data)}
 ${waitingTable(data)}
+${versionsTable(data)}
 ${list}`
   )
 }
@@ -101,6 +105,19 @@ const waitingTable = (data: ExecutionsData) =>
         html`<tr><td>${c.workflow}</td><td>${c.kind}${c.name === "" ? "" : ` ${c.name}`}</td>${num(c.executions)}<td>${
           time(c.since)
         }</td></tr>`
+      )
+    }</tbody></table>`
+
+/** Unfinished executions by the deploy version they run on: what a rolling deploy leaves behind. */
+const versionsTable = (data: ExecutionsData) =>
+  data.versions === undefined || data.versions.length === 0
+    ? ""
+    : html`<h2>Unfinished, by deploy version</h2>
+<table id="versions"><thead><tr><th>Workflow</th><th>Version</th><th class="num">Unfinished</th><th class="num">Diverged</th><th class="num">Stranded</th><th>Oldest started</th></tr></thead><tbody>${
+      data.versions.map((v) =>
+        html`<tr><td>${v.workflow}</td><td>${v.version ?? "-"}</td>${num(v.unfinished)}${num(v.diverged)}${
+          num(v.stranded)
+        }<td>${time(v.oldestStartedAt)}</td></tr>`
       )
     }</tbody></table>`
 

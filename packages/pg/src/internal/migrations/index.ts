@@ -11,6 +11,7 @@ import { migration as workflowWaits } from "./0002_workflow_waits.js"
 import { migration as workflowRunGroups } from "./0003_workflow_run_groups.js"
 import { migration as workflowDeployVersions } from "./0004_workflow_deploy_versions.js"
 import { migration as workflowPatches } from "./0005_workflow_patches.js"
+import { migration as workflowPinnedRuns } from "./0006_workflow_pinned_runs.js"
 
 /** The last released version (0: nothing released yet; the packages have not been published). */
 export const RELEASED_THROUGH = 0
@@ -20,5 +21,6 @@ export const versions: ReadonlyArray<Migration> = [
   workflowWaits,
   workflowRunGroups,
   workflowDeployVersions,
-  workflowPatches
+  workflowPatches,
+  workflowPinnedRuns
 ]
