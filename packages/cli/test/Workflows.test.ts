@@ -259,6 +259,22 @@ describe("effect-durable workflows", () => {
         const neither = yield* cliOn(["workflows", "repin", "Shipping", "s-5"])
         expect(neither.code).toBe(2)
         expect(json(yield* cliOn(["workflows", "stranded", "--json"])).stranded).toEqual([])
+
+        // A fork of s-2 from its patch marker: the journal before it (nothing) kept, a run due.
+        const forked = json(
+          yield* cliOn(["workflows", "fork", "Shipping", "s-2", "--from", "patch:insured", "--attempt", "0", "--json"])
+        )
+        expect(forked.forked).toMatch(/^s-2\/fork-[0-9a-f]{8}$/)
+        const runs = yield* sql<
+          { topic: string }
+        >`SELECT topic FROM durable.outbox WHERE ordering_key = ${`Shipping/${forked.forked}`}`
+        expect(runs).toEqual([{ topic: "workflow.run:Shipping" }])
+        const badFrom = yield* cliOn(["workflows", "fork", "Shipping", "s-2", "--from", "charge"])
+        expect(badFrom.code).toBe(2)
+        expect(badFrom.stderr).toMatch(/--from: KIND:NAME/)
+        const noStep = yield* cliOn(["workflows", "fork", "Shipping", "s-2", "--from", "activity:nope"])
+        expect(noStep.code).toBe(2)
+        expect(noStep.stderr).toMatch(/a step the journal of s-2 holds/)
       }))
   })
 })

@@ -1,21 +1,26 @@
 /**
- * What an operator reads around a deploy of workflow code: which versions the unfinished runs
- * started under (`PgWorkflowEngine`'s `version`) and how many of them diverged, and for each
- * patch (`WorkflowPatch`) how many unfinished runs took or may still take its old branch — the
- * old branch can be dropped from the code once none can. The CLI's `workflows versions` and
- * `workflows patches` use it.
+ * What an operator reads and does around a deploy of workflow code: which versions the
+ * unfinished runs run on (`PgWorkflowEngine`'s `version`), how many of them diverged or are
+ * stranded (pinned to a version no live process serves), and for each patch (`WorkflowPatch`)
+ * how many unfinished runs took or may still take its old branch — the old branch can be dropped
+ * from the code once none can; a run moved to another version (`repin`), or restarted from one of
+ * its steps as a new execution (`fork`). The CLI's `workflows versions | patches | stranded |
+ * repin | fork` and the page use it.
  *
  * @since 0.5.0
  */
-import type { DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
+import { type DatabaseError, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import { classifySqlErrors } from "@effect-durable/pg/ErrorClassification"
+import * as Outbox from "@effect-durable/pg/Outbox"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
-import { RUN_TOPIC_PREFIX, runKey, runTopic } from "./internal/storeContract.js"
+import { randomBytes } from "node:crypto"
+import type { StepKind } from "./internal/storeContract.js"
+import { onlyDatabaseErrors, RUN_TOPIC_PREFIX, runKey, runMessage, runTopic } from "./internal/storeContract.js"
 
 /** Unfinished executions of one workflow started under one deploy version. */
 export interface VersionCount {
@@ -95,6 +100,22 @@ export interface WorkflowDeploys {
     executionId: string,
     version: string | null
   ) => Effect.Effect<boolean, InvalidInput | DatabaseError>
+  /**
+   * Restarts an execution from one of its steps, as a new execution (a fork): its payload, and its
+   * journal up to that step (the steps recorded before it; not its clocks, which the fork schedules
+   * again), then a run. The step and everything after it run again there; the original is left as
+   * it is (interrupt it if it must not go on). The fork runs on `version` (pinned; `null`: any
+   * process), by default as the original does; it is not a child of the original's parent. The new
+   * execution's id (`as`, default `<id>/fork-<8 hex>`), or `undefined` when there is no such
+   * execution; a step its journal does not hold, or an id taken, is `InvalidInput`.
+   */
+  readonly fork: (options: {
+    readonly workflow: string
+    readonly executionId: string
+    readonly from: { readonly kind: StepKind; readonly name: string; readonly attempt?: number | undefined }
+    readonly as?: string | undefined
+    readonly version?: string | null | undefined
+  }) => Effect.Effect<string | undefined, InvalidInput | DatabaseError>
 }
 
 /** Patch `id` in a report: its counts, or, when no unfinished run recorded it, every unfinished run undecided. */
@@ -107,11 +128,23 @@ const decodeAfter = Input.argument("after", Input.DurationIn({ min: "0 seconds",
 const decodeLimit = Input.argument("limit", Input.Count(1_000))
 const decodeId = Input.argument("executionId", Input.Text(256))
 const decodeVersion = Input.argument("version", Schema.NullOr(Input.Text(128)))
+const decodeKind = Input.argument("from.kind", Schema.Literals(["activity", "deferred", "clock", "patch"]))
+const decodeStep = Input.argument("from.name", Input.Text(1024))
+const decodeAttempt = Input.argument(
+  "from.attempt",
+  Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 1_000_000 }))
+)
+const decodeForkId = Input.argument("as", Input.Text(256))
 
-export const make: Effect.Effect<WorkflowDeploys, never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
+export const make: Effect.Effect<
+  WorkflowDeploys,
+  never,
+  SqlClient.SqlClient | DurableSettings | Outbox.Outbox
+> = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* DurableSettings
+    const enqueue = (yield* Outbox.Outbox).enqueue
     const executions = sql.literal(settings.table("workflow_executions"))
     const steps = sql.literal(settings.table("workflow_steps"))
     const outbox = sql.literal(settings.table("outbox"))
@@ -234,6 +267,52 @@ export const make: Effect.Effect<WorkflowDeploys, never, SqlClient.SqlClient | D
                  AND (claimed_until IS NULL OR claimed_until < now())`
             return true
           })).pipe(classifySqlErrors("WorkflowDeploys.repin"))
+        }),
+      fork: (options) =>
+        Effect.gen(function*() {
+          const name = yield* decodeName(options.workflow)
+          const id = yield* decodeId(options.executionId)
+          const kind = yield* decodeKind(options.from.kind)
+          const step = yield* decodeStep(options.from.name)
+          const attempt = yield* decodeAttempt(options.from.attempt ?? (kind === "activity" ? 1 : 0))
+          const forked = yield* decodeForkId(options.as ?? `${id}/fork-${randomBytes(4).toString("hex")}`)
+          const version = options.version === undefined ? undefined : yield* decodeVersion(options.version)
+          const refused = (argument: string, rule: string) => Effect.fail(new InvalidInput({ argument, rule }))
+          return yield* sql.withTransaction(Effect.gen(function*() {
+            const [original] = yield* sql<
+              { run_group: string | null; deploy_version: string | null; pinned: boolean; at: string | null }
+            >`
+              SELECT e.run_group, e.deploy_version, e.pinned,
+                     (SELECT s.recorded_at::text FROM ${steps} s
+                       WHERE s.workflow = e.workflow AND s.execution_id = e.execution_id
+                         AND s.kind = ${kind} AND s.name = ${step} AND s.attempt = ${attempt}) AS at
+                FROM ${executions} e WHERE e.workflow = ${name} AND e.execution_id = ${id}`
+            if (original === undefined) return undefined
+            if (original.at === null) {
+              return yield* refused(
+                "from",
+                `a step the journal of ${id} holds (${kind} ${step}, attempt ${attempt} is not)`
+              )
+            }
+            const runsOn = version === undefined ? (original.pinned ? original.deploy_version : null) : version
+            const created = yield* sql<{ n: number }>`
+              INSERT INTO ${executions} (workflow, execution_id, payload, payload_fingerprint, attributes, run_group,
+                                         deploy_version, pinned)
+              SELECT workflow, ${forked}, payload, payload_fingerprint, attributes, run_group,
+                     coalesce(${runsOn}, deploy_version), ${runsOn !== null}
+                FROM ${executions} WHERE workflow = ${name} AND execution_id = ${id}
+              ON CONFLICT (workflow, execution_id) DO NOTHING
+              RETURNING 1 AS n`
+            if (created.length === 0) return yield* refused("as", `an execution id of ${name} not taken (${forked} is)`)
+            yield* sql`
+              INSERT INTO ${steps} (workflow, execution_id, kind, name, attempt, result, recorded_at)
+              SELECT workflow, ${forked}, kind, name, attempt, result, recorded_at FROM ${steps}
+               WHERE workflow = ${name} AND execution_id = ${id} AND kind <> 'clock'
+                 AND recorded_at < ${original.at}::timestamptz`
+            const message = runMessage(name, forked, original.run_group, runsOn)
+            yield* onlyDatabaseErrors(enqueue(message.topic, message.payload, message.options))
+            return forked
+          })).pipe(classifySqlErrors("WorkflowDeploys.fork"))
         })
     }
   }

@@ -6,6 +6,7 @@ import { eventually } from "@effect-durable/testing/Eventually"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import * as PgWorkflowEngine from "@effect-durable/workflow/PgWorkflowEngine"
 import * as WorkflowAdmin from "@effect-durable/workflow/WorkflowAdmin"
+import * as WorkflowDeploys from "@effect-durable/workflow/WorkflowDeploys"
 import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -187,6 +188,38 @@ describe("deploying workflow code under running executions", () => {
         const executionId = yield* startedUnder(raced, "q")
         yield* confirmedUnder(raced, executionId, complete)
         expect(times("ship-q")).toBe(1)
+      }))
+    it.effect("a fork restarts a run from a chosen step: the journal before it kept, that step and what follows run again, the original untouched", () =>
+      Effect.gen(function*() {
+        const executionId = yield* startedUnderV1("k")
+        yield* confirmedUnder(v1, executionId, complete)
+        expect([times("charge-k"), times("ship-k")]).toEqual([1, 1])
+        const deploys = yield* WorkflowDeploys.make
+        const forked = yield* deploys.fork({
+          workflow: Order._tag,
+          executionId,
+          from: { kind: "activity", name: "ship-k" },
+          as: "k-again"
+        })
+        expect(forked).toBe("k-again")
+        // Run by version 1's code: the charge and the confirmation replay from the copied journal.
+        const result = yield* deployed(v1, eventually(Order.poll("k-again"), complete))
+        expect(result).toEqual(Option.some(expect.objectContaining({ _tag: "Complete" })))
+        expect([times("charge-k"), times("ship-k")]).toEqual([1, 2])
+        const admin = yield* WorkflowAdmin.make
+        expect((yield* admin.show(Order._tag, executionId))?.status).toBe("complete")
+        // A step the journal does not hold, an id taken: refused, naming the rule; an unknown execution: nothing.
+        const missing = yield* Effect.flip(
+          deploys.fork({ workflow: Order._tag, executionId, from: { kind: "activity", name: "nope" } })
+        )
+        expect(missing).toMatchObject({ _tag: "InvalidInput", argument: "from" })
+        const taken = yield* Effect.flip(
+          deploys.fork({ workflow: Order._tag, executionId, from: { kind: "activity", name: "ship-k" }, as: "k-again" })
+        )
+        expect(taken).toMatchObject({ _tag: "InvalidInput", argument: "as" })
+        expect(
+          yield* deploys.fork({ workflow: Order._tag, executionId: "unknown", from: { kind: "activity", name: "x" } })
+        ).toBeUndefined()
       }))
   })
 })

@@ -42,7 +42,9 @@ describe("pinned runs across a rolling deploy, in processes of two versions", ()
           effect.pipe(Effect.provide(starter(version).pipe(Layer.provideMerge(Layer.succeedContext(context)))))
         const effects = (id: string) =>
           Effect.map(
-            sql<{ step: string; version: string }>`SELECT step, version FROM pinned_effects WHERE id = ${id} ORDER BY ctid`,
+            sql<
+              { step: string; version: string }
+            >`SELECT step, version FROM pinned_effects WHERE id = ${id} ORDER BY ctid`,
             (rows) => rows.map((row) => `${row.step} by ${row.version}`)
           )
         const spawn = (version: "v1" | "v2") =>

@@ -84,15 +84,18 @@ export const resolver = (
             batch.map((s) => s.parent?.workflow ?? "")
           }::text[], ${batch.map((s) => s.parent?.executionId ?? "")}::text[], ${
             batch.map((s) => s.attributes)
-          }::text[], ${batch.map((s) => s.group ?? "")}::text[], ${
-            batch.map((s) => s.version ?? "")
-          }::text[], ${batch.map((s) => s.pinned)}::boolean[]) AS u(i, p, f, pw, pe, a, g, v, n)
+          }::text[], ${batch.map((s) => s.group ?? "")}::text[], ${batch.map((s) => s.version ?? "")}::text[], ${
+            batch.map((s) => s.pinned)
+          }::boolean[]) AS u(i, p, f, pw, pe, a, g, v, n)
             ON CONFLICT (workflow, execution_id) DO NOTHING
             RETURNING execution_id AS key`
           const started = new Set(
             yield* onlyDatabaseErrors(statements.enqueueEachAfter(
               write,
-              batch.map((s) => ({ key: s.executionId, message: runMessage(workflow, s.executionId, s.group, s.pinned ? s.version : null) }))
+              batch.map((s) => ({
+                key: s.executionId,
+                message: runMessage(workflow, s.executionId, s.group, s.pinned ? s.version : null)
+              }))
             ))
           )
           const found = entries.filter(({ request }) =>

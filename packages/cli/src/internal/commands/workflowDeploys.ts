@@ -12,7 +12,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { duration, json, positive, toggle } from "../arguments.js"
 import { withDatabase } from "../connection.js"
-import { usage } from "../errors.js"
+import { checkFailed, invalidValue, usage } from "../errors.js"
 import { operatorName } from "../operator.js"
 import * as Output from "../output.js"
 import { executionId, onlyWorkflow, workflow } from "./workflowArguments.js"
@@ -168,5 +168,71 @@ export const repin = Command.make(
 ).pipe(
   Command.withDescription(
     "Pin an unfinished workflow execution to another deploy version, or unpin it (its due run moves with it)"
+  )
+)
+
+const STEP_KINDS = ["activity", "deferred", "clock", "patch"] as const
+
+export const fork = Command.make(
+  "fork",
+  {
+    workflow,
+    executionId,
+    from: Flag.String("from").pipe(
+      Flag.withMetavar("KIND:NAME"),
+      Flag.withDescription("Required. The step to restart from, as `workflows show` lists it: activity:charge"),
+      Flag.mapEffect((text) => {
+        const at = text.indexOf(":")
+        const kind = STEP_KINDS.find((k) => k === text.slice(0, at))
+        return at < 1 || kind === undefined || at === text.length - 1
+          ? Effect.fail(invalidValue(`--from: KIND:NAME, KIND one of ${STEP_KINDS.join(", ")} (got ${text})`))
+          : Effect.succeed({ kind, name: text.slice(at + 1) })
+      })
+    ),
+    attempt: Flag.Int("attempt").pipe(
+      Flag.withMetavar("N"),
+      Flag.optional,
+      Flag.withDescription("The step's attempt (default: an activity's first, 1)")
+    ),
+    as: Flag.String("as").pipe(
+      Flag.withMetavar("EXECUTION_ID"),
+      Flag.optional,
+      Flag.withDescription("The fork's execution id (default: <id>/fork-<8 hex>)")
+    ),
+    version: Flag.String("version").pipe(
+      Flag.withMetavar("VERSION"),
+      Flag.optional,
+      Flag.withDescription("Run the fork pinned to this deploy version (default: as the original runs)")
+    ),
+    json
+  },
+  Effect.fn("effect-durable.workflows.fork")(
+    function*(args) {
+      const admin = yield* WorkflowAdmin.make
+      const deploys = yield* WorkflowDeploys.make
+      const id = yield* admin.resolve(args.workflow, args.executionId)
+      const forked = id === undefined ? undefined : yield* deploys.fork({
+        workflow: args.workflow,
+        executionId: id,
+        from: { ...args.from, attempt: Option.getOrUndefined(args.attempt) },
+        as: Option.getOrUndefined(args.as),
+        version: Option.getOrUndefined(args.version)
+      })
+      yield* Effect.logInfo(
+        `operator action: fork workflow ${args.workflow} execution ${
+          id ?? args.executionId
+        } from ${args.from.kind} ${args.from.name} as ${forked ?? "(nothing)"} by ${operatorName()}`
+      )
+      if (forked === undefined) {
+        return yield* checkFailed(`no execution ${args.executionId} of workflow ${args.workflow}`)
+      }
+      if (args.json) return yield* Output.json({ workflow: args.workflow, executionId: id, forked })
+      yield* Output.line(`forked as ${Output.printable(forked)}: its run is due`)
+    },
+    withDatabase({ poolSize: 1 })
+  )
+).pipe(
+  Command.withDescription(
+    "Restart a workflow execution from one of its steps as a new execution (its journal before that step kept)"
   )
 )

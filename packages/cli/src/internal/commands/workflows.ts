@@ -1,5 +1,5 @@
 /**
- * `effect-durable workflows list|show|waiting|interrupt|resume|purge|versions|patches|stranded|repin`: the
+ * `effect-durable workflows list|show|waiting|interrupt|resume|purge|versions|patches|stranded|repin|fork`: the
  * executions of `@effect-durable/workflow`'s engine, without the workflows' code. Interrupt and
  * resume are durable requests the execution's next run applies, wherever its workflow is
  * registered; versions, patches, stranded and repin are what a deploy of workflow code reads and
@@ -17,7 +17,7 @@ import { checkFailed, usage } from "../errors.js"
 import { operatorName } from "../operator.js"
 import * as Output from "../output.js"
 import { executionId, onlyWorkflow, workflow } from "./workflowArguments.js"
-import { patches, repin, stranded, versions } from "./workflowDeploys.js"
+import { fork, patches, repin, stranded, versions } from "./workflowDeploys.js"
 
 const list = Command.make(
   "list",
@@ -232,9 +232,9 @@ export const workflows = Command.make(
   {},
   () =>
     usage(
-      "workflows: name a subcommand: list, show, waiting, interrupt, resume, purge, versions, patches, stranded, repin"
+      "workflows: name a subcommand: list, show, waiting, interrupt, resume, purge, versions, patches, stranded, repin, fork"
     )
 ).pipe(
   Command.withDescription("List, show, interrupt and resume workflow executions"),
-  Command.withSubcommands([list, show, waiting, interrupt, resume, purge, versions, patches, stranded, repin])
+  Command.withSubcommands([list, show, waiting, interrupt, resume, purge, versions, patches, stranded, repin, fork])
 )
