@@ -40,6 +40,8 @@ export interface RunFacts {
   readonly unexpectedExits: ReadonlyArray<string>
   /** Why the run did not finish normally (producer failed, drain timed out), if it did not. */
   readonly incomplete: ReadonlyArray<string>
+  /** The workflow schedule's rolling deploy (`--deploy`): how many runners went from code A to B. */
+  readonly deployed?: number
 }
 
 const percent = (part: number, whole: number) => whole === 0 ? "0.0" : ((100 * part) / whole).toFixed(1)

@@ -41,6 +41,7 @@ import * as Random from "./random.js"
 import { APPLICATION, DDL, READY, TOPIC } from "./schema.js"
 import * as Workers from "./workers.js"
 import * as WorkflowChecker from "./workflows/checker.js"
+import * as RollingDeploy from "./workflows/deploy.js"
 import * as WorkflowSchema from "./workflows/schema.js"
 
 const here = dirname(fileURLToPath(import.meta.url))
@@ -154,26 +155,18 @@ const openMessages = (admin: SqlClient.SqlClient) =>
     SELECT (SELECT count(*)::int FROM durable.outbox WHERE ${admin.literal(QueueLifecycle.outbox.open)}) +
            ${
     options.workflows
-      ? admin`(SELECT count(*)::int FROM durable.workflow_executions WHERE status <> 'complete')`
+      // A diverged execution waits for an operator (`--deploy`): not work the drain waits for.
+      ? admin`(SELECT count(*)::int FROM durable.workflow_executions
+                WHERE status <> 'complete' AND NOT coalesce(waiting_on @> '[{"kind":"diverged"}]', false))`
       : admin`0`
   } AS n`
     .pipe(
       Effect.map(([row]) => row!.n)
     )
 
-/** A rate as the report says it. */
-const rateText = (rate: { readonly limit: number; readonly per: string; readonly burst: number }) =>
-  `${rate.limit} per ${rate.per}, burst ${rate.burst}`
-
 /** The topic under limits with `--limits` or `--slots`: the outbox schedule's, or the workflow's runs. */
 const limitedTopic = options.workflows ? WorkflowLimits.topic(WorkflowSchema.ChaosOrder) : TOPIC
-const limitsText = options.workflows
-  ? `${Options.WORKFLOW_FLOW_LIMIT} runs in flight, ${Options.WORKFLOW_GROUP_LIMIT} per customer group of ${Options.FLOW_GROUPS}`
-  : options.slots
-  ? `${Options.FLOW_LIMIT} in flight, no groups or rates: claims take capacity slots`
-  : `${Options.FLOW_LIMIT} in flight, ${Options.FLOW_GROUP_LIMIT} per group of ${Options.FLOW_GROUPS}, rates ${
-    rateText(Options.FLOW_RATE)
-  } and ${rateText(Options.FLOW_GROUP_RATE)} per group`
+const limitsText = Options.limitsText(options)
 
 /**
  * `--limits`: the overshoot checker's findings (it counted in flight inside every claim of the
@@ -191,8 +184,8 @@ const withFlowCheck = <R extends { readonly details: ReadonlyArray<string>; read
     const line = `flow limits (${limitsText}): ${overshoots.length} overshoots over about ${
       claims!.n
     } claims of ${limitedTopic}, each counted inside its claim`
-    const rateLine = `rates (${rateText(Options.FLOW_RATE)}, ${
-      rateText(Options.FLOW_GROUP_RATE)
+    const rateLine = `rates (${Options.rateText(Options.FLOW_RATE)}, ${
+      Options.rateText(Options.FLOW_GROUP_RATE)
     } per group): ${rateOvershoots.length} buckets overshot, every span of claimed messages checked`
     return {
       ...report,
@@ -224,7 +217,9 @@ const program = Effect.gen(function*() {
       options.asyncWorkerCommits ? ", worker commits asynchronous" : ""
     }${
       options.batch ? `, batch handler (up to ${Options.BATCH.maxSize} a call, max wait ${Options.BATCH.maxWait})` : ""
-    }${options.limits || options.slots ? `, flow limits on ${limitedTopic}: ${limitsText}` : ""}`
+    }${options.limits || options.slots ? `, flow limits on ${limitedTopic}: ${limitsText}` : ""}${
+      options.deploy ? ", a rolling deploy of the workflow's code (A to B)" : ""
+    }`
   )
   const server = yield* PgServer.PgServer
   const run = yield* Effect.acquireRelease(
@@ -259,6 +254,7 @@ const program = Effect.gen(function*() {
   const producerUrl = new URL(poolUrl)
   producerUrl.port = String(proxy.port)
 
+  const versions = new Map<number, WorkflowSchema.CodeVersion>()
   const workers = yield* Effect.acquireRelease(
     Effect.sync(() =>
       Workers.start(
@@ -272,7 +268,8 @@ const program = Effect.gen(function*() {
           ...(Option.isSome(pooler) ? { listenUrl: direct } : {}),
           ...(options.leaseMillis === undefined ? {} : { leaseMillis: options.leaseMillis }),
           ...(options.asyncWorkerCommits ? { asyncWorkerCommits: true } : {}),
-          ...(options.batch ? { batch: true } : {})
+          ...(options.batch ? { batch: true } : {}),
+          ...(options.deploy ? { version: versions.get(index) ?? "A" } : {})
         })
       )
     ),
@@ -327,6 +324,11 @@ const program = Effect.gen(function*() {
     )
   )
 
+  const deploy = yield* Effect.forkScoped(
+    options.deploy
+      ? RollingDeploy.run({ workers, url: direct, versions, startedAt: productionStartedAt, productionMillis, log })
+      : Effect.succeed(undefined)
+  )
   const incomplete: Array<string> = []
   const producerEnd = yield* Effect.promise(() => producer.exited).pipe(
     Effect.timeout(Duration.millis(productionMillis + 180_000)),
@@ -340,6 +342,7 @@ const program = Effect.gen(function*() {
   }
   log(`producer done; waiting for the faults to end`)
   const faultRecords = yield* Fiber.join(faults)
+  const deployed = yield* Fiber.join(deploy)
 
   log(`draining (at most ${drainMillis / 1000} s)`)
   const drained = yield* openMessages(admin).pipe(
@@ -360,7 +363,8 @@ const program = Effect.gen(function*() {
     faults: faultRecords,
     leaseMillis,
     unexpectedExits: workers.unexpectedExits(),
-    incomplete
+    incomplete,
+    ...(deployed === undefined ? {} : { deployed })
   })
   const report = options.limits || options.slots ? yield* withFlowCheck(admin, checked) : checked
   console.log("")

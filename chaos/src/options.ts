@@ -39,6 +39,12 @@ export interface Options {
    * message's effect applied on its own and reported failed on its own.
    */
   readonly batch: boolean
+  /**
+   * With `--workflows`: a rolling deploy under the faults — the runners, all of code version A at
+   * first, replaced one by one by version B (`workflows/deploy.ts`): one compatible change, one
+   * incompatible guarded by a patch, one incompatible left unguarded.
+   */
+  readonly deploy: boolean
 }
 
 /** With `--batch`: the most messages per handler call, and how long a short batch waits to fill. */
@@ -62,11 +68,25 @@ export const FLOW_GROUP_RATE = { limit: 10, per: "1 second", burst: 5 } as const
 export const WORKFLOW_FLOW_LIMIT = 6
 export const WORKFLOW_GROUP_LIMIT = 1
 
+/** A rate as the report says it. */
+export const rateText = (rate: { readonly limit: number; readonly per: string; readonly burst: number }) =>
+  `${rate.limit} per ${rate.per}, burst ${rate.burst}`
+
+/** The limits of `--limits` or `--slots`, as the report says them. */
+export const limitsText = (options: Options): string =>
+  options.workflows
+    ? `${WORKFLOW_FLOW_LIMIT} runs in flight, ${WORKFLOW_GROUP_LIMIT} per customer group of ${FLOW_GROUPS}`
+    : options.slots
+    ? `${FLOW_LIMIT} in flight, no groups or rates: claims take capacity slots`
+    : `${FLOW_LIMIT} in flight, ${FLOW_GROUP_LIMIT} per group of ${FLOW_GROUPS}, rates ${
+      rateText(FLOW_RATE)
+    } and ${rateText(FLOW_GROUP_RATE)} per group`
+
 /** The projector's default lease (`@effect-durable/projector` Projector.ts), used to size stalls. */
 export const PROJECTOR_DEFAULT_LEASE_MILLIS = 30_000
 
 export const USAGE =
-  "usage: npm run chaos -- [--quick] [--lease=5s] [--workers=4] [--messages=N] [--pooler] [--async-worker-commits] [--workflows] [--limits | --slots] [--batch] [--seed=N] [--keep]"
+  "usage: npm run chaos -- [--quick] [--lease=5s] [--workers=4] [--messages=N] [--pooler] [--async-worker-commits] [--workflows [--deploy]] [--limits | --slots] [--batch] [--seed=N] [--keep]"
 
 const parseDuration = (text: string): number => {
   const match = /^(\d+(?:\.\d+)?)\s*(ms|s|m)?$/.exec(text.trim())
@@ -101,6 +121,7 @@ export const parse = (args: ReadonlyArray<string>): Options => {
       limits: { type: "boolean", default: false },
       slots: { type: "boolean", default: false },
       batch: { type: "boolean", default: false },
+      deploy: { type: "boolean", default: false },
       help: { type: "boolean", default: false }
     }
   })
@@ -111,6 +132,7 @@ export const parse = (args: ReadonlyArray<string>): Options => {
   const quick = values.quick
   if (values.limits && values.slots) throw new Error("--limits and --slots: one or the other")
   if (values.batch && values.workflows) throw new Error("--batch is for the outbox schedule, not --workflows")
+  if (values.deploy && !values.workflows) throw new Error("--deploy is for --workflows")
   if (values.slots && values.workflows) {
     throw new Error("--slots is for the outbox schedule; --workflows takes --limits")
   }
@@ -126,6 +148,7 @@ export const parse = (args: ReadonlyArray<string>): Options => {
     workflows: values.workflows,
     limits: values.limits,
     slots: values.slots,
-    batch: values.batch
+    batch: values.batch,
+    deploy: values.deploy
   }
 }

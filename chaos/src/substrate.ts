@@ -20,6 +20,8 @@ export interface WorkerConfig {
   readonly asyncWorkerCommits?: boolean
   /** Deliver through a batch handler (`--batch`). */
   readonly batch?: boolean
+  /** The workflow code this runner deploys (`--deploy`); absent: version A. */
+  readonly version?: "A" | "B"
 }
 
 /** The worker's substrate: its pool named for the faults to find, unprepared statements behind a pooler. */

@@ -20,6 +20,8 @@ export interface Workers {
   readonly slots: ReadonlyArray<Slot>
   readonly kill: (slot: Slot) => Promise<void>
   readonly restart: (slot: Slot) => void
+  /** A deploy's step: the slot's process stopped (SIGTERM, its runs finish or are cut) and started again, its config read anew. */
+  readonly replace: (slot: Slot) => Promise<void>
   readonly pause: (slot: Slot) => void
   readonly resume: (slot: Slot) => void
   /** Workers that exited without being told to. */
@@ -67,6 +69,12 @@ export const start = (
       await slot.child.exited
     },
     restart: (slot) => {
+      if (!closing) launch(slot)
+    },
+    replace: async (slot) => {
+      // Not an exit to restart after: this is the restart.
+      slot.state = "killed"
+      await stop(slot.child, 20_000)
       if (!closing) launch(slot)
     },
     pause: (slot) => {

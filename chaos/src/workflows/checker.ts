@@ -12,7 +12,10 @@
  * - no execution run by two runners at once: two ordinary activity executions of one order by
  *   different runners that overlap in time are explained by a fault the same way (a runner
  *   frozen past its lease wakes up mid-activity; its settle is then fenced out);
- * - no dead run or clock message.
+ * - no dead run or clock message;
+ * - with `--deploy`: an unfinished execution only where B's unguarded rename stopped it (diverged
+ *   on `reserveStock` with `reserve` recorded), never an order reserved under both names, and
+ *   every patch marker kept (a run on the old branch never audits; one on the patched branch has).
  */
 import * as QueueLifecycle from "@effect-durable/pg/QueueLifecycle"
 import * as Effect from "effect/Effect"
@@ -20,7 +23,15 @@ import type * as SqlClient from "effect/sql/SqlClient"
 import { readFileSync } from "node:fs"
 import type { Report, RunFacts } from "../checker.js"
 import * as Duplicates from "../duplicates.js"
-import { ChaosOrder, expectedResult, type JournalEntry, ORDINARY, TRANSACTIONAL } from "./schema.js"
+import {
+  AUDIT_PATCH,
+  ChaosOrder,
+  expectedResult,
+  type JournalEntry,
+  ORDINARY,
+  renamedByB,
+  TRANSACTIONAL
+} from "./schema.js"
 
 const sample = (items: Iterable<string>, n = 5) => {
   const list = [...items]
@@ -91,10 +102,17 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
       runs: number
       outcome: string | null
       value: string | null
+      diverged: { step: string; unreached: ReadonlyArray<string> } | null
+      patched: boolean | null
     }>`
-      SELECT payload->>'orderId' AS order_id, status, runs,
-             result->>'_tag' || '/' || (result->'exit'->>'_tag') AS outcome, result->'exit'->>'value' AS value
-        FROM durable.workflow_executions WHERE workflow = ${ChaosOrder._tag}`
+      SELECT e.payload->>'orderId' AS order_id, e.status, e.runs,
+             e.result->>'_tag' || '/' || (e.result->'exit'->>'_tag') AS outcome, e.result->'exit'->>'value' AS value,
+             CASE WHEN e.status = 'suspended' THEN
+               (SELECT w FROM jsonb_array_elements(e.waiting_on) w WHERE w->>'kind' = 'diverged' LIMIT 1) END AS diverged,
+             (SELECT (s.result)::text::boolean FROM durable.workflow_steps s
+               WHERE s.workflow = e.workflow AND s.execution_id = e.execution_id AND s.kind = 'patch'
+                 AND s.name = ${AUDIT_PATCH}) AS patched
+        FROM durable.workflow_executions e WHERE e.workflow = ${ChaosOrder._tag}`
     const transactional = yield* admin<{ order_id: string; name: string; n: number }>`
       SELECT order_id, name, count(*)::int AS n FROM chaos.wf_transactional GROUP BY order_id, name`
     const activities = yield* admin<
@@ -121,13 +139,28 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
     const withoutExecution = [...committed].filter((id) => !byOrder.has(id))
     const phantom = executions.filter((row) => !committed.has(row.order_id)).map((row) => row.order_id)
     const rolledBackStarted = [...rolledBack].filter((id) => byOrder.has(id))
-    const unfinished = [...committed].filter((id) => byOrder.has(id) && byOrder.get(id)!.status !== "complete")
+    // B's unguarded rename stops the runs A reserved: diverged on `reserveStock` with `reserve` recorded.
+    const divergedByRename = (id: string) => {
+      const diverged = byOrder.get(id)?.diverged
+      return facts.deployed !== undefined && renamedByB(id) && diverged?.step === "activity reserveStock" &&
+        diverged.unreached.includes("activity reserve")
+    }
+    const unfinished = [...committed].filter((id) =>
+      byOrder.has(id) && byOrder.get(id)!.status !== "complete" && !divergedByRename(id)
+    )
     const wrong = [...committed].filter((id) => {
       const row = byOrder.get(id)
       return row?.status === "complete" && (row.outcome !== "Complete/Success" || row.value !== expectedResult(id))
     })
 
-    const txCount = new Map<string, number>(transactional.map((row) => [`${row.order_id}/${row.name}`, row.n]))
+    // B's `reserveStock` is the reserve step under its new name: the step is applied once, under one name.
+    const txCount = new Map<string, number>()
+    for (const row of transactional) {
+      const key = `${row.order_id}/${row.name === "reserveStock" ? "reserve" : row.name}`
+      txCount.set(key, (txCount.get(key) ?? 0) + row.n)
+    }
+    const reservedTwice = [...new Set(transactional.filter((row) => row.name === "reserveStock").map((r) => r.order_id))]
+      .filter((id) => transactional.some((row) => row.order_id === id && row.name === "reserve"))
     const notOnce = [...committed].flatMap((id) =>
       TRANSACTIONAL.map((name): string => `${id}/${name}`).filter((step) =>
         byOrder.get(id)?.status === "complete" && txCount.get(step) !== 1
@@ -176,6 +209,24 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
     }
     const concurrent = Duplicates.explain(overlaps, facts.faults, facts.leaseMillis)
 
+    // B's patch: a run that took the old branch never audits; one that took the patched branch, once complete, has.
+    const audited = new Set(activities.filter((row) => row.name === "audit").map((row) => row.order_id))
+    const patchBroken = executions.filter((row) =>
+      (row.patched === false && audited.has(row.order_id)) ||
+      (row.patched === true && row.status === "complete" && !audited.has(row.order_id))
+    ).map((row) => row.order_id)
+    if (facts.deployed !== undefined) {
+      const took = (branch: boolean) => executions.filter((row) => row.patched === branch).length
+      details.push(
+        `deploy: ${facts.deployed} runners replaced, code A by B; patch ${AUDIT_PATCH}: ${took(true)} runs on the patched branch, ${
+          took(false)
+        } on the old; ${
+          [...committed].filter(divergedByRename).length
+        } diverged on B's unguarded rename (none run under its new name: ${reservedTwice.length} reserved twice); receipts (B's appended step) for ${
+          new Set(activities.filter((row) => row.name === "receipt").map((row) => row.order_id)).size
+        } orders`
+      )
+    }
     const runs = executions.map((row) => row.runs)
     details.push(
       `executions: ${executions.length}, runs ${runs.reduce((a, b) => a + b, 0)} (per execution: max ${
@@ -226,6 +277,8 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
     if (rolledBackCommitted.length > 0) broken.push(`rolled back yet committed ${rolledBackCommitted.length}`)
     if (unfinished.length > 0) broken.push(`unfinished ${unfinished.length} (${sample(unfinished)})`)
     if (wrong.length > 0) broken.push(`wrong result ${wrong.length} (${sample(wrong)})`)
+    if (reservedTwice.length > 0) broken.push(`reserved under both names ${reservedTwice.length} (${sample(reservedTwice)})`)
+    if (patchBroken.length > 0) broken.push(`a patch's branch not kept ${patchBroken.length} (${sample(patchBroken)})`)
     if (notOnce.length > 0) broken.push(`transactional activity not exactly once ${notOnce.length}`)
     if (ordinaryMissing.length > 0) broken.push(`ordinary activity never run ${ordinaryMissing.length}`)
     if (duplicates.unexplained.length > 0) broken.push(`unexplained repeats ${duplicates.unexplained.length}`)

@@ -10,6 +10,7 @@
  */
 import * as PgWorkflowEngine from "@effect-durable/workflow/PgWorkflowEngine"
 import * as WorkflowLimits from "@effect-durable/workflow/WorkflowLimits"
+import * as WorkflowPatch from "@effect-durable/workflow/WorkflowPatch"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
@@ -99,16 +100,37 @@ const transactional = (orderId: string, name: string, worker: string) =>
     ).pipe(Effect.orDie, Effect.asVoid)
   }).pipe(PgWorkflowEngine.transactional)
 
-/** The workflow's body, recording `worker` with what it does. */
-export const layer = (worker: string) =>
+/** The workflow's code versions of a rolling deploy (`--deploy`); A is the schedule's own. */
+export type CodeVersion = "A" | "B"
+
+/**
+ * Version B's unguarded change applies to these orders: it renames their `reserve` to
+ * `reserveStock`. A run of theirs that recorded `reserve` under A and replays under B diverges.
+ */
+export const renamedByB = (orderId: string) => Number(orderId.replace(/\D/g, "")) % 5 === 0
+/** Version B's change guarded by a patch: an `audit` before the charge. */
+export const AUDIT_PATCH = "audit-before-charge"
+
+/**
+ * The workflow's body, recording `worker` with what it does. Version B changes three things: an
+ * `audit` before the charge (incompatible, guarded by a patch: runs A took past it keep the old
+ * branch), a `receipt` after the confirmation (compatible: appended), and `reserve` renamed for
+ * the `renamedByB` orders (incompatible, unguarded: their runs A reserved diverge under B).
+ */
+export const layer = (worker: string, version: CodeVersion = "A") =>
   ChaosOrder.toLayer(({ orderId }) =>
     Effect.gen(function*() {
-      yield* transactional(orderId, "reserve", worker)
-      yield* ordinary(orderId, "charge", worker)
+      yield* transactional(orderId, version === "B" && renamedByB(orderId) ? "reserveStock" : "reserve", worker)
+      const charge = ordinary(orderId, "charge", worker)
+      yield* version === "A" ? charge : WorkflowPatch.ifPatched(AUDIT_PATCH, {
+        onTrue: () => Effect.andThen(ordinary(orderId, "audit", worker), charge),
+        onFalse: () => charge
+      })
       const approval = yield* DurableDeferred.await(Approved)
       yield* DurableClock.sleep({ name: "cool-off", duration: "1 second", inMemoryThreshold: Duration.zero })
       yield* ordinary(orderId, "ship", worker)
       yield* transactional(orderId, "confirm", worker)
+      if (version === "B") yield* ordinary(orderId, "receipt", worker)
       return `${orderId}:${approval}:shipped`
     })
   )

@@ -1,7 +1,7 @@
 /**
  * A workflow runner process of the workflow schedule: `PgWorkflowEngine` over the substrate,
- * running `ChaosOrder` executions (its run projector claims under this worker's id, so the
- * faults find its claims). SIGTERM closes its scope. Run by main.ts as
+ * running `ChaosOrder` executions under its code version (its run projector claims under this
+ * worker's id, so the faults find its claims). SIGTERM closes its scope. Run by main.ts as
  * `node dist/workflows/worker.js <config JSON> <run dir>`.
  */
 import * as PgWorkflowEngine from "@effect-durable/workflow/PgWorkflowEngine"
@@ -17,9 +17,10 @@ const config: WorkerConfig = JSON.parse(process.argv[2]!)
 
 const substrate = workerSubstrate(config)
 
-const runner = layer(config.workerId).pipe(
+const runner = layer(config.workerId, config.version ?? "A").pipe(
   Layer.provideMerge(PgWorkflowEngine.layer({
     workerId: config.workerId,
+    version: config.version ?? "A",
     ...(config.leaseMillis === undefined ? {} : { lease: config.leaseMillis }),
     ...(config.listenUrl === undefined ? {} : { listenUrl: Redacted.make(config.listenUrl) })
   })),
