@@ -1,9 +1,13 @@
 // A change deployed under running checkouts. Version 2 checks for fraud before it charges; a
 // checkout that version 1 already charged must not be checked (or charged) again, so the check
 // is guarded by a patch: runs past that point keep the old branch, new runs take the new one.
-// Before the deploy, a replay test replays journals taken from the database against version 2.
+// It also sends a receipt at the end: appended after the last step, that change is compatible.
+// Before the deploy, a replay test replays journals taken from the database against version 2;
+// during it, the operator's view says what runs on which version and branch. Where a change
+// cannot be made compatible, processes pin the runs they start to their version.
 import * as Durable from "@effect-durable/pg/Durable"
 import * as PgWorkflowEngine from "@effect-durable/workflow/PgWorkflowEngine"
+import * as WorkflowDeploys from "@effect-durable/workflow/WorkflowDeploys"
 import * as WorkflowPatch from "@effect-durable/workflow/WorkflowPatch"
 import * as WorkflowReplay from "@effect-durable/workflow/WorkflowReplay"
 import * as Effect from "effect/Effect"
@@ -49,6 +53,7 @@ export const CheckoutV2 = Checkout.toLayer(({ orderId }) =>
     })
     yield* record(orderId, "charge")
     const by = yield* DurableDeferred.await(Delivered)
+    yield* record(orderId, "receipt")
     return `order ${orderId} delivered by ${by}`
   })
 )
@@ -65,13 +70,26 @@ export const replayTest = Effect.gen(function*() {
   )
 })
 
-/** A process of one version: its code, the engine recording that version, the substrate. */
+/** What an operator reads during the deploy: runs by version, and the patch's branches. */
+export const deployView = Effect.gen(function*() {
+  const deploys = yield* WorkflowDeploys.make
+  return {
+    versions: yield* deploys.versions({ workflow: "Checkout" }),
+    fraudCheck: WorkflowDeploys.use(yield* deploys.patches("Checkout"), "fraud-check")
+  }
+})
+
+/**
+ * A process of one version: its code, the engine recording that version, the substrate. Pinned,
+ * the runs it starts are run only by processes of its version.
+ */
 export const AppLayer = (
   code: typeof CheckoutV1,
   version: string,
-  connection: Durable.Options["connection"]
+  connection: Durable.Options["connection"],
+  pinned = false
 ) =>
   code.pipe(
-    Layer.provideMerge(PgWorkflowEngine.layer({ version })),
+    Layer.provideMerge(PgWorkflowEngine.layer({ version, pinned })),
     Layer.provideMerge(Durable.layer({ connection, migrate: true }))
   )

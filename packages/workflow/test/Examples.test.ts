@@ -2,6 +2,7 @@ import * as Durable from "@effect-durable/pg/Durable"
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
+import * as WorkflowDeploys from "@effect-durable/workflow/WorkflowDeploys"
 import { describe, expect, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -127,7 +128,7 @@ describe("the workflow guide's example does what the guide says", () => {
           ])
           for (const row of overlap) expect(row.most).toBeLessThanOrEqual(2)
         }))
-      it.effect("a patched deploy: the replay test passes, the charged checkout keeps the old branch, a new one is checked first", () =>
+      it.effect("a deploy: the replay test passes, the charged checkout keeps the old branch and gets the appended receipt, a new one is checked first, the operator sees both; a pinned run waits for its version", () =>
         Effect.gen(function*() {
           const sql = yield* SqlClient.SqlClient
           const db = yield* TestDatabase.TestDatabase
@@ -162,14 +163,44 @@ describe("the workflow guide's example does what the guide says", () => {
           // Before the deploy: version 2 replays C-1's journal.
           const replayed = yield* Deploys.replayTest.pipe(Effect.provide(Durable.layer({ connection })))
           expect(replayed.map((r) => r.executionId)).toEqual([old])
-          // Version 2 deployed: C-1 delivered, C-2 new.
+          // Version 2 deployed: C-2 new (checked, then charged), C-1 delivered (on the old branch, then the receipt).
           yield* Effect.gen(function*() {
-            yield* delivered(old)
             const fresh = yield* Deploys.Checkout.execute({ orderId: "C-2" }, { discard: true })
             yield* suspended(fresh)
+            // What the operator sees: both runs unfinished, C-1 of v1 and C-2 of v2; C-2 on the patched
+            // branch, C-1 not there yet (its next run decides).
+            const during = yield* Deploys.deployView
+            expect(during.versions.map((v) => `${v.version} ${v.unfinished}`)).toEqual(["v1 1", "v2 1"])
+            expect(during.fraudCheck).toMatchObject({ patched: 1, unpatched: 0, undecided: 1, droppable: false })
+            yield* delivered(old)
             yield* delivered(fresh)
+            // Both done: nothing left that needs the old branch.
+            expect((yield* Deploys.deployView).fraudCheck.droppable).toBe(true)
           }).pipe(Effect.provide(Deploys.AppLayer(Deploys.CheckoutV2, "v2", connection)))
-          expect([yield* events("C-1"), yield* events("C-2")]).toEqual([["charge"], ["fraud-check", "charge"]])
+          expect([yield* events("C-1"), yield* events("C-2")]).toEqual([
+            ["charge", "receipt"],
+            ["fraud-check", "charge", "receipt"]
+          ])
+          // Pinned: C-3, started by a pinned process of v2, is delivered while only v1 runs: it waits,
+          // shown stranded, and ends on v2 once a process of v2 is back.
+          const pinned = yield* Effect.tap(Deploys.Checkout.execute({ orderId: "C-3" }, { discard: true }), suspended)
+            .pipe(Effect.provide(Deploys.AppLayer(Deploys.CheckoutV2, "v2", connection, true)))
+          yield* Effect.gen(function*() {
+            yield* DurableDeferred.succeed(Deploys.Delivered, {
+              token: DurableDeferred.tokenFromExecutionId(Deploys.Delivered, {
+                workflow: Deploys.Checkout,
+                executionId: pinned
+              }),
+              value: "courier 9"
+            })
+            const deploys = yield* WorkflowDeploys.make
+            const stranded = yield* deploys.stranded({ workflow: "Checkout", after: "0 seconds", limit: 10 })
+            expect(stranded.map((run) => `${run.executionId} ${run.version}`)).toEqual([`${pinned} v2`])
+          }).pipe(Effect.provide(Deploys.AppLayer(Deploys.CheckoutV1, "v1", connection)))
+          yield* eventually(Deploys.Checkout.poll(pinned), (r) => Option.isSome(r) && r.value._tag === "Complete").pipe(
+            Effect.provide(Deploys.AppLayer(Deploys.CheckoutV2, "v2", connection))
+          )
+          expect(yield* events("C-3")).toEqual(["fraud-check", "charge", "receipt"])
         }))
     }
   )
