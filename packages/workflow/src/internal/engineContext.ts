@@ -21,7 +21,7 @@ import type * as PgWorkflowEngine from "../PgWorkflowEngine.js"
 import { WorkflowStore } from "../WorkflowStore.js"
 import * as Preemption from "./preemption.js"
 import type { Run } from "./run.js"
-import type * as Store from "./storeContract.js"
+import * as Store from "./storeContract.js"
 
 /** A registered workflow: its definition and how one of its executions runs. */
 export interface Registration {
@@ -109,8 +109,7 @@ export interface ReplaySettings {
   readonly window: Duration.Duration
 }
 
-export const journalKey = (kind: Store.StepKind, name: string, attempt: number) => `${kind}/${name}/${attempt}`
-export const runId = (workflow: string, executionId: string) => `${workflow}\u0000${executionId}`
+export { journalKey, runId } from "./storeContract.js"
 
 /** Retries of a retryable database failure in a call that cannot fail (the contract's `never`). */
 const RETRY = Schedule.max([Schedule.exponential("50 millis", 2), Schedule.recurs(6)])
@@ -148,7 +147,7 @@ export const make = (options: {
     const preempt = (executionId: string, deferredName: string) =>
       Effect.suspend(() => {
         for (const run of latestRuns.values()) {
-          if (run.executionId === executionId && run.journal.has(journalKey("deferred", deferredName, 0))) {
+          if (run.executionId === executionId && run.journal.has(Store.journalKey("deferred", deferredName, 0))) {
             return Effect.void
           }
         }
@@ -199,7 +198,7 @@ export const make = (options: {
       attempt: number
     ) =>
       Effect.suspend(() => {
-        const key = journalKey(kind, name, attempt)
+        const key = Store.journalKey(kind, name, attempt)
         if (run !== undefined && run.journal.has(key)) return Effect.succeed(Option.some(run.journal.get(key)))
         return Effect.map(inRun(run, store.step(workflow, executionId, kind, name, attempt)), (row) => {
           if (row === undefined) return Option.none<unknown>()

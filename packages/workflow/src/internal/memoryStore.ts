@@ -15,7 +15,7 @@ import type * as Outbox from "@effect-durable/pg/Outbox"
 import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Effect from "effect/Effect"
 import type { ExecutionRow, Status, StepKind, StepRow, Store, WaitingOn, WakeMode } from "./storeContract.js"
-import { chunksOf, clockTopic, onlyDatabaseErrors, runMessage } from "./storeContract.js"
+import { chunksOf, clockTopic, journalKey, onlyDatabaseErrors, runId, runMessage } from "./storeContract.js"
 
 interface Execution {
   readonly incarnation: string
@@ -42,8 +42,6 @@ interface Execution {
 }
 
 const asJson = (value: unknown): unknown => JSON.parse(JSON.stringify(value ?? null))
-const stepKey = (kind: StepKind, name: string, attempt: number) => `${kind}/${name}/${attempt}`
-const executionKey = (workflow: string, executionId: string) => `${workflow}\u0000${executionId}`
 
 /** An execution as a replay seeds it (`replayer.ts`): its payload and the journal taken from elsewhere. */
 export interface Seed {
@@ -70,7 +68,7 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
   let started = 0
   /** Orders the journal, as `recorded_at` does on PostgreSQL. */
   let recorded = 0
-  const find = (workflow: string, executionId: string) => executions.get(executionKey(workflow, executionId))
+  const find = (workflow: string, executionId: string) => executions.get(runId(workflow, executionId))
   const rowOf = (execution: Execution): ExecutionRow => ({
     incarnation: execution.incarnation,
     status: execution.status,
@@ -114,10 +112,10 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
    * here either, and a later change to the value does not change the journal.
    */
   const record = (execution: Execution, kind: StepKind, name: string, attempt: number, result: unknown) => {
-    const standing = execution.steps.get(stepKey(kind, name, attempt))
+    const standing = execution.steps.get(journalKey(kind, name, attempt))
     if (standing !== undefined) return { inserted: false, result: standing.result }
     const stored: unknown = asJson(result)
-    execution.steps.set(stepKey(kind, name, attempt), { kind, name, attempt, result: stored, recorded: ++recorded })
+    execution.steps.set(journalKey(kind, name, attempt), { kind, name, attempt, result: stored, recorded: ++recorded })
     return { inserted: true, result: stored }
   }
 
@@ -158,7 +156,7 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
           return { started: false, mismatch }
         }
         executions.set(
-          executionKey(workflow, executionId),
+          runId(workflow, executionId),
           created({
             fingerprint,
             payload: JSON.parse(text),
@@ -176,7 +174,7 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
     seed: ({ executionId, payload, steps, workflow }) =>
       Effect.suspend(() => {
         executions.set(
-          executionKey(workflow, executionId),
+          runId(workflow, executionId),
           created({
             fingerprint: "",
             payload: asJson(payload),
@@ -185,7 +183,7 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
             version: undefined,
             pinned: false,
             attributes: {},
-            steps: new Map(steps.map((step) => [stepKey(step.kind, step.name, step.attempt), step]))
+            steps: new Map(steps.map((step) => [journalKey(step.kind, step.name, step.attempt), step]))
           })
         )
         return Effect.orDie(enqueueRun(workflow, executionId))
@@ -209,7 +207,7 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
         return { row: rowOf(execution), wakeSeq: String(execution.wakeSeq), steps: [...execution.steps.values()] }
       }),
     step: (workflow, executionId, kind, name, attempt) =>
-      Effect.sync(() => find(workflow, executionId)?.steps.get(stepKey(kind, name, attempt))),
+      Effect.sync(() => find(workflow, executionId)?.steps.get(journalKey(kind, name, attempt))),
     recordStep: (workflow, executionId, kind, name, attempt, result) =>
       Effect.suspend(() => {
         const execution = find(workflow, executionId)
@@ -222,7 +220,7 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
       }),
     transactionalStep: (workflow, executionId, name, attempt, body) =>
       Effect.gen(function*() {
-        const standing = find(workflow, executionId)?.steps.get(stepKey("activity", name, attempt))
+        const standing = find(workflow, executionId)?.steps.get(journalKey("activity", name, attempt))
         if (standing !== undefined) return { inserted: false, result: standing.result }
         const result = yield* body
         if (result === undefined) return undefined
@@ -250,7 +248,13 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
         const id = yield* onlyDatabaseErrors(
           outbox.enqueue(clockTopic(workflow), { executionId, deferredName }, { delay })
         )
-        execution.steps.set(stepKey("clock", name, 0), { kind: "clock", name, attempt: 0, result: null, outboxId: id })
+        execution.steps.set(journalKey("clock", name, 0), {
+          kind: "clock",
+          name,
+          attempt: 0,
+          result: null,
+          outboxId: id
+        })
       }),
     settle: ({ claim, complete, executionId, failed, rerun, result, wakeSeq, waits, workflow }) =>
       Effect.gen(function*() {

@@ -11,6 +11,7 @@ import type * as SqlClient from "effect/sql/SqlClient"
 import type * as Statement from "effect/sql/Statement"
 import { batched } from "./batching.js"
 import type { ExecutionRow, Recorded, StepKind, StepRow } from "./storeContract.js"
+import { journalKey, runId } from "./storeContract.js"
 
 interface Execution {
   readonly workflow: string
@@ -24,9 +25,9 @@ interface Step extends Execution {
 }
 type Begun = { readonly row: ExecutionRow; readonly wakeSeq: string; readonly steps: ReadonlyArray<StepRow> }
 
-const executionKey = ({ executionId, workflow }: Execution) => JSON.stringify([workflow, executionId])
+const executionKey = ({ executionId, workflow }: Execution) => runId(workflow, executionId)
 const stepKey = (step: Omit<Step, "result">) =>
-  JSON.stringify([step.workflow, step.executionId, step.kind, step.name, step.attempt])
+  `${runId(step.workflow, step.executionId)}\u0000${journalKey(step.kind, step.name, step.attempt)}`
 const byKey = <R, A>(rows: ReadonlyArray<R>, key: (row: R) => string, value: (row: R) => A) =>
   new Map(rows.map((row) => [key(row), value(row)]))
 

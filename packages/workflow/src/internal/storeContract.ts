@@ -18,6 +18,11 @@ export const RUN_TOPIC_PREFIX = "workflow.run:"
 export const runTopic = (workflow: string, pinnedTo?: string | null): string =>
   `${RUN_TOPIC_PREFIX}${workflow}${pinnedTo == null ? "" : `@${pinnedTo}`}`
 export const clockTopic = (workflow: string): string => `workflow.clock:${workflow}`
+/** A journal step's key in a run's journal and a driver's maps: `<kind>/<name>/<attempt>`. */
+export const journalKey = (kind: StepKind, name: string, attempt: number) => `${kind}/${name}/${attempt}`
+/** An execution's key in this process's maps (a NUL cannot occur in a workflow's name). */
+export const runId = (workflow: string, executionId: string) => `${workflow}\u0000${executionId}`
+
 /** One run of an execution at a time: its run messages share this ordering key. */
 export const runKey = (workflow: string, executionId: string): string => `${workflow}/${executionId}`
 
