@@ -52,6 +52,7 @@ import * as MemoryStore from "./internal/memoryStore.js"
 import * as Replay from "./internal/replay.js"
 import * as Replayer from "./internal/replayer.js"
 import * as Runners from "./internal/runners.js"
+import { VERSION_PATTERN, VERSION_RULE } from "./internal/storeContract.js"
 import * as Wait from "./internal/wait.js"
 import * as WorkflowAttributes from "./WorkflowAttributes.js"
 import * as WorkflowLimits from "./WorkflowLimits.js"
@@ -112,7 +113,8 @@ export interface PgWorkflowEngineOptions {
   /**
    * The deploy version of the code this process runs (a release tag, a commit): recorded on
    * each execution it starts, shown by `WorkflowAdmin`, the CLI and the page (docs/workflows.md,
-   * "Deploying changes"). Non-empty, at most 128 characters. Default: none recorded.
+   * "Deploying changes"): 1-64 characters, a letter or digit then letters, digits, `. _ : + / -`
+   * (it names the topic of the runs pinned to it). Default: none recorded.
    */
   readonly version?: string
   /**
@@ -195,10 +197,8 @@ const build = (
   EngineContext.Substrate | Scope.Scope
 > =>
   Effect.gen(function*() {
-    if (options.version !== undefined && (options.version.length === 0 || options.version.length > 128)) {
-      return yield* Effect.die(
-        `PgWorkflowEngine: version must be 1 to 128 characters (got ${options.version.length})`
-      )
+    if (options.version !== undefined && !VERSION_PATTERN.test(options.version)) {
+      return yield* Effect.die(`PgWorkflowEngine: version is ${VERSION_RULE} (got ${JSON.stringify(options.version)})`)
     }
     if (options.pinned === true && options.version === undefined) {
       return yield* Effect.die("PgWorkflowEngine: pinned runs need the version they pin to (give `version`)")

@@ -20,7 +20,15 @@ import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import { randomBytes } from "node:crypto"
 import type { StepKind } from "./internal/storeContract.js"
-import { onlyDatabaseErrors, RUN_TOPIC_PREFIX, runKey, runMessage, runTopic } from "./internal/storeContract.js"
+import {
+  onlyDatabaseErrors,
+  RUN_TOPIC_PREFIX,
+  runKey,
+  runMessage,
+  runTopic,
+  VERSION_PATTERN,
+  VERSION_RULE
+} from "./internal/storeContract.js"
 
 /** Unfinished executions of one workflow started under one deploy version. */
 export interface VersionCount {
@@ -31,7 +39,7 @@ export interface VersionCount {
   readonly unfinished: number
   /** Of those, stopped on a divergence of their code and journal, waiting for an operator. */
   readonly diverged: number
-  /** Of those, pinned runs due for longer than `STRANDED_AFTER` that no process claimed: no live process serves the version. */
+  /** Of those, runs due on a version's topic for longer than `STRANDED_AFTER` that no process claimed: no live process serves it. */
   readonly stranded: number
   /** When the oldest of them started. */
   readonly oldestStartedAt: string
@@ -60,7 +68,7 @@ export interface PatchReport {
   readonly patches: ReadonlyArray<PatchUse>
 }
 
-/** A pinned execution whose run nobody claims: no process of its version is running. */
+/** An execution whose run waits on a version's topic that nobody claims: no process of that version is running. */
 export interface StrandedRun {
   readonly workflow: string
   readonly executionId: string
@@ -127,7 +135,10 @@ const decodeName = Input.argument("workflow", Input.Text(256))
 const decodeAfter = Input.argument("after", Input.DurationIn({ min: "0 seconds", max: "520 weeks" }))
 const decodeLimit = Input.argument("limit", Input.Count(1_000))
 const decodeId = Input.argument("executionId", Input.Text(256))
-const decodeVersion = Input.argument("version", Schema.NullOr(Input.Text(128)))
+const decodeVersion = Input.argument(
+  "version",
+  Schema.NullOr(Schema.String.check(Schema.isPattern(VERSION_PATTERN, { message: VERSION_RULE })))
+)
 const decodeKind = Input.argument("from.kind", Schema.Literals(["activity", "deferred", "clock", "patch"]))
 const decodeStep = Input.argument("from.name", Input.Text(1024))
 const decodeAttempt = Input.argument(
@@ -149,17 +160,19 @@ export const make: Effect.Effect<
     const steps = sql.literal(settings.table("workflow_steps"))
     const outbox = sql.literal(settings.table("outbox"))
     /**
-     * Execution `e` is pinned and its run (an open message of its version's topic and its key)
-     * has been due for longer than `seconds`, unclaimed; `o` is that message.
+     * An open run message of execution `e` on a version's topic (`workflow.run:<W>@<version>`),
+     * due for longer than `seconds` and held by nobody: no live process serves that version. (A
+     * message a runner held while the execution was repinned stays where it was: found here too.)
      */
+    const strandedMessage = (seconds: number) =>
+      sql`SELECT o.topic, o.available_at FROM ${outbox} o
+           WHERE o.ordering_key = e.workflow || '/' || e.execution_id
+             AND starts_with(o.topic, ${RUN_TOPIC_PREFIX} || e.workflow || '@')
+             AND o.projected_at IS NULL AND o.dead_at IS NULL
+             AND o.available_at < now() - make_interval(secs => ${seconds})
+             AND (o.claimed_until IS NULL OR o.claimed_until < now())`
     const strandedRun = (seconds: number) =>
-      sql`e.pinned AND e.status IN ('pending', 'running') AND EXISTS (
-        SELECT 1 FROM ${outbox} o
-         WHERE o.ordering_key = e.workflow || '/' || e.execution_id
-           AND o.topic = ${RUN_TOPIC_PREFIX} || e.workflow || '@' || e.deploy_version
-           AND o.projected_at IS NULL AND o.dead_at IS NULL
-           AND o.available_at < now() - make_interval(secs => ${seconds})
-           AND (o.claimed_until IS NULL OR o.claimed_until < now()))`
+      sql`e.status IN ('pending', 'running') AND EXISTS (${strandedMessage(seconds)})`
     const defaultAfter = Duration.toSeconds(Duration.fromInputUnsafe(STRANDED_AFTER))
     return {
       versions: (options = {}) =>
@@ -182,7 +195,7 @@ export const make: Effect.Effect<
               FROM ${executions} e
              WHERE status <> 'complete' AND (${workflow}::text IS NULL OR workflow = ${workflow})
              GROUP BY 1, 2
-             ORDER BY 1, 5, 2`.pipe(classifySqlErrors("WorkflowDeploys.versions"))
+             ORDER BY workflow, oldest, version`.pipe(classifySqlErrors("WorkflowDeploys.versions"))
           return rows.map((row) => ({
             workflow: row.workflow,
             version: row.version,
@@ -233,16 +246,18 @@ export const make: Effect.Effect<
             ? defaultAfter
             : Duration.toSeconds(yield* decodeAfter(options.after))
           const limit = yield* decodeLimit(options.limit)
-          const rows = yield* sql<{ workflow: string; execution_id: string; version: string; due_since: string }>`
-            SELECT e.workflow, e.execution_id, e.deploy_version AS version, e.updated_at::text AS due_since
+          const rows = yield* sql<{ workflow: string; execution_id: string; topic: string; due_since: string }>`
+            SELECT e.workflow, e.execution_id, m.topic, m.available_at::text AS due_since
               FROM ${executions} e
-             WHERE (${workflow}::text IS NULL OR e.workflow = ${workflow}) AND ${strandedRun(seconds)}
-             ORDER BY e.updated_at, e.workflow, e.execution_id
+              CROSS JOIN LATERAL (${strandedMessage(seconds)} ORDER BY o.available_at LIMIT 1) m
+             WHERE (${workflow}::text IS NULL OR e.workflow = ${workflow}) AND e.status IN ('pending', 'running')
+             ORDER BY m.available_at, e.workflow, e.execution_id
              LIMIT ${limit}`.pipe(classifySqlErrors("WorkflowDeploys.stranded"))
           return rows.map((row) => ({
             workflow: row.workflow,
             executionId: row.execution_id,
-            version: row.version,
+            // The version whose topic holds it: after the last `@` (a version has none).
+            version: row.topic.slice(row.topic.lastIndexOf("@") + 1),
             dueSince: row.due_since
           }))
         }),
@@ -275,7 +290,7 @@ export const make: Effect.Effect<
           const kind = yield* decodeKind(options.from.kind)
           const step = yield* decodeStep(options.from.name)
           const attempt = yield* decodeAttempt(options.from.attempt ?? (kind === "activity" ? 1 : 0))
-          const forked = yield* decodeForkId(options.as ?? `${id}/fork-${randomBytes(4).toString("hex")}`)
+          const forked = yield* decodeForkId(options.as ?? `${id.slice(0, 200)}/fork-${randomBytes(4).toString("hex")}`)
           const version = options.version === undefined ? undefined : yield* decodeVersion(options.version)
           const refused = (argument: string, rule: string) => Effect.fail(new InvalidInput({ argument, rule }))
           return yield* sql.withTransaction(Effect.gen(function*() {

@@ -1,7 +1,7 @@
 /**
  * Patches: a change to a workflow's code that runs in flight must not see. New runs take the
  * patched branch; a run that older code took past this point keeps the old one; a later deploy
- * drops the old branch once no unfinished run can take it (`WorkflowAdmin.patches` says when).
+ * drops the old branch once no unfinished run can take it (`WorkflowDeploys.patches` says when).
  *
  * ```ts
  * const shipped = yield* WorkflowPatch.ifPatched("ship-with-insurance", {
@@ -11,10 +11,11 @@
  * ```
  *
  * The branch is decided the first time a run reaches the patch, and kept in its journal (a
- * marker): every replay takes it again. A run whose journal holds a step the code has not asked
- * for again by then was taken past this point by the code before the patch: it takes the old
- * branch. Otherwise (a new run, or one whose old code stopped before the patch) it takes the
- * patched one. Ask a patch from the workflow itself, never from an activity's body. Under an
+ * marker): every replay takes it again. A run whose journal holds an activity or a clock the code
+ * has not asked for again by then was taken past this point by the code before the patch: it
+ * takes the old branch. Otherwise (a new run, or one whose old code stopped before the patch) it
+ * takes the patched one. (A race replayed from its recorded winner counts its arms as asked; a
+ * deferred completed by others counts for nothing.) Ask a patch from the workflow itself, never from an activity's body. Under an
  * engine that keeps no journal (upstream's `WorkflowEngine.layerMemory`) every run is new: the
  * patched branch.
  *

@@ -2,7 +2,8 @@
  * A replay test before a deploy: journals taken from a database (`histories`) or exported by the
  * CLI (`effect-durable workflows show <workflow> <id> --json`) replayed against the code about to
  * be deployed, failing with `ReplayDiverged` where the code and a journal tell different stories
- * — the run that deploy would stop, caught in the test suite instead.
+ * — the run that deploy would stop, caught in the test suite instead — and `ReplayFailed` where
+ * the code cannot replay it at all (its payload or a recorded result no longer decodes, a defect).
  *
  * ```ts
  * layer(OrderLayer.pipe(Layer.provideMerge(WorkflowReplay.layer())))("the deploy", (it) => {
@@ -28,7 +29,7 @@ import * as Replayer from "./internal/replayer.js"
 import * as PgWorkflowEngine from "./PgWorkflowEngine.js"
 import * as WorkflowAdmin from "./WorkflowAdmin.js"
 
-export { History, ReplayDiverged, Replayer } from "./internal/replayer.js"
+export { History, ReplayDiverged, Replayer, ReplayFailed } from "./internal/replayer.js"
 export type { Replayed } from "./internal/replayer.js"
 
 /**
@@ -41,14 +42,20 @@ export const layer = PgWorkflowEngine.layerReplay
 /** Replays one history; `InvalidInput` when it is not one, or names a workflow not registered. */
 export const replay = (
   history: unknown
-): Effect.Effect<Replayer.Replayed, Replayer.ReplayDiverged | InvalidInput, Replayer.Replayer> =>
-  Effect.flatMap(Replayer.Replayer, (replayer) => replayer.replay(history))
+): Effect.Effect<
+  Replayer.Replayed,
+  Replayer.ReplayDiverged | Replayer.ReplayFailed | InvalidInput,
+  Replayer.Replayer
+> => Effect.flatMap(Replayer.Replayer, (replayer) => replayer.replay(history))
 
 /** Replays each history in turn; the first divergence fails it. */
 export const replayAll = (
   histories: Iterable<unknown>
-): Effect.Effect<ReadonlyArray<Replayer.Replayed>, Replayer.ReplayDiverged | InvalidInput, Replayer.Replayer> =>
-  Effect.forEach(histories, replay)
+): Effect.Effect<
+  ReadonlyArray<Replayer.Replayed>,
+  Replayer.ReplayDiverged | Replayer.ReplayFailed | InvalidInput,
+  Replayer.Replayer
+> => Effect.forEach(histories, replay)
 
 /**
  * Histories read from a database (the most recently changed first, at most `limit`): what a

@@ -156,6 +156,26 @@ describe("patches: a guarded change under running executions", () => {
         expect(versions.every((v) => v.workflow === Order._tag && v.diverged === 0)).toBe(true)
       }))
 
+    it.effect("a new run reaching a patch after a race replayed from its recorded winner takes the patched branch", () =>
+      Effect.gen(function*() {
+        // The race's arms are not asked again when it replays (its winner is recorded); the
+        // confirmation may be recorded before the code asks for it. Neither was a step past the patch.
+        const raced: Code = ({ id }) =>
+          Effect.gen(function*() {
+            yield* Activity.raceAll(`pick-${id}`, [step(`fast-${id}`), step(`fast2-${id}`)])
+            const by = yield* DurableDeferred.await(Confirmed)
+            const branch = yield* WorkflowPatch.ifPatched("after-race", {
+              onTrue: () => Effect.as(step(`new-${id}`), "patched"),
+              onFalse: () => Effect.as(step(`old-${id}`), "old")
+            })
+            return `${branch}, confirmed by ${by}`
+          })
+        const executionId = yield* startedUnder(raced, "v2", "race")
+        const result = yield* confirmedUnder(raced, executionId)
+        expect(resultOf(result)).toBe("patched, confirmed by mail")
+        expect(times("new-race", "old-race")).toEqual([1, 0])
+      }))
+
     it.effect("a patch id that breaks the rule, or a patch asked from an activity's body, is a defect naming it", () =>
       Effect.gen(function*() {
         const badId: Code = () => Effect.as(WorkflowPatch.patched("no spaces"), "never")

@@ -55,6 +55,12 @@ const recorded = Effect.gen(function*() {
   Effect.provide(Order.toLayer(v1).pipe(Layer.provideMerge(PgWorkflowEngine.layer({ pollInterval: "100 millis" }))))
 )
 
+/** The charge step of order "w" as the database holds it (the first test recorded it). */
+const recordedCharge = Effect.map(
+  WorkflowReplay.histories({ workflow: Order._tag, limit: 10 }),
+  (histories) => histories.find((h) => (h.payload as { id: string }).id === "w")!.steps[0]!
+)
+
 /** Replays `histories` against `code`, in memory. */
 const replayedUnder = (code: Code, histories: ReadonlyArray<unknown>) =>
   WorkflowReplay.replayAll(histories).pipe(
@@ -102,6 +108,24 @@ describe("a replay test before deploy", () => {
         // Nothing ran again: the replays answered from the journals.
         expect([times("charge-w"), times("charge-d"), times("ship-d"), times("ship-w")]).toEqual([...before, 0])
         expect([times("chargeCard-w"), times("chargeCard-d")]).toEqual([0, 0])
+      }))
+
+    it.effect("code that cannot replay a journal at all fails with ReplayFailed saying why: a payload it cannot decode, a defect", () =>
+      Effect.gen(function*() {
+        const history = { workflow: Order._tag, executionId: "p", payload: { id: 7 }, steps: [] }
+        const undecodable = yield* Effect.flip(replayedUnder(v1, [history]))
+        expect(undecodable).toMatchObject({ _tag: "ReplayFailed", executionId: "p" })
+        expect(undecodable.message).toContain("payload does not decode")
+        const dying: Code = ({ id }) => Effect.andThen(step(`charge-${id}`), Effect.die("the new code cannot go on"))
+        const journal = [{
+          workflow: Order._tag,
+          executionId: "x",
+          payload: { id: "w" },
+          steps: [(yield* recordedCharge) as object]
+        }]
+        const died = yield* Effect.flip(replayedUnder(dying, journal))
+        expect(died).toMatchObject({ _tag: "ReplayFailed", executionId: "x" })
+        expect(died.message).toContain("dies")
       }))
 
     it.effect("what is not a history, or names a workflow not registered beside the replay layer, is InvalidInput naming the rule", () =>

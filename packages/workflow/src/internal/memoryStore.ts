@@ -59,7 +59,9 @@ export interface MemoryStore extends Store {
   readonly inspect: (
     workflow: string,
     executionId: string
-  ) => { readonly status: Status; readonly waits: ReadonlyArray<WaitingOn> | null } | undefined
+  ) =>
+    | { readonly status: Status; readonly waits: ReadonlyArray<WaitingOn> | null; readonly result: unknown }
+    | undefined
 }
 
 /** The contract over maps, enqueuing through `outbox` and fencing settles by `worker.holds`. */
@@ -190,7 +192,9 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
       }),
     inspect: (workflow, executionId) => {
       const execution = find(workflow, executionId)
-      return execution === undefined ? undefined : { status: execution.status, waits: execution.waits }
+      return execution === undefined
+        ? undefined
+        : { status: execution.status, waits: execution.waits, result: execution.result }
     },
     read: (workflow, executionId) =>
       Effect.sync(() => {

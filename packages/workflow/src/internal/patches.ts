@@ -3,8 +3,8 @@
  * journal as a marker (`patch/<id>`), so every later replay takes the same one whatever the code
  * does around it. A run whose journal holds nothing the code has not asked for again yet (a new
  * run, or one whose old code never went past this point) takes the patched branch; a run whose
- * journal holds steps not asked for again was taken past this point by older code, and keeps the
- * old branch. In doubt the answer is the old branch, which the code still holds while the patch
+ * journal holds activities or clocks not asked for again was taken past this point by older code,
+ * and keeps the old branch. In doubt the answer is the old branch, which the code still holds while the patch
  * does: it replays what the journal recorded.
  */
 import * as Context from "effect/Context"

@@ -40,11 +40,13 @@ export interface Replay {
   /** Set when the run diverged: it settles suspended on it, for an operator. */
   diverged: Extract<WaitingOn, { kind: "diverged" }> | undefined
   /**
-   * Every step the journal held when the run began (activities, deferreds, clocks; not patch
-   * markers) the code has not asked for again: a patch asked while any is left was passed by the
-   * code that recorded them (`patches.ts`). Never forgiven: it only ever shrinks as steps are asked.
+   * The steps the code itself recorded (activities, clocks — not deferreds, which others may
+   * complete before the code reaches them) when the run began, not asked for again yet, with when
+   * each was recorded: a patch asked while any is left was passed by the code that recorded them
+   * (`patches.ts`). A race replayed from its recorded winner reaches its arms; nothing else is
+   * forgiven.
    */
-  readonly unasked: Set<string>
+  readonly unasked: Map<string, number | undefined>
 }
 
 export const label = (name: string, attempt: number) => `activity ${name}${attempt > 1 ? ` (attempt ${attempt})` : ""}`
@@ -64,7 +66,9 @@ export const make = (steps: ReadonlyArray<StepRow>, key: (step: StepRow) => stri
   ),
   progress: Deferred.makeUnsafe<void>(),
   diverged: undefined,
-  unasked: new Set(steps.filter((step) => step.kind !== "patch").map(key))
+  unasked: new Map(
+    steps.filter((step) => step.kind === "activity" || step.kind === "clock").map((step) => [key(step), step.recorded])
+  )
 })
 
 const progressed = (replay: Replay) => {
@@ -79,7 +83,7 @@ export const reached = (replay: Replay, key: string): void => {
   if (replay.unreached.delete(key)) progressed(replay)
 }
 
-/** The code scheduled a clock or read a deferred: a journal step asked for again (not checked for divergence). */
+/** The code scheduled a clock: a journal step asked for again (not checked for divergence). */
 export const asked = (replay: Replay, key: string): void => {
   replay.unasked.delete(key)
 }
@@ -102,6 +106,7 @@ export const forgive = (replay: Replay): void => {
 export const deferredRead = (replay: Replay, name: string): void => {
   const recorded = replay.races.get(name)
   if (recorded === undefined) return
+  for (const [key, at] of replay.unasked) if (at !== undefined && at <= recorded) replay.unasked.delete(key)
   let any = false
   for (const [key, step] of replay.unreached) {
     if (step.recorded !== undefined && step.recorded <= recorded) {

@@ -6,11 +6,14 @@
  * the run became says whether the code agrees with the journal (`replay.ts`).
  */
 import { InvalidInput } from "@effect-durable/core/Errors"
+import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
+import * as Codec from "./codec.js"
 import type { EngineContext } from "./engineContext.js"
 import type { MemoryStore } from "./memoryStore.js"
 
@@ -34,8 +37,24 @@ export type History = typeof History.Type
 export interface Replayed {
   readonly workflow: string
   readonly executionId: string
-  /** `complete`: the code ends as the journal does; `suspended`: it went on past the journal, or waits. */
-  readonly outcome: "complete" | "suspended"
+  /**
+   * `complete`: the code ends with a success as the journal does; `failed`: with the workflow's own
+   * error; `suspended`: it went on past the journal, or waits.
+   */
+  readonly outcome: "complete" | "failed" | "suspended"
+}
+
+/**
+ * The code being deployed cannot replay a journal at all: its payload or a recorded result no
+ * longer decodes under the new schemas, or the replay dies (a defect) or never settles.
+ */
+export class ReplayFailed extends Schema.TaggedError<ReplayFailed>("@effect-durable/workflow/ReplayFailed")(
+  "ReplayFailed",
+  { workflow: Schema.String, executionId: Schema.String, reason: Schema.String }
+) {
+  override get message() {
+    return `workflow ${this.workflow} ${this.executionId} does not replay: ${this.reason}`
+  }
 }
 
 /** The code being deployed and a journal tell different stories: deploying it would stop these runs, diverged. */
@@ -58,7 +77,7 @@ export class ReplayDiverged extends Schema.TaggedError<ReplayDiverged>("@effect-
 }
 
 export class Replayer extends Context.Service<Replayer, {
-  readonly replay: (history: unknown) => Effect.Effect<Replayed, ReplayDiverged | InvalidInput>
+  readonly replay: (history: unknown) => Effect.Effect<Replayed, ReplayDiverged | ReplayFailed | InvalidInput>
 }>()("@effect-durable/workflow/Replayer") {}
 
 const decodeHistory = Schema.decodeUnknownEffect(History)
@@ -73,13 +92,20 @@ export const make = (ctx: EngineContext, store: MemoryStore): Replayer["Service"
         decodeHistory(input),
         (error) => new InvalidInput({ argument: "history", rule: `an execution's journal: ${error.message}` })
       )
-      if (!ctx.workflows.has(history.workflow)) {
+      const registered = ctx.workflows.get(history.workflow)
+      if (registered === undefined) {
         return yield* Effect.fail(
           new InvalidInput({
             argument: "history.workflow",
             rule: `a workflow registered beside the replay layer (${history.workflow} is not)`
           })
         )
+      }
+      const failed = (reason: string) =>
+        new ReplayFailed({ workflow: history.workflow, executionId: history.executionId, reason })
+      const payload = yield* Effect.exit(Codec.decodePayload(registered.workflow, history.payload))
+      if (Exit.isFailure(payload)) {
+        return yield* Effect.fail(failed(`its payload does not decode under the code: ${firstLine(payload.cause)}`))
       }
       yield* store.seed({
         workflow: history.workflow,
@@ -100,8 +126,7 @@ export const make = (ctx: EngineContext, store: MemoryStore): Replayer["Service"
         }),
         Effect.timeoutOrElse({
           duration: REPLAY_TIMEOUT,
-          orElse: () =>
-            Effect.die(`WorkflowReplay: ${history.workflow} ${history.executionId} did not settle in ${REPLAY_TIMEOUT}`)
+          orElse: () => Effect.fail(failed(`its run did not settle in ${REPLAY_TIMEOUT} (the log says why)`))
         })
       )
       const diverged = settled?.waits?.find((wait) => wait.kind === "diverged")
@@ -115,16 +140,30 @@ export const make = (ctx: EngineContext, store: MemoryStore): Replayer["Service"
           })
         )
       }
+      if (settled?.status !== "complete") {
+        return { workflow: history.workflow, executionId: history.executionId, outcome: "suspended" as const }
+      }
+      const result = yield* Effect.exit(Codec.decodeWorkflowResult(registered.workflow, settled.result))
+      const exit = Exit.isSuccess(result) && result.value._tag === "Complete" ? result.value.exit : undefined
+      if (Exit.isFailure(result)) {
+        return yield* Effect.fail(failed(`its result does not decode: ${firstLine(result.cause)}`))
+      }
+      // A defect: a recorded result the new schemas refuse, or the code dying on what it replays.
+      if (exit !== undefined && Exit.isFailure(exit) && Cause.hasDies(exit.cause)) {
+        return yield* Effect.fail(failed(`it dies: ${firstLine(exit.cause)}`))
+      }
       return {
         workflow: history.workflow,
         executionId: history.executionId,
-        outcome: settled?.status === "complete" ? "complete" as const : "suspended" as const
+        outcome: exit !== undefined && Exit.isFailure(exit) ? "failed" as const : "complete" as const
       }
     }).pipe(
       // Live time whatever the caller's clock (a test's, that nobody moves): a replay waits on its own run only.
       Effect.provideService(Clock.Clock, Clock.Clock.defaultValue())
     )
 })
+
+const firstLine = (cause: Cause.Cause<unknown>) => Cause.pretty(cause).split("\n")[0]!.slice(0, 300)
 
 /**
  * A step's place in the journal's order: steps recorded at the same instant (one statement)

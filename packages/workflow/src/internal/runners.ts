@@ -101,7 +101,13 @@ export const make = (
       // claim would stop every workflow of the process.
       yield* OutboxWorker.decodeTopics(topics).pipe(
         Effect.catch((error) =>
-          Effect.die(`workflow ${printable(tag)} cannot run here: its topics ${printable(runs)}: ${error.message}`)
+          Effect.die(
+            `workflow ${printable(tag)} cannot run here: its topics ${
+              topics.map(printable).join(", ")
+            }: ${error.message}${
+              pinnedRuns === undefined ? "" : " (a shorter version or workflow name makes its pinned runs' topic fit)"
+            }`
+          )
         )
       )
       if (handlers.size + topics.length > MAX_TOPICS) {

@@ -18,6 +18,13 @@ export const RUN_TOPIC_PREFIX = "workflow.run:"
 export const runTopic = (workflow: string, pinnedTo?: string | null): string =>
   `${RUN_TOPIC_PREFIX}${workflow}${pinnedTo == null ? "" : `@${pinnedTo}`}`
 export const clockTopic = (workflow: string): string => `workflow.clock:${workflow}`
+/**
+ * A deploy version (`PgWorkflowEngine`'s `version`): it names a topic of pinned runs, so it is
+ * short and has no `@` (which separates it from the workflow's name there).
+ */
+export const VERSION_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:+/-]{0,63}$/
+export const VERSION_RULE = "1-64 characters: a letter or digit, then letters, digits, . _ : + / -"
+
 /** A journal step's key in a run's journal and a driver's maps: `<kind>/<name>/<attempt>`. */
 export const journalKey = (kind: StepKind, name: string, attempt: number) => `${kind}/${name}/${attempt}`
 /** An execution's key in this process's maps (a NUL cannot occur in a workflow's name). */

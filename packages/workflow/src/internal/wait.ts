@@ -14,7 +14,6 @@ import type * as Workflow from "effect/workflow/Workflow"
 import { WorkflowInstance } from "effect/workflow/WorkflowEngine"
 import * as Codec from "./codec.js"
 import type { EngineContext } from "./engineContext.js"
-import { journalKey } from "./engineContext.js"
 import * as Replay from "./replay.js"
 import { recordsSettled } from "./run.js"
 
@@ -96,7 +95,6 @@ export const deferredResult = (ctx: EngineContext, deferred: DurableDeferred.Any
     if (Option.isNone(stored)) return Option.none()
     const exit = yield* Codec.decodeExit(stored.value)
     if (run !== undefined) {
-      Replay.asked(run.replay, journalKey("deferred", deferred.name, 0))
       Replay.deferredRead(run.replay, deferred.name)
       if (Exit.isFailure(exit)) Replay.failureReplayed(run.replay)
     }
