@@ -257,6 +257,10 @@ const build = (
           )
           // A child's result is not in its parent's journal: a replay stops at it.
           if (ctx.replayOnly && opts.parent !== undefined) return new Workflow.Suspended({}) as never
+          // A child of a pinned run is pinned to its parent's version, whatever this process pins.
+          const parentPin = opts.parent === undefined
+            ? null
+            : ctx.runsByInstance.get(opts.parent.scope)?.pinnedTo ?? null
           const started = yield* guarded(
             store.start({
               workflow: workflow._tag,
@@ -265,8 +269,8 @@ const build = (
               parent,
               attributes,
               group,
-              version: options.version,
-              pinned: options.pinned === true
+              version: parentPin ?? options.version,
+              pinned: parentPin !== null || options.pinned === true
             })
           )
           if (started.mismatch) {

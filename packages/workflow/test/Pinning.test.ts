@@ -16,8 +16,10 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
+import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as DurableDeferred from "effect/workflow/DurableDeferred"
+import * as Workflow from "effect/workflow/Workflow"
 import { fileURLToPath } from "node:url"
 import { Go, Job, JobLayer } from "./fixtures/pinnedWorkflow.js"
 
@@ -115,6 +117,39 @@ describe("pinned runs across a rolling deploy, in processes of two versions", ()
         expect(yield* deploys.stranded({ workflow: Job._tag, after: "0 seconds", limit: 10 })).toEqual([])
         for (const process of [v2, back]) process.child.kill("SIGTERM")
         yield* Effect.promise(() => Promise.all([v2.exited, back.exited]))
+      }))
+    it.effect("a child of a pinned run is pinned to its parent's version, even when an unpinned process of that version runs the parent", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const context = yield* Effect.context<never>()
+        const Child = Workflow.make("Pinned/Child", { payload: { id: Schema.String }, idempotencyKey: ({ id }) => id })
+        const Parent = Workflow.make("Pinned/Parent", {
+          payload: { id: Schema.String },
+          idempotencyKey: ({ id }) => id
+        })
+        const code = Layer.mergeAll(
+          Child.toLayer(() => Effect.void),
+          Parent.toLayer(({ id }) => Child.execute({ id: `${id}-child` }))
+        )
+        const engine = (options: PgWorkflowEngine.PgWorkflowEngineOptions) =>
+          code.pipe(
+            Layer.provideMerge(PgWorkflowEngine.layer({ pollInterval: "100 millis", ...options })),
+            Layer.provideMerge(Layer.succeedContext(context))
+          )
+        // Started by a pinned process of v3 that runs nothing; run by an unpinned process of v3.
+        const parent = yield* Parent.execute({ id: "p" }, { discard: true }).pipe(
+          Effect.provide(engine({ version: "v3", pinned: true, runs: false }))
+        )
+        yield* eventually(Parent.poll(parent), (r) => Option.isSome(r) && r.value._tag === "Complete", 60).pipe(
+          Effect.provide(engine({ version: "v3" }))
+        )
+        const rows = yield* sql<{ workflow: string; deploy_version: string; pinned: boolean }>`
+          SELECT workflow, deploy_version, pinned FROM durable.workflow_executions
+           WHERE workflow IN ('Pinned/Parent', 'Pinned/Child') ORDER BY workflow`
+        expect(rows).toEqual([
+          { workflow: "Pinned/Child", deploy_version: "v3", pinned: true },
+          { workflow: "Pinned/Parent", deploy_version: "v3", pinned: true }
+        ])
       }))
   })
 })

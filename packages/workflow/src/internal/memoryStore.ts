@@ -79,7 +79,8 @@ export const make = (outbox: Outbox.Outbox["Service"], worker: OutboxWorker.Outb
     interrupt_requested: execution.interruptRequested,
     interrupt_unsafe: execution.interruptUnsafe,
     parent_workflow: execution.parent?.workflow ?? null,
-    parent_execution_id: execution.parent?.executionId ?? null
+    parent_execution_id: execution.parent?.executionId ?? null,
+    pinned_to: execution.pinned ? execution.version ?? null : null
   })
   const enqueueRun = (workflow: string, executionId: string) => {
     const execution = find(workflow, executionId)

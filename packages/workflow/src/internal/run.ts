@@ -43,6 +43,8 @@ export interface Run {
    * (`wait.ts`), which replay counts as reached (`replay.ts`).
    */
   readonly recording: Set<Deferred.Deferred<void>>
+  /** The version the execution's runs are pinned to: the children it starts are pinned to it too. */
+  readonly pinnedTo: string | null
   /** Children this run found not complete (it suspends until they are). */
   readonly childrenAwaited: Array<{ readonly workflow: string; readonly executionId: string }>
   fiber: Fiber.Fiber<unknown, unknown> | undefined
@@ -79,6 +81,7 @@ export const runExecution = (
       interruptUnsafe: begun.row.interrupt_unsafe,
       activitiesAsked: new Set(),
       recording: new Set(),
+      pinnedTo: begun.row.pinned_to,
       replay: Replay.make(begun.steps, (step) => journalKey(step.kind, step.name, step.attempt)),
       childrenAwaited: [],
       fiber: undefined,

@@ -41,7 +41,7 @@ export const make = (
   const unnested = (inputs: ReadonlyArray<Execution>) =>
     sql`unnest(${inputs.map((e) => e.workflow)}::text[], ${inputs.map((e) => e.executionId)}::text[]) AS u(w, i)`
   const rowColumns = sql`e.workflow, e.execution_id, e.status, e.result, e.payload, e.interrupt_requested,
-    e.interrupt_unsafe, e.parent_workflow, e.parent_execution_id,
+    e.interrupt_unsafe, e.parent_workflow, e.parent_execution_id, CASE WHEN e.pinned THEN e.deploy_version END AS pinned_to,
     (extract(epoch FROM e.created_at) * 1000000)::bigint::text AS incarnation`
   type Row = ExecutionRow & { readonly workflow: string; readonly execution_id: string }
   const rowOf = ({ execution_id: _, workflow: __, ...row }: Row): ExecutionRow => row

@@ -99,6 +99,8 @@ export interface ExecutionRow {
   readonly interrupt_unsafe: boolean
   readonly parent_workflow: string | null
   readonly parent_execution_id: string | null
+  /** The version its runs are pinned to (`PgWorkflowEngine`'s `pinned`): its children are pinned to it too. */
+  readonly pinned_to: string | null
 }
 
 export interface StepRow {
