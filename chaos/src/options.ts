@@ -78,9 +78,9 @@ export const limitsText = (options: Options): string =>
     ? `${WORKFLOW_FLOW_LIMIT} runs in flight, ${WORKFLOW_GROUP_LIMIT} per customer group of ${FLOW_GROUPS}`
     : options.slots
     ? `${FLOW_LIMIT} in flight, no groups or rates: claims take capacity slots`
-    : `${FLOW_LIMIT} in flight, ${FLOW_GROUP_LIMIT} per group of ${FLOW_GROUPS}, rates ${
-      rateText(FLOW_RATE)
-    } and ${rateText(FLOW_GROUP_RATE)} per group`
+    : `${FLOW_LIMIT} in flight, ${FLOW_GROUP_LIMIT} per group of ${FLOW_GROUPS}, rates ${rateText(FLOW_RATE)} and ${
+      rateText(FLOW_GROUP_RATE)
+    } per group`
 
 /** The projector's default lease (`@effect-durable/projector` Projector.ts), used to size stalls. */
 export const PROJECTOR_DEFAULT_LEASE_MILLIS = 30_000

@@ -159,7 +159,9 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
       const key = `${row.order_id}/${row.name === "reserveStock" ? "reserve" : row.name}`
       txCount.set(key, (txCount.get(key) ?? 0) + row.n)
     }
-    const reservedTwice = [...new Set(transactional.filter((row) => row.name === "reserveStock").map((r) => r.order_id))]
+    const reservedTwice = [
+      ...new Set(transactional.filter((row) => row.name === "reserveStock").map((r) => r.order_id))
+    ]
       .filter((id) => transactional.some((row) => row.order_id === id && row.name === "reserve"))
     const notOnce = [...committed].flatMap((id) =>
       TRANSACTIONAL.map((name): string => `${id}/${name}`).filter((step) =>
@@ -218,9 +220,9 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
     if (facts.deployed !== undefined) {
       const took = (branch: boolean) => executions.filter((row) => row.patched === branch).length
       details.push(
-        `deploy: ${facts.deployed} runners replaced, code A by B; patch ${AUDIT_PATCH}: ${took(true)} runs on the patched branch, ${
-          took(false)
-        } on the old; ${
+        `deploy: ${facts.deployed} runners replaced, code A by B; patch ${AUDIT_PATCH}: ${
+          took(true)
+        } runs on the patched branch, ${took(false)} on the old; ${
           [...committed].filter(divergedByRename).length
         } diverged on B's unguarded rename (none run under its new name: ${reservedTwice.length} reserved twice); receipts (B's appended step) for ${
           new Set(activities.filter((row) => row.name === "receipt").map((row) => row.order_id)).size
@@ -277,7 +279,9 @@ export const check = (admin: SqlClient.SqlClient, facts: RunFacts): Effect.Effec
     if (rolledBackCommitted.length > 0) broken.push(`rolled back yet committed ${rolledBackCommitted.length}`)
     if (unfinished.length > 0) broken.push(`unfinished ${unfinished.length} (${sample(unfinished)})`)
     if (wrong.length > 0) broken.push(`wrong result ${wrong.length} (${sample(wrong)})`)
-    if (reservedTwice.length > 0) broken.push(`reserved under both names ${reservedTwice.length} (${sample(reservedTwice)})`)
+    if (reservedTwice.length > 0) {
+      broken.push(`reserved under both names ${reservedTwice.length} (${sample(reservedTwice)})`)
+    }
     if (patchBroken.length > 0) broken.push(`a patch's branch not kept ${patchBroken.length} (${sample(patchBroken)})`)
     if (notOnce.length > 0) broken.push(`transactional activity not exactly once ${notOnce.length}`)
     if (ordinaryMissing.length > 0) broken.push(`ordinary activity never run ${ordinaryMissing.length}`)

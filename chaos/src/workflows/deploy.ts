@@ -41,7 +41,9 @@ export const run = (options: {
       options.log(`deploy: ${was} (code A) replaced by ${slot.workerId} (code B), ${i + 1} of ${slots.length}`)
     }
     const resumed = yield* resumeDiverged.pipe(
-      Effect.provide(Durable.layer({ connection: { url: Redacted.make(options.url), applicationName: "chaos-deploy" } })),
+      Effect.provide(
+        Durable.layer({ connection: { url: Redacted.make(options.url), applicationName: "chaos-deploy" } })
+      ),
       // Through a fault (a restart, a terminated backend): again, until it gets through.
       Effect.retry({ schedule: Schedule.spaced("1 second"), times: 60 }),
       Effect.orDie

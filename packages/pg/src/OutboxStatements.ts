@@ -62,6 +62,28 @@ export class OutboxStatements extends Context.Service<OutboxStatements, {
     claim: LeasedQueue.Claim,
     write: (held: Statement.Fragment) => Statement.Fragment
   ) => Effect.Effect<Fenced, DatabaseError>
+  /**
+   * A subquery for the caller's statement: the open messages of ordering key `orderingKey` whose
+   * topic starts with `topicPrefix` (both SQL expressions, which may name the caller's columns),
+   * due for longer than `seconds` and held by no lease — columns `topic` and `available_at`. What
+   * waits with nobody claiming it (a workflow run routed to a version no process serves).
+   */
+  readonly waitingUnclaimed: (options: {
+    readonly orderingKey: Statement.Fragment
+    readonly topicPrefix: Statement.Fragment
+    readonly seconds: number
+  }) => Statement.Fragment
+  /**
+   * Moves the open messages of `orderingKey` on topic `from`, or on a topic starting with
+   * `fromPrefix`, that no lease holds, to topic `to` (a message a worker holds stays where it is);
+   * how many. In the caller's transaction when there is one.
+   */
+  readonly moveTopic: (options: {
+    readonly orderingKey: string
+    readonly from: string
+    readonly fromPrefix: string
+    readonly to: string
+  }) => Effect.Effect<number, DatabaseError>
 }>()("@effect-durable/pg/OutboxStatements") {}
 
 export const make = (
@@ -110,6 +132,24 @@ export const make = (
     return OutboxStatements.of({
       enqueueAfter,
       enqueueEachAfter,
+      waitingUnclaimed: ({ orderingKey, seconds, topicPrefix }) =>
+        sql`SELECT o.topic, o.available_at FROM ${table} o
+             WHERE o.ordering_key = ${orderingKey} AND starts_with(o.topic, ${topicPrefix})
+               AND o.projected_at IS NULL AND o.dead_at IS NULL
+               AND o.available_at < now() - make_interval(secs => ${seconds})
+               AND (o.claimed_until IS NULL OR o.claimed_until < now())`,
+      moveTopic: ({ from, fromPrefix, orderingKey, to }) =>
+        sql<{ n: number }>`
+          WITH moved AS (
+            UPDATE ${table} SET topic = ${to}
+             WHERE ordering_key = ${orderingKey} AND (topic = ${from} OR starts_with(topic, ${fromPrefix}))
+               AND projected_at IS NULL AND dead_at IS NULL
+               AND (claimed_until IS NULL OR claimed_until < now())
+            RETURNING 1)
+          SELECT count(*)::int AS n FROM moved`.pipe(
+          Effect.map((rows) => rows[0]!.n),
+          classifySqlErrors("OutboxStatements.moveTopic")
+        ),
       whileHolding: (claim, write) => Effect.withSpan(queue.whileHolding(claim, write), "OutboxStatements.whileHolding")
     })
   })

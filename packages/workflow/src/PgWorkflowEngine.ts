@@ -49,6 +49,7 @@ import * as Activities from "./internal/activity.js"
 import * as Codec from "./internal/codec.js"
 import * as EngineContext from "./internal/engineContext.js"
 import * as MemoryStore from "./internal/memoryStore.js"
+import * as EngineMetrics from "./internal/metrics.js"
 import * as Replay from "./internal/replay.js"
 import * as Replayer from "./internal/replayer.js"
 import * as Runners from "./internal/runners.js"
@@ -159,24 +160,8 @@ export const Transactional = Context.Reference<boolean>("@effect-durable/workflo
 export const transactional = <A extends Activity.Activity<any, any, any>>(activity: A): A =>
   activity.annotate(Transactional, true) as A
 
-export const metrics = {
-  runs: Metric.counter("effect_durable_workflow_runs", { description: "workflow runs, by outcome" }),
-  payloadMismatches: Metric.counter("effect_durable_workflow_payload_mismatches", {
-    description: "starts of an existing execution with another payload"
-  }),
-  repeatedActivities: Metric.counter("effect_durable_workflow_repeated_activities", {
-    description: "the same activity (name, attempt) asked twice within one run: a reused or renamed activity name"
-  }),
-  activities: Metric.counter("effect_durable_workflow_activities", {
-    description: "activity executions (not replays), by workflow, activity and outcome"
-  }),
-  divergences: Metric.counter("effect_durable_workflow_divergences", {
-    description: "runs whose code and journal diverged (docs/workflows.md, \"Deploying changes\"), by workflow"
-  }),
-  activityDuration: Metric.timer("effect_durable_workflow_activity_duration", {
-    description: "how long activity executions take, by workflow and activity"
-  })
-}
+/** The engine's metrics (`effect_durable_workflow_*`): runs, activities, divergences, payload mismatches. */
+export const metrics = EngineMetrics.metrics
 
 export const make = (
   options: PgWorkflowEngineOptions = {}

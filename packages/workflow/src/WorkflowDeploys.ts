@@ -14,6 +14,7 @@ import * as Input from "@effect-durable/core/Input"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import { classifySqlErrors } from "@effect-durable/pg/ErrorClassification"
 import * as Outbox from "@effect-durable/pg/Outbox"
+import * as OutboxStatements from "@effect-durable/pg/OutboxStatements"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
@@ -150,7 +151,7 @@ const decodeForkId = Input.argument("as", Input.Text(256))
 export const make: Effect.Effect<
   WorkflowDeploys,
   never,
-  SqlClient.SqlClient | DurableSettings | Outbox.Outbox
+  SqlClient.SqlClient | DurableSettings | Outbox.Outbox | OutboxStatements.OutboxStatements
 > = Effect.gen(
   function*() {
     const sql = yield* SqlClient.SqlClient
@@ -158,19 +159,18 @@ export const make: Effect.Effect<
     const enqueue = (yield* Outbox.Outbox).enqueue
     const executions = sql.literal(settings.table("workflow_executions"))
     const steps = sql.literal(settings.table("workflow_steps"))
-    const outbox = sql.literal(settings.table("outbox"))
+    const statements = yield* OutboxStatements.OutboxStatements
     /**
      * An open run message of execution `e` on a version's topic (`workflow.run:<W>@<version>`),
      * due for longer than `seconds` and held by nobody: no live process serves that version. (A
      * message a runner held while the execution was repinned stays where it was: found here too.)
      */
     const strandedMessage = (seconds: number) =>
-      sql`SELECT o.topic, o.available_at FROM ${outbox} o
-           WHERE o.ordering_key = e.workflow || '/' || e.execution_id
-             AND starts_with(o.topic, ${RUN_TOPIC_PREFIX} || e.workflow || '@')
-             AND o.projected_at IS NULL AND o.dead_at IS NULL
-             AND o.available_at < now() - make_interval(secs => ${seconds})
-             AND (o.claimed_until IS NULL OR o.claimed_until < now())`
+      statements.waitingUnclaimed({
+        orderingKey: sql`e.workflow || '/' || e.execution_id`,
+        topicPrefix: sql`${RUN_TOPIC_PREFIX} || e.workflow || '@'`,
+        seconds
+      })
     const strandedRun = (seconds: number) =>
       sql`e.status IN ('pending', 'running') AND EXISTS (${strandedMessage(seconds)})`
     const defaultAfter = Duration.toSeconds(Duration.fromInputUnsafe(STRANDED_AFTER))
@@ -275,11 +275,12 @@ export const make: Effect.Effect<
               RETURNING 1 AS n`
             if (rows.length === 0) return false
             // Its due run, wherever it was routed (its workflow's topic or a version's), unless a runner holds it.
-            yield* sql`
-              UPDATE ${outbox} SET topic = ${runTopic(name, to)}
-               WHERE ordering_key = ${runKey(name, id)} AND (topic = ${plain} OR starts_with(topic, ${`${plain}@`}))
-                 AND projected_at IS NULL AND dead_at IS NULL
-                 AND (claimed_until IS NULL OR claimed_until < now())`
+            yield* statements.moveTopic({
+              orderingKey: runKey(name, id),
+              from: plain,
+              fromPrefix: `${plain}@`,
+              to: runTopic(name, to)
+            })
             return true
           })).pipe(classifySqlErrors("WorkflowDeploys.repin"))
         }),
