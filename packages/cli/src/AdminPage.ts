@@ -24,6 +24,7 @@ import type { DurableConfigError } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
 import { declare, option } from "@effect-durable/core/Options"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as Feed from "@effect-durable/pg/Feed"
 import * as FlowControl from "@effect-durable/pg/FlowControl"
 import * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import * as MutationLedger from "@effect-durable/pg/MutationLedger"
@@ -168,6 +169,7 @@ export const make = Effect.fn("AdminPage.make")(function*(
     Context.add(Schedules.Schedules, yield* Schedules.Schedules),
     // Built here from the SQL client and settings: mounting the page asks for no more services.
     Context.add(FlowControl.FlowControl, yield* FlowControl.make),
+    Context.add(Feed.Feed, yield* Feed.make),
     Context.add(DurableSettings, yield* DurableSettings),
     Context.add(OutboxAdmin.OutboxAdmin, yield* OutboxAdmin.OutboxAdmin),
     Context.add(InboxAdmin.InboxAdmin, yield* InboxAdmin.InboxAdmin),

@@ -178,6 +178,30 @@ export class MessageMissing extends Schema.TaggedError<MessageMissing>("@effect-
   }
 }
 
+/** No feed consumer has this name (`Feed.register` makes one). */
+export class FeedConsumerMissing extends Schema.TaggedError<FeedConsumerMissing>(
+  "@effect-durable/FeedConsumerMissing"
+)("FeedConsumerMissing", { consumer: Schema.String }) {
+  override get message() {
+    return `no feed consumer ${JSON.stringify(this.consumer)}: Feed.register makes one`
+  }
+}
+
+/**
+ * A feed consumer's cursor moved under a batch (an operator reset it while the batch was being
+ * applied): the batch was rolled back, nothing it wrote stays.
+ */
+export class FeedCursorMoved extends Schema.TaggedError<FeedCursorMoved>("@effect-durable/FeedCursorMoved")(
+  "FeedCursorMoved",
+  { consumer: Schema.String }
+) {
+  override get message() {
+    return `feed consumer ${
+      JSON.stringify(this.consumer)
+    } was moved while a batch was applied; the batch was rolled back`
+  }
+}
+
 /** A message payload larger than the configured limit; nothing was written. */
 export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>("@effect-durable/PayloadTooLarge")(
   "PayloadTooLarge",

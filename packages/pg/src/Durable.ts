@@ -33,6 +33,7 @@ import {
   Variables as ConnectionVariables
 } from "./DurableConfig.js"
 import { classify } from "./ErrorClassification.js"
+import * as Feed from "./Feed.js"
 import * as FlowControl from "./FlowControl.js"
 import * as Inbox from "./Inbox.js"
 import * as InboxAdmin from "./InboxAdmin.js"
@@ -84,6 +85,7 @@ export type Services =
   | OutboxBulk.OutboxBulk
   | Schedules.Schedules
   | FlowControl.FlowControl
+  | Feed.Feed
 
 /** Decodes every option; the first one broken is a `DurableConfigError` naming it. */
 const decode = (options: Omit<Options, "connection">) =>
@@ -135,6 +137,7 @@ const over = (options: OverOptions): Layer.Layer<Substrate | Keyset.Keyset, Buil
         // Schedules enqueue through this substrate's outbox.
         Layer.fresh(Schedules.layer),
         Layer.fresh(FlowControl.layer),
+        Layer.fresh(Feed.layer),
         OutboxStatements.layer(options.outbox)
       ).pipe(Layer.provideMerge(Outbox.layer(options.outbox)))
       const withKeyset = codec === undefined

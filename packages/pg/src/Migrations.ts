@@ -195,7 +195,7 @@ export const checkSchemaVersion: Effect.Effect<
 const decodeRole = Input.argument("role", Input.Identifier)
 
 /** Tables the runtime only reads: the migration history and the list of runtime roles. */
-const READ_ONLY_TABLES = ["schema_migrations", "runtime_roles"] as const
+const READ_ONLY_TABLES = ["schema_migrations", "runtime_roles", "feed_lineage"] as const
 
 /**
  * The statements that give `role` exactly what the runtime uses: the substrate's operations

@@ -25,6 +25,7 @@ import { rateWaitQuery } from "./internal/flow/rates.js"
 import * as Lifecycle from "./internal/queue/lifecycle.js"
 import { specFor } from "./internal/queue/spec.js"
 import * as QueueWorker from "./internal/queue/worker.js"
+import { messageFields, type MessageRow } from "./internal/rows.js"
 import type * as LeasedQueue from "./LeasedQueue.js"
 
 export interface OutboxMessage {
@@ -93,15 +94,9 @@ export const decodeTopics = Input.argument(
   Schema.NullOr(Schema.Array(Input.Text(128)).check(Schema.isMinLength(1), Schema.isMaxLength(1000)))
 )
 
-interface ClaimedRow {
-  readonly id: string
+interface ClaimedRow extends MessageRow {
   readonly generation: string
   readonly attempt: number
-  readonly topic: string
-  readonly ordering_key: string | null
-  readonly payload: unknown
-  readonly headers: Record<string, string>
-  readonly created_at: string
 }
 
 export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlClient | DurableSettings> = Effect.gen(
@@ -115,12 +110,7 @@ export const make: Effect.Effect<OutboxWorker["Service"], never, SqlClient.SqlCl
       // Per-key order, keyed runs, paused topics and the topic filter live in the claim function (migration 12).
       const rows = yield* queue.claim<ClaimedRow>(options, yield* decodeTopics(options.topics ?? null))
       return rows.map((row): OutboxMessage => ({
-        id: row.id,
-        topic: row.topic,
-        orderingKey: row.ordering_key,
-        payload: row.payload,
-        headers: row.headers,
-        createdAt: row.created_at,
+        ...messageFields(row),
         attempt: row.attempt,
         claim: { messageId: row.id, worker: options.worker, generation: Number(row.generation) }
       }))

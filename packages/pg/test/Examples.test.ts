@@ -1,4 +1,5 @@
 import * as Cursor from "@effect-durable/core/Cursor"
+import { onLiveClock } from "@effect-durable/testing/Eventually"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import { describe, expect, it } from "@effect/vitest"
 import * as ConfigProvider from "effect/ConfigProvider"
@@ -9,6 +10,7 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as CasExample from "../examples/cas.js"
 import * as DatabaseExample from "../examples/database.js"
+import * as FeedExample from "../examples/feed.js"
 import * as FlowControlExample from "../examples/flowControl.js"
 import * as InboxExample from "../examples/inbox.js"
 import * as InboxLimitsExample from "../examples/inboxLimits.js"
@@ -182,6 +184,14 @@ describe("the README examples do what the README says", () => {
       Effect.gen(function*() {
         const payloads = yield* OutboxExample.program
         expect(payloads).toEqual([{ orderId: 1, sku: "A-1", qty: 2 }])
+      }))
+
+    it.effect("feed: both consumers read the three sales; the totals count each sale once", () =>
+      Effect.gen(function*() {
+        const { exported, totals } = yield* onLiveClock(FeedExample.program)
+        expect(totals).toEqual([{ customer: "ada", cents: "1500" }, { customer: "grace", cents: "800" }])
+        expect(exported).toHaveLength(3)
+        expect(new Set(exported).size).toBe(3)
       }))
 
     it.effect("inbox: the redelivery is a duplicate and the invoice exists once", () =>

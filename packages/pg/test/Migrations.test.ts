@@ -231,6 +231,8 @@ describe("Migrations", () => {
         >`SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
            WHERE n.nspname = 'Durable_Mixed' AND c.relkind IN ('r', 'p') AND NOT c.relispartition ORDER BY 1`
         expect(tables.map((t) => t.name)).toEqual([
+          "feed_consumers",
+          "feed_lineage",
           "flow_claims",
           "flow_group_buckets",
           "flow_group_limits",

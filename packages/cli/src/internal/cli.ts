@@ -16,6 +16,7 @@ import { deadLetters } from "./commands/deadLetters.js"
 import { devDatabase } from "./commands/devDatabase.js"
 import { doctor } from "./commands/doctor.js"
 import { explain } from "./commands/explain.js"
+import { feeds } from "./commands/feeds.js"
 import { ledger } from "./commands/ledger.js"
 import { limits } from "./commands/limits.js"
 import { cancel, moveAside, restore, retryNow } from "./commands/messages.js"
@@ -62,6 +63,7 @@ const tree = root.pipe(
     workflows,
     schedules,
     limits,
+    feeds,
     devDatabase
   ])
 )

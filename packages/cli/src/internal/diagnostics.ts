@@ -2,9 +2,11 @@
  * The checks of `effect-durable doctor`, each an Effect that never fails (a check that cannot
  * run says why, as a warning): the schema's version and drift, whether NOTIFY reaches a
  * listener, whether a transaction pooler sits between us and PostgreSQL, dead tuples of the
- * substrate's tables, and the oldest snapshot holding back vacuum.
+ * substrate's tables, the oldest snapshot holding back vacuum, and the oldest writing
+ * transaction holding back the feeds.
  */
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as Feed from "@effect-durable/pg/Feed"
 import * as Migrations from "@effect-durable/pg/Migrations"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Effect from "effect/Effect"
@@ -182,13 +184,51 @@ const horizon = guarded(
   })
 )
 
+/** What holds every feed back, in words. */
+export const describeHolder = (holder: Feed.HorizonHolder) => {
+  const session = holder.session
+  const who = session !== null
+    ? `pid ${session.pid}${session.applicationName ? ` (${session.applicationName})` : ""}${
+      session.state === null ? "" : `, ${session.state}`
+    }`
+    : holder.prepared !== null
+    ? `prepared transaction ${holder.prepared}`
+    : "a session this role may not see (grant it pg_read_all_stats to see whose)"
+  const open = holder.seconds === null ? "" : `, open for ${age(holder.seconds)}`
+  return `transaction ${holder.xid} of ${who}${open}, ${plural(holder.transactionsBehind, "transaction")} behind`
+}
+
+/** How long a writing transaction may hold the feeds back before the doctor warns. */
+export const FEED_HORIZON_WARNING_SECONDS = 60
+
+const feedHorizon = guarded(
+  "feed horizon",
+  Effect.gen(function*() {
+    const feed = yield* Feed.Feed
+    const consumers = yield* feed.lag()
+    if (consumers.length === 0) return ok("feed horizon", "no feed consumers")
+    const holder = yield* feed.holder
+    if (holder === null) return ok("feed horizon", "no transaction holds the feeds back")
+    const held = consumers.reduce((n, c) => n + c.held, 0)
+    const text = `${describeHolder(holder)}; ${plural(held, "message")} of the consumers' topics wait for it`
+    return (holder.seconds ?? 0) > FEED_HORIZON_WARNING_SECONDS || (holder.seconds === null && held > 0)
+      ? warn(
+        "feed horizon",
+        `${text}: no consumer reads past it until it ends${
+          holder.session === null ? "" : ` (end it: SELECT pg_terminate_backend(${holder.session.pid}))`
+        }`
+      )
+      : ok("feed horizon", text)
+  })
+)
+
 /** Every check, in order; drift only when the version is right (it compares against this release). */
 export const runChecks = Effect.gen(function*() {
   const first = yield* version
   const driftCheck = first.status === "ok"
     ? drift
     : Effect.succeed(warn("schema drift", "not checked: the version is not this release's"))
-  const rest = yield* Effect.all([driftCheck, listen, pooler, bloat, horizon], { concurrency: 2 })
+  const rest = yield* Effect.all([driftCheck, listen, pooler, bloat, horizon, feedHorizon], { concurrency: 2 })
   return [first, ...rest]
 }).pipe(
   Effect.timeout("60 seconds"),

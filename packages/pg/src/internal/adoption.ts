@@ -23,6 +23,9 @@ const createdRelation = (statement: string) =>
 /** A statement that creates a function (after any comment lines). */
 const isFunction = (statement: string) => /^(\s*--[^\n]*\n)*\s*CREATE (OR REPLACE )?FUNCTION/.test(statement)
 
+/** A statement that creates one of the feed's functions. */
+const isFeedFunction = (statement: string) => /^\s*CREATE (OR REPLACE )?FUNCTION \S*"?feed_\w+"?\(/.test(statement)
+
 export const adopt = (
   sql: SqlClient.SqlClient,
   settings: Settings,
@@ -54,6 +57,16 @@ export const adopt = (
         SELECT topic, group_key, array_agg(id), array_agg(generation), count(*) FROM ${leases} GROUP BY 1, 2`)
       yield* sql.unsafe(`DROP TABLE ${leases}`)
     }
+    // The feed's positions: its functions first (the tables' defaults call them), then the open
+    // table's column, at the end as in the baseline. Its messages take position 0 (before any
+    // written from then on, in id order among themselves); the next enqueue takes its own.
+    const outbox = settings.table("outbox")
+    const feedFunctions = baseline.statements(settings.table).filter(isFeedFunction)
+    for (const statement of feedFunctions) yield* sql.unsafe(statement)
+    yield* sql.unsafe(`ALTER TABLE ${outbox} ADD COLUMN IF NOT EXISTS feed_position bigint NOT NULL DEFAULT 0`)
+    yield* sql.unsafe(
+      `ALTER TABLE ${outbox} ALTER COLUMN feed_position SET DEFAULT ${settings.table("feed_position")}()`
+    )
     // The baseline's relations it lacks (the dead letters, the history by day, the view over
     // them) are made; its settled messages move out of the open table into them, as a settle
     // moves them now; and the open table's constraint and indexes become the baseline's.
@@ -64,7 +77,6 @@ export const adopt = (
         SELECT to_regclass(${`${settings.quotedSchema}."${relation}"`}) IS NOT NULL AS present`
       if (found?.present !== true) yield* sql.unsafe(statement)
     }
-    const outbox = settings.table("outbox")
     yield* sql.unsafe(`WITH m AS (DELETE FROM ${outbox} WHERE dead_at IS NOT NULL RETURNING *)
       INSERT INTO ${settings.table("outbox_dead")} SELECT * FROM m`)
     yield* sql.unsafe(`WITH m AS (DELETE FROM ${outbox} WHERE projected_at IS NOT NULL RETURNING *)
@@ -75,9 +87,10 @@ export const adopt = (
       yield* sql.unsafe(`DROP INDEX IF EXISTS ${settings.quotedSchema}."${index}"`)
     }
     // Its functions go: the baseline's replace them (a pre-release one may have another signature).
+    // The feed's, made above, stay: the tables' defaults depend on them.
     const functions = yield* sql<{ fn: string }>`
       SELECT p.oid::regprocedure::text AS fn FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-       WHERE n.nspname = ${settings.schema}`
+       WHERE n.nspname = ${settings.schema} AND p.proname NOT LIKE 'feed\\_%'`
     for (const { fn } of functions) yield* sql.unsafe(`DROP FUNCTION ${fn}`)
     for (const statement of baseline.statements(settings.table).filter(isFunction)) yield* sql.unsafe(statement)
     const history = settings.table("schema_migrations")

@@ -1,7 +1,7 @@
 /**
  * `effect-durable doctor [--json] [--strict]`: schema version and drift, LISTEN/NOTIFY,
  * pooler mode, dead tuples of the substrate's tables, the oldest snapshot holding back
- * vacuum. Exit 1 when a check fails (with `--strict`, also on a warning).
+ * vacuum, the oldest writing transaction holding back the feeds. Exit 1 when a check fails (with `--strict`, also on a warning).
  */
 import * as Command from "effect/cli/Command"
 import * as Effect from "effect/Effect"
@@ -26,4 +26,6 @@ export const doctor = Command.make(
     },
     withDatabase({ anyVersion: true, poolSize: 3 })
   )
-).pipe(Command.withDescription("Check the schema, LISTEN/NOTIFY, the pooler, table bloat and vacuum's horizon"))
+).pipe(
+  Command.withDescription("Check the schema, LISTEN/NOTIFY, the pooler, table bloat, vacuum's horizon and the feeds'")
+)

@@ -5,6 +5,7 @@
  */
 import { printable } from "@effect-durable/core/Printable"
 import type { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import type * as Feed from "@effect-durable/pg/Feed"
 import type * as FlowControl from "@effect-durable/pg/FlowControl"
 import type * as InboxAdmin from "@effect-durable/pg/InboxAdmin"
 import type * as MutationLedger from "@effect-durable/pg/MutationLedger"
@@ -65,6 +66,7 @@ export type Requirements =
   | OutboxBulk.OutboxBulk
   | Schedules.Schedules
   | FlowControl.FlowControl
+  | Feed.Feed
 
 /**
  * The runner of the page's routes, on `context` (the services the page was made with): the

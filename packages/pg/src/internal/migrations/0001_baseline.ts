@@ -11,13 +11,19 @@
 import type { Migration } from "../../Migrations.js"
 import { claimFunctions } from "../claim/index.js"
 import { tokensFunction } from "../flow/tokens.js"
+import { feedFunctions } from "../functions/feed.js"
 import { historyFunctions } from "../functions/history.js"
 import { mutationLookup } from "../functions/ledger.js"
 import { rateLimiterFunctions } from "../functions/rateLimiter.js"
 import { batchWrites } from "../functions/writes.js"
 
-/** A message's columns after its id, one row shape for the open, dead and delivered tables. */
-const messageColumns = `    topic text NOT NULL,
+/**
+ * A message's columns after its id, one row shape for the open, dead and delivered tables. The
+ * last, `feed_position`, is where the message stands in the commit-ordered feed (`Feed`): taken
+ * at enqueue, and carried unchanged by every move between the three tables.
+ */
+const messageColumns = (t: (table: string) => string) =>
+  `    topic text NOT NULL,
     ordering_key text,
     payload jsonb NOT NULL,
     headers jsonb NOT NULL DEFAULT '{}'::jsonb,
@@ -38,7 +44,8 @@ const messageColumns = `    topic text NOT NULL,
     cancelled_at timestamptz,
     cancelled_by text,
     group_key text NOT NULL DEFAULT '',
-    due_at timestamptz NOT NULL DEFAULT now()`
+    due_at timestamptz NOT NULL DEFAULT now(),
+    feed_position bigint NOT NULL DEFAULT ${t("feed_position")}()`
 
 const tables = (t: (table: string) => string): ReadonlyArray<string> => [
   // The mutation ledger: one record per (subject, operation, key), its outcome replayed to retries.
@@ -68,7 +75,7 @@ const tables = (t: (table: string) => string): ReadonlyArray<string> => [
   // its generation; half of each page is left free so a claim's update stays on the page (HOT).
   `CREATE TABLE ${t("outbox")} (
     id bigint GENERATED ALWAYS AS IDENTITY,
-${messageColumns},
+${messageColumns(t)},
     CONSTRAINT outbox_pkey PRIMARY KEY (id),
     CONSTRAINT outbox_open_check CHECK (projected_at IS NULL AND dead_at IS NULL AND cancelled_at IS NULL),
     CONSTRAINT outbox_max_attempts_check CHECK (max_attempts > 0)
@@ -85,27 +92,53 @@ ${messageColumns},
   // At most one open message per topic and dedup key.
   `CREATE UNIQUE INDEX outbox_dedup_key_idx ON ${t("outbox")} (topic, dedup_key)
      WHERE dedup_key IS NOT NULL AND projected_at IS NULL AND dead_at IS NULL`,
+  // The feed's read of a topic, in position order (the same on the dead letters and the history).
+  `CREATE INDEX outbox_feed_idx ON ${t("outbox")} (topic, feed_position, id)`,
   // Dead and cancelled messages, until an operator redrives, restores or discards them.
   `CREATE TABLE ${t("outbox_dead")} (
     id bigint NOT NULL,
-${messageColumns},
+${messageColumns(t)},
     CONSTRAINT outbox_dead_pkey PRIMARY KEY (id),
     CONSTRAINT outbox_dead_check CHECK (dead_at IS NOT NULL AND projected_at IS NULL)
   )`,
+  `CREATE INDEX outbox_dead_feed_idx ON ${t("outbox_dead")} (topic, feed_position, id)`,
   // Delivered messages, append-only, one partition per UTC day of delivery: retention drops
   // whole days (outbox_history_partitions makes the days ahead; the default partition takes a
   // day nobody made).
   `CREATE TABLE ${t("outbox_history")} (
     id bigint NOT NULL,
-${messageColumns},
+${messageColumns(t)},
     CONSTRAINT outbox_history_check CHECK (projected_at IS NOT NULL AND dead_at IS NULL)
   ) PARTITION BY RANGE (projected_at)`,
   `CREATE INDEX outbox_history_id_idx ON ${t("outbox_history")} (id)`,
+  `CREATE INDEX outbox_history_feed_idx ON ${t("outbox_history")} (topic, feed_position, id)`,
   `CREATE TABLE ${t("outbox_history_default")} PARTITION OF ${t("outbox_history")} DEFAULT`,
   // Every message, wherever it is: what operators, searches and counts read.
   `CREATE VIEW ${t("outbox_messages")} AS
      SELECT * FROM ${t("outbox")} UNION ALL SELECT * FROM ${t("outbox_dead")}
      UNION ALL SELECT * FROM ${t("outbox_history")}`,
+
+  // The feed (`Feed`): the clusters this schema has lived on, each an epoch of positions
+  // (`internal/functions/feed.ts`), and each named consumer's cursor: the position and id of
+  // the last row it read, advanced in the transaction that applied the rows.
+  `CREATE TABLE ${t("feed_lineage")} (
+    epoch bigint NOT NULL,
+    system_identifier text NOT NULL,
+    started_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT feed_lineage_pkey PRIMARY KEY (epoch),
+    CONSTRAINT feed_lineage_cluster_key UNIQUE (system_identifier)
+  )`,
+  `CREATE TABLE ${t("feed_consumers")} (
+    name text NOT NULL,
+    topics text[] NOT NULL,
+    position bigint NOT NULL,
+    last_id bigint NOT NULL,
+    read_count bigint NOT NULL DEFAULT 0,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    read_at timestamptz,
+    CONSTRAINT feed_consumers_pkey PRIMARY KEY (name),
+    CONSTRAINT feed_consumers_topics_check CHECK (cardinality(topics) > 0)
+  )`,
 
   // The inbox: a receipt per (consumer, message), and in stored mode the entry to process.
   `CREATE TABLE ${t("inbox")} (
@@ -371,6 +404,7 @@ export const migration: Migration = {
   version: 1,
   name: "baseline",
   statements: (t) => [
+    ...feedFunctions(t),
     ...tables(t),
     tokensFunction(t),
     mutationLookup(t),

@@ -33,7 +33,8 @@ export const MESSAGE_COLUMNS = [
   "cancelled_at",
   "cancelled_by",
   "group_key",
-  "due_at"
+  "due_at",
+  "feed_position"
 ] as const
 export type Column = typeof MESSAGE_COLUMNS[number]
 
