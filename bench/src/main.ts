@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [-- --drain=N] [-- --only=drain,keys,enqueue,latency,ledger,claim,processes,http,workflows,limits,xmin,batch] [-- --skip=<contender>,...]`: effect-durable
+ * `npm run bench [-- --quick] [-- --drain=N] [-- --only=drain,keys,enqueue,latency,ledger,claim,processes,http,workflows,limits,xmin,batch,feed] [-- --skip=<contender>,...]`: effect-durable
  * against graphile-worker, pg-boss, Effect 4's PersistedQueue (SQL store) and the raw-SQL ceiling,
  * measured in one run on one PostgreSQL, contenders alternating round by round, each
  * measurement on a fresh database. Prints medians, ratios and the targets of issue 6, and
@@ -21,6 +21,7 @@ import * as Batches from "./scenarios/batches.js"
 import * as ClaimAtScale from "./scenarios/claimAtScale.js"
 import * as Drain from "./scenarios/drain.js"
 import * as EnqueueEach from "./scenarios/enqueueEach.js"
+import * as FeedScenario from "./scenarios/feed.js"
 import * as Http from "./scenarios/http.js"
 import * as Keys from "./scenarios/keys.js"
 import * as Latency from "./scenarios/latency.js"
@@ -42,7 +43,8 @@ const SCENARIOS = [
   "workflows",
   "limits",
   "xmin",
-  "batch"
+  "batch",
+  "feed"
 ] as const
 type Scenario = typeof SCENARIOS[number]
 
@@ -98,6 +100,7 @@ const SIZES = quick
     limitsSlow: 2_000,
     xminSeconds: 60,
     batches: 5_000,
+    feed: { enqueue: 2_000, bulk: 20_000, read: 20_000, latency: 300 },
     rounds: 1
   }
   : {
@@ -116,6 +119,7 @@ const SIZES = quick
     limitsSlow: 5_000,
     xminSeconds: 600,
     batches: 20_000,
+    feed: { enqueue: 10_000, bulk: 100_000, read: 100_000, latency: 2_000 },
     rounds: 3
   }
 if (drain !== undefined) SIZES.drain = drain
@@ -261,6 +265,20 @@ const program = Effect.gen(function*() {
       SIZES.batches.toLocaleString("en")
     } ready messages, a handler whose every call takes ${CALL_MILLIS} ms, one message a call and batches of 100`,
     () => Batches.run(bench, SIZES.batches)
+  )
+
+  results.feed = yield* step(
+    "feed",
+    `feed: ${
+      SIZES.feed.enqueue.toLocaleString("en")
+    } enqueues one per transaction (${FeedScenario.PRODUCERS} producers) and ${
+      SIZES.feed.bulk.toLocaleString("en")
+    } in transactions of 1,000, with the feed position and without; ${
+      SIZES.feed.read.toLocaleString("en")
+    } messages read by ${FeedScenario.CONSUMERS.join(" and ")} consumers; ${
+      SIZES.feed.latency.toLocaleString("en")
+    } messages committed at ${FeedScenario.RATE}/s to a running consumer`,
+    () => FeedScenario.run(bench, SIZES.feed)
   )
 
   Report.print(results)

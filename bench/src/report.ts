@@ -4,6 +4,7 @@ import { type BatchesResult, summary as batchesSummary } from "./scenarios/batch
 import type { ClaimResult } from "./scenarios/claimAtScale.js"
 import type { DrainResult } from "./scenarios/drain.js"
 import type { EnqueueEachResult } from "./scenarios/enqueueEach.js"
+import type { FeedResult } from "./scenarios/feed.js"
 import type { HttpResult } from "./scenarios/http.js"
 import type { KeysResult } from "./scenarios/keys.js"
 import type { LatencyResult } from "./scenarios/latency.js"
@@ -26,6 +27,7 @@ export interface Results {
   readonly limits?: ReadonlyArray<LimitsResult> | undefined
   readonly xmin?: ReadonlyArray<XminResult> | undefined
   readonly batches?: ReadonlyArray<BatchesResult> | undefined
+  readonly feed?: FeedResult | undefined
 }
 
 export interface Target {
@@ -51,6 +53,18 @@ export const targets = (results: Results): Array<Target> => {
       target: "one hot key ≥ 20× the claim of 0.2 (one message per key per claim)",
       measured: ratio(hotNow / hotBefore),
       met: hotNow >= 20 * hotBefore
+    })
+  }
+  if (results.feed !== undefined) {
+    out.push({
+      target: "the feed position costs an enqueue at most 5 %, one per transaction (issue 47)",
+      measured: ratio(results.feed.enqueue.ratio),
+      met: results.feed.enqueue.ratio >= 0.95
+    })
+    out.push({
+      target: "the feed position costs an enqueue at most 5 %, in bulk (issue 47)",
+      measured: ratio(results.feed.enqueueBulk.ratio),
+      met: results.feed.enqueueBulk.ratio >= 0.95
     })
   }
   const drain = results.drain
@@ -352,6 +366,28 @@ export const print = (results: Results) => {
       `\nBatches of 100 over one message a call: ${ratio(ratios.batchOverSingle)}; over pg-boss's batches of 100: ${
         ratio(ratios.batchOverPgBoss)
       }.`
+    )
+  }
+  if (results.feed !== undefined) {
+    const feed = results.feed
+    log("\n### Feed: the outbox's messages in commit order\n")
+    log("| measure | figure |")
+    log("| --- | ---: |")
+    log(`| enqueue, one per transaction, with the feed position | ${formatRate(feed.enqueue.with)} msg/s |`)
+    log(`| the same without it | ${formatRate(feed.enqueue.without)} msg/s |`)
+    log(`| enqueue in transactions of 1,000, with the feed position | ${formatRate(feed.enqueueBulk.with)} msg/s |`)
+    log(`| the same without it | ${formatRate(feed.enqueueBulk.without)} msg/s |`)
+    for (const row of feed.read) {
+      const what = row.waiting ? "messages still waiting for delivery" : "delivered messages"
+      const who = `${row.consumers} consumer${row.consumers === 1 ? "" : "s"}`
+      log(`| ${what} read by ${who} at once, each | ${formatRate(row.each)} msg/s |`)
+      if (row.consumers > 1) log(`| ${what} read by ${who} at once, all together | ${formatRate(row.total)} msg/s |`)
+    }
+    log(`| commit → read, p50 / p99 | ${feed.latency.p50.toFixed(2)} / ${feed.latency.p99.toFixed(2)} ms |`)
+    log(
+      `\nWith the feed position, an enqueue runs at ${
+        ratio(feed.enqueue.ratio)
+      } the rate without it one per transaction, ${ratio(feed.enqueueBulk.ratio)} in bulk.`
     )
   }
   if (results.limits !== undefined) {

@@ -9,9 +9,12 @@
  * faults need SIGSTOP/SIGCONT and a SIGKILL whose exit is awaited, and the guardian needs
  * every pid at once.
  */
+import * as Redacted from "effect/Redacted"
 import { type ChildProcess, spawn } from "node:child_process"
-import { appendFileSync, closeSync, openSync, readFileSync, rmSync } from "node:fs"
+import { appendFileSync, chmodSync, closeSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
 import { join } from "node:path"
+import pg from "pg"
 
 const GUARDIAN = `
 parent=$1; dir=$2
@@ -51,6 +54,14 @@ export const guard = (path: string): RunDirectory => {
       if (!keep) rmSync(path, { recursive: true, force: true })
     }
   }
+}
+
+/** A run directory under the temp dir, enterable by the servers' own OS users, guarded. */
+export const runDirectory = (prefix: string): RunDirectory => {
+  const path = mkdtempSync(join(tmpdir(), prefix))
+  // PgBouncer runs as its own OS user and keeps its files in here.
+  chmodSync(path, 0o711)
+  return guard(path)
 }
 
 export interface Child {
@@ -112,4 +123,19 @@ export const stop = async (child: Child, graceMillis: number): Promise<void> => 
   const timer = setTimeout(() => child.signal("SIGKILL"), graceMillis)
   await child.exited
   clearTimeout(timer)
+}
+
+/** Creates database `name` on the run's server (from template0), as `applicationName`. */
+export const createDatabase = async (
+  server: { readonly url: () => Redacted.Redacted<string> },
+  name: string,
+  applicationName: string
+): Promise<void> => {
+  const client = new pg.Client({ connectionString: Redacted.value(server.url()), application_name: applicationName })
+  await client.connect()
+  try {
+    await client.query(`CREATE DATABASE ${name} TEMPLATE template0`)
+  } finally {
+    await client.end()
+  }
 }

@@ -25,14 +25,12 @@ import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
 import * as SqlClient from "effect/sql/SqlClient"
-import { chmodSync, mkdtempSync } from "node:fs"
-import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
-import pg from "pg"
 import * as Checker from "./checker.js"
 import * as Children from "./children.js"
 import * as Faults from "./faults.js"
+import * as FeedChaos from "./feeds/main.js"
 import * as Options from "./options.js"
 import * as Pooler from "./pooler.js"
 import type { ProducerConfig } from "./producer.js"
@@ -68,18 +66,7 @@ const log = (line: string) => console.log(`[${((Date.now() - started) / 1000).to
 /** Creates the run's database, migrates the substrate into it and adds the chaos tables. */
 const prepareDatabase = (server: PgServer.PgServer["Service"]) =>
   Effect.gen(function*() {
-    yield* Effect.promise(async () => {
-      const client = new pg.Client({
-        connectionString: Redacted.value(server.url()),
-        application_name: APPLICATION.admin
-      })
-      await client.connect()
-      try {
-        await client.query(`CREATE DATABASE ${DATABASE} TEMPLATE template0`)
-      } finally {
-        await client.end()
-      }
-    })
+    yield* Effect.promise(() => Children.createDatabase(server, DATABASE, APPLICATION.admin))
     const context = yield* Layer.build(
       PgClient.layer({ url: server.url(DATABASE), applicationName: APPLICATION.admin, maxConnections: 4 })
     )
@@ -223,12 +210,7 @@ const program = Effect.gen(function*() {
   )
   const server = yield* PgServer.PgServer
   const run = yield* Effect.acquireRelease(
-    Effect.sync(() => {
-      const path = mkdtempSync(join(tmpdir(), "effect-durable-chaos-"))
-      // PgBouncer runs as its own OS user and keeps its files in here.
-      chmodSync(path, 0o711)
-      return Children.guard(path)
-    }),
+    Effect.sync(() => Children.runDirectory("effect-durable-chaos-")),
     (run) => Effect.sync(() => run.dispose(options.keep))
   )
   if (options.keep) log(`run directory (kept): ${run.path}`)
@@ -379,7 +361,7 @@ const program = Effect.gen(function*() {
   Effect.provide(PgServer.layerEmbedded({ settings: { synchronous_commit: "on" } }))
 )
 
-NodeRuntime.runMain(program, {
+NodeRuntime.runMain(options.feeds ? FeedChaos.program(options) : program, {
   disableErrorReporting: true,
   teardown: (exit, onExit) => {
     if (Exit.isSuccess(exit)) return onExit(0)
@@ -388,7 +370,9 @@ NodeRuntime.runMain(program, {
       return onExit(130)
     }
     const failure = Cause.squash(exit.cause)
-    if (!(failure instanceof InvariantBroken)) console.error(`chaos: ${Cause.pretty(exit.cause)}`)
+    if (!(failure instanceof InvariantBroken || failure instanceof FeedChaos.Broken)) {
+      console.error(`chaos: ${Cause.pretty(exit.cause)}`)
+    }
     onExit(1)
   }
 })

@@ -45,6 +45,8 @@ export interface Options {
    * incompatible guarded by a patch, one incompatible left unguarded.
    */
   readonly deploy: boolean
+  /** The feed's schedule (`feeds/main.ts`): late commits, consumers killed, PostgreSQL restarted. */
+  readonly feeds: boolean
 }
 
 /** With `--batch`: the most messages per handler call, and how long a short batch waits to fill. */
@@ -86,7 +88,7 @@ export const limitsText = (options: Options): string =>
 export const PROJECTOR_DEFAULT_LEASE_MILLIS = 30_000
 
 export const USAGE =
-  "usage: npm run chaos -- [--quick] [--lease=5s] [--workers=4] [--messages=N] [--pooler] [--async-worker-commits] [--workflows [--deploy]] [--limits | --slots] [--batch] [--seed=N] [--keep]"
+  "usage: npm run chaos -- [--quick] [--lease=5s] [--workers=4] [--messages=N] [--pooler] [--async-worker-commits] [--workflows [--deploy] | --feeds] [--limits | --slots] [--batch] [--seed=N] [--keep]"
 
 const parseDuration = (text: string): number => {
   const match = /^(\d+(?:\.\d+)?)\s*(ms|s|m)?$/.exec(text.trim())
@@ -122,6 +124,7 @@ export const parse = (args: ReadonlyArray<string>): Options => {
       slots: { type: "boolean", default: false },
       batch: { type: "boolean", default: false },
       deploy: { type: "boolean", default: false },
+      feeds: { type: "boolean", default: false },
       help: { type: "boolean", default: false }
     }
   })
@@ -133,6 +136,9 @@ export const parse = (args: ReadonlyArray<string>): Options => {
   if (values.limits && values.slots) throw new Error("--limits and --slots: one or the other")
   if (values.batch && values.workflows) throw new Error("--batch is for the outbox schedule, not --workflows")
   if (values.deploy && !values.workflows) throw new Error("--deploy is for --workflows")
+  if (values.feeds && (values.workflows || values.limits || values.slots || values.batch || values.pooler)) {
+    throw new Error("--feeds runs its own schedule: it takes --quick, --seed and --keep")
+  }
   if (values.slots && values.workflows) {
     throw new Error("--slots is for the outbox schedule; --workflows takes --limits")
   }
@@ -149,6 +155,7 @@ export const parse = (args: ReadonlyArray<string>): Options => {
     limits: values.limits,
     slots: values.slots,
     batch: values.batch,
-    deploy: values.deploy
+    deploy: values.deploy,
+    feeds: values.feeds
   }
 }

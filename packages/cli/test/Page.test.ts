@@ -3,6 +3,7 @@
 // the operator the application names, links follow the mount, readiness follows the schema.
 import * as Durable from "@effect-durable/pg/Durable"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import * as Feed from "@effect-durable/pg/Feed"
 import * as FlowControl from "@effect-durable/pg/FlowControl"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
@@ -219,6 +220,26 @@ describe("admin page over HTTP", () => {
         )
         // The Limits view of a later test starts with none.
         yield* sql`DELETE FROM durable.flow_limits WHERE topic = 'workflow.run:PageCharge'`
+      }))
+
+    it.effect("feeds: each consumer with what it read, can read and waits for, escaped; and what holds the horizon", () =>
+      Effect.gen(function*() {
+        const feed = yield* Feed.Feed
+        const outbox = yield* Outbox.Outbox
+        const topic = freshTopic("feed<i>")
+        yield* feed.register("index<b>", { topics: [topic] })
+        yield* outbox.enqueueMany([1, 2].map((n) => ({ topic, payload: { n } })))
+        const page = yield* get("/ops/durable/feeds")
+        expect(page.status).toBe(200)
+        // Read 0; the two messages readable or held (a writing transaction elsewhere in the
+        // cluster may hold the horizon for a moment): 2 either way.
+        const row =
+          /<tr data-consumer="index&lt;b&gt;"><td>index&lt;b&gt;<\/td><td>[^<]*<\/td><td class="num">0<\/td><td class="num">(\d+)<\/td><td class="num">(\d+)<\/td>/
+            .exec(page.body)
+        expect(Number(row![1]) + Number(row![2])).toBe(2)
+        expect(page.body).toContain(topic.replace("<", "&lt;").replace(">", "&gt;"))
+        expect(page.body).toMatch(/id="horizon"/)
+        expect(page.body).toMatch(/href="[^"]*\/feeds"/)
       }))
 
     it.effect("schedules: listed with their next slot and counts, escaped; pause and resume act and are logged; a read of an unknown one changes nothing", () =>

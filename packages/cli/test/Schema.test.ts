@@ -98,7 +98,8 @@ describe("effect-durable migrate, verify, grant, doctor", () => {
           "LISTEN/NOTIFY",
           "pooler",
           "table bloat",
-          "oldest transaction"
+          "oldest transaction",
+          "feed horizon"
         ])
         expect(checks.filter((c) => c.name !== "oldest transaction").every((c) => c.status === "ok")).toBe(true)
         const text = yield* cliOn(["doctor"])

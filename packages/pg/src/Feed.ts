@@ -15,17 +15,23 @@
  */
 import { type DatabaseError, FeedConsumerMissing, FeedCursorMoved, InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
+import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import type * as Redacted from "effect/Redacted"
+import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as SqlClient from "effect/sql/SqlClient"
 import { DurableSettings } from "./DurableConfig.js"
 import { classifySqlErrors } from "./ErrorClassification.js"
+import { runLoop, wakeUps } from "./internal/feed/run.js"
 import { type ConsumerRow, type Cursor, type EntryRow, statements } from "./internal/feed/statements.js"
 import { messageFields } from "./internal/rows.js"
-import { advisoryKey, bounded, lockForTransaction, transact } from "./internal/transaction.js"
+import { advisoryKey, bounded, lockForTransaction } from "./internal/transaction.js"
+import { channelFor } from "./Outbox.js"
 import type { OutboxMessage } from "./OutboxWorker.js"
 
 /** A message as a consumer reads it: as a claim gives it, without the claim, with its place in the feed. */
@@ -82,8 +88,18 @@ export interface ConsumeOptions {
 }
 
 export interface RunOptions extends ConsumeOptions {
-  /** How long an idle consumer waits before it reads again; default 100 milliseconds. */
+  /**
+   * How long an idle consumer waits before it reads again; default 100 milliseconds. On
+   * `@effect/sql-pg`'s client it also LISTENs, and an enqueue on one of its topics wakes it at
+   * commit; the wait stays as the fallback (behind a transaction pooler, which drops
+   * notifications, and for a message that becomes readable when an older transaction ends).
+   */
   readonly idle?: Duration.Input
+  /**
+   * Where to LISTEN when the pool goes through a transaction pooler (PgBouncer), which does
+   * not carry notifications: a URL straight to PostgreSQL (as the projector's `listenUrl`).
+   */
+  readonly listenUrl?: Redacted.Redacted<string>
   /** The longest wait before a failed batch is tried again (doubling from the idle wait); default 30 seconds. */
   readonly maxBackoff?: Duration.Input
 }
@@ -150,6 +166,14 @@ const decodeFrom = Input.argument(
   ]).annotate({ message: `"beginning", "now" or a valid Date` })
 )
 
+/** A failure of the application's `apply` inside `run`: logged and retried, never the run's end. */
+class ApplyFailure {
+  constructor(readonly error: unknown) {}
+  toString() {
+    return String(this.error)
+  }
+}
+
 const BEGINNING: Cursor = { position: "0", lastId: "0" }
 
 const toEntry = (row: EntryRow): FeedEntry => ({ ...messageFields(row), position: row.position })
@@ -171,6 +195,9 @@ export const make: Effect.Effect<Feed["Service"], never, SqlClient.SqlClient | D
     const feed = statements(sql, settings)
     const consumers = sql.literal(settings.table("feed_consumers"))
     const lockKey = (name: string) => advisoryKey(settings.schema, "feed consumer", name)
+    const pg = yield* Effect.serviceOption(PgClient.PgClient)
+    const channel = channelFor(settings.schema)
+
     const lagOf = (name: string | null) =>
       feed.lag(name, LAG_CAP).pipe(
         Effect.map((rows) =>
@@ -218,8 +245,10 @@ export const make: Effect.Effect<Feed["Service"], never, SqlClient.SqlClient | D
       Effect.gen(function*() {
         const decoded = yield* decodeName(name)
         const limit = yield* decodeLimit(options.limit ?? 100)
-        return yield* transact(
+        // Inside a caller's transaction, its timeouts are given back after (`bounded`).
+        return yield* bounded(
           sql,
+          settings,
           "Feed.consume",
           Effect.gen(function*() {
             // One process applies a consumer's batch at a time; another finds it busy and reads
@@ -263,31 +292,23 @@ export const make: Effect.Effect<Feed["Service"], never, SqlClient.SqlClient | D
         const idle = yield* decodeIdle(options.idle ?? "100 millis")
         const maxBackoff = yield* decodeBackoff(options.maxBackoff ?? "30 seconds")
         const limit = yield* decodeLimit(options.limit ?? 100)
-        let backoff = idle
-        while (true) {
-          const outcome = yield* consume(name, apply, { limit }).pipe(
-            Effect.map((read) => ({ read, failed: false })),
-            Effect.catch((error: unknown) =>
-              error instanceof FeedConsumerMissing || error instanceof InvalidInput
-                ? Effect.fail(error as FeedConsumerMissing | InvalidInput)
-                : Effect.as(
-                  Effect.logWarning(
-                    `effect-durable: feed consumer ${name}: a batch failed, retried in ${Duration.format(backoff)}`
-                  )
-                    .pipe(Effect.annotateLogs({ consumer: name, error: String(error) })),
-                  { read: 0, failed: true }
-                )
-            )
-          )
-          if (outcome.failed) {
-            yield* Effect.sleep(backoff)
-            backoff = Duration.min(Duration.times(backoff, 2), maxBackoff)
-            continue
-          }
-          backoff = idle
-          if (outcome.read < limit) yield* Effect.sleep(idle)
-        }
-      })
+        const decoded = yield* decodeName(name)
+        // Its topics, for its wake-ups (retried while the database is away; a missing consumer ends it).
+        const [consumer] = yield* sql<{ topics: ReadonlyArray<string> }>`
+          SELECT topics FROM ${consumers} WHERE name = ${decoded}`.pipe(
+          Effect.retry(Schedule.spaced(idle)),
+          Effect.orDie
+        )
+        if (consumer === undefined) return yield* new FeedConsumerMissing({ consumer: decoded })
+        const listenConfig = options.listenUrl !== undefined
+          ? Option.some<PgClient.PgClientConfig>({ url: options.listenUrl })
+          : Option.map(pg, (client) => client.config)
+        const wakeUp = yield* wakeUps(listenConfig, channel, consumer.topics)
+        // What `apply` fails with is boxed: only the feed's own refusals end the run.
+        const boxed = (entries: ReadonlyArray<FeedEntry>) =>
+          Effect.mapError(apply(entries), (error) => new ApplyFailure(error))
+        return yield* runLoop({ name, consume: consume(decoded, boxed, { limit }), wakeUp, idle, maxBackoff, limit })
+      }).pipe(Effect.scoped)
 
     const reset = Effect.fn("Feed.reset")(function*(name: string, from: StartAt) {
       const decoded = yield* decodeName(name)

@@ -204,6 +204,9 @@ export const make = (
             UPDATE ${table} SET
               payload = ${replace ? sql`${row.payload}::jsonb` : sql`payload`},
               headers = ${replace ? sql`${row.headers}::jsonb` : sql`headers`},
+              -- Replaced: its new content takes this transaction's place in the feed, and the
+              -- feed's consumers read it again there (\`Feed\`); extended, it keeps its place.
+              feed_position = ${replace ? sql.literal(`${settings.table("feed_position")}()`) : sql`feed_position`},
               available_at = ${
           replace
             ? sql`now() + make_interval(secs => ${row.delaySeconds})`

@@ -5,6 +5,7 @@
 // apply each message once; an aborted enqueue is never read; a new cluster's positions start
 // above a restored dump's; the oldest writing transaction is named; bad input is a typed refusal.
 import { onLiveClock } from "@effect-durable/testing/Eventually"
+import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import * as TestSubstrate from "@effect-durable/testing/TestSubstrate"
 import { describe, expect, it } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
@@ -13,6 +14,7 @@ import * as Fiber from "effect/Fiber"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as FastCheck from "fast-check"
 import * as Feed from "../src/Feed.js"
+import * as Notifications from "../src/Notifications.js"
 import * as Outbox from "../src/Outbox.js"
 import * as OutboxAdmin from "../src/OutboxAdmin.js"
 import * as OutboxWorker from "../src/OutboxWorker.js"
@@ -157,7 +159,8 @@ describe("Feed", () => {
         const outbox = yield* Outbox.Outbox
         const sql = yield* SqlClient.SqlClient
         const topic = TestSubstrate.freshName("twice")
-        yield* sql`CREATE TABLE feed_applied (message_id bigint PRIMARY KEY, process int NOT NULL)`
+        // No unique key: a message applied twice would show as a second row.
+        yield* sql`CREATE TABLE feed_applied (message_id bigint NOT NULL, process int NOT NULL)`
         yield* feed.register("shared", { topics: [topic] })
         const apply = (process: number) => (entries: ReadonlyArray<Feed.FeedEntry>) =>
           Effect.forEach(entries, (e) => sql`INSERT INTO feed_applied VALUES (${e.id}::bigint, ${process})`, {
@@ -177,10 +180,52 @@ describe("Feed", () => {
         expect((yield* feed.lag("shared"))[0]).toMatchObject({ read: 60, readable: 0 })
         const applied = yield* sql<{ id: string }>`SELECT message_id::text AS id FROM feed_applied ORDER BY message_id`
         expect(applied.map((r) => r.id)).toEqual(ids.flat().sort((a, b) => Number(BigInt(a) - BigInt(b))))
-        // Both processes took batches (the lock makes them take turns, not share one).
-        const processes = yield* sql<{ process: number }>`SELECT DISTINCT process FROM feed_applied ORDER BY 1`
-        expect(processes.length).toBeGreaterThanOrEqual(1)
       })))
+
+    it.effect("an idle consumer is woken at commit by an enqueue on its topics, not by its hour-long wait", () =>
+      onLiveClock(Effect.gen(function*() {
+        const feed = yield* Feed.Feed
+        const outbox = yield* Outbox.Outbox
+        const topic = TestSubstrate.freshName("woken")
+        yield* feed.register("sleeper", { topics: [topic] })
+        const read = yield* Deferred.make<ReadonlyArray<string>>()
+        // Behind a transaction pooler the LISTEN goes straight to the server, as an application's would.
+        const database = yield* TestDatabase.TestDatabase
+        const listen = TestDatabase.isPooled(database) ? { listenUrl: database.url } : {}
+        const runner = yield* Effect.forkChild(
+          feed.run("sleeper", (entries) => Deferred.succeed(read, entries.map((e) => e.id)), {
+            idle: "1 hour",
+            ...listen
+          })
+        )
+        // Its LISTEN is in place (and its reads so far found nothing): it waits an hour now.
+        const sql = yield* SqlClient.SqlClient
+        yield* eventually(
+          sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity
+                              WHERE application_name = ${Notifications.APPLICATION_NAME} AND query LIKE 'LISTEN%'
+                                AND datname = current_database()`,
+          ([row]) => row!.n > 0
+        )
+        const id = yield* outbox.enqueue(topic, { wake: true })
+        expect(yield* Deferred.await(read).pipe(Effect.timeout("30 seconds"))).toEqual([id])
+        yield* Fiber.interrupt(runner)
+      })))
+
+    it.effect("a waiting message replaced by a dedup key takes a new place: consumers read its new content", () =>
+      Effect.gen(function*() {
+        const feed = yield* Feed.Feed
+        const outbox = yield* Outbox.Outbox
+        const topic = TestSubstrate.freshName("replaced")
+        yield* feed.register("replacement-reader", { topics: [topic] })
+        const id = yield* outbox.enqueue(topic, { v: 1 }, { dedupKey: "k", delay: "1 hour" })
+        expect((yield* readUntil("replacement-reader", 1)).map((e) => e.payload)).toEqual([{ v: 1 }])
+        const other = yield* outbox.enqueue(topic, { other: true })
+        expect(yield* outbox.enqueue(topic, { v: 2 }, { dedupKey: "k", dedupMode: "replace", delay: "1 hour" })).toBe(
+          id
+        )
+        const read = yield* readUntil("replacement-reader", 2)
+        expect(read.map((e) => [e.id, e.payload])).toEqual([[other, { other: true }], [id, { v: 2 }]])
+      }))
 
     it.effect("an aborted enqueue is never read", () =>
       Effect.gen(function*() {
@@ -217,22 +262,31 @@ describe("Feed", () => {
           ([row]) => row!.passed
         )
         const since = yield* outbox.enqueue(topic, { at: "since" })
+        // Created since the time, in flight while the consumers register: read when it commits.
+        const late = yield* lateWriter(topic, { at: "late" })
+        const sinceLate = yield* outbox.enqueue(topic, { at: "since, after the late one began" })
         yield* feed.register("from-beginning", { topics: [topic] })
         yield* feed.register("from-time", { topics: [topic], from: now!.now })
         yield* feed.register("from-now", { topics: [topic], from: "now" })
+        yield* late.commit
         const next = yield* outbox.enqueue(topic, { at: "next" })
-        expect((yield* readUntil("from-beginning", 3)).map((e) => e.id)).toEqual([before, since, next])
-        expect((yield* readUntil("from-time", 2)).map((e) => e.id)).toEqual([since, next])
-        // From now: every message committed after it; one committed just before may come too,
-        // while a transaction elsewhere in the cluster held the horizon then.
-        const fromNow = (yield* readUntil("from-now", 1)).map((e) => e.id)
-        expect([[next], [since, next], [before, since, next]]).toContainEqual(fromNow)
+        const all = [before, since, late.id, sinceLate, next]
+        expect((yield* readUntil("from-beginning", 5)).map((e) => e.id)).toEqual(all)
+        // From the time: every message created since (the late one too); one created just before
+        // may come too, while a transaction elsewhere in the cluster held the horizon then.
+        const fromTime = (yield* readUntil("from-time", 4)).map((e) => e.id)
+        expect([all, all.slice(1)]).toContainEqual(fromTime)
+        // From now: every message committed after it (the late one); some committed just before
+        // may come too, while a transaction held the horizon then.
+        const fromNow = (yield* readUntil("from-now", 2)).map((e) => e.id)
+        expect(all.map((_, i) => all.slice(i))).toContainEqual(fromNow)
+        expect(fromNow).toContain(late.id)
         // Again with the same topics (any order, repeated): the same consumer, its cursor kept.
         const again = yield* feed.register("from-now", { topics: [topic, topic], from: "beginning" })
         expect(again.read).toBe(fromNow.length)
         const reset = yield* feed.reset("from-now", "beginning")
         expect(reset).toMatchObject({ position: "0", lastId: "0", read: fromNow.length })
-        expect((yield* readUntil("from-now", 3)).map((e) => e.id)).toEqual([before, since, next])
+        expect((yield* readUntil("from-now", 5)).map((e) => e.id)).toEqual(all)
         expect(yield* feed.remove("from-now")).toBe(true)
         expect(yield* feed.remove("from-now")).toBe(false)
         expect((yield* Effect.flip(feed.consume("from-now", () => Effect.void)))._tag).toBe("FeedConsumerMissing")
@@ -307,10 +361,17 @@ describe("Feed", () => {
           expect(epoch!.epoch).toBe("2")
           return yield* outbox.enqueue(topic, { life: 2 })
         }))
-        const read = yield* readUntil("across-lives", 2)
-        expect(read.map((e) => e.id)).toEqual([old, next])
-        expect(BigInt(read[0]!.position) >> 48n).toBe(1n)
-        expect(BigInt(read[1]!.position) >> 48n).toBe(2n)
+        // A later cluster's dump restored back into this one (a cutover rolled back): this
+        // cluster's epoch is no longer the latest, so it takes the next.
+        const back = yield* sql.withTransaction(Effect.gen(function*() {
+          yield* sql`INSERT INTO durable.feed_lineage (epoch, system_identifier) VALUES (3, 'a cluster it was copied to')`
+          const [epoch] = yield* sql<{ epoch: string }>`SELECT durable.feed_epoch()::text AS epoch`
+          expect(epoch!.epoch).toBe("4")
+          return yield* outbox.enqueue(topic, { life: 4 })
+        }))
+        const read = yield* readUntil("across-lives", 3)
+        expect(read.map((e) => e.id)).toEqual([old, next, back])
+        expect(read.map((e) => BigInt(e.position) >> 48n)).toEqual([1n, 2n, 4n])
       }))
   })
 })

@@ -8,13 +8,15 @@
  * deadline and releases whatever is left, so another worker takes it at once.
  *
  * The roles live in `internal/`: options (defaults, decoding, config), batches (claim and
- * settle), lanes (publishing), keeper (deadlines, lease renewal), telemetry, listener.
+ * settle), lanes (publishing), keeper (deadlines, lease renewal), telemetry; its LISTEN is
+ * `@effect-durable/pg/Notifications`.
  *
  * @since 0.1.0
  */
 import type { DatabaseError, DurableConfigError, InvalidInput } from "@effect-durable/core/Errors"
 import { printable } from "@effect-durable/core/Printable"
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
+import { listen } from "@effect-durable/pg/Notifications"
 import * as Outbox from "@effect-durable/pg/Outbox"
 import * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as PgClient from "@effect/sql-pg/PgClient"
@@ -26,7 +28,6 @@ import * as Option from "effect/Option"
 import type * as Redacted from "effect/Redacted"
 import type * as Schema from "effect/Schema"
 import { addCounts, makeBatches, noCounts } from "./internal/batches.js"
-import { listen } from "./internal/listener.js"
 import { runLoops } from "./internal/loop.js"
 import { decodeOptions, fromConfig, type Settings, topicsNow } from "./internal/options.js"
 import type { Publisher } from "./Publisher.js"

@@ -61,8 +61,11 @@ export const adopt = (
     // table's column, at the end as in the baseline. Its messages take position 0 (before any
     // written from then on, in id order among themselves); the next enqueue takes its own.
     const outbox = settings.table("outbox")
-    const feedFunctions = baseline.statements(settings.table).filter(isFeedFunction)
-    for (const statement of feedFunctions) yield* sql.unsafe(statement)
+    const statements = baseline.statements(settings.table)
+    for (const statement of statements.filter((text) => createdRelation(text) === "feed_lineage")) {
+      yield* sql.unsafe(statement)
+    }
+    for (const statement of statements.filter(isFeedFunction)) yield* sql.unsafe(statement)
     yield* sql.unsafe(`ALTER TABLE ${outbox} ADD COLUMN IF NOT EXISTS feed_position bigint NOT NULL DEFAULT 0`)
     yield* sql.unsafe(
       `ALTER TABLE ${outbox} ALTER COLUMN feed_position SET DEFAULT ${settings.table("feed_position")}()`

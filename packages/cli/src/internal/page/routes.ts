@@ -10,6 +10,7 @@ import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Actions from "./actions.js"
 import * as Assets from "./assets.js"
 import { jsonResponse } from "./edge.js"
+import * as FeedRoutes from "./feedRoutes.js"
 import * as Filters from "./filters.js"
 import * as InboxRoutes from "./inboxRoutes.js"
 import * as Jobs from "./jobs.js"
@@ -86,6 +87,7 @@ export const make = Effect.fnUntraced(function*(
     ...InboxRoutes.routes(page, actions),
     ...WorkflowRoutes.routes(page, actions),
     ...ScheduleRoutes.routes(page, actions),
+    ...FeedRoutes.routes(page),
     ...LimitRoutes.routes(page, actions),
     ...LedgerRoutes.routes(page),
     ...SchemaRoutes.routes(page),

@@ -20,6 +20,7 @@ export type Section =
   | "inbox"
   | "workflows"
   | "schedules"
+  | "feeds"
   | "limits"
   | "ledger"
   | "schema"
@@ -39,6 +40,7 @@ const NAV: ReadonlyArray<readonly [Section, string, string]> = [
   ["inbox", "/inbox", "Inbox"],
   ["workflows", "/workflows", "Workflows"],
   ["schedules", "/schedules", "Schedules"],
+  ["feeds", "/feeds", "Feeds"],
   ["limits", "/limits", "Limits"],
   ["ledger", "/ledger", "Ledger"],
   ["schema", "/schema", "Schema"]

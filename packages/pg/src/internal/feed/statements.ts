@@ -63,7 +63,10 @@ export const statements = (sql: SqlClient.SqlClient, settings: Settings) => {
   const start = (topics: ReadonlyArray<string>, at: Date | "now") =>
     at === "now"
       ? sql<Cursor>`SELECT (${horizon} - 1)::text AS position, ${LAST_ID} AS "lastId"`
-      : sql<Cursor>`SELECT coalesce(min(m.feed_position) - 1, ${horizon} - 1)::text AS position, ${LAST_ID} AS "lastId"
+      // Never above the horizon: a message created since then may still be in flight below
+      // every committed one (its position is at or above the horizon, which is then the start).
+      : sql<Cursor>`SELECT (least(coalesce(min(m.feed_position), ${horizon}), ${horizon}) - 1)::text AS position,
+                ${LAST_ID} AS "lastId"
           FROM ${messages} m WHERE m.topic = ANY(${topics}::text[]) AND m.created_at >= ${at.toISOString()}::timestamptz`
 
   /**

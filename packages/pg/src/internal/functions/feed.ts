@@ -20,11 +20,12 @@
 import type { Tables } from "../flow/limits.js"
 
 /**
- * The name of the session setting that keeps the schema's epoch (one per schema: each has its
- * lineage), as SQL: a hash of the lineage's qualified name, folded to a constant where planned
- * (and written with the schema's name, so that the schema drift check compares it across schemas).
+ * The name of the session setting that keeps the schema's epoch, as SQL: named for the
+ * lineage table's OID (folded to a constant where planned), so each schema has its own, and a
+ * lineage dropped and made again (a restore with `--clean`, a schema migrated anew) is looked up
+ * afresh by sessions that outlived the old one (a pooler's server connections).
  */
-export const epochSetting = (t: Tables) => `'effect_durable.feed_epoch_' || md5('${t("feed_lineage")}')`
+export const epochSetting = (t: Tables) => `'effect_durable.feed_epoch_' || '${t("feed_lineage")}'::regclass::oid::text`
 
 /** The epoch, from the session's setting when it has one. */
 const epoch = (t: Tables) =>
@@ -43,13 +44,18 @@ DECLARE
   cluster text := (SELECT system_identifier::text FROM pg_control_system());
   found bigint;
 BEGIN
-  SELECT epoch INTO found FROM ${t("feed_lineage")} WHERE system_identifier = cluster;
+  -- This cluster's epoch, if it is the latest: a cluster seen before that a later one's dump was
+  -- restored into (a cutover rolled back) takes a new epoch, above the restored positions.
+  SELECT epoch INTO found FROM ${t("feed_lineage")} WHERE system_identifier = cluster
+     AND epoch = (SELECT max(epoch) FROM ${t("feed_lineage")});
   IF found IS NULL THEN
-    -- Two first writers of a new cluster: one inserts, the other waits for it and reads its row.
+    -- Two first writers of a new epoch: one inserts, the other waits for it and reads its row
+    -- (under REPEATABLE READ the other fails with a serialization failure instead: retryable).
     INSERT INTO ${t("feed_lineage")} (epoch, system_identifier)
       SELECT coalesce(max(epoch), 0) + 1, cluster FROM ${t("feed_lineage")}
     ON CONFLICT DO NOTHING;
-    SELECT epoch INTO found FROM ${t("feed_lineage")} WHERE system_identifier = cluster;
+    SELECT epoch INTO found FROM ${t("feed_lineage")} WHERE system_identifier = cluster
+       AND epoch = (SELECT max(epoch) FROM ${t("feed_lineage")});
     IF found IS NULL THEN
       RAISE EXCEPTION 'effect-durable: the feed lineage of cluster % could not be recorded; try again', cluster
         USING ERRCODE = '40001';

@@ -1,8 +1,11 @@
 /**
- * The projector's LISTEN connection: one `PgConnection` of its own, outside the pool, that
+ * A LISTEN connection that stays: one `PgConnection` of its own, outside the pool, that
  * re-connects when it drops (a restart, a terminated backend, a network cut): a lost
  * connection fails its notification queue, which ends the session. Every (re)connection
- * also fires one wake-up, since notifications sent while it was down are lost.
+ * also fires one wake-up (an empty payload), since notifications sent while it was down are
+ * lost. The projector's wake-ups and a feed consumer's (`Feed.run`) come through it.
+ *
+ * @since 0.2.0
  */
 import { printable } from "@effect-durable/core/Printable"
 import type * as PgClient from "@effect/sql-pg/PgClient"
@@ -14,6 +17,7 @@ import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
 import type { SqlError } from "effect/sql/SqlError"
 
+/** The `application_name` of every LISTEN connection. */
 export const APPLICATION_NAME = "effect-durable-listener"
 
 /**
@@ -65,7 +69,7 @@ export const listen = (
       // A fresh step function is a schedule started over.
       if (connected) backoff = yield* Schedule.toStepWithSleep(reconnect)
       yield* Effect.logDebug(
-        `effect-durable projector: listen connection lost (${printable(lost.message)}); reconnecting`
+        `effect-durable: listen connection lost (${printable(lost.message)}); reconnecting`
       )
       yield* Effect.ignore(backoff(lost))
     }
