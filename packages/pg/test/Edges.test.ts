@@ -38,6 +38,18 @@ const settingsNow = Effect.flatMap(SqlClient.SqlClient, (sql) =>
 
 describe("the substrate at its edges", () => {
   it.layer(Live, { timeout: "2 minutes" })((it) => {
+    it.effect("a topic named after a property every object has (valueOf, constructor, __proto__) is a topic like any other", () =>
+      Effect.gen(function*() {
+        const outbox = yield* Outbox.Outbox
+        const worker = yield* OutboxWorker.OutboxWorker
+        const topics = ["valueOf", "constructor", "__proto__", "toString", "hasOwnProperty"]
+        const ids = yield* Effect.forEach(topics, (topic) => outbox.enqueue(topic, { topic }))
+        const claimed = yield* worker.claim({ worker: "w", topics, limit: 10, lease: "1 minute" })
+        expect(claimed.map((m) => m.id).sort()).toEqual([...ids].sort())
+        expect(claimed.map((m) => m.topic).sort()).toEqual([...topics].sort())
+        yield* worker.markProjectedMany(claimed.map((m) => m.claim))
+      }))
+
     it.effect("purge refuses zero, negative, NaN, garbage and sub-floor retentions, typed, and deletes nothing", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient

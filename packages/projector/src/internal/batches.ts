@@ -116,7 +116,9 @@ export const makeBatches = (options: Settings, keeperOutbox?: OutboxWorker.Outbo
     // wins when longer.
     const backoff = (message: OutboxWorker.OutboxMessage, error: PublishError) =>
       Effect.map(Random.next, (random) => {
-        const bounds = settings.backoffByTopic[message.topic]
+        const bounds = Object.hasOwn(settings.backoffByTopic, message.topic)
+          ? settings.backoffByTopic[message.topic]
+          : undefined
         const min = Duration.toMillis(bounds?.min ?? settings.backoffMin)
         const max = Duration.toMillis(bounds?.max ?? settings.backoffMax)
         const ceiling = Math.min(max, min * 2 ** Math.min(message.attempt - 1, 30))

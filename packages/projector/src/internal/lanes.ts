@@ -111,6 +111,8 @@ export const makeLanes = (
 
     // A payload that does not decode with its topic's schema is dead at once, never published.
     const checkPayload = (message: OutboxWorker.OutboxMessage): Result.Result<void, string> => {
+      // Its own key only: a topic named `constructor` has no schema, whatever Object has.
+      if (!Object.hasOwn(settings.schemas, message.topic)) return Result.void
       const schema = settings.schemas[message.topic]
       if (schema === undefined) return Result.void
       return Result.mapBoth(Schema.decodeUnknownResult(schema)(message.payload), {

@@ -89,7 +89,8 @@ export const make = ({ maxAttempts, maxAttemptsByTopic, maxPayloadBytes }: Limit
       delaySeconds: Duration.toMillis(delay) / 1000,
       /** When it is due, from now: its delay plus its wait (`due_at`). */
       dueSeconds: (Duration.toMillis(delay) + Duration.toMillis(maxWait)) / 1000,
-      maxAttempts: maxAttemptsByTopic[topic] ?? maxAttempts
+      // Its own key only: a topic named `valueOf` or `constructor` is a topic, not Object's.
+      maxAttempts: Object.hasOwn(maxAttemptsByTopic, topic) ? maxAttemptsByTopic[topic]! : maxAttempts
     }
   })
 
