@@ -99,7 +99,8 @@ describe("effect-durable migrate, verify, grant, doctor", () => {
           "pooler",
           "table bloat",
           "oldest transaction",
-          "feed horizon"
+          "feed horizon",
+          "replication slots"
         ])
         expect(checks.filter((c) => c.name !== "oldest transaction").every((c) => c.status === "ok")).toBe(true)
         const text = yield* cliOn(["doctor"])

@@ -202,6 +202,34 @@ export class FeedCursorMoved extends Schema.TaggedError<FeedCursorMoved>("@effec
   }
 }
 
+/**
+ * The outbox's relay over logical decoding cannot run on this server: `wal_level` is not
+ * `logical`, the role may not replicate, or the server is older than PostgreSQL 15.
+ */
+export class LogicalDecodingUnavailable extends Schema.TaggedError<LogicalDecodingUnavailable>(
+  "@effect-durable/LogicalDecodingUnavailable"
+)("LogicalDecodingUnavailable", { slot: Schema.String, rule: Schema.String }) {
+  override get message() {
+    return `the relay's slot ${JSON.stringify(this.slot)} cannot decode the outbox: ${this.rule}`
+  }
+}
+
+/**
+ * The relay's replication slot lost the WAL it needed (`max_slot_wal_keep_size` was passed while
+ * the relay was away). Nothing is lost: the messages it had not relayed are still open in the
+ * outbox; `OutboxLog.drop` and a new start publish them from the table.
+ */
+export class RelaySlotLost extends Schema.TaggedError<RelaySlotLost>("@effect-durable/RelaySlotLost")(
+  "RelaySlotLost",
+  { slot: Schema.String }
+) {
+  override get message() {
+    return `the relay's slot ${
+      JSON.stringify(this.slot)
+    } lost its WAL (max_slot_wal_keep_size); drop it and start again: the open messages are published from the table`
+  }
+}
+
 /** A message payload larger than the configured limit; nothing was written. */
 export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>("@effect-durable/PayloadTooLarge")(
   "PayloadTooLarge",

@@ -12,6 +12,7 @@ import type * as PgClient from "@effect/sql-pg/PgClient"
 import * as PgConnection from "@effect/sql-pg/PgConnection"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
@@ -74,3 +75,30 @@ export const listen = (
       yield* Effect.ignore(backoff(lost))
     }
   }).pipe(Effect.forkScoped, Effect.asVoid)
+
+/**
+ * What wakes an idle reader of the outbox (a feed consumer, a relay): an enqueue on one of its
+ * topics, at commit, through a LISTEN connection of its own for the scope (`listen`: it
+ * reconnects, and wakes the reader once each time its LISTEN is in place, since what was sent
+ * before is lost); on `listenUrl` when given (behind a transaction pooler, which drops
+ * notifications), else on the pool's own configuration. Never, when there is neither (not `@effect/sql-pg`'s client): the
+ * reader then polls.
+ */
+export const wakeUps = (
+  config: Option.Option<PgClient.PgClientConfig>,
+  channel: string,
+  topics: ReadonlyArray<string>
+): Effect.Effect<Effect.Effect<WakeUp>, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    if (Option.isNone(config)) return Effect.never
+    const mine = new Set(topics)
+    const woken = yield* Queue.sliding<WakeUp>(1)
+    yield* listen(config.value, [channel], (_, payload) => {
+      if (payload === "") Queue.offerUnsafe(woken, "listening")
+      else if (mine.has(payload)) Queue.offerUnsafe(woken, "enqueued")
+    })
+    return Queue.take(woken)
+  })
+
+/** Why a reader woke: an enqueue on its topics committed, or its LISTEN is (again) in place. */
+export type WakeUp = "enqueued" | "listening"

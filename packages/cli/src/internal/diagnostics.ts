@@ -8,6 +8,7 @@
 import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Feed from "@effect-durable/pg/Feed"
 import * as Migrations from "@effect-durable/pg/Migrations"
+import * as OutboxLog from "@effect-durable/pg/OutboxLog"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
@@ -222,13 +223,47 @@ const feedHorizon = guarded(
   })
 )
 
+/** WAL a relay's slot may keep before the doctor warns. */
+export const SLOT_WAL_WARNING_BYTES = 1024 ** 3
+
+const slots = guarded(
+  "replication slots",
+  Effect.gen(function*() {
+    const log = yield* OutboxLog.make
+    const all = yield* log.status()
+    if (all.length === 0) return ok("replication slots", "no logical replication slots in this database")
+    const lost = all.filter((slot) => slot.walStatus === "lost")
+    if (lost.length > 0) {
+      return fail(
+        "replication slots",
+        `${lost.map((slot) => slot.slot).join(", ")} lost the WAL it needed (max_slot_wal_keep_size): ` +
+          "drop it (SELECT pg_drop_replication_slot(name)); a relay makes it again and publishes the open messages from the table"
+      )
+    }
+    const text = all.map((slot) => `${slot.slot} keeps ${megabytes(slot.retainedBytes)}`).join(", ")
+    const heavy = all.filter((slot) => slot.retainedBytes > SLOT_WAL_WARNING_BYTES || slot.walStatus === "unreserved")
+    if (heavy.length > 0) {
+      return warn(
+        "replication slots",
+        `${text}: ${heavy.map((slot) => slot.slot).join(", ")} is far behind (is its relay running?)`
+      )
+    }
+    return all.some((slot) => slot.safeBytes === null)
+      ? warn(
+        "replication slots",
+        `${text}; max_slot_wal_keep_size is unbounded: a relay away for long fills the disk (set it, e.g. '10GB')`
+      )
+      : ok("replication slots", text)
+  })
+)
+
 /** Every check, in order; drift only when the version is right (it compares against this release). */
 export const runChecks = Effect.gen(function*() {
   const first = yield* version
   const driftCheck = first.status === "ok"
     ? drift
     : Effect.succeed(warn("schema drift", "not checked: the version is not this release's"))
-  const rest = yield* Effect.all([driftCheck, listen, pooler, bloat, horizon, feedHorizon], { concurrency: 2 })
+  const rest = yield* Effect.all([driftCheck, listen, pooler, bloat, horizon, feedHorizon, slots], { concurrency: 2 })
   return [first, ...rest]
 }).pipe(
   Effect.timeout("60 seconds"),

@@ -3,40 +3,9 @@
  * on its topics cuts short at commit; a failed batch tried again with a growing backoff.
  */
 import { FeedConsumerMissing, InvalidInput } from "@effect-durable/core/Errors"
-import type * as PgClient from "@effect/sql-pg/PgClient"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Option from "effect/Option"
-import * as Queue from "effect/Queue"
-import type * as Scope from "effect/Scope"
-import * as Notifications from "../../Notifications.js"
-
-/**
- * What wakes an idle consumer: an enqueue on one of its topics, at commit, through a LISTEN
- * connection of its own for the run's scope (`Notifications`: it reconnects, and wakes the
- * consumer once each time its LISTEN is in place, since what was sent before is lost); on
- * `listenUrl` when given (behind a transaction pooler, which drops notifications), else on the
- * pool's own configuration. Never, when there is neither (not `@effect/sql-pg`'s client): the
- * consumer then polls.
- */
-export const wakeUps = (
-  config: Option.Option<PgClient.PgClientConfig>,
-  channel: string,
-  topics: ReadonlyArray<string>
-): Effect.Effect<Effect.Effect<WakeUp>, never, Scope.Scope> =>
-  Effect.gen(function*() {
-    if (Option.isNone(config)) return Effect.never
-    const mine = new Set(topics)
-    const woken = yield* Queue.sliding<WakeUp>(1)
-    yield* Notifications.listen(config.value, [channel], (_, payload) => {
-      if (payload === "") Queue.offerUnsafe(woken, "listening")
-      else if (mine.has(payload)) Queue.offerUnsafe(woken, "enqueued")
-    })
-    return Queue.take(woken)
-  })
-
-/** Why a consumer woke: an enqueue on its topics committed, or its LISTEN is (again) in place. */
-export type WakeUp = "enqueued" | "listening"
+import type { WakeUp } from "../../Notifications.js"
 
 export const runLoop = <E, R>(options: {
   readonly name: string
