@@ -20,6 +20,7 @@ import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as fc from "fast-check"
+import * as RelayExample from "../examples/relay.js"
 import * as JetStreamPublisher from "../src/JetStreamPublisher.js"
 import * as Nats from "../src/Nats.js"
 
@@ -124,6 +125,23 @@ describe.skipIf(!nats.available)("Relay over logical decoding (real PostgreSQL, 
         })),
       { timeout: 60_000 }
     )
+
+    it.effect("the docs' example relays two topics to JetStream in commit order", () =>
+      Effect.scoped(Effect.gen(function*() {
+        const { manager } = yield* Nats.Nats
+        const server = yield* NatsServer.NatsServer
+        yield* Effect.promise(() =>
+          manager.streams.add({ name: "ORDERS_RELAYED", subjects: ["orders.>"], storage: StorageType.File })
+        )
+        const sql = yield* SqlClient.SqlClient
+        const outbox = yield* Outbox.Outbox
+        yield* Layer.build(RelayExample.OrdersToJetStream(server.url))
+        yield* sql.withTransaction(
+          Effect.andThen(outbox.enqueue("order-placed", { n: 1 }), outbox.enqueue("order-cancelled", { n: 1 }))
+        )
+        yield* outbox.enqueue("order-placed", { n: 2 })
+        expect(yield* eventually(streamed("ORDERS_RELAYED"), (ns) => ns.length === 3)).toEqual([1, 1, 2])
+      })))
 
     it.effect("a rolled-back enqueue is never published", () =>
       Effect.scoped(Effect.gen(function*() {

@@ -78,10 +78,10 @@ describe("README and docs", () => {
       if (/\/test\/[^/]+\.test\.ts$/.test(block.file)) continue
       const name = block.file.split("/").pop()!.replace(/\.ts$/, "")
       const packageDir = block.file.split("/").slice(0, 2).join("/")
-      const tests = [`${packageDir}/test/Examples.test.ts`, `${packageDir}/test/JetStream.test.ts`]
-        .map((test) => join(root, test))
-        .filter(existsSync)
-        .map((test) => readFileSync(test, "utf8"))
+      const testDir = join(root, packageDir, "test")
+      const tests = (existsSync(testDir) ? readdirSync(testDir) : [])
+        .filter((file) => file.endsWith(".test.ts"))
+        .map((file) => readFileSync(join(testDir, file), "utf8"))
       if (!tests.some((test) => test.includes(`../examples/${name}.js`))) notRun.push(`${block.file} (${where(block)})`)
     }
     expect(notRun, "shown but not run by a test").toEqual([])
