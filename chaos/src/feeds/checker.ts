@@ -2,11 +2,13 @@
  * The feed schedule's checker: what every consumer applied, against what the writers were
  * told and what the outbox holds. Every committed message is applied exactly once by every
  * consumer, all of them in the same total order (position, then id), no aborted message is
- * ever applied, and a message whose writer never heard back is applied by all or by none.
+ * ever applied, and a message whose writer never heard back is applied by all or by none; the
+ * relay's stream holds every committed message once, in commit order (`relayChecker.ts`).
  */
 import * as Effect from "effect/Effect"
 import type * as SqlClient from "effect/sql/SqlClient"
 import { readFileSync } from "node:fs"
+import { checkRelay } from "./relayChecker.js"
 import { CONSUMERS, type JournalLine, TOPIC } from "./schema.js"
 
 export interface Report {
@@ -15,7 +17,7 @@ export interface Report {
   readonly summary: string
 }
 
-const journalOf = (paths: ReadonlyArray<string>) => {
+export const journalOf = (paths: ReadonlyArray<string>) => {
   const last = new Map<string, JournalLine>()
   const begun = new Map<string, JournalLine>()
   for (const path of paths) {
@@ -42,6 +44,8 @@ export const check = (
     readonly journals: ReadonlyArray<string>
     readonly faults: ReadonlyArray<string>
     readonly incomplete: ReadonlyArray<string>
+    /** The relay's JetStream stream, in its order. */
+    readonly stream: ReadonlyArray<{ readonly uid: string; readonly id: string }>
   }
 ) =>
   Effect.gen(function*() {
@@ -105,10 +109,13 @@ export const check = (
         }`
       )
     }
+    const relay = checkRelay(input.stream, journal)
+    details.push(...relay.details)
+    broken.push(...relay.broken)
     const summary =
-      `feed chaos: ${messages.length} messages (${late} late commits), ${CONSUMERS.length} consumers, ${input.faults.length} faults, ${
+      `feed chaos: ${messages.length} messages (${late} late commits), ${CONSUMERS.length} consumers, a relay (${relay.overtaken} published ahead of a lower id), ${input.faults.length} faults, ${
         broken.length === 0
-          ? "every message read once by every consumer in one order, none lost, none rolled back read"
+          ? "every message read once by every consumer in one order and published once in commit order, none lost, none rolled back read"
           : `${broken.length} invariants broken`
       }`
     return { details, broken, summary } satisfies Report

@@ -3,7 +3,8 @@
  * topic, some holding their transactions open for a while after the enqueue (a late commit,
  * behind messages with later positions), some rolling back on purpose; every consumer process
  * applies what it reads by inserting it into `chaos_feed.applied` in the transaction that
- * advances its cursor. No unique key there on purpose: a message applied twice shows as a
+ * advances its cursor; relay processes publish the topic from a replication slot into JetStream
+ * (`Relay`), in commit order. No unique key there on purpose: a message applied twice shows as a
  * second row, and `seq` (taken at insert) is the order each consumer applied in.
  */
 export const TOPIC = "chaos.feed"
@@ -11,10 +12,16 @@ export const CONSUMERS = ["projection", "search-index", "audit-export"] as const
 /** Processes running each consumer at once (one applies at a time; the other waits its turn). */
 export const PROCESSES_PER_CONSUMER = 2
 export const WRITERS = 3
+/** Relay processes publishing the topic from one replication slot (one publishes at a time). */
+export const RELAYS = 2
+export const SLOT = "chaos_relay"
+/** The JetStream stream the relay publishes into (its subject: the topic). */
+export const STREAM = "CHAOS_FEED"
 
 export const APPLICATION = {
   writer: (index: number) => `chaos-feed-writer-${index}`,
   consumer: (index: number) => `chaos-feed-consumer-${index}`,
+  relay: (index: number) => `chaos-feed-relay-${index}`,
   admin: "chaos-feed-admin"
 } as const
 
@@ -57,4 +64,11 @@ export interface ConsumerConfig {
   readonly index: number
   readonly consumer: string
   readonly process: string
+}
+
+export interface RelayConfig {
+  readonly url: string
+  readonly index: number
+  /** The nats-server's URL. */
+  readonly nats: string
 }

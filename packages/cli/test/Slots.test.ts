@@ -44,18 +44,20 @@ describe("effect-durable doctor: replication slots", () => {
         })
 
         const log = yield* OutboxLog.make
-        yield* log.ensure("orders_relay")
+        yield* log.ensure("orders_relay", ["orders"])
         const unbounded = yield* slotCheck
         expect(unbounded.check.status).toBe("warn")
         expect(unbounded.check.detail).toMatch(/^orders_relay keeps [\d.]+ MB; max_slot_wal_keep_size is unbounded/)
 
-        yield* sql`ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'`
+        yield* sql`ALTER SYSTEM SET max_slot_wal_keep_size = '1GB'`
         yield* sql`SELECT pg_reload_conf()`
         const bounded = yield* slotCheck
         expect(bounded.check).toMatchObject({ status: "ok" })
         expect(bounded.check.detail).toMatch(/^orders_relay keeps [\d.]+ MB$/)
 
         // The relay is away while more than the slot may keep is written: a checkpoint ends the slot.
+        yield* sql`ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'`
+        yield* sql`SELECT pg_reload_conf()`
         yield* sql`CREATE TABLE churn (filler text)`
         for (let round = 0; round < 3; round++) {
           yield* sql`INSERT INTO churn SELECT repeat('x', 1000) FROM generate_series(1, 20000)`
@@ -65,7 +67,7 @@ describe("effect-durable doctor: replication slots", () => {
         const lost = yield* slotCheck
         expect(lost.code).toBe(1)
         expect(lost.check.status).toBe("fail")
-        expect(lost.check.detail).toMatch(/^orders_relay lost the WAL it needed/)
+        expect(lost.check.detail).toMatch(/^orders_relay \(wal_removed\) lost the WAL it needed/)
       }))
   })
 })

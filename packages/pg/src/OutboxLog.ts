@@ -62,6 +62,8 @@ export interface SlotStatus {
   readonly active: boolean
   /** `reserved`, `extended`, `unreserved` or `lost` (PostgreSQL's `wal_status`). */
   readonly walStatus: string | null
+  /** Why PostgreSQL invalidated it, when it did (17 and later: `wal_removed`, `idle_timeout`, ...). */
+  readonly invalidation: string | null
   /** Bytes of WAL kept for it. */
   readonly retainedBytes: number
   /** Bytes it may still fall behind before `max_slot_wal_keep_size` ends it (null: unbounded). */
@@ -90,7 +92,9 @@ export const make = Effect.gen(function*() {
   const t = settings.table
   const outbox = sql.literal(t("outbox"))
   /** One publication of the outbox's INSERTs per schema (a publication is the database's). */
-  const publication = `effect_durable_${settings.schema.toLowerCase()}_outbox`
+  const publication = `effect_durable_${settings.schema}_outbox`
+  const publicationName = sql.literal(`"${publication}"`)
+  const relaySlots = sql.literal(t("relay_slots"))
   const lockKey = (slot: string) => advisoryKey(settings.schema, "outbox relay", slot)
   const { lostOr, openAfter, openOf, read, settle, toMessage } = logStatements(sql, settings, publication)
 
@@ -98,7 +102,10 @@ export const make = Effect.gen(function*() {
     Effect.gen(function*() {
       const [server] = yield* sql<{ wal_level: string; version: number; may: boolean }>`
         SELECT current_setting('wal_level') AS wal_level, current_setting('server_version_num')::int AS version,
-               (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user) AS may`
+               (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user)
+                 -- Managed servers grant it by a role's membership (RDS, Aurora).
+                 OR EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'rds_replication'
+                               AND pg_has_role(current_user, oid, 'member')) AS may`
       const rule = server!.wal_level !== "logical"
         ? `wal_level is ${server!.wal_level}: it must be logical (set in postgresql.conf, then a restart)`
         : server!.version < 150000
@@ -110,44 +117,87 @@ export const make = Effect.gen(function*() {
     })
 
   /**
-   * Makes the publication and the slot when missing: whether the slot was made now (the
-   * messages already open were never in its stream: `sweep` them).
+   * Makes the publication and the slot when missing, and records the slot's topics: whether
+   * the open messages of those topics must first be published from the table (`sweep`, then
+   * `swept`): they must when the slot was made now (what was open before was never in its
+   * stream), when a topic was added (the slot went past its messages), and until a sweep has
+   * finished. Recorded before the slot is made: a relay that dies in between sweeps next time.
    */
-  const ensure = Effect.fn("OutboxLog.ensure")(function*(slot: string) {
+  const ensure = Effect.fn("OutboxLog.ensure")(function*(slot: string, topics: ReadonlyArray<string>) {
     const name = yield* decodeSlot(slot)
+    const decoded = [...new Set((yield* decodeStepOptions({ topics })).topics)].sort()
     return yield* Effect.gen(function*() {
       const refusal = yield* unavailable(name)
       if (refusal !== null) return yield* refusal
-      const [published] = yield* sql`SELECT 1 FROM pg_publication WHERE pubname = ${publication}`
+      const [published] = yield* sql<{ outbox: boolean }>`
+        SELECT EXISTS (SELECT 1 FROM pg_publication_tables t WHERE t.pubname = p.pubname
+                          AND t.schemaname = ${settings.schema} AND t.tablename = 'outbox') AS outbox
+          FROM pg_publication p WHERE p.pubname = ${publication}`
       if (published === undefined) {
-        yield* sql`CREATE PUBLICATION ${sql.literal(`"${publication}"`)} FOR TABLE ${outbox}
-                   WITH (publish = 'insert')`.pipe(ignoreDuplicate)
+        yield* sql`CREATE PUBLICATION ${publicationName} FOR TABLE ${outbox} WITH (publish = 'insert')`.pipe(
+          ignoreDuplicate
+        )
+      } else if (!published.outbox) {
+        // The outbox was made again since (a schema dropped and migrated): publish the new one.
+        yield* sql`ALTER PUBLICATION ${publicationName} ADD TABLE ${outbox}`
       }
       const [existing] = yield* sql<{ plugin: string | null; database: string | null }>`
         SELECT plugin, database FROM pg_replication_slots WHERE slot_name = ${name}`
-      if (existing !== undefined) {
-        if (existing.plugin !== "pgoutput" || existing.database !== (yield* currentDatabase)) {
-          return yield* new InvalidInput({
-            argument: "slot",
-            rule: `slot ${JSON.stringify(name)} exists for another use (plugin ${existing.plugin}, database ${
-              existing.database ?? "none"
-            }): name a slot of the relay's own`
-          })
-        }
-        return { created: false }
+      if (
+        existing !== undefined && (existing.plugin !== "pgoutput" || existing.database !== (yield* currentDatabase))
+      ) {
+        return yield* new InvalidInput({
+          argument: "slot",
+          rule: `slot ${JSON.stringify(name)} exists for another use (plugin ${existing.plugin}, database ${
+            existing.database ?? "none"
+          }): name a slot of the relay's own`
+        })
       }
+      // Topics added since the last sweep: the slot went past their messages, which are open.
+      const [record] = yield* sql<{ swept: boolean }>`
+        INSERT INTO ${relaySlots} AS r (slot, topics) VALUES (${name}, ${decoded}::text[])
+        ON CONFLICT (slot) DO UPDATE SET topics = excluded.topics,
+          swept = r.swept AND r.topics @> excluded.topics
+        RETURNING swept`
+      if (existing !== undefined) return { sweep: !record!.swept }
+      yield* sql`UPDATE ${relaySlots} SET swept = false WHERE slot = ${name}`
       // Made once every transaction running now has ended: what committed before is in the
-      // table for `sweep`, what commits after is in the slot's stream.
-      const made = yield* sql`SELECT slot_name FROM pg_create_logical_replication_slot(${name}, 'pgoutput')`.pipe(
-        Effect.as(true),
-        ignoreDuplicate,
-        Effect.map((created) => created === true)
-      )
-      return { created: made }
-    }).pipe(classifySqlErrors("OutboxLog.ensure"))
+      // table for the sweep, what commits after is in the slot's stream.
+      yield* sql`SELECT slot_name FROM pg_create_logical_replication_slot(${name}, 'pgoutput')`.pipe(ignoreDuplicate)
+      return { sweep: true }
+    }).pipe(
+      Effect.catchIf(
+        (error) => sqlStateOf(error) === "42501" || sqlStateOf(error) === "53400",
+        (error) =>
+          Effect.fail(
+            new LogicalDecodingUnavailable({
+              slot: name,
+              rule: sqlStateOf(error) === "42501"
+                ? "the role must own the outbox to publish it (CREATE PUBLICATION), or the publication must exist"
+                : "every replication slot of the server is taken (max_replication_slots)"
+            })
+          )
+      ),
+      classifySqlErrors("OutboxLog.ensure")
+    )
   })
 
+  /** Records that the open messages of `topics` were published from the table (unless the topics changed meanwhile). */
+  const swept = (slot: string, topics: ReadonlyArray<string>) =>
+    sql`UPDATE ${relaySlots} SET swept = true, swept_at = now()
+         WHERE slot = ${slot} AND topics = ${[...new Set(topics)].sort()}::text[]`.pipe(
+      Effect.asVoid,
+      classifySqlErrors("OutboxLog.swept")
+    )
+
   const currentDatabase = Effect.map(sql<{ name: string }>`SELECT current_database() AS name`, ([row]) => row!.name)
+
+  /**
+   * The settling commits to disk before the slot moves past it, whatever the server's
+   * `synchronous_commit`: the slot's position can be on disk first (an advance may write it at
+   * once), and a crash that lost the settling would leave the message open behind the slot.
+   */
+  const durableCommit = sql`SELECT set_config('synchronous_commit', 'on', true)`
 
   type Publish<R> = (message: OutboxMessage) => Effect.Effect<Outcome, never, R>
 
@@ -194,6 +244,7 @@ export const make = Effect.gen(function*() {
         "OutboxLog.step",
         Effect.gen(function*() {
           if (!(yield* lockForTransaction(sql, settings, lockKey(name), false))) return null
+          yield* durableCommit
           const transactions = yield* read(name, topics, limit)
           let delivered = 0
           let dead = 0
@@ -258,6 +309,7 @@ export const make = Effect.gen(function*() {
           "OutboxLog.sweep",
           Effect.gen(function*() {
             if (!(yield* lockForTransaction(sql, settings, lockKey(name), false))) return null
+            yield* durableCommit
             const rows = yield* openAfter(topics, after, limit)
             const done = yield* publishAll(rows.map(toMessage(name)), options.publish)
             const last = rows[rows.length - 1]
@@ -293,13 +345,14 @@ export const make = Effect.gen(function*() {
       plugin: string | null
       active: boolean
       wal_status: string | null
+      invalidation: string | null
       retained: string | null
       safe_wal_size: string | null
       confirmed: string | null
-    }>`SELECT slot_name, plugin, active, wal_status,
+    }>`SELECT slot_name, plugin, active, wal_status, to_jsonb(s) ->> 'invalidation_reason' AS invalidation,
               pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint::text AS retained,
               safe_wal_size::text AS safe_wal_size, confirmed_flush_lsn::text AS confirmed
-         FROM pg_replication_slots
+         FROM pg_replication_slots s
         WHERE slot_type = 'logical' AND database = current_database()
           AND ${name === null ? sql`true` : sql`slot_name = ${name}`}
         ORDER BY slot_name`.pipe(classifySqlErrors("OutboxLog.status"))
@@ -308,6 +361,7 @@ export const make = Effect.gen(function*() {
       plugin: row.plugin,
       active: row.active,
       walStatus: row.wal_status,
+      invalidation: row.invalidation,
       retainedBytes: Number(row.retained ?? 0),
       safeBytes: row.safe_wal_size === null ? null : Number(row.safe_wal_size),
       confirmedThrough: row.confirmed
@@ -319,10 +373,11 @@ export const make = Effect.gen(function*() {
     const name = yield* decodeSlot(slot)
     const dropped = yield* sql`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
                                 WHERE slot_name = ${name}`.pipe(classifySqlErrors("OutboxLog.drop"))
+    yield* sql`DELETE FROM ${relaySlots} WHERE slot = ${name}`.pipe(classifySqlErrors("OutboxLog.drop"))
     return dropped.length > 0
   })
 
-  return { publication, ensure, step, sweep, heartbeat, status, drop }
+  return { publication, ensure, swept, step, sweep, heartbeat, status, drop }
 })
 
 /** A statement that may race another process making the same object: made by either is made. */

@@ -249,6 +249,7 @@ describe("Migrations", () => {
           "rate_adaptive",
           "rate_buckets",
           "rate_windows",
+          "relay_slots",
           "runtime_roles",
           "schedule_slots",
           "schedules",

@@ -77,6 +77,10 @@ const outcomeOf = (message: OutboxMessage) =>
     )
   )
 
+/** A step's outcome; a defect (a bug, a message the decoder could not read) is a failure to log and retry, not the relay's end. */
+const attempt = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.result(Effect.catchDefect(effect, (defect) => Effect.fail(defect as E | unknown)))
+
 export type RelayError = LogicalDecodingUnavailable | InvalidInput | DatabaseError
 
 /**
@@ -103,7 +107,7 @@ export const start = Effect.fnUntraced(function*(options: RelayOptions) {
   const { slot } = options
   // The topics and the step size are checked now: bad ones fail the start, not the loop.
   yield* OutboxLog.decodeStepOptions(publish)
-  const { created } = yield* log.ensure(slot)
+  const ensured = yield* log.ensure(slot, options.topics)
   const pg = yield* Effect.serviceOption(PgClient.PgClient)
   const { channel } = yield* Outbox.Outbox
   const listenConfig = options.listenUrl !== undefined
@@ -126,11 +130,16 @@ export const start = Effect.fnUntraced(function*(options: RelayOptions) {
         backoff = Duration.min(Duration.times(backoff, 2), maxBackoff)
       })
     // What is open and was never in the slot's stream: published from the table first.
-    let sweep = created
+    let sweep = ensured.sweep
     let beatAt = yield* Clock.currentTimeMillis
     while (true) {
       if (sweep) {
-        const swept = yield* Effect.result(log.sweep(slot, publish))
+        const swept = yield* attempt(
+          Effect.tap(
+            log.sweep(slot, publish),
+            (done) => done.busy || done.retry !== null ? Effect.void : log.swept(slot, options.topics)
+          )
+        )
         if (swept._tag === "Failure") {
           yield* failed("publishing the open messages failed", swept.failure)
           continue
@@ -152,13 +161,13 @@ export const start = Effect.fnUntraced(function*(options: RelayOptions) {
         )
         sweep = false
       }
-      const stepped = yield* Effect.result(log.step(slot, publish))
+      const stepped = yield* attempt(log.step(slot, publish))
       if (stepped._tag === "Failure") {
         const error = stepped.failure
         if (error instanceof RelaySlotLost) {
           // Nothing is lost: what it had not relayed is open in the table. A new slot, then the sweep.
           yield* Effect.logError(`effect-durable relay ${slot}: ${error.message}; making it again`)
-          const remade = yield* Effect.result(Effect.andThen(log.drop(slot), log.ensure(slot)))
+          const remade = yield* attempt(Effect.andThen(log.drop(slot), log.ensure(slot, options.topics)))
           if (remade._tag === "Failure") yield* failed("making the slot again failed", remade.failure)
           else sweep = true
           continue
@@ -176,7 +185,9 @@ export const start = Effect.fnUntraced(function*(options: RelayOptions) {
       const now = yield* Clock.currentTimeMillis
       if (!step.busy && now - beatAt >= Duration.toMillis(heartbeat)) {
         beatAt = now
-        yield* Effect.ignore(log.heartbeat)
+        yield* log.heartbeat.pipe(
+          Effect.catch((error) => Effect.logDebug(`effect-durable relay ${slot}: a heartbeat failed: ${error.message}`))
+        )
         continue
       }
       yield* waitFor(idle)

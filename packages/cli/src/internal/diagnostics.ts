@@ -232,11 +232,13 @@ const slots = guarded(
     const log = yield* OutboxLog.make
     const all = yield* log.status()
     if (all.length === 0) return ok("replication slots", "no logical replication slots in this database")
-    const lost = all.filter((slot) => slot.walStatus === "lost")
+    const lost = all.filter((slot) => slot.walStatus === "lost" || slot.invalidation !== null)
     if (lost.length > 0) {
       return fail(
         "replication slots",
-        `${lost.map((slot) => slot.slot).join(", ")} lost the WAL it needed (max_slot_wal_keep_size): ` +
+        `${
+          lost.map((slot) => `${slot.slot}${slot.invalidation === null ? "" : ` (${slot.invalidation})`}`).join(", ")
+        } lost the WAL it needed (max_slot_wal_keep_size) or was invalidated: ` +
           "drop it (SELECT pg_drop_replication_slot(name)); a relay makes it again and publishes the open messages from the table"
       )
     }

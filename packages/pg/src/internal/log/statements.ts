@@ -56,17 +56,22 @@ export const logStatements = (sql: SqlClient.SqlClient, settings: Settings, publ
       })
     )
 
+  const columns = sql.literal(`o.id::text AS id, o.topic, o.ordering_key, o.payload, o.headers,
+    ${isoUtc("o.created_at")} AS created_at, o.attempt_count, o.feed_position::text AS position`)
+  const open = sql.literal("o.projected_at IS NULL AND o.dead_at IS NULL AND o.claimed_until IS NULL")
   /** Open messages not claimed by a projector, that `where` (over `o`) selects, in (position, id) order. */
   const openRows = (where: Statement.Fragment, limit: number) =>
-    sql<OpenRow>`SELECT o.id::text AS id, o.topic, o.ordering_key, o.payload, o.headers,
-                        ${sql.literal(isoUtc("o.created_at"))} AS created_at, o.attempt_count,
-                        o.feed_position::text AS position
+    sql<OpenRow>`SELECT ${columns}
                    FROM ${outbox} o
-                  WHERE ${where} AND o.projected_at IS NULL AND o.dead_at IS NULL AND o.claimed_until IS NULL
+                  WHERE ${where} AND ${open}
                   ORDER BY o.feed_position, o.id LIMIT ${limit}`
 
-  /** The open messages of one transaction's `ids` (one position: so in id order). */
-  const openOf = (ids: ReadonlyArray<string>) => openRows(sql`o.id = ANY(${ids}::bigint[])`, ids.length)
+  /** The open messages of one transaction's `ids`, in the order it wrote them (a redriven message keeps its old id). */
+  const openOf = (ids: ReadonlyArray<string>) =>
+    sql<OpenRow>`SELECT ${columns}
+                   FROM ${outbox} o
+                  WHERE o.id = ANY(${ids}::bigint[]) AND ${open}
+                  ORDER BY array_position(${ids}::bigint[], o.id)`
 
   /** The open messages of `topics` after a cursor, oldest position first. */
   const openAfter = (
@@ -119,8 +124,9 @@ export const logStatements = (sql: SqlClient.SqlClient, settings: Settings, publ
    * lost (`RelaySlotLost`), else the failure itself. Asked outside the failed transaction.
    */
   const lostOr = <E>(slot: string, error: E) =>
-    sql<{ lost: boolean }>`SELECT wal_status = 'lost' OR invalidation_reason IS NOT NULL AS lost
-                           FROM pg_replication_slots WHERE slot_name = ${slot}`.pipe(
+    // (invalidation_reason, PostgreSQL 17 and later, read through to_jsonb so that 15 and 16 run it too.)
+    sql<{ lost: boolean }>`SELECT wal_status = 'lost' OR to_jsonb(s) ->> 'invalidation_reason' IS NOT NULL AS lost
+                           FROM pg_replication_slots s WHERE slot_name = ${slot}`.pipe(
       Effect.flatMap(([state]): Effect.Effect<never, RelaySlotLost | E> =>
         state === undefined || state.lost ? Effect.fail(new RelaySlotLost({ slot })) : Effect.fail(error)
       ),

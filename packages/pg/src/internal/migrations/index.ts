@@ -12,6 +12,7 @@ import { migration as workflowRunGroups } from "./0003_workflow_run_groups.js"
 import { migration as workflowDeployVersions } from "./0004_workflow_deploy_versions.js"
 import { migration as workflowPatches } from "./0005_workflow_patches.js"
 import { migration as workflowPinnedRuns } from "./0006_workflow_pinned_runs.js"
+import { migration as relaySlots } from "./0007_relay_slots.js"
 
 /** The last released version (0: nothing released yet; the packages have not been published). */
 export const RELEASED_THROUGH = 0
@@ -22,5 +23,6 @@ export const versions: ReadonlyArray<Migration> = [
   workflowRunGroups,
   workflowDeployVersions,
   workflowPatches,
-  workflowPinnedRuns
+  workflowPinnedRuns,
+  relaySlots
 ]
