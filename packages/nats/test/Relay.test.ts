@@ -1,5 +1,5 @@
 // The relay over logical decoding (`@effect-durable/projector/Relay`, `@effect-durable/pg/OutboxLog`)
-// on a PostgreSQL of its own started with `wal_level = logical`, into a real nats-server's
+// on a PostgreSQL that decodes its WAL (the suite's, when it does; else one of its own), into a real nats-server's
 // JetStream: commit order, each message once, nothing rolled back, nothing lost when the slot
 // is lost, one relay per slot.
 import { InvalidInput, LogicalDecodingUnavailable } from "@effect-durable/core/Errors"
@@ -12,12 +12,16 @@ import * as Relay from "@effect-durable/projector/Relay"
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as NatsServer from "@effect-durable/testing/NatsServer"
 import * as PgServer from "@effect-durable/testing/PgServer"
+import * as TestDatabase from "@effect-durable/testing/TestDatabase"
+import * as PgClient from "@effect/sql-pg/PgClient"
 import { describe, expect, it } from "@effect/vitest"
 import { RetentionPolicy, StorageType } from "@nats-io/jetstream"
+import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as fc from "fast-check"
 import * as RelayExample from "../examples/relay.js"
@@ -48,7 +52,39 @@ const NatsLive = Layer.unwrap(
   Effect.map(NatsServer.NatsServer, (server) => Nats.layer({ servers: server.url }))
 ).pipe(Layer.provideMerge(NatsServer.layer))
 
-const Live = Layer.mergeAll(NatsLive, logicalSubstrate())
+/** Slots live in the server, not the database: the suite's are dropped before its database is. */
+const dropSlotsAtEnd = Layer.effectDiscard(
+  Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) =>
+      Effect.addFinalizer(() =>
+        sql`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database()`
+          .pipe(Effect.ignore)
+      )
+  )
+)
+
+/**
+ * The suite's server when it decodes its WAL (CI runs the suites again on PostgreSQL 15, started
+ * with wal_level = logical by scripts/system-postgres.sh), else a PostgreSQL 18 of the suite's own.
+ */
+const Substrate = Layer.unwrap(Effect.gen(function*() {
+  const url = process.env.DATABASE_URL
+  if (url === undefined) return logicalSubstrate()
+  const level = yield* Effect.scoped(
+    Effect.flatMap(
+      Layer.build(PgClient.layer({ url: Redacted.make(url) })),
+      (context) =>
+        Context.get(context, SqlClient.SqlClient)<{ level: string }>`SELECT current_setting('wal_level') AS level`
+    )
+  ).pipe(Effect.map(([row]) => row!.level), Effect.orElseSucceed(() => "unknown"))
+  return level !== "logical" ? logicalSubstrate() : dropSlotsAtEnd.pipe(
+    Layer.provideMerge(Durable.layerOver({ migrate: true })),
+    Layer.provideMerge(TestDatabase.layerFresh({ maxConnections: 16 }))
+  )
+}))
+
+const Live = Layer.mergeAll(NatsLive, Substrate)
 
 let streams = 0
 /** A stream of its own for a test: its subjects are `<prefix>.<topic>`. */
@@ -84,8 +120,16 @@ const streamed = (name: string) =>
 const relayTo = (stream: { readonly subject: (topic: string) => string }, options: Relay.RelayOptions) =>
   Layer.build(Relay.layer(options).pipe(Layer.provide(JetStreamPublisher.layer({ subject: stream.subject }))))
 
+/** Enqueues, each committed to disk before it returns (as by default), so a step right after it can decode it. */
 const enqueueAll = (topic: string, ns: ReadonlyArray<number | string>) =>
-  Effect.flatMap(Outbox.Outbox, (outbox) => Effect.forEach(ns, (n) => outbox.enqueue(topic, { n })))
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const outbox = yield* Outbox.Outbox
+    return yield* Effect.forEach(ns, (n) =>
+      sql.withTransaction(
+        Effect.andThen(sql`SELECT set_config('synchronous_commit', 'on', true)`, outbox.enqueue(topic, { n }))
+      ))
+  })
 
 describe.skipIf(!nats.available)("Relay over logical decoding (real PostgreSQL, real JetStream)", () => {
   it.layer(Live, { timeout: "2 minutes", excludeTestServices: true })((it) => {
@@ -256,6 +300,39 @@ describe.skipIf(!nats.available)("Relay over logical decoding (real PostgreSQL, 
         expect(dead!.last_error).toContain("no such mailbox")
         yield* log.drop("failures")
       }))
+
+    it.effect(
+      "the sweep is kept in the database: a relay that died before it sweeps at its next start, and a topic added to a slot is swept",
+      () =>
+        Effect.gen(function*() {
+          const log = yield* OutboxLog.make
+          const published: Array<unknown> = []
+          const publish = (message: OutboxMessage) =>
+            Effect.sync((): OutboxLog.Outcome => {
+              published.push((message.payload as { n: unknown }).n)
+              return { _tag: "Delivered" }
+            })
+          yield* enqueueAll("sweep.a", ["a open before"])
+          expect(yield* log.ensure("sweeps", ["sweep.a"])).toEqual({ sweep: true })
+          // The relay dies before its sweep: the next start sweeps.
+          expect(yield* log.ensure("sweeps", ["sweep.a"])).toEqual({ sweep: true })
+          expect(yield* log.sweep("sweeps", { topics: ["sweep.a"], publish })).toMatchObject({ delivered: 1 })
+          yield* log.swept("sweeps", ["sweep.a"])
+          expect(yield* log.ensure("sweeps", ["sweep.a"])).toEqual({ sweep: false })
+
+          // A message on a topic the slot does not relay yet: the slot goes past it.
+          yield* enqueueAll("sweep.b", ["b before its topic was added"])
+          yield* enqueueAll("sweep.a", ["a after"])
+          expect(yield* log.step("sweeps", { topics: ["sweep.a"], publish })).toMatchObject({ delivered: 1 })
+          expect(yield* log.ensure("sweeps", ["sweep.a", "sweep.b"])).toEqual({ sweep: true })
+          yield* log.sweep("sweeps", { topics: ["sweep.a", "sweep.b"], publish })
+          expect(published).toEqual(["a open before", "a after", "b before its topic was added"])
+          // Fewer topics than swept: nothing new to sweep.
+          yield* log.swept("sweeps", ["sweep.a", "sweep.b"])
+          expect(yield* log.ensure("sweeps", ["sweep.b"])).toEqual({ sweep: false })
+          yield* log.drop("sweeps")
+        })
+    )
 
     it.effect(
       "an idle relay lets go of the WAL the rest of the database writes (its heartbeat)",
