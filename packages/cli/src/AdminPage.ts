@@ -7,7 +7,7 @@
  * letters grouped by topic and error, redrive and discard of one message, a selection or
  * everything matching (server-side, in committed batches, with progress), pause and resume of
  * a topic, inbox consumers and their receipts, a ledger lookup, the schema's version and
- * drift, and health endpoints.
+ * drift, health endpoints, and `/metrics` (OpenMetrics, or Prometheus's text format).
  *
  * Security: without `auth` the page trusts whoever reaches it (mount it behind your app's
  * authentication, and say who the operator is with `operator`); with `auth` it asks for basic

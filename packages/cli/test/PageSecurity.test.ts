@@ -212,6 +212,7 @@ describe("admin page, tried as an attacker would", () => {
             "/ops/durable/messages?topic=orders",
             "/ops/durable/schema",
             "/ops/durable/api/count",
+            "/ops/durable/metrics",
             "/ops/durable/"
           ]
         ) {
@@ -421,7 +422,8 @@ describe("admin page, tried as an attacker would", () => {
             "/down/schema",
             "/down/ledger?subject=acme&operation=charge&key=req-1",
             "/down/api/stats",
-            "/down/api/count"
+            "/down/api/count",
+            "/down/metrics"
           ]
         ) {
           expect((yield* send(path)).status, path).toBe(503)

@@ -25,7 +25,7 @@ import { Delivery } from "./delivery.js"
 import { makeKeeper } from "./keeper.js"
 import { makeLanes, PAYLOAD_DOES_NOT_DECODE } from "./lanes.js"
 import { type Settings, topicsNow } from "./options.js"
-import { forTopic, metrics, tracing } from "./telemetry.js"
+import { forTopic, metrics, registerCounters, tracing } from "./telemetry.js"
 
 const OUTCOMES = ["delivered", "retried", "dead", "stale", "heldBack", "cancelled"] as const
 type Outcome = typeof OUTCOMES[number]
@@ -84,6 +84,7 @@ export interface ClaimedBatch {
  */
 export const makeBatches = (options: Settings, keeperOutbox?: OutboxWorker.OutboxWorker["Service"]) =>
   Effect.gen(function*() {
+    yield* registerCounters
     const outbox = yield* OutboxWorker.OutboxWorker
     const publisher = yield* Publisher
     const settings = forPublisher(options, publisher.batch)

@@ -42,6 +42,16 @@ export const metrics = {
   })
 }
 
+/**
+ * Every counter of the projector, at zero until it counts: a scrape shows each series from the
+ * start (an increase from nothing is not a rate), and a dashboard finds every name.
+ */
+export const registerCounters: Effect.Effect<void> = Effect.forEach(
+  Object.values(metrics).flatMap((metric) => metric.type === "Counter" ? [metric as Metric.Counter<number>] : []),
+  (counter) => Metric.update(counter, 0),
+  { discard: true }
+)
+
 // An attribute makes a new metric (and key); the projector sets one per topic, so it keeps them.
 const byMetric = new WeakMap<object, Map<string, Metric.Metric<any, any>>>()
 

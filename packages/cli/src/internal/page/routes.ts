@@ -17,6 +17,7 @@ import * as Jobs from "./jobs.js"
 import * as LedgerRoutes from "./ledgerRoutes.js"
 import * as LimitRoutes from "./limitRoutes.js"
 import * as MessageRoutes from "./messageRoutes.js"
+import * as MetricsRoutes from "./metricsRoutes.js"
 import * as OverviewRoutes from "./overviewRoutes.js"
 import { makeQueries } from "./queries.js"
 import * as Route from "./route.js"
@@ -82,6 +83,7 @@ export const make = Effect.fnUntraced(function*(
         () => Effect.succeed(HttpServerResponse.text(Assets.js, { contentType: "text/javascript; charset=utf-8" }))
       )
     ),
+    ...MetricsRoutes.routes(page),
     ...overview.routes,
     ...MessageRoutes.routes(page, actions),
     ...InboxRoutes.routes(page, actions),
