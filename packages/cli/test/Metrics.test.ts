@@ -11,6 +11,7 @@ import * as Effect from "effect/Effect"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServer from "effect/http/HttpServer"
 import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
 import * as Redacted from "effect/Redacted"
 import * as fc from "fast-check"
 import { readFileSync } from "node:fs"
@@ -18,19 +19,21 @@ import { createServer } from "node:http"
 import { join } from "node:path"
 import parsePrometheus from "parse-prometheus-text-format"
 import * as AdminPage from "../src/AdminPage.js"
-import { format, fromSnapshots } from "../src/internal/page/openMetrics.js"
+import { format, fromSnapshots, negotiate } from "../src/internal/page/openMetrics.js"
 import { enqueue, freshTopic, PACKAGE, portOf, Substrate } from "./support.js"
 
 const TOKEN = "metrics-token-0123456789"
-const Server = HttpRouter.serve(
-  AdminPage.layer({ mount: "/ops", auth: { bearer: Redacted.make(TOKEN) }, readOnly: true })
-).pipe(Layer.provideMerge(NodeHttpServer.layer(() => createServer(), { port: 0, host: "127.0.0.1" })))
+// A page per test: a page keeps what it read of the database for 15 s.
+const page = (mount: `/${string}`) => AdminPage.layer({ mount, auth: { bearer: Redacted.make(TOKEN) }, readOnly: true })
+const Server = HttpRouter.serve(Layer.mergeAll(page("/ops"), page("/auth"), page("/dash"))).pipe(
+  Layer.provideMerge(NodeHttpServer.layer(() => createServer(), { port: 0, host: "127.0.0.1" }))
+)
 const Live = Server.pipe(Layer.provideMerge(Substrate))
 
-const scrape = (headers: Record<string, string> = {}) =>
+const scrape = (headers: Record<string, string> = {}, mount = "/ops") =>
   Effect.flatMap(HttpServer.HttpServer, (server) =>
     Effect.promise(async () => {
-      const response = await fetch(`http://127.0.0.1:${portOf(server)}/ops/metrics`, {
+      const response = await fetch(`http://127.0.0.1:${portOf(server)}${mount}/metrics`, {
         headers: { authorization: `Bearer ${TOKEN}`, ...headers }
       })
       return { status: response.status, type: response.headers.get("content-type"), body: await response.text() }
@@ -54,9 +57,9 @@ describe("the page's /metrics", () => {
   it.layer(Live, { timeout: "120 seconds" })((it) => {
     it.effect("asks for the page's credentials, read-only pages included", () =>
       Effect.gen(function*() {
-        expect((yield* scrape({ authorization: "" })).status).toBe(401)
-        expect((yield* scrape({ authorization: "Bearer wrong-token-0123456789" })).status).toBe(401)
-        expect((yield* scrape()).status).toBe(200)
+        expect((yield* scrape({ authorization: "" }, "/auth")).status).toBe(401)
+        expect((yield* scrape({ authorization: "Bearer wrong-token-0123456789" }, "/auth")).status).toBe(401)
+        expect((yield* scrape({}, "/auth")).status).toBe(200)
       }))
 
     it.effect("serves what the database holds, and this process's projector counters, in both formats", () =>
@@ -97,7 +100,13 @@ describe("the page's /metrics", () => {
         for (const line of lines.slice(0, -1)) {
           const type = /^# TYPE (\S+) /.exec(line)
           if (type !== null) declared.push(type[1]!)
-          else if (!line.startsWith("#")) expect(line.startsWith(declared[declared.length - 1]!)).toBe(true)
+          else if (!line.startsWith("#")) {
+            const sample = /^[a-zA-Z_:][a-zA-Z0-9_:]*/.exec(line)![0]
+            const family = declared[declared.length - 1]!
+            expect([family, `${family}_total`, `${family}_bucket`, `${family}_count`, `${family}_sum`]).toContain(
+              sample
+            )
+          }
         }
         expect(new Set(declared).size).toBe(declared.length)
       }))
@@ -111,7 +120,7 @@ describe("the page's /metrics", () => {
         }
         // Served: every sample's name, and the names a declared family's samples take (one
         // declared with no sample yet: no workflow, no feed consumer, no slot in this database).
-        const body = (yield* scrape()).body
+        const body = (yield* scrape({}, "/dash")).body
         const served = new Set(
           body.split("\n").flatMap((line) => {
             const declared = /^# TYPE (\S+) (\S+)$/.exec(line)
@@ -147,27 +156,57 @@ describe("the page's /metrics", () => {
       })
     ))
 
-  it("a histogram's buckets end at +Inf with the count, then the count and the sum", () => {
+  it.effect("an Effect histogram's buckets are cumulative and end at +Inf with the count, then the count and the sum", () =>
+    Effect.gen(function*() {
+      const histogram = Metric.histogram("h_seconds", {
+        description: "a histogram",
+        boundaries: Metric.boundariesFromIterable([0.1, 1])
+      })
+      for (const value of [0.05, 0.5, 0.7, 2]) yield* Metric.update(histogram, value)
+      const snapshots = (yield* Metric.snapshot).filter((snapshot) => snapshot.id === "h_seconds")
+      expect(format(fromSnapshots(snapshots), "openmetrics")).toBe([
+        "# HELP h_seconds a histogram",
+        "# TYPE h_seconds histogram",
+        "h_seconds_bucket{le=\"0.1\"} 1",
+        "h_seconds_bucket{le=\"1\"} 3",
+        "h_seconds_bucket{le=\"+Inf\"} 4",
+        "h_seconds_count 4",
+        "h_seconds_sum 3.25",
+        "# EOF",
+        ""
+      ].join("\n"))
+    }))
+
+  it("attributes become labels the format allows: sanitised, reserved names renamed, the first of a clash kept", () => {
     const text = format(
       fromSnapshots([{
-        id: "h_seconds",
-        type: "Histogram",
-        description: "a histogram",
-        attributes: undefined,
-        state: { buckets: [[0.1, 1], [1, 3]], count: 4, min: 0.05, max: 2, sum: 3.5 }
+        id: "c_total",
+        type: "Counter",
+        description: "c",
+        attributes: { "x.y": "1", x_y: "2", le: "user", __name__: "n" },
+        state: { count: 1, incremental: true }
       }] as never),
-      "openmetrics"
+      "prometheus"
     )
-    expect(text).toBe([
-      "# HELP h_seconds a histogram",
-      "# TYPE h_seconds histogram",
-      "h_seconds_bucket{le=\"0.1\"} 1",
-      "h_seconds_bucket{le=\"1\"} 3",
-      "h_seconds_bucket{le=\"+Inf\"} 4",
-      "h_seconds_count 4",
-      "h_seconds_sum 3.5",
-      "# EOF",
-      ""
-    ].join("\n"))
+    expect(text).toContain("c_total{x_y=\"1\",exported_le=\"user\",exported_name__=\"n\"} 1")
+  })
+
+  it("a family whose name another family of another type took is left out, in both formats", () => {
+    const families = [
+      { name: "x", type: "counter" as const, help: "a counter", samples: [{ suffix: "_total", labels: {}, value: 1 }] },
+      { name: "x_total", type: "gauge" as const, help: "a gauge", samples: [{ labels: {}, value: 2 }] },
+      { name: "x", type: "gauge" as const, help: "another", samples: [{ labels: {}, value: 3 }] }
+    ]
+    for (const as of ["openmetrics", "prometheus"] as const) {
+      const types = format(families, as).split("\n").filter((line) => line.startsWith("# TYPE"))
+      expect(types, as).toEqual([`# TYPE ${as === "prometheus" ? "x_total" : "x"} counter`])
+    }
+  })
+
+  it("OpenMetrics only for a scraper that accepts it", () => {
+    expect(negotiate("application/openmetrics-text; version=1.0.0,text/plain;q=0.5")).toBe("openmetrics")
+    expect(negotiate("text/plain;q=0.5, application/openmetrics-text;q=0")).toBe("prometheus")
+    expect(negotiate("text/plain")).toBe("prometheus")
+    expect(negotiate(undefined)).toBe("prometheus")
   })
 })

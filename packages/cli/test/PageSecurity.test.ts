@@ -422,13 +422,16 @@ describe("admin page, tried as an attacker would", () => {
             "/down/schema",
             "/down/ledger?subject=acme&operation=charge&key=req-1",
             "/down/api/stats",
-            "/down/api/count",
-            "/down/metrics"
+            "/down/api/count"
           ]
         ) {
           expect((yield* send(path)).status, path).toBe(503)
         }
         expect((yield* send("/down/health/ready")).status).toBe(503)
+        // A scrape still answers, with the process's own metrics and the database's absence.
+        const scraped = yield* send("/down/metrics")
+        expect(scraped.status).toBe(200)
+        expect(scraped.body).toContain("effect_durable_scrape_database_up 0")
         expect(
           (yield* send("/ops/durable/ledger?subject=&operation=charge&key=req-1", {
             headers: { authorization: BASIC }

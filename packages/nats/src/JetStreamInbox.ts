@@ -10,6 +10,7 @@
 import type { InvalidInput } from "@effect-durable/core/Errors"
 import * as Input from "@effect-durable/core/Input"
 import { printable } from "@effect-durable/core/Printable"
+import * as Traceparent from "@effect-durable/core/Traceparent"
 import * as Inbox from "@effect-durable/pg/Inbox"
 import { AckPolicy, type JsMsg } from "@nats-io/jetstream"
 import * as Cause from "effect/Cause"
@@ -98,10 +99,26 @@ export const consume = <E, R>(
       try: () => jetstream.consumers.get(options.stream, options.durable),
       catch: (error) => new NatsError({ operation: "get consumer", reason: reason(error) })
     })
-    // Per message, on the hot path: no span or stack frame of its own.
+    // Per message, on the hot path: no stack frame of its own, and a span only when a tracer
+    // records it (a child of the publisher's delivery span, from the W3C `traceparent` header).
+    const spans = yield* Traceparent.tracing
+    const inSpan = <A, E2, R2>(delivery: Delivery, effect: Effect.Effect<A, E2, R2>) => {
+      if (!spans) return effect
+      const parent = Traceparent.parentOf(delivery.headers)
+      return Effect.withSpan(effect, "JetStreamInbox.apply", {
+        captureStackTrace: false,
+        kind: "consumer",
+        attributes: {
+          "messaging.message.id": delivery.id,
+          "messaging.destination.name": delivery.subject,
+          "messaging.consumer.group.name": options.durable
+        },
+        ...(parent === undefined ? {} : { parent })
+      })
+    }
     const apply = Effect.fnUntraced(function*(message: JsMsg) {
       const delivery = toDelivery(message)
-      yield* inbox.handle(options.durable, delivery.id, options.handle(delivery)).pipe(
+      yield* inSpan(delivery, inbox.handle(options.durable, delivery.id, options.handle(delivery))).pipe(
         // Ack only after the inbox transaction committed (Processed) or found the receipt (Duplicate).
         Effect.andThen(Effect.sync(() => message.ack())),
         // A failure or a defect of the handler: logged and nak'ed for a later redelivery; the

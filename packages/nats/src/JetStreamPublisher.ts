@@ -7,12 +7,14 @@
  * @since 0.1.0
  */
 import { canonicalizeResult } from "@effect-durable/core/Fingerprint"
+import * as Traceparent from "@effect-durable/core/Traceparent"
 import type { OutboxMessage } from "@effect-durable/pg/OutboxWorker"
 import { permanent, Publisher, retryable } from "@effect-durable/projector/Publisher"
 import { headers as natsHeaders, NoRespondersError } from "@nats-io/transport-node"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import { Nats, reason } from "./Nats.js"
 
@@ -35,6 +37,9 @@ export const make = (options: JetStreamPublisherOptions = {}) =>
       if (!SUBJECT.test(subject)) return yield* permanent(`"${subject}" is not a publishable NATS subject`)
       const headers = natsHeaders()
       for (const [key, value] of Object.entries(message.headers)) headers.set(key, value)
+      // The delivery's own span, when the projector records one: the consumer's span is its child.
+      const trace = yield* Traceparent.current
+      if (Option.isSome(trace)) headers.set("traceparent", trace.value)
       headers.set("effect-durable-topic", message.topic)
       if (message.orderingKey !== null) headers.set("effect-durable-ordering-key", message.orderingKey)
       const data = new TextEncoder().encode(Result.getOrThrow(canonicalizeResult(message.payload)))

@@ -6,6 +6,7 @@ import * as Projector from "@effect-durable/projector/Projector"
 import type { PublishError } from "@effect-durable/projector/Publisher"
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as NatsServer from "@effect-durable/testing/NatsServer"
+import * as Telemetry from "@effect-durable/testing/Telemetry"
 import * as TestDatabase from "@effect-durable/testing/TestDatabase"
 import { describe, expect, it } from "@effect/vitest"
 import { RetentionPolicy, StorageType } from "@nats-io/jetstream"
@@ -13,6 +14,7 @@ import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as TestClock from "effect/testing/TestClock"
 import * as JetStreamExample from "../examples/jetstream.js"
@@ -213,6 +215,53 @@ describe.skipIf(!nats.available)("NATS JetStream (real nats-server)", () => {
         )
         expect(new Set(rows.map((r) => r.message_id)).size).toBe(16)
       }))
+
+    it.effect(
+      "one trace across NATS: the producer's span, the projector's delivery, the inbox's apply and the handler's own span",
+      () =>
+        Effect.gen(function*() {
+          const telemetry = Telemetry.make()
+          const outbox = yield* Outbox.Outbox
+          yield* addStream("TRACED", ["traced.>"])
+          yield* outbox.enqueue("traced-order", { n: 1 }).pipe(Effect.withSpan("http.request"), telemetry.observed)
+          const delivered = yield* Projector.drain({ topics: ["traced-order"] }).pipe(
+            Effect.provide(JetStreamPublisher.layer({ subject: (topic) => `traced.${topic}` })),
+            telemetry.observed
+          )
+          expect(delivered).toMatchObject({ delivered: 1 })
+          const handled = yield* Deferred.make<void>()
+          yield* JetStreamInbox.consume({
+            stream: "TRACED",
+            durable: "traced",
+            handle: () => Deferred.succeed(handled, undefined).pipe(Effect.withSpan("invoice.write"))
+          }).pipe(telemetry.observed, live)
+          yield* Deferred.await(handled).pipe(live)
+          const named = (name: string) => telemetry.spans.find((span) => span.name === name)!
+          const [request, deliver, apply, own] = [
+            "http.request",
+            "projector.deliver",
+            "JetStreamInbox.apply",
+            "invoice.write"
+          ]
+            .map(named)
+          expect(request).toBeDefined()
+          for (const span of [deliver, apply, own]) expect(span?.traceId).toBe(request!.traceId)
+          // Each descends from the one before (the NATS header carries the delivery's own span).
+          const byId = new Map(telemetry.spans.map((span) => [span.spanId, span] as const))
+          const descends = (span: Telemetry.RecordedSpan, from: Telemetry.RecordedSpan) => {
+            let parent = Option.getOrUndefined(span.parent)
+            while (parent !== undefined && parent.spanId !== from.spanId) {
+              parent = Option.getOrUndefined(byId.get(parent.spanId)?.parent ?? Option.none())
+            }
+            return parent !== undefined
+          }
+          expect(descends(deliver!, request!)).toBe(true)
+          expect(Option.getOrThrow(apply!.parent).spanId).toBe(deliver!.spanId)
+          expect(apply!.kind).toBe("consumer")
+          expect(descends(own!, apply!)).toBe(true)
+          expect(descends(own!, request!)).toBe(true)
+        })
+    )
 
     it.effect("the README example: a committed order reaches the invoicing consumer once through JetStream", () =>
       Effect.gen(function*() {

@@ -3,10 +3,10 @@
  * that continues the producer's trace (from the W3C `traceparent` stored with the message) —
  * made only when a real tracer is installed. Payloads never go into spans, metrics or logs.
  */
+import * as Traceparent from "@effect-durable/core/Traceparent"
 import type * as OutboxWorker from "@effect-durable/pg/OutboxWorker"
 import * as Effect from "effect/Effect"
 import * as Metric from "effect/Metric"
-import * as Tracer from "effect/Tracer"
 
 /** Effect metrics of the projector, with a `topic` attribute where a message is concerned. */
 export const metrics = {
@@ -65,17 +65,10 @@ export const forTopic = <M extends Metric.Metric<any, any>>(metric: M, topic: st
 }
 
 /** Whether spans would be recorded by anyone (a tracer other than Effect's built-in one, which exports nothing). */
-export const tracing: Effect.Effect<boolean> = Effect.map(Effect.tracer, (tracer) => tracer !== Tracer.nativeTracer)
-
-const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/
+export const tracing = Traceparent.tracing
 
 /** The span a producer was in when it enqueued, from the stored W3C `traceparent`. */
-const producerSpan = (headers: Readonly<Record<string, string>>): Tracer.ExternalSpan | undefined => {
-  const match = TRACEPARENT.exec(headers.traceparent ?? "")
-  return match === null
-    ? undefined
-    : Tracer.externalSpan({ traceId: match[1]!, spanId: match[2]!, sampled: (parseInt(match[3]!, 16) & 1) === 1 })
-}
+const producerSpan = Traceparent.parentOf
 
 /** A delivery in a `projector.deliver` span, a child of the producer's span. */
 export const deliverySpan = <A, E, R>(message: OutboxWorker.OutboxMessage, publish: Effect.Effect<A, E, R>) => {

@@ -10,6 +10,7 @@ import { DurableSettings } from "@effect-durable/pg/DurableConfig"
 import * as Feed from "@effect-durable/pg/Feed"
 import * as OutboxAdmin from "@effect-durable/pg/OutboxAdmin"
 import * as OutboxLog from "@effect-durable/pg/OutboxLog"
+import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Metric from "effect/Metric"
@@ -27,7 +28,8 @@ export const DATABASE_FAMILIES = [
   "effect_durable_feed_readable_messages",
   "effect_durable_feed_held_messages",
   "effect_durable_feed_horizon_age_seconds",
-  "effect_durable_replication_slot_retained_bytes"
+  "effect_durable_replication_slot_retained_bytes",
+  "effect_durable_scrape_database_up"
 ] as const
 
 type Name = (typeof DATABASE_FAMILIES)[number]
@@ -80,7 +82,17 @@ const databaseFamilies = (page: Page) =>
       gauge(
         "effect_durable_workflow_waiting_executions",
         "suspended workflow executions by what they wait on",
-        waiting.map((w) => ({ labels: { workflow: w.workflow, kind: w.kind, name: w.name }, value: w.executions }))
+        // By workflow and kind only: a wait's name may be a tenant's key (a limit's group), one series each.
+        Array.from(
+          waiting.reduce((sums, w) => {
+            const key = JSON.stringify([w.workflow, w.kind])
+            return sums.set(key, (sums.get(key) ?? 0) + w.executions)
+          }, new Map<string, number>()),
+          ([key, executions]) => {
+            const [workflow, kind] = JSON.parse(key) as [string, string]
+            return { labels: { workflow, kind }, value: executions }
+          }
+        )
       ),
       gauge(
         "effect_durable_feed_readable_messages",
@@ -105,19 +117,44 @@ const databaseFamilies = (page: Page) =>
     ]
   })
 
-export const routes = (page: Page) => [
-  get(
-    "/metrics",
-    page.route(
-      "read",
-      "json",
-      (r) =>
-        Effect.gen(function*() {
-          const families = yield* page.queries.timed(databaseFamilies(page))
-          const own = fromSnapshots(yield* Metric.snapshot)
-          const as = negotiate(r.request.headers["accept"])
-          return HttpServerResponse.text(format([...families, ...own], as), { contentType: CONTENT_TYPES[as] })
-        })
+/** How long a scrape's database families serve the scrapes after it: the counts read the history too. */
+const DATABASE_TTL_MILLIS = 15_000
+
+export const routes = (page: Page) => {
+  let cached: { readonly at: number; readonly families: ReadonlyArray<Family> } | undefined
+  // The database's families, read at most once per TTL; when it does not answer, only whether it did.
+  const fromDatabase = Effect.gen(function*() {
+    const now = yield* Clock.currentTimeMillis
+    if (cached !== undefined && now - cached.at < DATABASE_TTL_MILLIS) return cached.families
+    const read = yield* Effect.result(page.queries.timed(databaseFamilies(page)))
+    const families = read._tag === "Success" ? read.success : []
+    if (read._tag === "Failure") {
+      yield* Effect.logWarning(`effect-durable admin: /metrics could not read the database: ${String(read.failure)}`)
+    } else cached = { at: now, families }
+    return [
+      ...families,
+      gauge("effect_durable_scrape_database_up", "1 when the scrape read the database", [
+        { labels: {}, value: read._tag === "Success" ? 1 : 0 }
+      ])
+    ]
+  })
+  return [
+    get(
+      "/metrics",
+      page.route(
+        "read",
+        "json",
+        (r) =>
+          Effect.gen(function*() {
+            const families = yield* fromDatabase
+            const own = fromSnapshots(yield* Metric.snapshot)
+            const as = negotiate(r.request.headers["accept"])
+            return HttpServerResponse.text(format([...families, ...own], as), {
+              contentType: CONTENT_TYPES[as],
+              headers: { vary: "accept" }
+            })
+          })
+      )
     )
-  )
-]
+  ]
+}

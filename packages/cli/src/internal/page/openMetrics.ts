@@ -18,7 +18,11 @@ export type Format = keyof typeof CONTENT_TYPES
 
 /** OpenMetrics when the scraper accepts it (Prometheus asks for it first), else the Prometheus text format. */
 export const negotiate = (accept: string | undefined): Format =>
-  accept !== undefined && /application\/openmetrics-text/i.test(accept) ? "openmetrics" : "prometheus"
+  (accept ?? "").split(",").some((range) =>
+      /^\s*application\/openmetrics-text\b/i.test(range) && !/;\s*q\s*=\s*0(?:\.0*)?\s*(?:;|$)/i.test(range)
+    )
+    ? "openmetrics"
+    : "prometheus"
 
 export type Labels = Readonly<Record<string, string>>
 
@@ -40,8 +44,24 @@ export interface Family {
 export const metricName = (name: string) => name.replace(/[^a-zA-Z0-9_:]/g, "_").replace(/^([0-9])/, "_$1")
 const labelName = (name: string) => name.replace(/[^a-zA-Z0-9_]/g, "_").replace(/^([0-9])/, "_$1")
 
+/** Labels the format gives a meaning (`le`, `quantile`) or reserves (`__`): an attribute of that name is renamed. */
+const RESERVED_LABEL = /^(?:le|quantile|__.*)$/
+
+/** An attribute set as labels: names sanitised, reserved ones renamed `exported_<name>`, the first of a clash kept. */
+export const labelsOf = (attributes: Readonly<Record<string, string>>): Labels => {
+  const labels: Record<string, string> = {}
+  for (const [key, value] of Object.entries(attributes)) {
+    const name = labelName(key)
+    const safe = RESERVED_LABEL.test(name) ? `exported_${name.replace(/^_+/, "")}` : name
+    if (!(safe in labels)) labels[safe] = value
+  }
+  return labels
+}
+
 const escapeValue = (value: string) => value.replace(/\\/g, "\\\\").replace(/"/g, "\\\"").replace(/\n/g, "\\n")
-const escapeHelp = (help: string) => help.replace(/\\/g, "\\\\").replace(/\n/g, "\\n")
+/** HELP text: OpenMetrics escapes `"` too; Prometheus's 0.0.4 only `\\` and the line feed. */
+const escapeHelp = (help: string, as: Format) =>
+  as === "openmetrics" ? escapeValue(help) : help.replace(/\\/g, "\\\\").replace(/\n/g, "\\n")
 
 const number = (value: number) =>
   Number.isNaN(value) ? "NaN" : value === Infinity ? "+Inf" : value === -Infinity ? "-Inf" : String(value)
@@ -50,28 +70,34 @@ const sampleLine = (name: string, sample: Sample) => {
   const labels = Object.entries(sample.labels)
   const text = labels.length === 0
     ? ""
-    : `{${labels.map(([key, value]) => `${labelName(key)}="${escapeValue(value)}"`).join(",")}}`
+    : `{${labels.map(([key, value]) => `${key}="${escapeValue(value)}"`).join(",")}}`
   return `${name}${sample.suffix ?? ""}${text} ${number(sample.value)}`
 }
 
-/** The families as one exposition. Families of one name are merged (the first one's type and help). */
+/**
+ * The families as one exposition. Families of one name and type are merged (the first one's
+ * help); a family whose name or samples' names another family already took (another type, or
+ * a counter `x` beside a gauge `x_total`) is left out: the format cannot hold both.
+ */
 export const format = (families: ReadonlyArray<Family>, as: Format): string => {
   const merged = new Map<string, Family>()
   for (const family of families) {
     const name = metricName(family.name)
     const known = merged.get(name)
-    merged.set(
-      name,
-      known === undefined ? { ...family, name } : { ...known, samples: [...known.samples, ...family.samples] }
-    )
+    if (known === undefined) merged.set(name, { ...family, name })
+    else if (known.type === family.type) merged.set(name, { ...known, samples: [...known.samples, ...family.samples] })
   }
   const lines: Array<string> = []
+  const taken = new Set<string>()
   for (const family of merged.values()) {
     // Prometheus names a counter's family as its samples are named; OpenMetrics without the `_total`.
     const name = as === "prometheus" && family.type === "counter" ? `${family.name}_total` : family.name
+    const names = [name, ...family.samples.map((sample) => `${family.name}${sample.suffix ?? ""}`)]
+    if (names.some((taker) => taken.has(taker))) continue
+    for (const taker of names) taken.add(taker)
     // (No HELP line for no help: a parser may read `# HELP name` alone as a broken line.)
-    if (family.help.trim() !== "") lines.push(`# HELP ${name} ${escapeHelp(family.help)}`)
-    lines.push(`# TYPE ${name} ${family.type}`)
+    if (family.help.trim() !== "") lines.push(`# HELP ${name} ${escapeHelp(family.help, as)}`)
+    lines.push(`# TYPE ${name} ${as === "prometheus" && family.type === "unknown" ? "untyped" : family.type}`)
     for (const sample of family.samples) lines.push(sampleLine(family.name, sample))
   }
   if (as === "openmetrics") lines.push("# EOF")
@@ -79,7 +105,7 @@ export const format = (families: ReadonlyArray<Family>, as: Format): string => {
 }
 
 const attributesOf = (snapshot: Metric.Metric.Snapshot): Labels =>
-  Object.fromEntries(Object.entries(snapshot.attributes ?? {}).map(([key, value]) => [key, String(value)]))
+  labelsOf(Object.fromEntries(Object.entries(snapshot.attributes ?? {}).map(([key, value]) => [key, String(value)])))
 
 /**
  * This process's Effect metrics as families. A counter's family drops a trailing `_total` from

@@ -7,6 +7,7 @@
 import { InvalidInput, PayloadTooLarge } from "@effect-durable/core/Errors"
 import { canonicalize, canonicalizeWithin } from "@effect-durable/core/Fingerprint"
 import * as Input from "@effect-durable/core/Input"
+import * as Traceparent from "@effect-durable/core/Traceparent"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
@@ -35,11 +36,7 @@ export interface Limits {
 }
 
 /** The caller's span as a W3C `traceparent`, when there is one: carried in the message's headers. */
-export const traceparent = Effect.map(
-  Effect.currentSpan,
-  (span) => `00-${span.traceId}-${span.spanId}-${span.sampled ? "01" : "00"}`
-)
-  .pipe(Effect.option)
+export const traceparent = Traceparent.current
 
 const decodeCount = Input.argument("messages", Input.Count(100_000))
 
