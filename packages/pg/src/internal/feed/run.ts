@@ -7,6 +7,9 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import type { WakeUp } from "../../Notifications.js"
 
+/** The longest wait between two looks of a consumer chasing a message it was told of. */
+const CHASE_LONGEST = Duration.seconds(1)
+
 export const runLoop = <E, R>(options: {
   readonly name: string
   /** One batch: how many it read. */
@@ -20,11 +23,14 @@ export const runLoop = <E, R>(options: {
     const { idle, limit, maxBackoff, name, wakeUp } = options
     // Woken, it reads at once; woken by an enqueue and finding nothing (the message waits
     // behind an older transaction, which ends without a notification), it looks again sooner
-    // than `idle`, from 10 ms doubling, until it reads or the interval reaches `idle`.
+    // than `idle`: from 10 ms, doubling to at most a second, until it reads, for at most `idle`
+    // in all. (Doubling without a bound, a reader held back 20 s by a transaction elsewhere in
+    // the cluster looked again 20 s after it ended.)
     const waitFor = (interval: Duration.Duration) =>
       Effect.raceFirst(Effect.as(Effect.sleep(interval), "waited" as const), wakeUp)
     let backoff = idle
-    let chase: Duration.Duration | undefined
+    let chase: { readonly interval: Duration.Duration; readonly leftMillis: number } | undefined
+    const longest = Duration.min(CHASE_LONGEST, idle)
     while (true) {
       const outcome = yield* options.consume.pipe(
         Effect.map((read) => ({ read, failed: false })),
@@ -48,11 +54,13 @@ export const runLoop = <E, R>(options: {
       if (outcome.read > 0) chase = undefined
       if (outcome.read >= limit) continue
       if (chase !== undefined) {
-        yield* waitFor(chase)
-        const next = Duration.times(chase, 2)
-        chase = Duration.isGreaterThanOrEqualTo(next, idle) ? undefined : next
+        yield* waitFor(chase.interval)
+        const leftMillis = chase.leftMillis - Duration.toMillis(chase.interval)
+        chase = leftMillis <= 0
+          ? undefined
+          : { interval: Duration.min(Duration.times(chase.interval, 2), longest), leftMillis }
       } else if ((yield* waitFor(idle)) === "enqueued") {
-        chase = Duration.min(Duration.millis(10), idle)
+        chase = { interval: Duration.min(Duration.millis(10), idle), leftMillis: Duration.toMillis(idle) }
       }
     }
   })
