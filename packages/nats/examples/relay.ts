@@ -1,4 +1,4 @@
-// docs/feeds.md "The relay": the `orders` topic published to JetStream in the order its
+// docs/feeds.md "The relay": the order topics published to JetStream in the order their
 // transactions committed, read from a replication slot (the server runs with wal_level =
 // logical). Each message reaches the stream once: one published again after a crash carries
 // the same Nats-Msg-Id, which the stream drops.
