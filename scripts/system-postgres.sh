@@ -43,7 +43,7 @@ start() {
 listen() {
   rm -f "$STATE/server.log"
   as_user "$BIN/pg_ctl" -D "$STATE/data" -l "$STATE/server.log" -w -t 60 start -o \
-    "-p $1 -c listen_addresses=127.0.0.1 -c unix_socket_directories=$STATE -c max_connections=300 -c wal_level=logical -c fsync=off -c synchronous_commit=off -c full_page_writes=off" >&2 \
+    "-p $1 -c listen_addresses=127.0.0.1 -c unix_socket_directories=$STATE -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" >&2 \
     || { cat "$STATE/server.log" >&2; return 1; }
 }
 

@@ -1,5 +1,5 @@
 // The relay over logical decoding (`@effect-durable/projector/Relay`, `@effect-durable/pg/OutboxLog`)
-// on a PostgreSQL that decodes its WAL (the suite's, when it does; else one of its own), into a real nats-server's
+// on a PostgreSQL of its own started with `wal_level = logical`, into a real nats-server's
 // JetStream: commit order, each message once, nothing rolled back, nothing lost when the slot
 // is lost, one relay per slot.
 import { InvalidInput, LogicalDecodingUnavailable } from "@effect-durable/core/Errors"
@@ -12,16 +12,12 @@ import * as Relay from "@effect-durable/projector/Relay"
 import { eventually } from "@effect-durable/testing/Eventually"
 import * as NatsServer from "@effect-durable/testing/NatsServer"
 import * as PgServer from "@effect-durable/testing/PgServer"
-import * as TestDatabase from "@effect-durable/testing/TestDatabase"
-import * as PgClient from "@effect/sql-pg/PgClient"
 import { describe, expect, it } from "@effect/vitest"
 import { RetentionPolicy, StorageType } from "@nats-io/jetstream"
-import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
-import * as Redacted from "effect/Redacted"
 import * as SqlClient from "effect/sql/SqlClient"
 import * as fc from "fast-check"
 import * as RelayExample from "../examples/relay.js"
@@ -52,37 +48,12 @@ const NatsLive = Layer.unwrap(
   Effect.map(NatsServer.NatsServer, (server) => Nats.layer({ servers: server.url }))
 ).pipe(Layer.provideMerge(NatsServer.layer))
 
-/** Slots live in the server, not the database: the suite's are dropped before its database is. */
-const dropSlotsAtEnd = Layer.effectDiscard(
-  Effect.flatMap(
-    SqlClient.SqlClient,
-    (sql) =>
-      Effect.addFinalizer(() =>
-        sql`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database()`
-          .pipe(Effect.ignore)
-      )
-  )
-)
-
 /**
- * The suite's server when it decodes its WAL (CI runs the suites again on PostgreSQL 15, started
- * with wal_level = logical by scripts/system-postgres.sh), else a PostgreSQL 18 of the suite's own.
+ * A PostgreSQL 18 of the suite's own, not the suites' shared server: a relay decodes the WAL of
+ * the whole cluster at every step, and on a server every suite writes to at once that is CPU
+ * the other suites wait for.
  */
-const Substrate = Layer.unwrap(Effect.gen(function*() {
-  const url = process.env.DATABASE_URL
-  if (url === undefined) return logicalSubstrate()
-  const level = yield* Effect.scoped(
-    Effect.flatMap(
-      Layer.build(PgClient.layer({ url: Redacted.make(url) })),
-      (context) =>
-        Context.get(context, SqlClient.SqlClient)<{ level: string }>`SELECT current_setting('wal_level') AS level`
-    )
-  ).pipe(Effect.map(([row]) => row!.level), Effect.orElseSucceed(() => "unknown"))
-  return level !== "logical" ? logicalSubstrate() : dropSlotsAtEnd.pipe(
-    Layer.provideMerge(Durable.layerOver({ migrate: true })),
-    Layer.provideMerge(TestDatabase.layerFresh({ maxConnections: 16 }))
-  )
-}))
+const Substrate = logicalSubstrate()
 
 const Live = Layer.mergeAll(NatsLive, Substrate)
 
