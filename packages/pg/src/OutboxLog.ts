@@ -141,11 +141,10 @@ export const make = Effect.gen(function*() {
         // The outbox was made again since (a schema dropped and migrated): publish the new one.
         yield* sql`ALTER PUBLICATION ${publicationName} ADD TABLE ${outbox}`
       }
-      const [existing] = yield* sql<{ plugin: string | null; database: string | null }>`
-        SELECT plugin, database FROM pg_replication_slots WHERE slot_name = ${name}`
-      if (
-        existing !== undefined && (existing.plugin !== "pgoutput" || existing.database !== (yield* currentDatabase))
-      ) {
+      const [existing] = yield* sql<{ plugin: string | null; database: string | null; ours: boolean }>`
+        SELECT plugin, database, database IS NOT DISTINCT FROM current_database() AS ours
+          FROM pg_replication_slots WHERE slot_name = ${name}`
+      if (existing !== undefined && (existing.plugin !== "pgoutput" || !existing.ours)) {
         return yield* new InvalidInput({
           argument: "slot",
           rule: `slot ${JSON.stringify(name)} exists for another use (plugin ${existing.plugin}, database ${
@@ -190,14 +189,28 @@ export const make = Effect.gen(function*() {
       classifySqlErrors("OutboxLog.swept")
     )
 
-  const currentDatabase = Effect.map(sql<{ name: string }>`SELECT current_database() AS name`, ([row]) => row!.name)
-
   /**
    * The settling commits to disk before the slot moves past it, whatever the server's
    * `synchronous_commit`: the slot's position can be on disk first (an advance may write it at
    * once), and a crash that lost the settling would leave the message open behind the slot.
    */
   const durableCommit = sql`SELECT set_config('synchronous_commit', 'on', true)`
+
+  /**
+   * `body` in a relay transaction of the slot: bounded, holding its lock (null when another
+   * process holds it), committing to disk.
+   */
+  const relayTransaction = <A, E, R>(slot: string, operation: string, body: Effect.Effect<A, E, R>) =>
+    bounded(
+      sql,
+      settings,
+      operation,
+      Effect.gen(function*() {
+        if (!(yield* lockForTransaction(sql, settings, lockKey(slot), false))) return null
+        yield* durableCommit
+        return yield* body
+      })
+    )
 
   type Publish<R> = (message: OutboxMessage) => Effect.Effect<Outcome, never, R>
 
@@ -238,13 +251,10 @@ export const make = Effect.gen(function*() {
       const decoded = yield* decodeStepOptions(options)
       const topics = new Set(decoded.topics)
       const limit = decoded.limit
-      const result = yield* bounded(
-        sql,
-        settings,
+      const result = yield* relayTransaction(
+        name,
         "OutboxLog.step",
         Effect.gen(function*() {
-          if (!(yield* lockForTransaction(sql, settings, lockKey(name), false))) return null
-          yield* durableCommit
           const transactions = yield* read(name, topics, limit)
           let delivered = 0
           let dead = 0
@@ -303,13 +313,10 @@ export const make = Effect.gen(function*() {
       let delivered = 0
       let dead = 0
       while (true) {
-        const page = yield* bounded(
-          sql,
-          settings,
+        const page = yield* relayTransaction(
+          name,
           "OutboxLog.sweep",
           Effect.gen(function*() {
-            if (!(yield* lockForTransaction(sql, settings, lockKey(name), false))) return null
-            yield* durableCommit
             const rows = yield* openAfter(topics, after, limit)
             const done = yield* publishAll(rows.map(toMessage(name)), options.publish)
             const last = rows[rows.length - 1]

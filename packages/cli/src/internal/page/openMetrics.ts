@@ -104,6 +104,12 @@ export const format = (families: ReadonlyArray<Family>, as: Format): string => {
   return `${lines.join("\n")}\n`
 }
 
+/** A histogram's or summary's last two samples. */
+const countAndSum = (labels: Labels, count: number, sum: number): ReadonlyArray<Sample> => [
+  { suffix: "_count", labels, value: count },
+  { suffix: "_sum", labels, value: sum }
+]
+
 const attributesOf = (snapshot: Metric.Metric.Snapshot): Labels =>
   labelsOf(Object.fromEntries(Object.entries(snapshot.attributes ?? {}).map(([key, value]) => [key, String(value)])))
 
@@ -146,8 +152,7 @@ export const fromSnapshots = (snapshots: ReadonlyArray<Metric.Metric.Snapshot>):
             ...(buckets.some(([le]) => le === Infinity)
               ? []
               : [{ suffix: "_bucket", labels: { ...labels, le: "+Inf" }, value: count }]),
-            { suffix: "_count", labels, value: count },
-            { suffix: "_sum", labels, value: sum }
+            ...countAndSum(labels, count, sum)
           ]
         }]
       }
@@ -161,8 +166,7 @@ export const fromSnapshots = (snapshots: ReadonlyArray<Metric.Metric.Snapshot>):
             ...quantiles.flatMap(([quantile, value]) =>
               value === undefined ? [] : [{ labels: { ...labels, quantile: String(quantile) }, value }]
             ),
-            { suffix: "_count", labels, value: count },
-            { suffix: "_sum", labels, value: sum }
+            ...countAndSum(labels, count, sum)
           ]
         }]
       }
